@@ -347,6 +347,8 @@ def main():
     ap.add_argument("--stop-accuracy", type=float, default=0.45)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", help="a model folder to continue training from (default: random weights)")
+    ap.add_argument("--anneal", action="store_true",
+                    help="decay the learning rate linearly to 2%% of --lr over --train-seconds (after warmup)")
     args = ap.parse_args()
     import transformers
     from transformers import PreTrainedTokenizerFast, Qwen3VLForConditionalGeneration
@@ -412,7 +414,15 @@ def main():
     vision_cls, stock_forward = install_batched_vision_attention(
         model, prompter, [train_prompts[i] for i in same], train_images[same])
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
+    clock = {"start": time.time()}
+
+    def lr_factor(s):
+        # Time-based, since the budget is time: annealing to a small rate at the end of the budget
+        # settles the weights the run keeps.
+        left = 1.0 - (time.time() - clock["start"]) / args.train_seconds
+        return min(1.0, (s + 1) / args.warmup) * (max(0.02, left) if args.anneal else 1.0)
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
 
     max_steps = 8 if args.smoke else args.max_steps
     eval_every = 4 if args.smoke else args.eval_every
@@ -420,6 +430,7 @@ def main():
     order, at = [], 0
     model.train()
     t_train = time.time()
+    clock["start"] = t_train
     step = 0
     stop_reason = "max steps"
     while step < max_steps:
