@@ -17,7 +17,7 @@
 //             at the peak of buffers in use are listed by label (layer numbers folded into '#').
 //
 //   npm run bench:build
-//   node .bench/model.mjs [--quick] [--json FILE]
+//   node .bench/model.mjs [--quick] [--json FILE] [--only prefill|decode]
 // --quick shrinks the model and the work for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
@@ -35,7 +35,7 @@ import { Qwen3VLPolicy } from '../src/model/train';
 import { groupLoss } from '../src/rl/groupLoss';
 import { resolveLossConfig, type ResolvedLossConfig } from '../src/rl/lossConfig';
 import type { PreparedPrompt, SamplingOptions } from '../src/rl/policy';
-import { Filler } from './fill';
+import { Filler } from '../src/bench/fill';
 import { Rng } from '../src/data/random';
 
 const args = process.argv.slice(2);
@@ -44,6 +44,12 @@ const jsonOut = (() => {
   const i = args.indexOf('--json');
   return i >= 0 ? args[i + 1] : undefined;
 })();
+/** --only SECTION: run that section alone (short device runs). */
+const only = (() => {
+  const i = args.indexOf('--only');
+  return i >= 0 ? args[i + 1] : undefined;
+})();
+const runs = (section: string) => only === undefined || only === section;
 
 /** Qwen3-VL-2B-Instruct's config.json (spec B1); --quick: the same architecture, shrunk. */
 function configJson(): unknown {
@@ -305,27 +311,31 @@ async function main(): Promise<void> {
   // (a) prefill, the vision tower on its own.
   const prompt = syntheticPrompt(config, 'prefill', W.promptLen, W.promptImage, rng(1));
   const image = { pixelValues: prompt.images[0].pixelValues, gridThw: [prompt.images[0].gridThw] };
-  const visionS = await seconds(gpu, W.reps, async () => {
-    const v = await model.encodeImages(prompt.inputIds, image);
-    for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
-  });
   const sampling = (maxNewTokens: number): SamplingOptions => ({ temperature: 1, topP: 1, topK: 0, maxNewTokens, seed: 7 });
   const gen = (G: number, n: number) => model.generate(prompt, G, sampling(n), { stopIds: [] });
-  const prefillS = await seconds(gpu, W.reps, () => gen(1, 1));
-  result.prefill = {
-    tokens: W.promptLen,
-    imageTokens: (W.promptImage / 16) ** 2 / 4,
-    visionS,
-    totalS: prefillS,
-    tokensPerS: W.promptLen / prefillS,
-    lmTokensPerS: W.promptLen / (prefillS - visionS),
-  };
-  save();
-  console.error(`prefill: ${prefillS.toFixed(3)} s (vision ${visionS.toFixed(3)} s)`);
+  let visionS = NaN;
+  let prefillS = NaN;
+  if (runs('prefill')) {
+    visionS = await seconds(gpu, W.reps, async () => {
+      const v = await model.encodeImages(prompt.inputIds, image);
+      for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
+    });
+    prefillS = await seconds(gpu, W.reps, () => gen(1, 1));
+    result.prefill = {
+      tokens: W.promptLen,
+      imageTokens: (W.promptImage / 16) ** 2 / 4,
+      visionS,
+      totalS: prefillS,
+      tokensPerS: W.promptLen / prefillS,
+      lmTokensPerS: W.promptLen / (prefillS - visionS),
+    };
+    save();
+    console.error(`prefill: ${prefillS.toFixed(3)} s (vision ${visionS.toFixed(3)} s)`);
+  }
 
   // (b) decode: the difference between 128 new tokens and 1 is 127 decode steps.
   const decode: Record<string, unknown>[] = [];
-  for (const G of W.samples) {
+  for (const G of runs('decode') ? W.samples : []) {
     const firstS = await seconds(gpu, W.reps, () => gen(G, 1));
     const fullS = await seconds(gpu, W.reps, () => gen(G, W.newTokens));
     const steps = W.newTokens - 1;
@@ -335,6 +345,7 @@ async function main(): Promise<void> {
   }
   result.decode = decode;
   save();
+  if (only === 'prefill' || only === 'decode') process.exit(0);
 
   // (c) + (d) one GSPO step on the synthetic batch, and its memory.
   // One policy for both steps: its log-prob workspace is reused, not held twice.
