@@ -4,7 +4,7 @@
 //   npx vite-node bench/report.ts -- --ours ours.json [--torch torch.json] [--update part.json] [--out BENCHMARKS.md]
 // --update takes a later run of some suites (--only): its rows and sweeps replace those suites'.
 import { readFileSync, writeFileSync } from 'node:fs';
-import type { Row } from './harness';
+import type { Row } from '../src/bench/harness';
 import { cardPeak, type CardPeak } from './peaks';
 
 interface Ours {
