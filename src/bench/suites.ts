@@ -1,0 +1,489 @@
+// The kernel benchmark suites, every family on the shapes of Qwen3-VL-2B (bench/shapes.json),
+// each rate beside the limit measured in the same run: the plain read kernel's bandwidth for
+// memory-bound kernels, the card's fp32 datasheet peak (where known) for compute-bound ones.
+// Where an op has options (the 4-bit GEMV thread layout, the 4-bit GEMM tile, the decode split)
+// every option is tried and the best is reported with its setting; all tries go to `sweeps`.
+// Run by bench/kernels.ts in Node (Dawn) and by the engine worker for the app's Benchmark page.
+import { grid1d, ShapeError, type Gpu, type Recorder, type Tensor } from '../gpu';
+import { Activations } from '../ops/activations';
+import { AdamW, type AdamWParam } from '../ops/adamw';
+import { Attention } from '../ops/attention';
+import { KvCache } from '../ops/kvCache';
+import { LogProb } from '../ops/logprob';
+import { Matmul } from '../ops/matmul';
+import { DEFAULT_GEMM, DEFAULT_GEMV, MatmulQ4, type GemmShape, type GemvShape, type MatmulQ4Options, type Q4Weight } from '../ops/matmulQ4';
+import { Norms } from '../ops/norms';
+import { Rope } from '../ops/rope';
+import { mropeLayout } from '../model/ropeTables';
+import { Filler } from './fill';
+import { bandwidthRow, flopRow, measure, type Limits, type MeasureOptions, type Row, type Timing } from './harness';
+import { q4Bytes, Q4LmHead, randomQ4Blocks, releaseQ4 } from './q4';
+import { benchShapes, type BenchShapes, type Preset } from './shapes';
+
+/** The suites in the order they run (the read bandwidth always runs first: it is the GB/s limit). */
+export const SUITES = ['gemv', 'gemm', 'attention', 'logprob', 'elementwise', 'adamw'] as const;
+export type Suite = (typeof SUITES)[number];
+
+export type Sweeps = Record<string, { shape: string; setting: string; ms: number }[]>;
+
+/**
+ * A 4-bit product just measured, with its buffers still alive, for a peer implementation to run
+ * the same work on (the Benchmark page's onnxruntime-web MatMulNBits). `y` holds our output of
+ * x·Wᵀ for `weight` (row blocks of one of the `copies` identical-shaped weights the timing cycled).
+ */
+export interface Q4Case {
+  row: Row;
+  m: number;
+  n: number;
+  k: number;
+  copies: number;
+  x: Tensor;
+  weight: Q4Weight[];
+  y: Tensor[];
+}
+
+export interface RunOptions {
+  preset: Preset;
+  /** Default: all of SUITES. */
+  suites?: readonly Suite[];
+  /** Most profiled repetitions per measurement (default 3 quick, 30 full). */
+  maxReps?: number;
+  /** The card's fp32 datasheet peak, for the "of limit" of TFLOP/s rows. */
+  fp32Tflops?: number;
+  /** Stops the run at the next measurement (the promise rejects with the signal's reason). */
+  signal?: AbortSignal;
+  onRow?: (row: Row) => void;
+  /** After each suite (the read bandwidth counts as 'bandwidth'), with its seconds and the results so far. */
+  onSuiteDone?: (suite: Suite | 'bandwidth', seconds: number, soFar: RunResult) => void;
+  /** Called after each 4-bit GEMV and GEMM row, before its buffers are released. */
+  onQ4?: (c: Q4Case) => Promise<void>;
+}
+
+export interface RunResult {
+  readGBs: number;
+  rows: Row[];
+  sweeps: Sweeps;
+}
+
+interface SuiteContext {
+  gpu: Gpu;
+  fill: Filler;
+  shapes: BenchShapes;
+  quick: boolean;
+  limits: Limits;
+  full: MeasureOptions;
+  /** Sweeps: fewer repetitions, no wall clock; the winner is measured again with `full`. */
+  sweep: MeasureOptions;
+  rows: Row[];
+  sweeps: Sweeps;
+  opts: RunOptions;
+  add(row: Row): void;
+  measure(kernel: RegExp, record: (rec: Recorder) => void, opts: MeasureOptions): Promise<Timing>;
+}
+
+const shapeMNK = (m: number, n: number, k: number) => `M${m} N${n} K${k}`;
+
+/** A tensor filled on the GPU (the recorder must be submitted before use). */
+function filled(ctx: SuiteContext, rec: Recorder, shape: number[], label: string, scale = 0.05): Tensor {
+  return ctx.fill.fill(rec, ctx.gpu.tensor(shape, 'f32', label), 'uniform', scale);
+}
+
+function release(...ts: Tensor[]): void {
+  for (const t of ts) t.release();
+}
+
+/** Try every option, keep the fastest (GPU time), measure it again in full; every try is logged to the sweep. */
+async function bestOf<T>(
+  ctx: SuiteContext,
+  sweep: string,
+  shape: string,
+  options: { setting: string; value: T }[],
+  run: (value: T, opts: MeasureOptions) => Promise<Timing>,
+): Promise<{ setting: string; value: T; timing: Timing }> {
+  const log = (ctx.sweeps[sweep] ??= []);
+  let best: { setting: string; value: T; ms: number } | undefined;
+  for (const o of options) {
+    let ms: number;
+    try {
+      ms = (await run(o.value, ctx.sweep)).ms;
+    } catch (e) {
+      if (e instanceof ShapeError) continue; // an option this device cannot hold (workgroup limits)
+      throw e;
+    }
+    log.push({ shape, setting: o.setting, ms });
+    if (!best || ms < best.ms) best = { ...o, ms };
+  }
+  if (!best) throw new Error(`${sweep} ${shape}: no option ran`);
+  return { setting: best.setting, value: best.value, timing: await run(best.value, ctx.full) };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function readBandwidth(ctx: SuiteContext): Promise<void> {
+  const { gpu } = ctx;
+  const bytes = Math.min(ctx.shapes.bandwidthBytes, Math.floor((0.85 * gpu.limits.maxStorageBufferBindingSize) / 16) * 16);
+  const nVec4 = bytes / 16;
+  const rec = gpu.recorder('setup');
+  const src = ctx.fill.fill(rec, gpu.tensor([bytes / 4], 'f32', 'bandwidth-src'), 'uniform');
+  const sink = gpu.tensor([65536 * 4], 'f32', 'bandwidth-sink');
+  await rec.submit();
+  const WG = 256;
+  const perThread = 16;
+  const k = await gpu.kernel({ shader: 'bandwidth', entry: 'read_sum', constants: { WG }, uniforms: { n_vec4: 'u32', per_thread: 'u32' } });
+  const t = await ctx.measure(/^bandwidth\./, (r) => r.dispatch(k, { src, sink }, grid1d(nVec4, WG * perThread), { n_vec4: nVec4, per_thread: perThread }), ctx.full);
+  release(src, sink);
+  ctx.limits.readGBs = bytes / t.ms / 1e6;
+  ctx.add(bandwidthRow(ctx.limits, 'memory', 'read (vec4 f32)', `${bytes >> 20} MiB`, t, bytes));
+}
+
+function gemvOptions(ctx: SuiteContext): { setting: string; value: MatmulQ4Options }[] {
+  const { gpu } = ctx;
+  const sgMax = gpu.device.adapterInfo?.subgroupMaxSize ?? Infinity;
+  const out: { setting: string; value: MatmulQ4Options }[] = [];
+  const layouts: GemvShape[] = ctx.quick
+    ? [DEFAULT_GEMV, { threadsPerRow: 16, rowsPerThread: 4, groups: 8 }, { threadsPerRow: 8, rowsPerThread: 2, groups: 16, groupsPerStep: 4 }]
+    : [8, 16, 32].flatMap((tpr) =>
+        [[2, 2], [4, 1], [4, 2], [8, 1]].flatMap(([rpt, u]) =>
+          [128, 256].map((threads) => ({ threadsPerRow: tpr, rowsPerThread: rpt, groups: threads / tpr, groupsPerStep: u })),
+        ),
+      );
+  for (const g of layouts) {
+    const name = `TPR${g.threadsPerRow} RPT${g.rowsPerThread} TG${g.groups} U${g.groupsPerStep ?? 1}`;
+    out.push({ setting: name, value: { gemv: g, subgroups: false } });
+    if (gpu.has('subgroups') && sgMax <= g.threadsPerRow) out.push({ setting: `${name} subgroups`, value: { gemv: g, subgroups: true } });
+    // x staged in workgroup memory (for K ≤ 2048) instead of read from cache.
+    if (g.threadsPerRow === 8 && (g.groupsPerStep ?? 1) === 1) out.push({ setting: `${name} x staged`, value: { gemv: g, subgroups: false, xSharedK: 2048 } });
+  }
+  return out;
+}
+
+async function gemv(ctx: SuiteContext): Promise<void> {
+  const { gpu } = ctx;
+  const kernels = new Map<string, Promise<MatmulQ4>>();
+  const options = gemvOptions(ctx);
+  const mmFor = (o: MatmulQ4Options) => {
+    const key = JSON.stringify(o);
+    if (!kernels.has(key)) kernels.set(key, MatmulQ4.create(gpu, o));
+    return kernels.get(key)!;
+  };
+  for (const [n, k] of ctx.shapes.gemv.weights) {
+    // Enough copies of the weight that L2 cannot hold them: each layer's weight is cold in decode.
+    const copies = Math.max(1, Math.min(64, Math.ceil(ctx.shapes.gemv.coldBytes / q4Bytes(n, k))));
+    const setup = gpu.recorder('setup');
+    const weights = Array.from({ length: copies }, (_, c) => randomQ4Blocks(gpu, setup, ctx.fill, n, k, `w${c}`));
+    for (const m of ctx.shapes.gemv.rows) {
+      const x = filled(ctx, setup, [m, k], 'x', 1);
+      const ys = weights[0].map((b) => gpu.tensor([m, b.n], 'f32', 'y'));
+      await setup.submit();
+      const shape = shapeMNK(m, n, k);
+      const best = await bestOf(ctx, 'gemv', shape, options, async (o, opts) => {
+        const mm = await mmFor(o);
+        return ctx.measure(/^matmul_q4\.gemv$/, (rec) => weights.forEach((blocks) => blocks.forEach((b, i) => mm.gemv(rec, x, b, ys[i]))), { ...opts, calls: copies });
+      });
+      const bytes = q4Bytes(n, k) + 4 * m * (k + n);
+      const blocks = weights[0].length > 1 ? `, ${weights[0].length} row blocks` : '';
+      const row = bandwidthRow(ctx.limits, 'gemv-q4', 'y = x·Wᵀ (4-bit GEMV)', shape, best.timing, bytes, { setting: best.setting, note: `weight copies: ${copies} (cold L2)${blocks}` });
+      // Every copy wrote into ys: they hold the last copy's product.
+      await ctx.opts.onQ4?.({ row, m, n, k, copies, x, weight: weights[copies - 1], y: ys });
+      ctx.add(row);
+      release(x, ...ys);
+    }
+    weights.forEach(releaseQ4);
+  }
+}
+
+function gemmOptions(ctx: SuiteContext): { setting: string; value: GemmShape }[] {
+  const shapes: GemmShape[] = ctx.quick
+    ? [DEFAULT_GEMM, { rowsPerThread: 8, colsPerThread: 8, stepK: 16 }]
+    : ([4, 8] as const).flatMap((r) => ([4, 8] as const).flatMap((c) => ([16, 32] as const).map((s) => ({ rowsPerThread: r, colsPerThread: c, stepK: s }))));
+  return shapes.map((g) => ({ setting: `GTM${g.rowsPerThread} GTN${g.colsPerThread} GBK${g.stepK}`, value: g }));
+}
+
+/** Best GEMM tile per weight shape at the smallest M, used again by the log-prob head. */
+async function gemm(ctx: SuiteContext): Promise<GemmShape> {
+  const { gpu } = ctx;
+  const kernels = new Map<string, Promise<MatmulQ4>>();
+  const mmFor = (g: GemmShape) => {
+    const key = JSON.stringify(g);
+    if (!kernels.has(key)) kernels.set(key, MatmulQ4.create(gpu, { gemm: g }));
+    return kernels.get(key)!;
+  };
+  const dense = await Matmul.create(gpu);
+  const base = await mmFor(DEFAULT_GEMM);
+  let forHead: { g: GemmShape; ms: number } | undefined;
+  for (const [n, k] of ctx.shapes.gemm.weights) {
+    const setup = gpu.recorder('setup');
+    const [w] = randomQ4Blocks(gpu, setup, ctx.fill, n, k, 'w', n);
+    const wf = filled(ctx, setup, [n, k], 'w.f32');
+    await setup.submit();
+    for (const m of ctx.shapes.gemm.rows) {
+      const rec = gpu.recorder('setup');
+      const x = filled(ctx, rec, [m, k], 'x', 1);
+      const dy = filled(ctx, rec, [m, n], 'dy', 1);
+      const y = gpu.tensor([m, n], 'f32', 'y');
+      const dx = gpu.tensor([m, k], 'f32', 'dx');
+      await rec.submit();
+      const shape = shapeMNK(m, n, k);
+      const flops = 2 * m * n * k;
+      const best = await bestOf(ctx, 'gemm', shape, gemmOptions(ctx), async (g, opts) => {
+        const mm = await mmFor(g);
+        return ctx.measure(/^matmul_q4\.gemm$/, (r) => mm.gemm(r, x, w, y), opts);
+      });
+      const row = flopRow(ctx.limits, 'gemm-q4', 'y = x·Wᵀ (4-bit GEMM)', shape, best.timing, flops, { setting: best.setting });
+      await ctx.opts.onQ4?.({ row, m, n, k, copies: 1, x, weight: [w], y: [y] });
+      ctx.add(row);
+      if (n === Math.max(...ctx.shapes.gemm.weights.map((s) => s[0])) && m === ctx.shapes.gemm.rows[0]) forHead = { g: best.value, ms: best.timing.ms };
+      const tdx = await ctx.measure(/^matmul_q4\.dinput$/, (r) => base.backwardInput(r, dy, w, dx), ctx.full);
+      ctx.add(flopRow(ctx.limits, 'gemm-q4-dx', 'dX = dY·W (4-bit)', shape, tdx, flops));
+      const tf = await ctx.measure(/^matmul\.gemm/, (r) => dense.linear(r, x, wf, y), ctx.full);
+      ctx.add(flopRow(ctx.limits, 'gemm-f32', 'y = x·Wᵀ (f32 GEMM)', shape, tf, flops));
+      release(x, dy, y, dx);
+    }
+    releaseQ4([w]);
+    release(wf);
+  }
+  return forHead?.g ?? DEFAULT_GEMM;
+}
+
+async function attention(ctx: SuiteContext): Promise<void> {
+  const { gpu } = ctx;
+  const { heads: hq, kvHeads: hkv, headDim: D } = ctx.shapes.model;
+  const T = ctx.shapes.attention.tokens;
+  const attn = await Attention.create(gpu, { hq, hkv, headDim: D });
+  const scale = 1 / Math.sqrt(D);
+  const rec = gpu.recorder('setup');
+  const q = filled(ctx, rec, [T, hq * D], 'q', 1);
+  const k = filled(ctx, rec, [T, hkv * D], 'k', 1);
+  const v = filled(ctx, rec, [T, hkv * D], 'v', 1);
+  const dout = filled(ctx, rec, [T, hq * D], 'dout', 1);
+  const o = gpu.tensor([T, hq * D], 'f32', 'o');
+  const lse = gpu.tensor([T, hq], 'f32', 'lse');
+  const rowStats = gpu.tensor(Attention.rowStatsShape(T, hq), 'f32', 'row_stats');
+  const dq = gpu.tensor([T, hq * D], 'f32', 'dq');
+  const dk = gpu.tensor([T, hkv * D], 'f32', 'dk');
+  const dv = gpu.tensor([T, hkv * D], 'f32', 'dv');
+  const cu = gpu.upload(new Uint32Array([0, T]), [2], 'u32', 'cu_seqlens');
+  await rec.submit();
+  const shape = `T${T} Hq${hq} Hkv${hkv} D${D} causal`;
+  // Causal: half of the T² score matrix; forward 2 products of 2·D flops per score, backward 5.
+  const fwdFlops = 2 * 2 * T * T * D * hq * 0.5;
+  const tf = await ctx.measure(/^attention\.fwd_lse$/, (r) => attn.forward(r, { q, k, v, o, lse, cuSeqlens: cu, causal: true, scale }), ctx.full);
+  ctx.add(flopRow(ctx.limits, 'attention-fwd', 'flash forward (+lse)', shape, tf, fwdFlops));
+  const tb = await ctx.measure(
+    /^attention\.bwd_/,
+    (r) => attn.backward(r, { q, k, v, o, lse, dout, cuSeqlens: cu, causal: true, scale, rowStats, dq, dk, dv }),
+    ctx.full,
+  );
+  ctx.add(flopRow(ctx.limits, 'attention-bwd', 'FA2 backward (prep, dq, dk/dv)', shape, tb, 2.5 * fwdFlops));
+  release(q, k, v, dout, o, lse, rowStats, dq, dk, dv, cu);
+
+  // Decode: one new row per sequence over a cache of `cache` positions, every layer a fresh cache
+  // (as in a decode step) so that L2 does not hold it.
+  const L = ctx.shapes.attention.cache;
+  for (const count of ctx.shapes.attention.sequences) {
+    const kvBytes = 2 * count * (L + 1) * hkv * D * 4;
+    const layers = Math.max(1, Math.min(ctx.shapes.model.layers, Math.ceil(ctx.shapes.gemv.coldBytes / kvBytes)));
+    const cache = await KvCache.create(gpu, { layers, slots: count, capacity: L + 1, hkv, headDim: D });
+    const setup = gpu.recorder('setup');
+    const kNew = filled(ctx, setup, [count * L, hkv * D], 'k_new', 1);
+    const vNew = filled(ctx, setup, [count * L, hkv * D], 'v_new', 1);
+    for (let l = 0; l < layers; l++) cache.append(setup, l, kNew, vNew, 0, count);
+    cache.advance(setup, 0, count, L);
+    const qd = filled(ctx, setup, [count, hq * D], 'q', 1);
+    const od = gpu.tensor([count, hq * D], 'f32', 'o');
+    await setup.submit();
+    release(kNew, vNew);
+    const auto = Attention.decodeChunks(L + 1);
+    const chunkOptions = [...new Set([1, Math.max(1, auto >> 1), auto, Math.min(64, 2 * auto)])];
+    const ws = gpu.tensor(attn.splitWorkspaceShape(count, Math.max(...chunkOptions)), 'f32', 'split');
+    const dshape = `B${count} L${L} Hq${hq} Hkv${hkv} D${D}`;
+    const best = await bestOf(
+      ctx,
+      'attention-decode',
+      dshape,
+      chunkOptions.map((c) => ({ setting: c === 1 ? 'no split' : `${c} key chunks`, value: c })),
+      (chunks, opts) =>
+        ctx.measure(
+          /^attention\.(fwd_cached|fwd_cached_split|split_combine)$/,
+          (r) => {
+            for (let l = 0; l < layers; l++) {
+              attn.forwardCached(r, qd, cache, l, od, { slot0: 0, count, scale, ...(chunks > 1 ? { split: { workspace: ws, chunks } } : {}) });
+            }
+          },
+          { ...opts, calls: layers },
+        ),
+    );
+    const bytes = kvBytes + 2 * count * hq * D * 4;
+    ctx.add(bandwidthRow(ctx.limits, 'attention-decode', 'decode over the KV cache', dshape, best.timing, bytes, { setting: best.setting, note: `layers' caches: ${layers} (cold L2)` }));
+    cache.release();
+    release(qd, od, ws);
+  }
+}
+
+async function logprob(ctx: SuiteContext, headTile: GemmShape): Promise<void> {
+  const { gpu } = ctx;
+  const { tokens: T, chunk } = ctx.shapes.logprob;
+  const V = ctx.shapes.model.vocab;
+  const H = ctx.shapes.model.hidden;
+  const mm = await MatmulQ4.create(gpu, { gemm: headTile });
+  const lp = await LogProb.create(gpu, { maxTokens: T, chunk });
+  const rec = gpu.recorder('setup');
+  const head = new Q4LmHead(mm, randomQ4Blocks(gpu, rec, ctx.fill, V, H, 'lm_head', chunk), V, H);
+  const h = filled(ctx, rec, [T, H], 'h', 1);
+  const targets = gpu.upload(Uint32Array.from({ length: T }, (_, i) => (i * 7919) % V), [T], 'u32', 'targets');
+  const out = { logp: gpu.tensor([T], 'f32', 'logp'), entropy: gpu.tensor([T], 'f32', 'entropy'), saved: gpu.tensor([T, 2], 'f32', 'saved') };
+  const gLogp = filled(ctx, rec, [T], 'grad_logp', 1);
+  const gEnt = filled(ctx, rec, [T], 'grad_entropy', 0.1);
+  const dh = gpu.tensor([T, H], 'f32', 'dh');
+  await rec.submit();
+  const shape = `T${T} V${V} H${H}`;
+  const setting = `4-bit head, chunk ${chunk}, GEMM GTM${headTile.rowsPerThread} GTN${headTile.colsPerThread} GBK${headTile.stepK}`;
+  const flops = 2 * T * V * H;
+  const tf = await ctx.measure(/^(matmul_q4|logprob)\./, (r) => lp.forward(r, head, h, targets, 1, out), ctx.full);
+  ctx.add(flopRow(ctx.limits, 'logprob-fwd', 'log p + entropy (chunked, 4-bit head)', shape, tf, flops, { setting }));
+  const tb = await ctx.measure(
+    /^(matmul_q4|logprob)\./,
+    (r) => {
+      r.clear(dh);
+      lp.backward(r, head, h, targets, 1, out.saved, gLogp, gEnt, dh);
+    },
+    ctx.full,
+  );
+  ctx.add(flopRow(ctx.limits, 'logprob-bwd', 'd(log p, entropy)/dh (recomputes logits)', shape, tb, 2 * flops, { setting }));
+  release(h, targets, out.logp, out.entropy, out.saved, gLogp, gEnt, dh);
+}
+
+async function elementwise(ctx: SuiteContext): Promise<void> {
+  const { gpu } = ctx;
+  const T = ctx.shapes.elementwise.tokens;
+  const { hidden: H, intermediate: I, heads: hq, kvHeads: hkv, headDim: D } = ctx.shapes.model;
+  const [norms, act, rope] = await Promise.all([Norms.create(gpu), Activations.create(gpu), Rope.create(gpu, mropeLayout(5e6, D, mropeSection(D)))]);
+  const rec = gpu.recorder('setup');
+  const x = filled(ctx, rec, [T, H], 'x', 1);
+  const w = filled(ctx, rec, [H], 'w', 1);
+  const dy = filled(ctx, rec, [T, H], 'dy', 1);
+  const y = gpu.tensor([T, H], 'f32', 'y');
+  const dx = gpu.tensor([T, H], 'f32', 'dx');
+  const rstd = gpu.tensor([T], 'f32', 'rstd');
+  const gate = filled(ctx, rec, [T, I], 'gate', 1);
+  const up = filled(ctx, rec, [T, I], 'up', 1);
+  const dh = filled(ctx, rec, [T, I], 'dh', 1);
+  const hOut = gpu.tensor([T, I], 'f32', 'h');
+  const dgate = gpu.tensor([T, I], 'f32', 'dgate');
+  const dup = gpu.tensor([T, I], 'f32', 'dup');
+  const q = filled(ctx, rec, [T, hq * D], 'q', 1);
+  const k = filled(ctx, rec, [T, hkv * D], 'k', 1);
+  const positions = gpu.upload(Uint32Array.from({ length: 3 * T }, (_, i) => i % T), [3, T], 'u32', 'positions');
+  const cs = gpu.tensor([T, D / 2, 2], 'f32', 'rope_table');
+  rope.table(rec, positions, cs);
+  await rec.submit();
+  const f = 4; // bytes per f32
+  const tn = `T${T} H${H}`;
+  ctx.add(bandwidthRow(ctx.limits, 'rmsnorm-fwd', 'RMSNorm (saves rstd)', tn, await ctx.measure(/^norms\.rmsnorm_fwd$/, (r) => norms.rmsnorm(r, x, w, y, 1e-6, rstd), ctx.full), f * (2 * T * H + H + T)));
+  ctx.add(bandwidthRow(ctx.limits, 'rmsnorm-bwd', 'RMSNorm dx', tn, await ctx.measure(/^norms\.rmsnorm_bwd$/, (r) => norms.rmsnormBackward(r, dy, x, w, rstd, dx), ctx.full), f * (3 * T * H + H + T)));
+  const ti = `T${T} I${I}`;
+  ctx.add(bandwidthRow(ctx.limits, 'swiglu-fwd', 'silu(gate)·up', ti, await ctx.measure(/^activations\.swiglu_fwd$/, (r) => act.swiglu(r, gate, up, hOut), ctx.full), f * 3 * T * I));
+  ctx.add(bandwidthRow(ctx.limits, 'swiglu-bwd', 'dgate, dup', ti, await ctx.measure(/^activations\.swiglu_bwd$/, (r) => act.swigluBackward(r, gate, up, dh, dgate, dup), ctx.full), f * 5 * T * I));
+  const tr = `T${T} Hq${hq} Hkv${hkv} D${D}`;
+  const tRope = await ctx.measure(
+    /^rope\.rope_apply$/,
+    (r) => {
+      rope.apply(r, cs, q, hq);
+      rope.apply(r, cs, k, hkv);
+    },
+    ctx.full,
+  );
+  ctx.add(bandwidthRow(ctx.limits, 'rope', 'M-RoPE on q and k (in place)', tr, tRope, f * (2 * T * (hq + hkv) * D + 2 * T * D)));
+  rope.release();
+  release(x, w, dy, y, dx, rstd, gate, up, dh, hOut, dgate, dup, q, k, positions, cs);
+}
+
+/** Qwen3-VL's mrope_section [24, 20, 20] for head_dim 128, scaled for other head dims. */
+function mropeSection(D: number): number[] {
+  const half = D / 2;
+  const hw = Math.floor((half * 20) / 64);
+  return [half - 2 * hw, hw, hw];
+}
+
+/** LoRA A [r, in] and B [out, r] on q, k, v, o, gate, up, down of every layer. */
+function loraShapes(ctx: SuiteContext): number[][] {
+  const { hidden: H, intermediate: I, heads, kvHeads, headDim: D, layers, loraRank: r } = ctx.shapes.model;
+  const modules: [number, number][] = [
+    [H, heads * D],
+    [H, kvHeads * D],
+    [H, kvHeads * D],
+    [heads * D, H],
+    [H, I],
+    [H, I],
+    [I, H],
+  ];
+  const per = modules.flatMap(([inF, outF]) => [
+    [r, inF],
+    [outF, r],
+  ]);
+  return Array.from({ length: layers }, () => per).flat();
+}
+
+async function adamw(ctx: SuiteContext): Promise<void> {
+  const { gpu } = ctx;
+  const shapes = loraShapes(ctx);
+  const rec = gpu.recorder('setup');
+  const params: AdamWParam[] = shapes.map((s, i) => ({ param: filled(ctx, rec, s, `p${i}`), grad: filled(ctx, rec, s, `g${i}`, 1e-3) }));
+  await rec.submit();
+  const opt = await AdamW.create(gpu, params, { weightDecay: 0.01, maxGradNorm: 1 });
+  const count = shapes.reduce((s, sh) => s + sh[0] * sh[1], 0);
+  let step = 0;
+  const t = await ctx.measure(/^adamw\./, (r) => opt.step(r, { lr: 1e-5, step: ++step }), ctx.full);
+  // Grad-norm pass reads g; the step reads p, g, m, v and writes p, m, v.
+  ctx.add(bandwidthRow(ctx.limits, 'adamw', 'clip + AdamW', `${count} params in ${shapes.length} tensors`, t, 32 * count, { note: `LoRA r=${ctx.shapes.model.loraRank}, q/k/v/o/gate/up/down × ${ctx.shapes.model.layers} layers` }));
+  for (const p of params) release(p.param, p.grad);
+  for (const m of opt.moments) release(m.expAvg, m.expAvgSq);
+}
+
+
+/**
+ * Run the read bandwidth and then `opts.suites` on `gpu`. A cancelled run rejects at its next
+ * measurement; the buffers of the suite it was in are left to the garbage collector (use a device
+ * of its own, as the engine worker does).
+ */
+export async function runSuites(gpu: Gpu, opts: RunOptions): Promise<RunResult> {
+  const quick = opts.preset === 'quick';
+  const maxReps = opts.maxReps ?? (quick ? 3 : 30);
+  const rows: Row[] = [];
+  const ctx: SuiteContext = {
+    gpu,
+    fill: await Filler.create(gpu),
+    shapes: benchShapes(opts.preset),
+    quick,
+    limits: { readGBs: NaN, fp32Tflops: opts.fp32Tflops },
+    full: { maxReps, minReps: Math.min(5, maxReps) },
+    sweep: { maxReps: Math.min(10, maxReps), minReps: Math.min(3, maxReps), budgetMs: 50, gpuOnly: true },
+    rows,
+    sweeps: {},
+    opts,
+    add(row) {
+      rows.push(row);
+      opts.onRow?.(row);
+    },
+    measure(kernel, record, m) {
+      opts.signal?.throwIfAborted();
+      return measure(gpu, kernel, record, m);
+    },
+  };
+  const chosen = new Set<Suite>(opts.suites ?? SUITES);
+  const step = async (name: Suite | 'bandwidth', f: () => Promise<unknown>) => {
+    const t = performance.now();
+    await f();
+    gpu.pool.trim();
+    opts.onSuiteDone?.(name, (performance.now() - t) / 1000, { readGBs: ctx.limits.readGBs, rows, sweeps: ctx.sweeps });
+  };
+  await step('bandwidth', () => readBandwidth(ctx));
+  if (chosen.has('gemv')) await step('gemv', () => gemv(ctx));
+  let headTile = DEFAULT_GEMM;
+  if (chosen.has('gemm')) await step('gemm', async () => (headTile = await gemm(ctx)));
+  if (chosen.has('attention')) await step('attention', () => attention(ctx));
+  if (chosen.has('logprob')) await step('logprob', () => logprob(ctx, headTile));
+  if (chosen.has('elementwise')) await step('elementwise', () => elementwise(ctx));
+  if (chosen.has('adamw')) await step('adamw', () => adamw(ctx));
+  return { readGBs: ctx.limits.readGBs, rows, sweeps: ctx.sweeps };
+}
