@@ -1,6 +1,9 @@
 // Conversions between the checkpoint's 16-bit float formats and f32, done on the CPU while
 // tensors stream in. bf16 is the top half of an f32; f16 is IEEE binary16.
 
+import type { SourceFormat } from '../ops/quantizeQ4';
+import { WeightShapeError } from './weightShapes';
+
 export type SafetensorsDtype = 'BF16' | 'F16' | 'F32' | 'I32' | 'I64' | 'U8';
 
 /** Bytes per element of each dtype the reader accepts (U8: raw images saved beside processor outputs). */
@@ -113,4 +116,12 @@ export function fromFloat32(values: Float32Array, dtype: 'BF16' | 'F16' | 'F32')
   const enc = dtype === 'BF16' ? f32ToBf16Bits : f32ToF16Bits;
   for (let i = 0; i < values.length; i++) out[i] = enc(values[i]);
   return new Uint8Array(out.buffer);
+}
+
+/** The quantizer's reading of a checkpoint tensor's raw bytes (src/ops/quantizeQ4.ts). */
+export function sourceFormat(name: string, dtype: SafetensorsDtype): SourceFormat {
+  if (dtype === 'BF16') return 'bf16';
+  if (dtype === 'F16') return 'f16';
+  if (dtype === 'F32') return 'f32';
+  throw new WeightShapeError(`checkpoint tensor '${name}' is ${dtype}; weights must be BF16, F16 or F32`);
 }

@@ -2,20 +2,29 @@
 // MatmulQ4 for 4-bit weights, the f32 GEMM otherwise. Both directions the model uses:
 //   forward        y (+)= x·Wᵀ          x [T, in], y [T, out]
 //   backwardInput  dx (+)= dy·W         (backward through the frozen weight, for training)
-import type { Gpu, Recorder, Tensor } from '../gpu';
+//   dense          y (+)= x·Wᵀ + b      (the vision tower's layers with a bias: the f32 GEMM adds
+//                                        it; after a 4-bit product, shaders/vision.wgsl's bias_add)
+import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from '../ops/matmul';
 import { MatmulQ4 } from '../ops/matmulQ4';
-import type { LinearWeight } from './weights';
+import type { DenseWeight, LinearWeight } from './weights';
+
+const BIAS_WG = 256;
 
 export class Linear {
   private constructor(
     readonly matmul: Matmul,
     readonly q4: MatmulQ4,
+    private readonly biasAdd: Kernel,
   ) {}
 
   static async create(gpu: Gpu): Promise<Linear> {
-    const [matmul, q4] = await Promise.all([Matmul.create(gpu), MatmulQ4.create(gpu)]);
-    return new Linear(matmul, q4);
+    const [matmul, q4, biasAdd] = await Promise.all([
+      Matmul.create(gpu),
+      MatmulQ4.create(gpu),
+      gpu.kernel({ shader: 'vision', entry: 'bias_add', constants: { WG: BIAS_WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } }),
+    ]);
+    return new Linear(matmul, q4, biasAdd);
   }
 
   forward(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, accumulate = false): void {
@@ -27,5 +36,16 @@ export class Linear {
     if (w.kind === 'q4') this.q4.backwardInput(rec, dy, w.w, dx, accumulate);
     else this.matmul.linearGradInput(rec, dy, w.w, dx, { accumulate });
   }
-}
 
+  /** y (+)= x·Wᵀ + b for a layer with an optional bias. */
+  dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
+    if (d.kind === 'f32') {
+      this.matmul.linear(rec, x, d.w, y, { accumulate, bias: d.b ?? undefined });
+      return;
+    }
+    this.q4.forward(rec, x, d.w, y, accumulate);
+    if (!d.b) return;
+    if (d.b.numel !== d.out || y.numel % d.out !== 0) throw new ShapeError('dense', `bias [${d.b.shape.join(', ')}] does not fit y [${y.shape.join(', ')}] of ${d.out} columns`);
+    rec.dispatch(this.biasAdd, { bias: d.b, x: y }, grid1d(y.numel, BIAS_WG), { n: y.numel, width: d.out, rows: 1 });
+  }
+}

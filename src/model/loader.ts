@@ -10,12 +10,14 @@
 //     wide) never straddle two blocks.
 //   - Norms: f32 (bf16/f16 decoded on the CPU). The vision tower: f32, by src/model/vision.ts's
 //     loadVisionWeights (the Conv3d patch embedding [hidden, 3, 2, 16, 16] as the dense
-//     [hidden, 1536] it is: its flatten order (channel, frame, y, x) is the processor's).
+//     [hidden, 1536] it is: its flatten order (channel, frame, y, x) is the processor's; the
+//     fused qkv split into q, k and v). Its 4-bit option stays off here: on the tiny fixtures it
+//     moves the image features by 15-17% relative RMS (test/unit/model-vision.test.ts).
 import type { Gpu, Recorder, Tensor } from '../gpu';
 import { allocQ4 } from '../ops/matmulQ4';
-import { QuantizeQ4, type SourceFormat } from '../ops/quantizeQ4';
+import { QuantizeQ4 } from '../ops/quantizeQ4';
 import type { Qwen3VLConfig } from './config';
-import { toFloat32, type SafetensorsDtype } from './dtype';
+import { sourceFormat, toFloat32, type SafetensorsDtype } from './dtype';
 import { openCheckpoint, type CheckpointTensor, type ModelFiles, type Progress } from './safetensors';
 import { loadVisionWeights } from './vision';
 import { canonicalWeightName, checkCheckpointTensors, WeightShapeError } from './weightShapes';
@@ -47,13 +49,6 @@ const BINDING_HEADROOM = 0.85;
 
 const LINEAR = /^model\.language_model\.layers\.(\d+)\.(?:self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj\.weight$/;
 const LAYER_NORM = /^model\.language_model\.layers\.(\d+)\.(input_layernorm|post_attention_layernorm|self_attn\.q_norm|self_attn\.k_norm)\.weight$/;
-
-function sourceFormat(name: string, dtype: SafetensorsDtype): SourceFormat {
-  if (dtype === 'BF16') return 'bf16';
-  if (dtype === 'F16') return 'f16';
-  if (dtype === 'F32') return 'f32';
-  throw new WeightShapeError(`checkpoint tensor '${name}' is ${dtype}; weights must be BF16, F16 or F32`);
-}
 
 /** The weights being filled in; every slot is checked to be set at the end. */
 type Partial2<T> = { -readonly [K in keyof T]?: T[K] };
@@ -127,7 +122,7 @@ export class WeightLoader {
     // The raw staging buffers went back to the pool; give their memory back to the device.
     this.gpu.pool.trim();
 
-    // The vision tower's own loader (f32, patch embedding flattened): a second pass over its tensors.
+    // The vision tower's own loader (f32, patch embedding flattened, qkv split): a second pass over its tensors.
     const vision = await loadVisionWeights(this.gpu, ckpt, config, { signal: opts.signal, onProgress: progress(lmBytes) });
     const embed = tables.get('model.language_model.embed_tokens.weight')!;
     return {

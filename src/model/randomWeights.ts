@@ -1,13 +1,13 @@
 // Random weights of any Qwen3-VL shape, made on the GPU in the layout the loader produces
 // (src/model/loader.ts): 4-bit LM linear layers and token tables by default, f32 norms and vision
-// tower. For benchmarks of a model whose checkpoint is not at hand (the 2B with no download).
+// tower; the vision dense matrices 4-bit with visionQuant 'q4' (loadVisionWeights' option). For benchmarks of a model whose checkpoint is not at hand (the 2B with no download).
 //
 // Each 4-bit weight is quantized from f32 rows that the caller's `fill` writes into one small
 // staging buffer, block by block, exactly as the loader quantizes checkpoint rows: no buffer larger
 // than the weight itself (or STAGING_BYTES) ever exists. Norm weights are 1 and norm biases 0 so
 // that activations keep the scale of a trained model; linear weights are uniform in ±1/√in.
 import type { Gpu, Recorder, Tensor } from '../gpu';
-import { allocQ4 } from '../ops/matmulQ4';
+import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
 import { QuantizeQ4 } from '../ops/quantizeQ4';
 import type { Qwen3VLConfig } from './config';
 import { view } from './decoder';
@@ -22,8 +22,9 @@ const STAGING_BYTES = 16 << 20;
 /** Token embeddings of a trained model have about this scale. */
 const EMBED_SCALE = 0.02;
 
-export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: RandomFill, opts: { quant?: Quantization } = {}): Promise<ModelWeights> {
+export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: RandomFill, opts: { quant?: Quantization; visionQuant?: Quantization } = {}): Promise<ModelWeights> {
   const quant = opts.quant ?? 'q4';
+  const visionQuant = opts.visionQuant ?? 'none';
   const quantizer = await QuantizeQ4.create(gpu);
   const loader = await WeightLoader.create(gpu);
   const staging = gpu.tensor([STAGING_BYTES / 4], 'f32', 'random weights (staging)');
@@ -37,8 +38,8 @@ export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: Rando
   };
   const constant = (n: number, value: number, label: string) => gpu.upload(new Float32Array(n).fill(value), [n], 'f32', label);
 
-  const linear = (out: number, inF: number, label: string, scale = 1 / Math.sqrt(inF)): LinearWeight => {
-    if (quant === 'none') return { kind: 'f32', w: filled([out, inF], scale, label), out, in: inF };
+  const linear = (out: number, inF: number, label: string, scale = 1 / Math.sqrt(inF), q = quant): LinearWeight => {
+    if (q === 'none') return { kind: 'f32', w: filled([out, inF], scale, label), out, in: inF };
     const w = allocQ4(gpu, out, inF, label);
     // Even row counts keep every block on an even 32-value group, as QuantizeQ4 requires.
     const rows = Math.max(2, Math.floor(STAGING_BYTES / 4 / inF) & ~1);
@@ -88,11 +89,10 @@ export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: Rando
     const finalNorm = constant(t.hiddenSize, 1, 'model.language_model.norm');
 
     const v = config.vision;
+    // 4-bit where loadVisionWeights quantizes (visionQuant 'q4', K a multiple of 32), f32 otherwise.
     const dense = (out: number, inF: number, label: string): DenseWeight => ({
-      w: filled([out, inF], 1 / Math.sqrt(inF), `${label}.weight`),
+      ...linear(out, inF, `${label}.weight`, 1 / Math.sqrt(inF), inF % Q4_GROUP === 0 ? visionQuant : 'none'),
       b: filled([out], EMBED_SCALE, `${label}.bias`),
-      out,
-      in: inF,
     });
     const norm = (n: number, label: string): NormWeight => ({ w: constant(n, 1, `${label}.weight`), b: constant(n, 0, `${label}.bias`) });
     const mergedHidden = v.hiddenSize * v.spatialMergeSize ** 2;
@@ -110,7 +110,9 @@ export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: Rando
         return {
           norm1: norm(v.hiddenSize, `${p}.norm1`),
           norm2: norm(v.hiddenSize, `${p}.norm2`),
-          qkv: dense(3 * v.hiddenSize, v.hiddenSize, `${p}.attn.qkv`),
+          q: dense(v.hiddenSize, v.hiddenSize, `${p}.attn.q`),
+          k: dense(v.hiddenSize, v.hiddenSize, `${p}.attn.k`),
+          v: dense(v.hiddenSize, v.hiddenSize, `${p}.attn.v`),
           proj: dense(v.hiddenSize, v.hiddenSize, `${p}.attn.proj`),
           fc1: dense(v.intermediateSize, v.hiddenSize, `${p}.mlp.linear_fc1`),
           fc2: dense(v.hiddenSize, v.intermediateSize, `${p}.mlp.linear_fc2`),

@@ -12,21 +12,29 @@
 // Patches arrive in 2x2 merge-block order (the processor's), so every "view [N/4, 4·hidden]" is a
 // reshape of contiguous rows. All LayerNorms use eps 1e-6.
 //
-// Also here: loadVisionWeights (checkpoint → VisionWeights, f32 on the GPU) and VisionCache, the
+// Weights: f32 by default. loadVisionWeights' quant 'q4' makes the dense matrices 4-bit
+// (src/ops/matmulQ4.ts, groups of 32 along K) where K is a multiple of 32 (all of them in the 2B:
+// K = 1536, 1024, 4096; 1.5 GiB of f32 become 0.2 GiB); biases, norms and the position table stay
+// f32. It is not the model loader's default: on the tiny fixtures it moves the features by 15-17%
+// relative RMS (test/unit/model-vision.test.ts). The fused attn.qkv is split into q, k and v at load.
+//
+// Also here: loadVisionWeights (checkpoint → VisionWeights on the GPU) and VisionCache, the
 // per-image LRU of encoded features the trainer reuses across the samples and iterations of a step.
-import { ShapeError, type Gpu, type Recorder, type Tensor } from '../gpu';
+import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
-import { Matmul } from '../ops/matmul';
+import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
 import { Norms } from '../ops/norms';
+import { QuantizeQ4 } from '../ops/quantizeQ4';
 import { Rope } from '../ops/rope';
 import type { PreparedImage } from '../rl/policy';
 import type { Qwen3VLConfig, Qwen3VLVisionConfig } from './config';
-import { toFloat32 } from './dtype';
+import { sourceFormat, toFloat32, type SafetensorsDtype } from './dtype';
+import { Linear } from './linear';
 import { visionRopeLayout, visionRopePositions } from './ropeTables';
 import type { Checkpoint, Progress } from './safetensors';
 import { canonicalWeightName, checkTensorShape, expectedWeights, WeightShapeError } from './weightShapes';
-import type { DenseWeight, NormWeight, PatchMergerWeights, VisionWeights } from './weights';
+import type { DenseWeight, LinearWeight, NormWeight, PatchMergerWeights, VisionWeights } from './weights';
 import { PosEmbedAdd, posEmbedInterpolation, posEmbedSide } from './visionPosEmbed';
 
 /** Qwen3VLVisionRotaryEmbedding's default; the vision config's rope_parameters are not read by transformers. */
@@ -37,6 +45,8 @@ const LN_EPS = 1e-6;
  * stay bounded (2B: 2 x 64 MiB) and within the storage-binding limit for any image size.
  */
 const MLP_CHUNK_ROWS = 4096;
+/** With 4-bit MLP weights a chunk is bound at a row offset: a multiple of 64 rows keeps it 256-byte aligned. */
+const Q4_CHUNK_ALIGN = 64;
 
 export interface VisionTowerOptions {
   /** Patches per MLP pass (default MLP_CHUNK_ROWS, lowered further to fit the binding limit). */
@@ -57,9 +67,7 @@ export class VisionTower {
     private readonly gpu: Gpu,
     readonly config: Qwen3VLVisionConfig,
     private readonly weights: VisionWeights,
-    private readonly ops: { matmul: Matmul; norms: Norms; act: Activations; attn: Attention; rope: Rope; pos: PosEmbedAdd },
-    /** Per block, the q, k and v slices of the fused qkv bias (the GEMM adds a bias of its own width). */
-    private readonly qkvBias: [Tensor, Tensor, Tensor][],
+    private readonly ops: { linear: Linear; norms: Norms; act: Activations; attn: Attention; rope: Rope; pos: PosEmbedAdd },
     private readonly side: number,
     private readonly mlpChunkRows: number,
   ) {}
@@ -68,28 +76,19 @@ export class VisionTower {
     const v = config.vision;
     checkVisionWeights(v, weights);
     const fit = Math.floor(gpu.limits.maxStorageBufferBindingSize / (4 * v.intermediateSize));
-    const mlpChunkRows = Math.min(opts.mlpChunkRows ?? MLP_CHUNK_ROWS, fit);
+    let mlpChunkRows = Math.min(opts.mlpChunkRows ?? MLP_CHUNK_ROWS, fit);
+    if (weights.blocks.some((b) => b.fc1.kind === 'q4' || b.fc2.kind === 'q4')) mlpChunkRows = Math.max(Q4_CHUNK_ALIGN, mlpChunkRows - (mlpChunkRows % Q4_CHUNK_ALIGN));
     if (!Number.isInteger(mlpChunkRows) || mlpChunkRows < 1) throw new ShapeError('vision_tower', `MLP chunk of ${mlpChunkRows} rows`);
     const headDim = v.hiddenSize / v.numHeads;
-    const [matmul, norms, act, attn, rope, pos] = await Promise.all([
-      Matmul.create(gpu),
+    const [linear, norms, act, attn, rope, pos] = await Promise.all([
+      Linear.create(gpu),
       Norms.create(gpu),
       Activations.create(gpu),
       Attention.create(gpu, { hq: v.numHeads, hkv: v.numHeads, headDim }),
       Rope.create(gpu, visionRopeLayout(VISION_ROPE_THETA, headDim)),
       PosEmbedAdd.create(gpu),
     ]);
-    const H = v.hiddenSize;
-    const rec = gpu.recorder('vision qkv bias split');
-    const qkvBias = weights.blocks.map((b, i) =>
-      [0, 1, 2].map((part) => {
-        const t = gpu.tensor([H], 'f32', `vision.blocks.${i}.qkv.bias[${'qkv'[part]}]`);
-        rec.copy(b.qkv.b!, t, 4 * H, 4 * H * part);
-        return t;
-      }) as [Tensor, Tensor, Tensor],
-    );
-    await rec.submit();
-    return new VisionTower(gpu, v, weights, { matmul, norms, act, attn, rope, pos }, qkvBias, posEmbedSide(v.numPositionEmbeddings), mlpChunkRows);
+    return new VisionTower(gpu, v, weights, { linear, norms, act, attn, rope, pos }, posEmbedSide(v.numPositionEmbeddings), mlpChunkRows);
   }
 
   /** Width of one flattened patch: in_channels · temporal_patch · patch². */
@@ -141,38 +140,38 @@ export class VisionTower {
     const merge2 = ws([M, unit * H], 'merger b');
     const workspaces = [cuSeqlens, positions, interp, x, xn, q, k, vv, o, cs, mlpIn, mlpAct, merge1, merge2];
 
-    ops.matmul.linear(rec, pixelValues, w.patchEmbed.w, x, { bias: w.patchEmbed.b ?? undefined });
+    ops.linear.dense(rec, pixelValues, w.patchEmbed, x);
     ops.pos.add(rec, w.posEmbed, interp, x);
     ops.rope.table(rec, positions, cs);
 
     const merger = (m: PatchMergerWeights, label: string): Tensor => {
       if (m.postShuffleNorm) ops.norms.layernorm(rec, x.reshape([M, unit * H]), m.norm.w, m.norm.b, merge1, LN_EPS);
       else ops.norms.layernorm(rec, x, m.norm.w, m.norm.b, merge1.reshape([N, H]), LN_EPS);
-      ops.matmul.linear(rec, merge1, m.fc1.w, merge2, { bias: m.fc1.b ?? undefined });
+      ops.linear.dense(rec, merge1, m.fc1, merge2);
       ops.act.geluErf(rec, merge2, merge1);
       const out = gpu.tensor([M, v.outHiddenSize], 'f32', `vision ${label}`);
-      ops.matmul.linear(rec, merge1, m.fc2.w, out, { bias: m.fc2.b ?? undefined });
+      ops.linear.dense(rec, merge1, m.fc2, out);
       return out;
     };
 
     const deepstack: Tensor[] = [];
     w.blocks.forEach((b, i) => {
       ops.norms.layernorm(rec, x, b.norm1.w, b.norm1.b, xn, LN_EPS);
-      [q, k, vv].forEach((dst, part) =>
-        ops.matmul.gemm(rec, { a: xn, b: b.qkv.w, c: dst, m: N, n: H, k: H, transB: true, offsetB: part * H * H, bias: this.qkvBias[i][part] }),
-      );
+      ops.linear.dense(rec, xn, b.q, q);
+      ops.linear.dense(rec, xn, b.k, k);
+      ops.linear.dense(rec, xn, b.v, vv);
       ops.rope.apply(rec, cs, q, heads);
       ops.rope.apply(rec, cs, k, heads);
       ops.attn.forward(rec, { q, k, v: vv, o, cuSeqlens, causal: false, scale: 1 / Math.sqrt(H / heads) });
-      ops.matmul.linear(rec, o, b.proj.w, x, { bias: b.proj.b ?? undefined, accumulate: true });
+      ops.linear.dense(rec, o, b.proj, x, true);
       ops.norms.layernorm(rec, x, b.norm2.w, b.norm2.b, xn, LN_EPS);
       for (let r0 = 0; r0 < N; r0 += chunk) {
         // A short last chunk leaves stale rows in the workspaces; GELU runs over them harmlessly
         // and fc2 reads only the first `m`.
         const m = Math.min(chunk, N - r0);
-        ops.matmul.gemm(rec, { a: xn, b: b.fc1.w, c: mlpIn, m, n: I, k: H, transB: true, offsetA: r0 * H, bias: b.fc1.b ?? undefined });
+        this.denseRows(rec, xn, r0, b.fc1, mlpIn, 0, m, false);
         ops.act.geluTanh(rec, mlpIn, mlpAct);
-        ops.matmul.gemm(rec, { a: mlpAct, b: b.fc2.w, c: x, m, n: H, k: I, transB: true, offsetC: r0 * H, beta: 1, bias: b.fc2.b ?? undefined });
+        this.denseRows(rec, mlpAct, 0, b.fc2, x, r0, m, true);
       }
       // In block order, as transformers appends them (the same as index order when sorted).
       const j = v.deepstackVisualIndexes.indexOf(i);
@@ -183,6 +182,17 @@ export class VisionTower {
     rec.flush();
     for (const t of workspaces) t.release();
     return { embeds, deepstack };
+  }
+
+  /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views (aligned by the chunk size) for 4-bit. */
+  private denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
+    const bias = d.b ?? undefined;
+    if (d.kind === 'f32') {
+      this.ops.linear.matmul.gemm(rec, { a: x, b: d.w, c: y, m, n: d.out, k: d.in, transB: true, offsetA: xRow * d.in, offsetC: yRow * d.out, beta: accumulate ? 1 : 0, bias });
+      return;
+    }
+    const rows = (t: Tensor, r0: number, width: number) => new Tensor(t.buffer, [m, width], 'f32', t.label, t.byteOffset + 4 * r0 * width);
+    this.ops.linear.dense(rec, rows(x, xRow, d.in), d, rows(y, yRow, d.out), accumulate);
   }
 
   /**
@@ -244,7 +254,6 @@ export class VisionTower {
 
   /** Give back the tensors the tower made (not the weights: releaseVisionWeights does that). */
   release(): void {
-    for (const parts of this.qkvBias) for (const t of parts) t.release();
     this.ops.rope.release();
   }
 }
@@ -272,7 +281,8 @@ function checkVisionWeights(v: Qwen3VLVisionConfig, w: VisionWeights): void {
     if (t.dtype !== 'f32' || t.numel !== rows * cols) throw new ShapeError(op, `${what} must be f32 [${rows}, ${cols}], got ${t.dtype} [${t.shape.join(', ')}]`);
   };
   const dense = (what: string, d: DenseWeight, out: number, inF: number, bias: boolean) => {
-    mat(`${what}.weight`, d.w, out, inF);
+    if (d.kind === 'f32') mat(`${what}.weight`, d.w, out, inF);
+    else if (d.w.n !== out || d.w.k !== inF) throw new ShapeError(op, `${what}.weight must be [${out}, ${inF}], got 4-bit [${d.w.n}, ${d.w.k}]`);
     if (bias) {
       if (!d.b) throw new ShapeError(op, `${what} needs a bias`);
       mat(`${what}.bias`, d.b, 1, out);
@@ -290,7 +300,9 @@ function checkVisionWeights(v: Qwen3VLVisionConfig, w: VisionWeights): void {
     const p = `blocks.${i}`;
     norm(`${p}.norm1`, b.norm1, H);
     norm(`${p}.norm2`, b.norm2, H);
-    dense(`${p}.attn.qkv`, b.qkv, 3 * H, H, true);
+    dense(`${p}.attn.q`, b.q, H, H, true);
+    dense(`${p}.attn.k`, b.k, H, H, true);
+    dense(`${p}.attn.v`, b.v, H, H, true);
     dense(`${p}.attn.proj`, b.proj, H, H, true);
     dense(`${p}.mlp.linear_fc1`, b.fc1, v.intermediateSize, H, true);
     dense(`${p}.mlp.linear_fc2`, b.fc2, H, v.intermediateSize, true);
@@ -313,15 +325,17 @@ function checkVisionWeights(v: Qwen3VLVisionConfig, w: VisionWeights): void {
 
 /**
  * Read the vision tower's tensors (model.visual.*, or the older visual.* names) from a checkpoint
- * into f32 GPU tensors, checking every shape against config.json. One pass over those tensors in
- * file order; only one tensor's bytes are held on the CPU at a time. The Conv3d patch weight
- * [hidden, C, Tp, P, P] becomes the dense [hidden, C·Tp·P·P] it is, unpermuted.
+ * onto the GPU, checking every shape against config.json. One pass over those tensors in file
+ * order; only one tensor's bytes are held on the CPU at a time. The Conv3d patch weight
+ * [hidden, C, Tp, P, P] becomes the dense [hidden, C·Tp·P·P] it is, unpermuted. With quant 'q4'
+ * the dense matrices whose K is a multiple of 32 are quantized on the GPU from the raw bytes
+ * (as src/model/loader.ts does the decoder's); everything else, and all of 'none' (the default), is f32.
  */
 export async function loadVisionWeights(
   gpu: Gpu,
   checkpoint: Checkpoint,
   config: Qwen3VLConfig,
-  opts: { signal?: AbortSignal; onProgress?: (p: Progress) => void } = {},
+  opts: { quant?: 'q4' | 'none'; signal?: AbortSignal; onProgress?: (p: Progress) => void } = {},
 ): Promise<VisionWeights> {
   const prefix = 'model.visual.';
   const shapes = expectedWeights(config);
@@ -337,23 +351,50 @@ export async function loadVisionWeights(
   }
   for (const [c, name] of byCanonical) checkTensorShape(config, name, checkpoint.tensors.get(name)!.shape, shapes.get(c) ?? null);
 
-  const loaded = new Map<string, Tensor>();
+  const quantizer = opts.quant === 'q4' ? await QuantizeQ4.create(gpu) : null;
+  const rec = gpu.recorder('load vision weights');
+  const matrix = (bytes: Uint8Array, dtype: SafetensorsDtype, out: number, inF: number, label: string): LinearWeight => {
+    if (!quantizer || inF % Q4_GROUP !== 0) return { kind: 'f32', w: gpu.upload(toFloat32(bytes, dtype), [out, inF], 'f32', label), out, in: inF };
+    const w = allocQ4(gpu, out, inF, label);
+    const src = gpu.upload(bytes, [bytes.byteLength / 4], 'u32', `${label} (raw)`);
+    quantizer.quantize(rec, src, sourceFormat(label, dtype), w);
+    rec.flush();
+    src.release(); // queue order: a later write into this buffer lands after the quantization
+    return { kind: 'q4', w, out, in: inF };
+  };
+  const vectors = new Map<string, Tensor>();
+  const matrices = new Map<string, LinearWeight>();
+  const qkv = /\.attn\.qkv\.(weight|bias)$/;
+  const release = () => {
+    for (const t of vectors.values()) t.release();
+    for (const m of matrices.values()) releaseMatrix(m);
+  };
   const names = new Set(expected.map((c) => byCanonical.get(c)!));
   try {
     for await (const { tensor, bytes } of checkpoint.stream({ names, signal: opts.signal, onProgress: opts.onProgress })) {
       const c = canonicalWeightName(tensor.name);
-      const shape = tensor.shape.length > 2 ? [tensor.shape[0], tensor.shape.slice(1).reduce((a, b) => a * b)] : tensor.shape;
-      loaded.set(c, gpu.upload(toFloat32(bytes, tensor.dtype), shape, 'f32', c));
+      const [out, ...rest] = tensor.shape;
+      const inF = rest.reduce((a, b) => a * b, 1);
+      const split = qkv.exec(c);
+      if (split) {
+        // Rows [0, H), [H, 2H), [2H, 3H) of the fused weight (and bias) are q, k and v.
+        const part = bytes.byteLength / 3;
+        ['q', 'k', 'v'].forEach((p, i) => {
+          const name = c.replace(qkv, `.attn.${p}.${split[1]}`);
+          const b = bytes.subarray(i * part, (i + 1) * part);
+          if (split[1] === 'bias') vectors.set(name, gpu.upload(toFloat32(b, tensor.dtype), [out / 3], 'f32', name));
+          else matrices.set(name, matrix(b, tensor.dtype, out / 3, inF, name));
+        });
+      } else if (tensor.shape.length >= 2 && c !== `${prefix}pos_embed.weight`) matrices.set(c, matrix(bytes, tensor.dtype, out, inF, c));
+      else vectors.set(c, gpu.upload(toFloat32(bytes, tensor.dtype), tensor.shape, 'f32', c));
     }
+    await rec.submit();
   } catch (e) {
-    for (const t of loaded.values()) t.release();
+    release();
     throw e;
   }
-  const get = (name: string) => loaded.get(`${prefix}${name}`)!;
-  const dense = (p: string): DenseWeight => {
-    const w = get(`${p}.weight`);
-    return { w, b: get(`${p}.bias`), out: w.shape[0], in: w.shape[1] };
-  };
+  const get = (name: string) => vectors.get(`${prefix}${name}`)!;
+  const dense = (p: string): DenseWeight => ({ ...matrices.get(`${prefix}${p}.weight`)!, b: get(`${p}.bias`) });
   const norm = (p: string): NormWeight => ({ w: get(`${p}.weight`), b: get(`${p}.bias`) });
   const merger = (p: string, postShuffleNorm: boolean): PatchMergerWeights => ({
     norm: norm(`${p}.norm`),
@@ -368,7 +409,9 @@ export async function loadVisionWeights(
     blocks: Array.from({ length: v.depth }, (_, i) => ({
       norm1: norm(`blocks.${i}.norm1`),
       norm2: norm(`blocks.${i}.norm2`),
-      qkv: dense(`blocks.${i}.attn.qkv`),
+      q: dense(`blocks.${i}.attn.q`),
+      k: dense(`blocks.${i}.attn.k`),
+      v: dense(`blocks.${i}.attn.v`),
       proj: dense(`blocks.${i}.attn.proj`),
       fc1: dense(`blocks.${i}.mlp.linear_fc1`),
       fc2: dense(`blocks.${i}.mlp.linear_fc2`),
@@ -378,19 +421,32 @@ export async function loadVisionWeights(
   };
 }
 
+function releaseMatrix(m: LinearWeight): void {
+  if (m.kind === 'q4') for (const t of [m.w.codes, m.w.scales]) t.release();
+  else m.w.release();
+}
+
 /** Give every tensor of the vision weights back to the pool. */
 export function releaseVisionWeights(w: VisionWeights): void {
-  const dense = (d: DenseWeight) => [d.w, ...(d.b ? [d.b] : [])];
-  const norm = (n: NormWeight) => [n.w, n.b];
-  const merger = (m: PatchMergerWeights) => [...norm(m.norm), ...dense(m.fc1), ...dense(m.fc2)];
-  const all = [
-    ...dense(w.patchEmbed),
-    w.posEmbed,
-    ...w.blocks.flatMap((b) => [...norm(b.norm1), ...norm(b.norm2), ...dense(b.qkv), ...dense(b.proj), ...dense(b.fc1), ...dense(b.fc2)]),
-    ...merger(w.merger),
-    ...w.deepstackMergers.flatMap(merger),
-  ];
-  for (const t of all) t.release();
+  const dense = (d: DenseWeight) => {
+    releaseMatrix(d);
+    d.b?.release();
+  };
+  const norm = (n: NormWeight) => [n.w, n.b].forEach((t) => t.release());
+  const merger = (m: PatchMergerWeights) => {
+    norm(m.norm);
+    dense(m.fc1);
+    dense(m.fc2);
+  };
+  dense(w.patchEmbed);
+  w.posEmbed.release();
+  for (const b of w.blocks) {
+    norm(b.norm1);
+    norm(b.norm2);
+    for (const d of [b.q, b.k, b.v, b.proj, b.fc1, b.fc2]) dense(d);
+  }
+  merger(w.merger);
+  w.deepstackMergers.forEach(merger);
 }
 
 /**

@@ -18,7 +18,7 @@ import { WeightLoader, type LoadOptions, type Quantization } from './loader';
 import type { ModelFiles } from './safetensors';
 import type { ModelWeights } from './weights';
 
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
 /** Tensors are grouped into part files of about this size (a larger tensor gets a part of its own). */
 const PART_BYTES = 64 * 2 ** 20;
 const MANIFEST = 'manifest.json';

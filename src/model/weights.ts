@@ -41,13 +41,8 @@ export interface LanguageModelWeights {
   finalNorm: Tensor; // [hidden]
 }
 
-/** A dense layer of the vision tower, f32 (kept unquantized: its K need not be a multiple of 32). */
-export interface DenseWeight {
-  w: Tensor; // [out, in]
-  b: Tensor | null; // [out]
-  out: number;
-  in: number;
-}
+/** A dense layer of the vision tower: W [out, in] 4-bit where quantized and K allows (a multiple of 32), else f32; bias [out] f32. */
+export type DenseWeight = LinearWeight & { b: Tensor | null };
 
 export interface NormWeight {
   w: Tensor;
@@ -57,7 +52,10 @@ export interface NormWeight {
 export interface VisionBlockWeights {
   norm1: NormWeight;
   norm2: NormWeight;
-  qkv: DenseWeight; // [3·hidden, hidden]
+  /** The checkpoint's fused attn.qkv [3·hidden, hidden] (and its bias), split by rows at load. */
+  q: DenseWeight; // [hidden, hidden]
+  k: DenseWeight;
+  v: DenseWeight;
   proj: DenseWeight; // [hidden, hidden]
   fc1: DenseWeight; // [intermediate, hidden]
   fc2: DenseWeight; // [hidden, intermediate]
