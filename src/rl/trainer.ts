@@ -5,7 +5,8 @@
 //       when the config needs them, old log-probs (LoRA on, no grad) and reference log-probs
 //       (LoRA off, beta > 0) kept on the CPU until the batch is used up
 //     for each group of the micro-batch: training forward → loss and dLoss/dlogp (src/ops/rlLoss)
-//       → Policy.backward into the LoRA gradients
+//       → Policy.backward into the LoRA gradients; a group over the token budget goes through
+//       the policy in chunks of whole sequences (src/rl/microBatch.ts), with the same loss
 //   grad-norm clip + AdamW over every A and B, at the schedule's learning rate.
 // The loss of each group is normalised so that the groups add up to TRL's micro-batch loss
 // (see `groupLossConfig`). Parameters change only at the end of a step, so a pause inside a step
@@ -20,7 +21,7 @@ import { scoreSamples } from '../rewards/registry';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
 import { CheckpointError, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
-import { groupLoss } from './groupLoss';
+import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from './microBatch';
 import type { ResolvedLossConfig } from './lossConfig';
 import { LossMetrics, rolloutMetrics, rolloutSample, type GroupRollout, type RolloutSample, type StepMetrics } from './metrics';
 import type { Policy, PreparedPrompt } from './policy';
@@ -58,6 +59,8 @@ export interface TrainerOptions {
   saveCheckpoint?: (c: Checkpoint) => Promise<void>;
   /** Continue from here instead of initialising the adapters. */
   resume?: Checkpoint;
+  /** Most packed rows (prompt + completion tokens) per training forward (default DEFAULT_MICRO_BATCH_TOKENS): peak memory against one extra no-grad forward of a larger group. */
+  microBatchTokens?: number;
 }
 
 interface LiveGroup {
@@ -371,8 +374,7 @@ export class Trainer {
     const { gpu, policy, config: c } = this.o;
     const G = g.rollout.completions.length;
     const batch = { prompt: g.prompt, completions: g.rollout.completions.map((x) => x.tokens) };
-    const fwd = await policy.forward(batch, { temperature: c.temperature, lora: true, train: true });
-    const T = fwd.maxLen;
+    const T = Math.max(1, ...batch.completions.map((x) => x.length));
     const { mask, count } = this.lossMask(g, T);
     const pad = (rows: readonly (readonly number[])[]) => {
       const out = new Float64Array(G * T);
@@ -380,34 +382,24 @@ export class Trainer {
       return out;
     };
     const sampling = pad(g.rollout.completions.map((x) => x.samplingLogps));
-    const { result: res, buffers } = await groupLoss(gpu, this.rl, {
-      fwd,
-      mask,
-      old: g.old,
-      ref: g.ref,
-      sampling,
-      scores: { advantages: g.rollout.advantages },
-      config: lossCfg,
+    const { result: res, logps, entropy } = await groupStep(gpu, policy, this.rl, {
+      batch,
+      temperature: c.temperature,
+      loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg },
+      tokenBudget: this.o.microBatchTokens ?? DEFAULT_MICRO_BATCH_TOKENS,
     });
-    try {
-      const n = G * T;
-      const [logps, entropy] = await Promise.all([gpu.readF32(fwd.logps), gpu.readF32(fwd.entropy)]);
-      let entropySum = 0;
-      let gapSum = 0;
-      let gapMax = 0;
-      const trainer = g.old ?? logps; // on-policy without a recompute, the current forward is the old policy
-      for (let k = 0; k < n; k++) {
-        if (!mask[k]) continue;
-        entropySum += entropy[k];
-        const gap = Math.abs(trainer[k] - sampling[k]);
-        gapSum += gap;
-        gapMax = Math.max(gapMax, gap);
-      }
-      metrics.add({ loss: res.loss, metrics: res.metrics, sequences: G, entropySum, gapSum, gapMax });
-      await policy.backward(buffers.grad);
-    } finally {
-      RlLoss.release(buffers);
+    let entropySum = 0;
+    let gapSum = 0;
+    let gapMax = 0;
+    const trainer = g.old ?? logps; // on-policy without a recompute, the current forward is the old policy
+    for (let k = 0; k < G * T; k++) {
+      if (!mask[k]) continue;
+      entropySum += entropy[k];
+      const gap = Math.abs(trainer[k] - sampling[k]);
+      gapSum += gap;
+      gapMax = Math.max(gapMax, gap);
     }
+    metrics.add({ loss: res.loss, metrics: res.metrics, sequences: G, entropySum, gapSum, gapMax });
     return G * g.prompt.inputIds.length + count;
   }
 

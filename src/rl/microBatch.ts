@@ -1,0 +1,115 @@
+// One group's loss and backward in micro-batches of whole sequences, so that a training forward
+// never holds more than about `tokenBudget` packed rows of saved activations (the per-layer inputs
+// and the backward's workspaces grow with the rows: ~0.5 MiB a row for the 2B).
+//
+// The loss must stay that of the whole group: advantages, the normalisations (grpo, bnpo, dr_grpo,
+// dapo) and the mask are group-wide, and the sequence-level ratio needs one sequence's sum only.
+// So dLoss/dlogp is computed once over the group, from log-probs gathered by no-grad forwards of
+// each micro-batch; then each micro-batch runs its training forward and the backward of its rows
+// of that gradient. The LoRA gradients add up across micro-batches. The price is one extra
+// no-grad forward over the group, paid only when the group is over the budget.
+import type { Gpu, Tensor } from '../gpu';
+import { RlLoss, type RlLossBuffers, type RlLossResult } from '../ops/rlLoss';
+import { groupLoss, type GroupLossArgs } from './groupLoss';
+import type { Policy, SequenceBatch } from './policy';
+
+/** Packed rows a training forward holds by default: the default config's group (8 x 768) in two. */
+export const DEFAULT_MICRO_BATCH_TOKENS = 4096;
+
+export interface GroupStepArgs {
+  batch: SequenceBatch;
+  temperature: number;
+  /** groupLoss's inputs; every [G·T] array uses T = the longest completion (at least 1). */
+  loss: Omit<GroupLossArgs, 'fwd'>;
+  /** Most packed rows (prompt + completion tokens) per training forward; a longer sequence goes alone. */
+  tokenBudget: number;
+}
+
+export interface GroupStepResult {
+  result: RlLossResult;
+  /** [G·T] log-probs and entropies of the current policy, for metrics. */
+  logps: Float32Array;
+  entropy: Float32Array;
+}
+
+/** Consecutive [start, end) ranges of sequences whose rows add up to at most `budget` (at least one sequence each). */
+export function sequenceChunks(rows: readonly number[], budget: number): [number, number][] {
+  if (!(budget >= 1)) throw new RangeError(`micro-batch token budget must be ≥ 1, got ${budget}`);
+  const chunks: [number, number][] = [];
+  let start = 0;
+  let sum = 0;
+  rows.forEach((n, i) => {
+    if (i > start && sum + n > budget) {
+      chunks.push([start, i]);
+      start = i;
+      sum = 0;
+    }
+    sum += n;
+  });
+  if (rows.length > start) chunks.push([start, rows.length]);
+  return chunks;
+}
+
+/** Training forward(s), the group's loss, backward(s) into the adapters' gradients. */
+export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupStepArgs): Promise<GroupStepResult> {
+  const { batch, temperature } = a;
+  const G = batch.completions.length;
+  const T = Math.max(1, ...batch.completions.map((c) => c.length));
+  const P = batch.prompt.inputIds.length;
+  const chunks = sequenceChunks(batch.completions.map((c) => P + c.length), a.tokenBudget);
+  const sub = ([g0, g1]: [number, number]): SequenceBatch => ({ prompt: batch.prompt, completions: batch.completions.slice(g0, g1) });
+
+  if (chunks.length === 1) {
+    const fwd = await policy.forward(batch, { temperature, lora: true, train: true });
+    const { result, buffers } = await groupLoss(gpu, rl, { ...a.loss, fwd });
+    try {
+      const [logps, entropy] = await Promise.all([gpu.readF32(fwd.logps), gpu.readF32(fwd.entropy)]);
+      await policy.backward(buffers.grad);
+      return { result, logps, entropy };
+    } finally {
+      RlLoss.release(buffers);
+    }
+  }
+
+  // Rows [g0, g1) of a [G, T] tensor from (or to) a [g1 - g0, width] one, width ≤ T.
+  const copyRows = (src: Tensor, dst: Tensor, g0: number, rows: number, width: number, toGroup: boolean) => {
+    const rec = gpu.recorder('micro-batch rows');
+    for (let i = 0; i < rows; i++) {
+      if (toGroup) rec.copy(src, dst, 4 * width, 4 * i * width, 4 * (g0 + i) * T);
+      else rec.copy(src, dst, 4 * width, 4 * (g0 + i) * T, 4 * i * width);
+    }
+    return rec.submit();
+  };
+  const logps = gpu.tensor([G, T], 'f32', 'micro-batch.logps');
+  const entropy = gpu.tensor([G, T], 'f32', 'micro-batch.entropy');
+  const mask = gpu.upload(a.loss.mask, [G, T], 'f32', 'micro-batch.mask');
+  let buffers: RlLossBuffers | null = null;
+  try {
+    const rec = gpu.recorder('micro-batch clear');
+    rec.clear(logps);
+    rec.clear(entropy);
+    await rec.submit();
+    for (const c of chunks) {
+      const fwd = await policy.forward(sub(c), { temperature, lora: true, train: false });
+      await copyRows(fwd.logps, logps, c[0], c[1] - c[0], fwd.maxLen, true);
+      await copyRows(fwd.entropy, entropy, c[0], c[1] - c[0], fwd.maxLen, true);
+    }
+    const loss = await groupLoss(gpu, rl, { ...a.loss, fwd: { logps, entropy, mask, maxLen: T } });
+    buffers = loss.buffers;
+    const [lp, ent] = await Promise.all([gpu.readF32(logps), gpu.readF32(entropy)]);
+    for (const c of chunks) {
+      const fwd = await policy.forward(sub(c), { temperature, lora: true, train: true });
+      const grad = gpu.tensor([c[1] - c[0], fwd.maxLen], 'f32', 'micro-batch.grad');
+      try {
+        await copyRows(buffers.grad, grad, c[0], c[1] - c[0], fwd.maxLen, false);
+        await policy.backward(grad);
+      } finally {
+        grad.release();
+      }
+    }
+    return { result: loss.result, logps: lp, entropy: ent };
+  } finally {
+    if (buffers) RlLoss.release(buffers);
+    for (const t of [logps, entropy, mask]) t.release();
+  }
+}
