@@ -7,3 +7,4 @@ export * from './runtime';
 export * from './grid';
 export { Profiler, type KernelTiming } from './profiler';
 export { preprocess, shaderSource, type Defines } from './shaders';
+export { BindingCache, type BindingCacheStats } from './bindingCache';

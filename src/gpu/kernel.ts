@@ -24,7 +24,11 @@ export interface KernelSpec {
 
 export interface Kernel {
   readonly name: string;
+  /** Unique per compiled kernel (bind group cache keys). */
+  readonly id: number;
   readonly pipeline: GPUComputePipeline;
+  /** The pipeline's group 0 layout, fetched once (each fetch is a call into the implementation). */
+  readonly layout: GPUBindGroupLayout;
   /** binding name -> (group 0) binding index, from the WGSL declarations. */
   readonly bindings: ReadonlyMap<string, number>;
   /** Name of the uniform variable, if the entry uses one. */
@@ -55,6 +59,8 @@ function withEnables(code: string, enables: readonly string[]): string {
 export function kernelKey(spec: KernelSpec): string {
   return JSON.stringify([spec.shader ?? spec.code, spec.entry, spec.defines ?? {}, spec.constants ?? {}, spec.uniforms ?? {}]);
 }
+
+let kernelCount = 0;
 
 export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables: readonly string[]): Promise<Kernel> {
   const name = spec.name ?? `${spec.shader ?? 'inline'}.${spec.entry}`;
@@ -91,7 +97,9 @@ export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables
   if (uniformFields.length && !uniformVar) throw new ShaderCompileError(name, ['uniforms given but no var<uniform> declared']);
   return {
     name,
+    id: ++kernelCount,
     pipeline,
+    layout: pipeline.getBindGroupLayout(0),
     bindings,
     uniformVar,
     uniformFields,

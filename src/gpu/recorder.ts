@@ -1,8 +1,8 @@
 // Records many dispatches into one command encoder and submits them together.
 //
-// Uniform parameters of all dispatches are staged in one CPU array and written to a ring buffer
-// with a single writeBuffer just before the submit (queue order makes the ring reusable after
-// each submit). Errors raised by the submit are attributed to the kernels it contained.
+// Bind groups and uniform blocks come from the Gpu's BindingCache (bindingCache.ts): a dispatch
+// seen before (same kernel, buffers and uniform values) records no new GPU object. Errors raised by
+// a submit are attributed to the kernels it contained.
 import type { Gpu } from './runtime';
 import type { Kernel } from './kernel';
 import { Tensor } from './tensor';
@@ -11,18 +11,9 @@ export type BindingResource = Tensor | GPUBufferBinding;
 export type Bindings = Record<string, BindingResource>;
 export type Workgroups = number | readonly [number, number?, number?];
 
-const RING_BYTES = 1 << 21;
-
-export interface UniformRing {
-  buffer: GPUBuffer;
-  staging: ArrayBuffer;
-}
-
 export class Recorder {
   private encoder: GPUCommandEncoder | null = null;
   private pass: GPUComputePassEncoder | null = null;
-  private ring: UniformRing | null = null;
-  private ringUsed = 0;
   private kernels = new Set<string>();
   private pending: Promise<void>[] = [];
   private timings: { names: string[]; query: number } | null = null;
@@ -42,45 +33,31 @@ export class Recorder {
     this.pass = null;
   }
 
-  private uniformSlot(kernel: Kernel, values: Record<string, number>): GPUBufferBinding {
-    const align = this.gpu.device.limits.minUniformBufferOffsetAlignment;
-    const bytes = kernel.uniformBytes;
-    if (this.ring && this.ringUsed + bytes > RING_BYTES) this.flush();
-    if (!this.ring) {
-      this.ring = this.gpu.acquireUniformRing(RING_BYTES);
-      this.ringUsed = 0;
-    }
-    const offset = this.ringUsed;
-    const view = new DataView(this.ring.staging, offset, bytes);
-    kernel.uniformFields.forEach(([field, type], i) => {
-      const v = values[field];
-      if (v === undefined || !Number.isFinite(v)) throw new Error(`${kernel.name}: uniform '${field}' is ${v}`);
-      if (type === 'f32') view.setFloat32(i * 4, v, true);
-      else if (type === 'i32') view.setInt32(i * 4, v, true);
-      else view.setUint32(i * 4, v, true);
-    });
-    this.ringUsed = Math.ceil((offset + bytes) / align) * align;
-    return { buffer: this.ring.buffer, offset, size: bytes };
-  }
-
   /** Record one dispatch. `bindings` names the WGSL variables; `uniforms` fills the params struct. */
   dispatch(kernel: Kernel, bindings: Bindings, workgroups: Workgroups, uniforms?: Record<string, number>): this {
+    const cache = this.gpu.bindingCache;
     const entries: GPUBindGroupEntry[] = [];
-    for (const [name, res] of Object.entries(bindings)) {
+    let key = '';
+    for (const name in bindings) {
       const binding = kernel.bindings.get(name);
       if (binding === undefined) {
         throw new Error(`${kernel.name}: no binding named '${name}' (has ${[...kernel.bindings.keys()].join(', ')})`);
       }
-      entries.push({ binding, resource: res instanceof Tensor ? res.binding() : res });
+      const res = bindings[name];
+      const resource = res instanceof Tensor ? res.binding() : res;
+      key += `|${binding}:${cache.id(resource.buffer)}:${resource.offset ?? 0}:${resource.size ?? -1}`;
+      entries.push({ binding, resource });
     }
     if (kernel.uniformVar) {
-      entries.push({ binding: kernel.bindings.get(kernel.uniformVar)!, resource: this.uniformSlot(kernel, uniforms ?? {}) });
+      const slot = cache.uniform(kernel, uniforms ?? {});
+      key += `|u${cache.id(slot.buffer)}:${slot.offset}`;
+      entries.push({ binding: kernel.bindings.get(kernel.uniformVar)!, resource: slot });
     }
     const [x, y = 1, z = 1] = typeof workgroups === 'number' ? [workgroups] : workgroups;
     const max = this.gpu.device.limits.maxComputeWorkgroupsPerDimension;
     if (x > max || y > max || z > max) throw new Error(`${kernel.name}: grid ${x}x${y}x${z} exceeds ${max} per dimension`);
     if (x === 0 || y === 0 || z === 0) return this;
-    const group = this.gpu.device.createBindGroup({ layout: kernel.pipeline.getBindGroupLayout(0), entries, label: kernel.name });
+    const group = cache.group(kernel, key, entries);
     this.kernels.add(kernel.name);
     const encoder = this.ensureEncoder();
     const prof = this.gpu.profiler;
@@ -140,14 +117,9 @@ export class Recorder {
     const timings = this.timings;
     if (prof && timings) prof.resolve(this.encoder, timings.query, timings.names.length * 2);
     const cmd = this.encoder.finish();
-    if (this.ring) {
-      gpu.device.queue.writeBuffer(this.ring.buffer, 0, this.ring.staging, 0, this.ringUsed);
-    }
     const what = [...this.kernels].join(', ') || this.label;
     this.pending.push(gpu.guarded(what, () => gpu.device.queue.submit([cmd])));
     if (prof && timings) this.pending.push(prof.collect(timings.query, timings.names));
-    if (this.ring) gpu.releaseUniformRing(this.ring);
-    this.ring = null;
     this.encoder = null;
     this.timings = null;
     this.kernels.clear();

@@ -11,7 +11,8 @@ import {
 } from './errors';
 import { compileKernel, kernelKey, type Kernel, type KernelSpec } from './kernel';
 import { Profiler } from './profiler';
-import { Recorder, type UniformRing } from './recorder';
+import { BindingCache } from './bindingCache';
+import { Recorder } from './recorder';
 import { BufferPool, DTYPE_BYTES, numelOf, storageUsage, Tensor, type DType } from './tensor';
 
 type TypedArray = Float32Array | Uint32Array | Int32Array | Uint16Array | Uint8Array;
@@ -23,7 +24,8 @@ export class Gpu {
   readonly lost: Promise<DeviceLostError>;
   lostError: DeviceLostError | null = null;
   private readonly kernels = new Map<string, Promise<Kernel>>();
-  private readonly rings: UniformRing[] = [];
+  /** Bind groups and uniform blocks shared by every recorder of this device. */
+  readonly bindingCache: BindingCache;
   private readonly staging: GPUBuffer[] = [];
   private readonly lostListeners = new Set<(e: DeviceLostError) => void>();
   /** Objects that must live as long as the device (Dawn's instance in Node). */
@@ -35,6 +37,7 @@ export class Gpu {
     readonly adapter: AdapterSummary,
   ) {
     this.pool = new BufferPool((bytes, label) => this.createBuffer(bytes, label, storageUsage()));
+    this.bindingCache = new BindingCache(device, (bytes) => this.createBuffer(bytes, 'uniforms', GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST));
     this.lost = device.lost.then((info) => {
       const err = new DeviceLostError(info.reason, info.message || 'no detail');
       this.lostError = err;
@@ -214,19 +217,6 @@ export class Gpu {
     const i = this.staging.findIndex((b) => b.size >= bytes && b.size <= 4 * bytes);
     if (i >= 0) return this.staging.splice(i, 1)[0];
     return this.createBuffer(Math.max(bytes, 256), 'readback', GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
-  }
-
-  acquireUniformRing(bytes: number): UniformRing {
-    return (
-      this.rings.pop() ?? {
-        buffer: this.createBuffer(bytes, 'uniform-ring', GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST),
-        staging: new ArrayBuffer(bytes),
-      }
-    );
-  }
-
-  releaseUniformRing(r: UniformRing): void {
-    this.rings.push(r);
   }
 
   /** Start collecting per-kernel GPU times (needs timestamp-query). */

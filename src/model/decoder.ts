@@ -20,6 +20,7 @@ import type { KvCache } from '../ops/kvCache';
 import { Lora, type LoraParams } from '../ops/lora';
 import { Norms } from '../ops/norms';
 import { Rope } from '../ops/rope';
+import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
 import { Linear } from './linear';
 import { mropeLayout } from './ropeTables';
@@ -46,6 +47,7 @@ export interface DecoderOps {
   embedding: Embedding;
   elementwise: Elementwise;
   lora: Lora;
+  tokenIds: TokenIds;
 }
 
 /** Buffers of one layer's attention block for T rows (the training backward keeps its own). */
@@ -98,10 +100,13 @@ export interface VisualInputs {
 export interface ForwardArgs {
   /** Token ids (u32 or i32 [T]) on the GPU. */
   ids: Tensor;
-  /** The same ids on the CPU; needed only when the token table has several blocks. */
+  /** The same ids on the CPU, when at hand: a token table in several blocks then takes them as written, not shifted on the GPU. */
   idsHost?: ArrayLike<number>;
-  /** [3, T] (T, H, W) M-RoPE positions (processor/ropeIndex.ts; decode: cache position + rope delta). */
-  positions: Int32Array;
+  /**
+   * [3, T] (T, H, W) M-RoPE positions (processor/ropeIndex.ts; decode: cache position + rope delta),
+   * from the CPU, or an i32 [3, T] tensor already on the GPU (decode steps recorded ahead).
+   */
+  positions: Int32Array | Tensor;
   attend: AttendMode;
   visual?: VisualInputs;
   /** Adapters of every layer, or null for the base model. */
@@ -128,7 +133,7 @@ export class Decoder {
   }
 
   static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights): Promise<Decoder> {
-    const [linear, norms, rope, attention, act, embedding, elementwise, lora] = await Promise.all([
+    const [linear, norms, rope, attention, act, embedding, elementwise, lora, tokenIds] = await Promise.all([
       Linear.create(gpu),
       Norms.create(gpu),
       Rope.create(gpu, mropeLayout(config.ropeTheta, config.headDim, config.mropeSection)),
@@ -137,8 +142,9 @@ export class Decoder {
       Embedding.create(gpu),
       Elementwise.create(gpu),
       Lora.create(gpu),
+      TokenIds.create(gpu),
     ]);
-    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora });
+    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, tokenIds });
   }
 
   /** y = x·Wᵀ (+ y) (+ LoRA). */
@@ -189,11 +195,12 @@ export class Decoder {
       this.gatherBlock(rec, table.blocks[0], ids, h);
       return;
     }
-    if (!idsHost || idsHost.length !== T) throw new ShapeError('decoder.embed', `a token table in ${table.blocks.length} blocks needs the ${T} ids on the CPU`);
+    if (idsHost && idsHost.length !== T) throw new ShapeError('decoder.embed', `${idsHost.length} ids on the CPU for ${T} on the GPU`);
     // Each block gathers its own rows (ids shifted to the block; others fall outside it and give zeros).
     table.blocks.forEach((block, b) => {
       const local = view(ws.blockIds[b], [T]);
-      this.gpu.write(local, Uint32Array.from(idsHost, (id) => (id - table.rowStart[b]) >>> 0));
+      if (idsHost) this.gpu.write(local, Uint32Array.from(idsHost, (id) => (id - table.rowStart[b]) >>> 0));
+      else this.ops.tokenIds.shift(rec, ids, table.rowStart[b], local);
       if (b === 0) this.gatherBlock(rec, block, local, h);
       else {
         const part = view(ws.tmp, h.shape);
@@ -216,21 +223,28 @@ export class Decoder {
 
   /**
    * Record the whole forward of T = ids.numel rows and return rms(h_final) [T, hidden], a view
-   * of the workspace. Host data (positions, block ids) is written when this is called: submit
-   * the recorder before another forward on the same workspace.
+   * of the workspace. Host data (positions, block ids from idsHost) is written when this is
+   * called: submit the recorder before another forward on the same workspace. With positions as a
+   * tensor and no idsHost, everything comes from the GPU and forwards can be recorded back to back.
    */
   forward(rec: Recorder, ws: DecoderWorkspace, a: ForwardArgs): Tensor {
     const c = this.config;
     const T = a.ids.numel;
     if (T < 1 || T > ws.maxRows) throw new ShapeError('decoder', `${T} rows outside [1, ${ws.maxRows}] of the workspace`);
-    if (a.positions.length !== 3 * T) throw new ShapeError('decoder', `positions must be [3, ${T}], got ${a.positions.length} values`);
+    const positions = a.positions;
+    if (positions instanceof Tensor) {
+      if (positions.dtype !== 'i32' || positions.numel !== 3 * T) throw new ShapeError('decoder', `positions must be i32 [3, ${T}], got ${positions.dtype} [${positions.shape.join(', ')}]`);
+    } else if (positions.length !== 3 * T) throw new ShapeError('decoder', `positions must be [3, ${T}], got ${positions.length} values`);
     if (a.lora && a.lora.length !== c.numLayers) throw new ShapeError('decoder', `LoRA for ${a.lora.length} layers, the model has ${c.numLayers}`);
     if (a.visual && a.visual.deepstack.length > c.numLayers) throw new ShapeError('decoder', `${a.visual.deepstack.length} DeepStack levels for ${c.numLayers} layers`);
     const b = ws.views(T);
     this.embed(rec, ws, a.ids, a.idsHost, b.h);
     if (a.visual) this.ops.embedding.scatterRows(rec, a.visual.embeds, a.visual.rows, b.h);
-    this.gpu.write(b.positions, a.positions);
-    this.ops.rope.table(rec, b.positions, b.cs);
+    if (positions instanceof Tensor) this.ops.rope.table(rec, positions.reshape([3, T]), b.cs);
+    else {
+      this.gpu.write(b.positions, positions);
+      this.ops.rope.table(rec, b.positions, b.cs);
+    }
     const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r);
     this.weights.layers.forEach((w, l) => {
       const lora = a.lora ? { params: a.lora[l], u: loraU } : null;

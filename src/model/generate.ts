@@ -1,11 +1,20 @@
 // Generation: prefill one prompt into slot 0 of a KV cache, fork it G ways, then decode all G
-// sequences together, one decoder pass and one sampling dispatch per step. The CPU reads back
-// only the sampled ids and their log-probs, once per step (to stop at eos).
+// sequences together, one decoder pass and one sampling dispatch per step.
+//
+// No CPU round trip per token: the sampler writes the next ids into the buffer the next step's
+// embedding reads, positions for every step are uploaded once, so STEPS_PER_SUBMIT steps are
+// recorded into one submit. Their ids and log-probs are read back together while the GPU already
+// runs the next batch; stop ids are checked then, and tokens sampled after a sequence stopped
+// are dropped. Each row's draw depends only on (seed, row, step), so the output is the same as
+// reading back every step.
 import { Tensor, type Gpu } from '../gpu';
 import { KvCache } from '../ops/kvCache';
 import type { Sampler, SamplingConfig } from '../ops/sampling';
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
 import type { TableHead } from './lmHead';
+
+/** Decode steps per submit (and per readback). At most twice this many steps run past the last stop. */
+export const STEPS_PER_SUBMIT = 8;
 
 export interface GenerateRequest {
   inputIds: Int32Array;
@@ -57,11 +66,19 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const logits = gpu.tensor([G, head.vocab], 'f32', 'generate.logits');
   const ids = gpu.tensor([G], 'u32', 'generate.ids');
   const logp = gpu.tensor([G], 'f32', 'generate.logp');
-  const packed = gpu.tensor([2 * G], 'u32', 'generate.readback');
+  // Per step of a batch: G ids, then G log-prob bits.
+  const packed = gpu.tensor([STEPS_PER_SUBMIT * 2 * G], 'u32', 'generate.readback');
+  // Step s ≥ 1 reads its [3, G] positions at row s (rows padded to the storage offset alignment).
+  const posStride = Math.ceil((12 * G) / gpu.limits.minStorageBufferOffsetAlignment) * gpu.limits.minStorageBufferOffsetAlignment;
+  const positions = gpu.tensor([(r.maxNewTokens * posStride) / 4], 'i32', 'generate.positions');
   const stop = new Set(r.stopIds);
   try {
+    const host = new Int32Array(positions.numel);
+    // Each sample's token of step s sits at cache position T + s - 1, on all three axes.
+    for (let s = 1; s < r.maxNewTokens; s++) host.fill(T + s - 1 + r.ropeDelta, (s * posStride) / 4, (s * posStride) / 4 + 3 * G);
+    gpu.write(positions, host);
     // Prefill slot 0; every sample starts from the prompt's last hidden row.
-    const rec = gpu.recorder('generate prefill');
+    const rec = gpu.recorder('generate');
     const h = decoder.forward(rec, ws, {
       ids: promptIds,
       idsHost: r.inputIds,
@@ -73,38 +90,60 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     const rowBytes = 4 * c.hiddenSize;
     for (let g = 0; g < G; g++) rec.copy(h, last, rowBytes, (T - 1) * rowBytes, g * rowBytes);
     cache.fork(rec, 0, Array.from({ length: G }, (_, g) => g), T);
-    let hidden: Tensor = last;
-    let hostIds: number[] = [];
-    for (let step = 0; step < r.maxNewTokens; step++) {
-      if (step > 0) {
-        // Each sample's next token sits at cache position T + step - 1, on all three axes.
-        const pos = T + step - 1 + r.ropeDelta;
-        hidden = decoder.forward(rec, ws, {
-          ids,
-          idsHost: hostIds,
-          positions: new Int32Array(3 * G).fill(pos),
-          attend: { kind: 'cached', cache, slot0: 0, count: G },
-          lora: r.lora,
-        });
-      }
+
+    const recordStep = (step: number, j: number) => {
+      const hidden =
+        step === 0
+          ? last
+          : decoder.forward(rec, ws, {
+              ids,
+              positions: new Tensor(positions.buffer, [3, G], 'i32', 'generate.positions', positions.byteOffset + step * posStride),
+              attend: { kind: 'cached', cache, slot0: 0, count: G },
+              lora: r.lora,
+            });
       head.fullLogits(rec, hidden, logits);
       sampler.sample(rec, logits, r.sampling, { seed: r.seed, step }, { ids, logp });
-      rec.copy(ids, packed, 4 * G);
-      rec.copy(logp, packed, 4 * G, 0, 4 * G);
-      await rec.submit();
-      const words = (await gpu.read(packed)) as Uint32Array;
-      const lp = new Float32Array(words.buffer, words.byteOffset + 4 * G, G);
-      hostIds = Array.from(words.subarray(0, G));
-      out.forEach((s, g) => {
-        if (s.terminated) return;
-        s.tokens.push(hostIds[g]);
-        s.logps.push(lp[g]);
-        if (stop.has(hostIds[g])) s.terminated = true;
-      });
-      if (out.every((s) => s.terminated)) break;
+      rec.copy(ids, packed, 4 * G, 0, 8 * G * j);
+      rec.copy(logp, packed, 4 * G, 0, 8 * G * j + 4 * G);
+    };
+    /** Record and submit steps [from, from + n); resolves to their packed ids and log-probs. */
+    const launch = (from: number, n: number) => {
+      for (let j = 0; j < n; j++) recordStep(from + j, j);
+      const done = rec.submit();
+      const words = gpu.read(packed);
+      return Promise.all([done, words]).then(([, w]) => ({ from, n, words: w as Uint32Array }));
+    };
+    const take = ({ n, words }: { n: number; words: Uint32Array }): boolean => {
+      const lp = new Float32Array(words.buffer, words.byteOffset, words.length);
+      for (let j = 0; j < n; j++) {
+        out.forEach((s, g) => {
+          if (s.terminated) return;
+          const id = words[2 * G * j + g];
+          s.tokens.push(id);
+          s.logps.push(lp[2 * G * j + G + g]);
+          if (stop.has(id)) s.terminated = true;
+        });
+      }
+      return out.every((s) => s.terminated);
+    };
+    let next = Math.min(STEPS_PER_SUBMIT, r.maxNewTokens);
+    let inFlight = launch(0, next);
+    for (;;) {
+      // Record the next batch while the GPU runs the one in flight, then look at the earlier one.
+      const later = next < r.maxNewTokens ? launch(next, Math.min(STEPS_PER_SUBMIT, r.maxNewTokens - next)) : null;
+      // Awaited below unless the batch in flight fails first.
+      later?.catch(() => undefined);
+      if (later) next += Math.min(STEPS_PER_SUBMIT, r.maxNewTokens - next);
+      const finished = take(await inFlight);
+      if (!later) break;
+      if (finished) {
+        await later;
+        break;
+      }
+      inFlight = later;
     }
   } finally {
-    for (const t of [promptIds, last, logits, ids, logp, packed]) t.release();
+    for (const t of [promptIds, last, logits, ids, logp, packed, positions]) t.release();
     ws.release();
     cache.release();
   }
