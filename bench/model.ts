@@ -1,5 +1,5 @@
 // Model-level benchmarks through Dawn: a Qwen3-VL-2B-shaped model with random weights (4-bit LM,
-// f32 vision tower; src/model/randomWeights.ts), LoRA r=16 on q/k/v/o/gate/up/down, timed on the
+// f32 vision tower, or 4-bit with --vision-q4; src/model/randomWeights.ts), LoRA r=16 on q/k/v/o/gate/up/down, timed on the
 // paths the app runs:
 //   prefill   a 512-token prompt holding one 448x448 image (196 image tokens): the vision tower
 //             alone, and generate() with one new token (vision + decoder prefill + LM head).
@@ -9,15 +9,19 @@
 //   gspo      one optimizer step on a fixed synthetic batch: 8 prompts (a short prompt with one
 //             224x224 image) x 8 completions of 256 random tokens; per prompt the training forward,
 //             the GSPO loss (sequence-level ratio, loss_type 'grpo', ε 3e-4/4e-4, on-policy) and
-//             the backward; then clip + AdamW. Generation is not part of it.
+//             the backward (src/rl/microBatch.ts's groupStep, the trainer's path: a group of
+//             8 x 352 rows is within its default budget of 4096, one training forward); then
+//             clip + AdamW. Generation is not part of it.
 //   memory    the pool's peak (inUse + cached, weights included: every tensor comes from the pool)
 //             during the GSPO step, and during the default trainer config's step (src/rl/config.ts:
 //             one group of 8 completions, max_prompt_length 512 with a 224x224 image, 256 completion
-//             tokens, LoRA r=8), generation of its 8 completions included. The largest live buffers
+//             tokens, LoRA r=8), generation of its 8 completions included, then the pool trimmed
+//             and the step as the trainer runs it (8 x 768 rows: two micro-batches of 4
+//             sequences). The largest live buffers
 //             at the peak of buffers in use are listed by label (layer numbers folded into '#').
 //
 //   npm run bench:build
-//   node .bench/model.mjs [--quick] [--json FILE] [--only prefill|decode]
+//   node .bench/model.mjs [--quick] [--json FILE] [--only prefill|decode|memory] [--vision-q4]
 // --quick shrinks the model and the work for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
@@ -32,7 +36,7 @@ import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
-import { groupLoss } from '../src/rl/groupLoss';
+import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from '../src/rl/microBatch';
 import { resolveLossConfig, type ResolvedLossConfig } from '../src/rl/lossConfig';
 import type { PreparedPrompt, SamplingOptions } from '../src/rl/policy';
 import { Filler } from '../src/bench/fill';
@@ -50,6 +54,8 @@ const only = (() => {
   return i >= 0 ? args[i + 1] : undefined;
 })();
 const runs = (section: string) => only === undefined || only === section;
+/** --vision-q4: the vision tower's dense weights in 4-bit (loadVisionWeights' quant 'q4'; not the loader's default). */
+const VISION_Q4 = args.includes('--vision-q4');
 
 /** Qwen3-VL-2B-Instruct's config.json (spec B1); --quick: the same architecture, shrunk. */
 function configJson(): unknown {
@@ -218,19 +224,22 @@ interface StepSetup {
   rewards: number[][];
 }
 
-/** One optimizer step: per prompt forward, loss, backward (gradients add up), then clip + AdamW. */
+/**
+ * One optimizer step: per prompt forward, loss, backward (gradients add up), then clip + AdamW.
+ * Each group goes through the trainer's groupStep, in micro-batches of its default token budget.
+ */
 async function gspoStep(gpu: Gpu, s: StepSetup, step: number, prompts = s.prompts.length): Promise<void> {
   for (let i = 0; i < prompts; i++) {
     const batch = { prompt: s.prompts[i], completions: s.completions[i] };
-    const fwd = await s.policy.forward(batch, { temperature: 1, lora: true, train: true });
-    const mask = new Float32Array(batch.completions.length * fwd.maxLen);
-    batch.completions.forEach((c, g) => mask.fill(1, g * fwd.maxLen, g * fwd.maxLen + c.length));
-    const { buffers } = await groupLoss(gpu, s.rl, { fwd, mask, old: null, ref: null, sampling: null, scores: { rewards: s.rewards[i] }, config: s.loss });
-    try {
-      await s.policy.backward(buffers.grad);
-    } finally {
-      RlLoss.release(buffers);
-    }
+    const T = Math.max(...batch.completions.map((c) => c.length));
+    const mask = new Float32Array(batch.completions.length * T);
+    batch.completions.forEach((c, g) => mask.fill(1, g * T, g * T + c.length));
+    await groupStep(gpu, s.policy, s.rl, {
+      batch,
+      temperature: 1,
+      loss: { mask, old: null, ref: null, sampling: null, scores: { rewards: s.rewards[i] }, config: s.loss },
+      tokenBudget: DEFAULT_MICRO_BATCH_TOKENS,
+    });
   }
   const rec = gpu.recorder('bench.adamw');
   s.adamw.step(rec, { lr: 1e-5, step });
@@ -277,7 +286,7 @@ async function main(): Promise<void> {
   const config = parseQwen3VLConfig(configJson());
   const filler = await Filler.create(gpu);
   const tw = performance.now();
-  const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
+  const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale), { visionQuant: VISION_Q4 ? 'q4' : 'none' });
   await gpu.sync();
   gpu.pool.trim();
   const weightBytes = gpu.pool.stats.inUse;
@@ -344,6 +353,29 @@ async function main(): Promise<void> {
     console.error(`decode x${G}: ${((1000 * s) / steps).toFixed(2)} ms/step`);
   }
   result.decode = decode;
+  // --profile: GPU time per decode step by kernel (timestamps around every dispatch), the
+  // difference between 17 new tokens and 1 as above.
+  if (runs('decode') && args.includes('--profile')) {
+    const byKernel = async (G: number, n: number) => {
+      const prof = gpu.startProfiling();
+      await gen(G, n);
+      await gpu.sync();
+      const r = new Map(prof.report().map((k) => [k.name, k]));
+      gpu.stopProfiling();
+      return r;
+    };
+    for (const G of W.samples) {
+      const steps = 16;
+      const a = await byKernel(G, 1);
+      const b = await byKernel(G, steps + 1);
+      const rows = [...b.values()].map((k) => ({ name: k.name, calls: (k.calls - (a.get(k.name)?.calls ?? 0)) / steps, us: (1000 * (k.totalMs - (a.get(k.name)?.totalMs ?? 0))) / steps }));
+      rows.sort((x, y) => y.us - x.us);
+      const total = rows.reduce((t, r) => t + r.us, 0);
+      console.error(`decode x${G} GPU time per step by kernel: ${(total / 1000).toFixed(2)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches`);
+      for (const r of rows.slice(0, 14)) console.error(`  ${r.us.toFixed(0).padStart(6)} us  ${r.calls.toFixed(0).padStart(4)} x ${r.name}`);
+      (result as Record<string, unknown>)[`decodeProfile${G}`] = rows;
+    }
+  }
   save();
   if (only === 'prefill' || only === 'decode') process.exit(0);
 
@@ -387,6 +419,7 @@ async function main(): Promise<void> {
   const def = await stepSetup(gpu, policy, lora8, { prompts: 1, G: d.G, completion: d.completion, prompt: d.prompt, image: d.image }, 3);
   watch.reset();
   const genS = await timed(gpu, () => model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] }));
+  gpu.pool.trim(); // as the trainer does after generating: the KV cache and decode workspaces go back to the device
   const defStepS = await timed(gpu, () => gspoStep(gpu, def, 1));
   result.defaultConfig = {
     config: `src/rl/config.ts defaults: num_generations ${d.G}, per_device_train_batch_size ${d.G}, max_prompt_length ${d.prompt} (filled, one ${d.image}x${d.image} image), max_completion_length ${d.completion}, LoRA r=${d.rank}`,
