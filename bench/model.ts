@@ -394,7 +394,7 @@ async function main(): Promise<void> {
     inUsePeakGiB: watch.peakInUse / GiB,
     weightsGiB: weightBytes / GiB,
     targetGiB: 6,
-    largest: watch.largest(12).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
+    largest: watch.largest(24).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
   });
   result.gspo = {
     prompts: W.prompts,

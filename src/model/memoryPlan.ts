@@ -5,7 +5,8 @@
 //   - embed_tokens, and an untied lm_head: the same 4-bit format (the Q4 gather reads embedding
 //     rows, the Q4 GEMV computes logits; a tied model uses the one table for both);
 //   - vision tower matrices (patch embedding, position table, attention, MLP, mergers): f32,
-//     the dtype of the dense matmul kernels (f16 storage is an option of the plan);
+//     the loader's default (4-bit, as loadVisionWeights' quant 'q4' stores them, and f16 are
+//     options of the plan; the position table stays f32 under 'q4');
 //   - every vector (RMSNorm, q/k norm, LayerNorm, biases): f32.
 // A 4-bit tensor is two buffers (codes, scales); the plan's largest buffer is what is compared
 // with the adapter's maxBufferSize and maxStorageBufferBindingSize.
@@ -22,7 +23,7 @@ export interface MemoryPlanOptions {
   /** embed_tokens and an untied lm_head (default q4). */
   embedDtype?: PlanDtype;
   /** Vision tower matrices (default f32). */
-  visionDtype?: 'f16' | 'f32';
+  visionDtype?: 'q4' | 'f16' | 'f32';
 }
 
 export interface MemoryPlanPart {
@@ -72,7 +73,8 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     else if (name === 'model.language_model.embed_tokens.weight') add('lm.embed', embedDtype, name, shape);
     else if (name === 'lm_head.weight') add('lm.head', embedDtype, name, shape);
     else if (shape.length === 1) add(name.startsWith('model.visual.') ? 'vision.vectors' : 'lm.vectors', 'f32', name, shape);
-    else add('vision.matrices', visionDtype, name, shape);
+    else if (visionDtype === 'q4' && (name.endsWith('pos_embed.weight') || shape.slice(1).reduce((a, b) => a * b, 1) % groupSize !== 0)) add('vision.matrices', 'f32', name, shape);
+    else add('vision.matrices', visionDtype, name, [shape[0], shape.slice(1).reduce((a, b) => a * b, 1)]);
   }
   const list = [...parts.values()];
   const t = config.text;
@@ -103,4 +105,67 @@ export function planProblems(plan: MemoryPlan, limits: DeviceMemoryLimits, budge
   }
   if (budgetBytes !== undefined && plan.totalBytes > budgetBytes) problems.push(`the weights need ${mib(plan.totalBytes)}, over the budget of ${mib(budgetBytes)}`);
   return problems;
+}
+
+/** One RL step's work, as the trainer runs it (src/rl/config.ts's defaults: 8 x (512 + 256), LoRA r=8). */
+export interface TrainingWork {
+  /** num_generations: completions per prompt, sampled together and trained as one group. */
+  generations: number;
+  promptTokens: number;
+  completionTokens: number;
+  loraRank: number;
+  /** Packed rows per training forward (src/rl/microBatch.ts's DEFAULT_MICRO_BATCH_TOKENS). */
+  microBatchTokens: number;
+}
+
+export const DEFAULT_TRAINING_WORK: TrainingWork = { generations: 8, promptTokens: 512, completionTokens: 256, loraRank: 8, microBatchTokens: 4096 };
+
+export interface TrainingMemory {
+  weightsBytes: number;
+  /** LoRA A and B on q/k/v/o/gate/up/down of every layer, their gradients and AdamW's two moments. */
+  loraBytes: number;
+  /** Sampling: the f32 KV cache of G sequences of prompt + completion, and the decoder's prefill workspace. */
+  generationBytes: number;
+  /** One micro-batch's training forward/backward: saved layer inputs, the backward's per-layer workspaces, the LM head's logit chunks. */
+  trainingBytes: number;
+  /** weights + LoRA + the larger of generation and training: the pool is trimmed between them. */
+  peakBytes: number;
+}
+
+/**
+ * What a training step holds on the GPU at its peak, by the buffers src/model/generate.ts and
+ * src/model/train.ts acquire (f32 activations; 4-bit or f32 weights as `plan` says). Checked
+ * against the H100 measurement of bench/model.ts (BENCHMARKS.md, model section).
+ */
+export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: TrainingWork = DEFAULT_TRAINING_WORK): TrainingMemory {
+  const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I, numLayers: L, vocabSize: V } = config.text;
+  const q = hq * D;
+  const kv = hkv * D;
+  const r = work.loraRank;
+  const f = 4;
+  const G = work.generations;
+  const P = work.promptTokens;
+  const C = work.completionTokens;
+  const projections: [number, number][] = [[H, q], [H, kv], [H, kv], [q, H], [H, I], [H, I], [I, H]];
+  const loraBytes = 4 * L * projections.reduce((a, [i, o]) => a + r * (i + o) * f, 0);
+  // Decoder workspace per row: h, out, xn; q_raw, q, attn; k_raw, k, v; gate, up, act; rope; LoRA u.
+  const workspaceRow = (3 * H + 3 * q + 3 * kv + 3 * I + D + r) * f;
+  const generationBytes = L * 2 * G * (P + C) * kv * f + Math.max(P, G) * workspaceRow;
+  // A micro-batch: the group in as few even chunks of whole sequences as the budget allows (src/rl/microBatch.ts).
+  const perChunk = Math.max(1, Math.min(G, Math.floor(work.microBatchTokens / (P + C))));
+  const seqs = Math.ceil(G / Math.ceil(G / perChunk));
+  const T = seqs * (P + C);
+  const N = seqs * C;
+  const saved = (L + 1) * T * H * f + T * D * f + 2 * N * H * f;
+  // train.ts's backward: 7 rows of H, 6 of q, 6 of kv, 6 of I, the attention's statistics, 8 LoRA rows.
+  const backward = T * (7 * H + 6 * q + 6 * kv + 6 * I + 3 * hq + hkv + 2 + 8 * r) * f;
+  const logits = N * Math.min(8192, V) * f;
+  const trainingBytes = saved + backward + logits;
+  return {
+    weightsBytes: plan.totalBytes,
+    loraBytes,
+    generationBytes,
+    trainingBytes,
+    peakBytes: plan.totalBytes + loraBytes + Math.max(generationBytes, trainingBytes),
+  };
 }

@@ -13,7 +13,7 @@ import { RlLoss, type RlLossBuffers, type RlLossResult } from '../ops/rlLoss';
 import { groupLoss, type GroupLossArgs } from './groupLoss';
 import type { Policy, SequenceBatch } from './policy';
 
-/** Packed rows a training forward holds by default: the default config's group (8 x 768) in two. */
+/** Packed rows a training forward holds by default: the default config's group (8 x 768) in two of 4 x 768. */
 export const DEFAULT_MICRO_BATCH_TOKENS = 4096;
 
 export interface GroupStepArgs {
@@ -32,22 +32,39 @@ export interface GroupStepResult {
   entropy: Float32Array;
 }
 
-/** Consecutive [start, end) ranges of sequences whose rows add up to at most `budget` (at least one sequence each). */
+/**
+ * Consecutive [start, end) ranges of sequences whose rows add up to at most `budget` (a longer
+ * sequence goes alone), as few as the budget allows and as even as they can be: the smallest cap
+ * that needs no more chunks than the budget does. Even chunks reuse each other's pooled buffers;
+ * a 5 + 3 split of 8 sequences would leave the first chunk's size classes cached beside the second's.
+ */
 export function sequenceChunks(rows: readonly number[], budget: number): [number, number][] {
   if (!(budget >= 1)) throw new RangeError(`micro-batch token budget must be ≥ 1, got ${budget}`);
-  const chunks: [number, number][] = [];
-  let start = 0;
-  let sum = 0;
-  rows.forEach((n, i) => {
-    if (i > start && sum + n > budget) {
-      chunks.push([start, i]);
-      start = i;
-      sum = 0;
-    }
-    sum += n;
-  });
-  if (rows.length > start) chunks.push([start, rows.length]);
-  return chunks;
+  const greedy = (cap: number) => {
+    const chunks: [number, number][] = [];
+    let start = 0;
+    let sum = 0;
+    rows.forEach((n, i) => {
+      if (i > start && sum + n > cap) {
+        chunks.push([start, i]);
+        start = i;
+        sum = 0;
+      }
+      sum += n;
+    });
+    if (rows.length > start) chunks.push([start, rows.length]);
+    return chunks;
+  };
+  const fewest = greedy(budget);
+  const total = rows.reduce((a, b) => a + b, 0);
+  if (fewest.length <= 1 || !Number.isFinite(budget)) return fewest;
+  let [lo, hi] = [Math.ceil(total / fewest.length), budget];
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (greedy(mid).length <= fewest.length) hi = mid;
+    else lo = mid + 1;
+  }
+  return greedy(lo);
 }
 
 /** Training forward(s), the group's loss, backward(s) into the adapters' gradients. */

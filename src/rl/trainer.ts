@@ -215,6 +215,9 @@ export class Trainer {
     for (let mb = 0; mb < c.gradient_accumulation_steps; mb++) {
       if (this.microStep % (this.plan.stepsPerGeneration * c.num_iterations) === 0) {
         this.pending = await this.generate();
+        // The KV caches and decode workspaces went back to the pool: give their memory to the
+        // device, so that the step's peak is the larger of generation's and training's, not their sum.
+        gpu.pool.trim();
         generated.push(...this.pending.groups.map((g) => g.rollout));
         this.samples = this.pending.groups.slice(0, c.num_completions_to_print).map((g) => rolloutSample(this.step + 1, g.rollout));
       }
