@@ -9,8 +9,8 @@
 //           what a caller actually waits, gaps included.
 // Both are per call of the op: a record function that issues the op `calls` times (several
 // weight copies, so that L2 does not hold the weight) divides by it. A device without
-// timestamp-query (a browser that does not offer it) gets the wall clock in both fields, and
-// its rows say so (Row.clock).
+// timestamp-query gets the batched wall clock in both fields, and its rows say so (Row.clock):
+// the Benchmark page runs so, because Chrome rounds timestamps to 100 µs for web pages.
 import type { Gpu, Recorder } from '../gpu';
 
 export type Unit = 'GB/s' | 'TFLOP/s';
@@ -50,7 +50,8 @@ export interface PeerResult {
   rate: number;
   /** max |peer − ours| / max |ours| over the output. */
   maxRelDiff: number;
-  note?: string;
+  /** Why the peer could not run this row (then the figures are NaN). */
+  error?: string;
 }
 
 export interface Timing {
@@ -110,23 +111,26 @@ export async function measure(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) 
     await rec.submit();
   }
   await gpu.sync();
-  const stamped = gpu.has('timestamp-query');
-  const once = () => (stamped ? profiledOnce(gpu, kernel, record) : wallOnce(gpu, record, 1));
-  const first = await once();
+  // About 20 ms of work per submit, so that the submit's own cost (tens of µs) stays small.
+  const batchFor = (ms: number) => Math.max(1, Math.min(50, Math.ceil(20 / Math.max(ms * calls, 1e-3))));
+  const batched = async (batch: number, times: number) => {
+    const walls: number[] = [];
+    for (let i = 0; i < times; i++) walls.push((await wallOnce(gpu, record, batch)) / (batch * calls));
+    return median(walls);
+  };
+  if (!gpu.has('timestamp-query')) {
+    // Batched wall clock only; a sweep's try takes one batch, a full measurement three.
+    const ms = await batched(batchFor((await wallOnce(gpu, record, 1)) / calls), opts.gpuOnly ? 1 : 3);
+    return { ms, wallMs: ms, clock: 'wall' };
+  }
+  const first = await profiledOnce(gpu, kernel, record);
   const budget = opts.budgetMs ?? 200;
   const reps = Math.max(opts.minReps ?? 3, Math.min(opts.maxReps, Math.ceil(budget / Math.max(first, 1e-3))));
   const times = [first];
-  for (let i = 1; i < reps; i++) times.push(await once());
+  for (let i = 1; i < reps; i++) times.push(await profiledOnce(gpu, kernel, record));
   const ms = median(times) / calls;
-  const clock = stamped ? {} : { clock: 'wall' as const };
-  if (opts.gpuOnly) return { ms, wallMs: NaN, ...clock };
-  // About 20 ms of work per submit, so that the submit's own cost (tens of µs) stays small.
-  const batch = Math.max(1, Math.min(50, Math.ceil(20 / Math.max(ms * calls, 1e-3))));
-  const walls: number[] = [];
-  for (let i = 0; i < 3; i++) walls.push((await wallOnce(gpu, record, batch)) / (batch * calls));
-  const wallMs = median(walls);
-  // Without timestamps the batched wall clock is the better of the two (no per-submit cost).
-  return stamped ? { ms, wallMs } : { ms: wallMs, wallMs, clock: 'wall' };
+  if (opts.gpuOnly) return { ms, wallMs: NaN };
+  return { ms, wallMs: await batched(batchFor(ms), 3) };
 }
 
 /** The limits a run's rows are measured against. */

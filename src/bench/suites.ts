@@ -24,6 +24,25 @@ import { benchShapes, type BenchShapes, type Preset } from './shapes';
 export const SUITES = ['gemv', 'gemm', 'attention', 'logprob', 'elementwise', 'adamw'] as const;
 export type Suite = (typeof SUITES)[number];
 
+function shapesFor(preset: Preset, oneWeight: boolean): BenchShapes {
+  const sh = benchShapes(preset);
+  return oneWeight ? { ...sh, gemv: { ...sh.gemv, weights: sh.gemv.weights.slice(0, 1) }, gemm: { ...sh.gemm, weights: sh.gemm.weights.slice(0, 1) } } : sh;
+}
+
+/** Rows a run of `suites` on `preset` reports, the read bandwidth's included (for progress). */
+export function expectedRows(preset: Preset, suites: readonly Suite[], oneWeight = false): number {
+  const sh = shapesFor(preset, oneWeight);
+  const per: Record<Suite, number> = {
+    gemv: sh.gemv.weights.length * sh.gemv.rows.length,
+    gemm: 3 * sh.gemm.weights.length * sh.gemm.rows.length,
+    attention: 2 + sh.attention.sequences.length,
+    logprob: 2,
+    elementwise: 5,
+    adamw: 1,
+  };
+  return 1 + suites.reduce((s, x) => s + per[x], 0);
+}
+
 export type Sweeps = Record<string, { shape: string; setting: string; ms: number }[]>;
 
 /**
@@ -48,6 +67,10 @@ export interface RunOptions {
   suites?: readonly Suite[];
   /** Most profiled repetitions per measurement (default 3 quick, 30 full). */
   maxReps?: number;
+  /** Try every option of ops that have them (default); false: only the first of each list. */
+  sweep?: boolean;
+  /** Only the first weight shape of the GEMV and GEMM suites (a smoke check). */
+  oneWeight?: boolean;
   /** The card's fp32 datasheet peak, for the "of limit" of TFLOP/s rows. */
   fp32Tflops?: number;
   /** Stops the run at the next measurement (the promise rejects with the signal's reason). */
@@ -100,6 +123,10 @@ async function bestOf<T>(
   options: { setting: string; value: T }[],
   run: (value: T, opts: MeasureOptions) => Promise<Timing>,
 ): Promise<{ setting: string; value: T; timing: Timing }> {
+  if (ctx.opts.sweep === false) {
+    const [o] = options;
+    return { ...o, timing: await run(o.value, ctx.full) };
+  }
   const log = (ctx.sweeps[sweep] ??= []);
   let best: { setting: string; value: T; ms: number } | undefined;
   for (const o of options) {
@@ -294,7 +321,8 @@ async function attention(ctx: SuiteContext): Promise<void> {
     await setup.submit();
     release(kNew, vNew);
     const auto = Attention.decodeChunks(L + 1);
-    const chunkOptions = [...new Set([1, Math.max(1, auto >> 1), auto, Math.min(64, 2 * auto)])];
+    // The automatic split first: the one used without a sweep.
+    const chunkOptions = [...new Set([auto, 1, Math.max(1, auto >> 1), Math.min(64, 2 * auto)])];
     const ws = gpu.tensor(attn.splitWorkspaceShape(count, Math.max(...chunkOptions)), 'f32', 'split');
     const dshape = `B${count} L${L} Hq${hq} Hkv${hkv} D${D}`;
     const best = await bestOf(
@@ -453,7 +481,7 @@ export async function runSuites(gpu: Gpu, opts: RunOptions): Promise<RunResult> 
   const ctx: SuiteContext = {
     gpu,
     fill: await Filler.create(gpu),
-    shapes: benchShapes(opts.preset),
+    shapes: shapesFor(opts.preset, opts.oneWeight ?? false),
     quick,
     limits: { readGBs: NaN, fp32Tflops: opts.fp32Tflops },
     full: { maxReps, minReps: Math.min(5, maxReps) },

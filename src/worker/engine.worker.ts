@@ -2,8 +2,10 @@
 // One model at a time (loadModel replaces it); training runs go through src/worker/trainerApi.ts
 // with a policy factory over the loaded model, so checkpoints and resume use IndexedDB.
 import * as Comlink from 'comlink';
+import ortWasmUrl from 'onnxruntime-web/ort-wasm-simd-threaded.asyncify.wasm?url';
 import { adapterFromModules, exportPeft, readLoraParams, tensorNames, validateAgainstModel } from '../adapter/peft';
 import { uploadAdapter } from '../adapter/upload';
+import { createBenchApi } from '../bench/benchApi';
 import { DEMO_MODEL_URL_PATH } from '../data/demo';
 import type { DatasetRow } from '../data/types';
 import { runEval } from '../eval/runner';
@@ -108,8 +110,20 @@ const trainer = createTrainerApi({
 });
 
 const api: EngineApi = {
+let benchGpu: Promise<Gpu> | null = null;
+const bench = createBenchApi({
+  // Timed by wall clock: Chrome rounds timestamp queries to 100 µs for web pages.
+  gpu: () =>
+    (benchGpu ??= Gpu.create(navigator.gpu, { disableFeatures: ['timestamp-query'] }).catch((e: unknown) => {
+      benchGpu = null;
+      throw e;
+    })),
+  ortWasmUrl,
+});
+
   ...trainer,
   async gpuInfo() {
+  ...bench,
     const g = await device();
     const seen: SeenAdapter = { summary: g.adapter, enabled: [...g.features], seenAt: Date.now() };
     await rememberAdapter(seen);
