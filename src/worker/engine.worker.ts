@@ -37,7 +37,8 @@ function servedFiles(base: string, location: string): ModelFiles {
   const fetchBlob = (file: string) => {
     if (!blobs.has(file)) {
       const p = fetch(`${base}/${file}`).then(async (r) => {
-        if (r.status === 404) throw new MissingFileError(file, location);
+        // Vite's dev server (and SPA hosts) answer a missing path with index.html and 200; no model file is HTML.
+        if (r.status === 404 || r.headers.get('content-type')?.startsWith('text/html')) throw new MissingFileError(file, location);
         if (!r.ok) throw new Error(`${base}/${file}: HTTP ${r.status}`);
         return r.blob();
       });
@@ -109,7 +110,6 @@ const trainer = createTrainerApi({
   },
 });
 
-const api: EngineApi = {
 let benchGpu: Promise<Gpu> | null = null;
 const bench = createBenchApi({
   // Timed by wall clock: Chrome rounds timestamp queries to 100 µs for web pages.
@@ -121,9 +121,10 @@ const bench = createBenchApi({
   ortWasmUrl,
 });
 
+const api: EngineApi = {
   ...trainer,
-  async gpuInfo() {
   ...bench,
+  async gpuInfo() {
     const g = await device();
     const seen: SeenAdapter = { summary: g.adapter, enabled: [...g.features], seenAt: Date.now() };
     await rememberAdapter(seen);
