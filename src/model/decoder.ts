@@ -13,11 +13,12 @@
 // mlpBlock) over explicit buffers, so that the training backward can rerun them on its own.
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
-import { Attention } from '../ops/attention';
+import { Attention, type AttentionSplit } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
 import type { KvCache } from '../ops/kvCache';
 import { Lora, type LoraParams } from '../ops/lora';
+import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
 import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
@@ -47,6 +48,7 @@ export interface DecoderOps {
   embedding: Embedding;
   elementwise: Elementwise;
   lora: Lora;
+  loraGemv: LoraGemv;
   tokenIds: TokenIds;
 }
 
@@ -80,12 +82,14 @@ export interface MlpBuffers {
 export interface LoraCall {
   params: LayerLora;
   u: (proj: LoraProjection) => Tensor;
+  /** u is scratch, not kept for a backward: a few rows then take the one-dispatch LoRA GEMV. */
+  transient?: boolean;
 }
 
 /** How the attention block attends: over its own rows, or through the KV cache. */
 export type AttendMode =
   | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor }
-  | { kind: 'cached'; cache: KvCache; slot0: number; count: number };
+  | { kind: 'cached'; cache: KvCache; slot0: number; count: number; split?: AttentionSplit };
 
 /** Visual rows of the sequence: image embeddings and DeepStack features, one row per <|image_pad|>. */
 export interface VisualInputs {
@@ -133,7 +137,7 @@ export class Decoder {
   }
 
   static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights): Promise<Decoder> {
-    const [linear, norms, rope, attention, act, embedding, elementwise, lora, tokenIds] = await Promise.all([
+    const [linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, tokenIds] = await Promise.all([
       Linear.create(gpu),
       Norms.create(gpu),
       Rope.create(gpu, mropeLayout(config.ropeTheta, config.headDim, config.mropeSection)),
@@ -142,15 +146,19 @@ export class Decoder {
       Embedding.create(gpu),
       Elementwise.create(gpu),
       Lora.create(gpu),
+      LoraGemv.create(gpu),
       TokenIds.create(gpu),
     ]);
-    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, tokenIds });
+    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, tokenIds });
   }
 
   /** y = x·Wᵀ (+ y) (+ LoRA). */
   private project(rec: Recorder, w: LinearWeight, x: Tensor, y: Tensor, lora: LoraCall | null, proj: LoraProjection, accumulate = false): void {
     this.ops.linear.forward(rec, x, w, y, accumulate);
-    if (lora) this.ops.lora.forward(rec, lora.params[proj], { x, y, u: lora.u(proj) });
+    if (!lora) return;
+    const p = lora.params[proj];
+    if (lora.transient && LoraGemv.fits(x.shape[0], p.r)) this.ops.loraGemv.forward(rec, p, x, y);
+    else this.ops.lora.forward(rec, p, { x, y, u: lora.u(proj) });
   }
 
   /**
@@ -173,7 +181,7 @@ export class Decoder {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });
     } else {
       attend.cache.append(rec, layer, b.k, b.v, attend.slot0, attend.count);
-      attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale });
+      attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split });
     }
     this.project(rec, w.o, b.attn, h, lora, 'o', true);
   }
@@ -247,7 +255,7 @@ export class Decoder {
     }
     const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r);
     this.weights.layers.forEach((w, l) => {
-      const lora = a.lora ? { params: a.lora[l], u: loraU } : null;
+      const lora = a.lora ? { params: a.lora[l], u: loraU, transient: true } : null;
       this.attentionBlock(rec, l, w, b.h, b.attn, b.cs, a.attend, lora);
       this.mlpBlock(rec, w, b.h, b.mlp, lora);
       const ds = a.visual?.deepstack[l];
