@@ -2,7 +2,7 @@
 // quick preset's first (smallest) weight without the option sweep (SwiftShader compiles shaders
 // slowly), run from the keyboard, fills the table with our rows and onnxruntime-web's
 // MatMulNBits beside them, whose output agrees with ours on the same weights and input; the
-// result copies as Markdown with the same rows.
+// result copies as Markdown with the same rows; a second run cancels.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { benchShapes } from '../../src/bench/shapes';
 import { screenshot, startApp, type AppSession } from '../helpers/browser';
@@ -70,5 +70,15 @@ describe('Benchmark panel', () => {
     const md = (await page.evaluate(`navigator.clipboard.readText()`)) as string;
     expect(md).toContain('| suite | shape | ours ms |');
     expect(md.split('\n').filter((l) => l.startsWith('| gemv-q4 |'))).toHaveLength(cells.length);
+
+    // Enter on Run, then Enter again on Cancel (where focus went): the run stops at its next
+    // measurement, and the table keeps what it measured, marked cancelled.
+    await run.focus();
+    await page.keyboard.press('Enter');
+    await page.keyboard.press('Enter');
+    await page.getByTestId('bench-progress').filter({ hasText: /^Cancelled after \d+ rows\.$/ }).waitFor({ timeout: 30_000 });
+    expect(await panel.getByTestId('bench-table').getAttribute('data-status')).toBe('cancelled');
+    expect(await panel.locator('tbody tr[data-suite="gemv-q4"]').count()).toBeLessThan(quick.rows.length);
+    expect(await page.getByTestId('bench-error').isHidden()).toBe(true);
   });
 });
