@@ -20,6 +20,7 @@ import type { KvCache } from '../ops/kvCache';
 import { Lora, type LoraParams } from '../ops/lora';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
+import { QkNormRope } from '../ops/qkNormRope';
 import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
@@ -49,6 +50,7 @@ export interface DecoderOps {
   elementwise: Elementwise;
   lora: Lora;
   loraGemv: LoraGemv;
+  qkNormRope: QkNormRope;
   tokenIds: TokenIds;
 }
 
@@ -137,7 +139,7 @@ export class Decoder {
   }
 
   static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights): Promise<Decoder> {
-    const [linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, tokenIds] = await Promise.all([
+    const [linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds] = await Promise.all([
       Linear.create(gpu),
       Norms.create(gpu),
       Rope.create(gpu, mropeLayout(config.ropeTheta, config.headDim, config.mropeSection)),
@@ -147,9 +149,10 @@ export class Decoder {
       Elementwise.create(gpu),
       Lora.create(gpu),
       LoraGemv.create(gpu),
+      QkNormRope.create(gpu),
       TokenIds.create(gpu),
     ]);
-    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, tokenIds });
+    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds });
   }
 
   /** y = x·Wᵀ (+ y) (+ LoRA). */
@@ -173,10 +176,15 @@ export class Decoder {
     this.project(rec, w.q, b.xn, b.qRaw, lora, 'q');
     this.project(rec, w.k, b.xn, b.kRaw, lora, 'k');
     this.project(rec, w.v, b.xn, b.v, lora, 'v');
-    norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd?.q);
-    norms.rmsnorm(rec, b.kRaw.reshape([T * hkv, D]), w.kNorm, b.k.reshape([T * hkv, D]), eps, b.rstd?.k);
-    rope.apply(rec, cs, b.q, hq);
-    rope.apply(rec, cs, b.k, hkv);
+    if (b.rstd) {
+      norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
+      norms.rmsnorm(rec, b.kRaw.reshape([T * hkv, D]), w.kNorm, b.k.reshape([T * hkv, D]), eps, b.rstd.k);
+      rope.apply(rec, cs, b.q, hq);
+      rope.apply(rec, cs, b.k, hkv);
+    } else {
+      // No rstd to keep (inference): one dispatch instead of four.
+      this.ops.qkNormRope.apply(rec, { qRaw: b.qRaw, kRaw: b.kRaw, qWeight: w.qNorm, kWeight: w.kNorm, cs, q: b.q, k: b.k, hq, hkv, eps });
+    }
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });
     } else {
