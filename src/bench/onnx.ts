@@ -13,7 +13,7 @@ import { f16BitsToF32 } from '../model/dtype';
 const WIRE_VARINT = 0;
 const WIRE_BYTES = 2;
 
-/** Protobuf writer: fields appended in order into growable chunks. */
+/** Protobuf writer: fields appended in order as a list of chunks, joined once by finish(). */
 class Proto {
   private readonly parts: Uint8Array[] = [];
   private size = 0;
@@ -55,8 +55,12 @@ class Proto {
     return this.bytes(field, new TextEncoder().encode(s));
   }
 
+  /** A nested message, its chunks shared rather than copied (weights are hundreds of MB in the full preset). */
   message(field: number, m: Proto): this {
-    return this.bytes(field, m.finish());
+    this.tag(field, WIRE_BYTES);
+    this.varint(m.size);
+    for (const p of m.parts) this.push(p);
+    return this;
   }
 
   /** Packed repeated varints (int64 dims). */
