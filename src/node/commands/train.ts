@@ -1,6 +1,8 @@
 // `npm run cli -- train --config FILE.json [--steps N] [--metrics FILE.jsonl] [--output-dir DIR]`,
 // `train --resume DIR [--steps N]` and `train --demo`: GSPO/GRPO training on the GPU, one JSON line
 // of metrics per step on stdout (and appended to --metrics).
+// --demo also evaluates the first --eval-rows held-out rows greedily before and after (src/node/demoRun.ts):
+// {"eval": "before"|"after", ...} lines, then {"demo": {before, after, rise}}.
 //
 // The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, the
 // synthetic `dataset`), plus, for prompts from a local file instead, a CLI-only "data" entry:
@@ -32,9 +34,10 @@ import { Trainer, type TrainerEvent } from '../../rl/trainer';
 import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
+import { demoRun } from '../demoRun';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none]';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none]';
 
 /** The bundled demo: public/demo's model on the RL row set of src/data/demo.ts. */
 export const DEMO_CONFIG: TrainConfigInput = {
@@ -201,6 +204,13 @@ export async function run(args: CliArgs): Promise<void> {
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
   const gpu = await createNodeGpu({ driver: args.optStr('driver') });
+  if (args.bool('demo')) {
+    const evalRows = args.optStr('eval-rows') === undefined ? undefined : args.num('eval-rows');
+    const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
+    console.log(JSON.stringify({ demo: result }));
+    warn(`demo: held-out reward ${result.before.reward.toFixed(3)} -> ${result.after.reward.toFixed(3)}, accuracy ${result.before.accuracy.toFixed(3)} -> ${result.after.accuracy.toFixed(3)}, format ${result.before.format.toFixed(3)} -> ${result.after.format.toFixed(3)} over ${result.evalRows} rows after ${result.steps} steps; checkpoints in ${outDir}`);
+    return;
+  }
   const { state } = await trainRun(gpu, qwen3vlFactory({ quant, rows, warn }), {
     config,
     steps,
