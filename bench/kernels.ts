@@ -28,7 +28,9 @@ if (unknown?.length) throw new Error(`--only: unknown suites ${unknown.join(', '
 async function main(): Promise<void> {
   // Dawn rounds timestamps down to multiples of 2^16 ns unless timestamp_quantization is off:
   // useless for kernels of 10 to 100 µs. allow_unsafe_apis exposes subgroup matrices.
-  const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis', 'disable-dawn-features=timestamp_quantization'] });
+  // --dawn-enable adds toggles (e.g. disable_robustness, an upper bound Chrome never ships).
+  const enable = ['allow_unsafe_apis', ...(flag('dawn-enable')?.split(',') ?? [])];
+  const gpu = await createNodeGpu({ dawnFlags: [`enable-dawn-features=${enable.join(',')}`, 'disable-dawn-features=timestamp_quantization'] });
   const peak = cardPeak(`${gpu.adapter.name} ${gpu.adapter.description}`);
   console.log(`adapter: ${gpu.adapter.name}; features: ${[...gpu.features].join(', ')}${QUICK ? '; QUICK shapes' : ''}`);
   const t0 = performance.now();

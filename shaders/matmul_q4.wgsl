@@ -46,52 +46,48 @@ fn hi4(w: u32) -> vec4<f32> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GEMV: y[m, n] (+)= Σ_k x[m, k] W[n, k] for M ≤ 8 rows. TPR threads share RPT rows of W and
-// walk their groups with a stride of TPR, so consecutive threads read consecutive 16-byte groups
-// and each weight is read once for all M rows of x. Each step, a thread loads the codes of U
-// groups in each of its RPT rows before any arithmetic (U·RPT 16-byte loads in flight: on an
-// H100 the loop is bound by load latency, not by arithmetic), then per group a slice of x once
-// for all RPT rows (x comes from cache; reusing it keeps cache traffic below the weight
-// stream's pace). The TPR partial sums of each (row of W, row of x) are reduced once, after the loop.
+// GEMV: y[m, n] (+)= Σ_k x[m, k] W[n, k] for M ≤ 8 rows. A thread group of TPR lanes owns a block
+// of 4 rows of W; lane l takes groups l, l + TPR, ... of each, so one 16-byte load (a vec4<u32>)
+// holds a whole group and the TPR lanes of a row read consecutive 16 bytes. The loads of the next
+// step (4 rows' codes and scales) are issued before the arithmetic of the current one, so each
+// thread keeps a step of weights in flight while it computes (HBM latency is hidden inside each
+// thread, not only across warps). x is staged in workgroup memory once per workgroup and chunk of
+// KC columns, already scaled for the unpacking below and transposed so that consecutive lanes read
+// consecutive 16 bytes; with PERSIST a workgroup walks row blocks with a grid stride and keeps x
+// staged across them (a chunk covering K is staged once per workgroup).
 //
-// Codes become floats without integer-to-float conversions (a quarter-rate instruction on
-// NVIDIA): a code c masked in place at bits 4p..4p+3
-// (p = 0..3 of a half word) and OR-ed into the mantissa of 2^23 is the float 2^23 + c·16^p, so
-// one subtraction gives c·16^p exactly. x is scaled by 16^-p to match (exact: powers of two), and
-// the offset 8 is taken out of the sum per group: Σ x(c − 8) = Σ x·c − 8·Σ x, with Σ x shared by
-// all rows of W.
+// Codes become floats without integer-to-float conversions (a quarter-rate instruction on NVIDIA):
+// a code c masked in place at bits 4p..4p+3 (p = 0..3 of a half word) and OR-ed into the mantissa
+// of 2^23 is the float 2^23 + c·16^p; subtracting 2^23 + 8·16^p gives (c − 8)·16^p exactly. x is
+// scaled by 16^-p to match (exact: powers of two).
 // ---------------------------------------------------------------------------------------------
 #if SUBGROUPS
 // requires: subgroups
 #endif
 
 const MAX_M = 8u;
-const MAX_RPT = 8u;
-override M: u32 = 1u;    // rows of x, 1..MAX_M (one pipeline per value, so the loops unroll)
-override TPR: u32 = 32u; // threads per row of W, a power of two ≥ MAX_M
-override RPT: u32 = 2u;  // rows of W per thread, 1..MAX_RPT
-override TG: u32 = 8u;   // thread groups per workgroup: TPR * TG threads, TG * RPT rows of W
-override U: u32 = 1u;    // groups per thread per step (strided by TPR); U * RPT ≤ MAX_LOADS
-const MAX_LOADS = 8u;
+override M: u32 = 1u;      // rows of x, 1..MAX_M (one pipeline per value, so the loops unroll)
+override TPR: u32 = 32u;   // lanes per block of 4 rows of W, a power of two ≥ 8
+override TG: u32 = 8u;     // row blocks per workgroup: TPR·TG threads, 4·TG rows of W
+override KC: u32 = 2048u;  // columns of x staged per chunk, a multiple of 32
+override PERSIST: bool = false; // grid-stride over row blocks (the grid may be smaller than N needs)
 
 const MAGIC = 0x4B000000u; // 2^23 as f32 bits: its mantissa holds integers below 2^23 exactly
 const NIBBLES = vec4<u32>(0xFu, 0xF0u, 0xF00u, 0xF000u);
+const OFFSET = vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0); // 2^23 + 8·16^p
 const X_SCALE = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625); // 16^-p
 
-// The four codes in bits 0..15 of h as c·16^p (p = 0..3).
-fn nibbles(h: u32) -> vec4<f32> {
-  return bitcast<vec4<f32>>((vec4<u32>(h) & NIBBLES) | vec4<u32>(MAGIC)) - 8388608.0;
+// Σ over the 8 weights of code word cw of x·(c − 8), x pre-scaled: xl for weights 0..3, xh for 4..7.
+fn word_dot(cw: u32, xl: vec4<f32>, xh: vec4<f32>) -> f32 {
+  let ql = bitcast<vec4<f32>>((vec4<u32>(cw) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
+  let qh = bitcast<vec4<f32>>((vec4<u32>(cw >> 16u) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
+  return dot(xl, ql) + dot(xh, qh);
 }
 
-var<workgroup> partial: array<f32, MAX_M * TPR * TG>;
-#if XSHARED
-// x staged once per workgroup (with XSHARED, for M·K ≤ 4·XS): scaled by 16^-p and transposed so
-// that the TPR threads of a row, at consecutive groups, read consecutive 16 bytes:
-// xstage[m·K/4 + v·G + g] = x[m, 32g + 4v .. 32g + 4v + 3] · X_SCALE, and xsums[m·G + g] = Σ of group g.
-// (Read straight from x, each thread's group is its own 128-byte line: TPR lines per load.)
-override XS: u32 = 512u;
-var<workgroup> xstage: array<vec4<f32>, XS>;
-var<workgroup> xsums: array<f32, XS / 8u>;
+// xstage[m·KC/4 + v·KC/32 + g] = x[m, k0 + 32g + 4v .. + 3] · X_SCALE for the chunk at column k0.
+var<workgroup> xstage: array<vec4<f32>, M * KC / 4u>;
+#if !SUBGROUPS
+var<workgroup> partial: array<vec4<f32>, TPR * TG>;
 #endif
 
 @compute @workgroup_size(TPR * TG)
@@ -99,122 +95,109 @@ fn gemv(
   @builtin(workgroup_id) wid: vec3u,
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
-#if SUBGROUPS
-  @builtin(subgroup_size) sg_size: u32,
-  @builtin(subgroup_invocation_id) sg_lane: u32,
-#endif
 ) {
   let wg = TPR * TG;
   let tg = lid / TPR;
   let lane = lid % TPR;
-  let row0 = ((wid.x + wid.y * nwg.x) * TG + tg) * RPT;
   let groups = params.k / 32u;
-  let xrow = params.k / 4u; // vec4s per row of x
-#if XSHARED
-  for (var i = lid; i < M * groups; i += wg) {
-    let m = i / groups;
-    let g = i % groups;
-    var sum = vec4<f32>(0.0);
-    for (var v = 0u; v < 8u; v++) {
-      let a = x[m * xrow + g * 8u + v];
-      xstage[m * xrow + v * groups + g] = a * X_SCALE;
-      sum += a;
-    }
-    xsums[i] = dot(sum, vec4<f32>(1.0));
-  }
-  workgroupBarrier();
-#endif
-  var acc: array<array<f32, MAX_M>, MAX_RPT>;
-  for (var g0 = lane; g0 < groups; g0 += TPR * U) {
-    // All U·RPT code loads of the step first: the loop is latency-bound, not arithmetic-bound.
-    var c: array<vec4<u32>, MAX_LOADS>;
-    var d: array<f32, MAX_LOADS>;
-    for (var u = 0u; u < U; u++) {
-      // Groups past K repeat the last group (a cached read) and get a zero scale.
-      let g = min(g0 + u * TPR, groups - 1u);
-      let live = g0 + u * TPR < groups;
-      for (var r = 0u; r < RPT; r++) {
-        // Rows past N repeat the last row (a cached read) and their sums are dropped.
-        let s = min(row0 + r, params.n - 1u) * groups + g;
-        c[u * RPT + r] = codes4[s];
-        d[u * RPT + r] = select(0.0, scale_of(s), live);
+  let gc_max = KC / 32u;
+  let blocks = (params.n + 4u * TG - 1u) / (4u * TG); // workgroup-sized blocks of rows
+  let first = wid.x + wid.y * nwg.x;
+  let stride = select(blocks, nwg.x * nwg.y, PERSIST);
+  var staged = 0xFFFFFFFFu;
+  for (var blk = first; blk < blocks; blk += stride) {
+    let row0 = (blk * TG + tg) * 4u;
+    // Rows past N repeat the last row (a cached read); their sums are dropped.
+    let r0 = min(row0, params.n - 1u) * groups;
+    let r1 = min(row0 + 1u, params.n - 1u) * groups;
+    let r2 = min(row0 + 2u, params.n - 1u) * groups;
+    let r3 = min(row0 + 3u, params.n - 1u) * groups;
+    // acc[m][r]: row m of x, row row0 + r of W. Explicitly zeroed: lavapipe kept values across
+    // iterations with the implicit zeroing.
+    var acc = array<vec4<f32>, MAX_M>();
+    for (var k0 = 0u; k0 < params.k; k0 += KC) {
+      let gc = min(gc_max, groups - k0 / 32u);
+      if (k0 != staged) {
+        workgroupBarrier(); // the previous chunk's reads are done
+        for (var i = lid; i < M * gc * 8u; i += wg) {
+          let m = i / (gc * 8u);
+          let g = (i / 8u) % gc;
+          let v = i % 8u;
+          xstage[m * (KC / 4u) + v * gc_max + g] = x[m * (params.k / 4u) + k0 / 4u + g * 8u + v] * X_SCALE;
+        }
+        workgroupBarrier();
+        staged = k0;
       }
-    }
-    for (var u = 0u; u < U; u++) {
-      let g = min(g0 + u * TPR, groups - 1u);
-      // Explicitly zeroed: lavapipe kept their values across iterations with the implicit zeroing.
-      var dots = array<array<f32, MAX_M>, MAX_RPT>();
-      var xsum = array<vec4<f32>, MAX_M>();
-      for (var w = 0u; w < 4u; w++) {
-        var xl: array<vec4<f32>, MAX_M>;
-        var xh: array<vec4<f32>, MAX_M>;
+      let g0 = k0 / 32u;
+      var gl = lane;
+      // Lanes past the chunk's last group load it again (a cached read) and skip the arithmetic.
+      var s = g0 + min(gl, gc - 1u);
+      var c0 = codes4[r0 + s];
+      var c1 = codes4[r1 + s];
+      var c2 = codes4[r2 + s];
+      var c3 = codes4[r3 + s];
+      var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
+      for (; gl < gc; gl += TPR) {
+        let sn = g0 + min(gl + TPR, gc - 1u);
+        let n0 = codes4[r0 + sn];
+        let n1 = codes4[r1 + sn];
+        let n2 = codes4[r2 + sn];
+        let n3 = codes4[r3 + sn];
+        let dn = vec4<f32>(scale_of(r0 + sn), scale_of(r1 + sn), scale_of(r2 + sn), scale_of(r3 + sn));
         for (var m = 0u; m < M; m++) {
-#if XSHARED
-          xl[m] = xstage[m * xrow + 2u * w * groups + g];
-          xh[m] = xstage[m * xrow + (2u * w + 1u) * groups + g];
-#else
-          let a = x[m * xrow + g * 8u + 2u * w];
-          let b = x[m * xrow + g * 8u + 2u * w + 1u];
-          xsum[m] += a + b;
-          xl[m] = a * X_SCALE;
-          xh[m] = b * X_SCALE;
-#endif
-        }
-        for (var r = 0u; r < RPT; r++) {
-          let cw = c[u * RPT + r][w];
-          let ql = nibbles(cw);
-          let qh = nibbles(cw >> 16u);
-          for (var m = 0u; m < M; m++) {
-            dots[r][m] += dot(xl[m], ql) + dot(xh[m], qh);
+          var dots = vec4<f32>(0.0);
+          for (var w = 0u; w < 4u; w++) {
+            let xl = xstage[m * (KC / 4u) + 2u * w * gc_max + gl];
+            let xh = xstage[m * (KC / 4u) + (2u * w + 1u) * gc_max + gl];
+            dots += vec4<f32>(word_dot(c0[w], xl, xh), word_dot(c1[w], xl, xh), word_dot(c2[w], xl, xh), word_dot(c3[w], xl, xh));
           }
+          acc[m] += d * dots;
         }
-      }
-      for (var m = 0u; m < M; m++) {
-#if XSHARED
-        let off = 8.0 * xsums[m * groups + g];
-#else
-        let off = 8.0 * dot(xsum[m], vec4<f32>(1.0));
-#endif
-        for (var r = 0u; r < RPT; r++) {
-          acc[r][m] += d[u * RPT + r] * (dots[r][m] - off);
-        }
+        c0 = n0;
+        c1 = n1;
+        c2 = n2;
+        c3 = n3;
+        d = dn;
       }
     }
-  }
-  for (var r = 0u; r < RPT; r++) {
-    // Reduce this row's TPR partial sums to `parts` values per row of x in `partial`...
+    // Sum the TPR lanes' partial sums; lane 4m + r (mod TPR) writes row m of x, row row0 + r of W.
 #if SUBGROUPS
-    // ...one per subgroup. Subgroups are runs of consecutive invocations, and the host takes
-    // this path only when the largest subgroup fits in TPR, so no subgroup spans two groups.
+    // Butterfly within the thread group: the host takes this path only when every subgroup holds
+    // whole thread groups (TPR divides the smallest subgroup size).
     for (var m = 0u; m < M; m++) {
-      let v = subgroupAdd(acc[r][m]);
-      if (sg_lane == 0u) {
-        partial[m * wg + lid / sg_size] = v;
+      for (var o = TPR / 2u; o > 0u; o >>= 1u) {
+        acc[m] += subgroupShuffleXor(acc[m], o);
       }
     }
-    let parts = TPR / sg_size;
+    for (var j = lane; j < 4u * M; j += TPR) {
+      let n = row0 + j % 4u;
+      if (n < params.n) {
+        let o = (j / 4u) * params.n + n;
+        var v = acc[j / 4u][j % 4u];
+        if (params.accumulate != 0u) {
+          v += y[o];
+        }
+        y[o] = v;
+      }
+    }
 #else
-    // ...one per thread (a tree with a barrier per level is far slower on software Vulkan).
     for (var m = 0u; m < M; m++) {
-      partial[m * wg + lid] = acc[r][m];
+      partial[lid] = acc[m];
+      workgroupBarrier();
+      if (lane < 4u && row0 + lane < params.n) {
+        var v = 0.0;
+        for (var p = 0u; p < TPR; p++) {
+          v += partial[tg * TPR + p][lane];
+        }
+        let o = m * params.n + row0 + lane;
+        if (params.accumulate != 0u) {
+          v += y[o];
+        }
+        y[o] = v;
+      }
+      workgroupBarrier();
     }
-    let parts = TPR;
 #endif
-    workgroupBarrier();
-    // Lane m of the thread group finishes row m of x.
-    let n = row0 + r;
-    if (lane < M && n < params.n) {
-      var v = 0.0;
-      for (var p = 0u; p < parts; p++) {
-        v += partial[lane * wg + tg * parts + p];
-      }
-      let o = lane * params.n + n;
-      if (params.accumulate != 0u) {
-        v += y[o];
-      }
-      y[o] = v;
-    }
-    workgroupBarrier();
   }
 }
 

@@ -50,21 +50,17 @@ export function allocQ4(gpu: Gpu, n: number, k: number, label: string): Q4Weight
 
 /** How the GEMV spreads a weight over threads (the `override`s of shaders/matmul_q4.wgsl). */
 export interface GemvShape {
-  /** Threads along K per row of W: a power of two, at least 8. */
+  /** Lanes per block of 4 rows of W, along K: a power of two from 8 to 32. */
   threadsPerRow: number;
-  /** Rows of W per thread, 1 to 8: each slice of x loaded is used for all of them. */
-  rowsPerThread: number;
-  /** Thread groups per workgroup: threadsPerRow · groups threads, rowsPerThread · groups rows. */
+  /** Row blocks per workgroup: threadsPerRow · groups threads, 4 · groups rows of W. */
   groups: number;
-  /** Groups of 32 weights a thread loads per row and step, strided by threadsPerRow (default 1);
-   * groupsPerStep · rowsPerThread ≤ 8 loads are in flight before any arithmetic. */
-  groupsPerStep?: number;
+  /** Most workgroups per dispatch; each walks row blocks with a grid stride and keeps x staged
+   * across them (0 or absent: one workgroup per 4 · groups rows). */
+  persist?: number;
 }
 
-/** 128 threads, 16 rows of W per workgroup. Over the GEMV shapes of Qwen3-VL-2B at 1 and 8 rows on
- * an H100 (BENCHMARKS.md) it is within 1.45x of each shape's best layout (geometric mean), the
- * best single layout; the best per shape differ (8 threads x 8 rows for the LM head). */
-export const DEFAULT_GEMV: GemvShape = { threadsPerRow: 32, rowsPerThread: 4, groups: 4 };
+/** 32 lanes per 4 rows, 32 rows per workgroup (see BENCHMARKS.md for the H100 sweep). */
+export const DEFAULT_GEMV: GemvShape = { threadsPerRow: 32, groups: 8 };
 
 /** How the GEMM tiles y (the `override`s GTM, GTN, GBK of shaders/matmul_q4.wgsl). */
 export interface GemmShape {
@@ -80,23 +76,21 @@ export interface GemmShape {
 export const DEFAULT_GEMM: GemmShape = { rowsPerThread: 4, colsPerThread: 4, stepK: 32 };
 
 export interface MatmulQ4Options {
-  /** Reduce GEMV partial sums with subgroup operations. Default: when the device has subgroups
-   * and its largest subgroup fits in one row's threads. */
+  /** Reduce GEMV partial sums with subgroup shuffles. Default: when the device has subgroups and
+   * its smallest subgroup holds whole rows of threads (threadsPerRow divides it). */
   subgroups?: boolean;
   gemv?: GemvShape;
-  /** Largest K whose rows of x the GEMV stages in workgroup memory (default 0: never; not yet
-   * measured on a GPU). Larger K, or M·K past the device's workgroup memory, read x from cache.
-   * Staging costs xSharedK·M·4.1 bytes of workgroup memory per workgroup, whatever the call's K. */
-  xSharedK?: number;
+  /** Most columns of x the GEMV stages in workgroup memory at a time, per row of x (a multiple of
+   * 32; default 2048, Qwen3-VL's hidden size). Each pipeline for M rows stages min(xChunk, what
+   * fits)·M floats, zeroed by WebGPU at each workgroup's start; a longer K is walked in chunks. */
+  xChunk?: number;
   gemm?: GemmShape;
 }
 
 export class MatmulQ4 {
   private constructor(
     private readonly gemvK: readonly Kernel[],
-    /** Per M, the GEMV that stages x in workgroup memory, where it fits. */
-    private readonly gemvSharedK: readonly (Kernel | undefined)[],
-    private readonly xSharedK: number,
+    private readonly gemvPersist: number,
     private readonly gemmK: Kernel,
     private readonly dinputK: Kernel,
     private readonly gatherK: Kernel,
@@ -107,14 +101,14 @@ export class MatmulQ4 {
 
   static async create(gpu: Gpu, opts: MatmulQ4Options = {}): Promise<MatmulQ4> {
     const shape = opts.gemv ?? DEFAULT_GEMV;
-    const { threadsPerRow: TPR, rowsPerThread: RPT, groups: TG, groupsPerStep: U = 1 } = shape;
+    const { threadsPerRow: TPR, groups: TG, persist = 0 } = shape;
     const pow2 = (v: number) => Number.isInteger(v) && v > 0 && (v & (v - 1)) === 0;
-    // Lane m of a row finishes row m of x, so a row needs at least GEMV_MAX_ROWS threads.
-    if (!pow2(TPR) || TPR < GEMV_MAX_ROWS || !(RPT >= 1 && RPT <= 8) || !Number.isInteger(RPT) || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(U) || U < 1 || U * RPT > 8) {
+    if (!pow2(TPR) || TPR < 8 || TPR > 32 || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(persist) || persist < 0) {
       throw new ShapeError('matmulQ4.gemv', `bad GEMV shape ${JSON.stringify(shape)}`);
     }
-    if (TPR * TG > gpu.limits.maxComputeInvocationsPerWorkgroup || 4 * GEMV_MAX_ROWS * TPR * TG > gpu.limits.maxComputeWorkgroupStorageSize) {
-      throw new ShapeError('matmulQ4.gemv', `${TPR * TG} threads per workgroup exceed this GPU's limits (threads or workgroup memory)`);
+    const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
+    if (TPR * TG > gpu.limits.maxComputeInvocationsPerWorkgroup) {
+      throw new ShapeError('matmulQ4.gemv', `${TPR * TG} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
     }
     const gemm = opts.gemm ?? DEFAULT_GEMM;
     const gemmBytes = 16 * gemm.stepK * 4 * (gemm.rowsPerThread + gemm.colsPerThread);
@@ -124,11 +118,24 @@ export class MatmulQ4 {
     if (gemmBytes > gpu.limits.maxComputeWorkgroupStorageSize) {
       throw new ShapeError('matmulQ4.gemm', `tiles of ${gemmBytes} bytes exceed this GPU's ${gpu.limits.maxComputeWorkgroupStorageSize} of workgroup memory`);
     }
-    const maxSubgroup = gpu.device.adapterInfo?.subgroupMaxSize ?? TPR;
-    const subgroups = opts.subgroups ?? (gpu.has('subgroups') && maxSubgroup <= TPR);
+    const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
+    const subgroups = opts.subgroups ?? (gpu.has('subgroups') && minSubgroup >= TPR);
     if (subgroups) {
       gpu.require('subgroups', 'the 4-bit GEMV subgroup reduction');
-      if (maxSubgroup > TPR) throw new MissingFeatureError('subgroups', `subgroups of up to ${maxSubgroup} invocations span several rows of ${TPR} threads`);
+      if (minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
+    }
+    const partialBytes = subgroups ? 0 : 16 * TPR * TG;
+    const xChunk = opts.xChunk ?? 2048;
+    if (!Number.isInteger(xChunk) || xChunk < Q4_GROUP || xChunk % Q4_GROUP !== 0) {
+      throw new ShapeError('matmulQ4.gemv', `xChunk must be a positive multiple of ${Q4_GROUP}, got ${xChunk}`);
+    }
+    // Per M, the columns of x staged per chunk: what fits beside the reduction's memory.
+    const chunks = Array.from({ length: GEMV_MAX_ROWS }, (_, i) => {
+      const fit = Math.floor((wgBytes - partialBytes) / (4 * (i + 1)) / Q4_GROUP) * Q4_GROUP;
+      return Math.min(xChunk, fit);
+    });
+    if (chunks[GEMV_MAX_ROWS - 1] < Q4_GROUP) {
+      throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot stage ${GEMV_MAX_ROWS} rows of one group of x`);
     }
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const spec = (entry: string, extra: { constants?: Record<string, number>; defines?: Record<string, boolean> } = {}) => ({
@@ -137,27 +144,16 @@ export class MatmulQ4 {
       uniforms,
       ...extra,
     });
-    const gemv = Array.from({ length: GEMV_MAX_ROWS }, (_, i) =>
-      gpu.kernel(spec('gemv', { constants: { M: i + 1, TPR, RPT, TG, U }, defines: { SUBGROUPS: subgroups, XSHARED: false } })),
+    const gemv = chunks.map((KC, i) =>
+      gpu.kernel(spec('gemv', { constants: { M: i + 1, TPR, TG, KC, PERSIST: persist > 0 ? 1 : 0 }, defines: { SUBGROUPS: subgroups } })),
     );
-    const xSharedK = opts.xSharedK ?? 0;
-    if (!Number.isInteger(xSharedK) || xSharedK < 0 || xSharedK % Q4_GROUP !== 0) {
-      throw new ShapeError('matmulQ4.gemv', `xSharedK must be a non-negative multiple of ${Q4_GROUP}, got ${xSharedK}`);
-    }
-    const partialBytes = 4 * GEMV_MAX_ROWS * TPR * TG;
-    const gemvShared = Array.from({ length: GEMV_MAX_ROWS }, (_, i) => {
-      const XS = ((i + 1) * xSharedK) / 4; // vec4s of x, plus XS/8 group sums
-      const fits = XS > 0 && 16.5 * XS + partialBytes <= gpu.limits.maxComputeWorkgroupStorageSize;
-      return fits ? gpu.kernel(spec('gemv', { constants: { M: i + 1, TPR, RPT, TG, U, XS }, defines: { SUBGROUPS: subgroups, XSHARED: true } })) : undefined;
-    });
-    const gemvSharedK = await Promise.all(gemvShared);
     const [gemmK, dinputK, gatherK, ...gemvK] = await Promise.all([
       gpu.kernel(spec('gemm', { constants: { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK } })),
       gpu.kernel(spec('dinput')),
       gpu.kernel(spec('gather')),
       ...gemv,
     ]);
-    return new MatmulQ4(gemvK, gemvSharedK, xSharedK, gemmK, dinputK, gatherK, subgroups, RPT * TG, {
+    return new MatmulQ4(gemvK, persist, gemmK, dinputK, gatherK, subgroups, 4 * TG, {
       m: 16 * gemm.rowsPerThread,
       n: 16 * gemm.colsPerThread,
     });
@@ -202,8 +198,9 @@ export class MatmulQ4 {
     if (m < 1 || m > GEMV_MAX_ROWS) throw new ShapeError(op, `takes 1 to ${GEMV_MAX_ROWS} rows of x, got ${m}`);
     this.checkF32(op, 'x', x, m, w.k);
     this.checkF32(op, 'y', y, m, w.n);
-    const staged = w.k <= this.xSharedK ? this.gemvSharedK[m - 1] : undefined;
-    rec.dispatch(staged ?? this.gemvK[m - 1], { codes4: w.codes, scales: w.scales, x, y }, grid1d(w.n, this.rowsPerGroup), {
+    const blocks = Math.ceil(w.n / this.rowsPerGroup);
+    const groups = this.gemvPersist > 0 ? Math.min(blocks, this.gemvPersist) : blocks;
+    rec.dispatch(this.gemvK[m - 1], { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
       m,
       n: w.n,
       k: w.k,

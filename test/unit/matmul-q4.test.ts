@@ -78,22 +78,24 @@ describe('4-bit matmul', () => {
     await checkForward(gpu, mm, 'gemv', MS_GEMV, ' (shared memory)');
   });
 
-  it('GEMV staging x in workgroup memory (where it fits) agrees too', async () => {
+  it('GEMV with another thread layout (8 lanes per row block, 4 blocks), with and without subgroups', async () => {
     const gpu = await testGpu();
-    const mm = await MatmulQ4.create(gpu, { xSharedK: 160, gemv: { threadsPerRow: 8, rowsPerThread: 2, groups: 4 } });
-    await checkForward(gpu, mm, 'gemv', MS_GEMV, ' (x staged)');
-  });
-
-  it('GEMV with another thread layout (8 threads per row, 3 rows per thread), with and without subgroups', async () => {
-    const gpu = await testGpu();
-    const gemv = { threadsPerRow: 8, rowsPerThread: 3, groups: 4 };
-    for (const subgroups of gpu.has('subgroups') ? [false, true] : [false]) {
+    const gemv = { threadsPerRow: 8, groups: 4 };
+    const sgMin = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
+    for (const subgroups of gpu.has('subgroups') && sgMin >= 8 ? [false, true] : [false]) {
       const mm = await MatmulQ4.create(gpu, { subgroups, gemv });
       expect(mm.subgroups).toBe(subgroups);
-      await checkForward(gpu, mm, 'gemv', [1, 3, 8], ` (8x3x4${subgroups ? ', subgroups' : ''})`);
+      await checkForward(gpu, mm, 'gemv', [1, 3, 8], ` (8x4${subgroups ? ', subgroups' : ''})`);
     }
     await expect(MatmulQ4.create(gpu, { gemv: { ...gemv, threadsPerRow: 12 } })).rejects.toBeInstanceOf(ShapeError);
-    await expect(MatmulQ4.create(gpu, { gemv: { ...gemv, groupsPerStep: 3 } })).rejects.toBeInstanceOf(ShapeError); // 9 loads
+    await expect(MatmulQ4.create(gpu, { gemv: { ...gemv, threadsPerRow: 64 } })).rejects.toBeInstanceOf(ShapeError);
+    await expect(MatmulQ4.create(gpu, { xChunk: 48 })).rejects.toBeInstanceOf(ShapeError);
+  });
+
+  it('GEMV walking x in chunks of 64 columns, and a persistent grid of 2 workgroups, agrees too', async () => {
+    const gpu = await testGpu();
+    const mm = await MatmulQ4.create(gpu, { xChunk: 64, gemv: { threadsPerRow: 8, groups: 2, persist: 2 } });
+    await checkForward(gpu, mm, 'gemv', [1, 8], ' (chunks of 64, persistent)');
   });
 
   it('GEMM y = x·Wᵀ (and y +=) matches for one row to several tiles, odd N and K', async () => {
@@ -132,16 +134,19 @@ describe('4-bit matmul', () => {
     release(tx, ty, w.codes, w.scales);
   });
 
-  it('GEMV keeps 1e-4 over many groups per thread when x has a large common offset (the −8·Σx term cancels)', async () => {
+  it('GEMV keeps 1e-4 over many groups per thread when x has a large common offset (its codes offset by 8)', async () => {
     const gpu = await testGpu();
     const [n, k] = [37, 2080];
     const { w, deq } = weight(gpu, n, k, 7);
-    // 8 threads per row: 9 groups per thread (65 = 8·8 + 1); 8 rows per thread: rows past N.
-    // 4 groups per step: the last of 3 steps has one live group of 4.
-    // x from cache (the default), and staged with xSharedK 2080.
-    const layouts = [undefined, { threadsPerRow: 8, rowsPerThread: 8, groups: 2 }, { threadsPerRow: 8, rowsPerThread: 2, groups: 4, groupsPerStep: 4 }];
-    for (const [gemv, xSharedK] of layouts.flatMap((l) => [[l, undefined], [l, k]] as const)) {
-      const mm = await MatmulQ4.create(gpu, { gemv, xSharedK });
+    // The default layout (x in one chunk of 2080 columns); 8 lanes per row block: 9 groups per
+    // lane (65 = 8·8 + 1), 10 blocks of 4 rows (the last past N) walked by 3 workgroups, x in
+    // chunks of 1024 columns (the last of 3 chunks one group).
+    const layouts = [
+      [undefined, 2080],
+      [{ threadsPerRow: 8, groups: 2, persist: 3 }, 1024],
+    ] as const;
+    for (const [gemv, xChunk] of layouts) {
+      const mm = await MatmulQ4.create(gpu, { gemv, xChunk });
       for (const m of [1, 8]) {
         const x = randUniform(m * k, 8 + m, 2, 3);
         const tx = gpu.upload(x, [m, k], 'f32', 'x');
@@ -150,7 +155,7 @@ describe('4-bit matmul', () => {
         mm.gemv(rec, tx, w, ty);
         await rec.submit();
         const { y, mag } = matmulABt(x, deq, m, n, k);
-        expectMatmulClose(await gpu.readF32(ty), y, mag, `gemv offset x M=${m} ${JSON.stringify(gemv ?? 'default')} xSharedK ${xSharedK}`);
+        expectMatmulClose(await gpu.readF32(ty), y, mag, `gemv offset x M=${m} ${JSON.stringify(gemv ?? 'default')} xChunk ${xChunk}`);
         release(tx, ty);
       }
     }
