@@ -84,7 +84,7 @@ export interface MlpBuffers {
 export interface LoraCall {
   params: LayerLora;
   u: (proj: LoraProjection) => Tensor;
-  /** u is scratch, not kept for a backward: a few rows then take the one-dispatch LoRA GEMV. */
+  /** u is scratch, not kept for a backward: a few rows then take the LoRA GEMV. */
   transient?: boolean;
 }
 
@@ -160,7 +160,7 @@ export class Decoder {
     this.ops.linear.forward(rec, x, w, y, accumulate);
     if (!lora) return;
     const p = lora.params[proj];
-    if (lora.transient && LoraGemv.fits(x.shape[0], p.r)) this.ops.loraGemv.forward(rec, p, x, y);
+    if (lora.transient && LoraGemv.fits(x.shape[0])) this.ops.loraGemv.forward(rec, p, x, y, lora.u(proj));
     else this.ops.lora.forward(rec, p, { x, y, u: lora.u(proj) });
   }
 

@@ -1,4 +1,4 @@
-// Decode with an adapter on: the decode steps take the one-dispatch LoRA GEMV (src/ops/loraGemv.ts,
+// Decode with an adapter on: the decode steps take the LoRA GEMV (src/ops/loraGemv.ts,
 // ≤ 8 rows), the prefill the two GEMMs. Sampled completions and their log-probs equal those of the
 // base model with every adapter merged into its weight (W + alpha/r·B·A, on the CPU).
 import { describe, expect, it } from 'vitest';
