@@ -225,27 +225,27 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
 }
 
 // Merge the SPLIT partials of each (row, head): o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s.
-// Grid grid1d(count·n·Hq, 256).
+// One thread per output element (row, head, d), so that reads of the partials coalesce along d
+// (a thread per (row, head) walking D·splits values took 180 µs a layer at 10 chunks on the H100).
+// Grid grid1d(count·n·Hq·D, 256).
 @compute @workgroup_size(FLAT_WG)
 fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * FLAT_WG + lid;
+  let e = (wid.x + wid.y * nwg.x) * FLAT_WG + lid;
   let n = params.nseq * params.rows * params.hq;
-  if (i >= n) { return; }
+  if (e >= n * D) { return; }
+  let i = e / D;
+  let d = e % D;
   var mx = NEG;
   for (var s = 0u; s < params.splits; s++) { mx = max(mx, part[(s * n + i) * (D + 2u) + D]); }
   var l = 0.0;
+  var a = 0.0;
   for (var s = 0u; s < params.splits; s++) {
     let base = (s * n + i) * (D + 2u);
-    l += part[base + D + 1u] * exp(part[base + D] - mx);
+    let w = exp(part[base + D] - mx);
+    l += part[base + D + 1u] * w;
+    a += part[base + d] * w;
   }
-  for (var d = 0u; d < D; d++) {
-    var a = 0.0;
-    for (var s = 0u; s < params.splits; s++) {
-      let base = (s * n + i) * (D + 2u);
-      a += part[base + d] * exp(part[base + D] - mx);
-    }
-    o[i * D + d] = a / l;
-  }
+  o[i * D + d] = a / l;
 }
 
 // ---------------------------------------------------------------------------------------------

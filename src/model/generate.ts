@@ -8,7 +8,6 @@
 // are dropped. Each row's draw depends only on (seed, row, step), so the output is the same as
 // reading back every step.
 import { Tensor, type Gpu } from '../gpu';
-import { Attention } from '../ops/attention';
 import { KvCache } from '../ops/kvCache';
 import type { Sampler, SamplingConfig } from '../ops/sampling';
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
@@ -16,6 +15,9 @@ import type { TableHead } from './lmHead';
 
 /** Decode steps per submit (and per readback). At most twice this many steps run past the last stop. */
 export const STEPS_PER_SUBMIT = 8;
+/** Keys per chunk of split decode attention, and the most chunks the kernel takes. */
+const KEYS_PER_CHUNK = 64;
+const MAX_ATTENTION_CHUNKS = 64;
 
 export interface GenerateRequest {
   inputIds: Int32Array;
@@ -72,10 +74,9 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   // Step s ≥ 1 reads its [3, G] positions at row s (rows padded to the storage offset alignment).
   const posStride = Math.ceil((12 * G) / gpu.limits.minStorageBufferOffsetAlignment) * gpu.limits.minStorageBufferOffsetAlignment;
   const positions = gpu.tensor([(r.maxNewTokens * posStride) / 4], 'i32', 'generate.positions');
-  // Decode attention has only G·Hkv workgroups of work: split each sequence's keys into chunks.
-  // On the H100 at 640 keys: unsplit 240 µs a layer; 10 chunks 40 µs + 180 µs for the combine,
-  // whose threads walk the chunks serially; Attention.decodeChunks' 256 keys a chunk balance the two.
-  const chunks = Attention.decodeChunks(T + r.maxNewTokens);
+  // Decode attention has only G·Hkv workgroups of work: split each sequence's keys into chunks
+  // (H100, 640 keys, one sequence: unsplit 240 µs a layer, in 10 chunks 40 µs plus the combine).
+  const chunks = Math.min(MAX_ATTENTION_CHUNKS, Math.ceil((T + r.maxNewTokens) / KEYS_PER_CHUNK));
   const splitWs = gpu.tensor(decoder.ops.attention.splitWorkspaceShape(G, chunks), 'f32', 'generate.attention_split');
   const stop = new Set(r.stopIds);
   try {

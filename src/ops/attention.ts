@@ -219,7 +219,7 @@ export class Attention {
     if (ws.dtype !== 'f32' || ws.numel < need) throw new ShapeError(op, `split workspace '${ws.label}' needs ${need} f32 elements, has ${ws.numel} ${ws.dtype}`);
     if (b.count * chunks > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new ShapeError(op, `count·chunks ${b.count * chunks} too large for one grid dimension`);
     rec.dispatch(this.fwdCachedSplit, { ...kv, part: ws }, [tiles, hkv, b.count * chunks], u);
-    rec.dispatch(this.combine, { part: ws, o }, grid1d(rows * hq, FLAT_WG), u);
+    rec.dispatch(this.combine, { part: ws, o }, grid1d(rows * hq * D, FLAT_WG), u);
   }
 
   /** dq, dk, dv from dout, recomputing the probabilities tile by tile from lse. */
