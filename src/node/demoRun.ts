@@ -1,7 +1,7 @@
 // `train --demo`: the bundled teaching demo end to end, as the app's default run does it (issue 7):
 // public/demo's model, greedy eval of the first held-out rows, GSPO training with the seeds'
 // rewards on the RL row set, the same eval again with the trained adapter. The CI test
-// (test/unit/demo-learning.test.ts) runs exactly this with the defaults below.
+// (test/unit/demo-learning.test.ts) runs exactly this with --quick's settings.
 import { demoRows, DEMO_SYSTEM_PROMPT } from '../data/demo';
 import type { Gpu } from '../gpu';
 import { runEval } from '../eval/runner';
@@ -13,7 +13,9 @@ import type { Policy } from '../rl/policy';
 import { trainRun, type TrainRunOptions } from './commands/train';
 
 /** Held-out rows evaluated before and after (the first ones: the three tasks take turns). */
-export const DEMO_EVAL_ROWS = 12;
+export const DEMO_EVAL_ROWS = 200;
+/** The same for --quick. */
+export const DEMO_QUICK_EVAL_ROWS = 30;
 /** Long enough for the demo model's formatted answers (~40 tokens). */
 export const DEMO_EVAL_MAX_NEW_TOKENS = 64;
 

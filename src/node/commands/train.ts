@@ -2,6 +2,7 @@
 // `train --resume DIR [--steps N]` and `train --demo`: GSPO/GRPO training on the GPU, one JSON line
 // of metrics per step on stdout (and appended to --metrics).
 // --demo also evaluates the first --eval-rows held-out rows greedily before and after (src/node/demoRun.ts):
+// --quick is the small version CI runs on software Vulkan (src/data/demo.ts DEMO_QUICK_CONFIG);
 // {"eval": "before"|"after", ...} lines, then {"demo": {before, after, rise}}.
 //
 // The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, the
@@ -17,7 +18,7 @@
 // leaves the previous checkpoint current. DIR/data.json keeps the "data" entry for --resume.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DEMO_IMAGE_SIZE, DEMO_MODEL_DIR, DEMO_SETS, DEMO_SYSTEM_PROMPT, DEMO_TASKS } from '../../data/demo';
+import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { loadFile, loadParquet, type ColumnMapping } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
 import { sharpDecoder } from '../../data/node/sharpDecoder';
@@ -34,25 +35,10 @@ import { Trainer, type TrainerEvent } from '../../rl/trainer';
 import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
-import { demoRun } from '../demoRun';
+import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none]';
-
-/** The bundled demo: public/demo's model on the RL row set of src/data/demo.ts. */
-export const DEMO_CONFIG: TrainConfigInput = {
-  model_name_or_path: DEMO_MODEL_DIR,
-  dataset: { kind: 'synthetic', tasks: [...DEMO_TASKS], count: DEMO_SETS.rl.count, seed: DEMO_SETS.rl.seed, size: DEMO_IMAGE_SIZE },
-  system_prompt: DEMO_SYSTEM_PROMPT,
-  num_generations: 4,
-  per_device_train_batch_size: 4,
-  max_completion_length: 64,
-  learning_rate: 1e-3,
-  lr_scheduler_type: 'constant',
-  max_steps: 20,
-  save_steps: 10,
-  loss_type: 'grpo',
-};
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none]';
 
 /** Prompts from a local parquet/JSON/JSONL file (the config file's "data" entry). */
 export interface FileDataSpec {
@@ -183,7 +169,7 @@ export async function run(args: CliArgs): Promise<void> {
   let data: FileDataSpec | undefined;
   if (args.bool('demo')) {
     if (!existsSync(join(DEMO_MODEL_DIR, 'config.json'))) throw new Error(`--demo: the bundled demo model is not in ${DEMO_MODEL_DIR} (no config.json there); train one with tools/ or use --config`);
-    config = { ...DEMO_CONFIG };
+    config = { ...DEMO_TRAIN_CONFIG, ...(args.bool('quick') ? DEMO_QUICK_CONFIG : {}) };
   } else if (resumeDir === undefined) {
     const file = args.str('config');
     ({ data, ...config } = JSON.parse(readFileSync(file, 'utf8')) as TrainConfigInput & { data?: FileDataSpec });
@@ -205,7 +191,7 @@ export async function run(args: CliArgs): Promise<void> {
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
   const gpu = await createNodeGpu({ driver: args.optStr('driver') });
   if (args.bool('demo')) {
-    const evalRows = args.optStr('eval-rows') === undefined ? undefined : args.num('eval-rows');
+    const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
     const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
     console.log(JSON.stringify({ demo: result }));
     warn(`demo: held-out reward ${result.before.reward.toFixed(3)} -> ${result.after.reward.toFixed(3)}, accuracy ${result.before.accuracy.toFixed(3)} -> ${result.after.accuracy.toFixed(3)}, format ${result.before.format.toFixed(3)} -> ${result.after.format.toFixed(3)} over ${result.evalRows} rows after ${result.steps} steps; checkpoints in ${outDir}`);
