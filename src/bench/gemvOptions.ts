@@ -9,11 +9,24 @@ const name = (g: GemvShape) => `TPR${g.threadsPerRow} TG${g.groups}${g.persist ?
 export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value: MatmulQ4Options }[] {
   const layouts: GemvShape[] = quick
     ? [DEFAULT_GEMV, { threadsPerRow: 8, groups: 16, persist: 8 }]
-    : [8, 16, 32].flatMap((tpr) => [128, 256].flatMap((threads) => [0, 1024].map((persist) => ({ threadsPerRow: tpr, groups: threads / tpr, persist }))));
-  const out = layouts.map((g) => ({ setting: name(g), value: { gemv: g } as MatmulQ4Options }));
-  // The default layout reducing through workgroup memory (the path of devices without subgroups),
-  // and staging a K of 6144 (Qwen3-VL's intermediate size) whole instead of in chunks of 2048.
-  if (gpu.has('subgroups')) out.push({ setting: `${name(DEFAULT_GEMV)} no subgroups`, value: { gemv: DEFAULT_GEMV, subgroups: false } });
-  if (!quick) out.push({ setting: `${name(DEFAULT_GEMV)} x chunk 6144`, value: { gemv: DEFAULT_GEMV, xChunk: 6144 } });
+    : [
+        ...[8, 16, 32].flatMap((tpr) => [128, 256].map((threads) => ({ threadsPerRow: tpr, groups: threads / tpr }))),
+        { threadsPerRow: 8, groups: 8 },
+        ...[264, 528].map((persist) => ({ threadsPerRow: 8, groups: 16, persist })),
+      ];
+  const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;
+  const out = layouts.map((g) => {
+    const sub = sgMin >= g.threadsPerRow;
+    return { setting: `${name(g)}${sub ? ' subgroups' : ''}`, value: { gemv: g, subgroups: sub } as MatmulQ4Options };
+  });
+  // Reducing through workgroup memory (the path of devices without subgroups: on the H100 faster
+  // than a 5-step shuffle for 32 lanes), and staging a K of 6144 (Qwen3-VL's intermediate size)
+  // whole instead of in chunks of 2048.
+  if (gpu.has('subgroups')) {
+    for (const g of quick ? [DEFAULT_GEMV] : [DEFAULT_GEMV, { threadsPerRow: 16, groups: 8 }, { threadsPerRow: 32, groups: 8 }]) {
+      out.push({ setting: `${name(g)} no subgroups`, value: { gemv: g, subgroups: false } });
+    }
+  }
+  if (!quick) out.push({ setting: `${name({ threadsPerRow: 32, groups: 8 })} x chunk 6144`, value: { gemv: { threadsPerRow: 32, groups: 8 }, xChunk: 6144 } });
   return out;
 }

@@ -59,8 +59,9 @@ export interface GemvShape {
   persist?: number;
 }
 
-/** 32 lanes per 4 rows, 32 rows per workgroup (see BENCHMARKS.md for the H100 sweep). */
-export const DEFAULT_GEMV: GemvShape = { threadsPerRow: 32, groups: 8 };
+/** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
+ * head and stacked 172032x2048 weight (1.7 TB/s vs 1.3 for 32 lanes; BENCHMARKS.md). */
+export const DEFAULT_GEMV: GemvShape = { threadsPerRow: 8, groups: 16 };
 
 /** How the GEMM tiles y (the `override`s GTM, GTN, GBK of shaders/matmul_q4.wgsl). */
 export interface GemmShape {
@@ -76,8 +77,9 @@ export interface GemmShape {
 export const DEFAULT_GEMM: GemmShape = { rowsPerThread: 4, colsPerThread: 4, stepK: 32 };
 
 export interface MatmulQ4Options {
-  /** Reduce GEMV partial sums with subgroup shuffles. Default: when the device has subgroups and
-   * its smallest subgroup holds whole rows of threads (threadsPerRow divides it). */
+  /** Reduce GEMV partial sums with subgroup shuffles (needs threadsPerRow to divide the smallest
+   * subgroup). Default off: through workgroup memory was faster on the H100 (LM head, one row of
+   * x: 92 µs vs 102). */
   subgroups?: boolean;
   gemv?: GemvShape;
   /** Most columns of x the GEMV stages in workgroup memory at a time, per row of x (a multiple of
@@ -119,7 +121,7 @@ export class MatmulQ4 {
       throw new ShapeError('matmulQ4.gemm', `tiles of ${gemmBytes} bytes exceed this GPU's ${gpu.limits.maxComputeWorkgroupStorageSize} of workgroup memory`);
     }
     const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
-    const subgroups = opts.subgroups ?? (gpu.has('subgroups') && minSubgroup >= TPR);
+    const subgroups = opts.subgroups ?? false;
     if (subgroups) {
       gpu.require('subgroups', 'the 4-bit GEMV subgroup reduction');
       if (minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
