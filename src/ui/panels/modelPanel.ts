@@ -58,7 +58,8 @@ function inspectable(choice: Choice, repo: string, token: string, files: File[])
       name: 'the bundled demo model',
       async text(f) {
         const r = await fetch(url(f));
-        if (r.status === 404) return null;
+        // Vite's dev server (and SPA hosts) answer a missing path with index.html and 200; no model file is HTML.
+        if (r.status === 404 || r.headers.get('content-type')?.startsWith('text/html')) return null;
         if (!r.ok) throw new Error(`${url(f)}: HTTP ${r.status}`);
         return r.text();
       },
