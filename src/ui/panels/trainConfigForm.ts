@@ -75,8 +75,12 @@ export interface ConfigForm {
   read(): TrainConfigInput;
 }
 
-export function configForm(): ConfigForm {
-  const d = defaultConfig();
+/** `initial` overrides the trainer's defaults as the form's starting values (the app passes the demo run's). */
+export function configForm(initial: TrainConfigInput = {}): ConfigForm {
+  const base = defaultConfig();
+  // The form has no dataset or rollout-correction fields; only the flat settings and LoRA's apply.
+  const { lora: initialLora, dataset: _dataset, rollout_correction: _rolloutCorrection, ...flat } = initial;
+  const d: TrainConfig = { ...base, ...flat, lora: { ...base.lora, ...initialLora } };
   const readers: (() => [string, unknown])[] = [];
   const fieldsets = GROUPS.map((g) =>
     h(

@@ -10,6 +10,7 @@ import type { DatasetRow, RgbaImage } from '../../data/types';
 import { pickedFiles } from '../../model/safetensors';
 import { imageKey } from '../../model/session';
 import { defaultConfig, resolveConfig, type TrainConfigInput } from '../../rl/config';
+import { DEMO_TRAIN_CONFIG } from '../../data/demo';
 import type { RolloutSample, StepMetrics } from '../../rl/metrics';
 import type { TrainerEvent, TrainerState } from '../../rl/trainer';
 import { saveAdapter } from '../../store/adapters';
@@ -122,7 +123,8 @@ function inspector(): { element: HTMLElement; show(samples: RolloutSample[], ima
 }
 
 export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLElement {
-  const form = configForm();
+  // The demo run's settings (GSPO, 4 prompts x 8) are the starting values: the bundled model is the app's default.
+  const form = configForm(DEMO_TRAIN_CONFIG);
   const systemPrompt = h('textarea', { rows: 3, 'data-key': 'system_prompt' });
   systemPrompt.value = defaultConfig().system_prompt ?? '';
   const data = h('p', { 'data-testid': 'train-data' });
