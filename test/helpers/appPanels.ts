@@ -9,9 +9,10 @@ export const panel = (page: Page, id: string): Locator => page.locator(`#panel-$
 
 /** Opens a panel by clicking nothing: focus the selected tab, then arrow keys to the wanted one. */
 export async function openPanel(page: Page, id: string): Promise<Locator> {
-  const title = id[0].toUpperCase() + id.slice(1);
-  await page.locator('[role="tab"][aria-selected="true"]').focus();
-  for (let i = 0; i < 12 && (await page.locator('[role="tab"][aria-selected="true"]').textContent()) !== title; i++) await page.keyboard.press('ArrowRight');
+  const selected = page.locator('[role="tab"][aria-selected="true"]');
+  await selected.focus();
+  // Tabs control their panels (aria-controls), whatever their title ('GPU' for 'gpu').
+  for (let i = 0; i < 12 && (await selected.getAttribute('aria-controls')) !== `panel-${id}`; i++) await page.keyboard.press('ArrowRight');
   await panel(page, id).locator('section').waitFor();
   return panel(page, id);
 }
