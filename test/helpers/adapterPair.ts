@@ -1,0 +1,30 @@
+// Two copies of a fixture model for LoRA tests: one with the fixture's PEFT adapter attached
+// (unmerged), one with every adapter merged into its f32 weights on the CPU (W + alpha/r·B·A).
+import { readFileSync } from 'node:fs';
+import type { Gpu } from '../../src/gpu';
+import { mergeDense } from '../../src/adapter/merge';
+import { parsePeft } from '../../src/adapter/peft';
+import { uploadAdapter } from '../../src/adapter/upload';
+import { LORA_PROJECTIONS } from '../../src/model/decoder';
+import { Qwen3VL } from '../../src/model/qwen3vl';
+import { nodeFileSource, readAllTensors } from '../../src/model/safetensors';
+import { modelDir, modelFiles, type FixtureModel } from './modelFixtures';
+
+export async function adapterAndMerged(gpu: Gpu, m: FixtureModel): Promise<{ net: Qwen3VL; merged: Qwen3VL }> {
+  const dir = `${modelDir(m)}/lora`;
+  const adapter = parsePeft(m, readFileSync(`${dir}/adapter_config.json`, 'utf8'), await readAllTensors(await nodeFileSource(`${dir}/adapter_model.safetensors`)));
+  const opts = { quant: 'none' } as const;
+  const net = await Qwen3VL.load(gpu, modelFiles(m), opts);
+  net.attachLora(uploadAdapter(gpu, adapter, net.config.text.numLayers));
+  const merged = await Qwen3VL.load(gpu, modelFiles(m), opts);
+  const byName = new Map(adapter.modules.map((a) => [a.module, a]));
+  for (const [l, layer] of merged.weights.language.layers.entries()) {
+    for (const proj of LORA_PROJECTIONS) {
+      const w = layer[proj];
+      if (w.kind !== 'f32') throw new Error('expected f32 weights');
+      const module = net.lora[l * LORA_PROJECTIONS.length + LORA_PROJECTIONS.indexOf(proj)].name;
+      gpu.write(w.w, mergeDense(await gpu.readF32(w.w), byName.get(module)!));
+    }
+  }
+  return { net, merged };
+}
