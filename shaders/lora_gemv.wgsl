@@ -1,67 +1,169 @@
-// LoRA's update for a few rows (decode): y += s·(x·Aᵀ)·Bᵀ with x [rows, k], A [r, k], B [n, r],
-// y [rows, n], as two wide dispatches instead of src/ops/lora.ts's two tiled GEMMs (one 64x64
-// tile each at these shapes: on the H100 ~107 µs a GEMM, 392 of them a decode step):
-//   lora_down  u [rows, r] = x·Aᵀ: one workgroup per element of u, WG threads along k, tree sum
-//   lora_up    y += s·u·Bᵀ: one thread per element of y, r products each
-// (A first version computed u inside every workgroup of lora_up: 81 µs a call at 1 row, 306 µs
-// at 8, dominated by the serial dot products that each workgroup repeated.)
+// LoRA's update for a few rows (decode, rows ≤ 8): y_g += s_g·(x·A_gᵀ)·B_gᵀ for up to three
+// adapters g that share the input x [rows, k] (q/k/v of one normed row, gate/up of another),
+// each with A_g [r, k], B_g [n_g, r], y_g [rows, n_g], as two wide dispatches for all of them
+// (src/ops/lora.ts's tiled GEMMs run one workgroup each at these shapes):
+//   lora_down  u [rows, G·r] = x·[A_0; A_1; A_2]ᵀ: one workgroup per row of the stacked A, which
+//              it reads once for every row of x (WG threads along k, tree sum per row)
+//   lora_up    y_g += s_g·u_g·B_gᵀ: one thread per output element over the concatenated columns
+//              of every y_g, r products each
+// SECOND / THIRD add the adapters g = 1, 2. With SWIGLU (gate g = 0, up g = 1, n_0 = n_1),
+// lora_up writes act = silu(gate)·up from the base projections in y_0, y_1 plus their updates,
+// which takes swiglu_fwd's dispatch (y_0, y_1 themselves are left as the base projections).
+// Grids are 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
 
 struct Params {
   rows: u32,
   k: u32,
-  n: u32,
   r: u32,
-  scale: f32,
+  n0: u32,
+  n1: u32,
+  n2: u32,
+  s0: f32,
+  s1: f32,
+  s2: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> a: array<f32>;
-@group(0) @binding(3) var<storage, read> b: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<storage, read> a0: array<f32>;
+@group(0) @binding(3) var<storage, read> a1: array<f32>;
+@group(0) @binding(4) var<storage, read> a2: array<f32>;
 @group(0) @binding(5) var<storage, read_write> u: array<f32>;
 @group(0) @binding(6) var<storage, read> u_in: array<f32>;
+@group(0) @binding(7) var<storage, read> b0: array<f32>;
+@group(0) @binding(8) var<storage, read> b1: array<f32>;
+@group(0) @binding(9) var<storage, read> b2: array<f32>;
+@group(0) @binding(10) var<storage, read_write> y0: array<f32>;
+@group(0) @binding(11) var<storage, read_write> y1: array<f32>;
+@group(0) @binding(12) var<storage, read_write> y2: array<f32>;
+@group(0) @binding(13) var<storage, read_write> act: array<f32>;
 
 const WG: u32 = 256u;
+const ADAPTERS: u32 = {{ADAPTERS}}u;
+/** Rows per call (src/ops/loraGemv.ts LORA_GEMV_MAX_ROWS): a constant trip count keeps acc in registers. */
+const MAX_ROWS: u32 = 8u;
 
-var<workgroup> red: array<f32, WG>;
+var<workgroup> red: array<f32, 2048>; // MAX_ROWS · WG
+
+fn a_at(g: u32, i: u32) -> f32 {
+#if THIRD
+  if (g == 2u) {
+    return a2[i];
+  }
+#endif
+#if SECOND
+  if (g == 1u) {
+    return a1[i];
+  }
+#endif
+  return a0[i];
+}
 
 @compute @workgroup_size(WG)
 fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let e = wid.x + wid.y * nwg.x;
-  if (e >= p.rows * p.r) {
+  let e = wid.x + wid.y * nwg.x; // row of the stacked A: adapter e / r, its row e % r
+  let width = ADAPTERS * p.r;
+  if (e >= width) {
     return;
   }
-  let xr = (e / p.r) * p.k;
+  let g = e / p.r;
   let ar = (e % p.r) * p.k;
-  var acc = 0.0;
+  var acc: array<f32, MAX_ROWS>;
   for (var kk = lid; kk < p.k; kk += WG) {
-    acc += x[xr + kk] * a[ar + kk];
+    let av = a_at(g, ar + kk);
+    for (var t = 0u; t < MAX_ROWS; t++) {
+      if (t < p.rows) {
+        acc[t] += x[t * p.k + kk] * av;
+      }
+    }
   }
-  red[lid] = acc;
+  for (var t = 0u; t < MAX_ROWS; t++) {
+    red[t * WG + lid] = acc[t];
+  }
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
     if (lid < s) {
-      red[lid] += red[lid + s];
+      for (var t = 0u; t < MAX_ROWS; t++) {
+        if (t < p.rows) {
+          red[t * WG + lid] += red[t * WG + lid + s];
+        }
+      }
     }
     workgroupBarrier();
   }
-  if (lid == 0u) {
-    u[e] = red[0];
+  if (lid < p.rows) {
+    u[lid * width + e] = red[lid * WG];
   }
 }
+
+// Σ_j u[t, g·r + j]·B_g[col, j] for the adapter g.
+fn up_dot(g: u32, t: u32, col: u32, width: u32) -> f32 {
+  let ub = t * width + g * p.r;
+  let bb = col * p.r;
+  var s = 0.0;
+  for (var j = 0u; j < p.r; j++) {
+    var bv: f32;
+#if THIRD
+    if (g == 2u) {
+      bv = b2[bb + j];
+    }
+#endif
+#if SECOND
+    if (g == 1u) {
+      bv = b1[bb + j];
+    }
+#endif
+    if (g == 0u) {
+      bv = b0[bb + j];
+    }
+    s += u_in[ub + j] * bv;
+  }
+  return s;
+}
+
+#if SWIGLU
+// As shaders/activations.wgsl (exp of non-positive arguments only), so act matches swiglu_fwd.
+fn sigmoid(z: f32) -> f32 {
+  let e = exp(-abs(z));
+  let s = 1.0 / (1.0 + e);
+  return select(e * s, s, z >= 0.0);
+}
+#endif
 
 @compute @workgroup_size(WG)
 fn lora_up(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let e = (wid.x + wid.y * nwg.x) * WG + lid;
-  if (e >= p.rows * p.n) {
+  let width = ADAPTERS * p.r;
+#if SWIGLU
+  if (e >= p.rows * p.n0) {
     return;
   }
-  let t = e / p.n;
-  let col = e % p.n;
-  var s = 0.0;
-  for (var j = 0u; j < p.r; j++) {
-    s += u_in[t * p.r + j] * b[col * p.r + j];
+  let t = e / p.n0;
+  let col = e % p.n0;
+  let gate = y0[e] + p.s0 * up_dot(0u, t, col, width);
+  let up = y1[e] + p.s1 * up_dot(1u, t, col, width);
+  act[e] = gate * sigmoid(gate) * up;
+#else
+  let n = p.n0 + p.n1 + p.n2;
+  if (e >= p.rows * n) {
+    return;
   }
-  y[e] += p.scale * s;
+  let t = e / n;
+  let c = e % n;
+  if (c < p.n0) {
+    y0[t * p.n0 + c] += p.s0 * up_dot(0u, t, c, width);
+    return;
+  }
+#if SECOND
+  if (c < p.n0 + p.n1) {
+    let cl = c - p.n0;
+    y1[t * p.n1 + cl] += p.s1 * up_dot(1u, t, cl, width);
+    return;
+  }
+#endif
+#if THIRD
+  let cl = c - p.n0 - p.n1;
+  y2[t * p.n2 + cl] += p.s2 * up_dot(2u, t, cl, width);
+#endif
+#endif
 }

@@ -3,6 +3,10 @@
 // q [T, Hq·D] and k [T, Hkv·D]; each thread holds the rotated pairs (j, j + D/2):
 //   n = x·rsqrt(mean(x²) + eps)·w,   out_j = n_j·cos − n_{j+h}·sin,  out_{j+h} = n_{j+h}·cos + n_j·sin
 // with (cos, sin) from the rope table [T, D/2, 2] (src/ops/rope.ts), as rmsnorm_fwd then rope_apply.
+// With CACHE (generation), k and v go straight into the KV cache instead of k (kv_append's
+// dispatch): rows are `count` slots of `n` new rows each, row t at position lengths[slot] + t % n
+// of slot slot0 + t / n (cache layout [slots, cap, Hkv·D], src/ops/kvCache.ts); the workgroup of
+// k head h also copies v's head h.
 
 struct Params {
   rows: u32,
@@ -10,6 +14,9 @@ struct Params {
   hkv: u32,
   half: u32,
   eps: f32,
+  n: u32,
+  slot0: u32,
+  cap: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -20,6 +27,10 @@ struct Params {
 @group(0) @binding(5) var<storage, read> table: array<vec2f>;
 @group(0) @binding(6) var<storage, read_write> q: array<f32>;
 @group(0) @binding(7) var<storage, read_write> k: array<f32>;
+@group(0) @binding(8) var<storage, read> v: array<f32>;
+@group(0) @binding(9) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding(10) var<storage, read_write> v_cache: array<f32>;
+@group(0) @binding(11) var<storage, read> lengths: array<u32>;
 
 override WG: u32 = 64; // a power of two (tree reduction)
 
@@ -39,11 +50,16 @@ fn weight(is_q: bool, i: u32) -> f32 {
   return k_weight[i];
 }
 
-fn store(is_q: bool, i: u32, v: f32) {
+// Index i of k's rows [T, Hkv·D] is written at out_k (its cache place with CACHE).
+fn store(is_q: bool, i: u32, out_k: u32, value: f32) {
   if (is_q) {
-    q[i] = v;
+    q[i] = value;
   } else {
-    k[i] = v;
+#if CACHE
+    k_cache[out_k] = value;
+#else
+    k[out_k] = value;
+#endif
   }
 }
 
@@ -73,11 +89,24 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
     workgroupBarrier();
   }
   let r = inverseSqrt(red[0] / f32(d) + p.eps);
+#if CACHE
+  let slot = p.slot0 + t / p.n;
+  let kv = select(((slot * p.cap + lengths[slot] + t % p.n) * p.hkv + h - p.hq) * d, 0u, is_q);
+#else
+  let kv = base;
+#endif
   for (var j = lid; j < p.half; j += WG) {
     let n1 = (load(is_q, base + j) * r) * weight(is_q, j);
     let n2 = (load(is_q, base + j + p.half) * r) * weight(is_q, j + p.half);
     let c = table[t * p.half + j];
-    store(is_q, base + j, n1 * c.x - n2 * c.y);
-    store(is_q, base + j + p.half, n2 * c.x + n1 * c.y);
+    store(is_q, base + j, kv + j, n1 * c.x - n2 * c.y);
+    store(is_q, base + j + p.half, kv + j + p.half, n2 * c.x + n1 * c.y);
   }
+#if CACHE
+  if (!is_q) {
+    for (var j = lid; j < d; j += WG) {
+      v_cache[kv + j] = v[base + j];
+    }
+  }
+#endif
 }

@@ -1,6 +1,8 @@
 // Per-head q/k RMSNorm and RoPE of q and k in one dispatch (shaders/qk_norm_rope.wgsl): the four
-// dispatches norms.rmsnorm ×2 + rope.apply ×2 of the attention block, for inference.
+// dispatches norms.rmsnorm ×2 + rope.apply ×2 of the attention block, for inference; in
+// generation also KvCache.append's (k and v written straight into the cache).
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import type { KvCache } from './kvCache';
 
 const WG = 64;
 
@@ -21,14 +23,81 @@ export interface QkNormRopeArgs {
   eps: number;
 }
 
+/** applyToCache: k goes into the cache of `layer` with v [T, Hkv·D], T = count·n rows. */
+export interface QkNormRopeCacheArgs extends Omit<QkNormRopeArgs, 'k'> {
+  v: Tensor;
+  cache: KvCache;
+  layer: number;
+  slot0: number;
+  count: number;
+}
+
+const UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', half: 'u32', eps: 'f32', n: 'u32', slot0: 'u32', cap: 'u32' } as const;
+
 export class QkNormRope {
-  private constructor(private readonly kernel: Kernel) {}
+  private constructor(
+    private readonly kernel: Kernel,
+    private readonly cacheKernel: Kernel,
+  ) {}
 
   static async create(gpu: Gpu): Promise<QkNormRope> {
-    return new QkNormRope(await gpu.kernel({ shader: 'qk_norm_rope', entry: 'qk_norm_rope', constants: { WG }, uniforms: { rows: 'u32', hq: 'u32', hkv: 'u32', half: 'u32', eps: 'f32' } }));
+    const spec = (cache: boolean) => ({
+      name: cache ? 'qk_norm_rope.to_cache' : undefined,
+      shader: 'qk_norm_rope',
+      entry: 'qk_norm_rope',
+      defines: { CACHE: cache },
+      constants: { WG },
+      uniforms: UNIFORMS,
+    });
+    const [plain, cache] = await Promise.all([gpu.kernel(spec(false)), gpu.kernel(spec(true))]);
+    return new QkNormRope(plain, cache);
   }
 
   apply(rec: Recorder, a: QkNormRopeArgs): void {
+    const T = this.check(a, [['k', a.k]]);
+    rec.dispatch(
+      this.kernel,
+      { q_raw: a.qRaw, k_raw: a.kRaw, q_weight: a.qWeight, k_weight: a.kWeight, table: a.cs, q: a.q, k: a.k },
+      grid1d(T * (a.hq + a.hkv), 1),
+      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n: 0, slot0: 0, cap: 0 },
+    );
+  }
+
+  /**
+   * q as apply; k and v written at positions [past, past + n) of slots slot0 .. slot0+count-1 of
+   * the cache's layer, as KvCache.append would (record cache.advance after the last layer).
+   */
+  applyToCache(rec: Recorder, a: QkNormRopeCacheArgs): void {
+    const T = this.check(a, [['v', a.v]]);
+    const { cache } = a;
+    if (a.hkv !== cache.config.hkv || a.qWeight.numel !== cache.config.headDim) {
+      throw new ShapeError('qk_norm_rope', `${a.hkv} heads of ${a.qWeight.numel}, the cache holds ${cache.config.hkv} of ${cache.config.headDim}`);
+    }
+    if (!Number.isInteger(a.layer) || a.layer < 0 || a.layer >= cache.config.layers) throw new ShapeError('qk_norm_rope', `layer ${a.layer} outside the cache's ${cache.config.layers}`);
+    if (!Number.isInteger(a.count) || a.count < 1 || T % a.count !== 0) throw new ShapeError('qk_norm_rope', `${T} rows are not ${a.count} slots of equal rows`);
+    const n = T / a.count;
+    cache.checkBatch('qk_norm_rope', a.slot0, a.count, n);
+    rec.dispatch(
+      this.cacheKernel,
+      {
+        q_raw: a.qRaw,
+        k_raw: a.kRaw,
+        q_weight: a.qWeight,
+        k_weight: a.kWeight,
+        table: a.cs,
+        q: a.q,
+        v: a.v,
+        k_cache: cache.k[a.layer],
+        v_cache: cache.v[a.layer],
+        lengths: cache.lengths,
+      },
+      grid1d(T * (a.hq + a.hkv), 1),
+      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n, slot0: a.slot0, cap: cache.config.capacity },
+    );
+  }
+
+  /** Shapes of the common arguments and of `kv` ([T, Hkv·D] each); returns T. */
+  private check(a: Omit<QkNormRopeArgs, 'k'>, kv: [string, Tensor][]): number {
     const op = 'qk_norm_rope';
     const D = a.qWeight.numel;
     const T = a.qRaw.shape[0];
@@ -37,17 +106,12 @@ export class QkNormRope {
       ['qRaw', a.qRaw, T * a.hq * D],
       ['q', a.q, T * a.hq * D],
       ['kRaw', a.kRaw, T * a.hkv * D],
-      ['k', a.k, T * a.hkv * D],
       ['cs', a.cs, T * D],
+      ...kv.map(([name, t]): [string, Tensor, number] => [name, t, T * a.hkv * D]),
     ];
     for (const [name, t, n] of want) {
       if (t.dtype !== 'f32' || t.numel !== n) throw new ShapeError(op, `${name} must be f32 with ${n} elements, got ${t.dtype} [${t.shape.join(', ')}]`);
     }
-    rec.dispatch(
-      this.kernel,
-      { q_raw: a.qRaw, k_raw: a.kRaw, q_weight: a.qWeight, k_weight: a.kWeight, table: a.cs, q: a.q, k: a.k },
-      grid1d(T * (a.hq + a.hkv), 1),
-      { rows: T, hq: a.hq, hkv: a.hkv, half: D / 2, eps: a.eps },
-    );
+    return T;
   }
 }

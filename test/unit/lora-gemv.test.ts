@@ -1,10 +1,12 @@
 // The LoRA GEMV update for decode rows (shaders/lora_gemv.wgsl) against an f64 CPU
-// reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs.
-import { describe, it } from 'vitest';
+// reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs; two or
+// three adapters on one input in one call, and the gate/up pair fused with SwiGLU.
+import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { createLoraParams, Lora, loraScale } from '../../src/ops/lora';
 import { LoraGemv } from '../../src/ops/loraGemv';
+import { ShapeError } from '../../src/gpu';
 
 describe('lora gemv', () => {
   it.each([
@@ -52,5 +54,98 @@ describe('lora gemv', () => {
     const uWant = await gpu.readF32(u);
     expectClose(await gpu.readF32(uGemv), uWant, { rtol: 1e-5, atol: 1e-5 * uWant.reduce((m, v) => Math.max(m, Math.abs(v)), 0), what: 'u = x·Aᵀ' });
     for (const t of [tx, ty, ty2, u, uGemv, p.A, p.B, p.dA, p.dB]) t.release();
+  });
+});
+
+/** y + s·x·Aᵀ·Bᵀ in f64 for x [rows, inF], A [r, inF], B [out, r]. */
+function loraRef(x: Float32Array, A: Float32Array, B: Float32Array, y0: Float32Array, rows: number, inF: number, out: number, r: number, s: number): Float64Array {
+  const want = new Float64Array(rows * out);
+  for (let t = 0; t < rows; t++) {
+    const ut = Array.from({ length: r }, (_, j) => {
+      let acc = 0;
+      for (let k = 0; k < inF; k++) acc += x[t * inF + k] * A[j * inF + k];
+      return acc;
+    });
+    for (let c = 0; c < out; c++) {
+      let acc = 0;
+      for (let j = 0; j < r; j++) acc += ut[j] * B[c * r + j];
+      want[t * out + c] = y0[t * out + c] + s * acc;
+    }
+  }
+  return want;
+}
+
+const maxAbs = (v: ArrayLike<number>) => Array.from(v).reduce((m, x) => Math.max(m, Math.abs(x)), 0);
+
+describe('lora gemv, adapters sharing an input', () => {
+  it.each([
+    { rows: 5, inF: 70, outs: [33, 17, 17], r: 3 },
+    { rows: 8, inF: 129, outs: [40, 7], r: 16 },
+    { rows: 1, inF: 300, outs: [260, 2, 513], r: 8 },
+  ])('one down and one up dispatch for $outs.length adapters: $rows rows, in $inF, outs $outs, r $r', async ({ rows, inF, outs, r }) => {
+    const gpu = await testGpu();
+    const op = await LoraGemv.create(gpu);
+    const x = randUniform(rows * inF, 40 + rows);
+    const tx = gpu.upload(x, [rows, inF], 'f32', 'x');
+    const u = gpu.tensor([rows, outs.length * r], 'f32', 'u');
+    const parts = outs.map((out, g) => {
+      const p = createLoraParams(gpu, { name: `p${g}`, in: inF, out, r, alpha: 3 + g });
+      const A = randUniform(r * inF, 50 + g);
+      const B = randUniform(out * r, 60 + g);
+      const y0 = randUniform(rows * out, 70 + g);
+      gpu.write(p.A, A);
+      gpu.write(p.B, B);
+      return { p, y: gpu.upload(y0, [rows, out], 'f32', `y${g}`), want: loraRef(x, A, B, y0, rows, inF, out, r, loraScale(p)) };
+    });
+    const rec = gpu.recorder();
+    op.forwardShared(rec, parts.map((q) => q.p), tx, parts.map((q) => q.y), u);
+    await rec.submit();
+    for (const [g, q] of parts.entries()) {
+      expectClose(await gpu.readF32(q.y), q.want, { rtol: 1e-5, atol: 1e-5 * maxAbs(q.want), what: `adapter ${g}` });
+      for (const t of [q.y, q.p.A, q.p.B, q.p.dA, q.p.dB]) t.release();
+    }
+    tx.release();
+    u.release();
+  });
+
+  it('gate/up updates fused with SwiGLU: act = silu(gate + Δgate)·(up + Δup), gate and up untouched', async () => {
+    const gpu = await testGpu();
+    const op = await LoraGemv.create(gpu);
+    const [rows, inF, I, r] = [3, 90, 301, 5];
+    const x = randUniform(rows * inF, 81);
+    const tx = gpu.upload(x, [rows, inF], 'f32', 'x');
+    const parts = [0, 1].map((g) => {
+      const p = createLoraParams(gpu, { name: g ? 'up' : 'gate', in: inF, out: I, r, alpha: 7 + g });
+      const A = randUniform(r * inF, 82 + g);
+      const B = randUniform(I * r, 84 + g);
+      const y0 = randUniform(rows * I, 86 + g);
+      gpu.write(p.A, A);
+      gpu.write(p.B, B);
+      return { p, y0, y: gpu.upload(y0, [rows, I], 'f32', p.name), full: loraRef(x, A, B, y0, rows, inF, I, r, loraScale(p)) };
+    });
+    const act = gpu.tensor([rows, I], 'f32', 'act');
+    const u = gpu.tensor([rows, 2 * r], 'f32', 'u');
+    const rec = gpu.recorder();
+    op.forwardSwiglu(rec, parts[0].p, parts[1].p, tx, parts[0].y, parts[1].y, act, u);
+    await rec.submit();
+    const want = parts[0].full.map((g, i) => (g / (1 + Math.exp(-g))) * parts[1].full[i]);
+    expectClose(await gpu.readF32(act), want, { rtol: 1e-5, atol: 1e-5 * maxAbs(want), what: 'act' });
+    for (const q of parts) {
+      expect([...(await gpu.readF32(q.y))], `${q.p.name} keeps the base projection`).toEqual([...q.y0]);
+      for (const t of [q.y, q.p.A, q.p.B, q.p.dA, q.p.dB]) t.release();
+    }
+    for (const t of [tx, act, u]) t.release();
+  });
+
+  it('rejects groups it cannot take in one call', async () => {
+    const gpu = await testGpu();
+    const op = await LoraGemv.create(gpu);
+    const ps = [8, 16].map((r, g) => createLoraParams(gpu, { name: `p${g}`, in: 32, out: 8, r, alpha: r }));
+    const x = gpu.tensor([2, 32], 'f32', 'x');
+    const ys = ps.map((p) => gpu.tensor([2, 8], 'f32', p.name));
+    const u = gpu.tensor([2, 48], 'f32', 'u');
+    expect(() => op.forwardShared(gpu.recorder(), ps, x, ys, u)).toThrow(ShapeError);
+    const x9 = gpu.tensor([9, 32], 'f32', 'x9');
+    expect(() => op.forward(gpu.recorder(), ps[0], x9, gpu.tensor([9, 8], 'f32', 'y9'), gpu.tensor([9, 8], 'f32', 'u9'))).toThrow(ShapeError);
   });
 });

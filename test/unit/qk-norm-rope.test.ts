@@ -1,8 +1,10 @@
 // The fused q/k RMSNorm + RoPE (shaders/qk_norm_rope.wgsl) against an f64 CPU reference built on
-// the rope table the GPU computed, and against norms.rmsnorm then rope.apply on the same inputs.
-import { describe, it } from 'vitest';
+// the rope table the GPU computed, and against norms.rmsnorm then rope.apply on the same inputs;
+// the variant writing k and v into the KV cache against apply + KvCache.append.
+import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
+import { KvCache } from '../../src/ops/kvCache';
 import { Norms } from '../../src/ops/norms';
 import { QkNormRope } from '../../src/ops/qkNormRope';
 import { Rope } from '../../src/ops/rope';
@@ -66,6 +68,52 @@ describe('qk norm + rope', () => {
     expectClose(q, await gpu.readF32(t.q2), { rtol: 1e-6, atol: 1e-6, what: 'q vs rmsnorm + rope' });
     expectClose(k, await gpu.readF32(t.k2), { rtol: 1e-6, atol: 1e-6, what: 'k vs rmsnorm + rope' });
     for (const x of Object.values(t)) x.release();
+    rope.release();
+  });
+
+  it('writes k and v into the cache as apply + KvCache.append (two steps: 3 slots x 2 rows, then slots 1-2 x 1)', async () => {
+    const gpu = await testGpu();
+    const [hq, hkv, D, eps] = [3, 2, 16, 1e-6];
+    const rope = await Rope.create(gpu, mropeLayout(1e4, D, [4, 2, 2]));
+    const op = await QkNormRope.create(gpu);
+    const cfg = { layers: 2, slots: 3, capacity: 5, hkv, headDim: D };
+    const [viaAppend, direct] = await Promise.all([KvCache.create(gpu, cfg), KvCache.create(gpu, cfg)]);
+    const qw = gpu.upload(randUniform(D, 5, 0.5, 1.5), [D], 'f32', 'q_w');
+    const kw = gpu.upload(randUniform(D, 6, 0.5, 1.5), [D], 'f32', 'k_w');
+    const rec = gpu.recorder();
+    for (const c of [viaAppend, direct]) for (const t of [...c.k, ...c.v]) rec.clear(t);
+    const temps = [qw, kw];
+    for (const [step, { slot0, count, n }] of [{ slot0: 0, count: 3, n: 2 }, { slot0: 1, count: 2, n: 1 }].entries()) {
+      const T = count * n;
+      const up = (data: Float32Array, shape: number[], label: string) => {
+        const t = gpu.upload(data, shape, 'f32', label);
+        temps.push(t);
+        return t;
+      };
+      const qRaw = up(randUniform(T * hq * D, 10 + step, -3, 3), [T, hq * D], 'q_raw');
+      const kRaw = up(randUniform(T * hkv * D, 20 + step, -3, 3), [T, hkv * D], 'k_raw');
+      const v = up(randUniform(T * hkv * D, 30 + step, -3, 3), [T, hkv * D], 'v');
+      const [q, q2, k] = [up(new Float32Array(T * hq * D), [T, hq * D], 'q'), up(new Float32Array(T * hq * D), [T, hq * D], 'q2'), up(new Float32Array(T * hkv * D), [T, hkv * D], 'k')];
+      const pos = gpu.upload(Int32Array.from({ length: 3 * T }, (_, i) => 4 * step + (i % T)), [3, T], 'i32', 'pos');
+      const cs = up(new Float32Array(T * D), [T, D / 2, 2], 'cs');
+      temps.push(pos);
+      rope.table(rec, pos, cs);
+      const args = { qRaw, kRaw, qWeight: qw, kWeight: kw, cs, hq, hkv, eps };
+      op.apply(rec, { ...args, q, k });
+      viaAppend.append(rec, 1, k, v, slot0, count);
+      op.applyToCache(rec, { ...args, q: q2, v, cache: direct, layer: 1, slot0, count });
+      for (const c of [viaAppend, direct]) c.advance(rec, slot0, count, n);
+      await rec.submit();
+      expect([...(await gpu.readF32(q2))]).toEqual([...(await gpu.readF32(q))]);
+    }
+    for (const l of [0, 1]) {
+      expect([...(await gpu.readF32(direct.k[l]))], `k of layer ${l}`).toEqual([...(await gpu.readF32(viaAppend.k[l]))]);
+      expect([...(await gpu.readF32(direct.v[l]))], `v of layer ${l}`).toEqual([...(await gpu.readF32(viaAppend.v[l]))]);
+    }
+    expect(direct.past).toEqual([2, 3, 3]);
+    for (const t of temps) t.release();
+    viaAppend.release();
+    direct.release();
     rope.release();
   });
 });
