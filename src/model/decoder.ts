@@ -84,8 +84,11 @@ export interface MlpBuffers {
 export interface LoraCall {
   params: LayerLora;
   u: (proj: LoraProjection) => Tensor;
-  /** u is scratch, not kept for a backward: a few rows then take the LoRA GEMV. */
-  transient?: boolean;
+  /**
+   * u is scratch, not kept for a backward: a few rows then take the LoRA GEMV, the projections
+   * of one input together; `wide(cols)` is a [T, cols] view of scratch for their stacked u.
+   */
+  transient?: { wide: (cols: number) => Tensor };
 }
 
 /** How the attention block attends: over its own rows, or through the KV cache. */
@@ -157,49 +160,72 @@ export class Decoder {
 
   /** y = x·Wᵀ (+ y) (+ LoRA). */
   private project(rec: Recorder, w: LinearWeight, x: Tensor, y: Tensor, lora: LoraCall | null, proj: LoraProjection, accumulate = false): void {
-    this.ops.linear.forward(rec, x, w, y, accumulate);
+    this.projectShared(rec, x, [{ w, y, proj }], lora, accumulate);
+  }
+
+  /**
+   * Projections of one input x: every y = x·Wᵀ (+ y), then their LoRA updates, on the GEMV path
+   * in one pair of dispatches for all of them (the workspace's wide u holds up to three).
+   */
+  private projectShared(rec: Recorder, x: Tensor, outs: readonly { w: LinearWeight; y: Tensor; proj: LoraProjection }[], lora: LoraCall | null, accumulate = false): void {
+    for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate);
     if (!lora) return;
-    const p = lora.params[proj];
-    if (lora.transient && LoraGemv.fits(x.shape[0])) this.ops.loraGemv.forward(rec, p, x, y, lora.u(proj));
-    else this.ops.lora.forward(rec, p, { x, y, u: lora.u(proj) });
+    const ps = outs.map((o) => lora.params[o.proj]);
+    if (this.gemvLora(lora, x, ps)) {
+      this.ops.loraGemv.forwardShared(rec, ps, x, outs.map((o) => o.y), lora.transient!.wide(ps.length * ps[0].r));
+    } else outs.forEach((o, i) => this.ops.lora.forward(rec, ps[i], { x, y: o.y, u: lora.u(o.proj) }));
+  }
+
+  /** Whether adapters `ps` on the rows of x take the LoRA GEMV, together. */
+  private gemvLora(lora: LoraCall, x: Tensor, ps: readonly LoraParams[]): boolean {
+    return lora.transient !== undefined && LoraGemv.fits(x.shape[0]) && LoraGemv.groupable(ps);
   }
 
   /**
    * h += o_proj(attention(...)) for one layer. `cs` is the rope table of the rows [T, D/2, 2].
-   * In cached mode the layer's k and v are appended to the cache first.
+   * In cached mode the layer's k and v are appended to the cache first (by the q/k norm's
+   * dispatch itself at inference).
    */
   attentionBlock(rec: Recorder, layer: number, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null): void {
     const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
     const T = h.shape[0];
     const { norms, rope, attention } = this.ops;
     norms.rmsnorm(rec, h, w.inputNorm, b.xn, eps, b.rstd?.input);
-    this.project(rec, w.q, b.xn, b.qRaw, lora, 'q');
-    this.project(rec, w.k, b.xn, b.kRaw, lora, 'k');
-    this.project(rec, w.v, b.xn, b.v, lora, 'v');
+    this.projectShared(rec, b.xn, [{ w: w.q, y: b.qRaw, proj: 'q' }, { w: w.k, y: b.kRaw, proj: 'k' }, { w: w.v, y: b.v, proj: 'v' }], lora);
+    const qk = { qRaw: b.qRaw, kRaw: b.kRaw, qWeight: w.qNorm, kWeight: w.kNorm, cs, q: b.q, hq, hkv, eps };
     if (b.rstd) {
       norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
       norms.rmsnorm(rec, b.kRaw.reshape([T * hkv, D]), w.kNorm, b.k.reshape([T * hkv, D]), eps, b.rstd.k);
       rope.apply(rec, cs, b.q, hq);
       rope.apply(rec, cs, b.k, hkv);
-    } else {
-      // No rstd to keep (inference): one dispatch instead of four.
-      this.ops.qkNormRope.apply(rec, { qRaw: b.qRaw, kRaw: b.kRaw, qWeight: w.qNorm, kWeight: w.kNorm, cs, q: b.q, k: b.k, hq, hkv, eps });
-    }
+      if (attend.kind === 'cached') attend.cache.append(rec, layer, b.k, b.v, attend.slot0, attend.count);
+    } else if (attend.kind === 'cached') {
+      // No rstd to keep (inference): one dispatch for the norms, RoPE and the cache append.
+      this.ops.qkNormRope.applyToCache(rec, { ...qk, v: b.v, cache: attend.cache, layer, slot0: attend.slot0, count: attend.count });
+    } else this.ops.qkNormRope.apply(rec, { ...qk, k: b.k });
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });
     } else {
-      attend.cache.append(rec, layer, b.k, b.v, attend.slot0, attend.count);
       attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split });
     }
     this.project(rec, w.o, b.attn, h, lora, 'o', true);
   }
 
-  /** h += down(silu(gate(n))·up(n)), n = rms(h). */
+  /**
+   * h += down(silu(gate(n))·up(n)), n = rms(h). On the LoRA GEMV path the gate/up updates go
+   * straight into the SwiGLU (b.gate and b.up then keep the base projections only).
+   */
   mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null): void {
     this.ops.norms.rmsnorm(rec, h, w.postAttentionNorm, b.xn, this.config.rmsNormEps, b.rstd);
-    this.project(rec, w.gate, b.xn, b.gate, lora, 'gate');
-    this.project(rec, w.up, b.xn, b.up, lora, 'up');
-    this.ops.act.swiglu(rec, b.gate, b.up, b.act);
+    const gu = lora ? [lora.params.gate, lora.params.up] : [];
+    if (lora && this.gemvLora(lora, b.xn, gu)) {
+      this.ops.linear.forward(rec, b.xn, w.gate, b.gate);
+      this.ops.linear.forward(rec, b.xn, w.up, b.up);
+      this.ops.loraGemv.forwardSwiglu(rec, gu[0], gu[1], b.xn, b.gate, b.up, b.act, lora.transient!.wide(2 * gu[0].r));
+    } else {
+      this.projectShared(rec, b.xn, [{ w: w.gate, y: b.gate, proj: 'gate' }, { w: w.up, y: b.up, proj: 'up' }], lora);
+      this.ops.act.swiglu(rec, b.gate, b.up, b.act);
+    }
     this.project(rec, w.down, b.act, h, lora, 'down', true);
   }
 
@@ -262,8 +288,9 @@ export class Decoder {
       this.ops.rope.table(rec, b.positions, b.cs);
     }
     const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r);
+    const transient = { wide: b.loraWide };
     this.weights.layers.forEach((w, l) => {
-      const lora = a.lora ? { params: a.lora[l], u: loraU, transient: true } : null;
+      const lora = a.lora ? { params: a.lora[l], u: loraU, transient } : null;
       this.attentionBlock(rec, l, w, b.h, b.attn, b.cs, a.attend, lora);
       this.mlpBlock(rec, w, b.h, b.mlp, lora);
       const ds = a.visual?.deepstack[l];
@@ -307,7 +334,8 @@ export class DecoderWorkspace {
       up: f(R * I, 'up'),
       act: f(R * I, 'act'),
       cs: f(R * D, 'rope_cs'),
-      loraU: f(R * Math.max(1, rank), 'lora_u'),
+      // u of up to three adapters at once (q/k/v on the LoRA GEMV path).
+      loraU: f(R * 3 * Math.max(1, rank), 'lora_u'),
       positions: gpu.tensor([3 * R], 'i32', 'decoder.positions'),
     };
     this.blockIds = table.blocks.length > 1 ? table.blocks.map((_, b) => gpu.tensor([R], 'u32', `decoder.ids[${b}]`)) : [];
@@ -336,6 +364,11 @@ export class DecoderWorkspace {
       loraU: (r: number) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);
         return view(t.loraU, [T, r]);
+      },
+      /** u of up to three adapters stacked: [T, cols]. */
+      loraWide: (cols: number) => {
+        if (cols > 3 * this.rank) throw new ShapeError('decoder', `${cols} LoRA columns above the workspace's 3 × rank ${this.rank}`);
+        return view(t.loraU, [T, cols]);
       },
     };
   }
