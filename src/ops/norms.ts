@@ -6,6 +6,8 @@
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 
 const WG = 128;
+/** The vec4 forward: rows of at least 4·VEC4_WG elements with n % 4 == 0 (the hidden rows). */
+const VEC4_WG = 256;
 const UNIFORMS = { rows: 'u32', n: 'u32', eps: 'f32' } as const;
 
 export class Norms {
@@ -15,18 +17,22 @@ export class Norms {
     private readonly rmsBwdK: Kernel,
     private readonly rmsBwdAccK: Kernel,
     private readonly layerK: Kernel,
+    private readonly rmsVec4K: Kernel,
+    private readonly rmsVec4SaveK: Kernel,
   ) {}
 
   static async create(gpu: Gpu): Promise<Norms> {
-    const spec = (entry: string, defines: Record<string, boolean> = {}) => ({ shader: 'norms', entry, defines, constants: { WG }, uniforms: UNIFORMS });
+    const spec = (entry: string, defines: Record<string, boolean> = {}, wg = WG) => ({ shader: 'norms', entry, defines, constants: { WG: wg }, uniforms: UNIFORMS });
     const ks = await Promise.all([
       gpu.kernel(spec('rmsnorm_fwd')),
       gpu.kernel(spec('rmsnorm_fwd', { SAVE_RSTD: true })),
       gpu.kernel(spec('rmsnorm_bwd')),
       gpu.kernel(spec('rmsnorm_bwd', { ACCUMULATE: true })),
       gpu.kernel(spec('layernorm_fwd')),
+      gpu.kernel(spec('rmsnorm_fwd_vec4', {}, VEC4_WG)),
+      gpu.kernel(spec('rmsnorm_fwd_vec4', { SAVE_RSTD: true }, VEC4_WG)),
     ]);
-    return new Norms(ks[0], ks[1], ks[2], ks[3], ks[4]);
+    return new Norms(ks[0], ks[1], ks[2], ks[3], ks[4], ks[5], ks[6]);
   }
 
   /** y = x·rsqrt(mean(x²)+eps)·w per row; `rstd` [rows], when given, receives rsqrt(mean(x²)+eps). */
@@ -34,8 +40,13 @@ export class Norms {
     const op = 'rmsnorm';
     const rows = this.checkRows(op, x, weight, { y });
     if (rstd) this.checkRstd(op, rstd, rows);
-    const uniforms = { rows, n: weight.numel, eps };
-    if (rstd) rec.dispatch(this.rmsSaveK, { x, weight, y, rstd }, grid1d(rows, 1), uniforms);
+    const n = weight.numel;
+    const uniforms = { rows, n, eps };
+    if (n % 4 === 0 && n >= 4 * VEC4_WG) {
+      const bind = { x4: x, weight4: weight, y4: y };
+      if (rstd) rec.dispatch(this.rmsVec4SaveK, { ...bind, rstd }, grid1d(rows, 1), uniforms);
+      else rec.dispatch(this.rmsVec4K, bind, grid1d(rows, 1), uniforms);
+    } else if (rstd) rec.dispatch(this.rmsSaveK, { x, weight, y, rstd }, grid1d(rows, 1), uniforms);
     else rec.dispatch(this.rmsK, { x, weight, y }, grid1d(rows, 1), uniforms);
   }
 

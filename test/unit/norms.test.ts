@@ -40,12 +40,17 @@ const SHAPES: [number, number][] = [
   [5, 130],
   [2, 300],
 ];
+/** Rows wide enough for the vec4 forward (n % 4 == 0, n ≥ 1024): one pass per thread, and a ragged last pass. */
+const WIDE: [number, number][] = [
+  [1, 2048],
+  [3, 1028],
+];
 
 describe('norms', () => {
-  it('rmsnorm forward matches f64 (odd widths, one row), and saves rstd', async () => {
+  it('rmsnorm forward matches f64 (odd widths, one row, wide rows), and saves rstd', async () => {
     const gpu = await testGpu();
     const norms = await Norms.create(gpu);
-    for (const [rows, n] of SHAPES) {
+    for (const [rows, n] of [...SHAPES, ...WIDE]) {
       const x = randNormal(rows * n, rows * 100 + n);
       const w = randUniform(n, n, 0.5, 1.5);
       const eps = 1e-6;
