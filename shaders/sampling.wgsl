@@ -12,6 +12,15 @@
 // (row, step, 0, 0)), so a (seed, row, step) gives the same token on every driver.
 // Greedy (temperature 0): the argmax of the raw logits, lowest index on ties (as torch.argmax).
 //
+// Greedy and plain sampling (no top-k, no top-p) take two wide dispatches instead of `sample`'s one
+// workgroup per row (775 µs for one row of 151,936 on the H100, latency-bound):
+//   sample_chunks  one workgroup per (chunk of CHUNK logits, row): the chunk's raw max and its
+//                  lowest index, its max z and Σ e^(z − max z)
+//   sample_finish  one workgroup per row: the row's argmax, max z and Σ e^(z − zmax) from its
+//                  chunks; greedy ends there; else the draw u·W is found in chunk order (chunk
+//                  masses rescaled to zmax), then inside the chunk from its e^(z − zmax) in index
+//                  order: the same inverse CDF in index order as `sample`, sums grouped differently.
+//
 // Log-prob reported: `processed` (default) is log_softmax over the kept tokens after temperature,
 // top-k and top-p, which is what vLLM returns with logprobs_mode="processed_logprobs" (the mode TRL
 // asks for); `full` is the log-prob under the whole tempered softmax. Greedy reports the log-softmax
@@ -26,16 +35,22 @@ struct Params {
   seed: u32,
   step: u32,
   full_logprob: u32,
+  chunks: u32,      // sample_chunks / sample_finish: chunks per row
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;    // [rows, vocab]
 @group(0) @binding(2) var<storage, read_write> ids: array<u32>; // [rows]
 @group(0) @binding(3) var<storage, read_write> logp: array<f32>; // [rows]
+// Per (row, chunk): raw max, its index (bits), max z, Σ e^(z − max z)
+@group(0) @binding(4) var<storage, read_write> part: array<vec4f>; // [rows, chunks]
+@group(0) @binding(5) var<storage, read> part_in: array<vec4f>;
 
 const WG: u32 = 128u;
 const BINS: u32 = 16u;
 const EMPTY: f32 = -3.0e38;
+const CHUNK: u32 = 1024u; // logits per sample_chunks workgroup (src/ops/sampling.ts SAMPLE_CHUNK)
+const PER_THREAD: u32 = CHUNK / WG;
 
 // ---- Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3") ----
 
@@ -306,5 +321,181 @@ fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
     ids[row] = id;
     let zrel = logits[base + id] * params.inv_temp - zmax;
     logp[row] = zrel - log(select(hist[WG], sum_all, params.full_logprob != 0u));
+  }
+}
+
+// Argmax (lowest index on ties) and online softmax state (max z, Σ e^(z − max z)) over the
+// workgroup: each thread's (xmax, amax, m, s) in, the workgroup's out (to every thread).
+struct Stats {
+  xmax: f32,
+  amax: u32,
+  m: f32,
+  s: f32,
+}
+
+fn reduce_stats(lid: u32, mine: Stats) -> Stats {
+  red_x[lid] = mine.xmax;
+  red_u[lid] = mine.amax;
+  red_f[lid] = mine.m;
+  red_g[lid] = mine.s;
+  workgroupBarrier();
+  for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+    if (lid < stride) {
+      let xo = red_x[lid + stride];
+      let ao = red_u[lid + stride];
+      if (xo > red_x[lid] || (xo == red_x[lid] && ao < red_u[lid])) {
+        red_x[lid] = xo;
+        red_u[lid] = ao;
+      }
+      let m1 = red_f[lid];
+      let m2 = red_f[lid + stride];
+      let mm = max(m1, m2);
+      red_g[lid] = red_g[lid] * exp(m1 - mm) + red_g[lid + stride] * exp(m2 - mm);
+      red_f[lid] = mm;
+    }
+    workgroupBarrier();
+  }
+  let r = Stats(red_x[0], red_u[0], red_f[0], red_g[0]);
+  workgroupBarrier();
+  return r;
+}
+
+@compute @workgroup_size(WG)
+fn sample_chunks(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x;
+  let row = wid.y;
+  let n = params.vocab;
+  var st = Stats(EMPTY, 0u, EMPTY, 0.0);
+  for (var i = 0u; i < PER_THREAD; i++) {
+    let j = c * CHUNK + i * WG + lid;
+    if (j < n) {
+      let x = logits[row * n + j];
+      if (x > st.xmax) {
+        st.xmax = x;
+        st.amax = j;
+      }
+      let z = x * params.inv_temp;
+      if (z > st.m) {
+        st.s = st.s * exp(st.m - z) + 1.0;
+        st.m = z;
+      } else {
+        st.s += exp(z - st.m);
+      }
+    }
+  }
+  let r = reduce_stats(lid, st);
+  if (lid == 0u) {
+    part[row * params.chunks + c] = vec4f(r.xmax, bitcast<f32>(r.amax), r.m, r.s);
+  }
+}
+
+var<workgroup> pick_chunk: u32;
+
+// Exclusive prefix of each thread's `mine` into hist[0..WG], total at hist[WG] (thread 0, serial:
+// a fixed order). True for the one thread whose [hist[lid], hist[lid + 1]) holds `goal`, if any.
+fn find_block(lid: u32, mine: f32, goal: f32) -> bool {
+  red_f[lid] = mine;
+  workgroupBarrier();
+  if (lid == 0u) {
+    var run = 0.0;
+    for (var t = 0u; t < WG; t++) {
+      hist[t] = run;
+      run += red_f[t];
+    }
+    hist[WG] = run;
+  }
+  workgroupBarrier();
+  return hist[lid] <= goal && goal < hist[lid + 1u];
+}
+
+@compute @workgroup_size(WG)
+fn sample_finish(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let row = wid.x;
+  let n = params.vocab;
+  let nc = params.chunks;
+  // The row's stats from its chunks; thread lid owns the contiguous chunks [lo, hi).
+  let per = (nc + WG - 1u) / WG;
+  let lo = min(lid * per, nc);
+  let hi = min(lo + per, nc);
+  var st = Stats(EMPTY, 0u, EMPTY, 0.0);
+  for (var c = lo; c < hi; c++) {
+    let q = part_in[row * nc + c];
+    let a = bitcast<u32>(q.y);
+    if (q.x > st.xmax) {
+      st.xmax = q.x;
+      st.amax = a;
+    }
+    let mm = max(st.m, q.z);
+    st.s = st.s * exp(st.m - mm) + q.w * exp(q.z - mm);
+    st.m = mm;
+  }
+  let all = reduce_stats(lid, st);
+  let zmax = all.m;
+  let sum_all = all.s;
+  if (params.greedy != 0u) {
+    if (lid == 0u) {
+      ids[row] = all.amax;
+      logp[row] = logits[row * n + all.amax] - zmax - log(sum_all);
+    }
+    return;
+  }
+  // Draw: the chunk holding u·W in index order (chunk masses rescaled to zmax) ...
+  var mass = 0.0;
+  for (var c = lo; c < hi; c++) {
+    let q = part_in[row * nc + c];
+    mass += q.w * exp(q.z - zmax);
+  }
+  if (lid == 0u) {
+    pick_chunk = nc - 1u; // u·W rounded up to W: the last token
+    sh_goal = 3.0e38;
+  }
+  let goal = uniform01(params.seed, row, params.step) * sum_all;
+  if (find_block(lid, mass, goal)) {
+    var run = hist[lid];
+    for (var c = lo; c < hi; c++) {
+      let q = part_in[row * nc + c];
+      let w = q.w * exp(q.z - zmax);
+      if (run + w > goal || c + 1u == hi) {
+        pick_chunk = c;
+        sh_goal = goal - run;
+        break;
+      }
+      run += w;
+    }
+  }
+  workgroupBarrier();
+  let c = pick_chunk;
+  let g = sh_goal;
+  workgroupBarrier();
+  // ... then the token inside it: thread lid owns PER_THREAD contiguous logits of the chunk.
+  let j0 = c * CHUNK + lid * PER_THREAD;
+  var part_sum = 0.0;
+  for (var i = 0u; i < PER_THREAD; i++) {
+    if (j0 + i < n) {
+      part_sum += exp(logits[row * n + j0 + i] * params.inv_temp - zmax);
+    }
+  }
+  if (lid == 0u) {
+    atomicStore(&chosen, min(c * CHUNK + CHUNK, n)); // index + 1 of the chunk's last token
+  }
+  if (find_block(lid, part_sum, g)) {
+    var run = hist[lid];
+    for (var i = 0u; i < PER_THREAD; i++) {
+      let j = j0 + i;
+      if (j < n) {
+        run += exp(logits[row * n + j] * params.inv_temp - zmax);
+        if (run > g) {
+          atomicMin(&chosen, j + 1u);
+          break;
+        }
+      }
+    }
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let id = atomicLoad(&chosen) - 1u;
+    ids[row] = id;
+    // Nothing is cut: the processed and the full log-prob are the same.
+    logp[row] = logits[row * n + id] * params.inv_temp - zmax - log(sum_all);
   }
 }

@@ -1,6 +1,8 @@
 // Next-token sampling on the GPU, one row per parallel sequence: temperature, top-k, top-p, greedy,
 // seeded with a counter-based RNG so that (seed, row, step) fixes the draw on every driver.
-// Semantics and the reported log-prob are documented in shaders/sampling.wgsl.
+// Semantics and the reported log-prob are documented in shaders/sampling.wgsl. Greedy and plain
+// sampling take two wide dispatches (chunks, then one workgroup per row); top-k / top-p take the
+// one-workgroup-per-row kernel.
 import { ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 
 export interface SamplingConfig {
@@ -19,27 +21,34 @@ export interface SamplingConfig {
 
 /** Greedy below this temperature, as vLLM (_SAMPLING_EPS). */
 const GREEDY_BELOW = 1e-5;
+/** Logits per workgroup of sample_chunks (CHUNK in the shader). */
+const SAMPLE_CHUNK = 1024;
+const UNIFORMS = {
+  vocab: 'u32',
+  inv_temp: 'f32',
+  greedy: 'u32',
+  top_k: 'u32',
+  top_p: 'f32',
+  seed: 'u32',
+  step: 'u32',
+  full_logprob: 'u32',
+  chunks: 'u32',
+} as const;
 
 export class Sampler {
-  private constructor(private readonly kernel: Kernel) {}
+  /** Per (row, chunk) stats of the two-pass path, grown to the largest [rows, chunks] seen (lives with the sampler: ~16 B per 1024 logits of a row). */
+  private part: Tensor | null = null;
+
+  private constructor(
+    private readonly gpu: Gpu,
+    private readonly kernel: Kernel,
+    private readonly chunksK: Kernel,
+    private readonly finishK: Kernel,
+  ) {}
 
   static async create(gpu: Gpu): Promise<Sampler> {
-    return new Sampler(
-      await gpu.kernel({
-        shader: 'sampling',
-        entry: 'sample',
-        uniforms: {
-          vocab: 'u32',
-          inv_temp: 'f32',
-          greedy: 'u32',
-          top_k: 'u32',
-          top_p: 'f32',
-          seed: 'u32',
-          step: 'u32',
-          full_logprob: 'u32',
-        },
-      }),
-    );
+    const [kernel, chunksK, finishK] = await Promise.all(['sample', 'sample_chunks', 'sample_finish'].map((entry) => gpu.kernel({ shader: 'sampling', entry, uniforms: UNIFORMS })));
+    return new Sampler(gpu, kernel, chunksK, finishK);
   }
 
   /**
@@ -63,15 +72,35 @@ export class Sampler {
       if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new ShapeError(name, `${k} must be a u32, got ${v}`);
     }
     const greedy = temperature < GREEDY_BELOW;
-    rec.dispatch(this.kernel, { logits, ids: out.ids, logp: out.logp }, rows, {
+    const k = topK >= vocab ? 0 : topK;
+    const chunks = Math.ceil(vocab / SAMPLE_CHUNK);
+    const uniforms = {
       vocab,
       inv_temp: greedy ? 1 : 1 / temperature,
       greedy: greedy ? 1 : 0,
-      top_k: topK >= vocab ? 0 : topK,
+      top_k: k,
       top_p: topP,
       seed: rng.seed,
       step: rng.step,
       full_logprob: logprobs === 'full' ? 1 : 0,
-    });
+      chunks,
+    };
+    if (!greedy && (k > 0 || topP < 1)) {
+      rec.dispatch(this.kernel, { logits, ids: out.ids, logp: out.logp }, rows, uniforms);
+      return;
+    }
+    const part = this.scratch(rows * chunks);
+    rec.dispatch(this.chunksK, { logits, part }, [chunks, rows], uniforms);
+    rec.dispatch(this.finishK, { logits, part_in: part, ids: out.ids, logp: out.logp }, rows, uniforms);
   }
+
+  /** The stats scratch, at least `n` vec4s (reallocated only when a call needs more). */
+  private scratch(n: number): Tensor {
+    if (!this.part || this.part.numel < 4 * n) {
+      this.part?.release();
+      this.part = this.gpu.tensor([4 * n], 'f32', 'sampling.chunks');
+    }
+    return this.part;
+  }
+
 }

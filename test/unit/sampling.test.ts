@@ -250,6 +250,28 @@ fn kat(@builtin(workgroup_id) wid: vec3u) {
     }
   });
 
+  it('greedy and plain sampling over the full vocabulary (chunked path): exact draws, argmax ties across chunks', async () => {
+    const gpu = await testGpu();
+    const sampler = await Sampler.create(gpu);
+    const vocab = 151_936;
+    const rows = 3;
+    const logits = randNormal(rows * vocab, 23, 3);
+    logits[0 * vocab + 2047] = 30; // a tie across chunks (1024 logits each): the lower index wins
+    logits[0 * vocab + 2048] = 30;
+    logits[1 * vocab + vocab - 1] = 30; // in the last, partial chunk
+    const greedy = await sample(gpu, sampler, logits, rows, { temperature: 0 }, 1, 0);
+    expect([...greedy.ids]).toEqual([0, 1, 2].map((r) => argmax(logits.subarray(r * vocab, (r + 1) * vocab))));
+    expect([greedy.ids[0], greedy.ids[1]]).toEqual([2047, vocab - 1]);
+    for (const [cfg, seed, step] of [[{ temperature: 1 }, 5, 3], [{ temperature: 0.6, logprobs: 'full' }, 8, 0]] as [SamplingConfig, number, number][]) {
+      const { ids, logp } = await sample(gpu, sampler, logits, rows, cfg, seed, step);
+      for (let r = 0; r < rows; r++) {
+        const { prob } = keptDistribution(logits.subarray(r * vocab, (r + 1) * vocab), cfg);
+        expect(ids[r], `row ${r}`).toBe(expectedDraw(prob, uniform01(seed, r, step)));
+        expectClose([logp[r]], [Math.log(prob[ids[r]])], { rtol: 1e-4, atol: 1e-5, what: `logp row ${r}` });
+      }
+    }
+  });
+
   it('is reproducible for a (seed, step) and varies with them', async () => {
     const gpu = await testGpu();
     const sampler = await Sampler.create(gpu);
