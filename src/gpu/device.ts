@@ -28,6 +28,17 @@ export interface AdapterSummary {
   description: string;
   features: string[];
   limits: Record<string, number>;
+  /** The tensor-core shapes of 'chromium-experimental-subgroup-matrix' (Dawn lists them on the
+   * adapter's info only, not on the device's). */
+  subgroupMatrixConfigs?: SubgroupMatrixConfig[];
+}
+
+export interface SubgroupMatrixConfig {
+  componentType: string;
+  resultComponentType: string;
+  M: number;
+  N: number;
+  K: number;
 }
 
 /** The numeric limits worth showing and raising (maxed to what the adapter allows). */
@@ -57,6 +68,9 @@ export function summarizeAdapter(adapter: GPUAdapter): AdapterSummary {
     description: info.description,
     features: [...adapter.features].sort(),
     limits,
+    subgroupMatrixConfigs: ((info as GPUAdapterInfo & { subgroupMatrixConfigs?: SubgroupMatrixConfig[] }).subgroupMatrixConfigs ?? []).map(
+      ({ componentType, resultComponentType, M, N, K }) => ({ componentType, resultComponentType, M, N, K }),
+    ),
   };
 }
 

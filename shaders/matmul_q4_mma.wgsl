@@ -1,0 +1,264 @@
+// y = x·Wᵀ with 4-bit weights on int8 tensor cores (Chromium's subgroup-matrix extension,
+// i8 x i8 -> i32, M16 N16 K32): W4A8-style with two activation limbs. The Q4 weight format is the
+// one documented at the top of shaders/matmul_q4.wgsl (codes c, f16 scale d per group of 32 along
+// K, w = d·(c − 8)); src/ops/matmulQ4Mma.ts binds this file.
+//
+// Why it is exact on the weight side: c − 8 ∈ [−8, 7] is an int8, and a Q4 group (32 along K) is
+// one MMA's K, so each MMA sees one weight scale per column.
+//
+// quantize_rows: per (row m, group g) of x, q = round(x / s) with s = absmax / 16256 (16256 = 127·128)
+// is split into two int8 limbs, hi = round(q / 128) ∈ [−127, 127] and lo = q − 128·hi ∈ [−64, 64]:
+// about 15 bits of the group's range (rounding error ≤ absmax / 32512), finer than bf16's 8.
+// gemm: per group, R = 128·(hi·C) + lo·C with C = c − 8, exact in i32 (|R| ≤ 32·16256·8 < 2^22),
+// then y[m, n] += s[m, g]·d[n, g]·R in f32. The MMA result is opaque, so R goes through workgroup
+// memory (`part`) to be scaled per element; that round trip, not the MMA, bounds the speed.
+//
+// Measured accuracy (max |y − y_ref| / max |y_ref| against dequantize-then-f32 on Gaussian x with
+// 4 outlier channels of 50x): see src/ops/matmulQ4Mma.ts, which states the figure from the H100.
+//
+// Layouts written by quantize_rows, read by gemm:
+//   xq: vec4<u32> [M, K/32, 4]: vec4s 0, 1 the hi limb of group (m, g), vec4s 2, 3 the lo limb;
+//       32 int8 per limb, in the byte order of the unpacked weights below (k = 0, 2, 4, 6 of each
+//       8 in one word, then 1, 3, 5, 7), so that a masked code word needs no shuffling.
+//   sx: f32 [M, K/32], the scale s of each group.
+enable chromium_experimental_subgroup_matrix;
+// Subgroup-matrix calls run in each subgroup's own tile loop: uniform per subgroup, which is what
+// the hardware needs; the workgroup-level analysis cannot see that.
+diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
+// requires: subgroups
+
+struct Params {
+  m: u32,          // rows of x
+  n: u32,          // rows of W (out features)
+  k: u32,          // columns (in features), a multiple of 32
+  accumulate: u32, // 1: add into y instead of overwriting it
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> xq: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> sx: array<f32>;
+@group(0) @binding(4) var<storage, read> xq_in: array<vec4<u32>>;
+@group(0) @binding(5) var<storage, read> sx_in: array<f32>;
+@group(0) @binding(6) var<storage, read> codes4: array<vec4<u32>>;
+@group(0) @binding(7) var<storage, read> scales: array<u32>;
+@group(0) @binding(8) var<storage, read_write> y: array<f32>;
+
+const QMAX = 16256.0; // 127·128
+
+fn pack_i8(v: vec4<f32>) -> u32 {
+  let b = bitcast<vec4<u32>>(vec4<i32>(v)) & vec4<u32>(0xFFu);
+  return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+}
+
+@compute @workgroup_size(64)
+fn quantize_rows(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = gid.x + gid.y * nwg.x * 64u; // (row, group) index m·G + g
+  if (i >= params.m * (params.k / 32u)) {
+    return;
+  }
+  var v: array<vec4<f32>, 8>;
+  var amax = 0.0;
+  for (var j = 0u; j < 8u; j++) {
+    v[j] = x[i * 8u + j];
+    let a = abs(v[j]);
+    amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+  }
+  let inv = select(0.0, QMAX / amax, amax > 0.0);
+  sx[i] = amax / QMAX;
+  var hi: array<u32, 8>;
+  var lo: array<u32, 8>;
+  for (var o = 0u; o < 4u; o++) {
+    let a = v[2u * o];
+    let b = v[2u * o + 1u];
+    let qe = round(vec4<f32>(a.x, a.z, b.x, b.z) * inv); // k = 8o + 0, 2, 4, 6
+    let qo = round(vec4<f32>(a.y, a.w, b.y, b.w) * inv); // k = 8o + 1, 3, 5, 7
+    let he = round(qe / 128.0);
+    let ho = round(qo / 128.0);
+    hi[2u * o] = pack_i8(he);
+    hi[2u * o + 1u] = pack_i8(ho);
+    lo[2u * o] = pack_i8(qe - 128.0 * he);
+    lo[2u * o + 1u] = pack_i8(qo - 128.0 * ho);
+  }
+  xq[4u * i] = vec4<u32>(hi[0], hi[1], hi[2], hi[3]);
+  xq[4u * i + 1u] = vec4<u32>(hi[4], hi[5], hi[6], hi[7]);
+  xq[4u * i + 2u] = vec4<u32>(lo[0], lo[1], lo[2], lo[3]);
+  xq[4u * i + 3u] = vec4<u32>(lo[4], lo[5], lo[6], lo[7]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM: a workgroup of WG threads computes a BM x BN tile of y, one K group (32) per step. Each
+// step stages the two limbs of x and the unpacked int8 weights in workgroup memory (the next
+// step's global loads are issued before this step's MMAs), then each subgroup walks 16x16 tiles:
+// R = 128·(hi·C) + lo·C, stored to `part`; after a barrier every thread scales its fixed elements
+// of `part` into f32 accumulators. Thread t owns column t % BN and rows t / BN + j·(WG / BN).
+// ---------------------------------------------------------------------------------------------
+const BM = {{BM}}u;
+const BN = {{BN}}u;
+const WG = {{WG}}u;
+const TILES_M = BM / 16u;
+const TILES = TILES_M * (BN / 16u);
+const A_VECS = BM * 4u;               // vec4<u32> of x limbs per step
+const A_PER = (A_VECS + WG - 1u) / WG; // per thread
+const B_PER = (BN + WG - 1u) / WG;     // code vec4s (one row of W's group) per thread
+const ACC = BM * BN / WG;             // f32 accumulators per thread
+const MAGIC = 0x4B400000;             // 1.5·2^23: i + MAGIC as f32 bits is 1.5·2^23 + i for |i| < 2^22
+const MAGIC_F = 12582912.0;
+const PAD_CODES = 0x88888888u;        // codes 8: weight 0 (rows past N)
+
+var<workgroup> a_hi: array<i32, BM * 8u>; // [BM rows][32 int8], row-major
+var<workgroup> a_lo: array<i32, BM * 8u>;
+var<workgroup> b_q: array<i32, BN * 8u>;  // [BN rows of W][32 int8]: the right matrix, column-major
+var<workgroup> part: array<i32, BM * BN>; // R of the step, row-major
+#if SPLIT_LIMBS
+// Where the compiler lacks subgroupMatrixScalarMultiply: hi·C in `part`, lo·C here, combined in f32.
+var<workgroup> part_lo: array<i32, BM * BN>;
+#endif
+var<workgroup> s_x: array<f32, 2u * BM>;  // double-buffered: the epilogue of step g reads half g & 1
+var<workgroup> s_w: array<f32, 2u * BN>;
+
+struct Staged {
+  a: array<vec4<u32>, A_PER>,
+  b: array<vec4<u32>, B_PER>,
+  sx: f32,
+  sw: f32,
+}
+
+fn scale_of(s: u32) -> f32 {
+  return unpack2x16float(scales[s >> 1u])[s & 1u];
+}
+
+fn fetch(g: u32, m0: u32, n0: u32, lid: u32) -> Staged {
+  let groups = params.k / 32u;
+  var st: Staged;
+  for (var t = 0u; t < A_PER; t++) {
+    let i = lid + t * WG;
+    let m = m0 + i / 4u;
+    if (i < A_VECS && m < params.m) {
+      st.a[t] = xq_in[(m * groups + g) * 4u + i % 4u];
+    }
+  }
+  for (var t = 0u; t < B_PER; t++) {
+    let n = n0 + lid + t * WG;
+    st.b[t] = vec4<u32>(PAD_CODES);
+    if (lid + t * WG < BN && n < params.n) {
+      st.b[t] = codes4[n * groups + g];
+    }
+  }
+  if (lid < BM && m0 + lid < params.m) {
+    st.sx = sx_in[(m0 + lid) * groups + g];
+  }
+  if (lid < BN && n0 + lid < params.n) {
+    st.sw = scale_of((n0 + lid) * groups + g);
+  }
+  return st;
+}
+
+// Four codes c (one per byte, from a masked word) as int8 c − 8: the low nibble of c − 8 is c ^ 8,
+// and its sign (bit 3 of c ^ 8) fills the high nibble.
+fn to_i8(nibbles: u32) -> i32 {
+  let u = nibbles ^ 0x08080808u;
+  return bitcast<i32>(u | ((u & 0x08080808u) * 0x1Eu));
+}
+
+fn stage(st: Staged, half: u32, lid: u32) {
+  for (var t = 0u; t < A_PER; t++) {
+    let i = lid + t * WG;
+    if (i < A_VECS) {
+      let row = i / 4u;
+      let q = i % 4u;
+      let v = bitcast<vec4<i32>>(st.a[t]);
+      let o = row * 8u + (q % 2u) * 4u;
+      if (q < 2u) {
+        a_hi[o] = v.x;
+        a_hi[o + 1u] = v.y;
+        a_hi[o + 2u] = v.z;
+        a_hi[o + 3u] = v.w;
+      } else {
+        a_lo[o] = v.x;
+        a_lo[o + 1u] = v.y;
+        a_lo[o + 2u] = v.z;
+        a_lo[o + 3u] = v.w;
+      }
+    }
+  }
+  for (var t = 0u; t < B_PER; t++) {
+    let r = lid + t * WG;
+    if (r < BN) {
+      for (var w = 0u; w < 4u; w++) {
+        let c = st.b[t][w];
+        b_q[r * 8u + 2u * w] = to_i8(c & 0x0F0F0F0Fu);        // k = 8w + 0, 2, 4, 6
+        b_q[r * 8u + 2u * w + 1u] = to_i8((c >> 4u) & 0x0F0F0F0Fu); // k = 8w + 1, 3, 5, 7
+      }
+    }
+  }
+  if (lid < BM) {
+    s_x[half * BM + lid] = st.sx;
+  }
+  if (lid < BN) {
+    s_w[half * BN + lid] = st.sw;
+  }
+}
+
+@compute @workgroup_size(WG)
+fn gemm(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sg: u32,
+  @builtin(subgroup_size) sg_size: u32,
+) {
+  let groups = params.k / 32u;
+  let m0 = wid.y * BM;
+  let n0 = wid.x * BN;
+  let col = lid % BN;
+  var acc: array<f32, ACC>;
+  var st = fetch(0u, m0, n0, lid);
+  for (var g = 0u; g < groups; g++) {
+    let half = g & 1u;
+    stage(st, half, lid);
+    workgroupBarrier();
+    if (g + 1u < groups) {
+      st = fetch(g + 1u, m0, n0, lid);
+    }
+    for (var t = sg; t < TILES; t += WG / sg_size) {
+      let ti = t % TILES_M;
+      let tj = t / TILES_M;
+      let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_hi, ti * 512u, false, 32u);
+      let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_lo, ti * 512u, false, 32u);
+      let b = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&b_q, tj * 512u, true, 32u);
+#if SPLIT_LIMBS
+      subgroupMatrixStore(&part, ti * 16u * BN + tj * 16u, subgroupMatrixMultiply<i32>(ah, b), false, BN);
+      subgroupMatrixStore(&part_lo, ti * 16u * BN + tj * 16u, subgroupMatrixMultiply<i32>(al, b), false, BN);
+#else
+      var r = subgroupMatrixMultiply<i32>(ah, b);
+      r = subgroupMatrixScalarMultiply(r, 128);
+      r = subgroupMatrixMultiplyAccumulate(al, b, r);
+      subgroupMatrixStore(&part, ti * 16u * BN + tj * 16u, r, false, BN);
+#endif
+    }
+    workgroupBarrier();
+    let sw = s_w[half * BN + col];
+    for (var j = 0u; j < ACC; j++) {
+      let row = lid / BN + j * (WG / BN);
+      let e = row * BN + col;
+#if SPLIT_LIMBS
+      let v = 128.0 * (bitcast<f32>(part[e] + MAGIC) - MAGIC_F) + (bitcast<f32>(part_lo[e] + MAGIC) - MAGIC_F);
+#else
+      let v = bitcast<f32>(part[e] + MAGIC) - MAGIC_F;
+#endif
+      acc[j] = fma(v, s_x[half * BM + row] * sw, acc[j]);
+    }
+  }
+  let n = n0 + col;
+  for (var j = 0u; j < ACC; j++) {
+    let m = m0 + lid / BN + j * (WG / BN);
+    if (m < params.m && n < params.n) {
+      let o = m * params.n + n;
+      var v = acc[j];
+      if (params.accumulate != 0u) {
+        v += y[o];
+      }
+      y[o] = v;
+    }
+  }
+}

@@ -1,0 +1,118 @@
+// Accuracy of the int8 tensor-core 4-bit GEMM (src/ops/matmulQ4Mma.ts) against dequantize-then-
+// f64 on the CPU, on activations shaped like Qwen's: Gaussian with a few outlier channels. Run by
+// the unit test (where the device has subgroup matrices) and by the gemm benchmark suite, which
+// puts the figures beside the speed.
+import type { Gpu, Tensor } from '../gpu';
+import { allocQ4, q4Words, Q4_GROUP } from '../ops/matmulQ4';
+import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
+
+export interface MmaAccuracy {
+  shape: string;
+  /** max |y − y_ref| / max |y_ref| over the output. */
+  relToMax: number;
+  /** max over elements of |y − y_ref| / Σ_k |x·w|. */
+  relToMagnitude: number;
+  /** max over elements of |y − y_ref| / the bound the two-limb rounding allows (≤ 1 when right). */
+  ofBound: number;
+}
+
+/** Outlier channels of the test activations and their gain. */
+export const OUTLIERS = { channels: 4, gain: 50 };
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 4294967296;
+  };
+}
+
+function gaussian(next: () => number): number {
+  return Math.sqrt(-2 * Math.log(1 - next())) * Math.cos(2 * Math.PI * next());
+}
+
+function f16ToNumber(h: number): number {
+  const e = (h >> 10) & 31;
+  const m = h & 1023;
+  const v = e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15);
+  return h & 0x8000 ? -v : v;
+}
+
+/**
+ * Run `mma.gemm` on random [m, k] activations (Gaussian, OUTLIERS.channels columns scaled by
+ * OUTLIERS.gain) and a random Q4 weight [n, k], once overwriting y and once accumulating into a
+ * random y0, and compare both with the f64 product of the dequantized weight.
+ */
+export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number): Promise<MmaAccuracy> {
+  const next = rng(seed);
+  const x = new Float32Array(m * k).map(() => gaussian(next));
+  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * k));
+  for (let r = 0; r < m; r++) for (const c of outliers) x[r * k + c] *= OUTLIERS.gain;
+  const words = q4Words(n, k);
+  const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
+  // f16 scales of either sign around 2^-8, as Q4 of weights of about 0.01 have.
+  const halves = new Uint16Array(2 * words.scales).map(() => (next() < 0.5 ? 0x8000 : 0) | ((7 + Math.floor(next() * 3)) << 10) | Math.floor(next() * 1024));
+  const y0 = new Float32Array(m * n).map(() => gaussian(next));
+
+  const w = allocQ4(gpu, n, k, 'mma-check.w');
+  gpu.write(w.codes, codes);
+  gpu.write(w.scales, new Uint32Array(halves.buffer));
+  const tx = gpu.upload(x, [m, k], 'f32', 'mma-check.x');
+  const ty = gpu.tensor([m, n], 'f32', 'mma-check.y');
+  const tacc = gpu.upload(y0, [m, n], 'f32', 'mma-check.y0');
+  const rec = gpu.recorder('mma-check');
+  mma.gemm(rec, tx, w, ty);
+  mma.gemm(rec, tx, w, tacc, true);
+  await rec.submit();
+  const got = await gpu.readF32(ty);
+  const gotAcc = await gpu.readF32(tacc);
+  for (const t of [tx, ty, tacc, w.codes, w.scales] as Tensor[]) t.release();
+
+  const groups = k / Q4_GROUP;
+  const deq = new Float64Array(n * k);
+  for (let r = 0; r < n; r++)
+    for (let c = 0; c < k; c++) {
+      const code = (codes[(r * k + c) >> 3] >>> (4 * (c & 7))) & 15;
+      deq[r * k + c] = f16ToNumber(halves[r * groups + (c >> 5)]) * (code - 8);
+    }
+  // The two limbs round x to a step of absmax/16256 of its group: an error of at most half of that.
+  const step = new Float64Array(m * groups);
+  for (let r = 0; r < m; r++)
+    for (let g = 0; g < groups; g++) {
+      let a = 0;
+      for (let c = 0; c < Q4_GROUP; c++) a = Math.max(a, Math.abs(x[r * k + g * Q4_GROUP + c]));
+      step[r * groups + g] = a / 16256;
+    }
+  let maxRef = 0;
+  let maxErr = 0;
+  let relToMagnitude = 0;
+  let ofBound = 0;
+  for (let r = 0; r < m; r++)
+    for (let j = 0; j < n; j++) {
+      let ref = 0;
+      let mag = 0;
+      let bound = 0;
+      for (let g = 0; g < groups; g++) {
+        let wsum = 0;
+        for (let c = g * Q4_GROUP; c < (g + 1) * Q4_GROUP; c++) {
+          const xv = x[r * k + c];
+          const wv = deq[j * k + c];
+          ref += xv * wv;
+          mag += Math.abs(xv * wv);
+          wsum += Math.abs(wv);
+        }
+        bound += 0.5 * step[r * groups + g] * wsum;
+      }
+      // f32 accumulation over K/32 scaled partials: a few ulps of the magnitude on top.
+      bound += 1e-6 * mag;
+      const yAcc = ref + y0[r * n + j];
+      const err = Math.max(Math.abs(got[r * n + j] - ref), Math.abs(gotAcc[r * n + j] - yAcc) - 1e-6 * Math.abs(y0[r * n + j]));
+      maxRef = Math.max(maxRef, Math.abs(ref));
+      maxErr = Math.max(maxErr, Math.abs(got[r * n + j] - ref));
+      relToMagnitude = Math.max(relToMagnitude, err / (mag || 1));
+      ofBound = Math.max(ofBound, Number.isFinite(err) ? err / bound : Infinity);
+    }
+  return { shape: `M${m} N${n} K${k}`, relToMax: maxErr / (maxRef || 1), relToMagnitude, ofBound };
+}

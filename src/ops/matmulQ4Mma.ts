@@ -1,0 +1,128 @@
+// y = x·Wᵀ for 4-bit weights on int8 tensor cores (shaders/matmul_q4_mma.wgsl): x is quantized per
+// (row, group of 32) into two int8 limbs, then an int8 GEMM scales each group's i32 partial into
+// f32. Needs Chromium's subgroup-matrix extension with an i8 -> i32, M16 N16 K32 configuration.
+import { grid1d, MissingFeatureError, ShaderCompileError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
+
+export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
+
+/** The subgroup-matrix configuration the kernel is written for. */
+const CONFIG = { componentType: 'i8', resultComponentType: 'i32', M: 16, N: 16, K: 32 } as const;
+
+/** The workgroup tile of y: BM x BN with `threads` threads (BN ≤ threads, threads a multiple of BN). */
+export interface MmaTile {
+  rows: 64 | 128;
+  cols: 64 | 128;
+  threads: 128 | 256;
+}
+
+export const DEFAULT_MMA_TILE: MmaTile = { rows: 64, cols: 64, threads: 128 };
+
+export interface MatmulQ4MmaOptions {
+  /** Most rows of x per call: the quantized copy of x is allocated once for maxRows x maxK. */
+  maxRows: number;
+  maxK: number;
+  tile?: MmaTile;
+}
+
+/** Why this device cannot run the int8 tensor-core GEMM, or null when it can. */
+export function mmaUnsupported(gpu: Gpu): string | null {
+  if (!gpu.has(SUBGROUP_MATRIX)) return `no '${SUBGROUP_MATRIX}' feature on this adapter (Dawn offers it only with enable-dawn-features=allow_unsafe_apis)`;
+  if (!gpu.has('subgroups')) return "no 'subgroups' feature";
+  const configs = gpu.adapter.subgroupMatrixConfigs ?? [];
+  const ok = configs.some((c) => (Object.keys(CONFIG) as (keyof typeof CONFIG)[]).every((key) => c[key] === CONFIG[key]));
+  if (!ok) {
+    const have = configs.map((c) => `${c.componentType}->${c.resultComponentType} M${c.M} N${c.N} K${c.K}`).join(', ') || 'none';
+    return `no i8->i32 M16 N16 K32 subgroup-matrix configuration (offered: ${have})`;
+  }
+  return null;
+}
+
+/** Workgroup bytes of a tile: both limbs of x, the int8 weights, the i32 partials (one or two
+ * planes), the scales. */
+function tileBytes(t: MmaTile, planes: number): number {
+  return 4 * (16 * t.rows + 8 * t.cols + planes * t.rows * t.cols + 2 * (t.rows + t.cols));
+}
+
+export class MatmulQ4Mma {
+  private constructor(
+    private readonly quantizeK: Kernel,
+    private readonly gemmK: Kernel,
+    private readonly xq: Tensor,
+    private readonly sx: Tensor,
+    readonly tile: MmaTile,
+    /** True where the compiler lacked subgroupMatrixScalarMultiply (see the shader). */
+    readonly splitLimbs: boolean,
+    readonly maxRows: number,
+    readonly maxK: number,
+  ) {}
+
+  static async create(gpu: Gpu, opts: MatmulQ4MmaOptions): Promise<MatmulQ4Mma> {
+    const why = mmaUnsupported(gpu);
+    if (why) throw new MissingFeatureError(SUBGROUP_MATRIX, why);
+    const tile = opts.tile ?? DEFAULT_MMA_TILE;
+    const { rows, cols, threads } = tile;
+    if (![64, 128].includes(rows) || ![64, 128].includes(cols) || ![128, 256].includes(threads) || threads % cols !== 0) {
+      throw new ShapeError('matmulQ4Mma', `bad tile ${JSON.stringify(tile)}`);
+    }
+    const fits = (planes: number) => {
+      const bytes = tileBytes(tile, planes);
+      if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
+        throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
+      }
+    };
+    fits(1);
+    if (threads > gpu.limits.maxComputeInvocationsPerWorkgroup) {
+      throw new ShapeError('matmulQ4Mma', `${threads} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
+    }
+    const { maxRows, maxK } = opts;
+    if (!(Number.isInteger(maxRows) && maxRows > 0)) throw new ShapeError('matmulQ4Mma', `maxRows must be a positive integer, got ${maxRows}`);
+    checkQ4Shape('matmulQ4Mma', 1, maxK);
+    const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+    const compile = (splitLimbs: boolean) => {
+      const defines = { BM: rows, BN: cols, WG: threads, SPLIT_LIMBS: splitLimbs };
+      return Promise.all([
+        gpu.kernel({ shader: 'matmul_q4_mma', entry: 'quantize_rows', defines, uniforms }),
+        gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm', defines, uniforms }),
+      ]);
+    };
+    let splitLimbs = false;
+    let kernels: Kernel[];
+    try {
+      kernels = await compile(false);
+    } catch (e) {
+      // Older Dawn has no subgroupMatrixScalarMultiply: keep the limbs apart (twice the partials).
+      if (!(e instanceof ShaderCompileError && /subgroupMatrixScalarMultiply/.test(e.message))) throw e;
+      fits(2);
+      splitLimbs = true;
+      kernels = await compile(true);
+    }
+    const [quantizeK, gemmK] = kernels;
+    // Acquired once: the per-call paths create no buffers. 2 bytes per element (two limbs).
+    const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
+    const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
+    return new MatmulQ4Mma(quantizeK, gemmK, xq, sx, tile, splitLimbs, maxRows, maxK);
+  }
+
+  /** y [M, N] (+)= x [M, K] · Wᵀ, M ≤ maxRows and K ≤ maxK. */
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
+    const op = 'matmulQ4Mma.gemm';
+    checkQ4Shape(op, w.n, w.k);
+    const words = q4Words(w.n, w.k);
+    if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+    if (x.dtype !== 'f32' || y.dtype !== 'f32') throw new ShapeError(op, `x and y must be f32, got ${x.dtype} and ${y.dtype}`);
+    if (x.shape[x.shape.length - 1] !== w.k) throw new ShapeError(op, `x [${x.shape.join(', ')}] must end in K = ${w.k}`);
+    const m = x.numel / w.k;
+    if (y.numel !== m * w.n) throw new ShapeError(op, `y must be [${m}, ${w.n}], got [${y.shape.join(', ')}]`);
+    if (m > this.maxRows || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.k}] exceeds the workspace for [${this.maxRows}, ${this.maxK}]`);
+    const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
+    rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx }, grid1d((m * w.k) / Q4_GROUP, 64), uniforms);
+    const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(m / this.tile.rows)];
+    rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y }, grid, uniforms);
+  }
+
+  release(): void {
+    this.xq.release();
+    this.sx.release();
+  }
+}

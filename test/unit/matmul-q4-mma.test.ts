@@ -1,0 +1,42 @@
+// The int8 tensor-core 4-bit GEMM against dequantize-then-f64. Needs a GPU with Chromium's
+// subgroup-matrix extension and an i8 -> i32 M16 N16 K32 configuration: software Vulkan has none,
+// so here the test skips and says why; on the GPU machine tools/device/mmaCheck.ts runs the same
+// check (src/bench/q4MmaCheck.ts) and the gemm benchmark suite runs it before timing.
+import { describe, expect, it } from 'vitest';
+import { createNodeGpu } from '../../src/node/gpu';
+import { MatmulQ4Mma, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
+import { checkQ4Mma } from '../../src/bench/q4MmaCheck';
+
+const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe', dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
+const unsupported = mmaUnsupported(gpu);
+if (unsupported) console.warn(`matmul-q4-mma: skipped on ${gpu.adapter.name}: ${unsupported}`);
+
+describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
+  // M not a multiple of 16 or of the tile, N not a multiple of the tile, K of one group and more.
+  const shapes: [number, number, number][] = [
+    [1, 1, 32],
+    [17, 33, 64],
+    [77, 200, 320],
+    [130, 129, 96],
+  ];
+
+  it('y = x·Wᵀ and y += stay within the two-limb rounding bound on Gaussian x with outlier channels', async () => {
+    const mma = await MatmulQ4Mma.create(gpu, { maxRows: 130, maxK: 320 });
+    for (const [i, shape] of shapes.entries()) {
+      const a = await checkQ4Mma(gpu, mma, shape, 7 + i);
+      expect(a.ofBound, `${a.shape}: error over the rounding bound`).toBeLessThanOrEqual(1);
+      expect(a.relToMax, `${a.shape}: error over max |y|`).toBeLessThan(1e-4);
+    }
+    mma.release();
+  });
+
+  it('rejects rows beyond its workspace', async () => {
+    const mma = await MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 64 });
+    const x = gpu.tensor([5, 64], 'f32', 'x');
+    const y = gpu.tensor([5, 8], 'f32', 'y');
+    const w = { codes: gpu.tensor([64], 'u32', 'c'), scales: gpu.tensor([8], 'u32', 's'), n: 8, k: 64 };
+    expect(() => mma.gemm(gpu.recorder(), x, w, y)).toThrow(/exceeds the workspace/);
+    for (const t of [x, y, w.codes, w.scales]) t.release();
+    mma.release();
+  });
+});

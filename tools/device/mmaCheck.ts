@@ -1,0 +1,54 @@
+// The int8 tensor-core GEMM's check on a real GPU (software Vulkan has no subgroup matrices): the
+// adapter's subgroup-matrix configurations, then every tile on odd shapes against the f64
+// reference (src/bench/q4MmaCheck.ts). Exits non-zero when a tile fails.
+//   npx vite build -c tools/device/mmaCheck.vite.config.ts --outDir .bench-<you>
+//   source .device/gpu-env.sh && node .bench-<you>/mmaCheck.mjs
+import { createNodeGpu } from '../../src/node/gpu';
+import { MatmulQ4Mma, mmaUnsupported, type MmaTile } from '../../src/ops/matmulQ4Mma';
+import { checkQ4Mma } from '../../src/bench/q4MmaCheck';
+
+const TILES: MmaTile[] = [
+  { rows: 64, cols: 64, threads: 128 },
+  { rows: 64, cols: 128, threads: 128 },
+  { rows: 128, cols: 64, threads: 128 },
+  { rows: 128, cols: 128, threads: 256 },
+];
+// M not a multiple of 16 or of the tile, N not a multiple of the tile, K from one group to 6144.
+const SHAPES: [number, number, number][] = [
+  [1, 1, 32],
+  [17, 33, 64],
+  [77, 200, 320],
+  [130, 129, 96],
+  [300, 515, 2048],
+  [65, 70, 6144],
+];
+
+const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
+const info = gpu.device.adapterInfo;
+console.log(`adapter: ${gpu.adapter.name}; features: ${[...gpu.features].join(', ')}`);
+console.log(`subgroups ${info.subgroupMinSize}..${info.subgroupMaxSize}; workgroup memory ${gpu.limits.maxComputeWorkgroupStorageSize} bytes`);
+console.log(`subgroupMatrixConfigs: ${JSON.stringify(gpu.adapter.subgroupMatrixConfigs)}`);
+const why = mmaUnsupported(gpu);
+if (why) {
+  console.log(`skipped: ${why}`);
+  process.exit(0);
+}
+let failed = false;
+for (const tile of TILES) {
+  const name = `${tile.rows}x${tile.cols}/${tile.threads}`;
+  try {
+    const op = await MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile });
+    if (op.splitLimbs) console.log(`${name}: no subgroupMatrixScalarMultiply here; limbs kept apart`);
+    for (const [i, shape] of SHAPES.entries()) {
+      const a = await checkQ4Mma(gpu, op, shape, 100 + i);
+      const ok = a.ofBound <= 1;
+      failed ||= !ok;
+      console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
+    }
+    op.release();
+  } catch (e) {
+    failed = true;
+    console.log(`FAIL ${name}: ${(e as Error).message}`);
+  }
+}
+process.exit(failed ? 1 : 0);
