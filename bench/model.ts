@@ -408,6 +408,19 @@ async function main(): Promise<void> {
   };
   save();
   console.error(`gspo step: ${stepS.toFixed(2)} s`);
+  // --profile: GPU time of one prompt's group step by kernel (every dispatch in its own pass).
+  if (args.includes('--profile')) {
+    const prof = gpu.startProfiling();
+    const wall = await timed(gpu, () => gspoStep(gpu, setup, 3, 1));
+    const rows = prof.report().map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
+    gpu.stopProfiling();
+    rows.sort((x, y) => y.us - x.us);
+    const total = rows.reduce((t, r) => t + r.us, 0);
+    console.error(`gspo group step (1 prompt x ${W.G}) GPU time by kernel: ${(total / 1000).toFixed(1)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches (wall ${(1000 * wall).toFixed(0)} ms profiled)`);
+    for (const r of rows.slice(0, 24)) console.error(`  ${(r.us / 1000).toFixed(1).padStart(8)} ms  ${String(r.calls).padStart(6)} x ${r.name}`);
+    result.gspoProfile = rows;
+    save();
+  }
   for (const m of setup.adamw.moments) for (const t of [m.expAvg, m.expAvgSq]) t.release();
 
   // The default trainer config: generation of one group, then its training step, LoRA r=8.

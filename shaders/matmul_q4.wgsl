@@ -67,7 +67,7 @@ fn hi4(w: u32) -> vec4<f32> {
 
 const MAX_M = 8u;
 override M: u32 = 1u;      // rows of x, 1..MAX_M (one pipeline per value, so the loops unroll)
-override TPR: u32 = 32u;   // lanes per block of 4 rows of W, a power of two ≥ 8
+override TPR: u32 = 32u;   // lanes per block of 4 rows of W, a power of two from 8 (32 with subgroups) to 128
 override TG: u32 = 8u;     // row blocks per workgroup: TPR·TG threads, 4·TG rows of W
 override KC: u32 = 2048u;  // columns of x staged per chunk, a multiple of 32
 override PERSIST: bool = false; // grid-stride over row blocks (the grid may be smaller than N needs)
@@ -82,6 +82,13 @@ fn word_dot(cw: u32, xl: vec4<f32>, xh: vec4<f32>) -> f32 {
   let ql = bitcast<vec4<f32>>((vec4<u32>(cw) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
   let qh = bitcast<vec4<f32>>((vec4<u32>(cw >> 16u) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
   return dot(xl, ql) + dot(xh, qh);
+}
+
+// The 8 weights of code word cw times the group's scale d, as (c − 8)·16^p·d (x pre-scaled).
+fn unpack_scaled(cw: u32, d: f32) -> array<vec4<f32>, 2> {
+  let ql = bitcast<vec4<f32>>((vec4<u32>(cw) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
+  let qh = bitcast<vec4<f32>>((vec4<u32>(cw >> 16u) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
+  return array<vec4<f32>, 2>(ql * d, qh * d);
 }
 
 // xstage[m·KC/4 + v·KC/32 + g] = x[m, k0 + 32g + 4v .. + 3] · X_SCALE for the chunk at column k0.
@@ -117,6 +124,17 @@ fn gemv(
     var acc = array<vec4<f32>, MAX_M>();
     for (var k0 = 0u; k0 < params.k; k0 += KC) {
       let gc = min(gc_max, groups - k0 / 32u);
+      let g0 = k0 / 32u;
+      var gl = lane;
+      // The first step's weights are requested before x is staged, so that their DRAM latency
+      // overlaps the staging and its barriers instead of following them.
+      // Lanes past the chunk's last group load it again (a cached read) and skip the arithmetic.
+      var s = g0 + min(gl, gc - 1u);
+      var c0 = codes4[r0 + s];
+      var c1 = codes4[r1 + s];
+      var c2 = codes4[r2 + s];
+      var c3 = codes4[r3 + s];
+      var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
       if (k0 != staged) {
         workgroupBarrier(); // the previous chunk's reads are done
         for (var i = lid; i < M * gc * 8u; i += wg) {
@@ -128,15 +146,6 @@ fn gemv(
         workgroupBarrier();
         staged = k0;
       }
-      let g0 = k0 / 32u;
-      var gl = lane;
-      // Lanes past the chunk's last group load it again (a cached read) and skip the arithmetic.
-      var s = g0 + min(gl, gc - 1u);
-      var c0 = codes4[r0 + s];
-      var c1 = codes4[r1 + s];
-      var c2 = codes4[r2 + s];
-      var c3 = codes4[r3 + s];
-      var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
       for (; gl < gc; gl += TPR) {
         let sn = g0 + min(gl + TPR, gc - 1u);
         let n0 = codes4[r0 + sn];
@@ -144,14 +153,33 @@ fn gemv(
         let n2 = codes4[r2 + sn];
         let n3 = codes4[r3 + sn];
         let dn = vec4<f32>(scale_of(r0 + sn), scale_of(r1 + sn), scale_of(r2 + sn), scale_of(r3 + sn));
-        for (var m = 0u; m < M; m++) {
+        if (M == 1u) {
           var dots = vec4<f32>(0.0);
           for (var w = 0u; w < 4u; w++) {
-            let xl = xstage[m * (KC / 4u) + 2u * w * gc_max + gl];
-            let xh = xstage[m * (KC / 4u) + (2u * w + 1u) * gc_max + gl];
+            let xl = xstage[2u * w * gc_max + gl];
+            let xh = xstage[(2u * w + 1u) * gc_max + gl];
             dots += vec4<f32>(word_dot(c0[w], xl, xh), word_dot(c1[w], xl, xh), word_dot(c2[w], xl, xh), word_dot(c3[w], xl, xh));
           }
-          acc[m] += d * dots;
+          acc[0] += d * dots;
+        } else {
+          // Several rows of x: unpack each word once, scaled, and reuse it for every row (unpacking
+          // per row made the 8-row GEMV compute-bound).
+          for (var w = 0u; w < 4u; w++) {
+            let q0 = unpack_scaled(c0[w], d.x);
+            let q1 = unpack_scaled(c1[w], d.y);
+            let q2 = unpack_scaled(c2[w], d.z);
+            let q3 = unpack_scaled(c3[w], d.w);
+            for (var m = 0u; m < M; m++) {
+              let xl = xstage[m * (KC / 4u) + 2u * w * gc_max + gl];
+              let xh = xstage[m * (KC / 4u) + (2u * w + 1u) * gc_max + gl];
+              acc[m] += vec4<f32>(
+                dot(xl, q0[0]) + dot(xh, q0[1]),
+                dot(xl, q1[0]) + dot(xh, q1[1]),
+                dot(xl, q2[0]) + dot(xh, q2[1]),
+                dot(xl, q3[0]) + dot(xh, q3[1]),
+              );
+            }
+          }
         }
         c0 = n0;
         c1 = n1;
@@ -184,9 +212,16 @@ fn gemv(
     for (var m = 0u; m < M; m++) {
       partial[lid] = acc[m];
       workgroupBarrier();
+      // Halve down to 8 lanes a block (a tree: TPR may be 128), then 4 lanes sum 8 each.
+      for (var h = TPR / 2u; h >= 8u; h >>= 1u) {
+        if (lane < h) {
+          partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+      }
       if (lane < 4u && row0 + lane < params.n) {
         var v = 0.0;
-        for (var p = 0u; p < TPR; p++) {
+        for (var p = 0u; p < min(TPR, 8u); p++) {
           v += partial[tg * TPR + p][lane];
         }
         let o = m * params.n + row0 + lane;

@@ -10,8 +10,12 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
   const layouts: GemvShape[] = quick
     ? [DEFAULT_GEMV, { threadsPerRow: 8, groups: 16, persist: 8 }]
     : [
-        ...[8, 16, 32].flatMap((tpr) => [128, 256].map((threads) => ({ threadsPerRow: tpr, groups: threads / tpr }))),
+        ...[8, 16, 32, 64].flatMap((tpr) => [128, 256].map((threads) => ({ threadsPerRow: tpr, groups: threads / tpr }))),
         { threadsPerRow: 8, groups: 8 },
+        // Few rows per workgroup: many workgroups for a small N (6144 rows are 96 blocks of 64).
+        { threadsPerRow: 32, groups: 2 },
+        { threadsPerRow: 64, groups: 1 },
+        { threadsPerRow: 128, groups: 1 },
         ...[264, 528].map((persist) => ({ threadsPerRow: 8, groups: 16, persist })),
       ];
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;

@@ -4,9 +4,13 @@
 //           compute pass with begin/end stamps; the stamps of the dispatches matching the kernel
 //           pattern are summed per repetition, and the median repetition is kept. Launch gaps
 //           and barriers between dispatches are not counted.
+//   passMs  GPU time from timestamp queries around whole passes: the op's calls recorded back to
+//           back as the engine records them (one pass, Dawn's barriers between dependent
+//           dispatches), without a pass per dispatch: what a kernel costs inside a stream of work,
+//           such as a decode step, launch and barrier included, the CPU's encoding excluded.
 //   wallMs  CPU clock from submit to completion of `batch` repetitions recorded back to back in
 //           one command buffer (one compute pass, Dawn's barriers), divided by the repetitions:
-//           what a caller actually waits, gaps included.
+//           what a caller actually waits, gaps and Dawn's encoding at submit included.
 // Both are per call of the op: a record function that issues the op `calls` times (several
 // weight copies, so that L2 does not hold the weight) divides by it. A device without
 // timestamp-query gets the batched wall clock in both fields, and its rows say so (Row.clock):
@@ -23,6 +27,8 @@ export interface Row {
   shape: string;
   ms: number;
   wallMs: number;
+  /** GPU time per call inside one pass of back-to-back calls (timestamp-query devices only). */
+  passMs?: number;
   /** Where `ms` came from: timestamp queries, or the wall clock where the device has none. */
   clock?: 'wall';
   /** Achieved rate in `unit`, from ms and the bytes or flops of the op (see BENCHMARKS.md). */
@@ -57,6 +63,7 @@ export interface PeerResult {
 export interface Timing {
   ms: number;
   wallMs: number;
+  passMs?: number;
   clock?: 'wall';
 }
 
@@ -78,8 +85,8 @@ export function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)];
 }
 
-async function profiledOnce(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) => void): Promise<number> {
-  const prof = gpu.startProfiling();
+async function profiledOnce(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) => void, mode: 'dispatch' | 'pass' = 'dispatch'): Promise<number> {
+  const prof = gpu.startProfiling(mode);
   try {
     const rec = gpu.recorder('bench');
     record(rec);
@@ -88,6 +95,7 @@ async function profiledOnce(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) =>
   } finally {
     gpu.stopProfiling();
   }
+  if (mode === 'pass') return prof.report().reduce((s, r) => s + r.totalMs, 0);
   const matched = prof.report().filter((r) => kernel.test(r.name));
   if (matched.length === 0) throw new Error(`no dispatch matched ${kernel} (ran: ${prof.report().map((r) => r.name).join(', ')})`);
   return matched.reduce((s, r) => s + r.totalMs, 0);
@@ -129,8 +137,11 @@ export async function measure(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) 
   const times = [first];
   for (let i = 1; i < reps; i++) times.push(await profiledOnce(gpu, kernel, record));
   const ms = median(times) / calls;
-  if (opts.gpuOnly) return { ms, wallMs: NaN };
-  return { ms, wallMs: await batched(batchFor(ms), 3) };
+  const passes: number[] = [];
+  for (let i = 0; i < Math.min(reps, 9); i++) passes.push(await profiledOnce(gpu, kernel, record, 'pass'));
+  const passMs = median(passes) / calls;
+  if (opts.gpuOnly) return { ms, passMs, wallMs: NaN };
+  return { ms, passMs, wallMs: await batched(batchFor(ms), 3) };
 }
 
 /** The limits a run's rows are measured against. */
@@ -166,7 +177,7 @@ export const fmtLimit = (r: Row): string => (r.ofLimit === undefined ? '' : `${f
 
 /** The rows as a Markdown table, one line per row (the Node bench prints it). */
 export function rowsMarkdown(rows: Row[]): string[] {
-  const lines = ['| suite | kernel | shape | GPU ms | wall ms | rate | of limit | setting |', '|---|---|---|---|---|---|---|---|'];
-  for (const r of rows) lines.push(`| ${[r.suite, r.kernel, r.shape, r.ms.toPrecision(3), r.wallMs.toPrecision(3), fmtRate(r), fmtLimit(r), r.setting ?? ''].join(' | ')} |`);
+  const lines = ['| suite | kernel | shape | GPU ms | in-stream ms | wall ms | rate | of limit | setting |', '|---|---|---|---|---|---|---|---|---|'];
+  for (const r of rows) lines.push(`| ${[r.suite, r.kernel, r.shape, r.ms.toPrecision(3), r.passMs?.toPrecision(3) ?? '—', r.wallMs.toPrecision(3), fmtRate(r), fmtLimit(r), r.setting ?? ''].join(' | ')} |`);
   return lines;
 }

@@ -62,8 +62,7 @@ export function kernelKey(spec: KernelSpec): string {
 
 let kernelCount = 0;
 
-export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables: readonly string[]): Promise<Kernel> {
-  const name = spec.name ?? `${spec.shader ?? 'inline'}.${spec.entry}`;
+function kernelCode(name: string, spec: KernelSpec, enables: readonly string[]): string {
   let code: string;
   try {
     code = preprocess(spec.code ?? shaderSource(spec.shader ?? ''), spec.defines);
@@ -72,7 +71,44 @@ export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables
   }
   // `enable` lines are only added for features the text declares it wants with `// requires: f16`.
   const wanted = enables.filter((e) => new RegExp(`//\\s*requires:.*\\b${e}\\b`).test(code));
-  code = withEnables(code, wanted);
+  return withEnables(code, wanted);
+}
+
+function kernelOf(name: string, spec: KernelSpec, code: string, pipeline: GPUComputePipeline): Kernel {
+  const { bindings, uniformVars } = parseBindings(code);
+  const uniformFields = Object.entries(spec.uniforms ?? {});
+  const uniformVar = uniformFields.length ? uniformVars[0] : undefined;
+  if (uniformFields.length && !uniformVar) throw new ShaderCompileError(name, ['uniforms given but no var<uniform> declared']);
+  return {
+    name,
+    id: ++kernelCount,
+    pipeline,
+    layout: pipeline.getBindGroupLayout(0),
+    bindings,
+    uniformVar,
+    uniformFields,
+    uniformBytes: Math.max(16, Math.ceil((uniformFields.length * 4) / 16) * 16),
+  };
+}
+
+/**
+ * Compile now, without waiting for the compiler's verdict: for kernels created on first use inside
+ * a recording (variants that most runs never need). `verdict` settles with the ShaderCompileError
+ * if the shader or pipeline was invalid (a dispatch of it then also fails its submit).
+ */
+export function compileKernelNow(device: GPUDevice, spec: KernelSpec, enables: readonly string[]): { kernel: Kernel; verdict: Promise<ShaderCompileError | null> } {
+  const name = spec.name ?? `${spec.shader ?? 'inline'}.${spec.entry}`;
+  const code = kernelCode(name, spec, enables);
+  device.pushErrorScope('validation');
+  const module = device.createShaderModule({ code, label: name });
+  const pipeline = device.createComputePipeline({ label: name, layout: 'auto', compute: { module, entryPoint: spec.entry, constants: spec.constants } });
+  const verdict = device.popErrorScope().then((err) => (err ? new ShaderCompileError(name, [err.message]) : null));
+  return { kernel: kernelOf(name, spec, code, pipeline), verdict };
+}
+
+export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables: readonly string[]): Promise<Kernel> {
+  const name = spec.name ?? `${spec.shader ?? 'inline'}.${spec.entry}`;
+  const code = kernelCode(name, spec, enables);
   device.pushErrorScope('validation'); // the compiler's messages are read below; keep them off the console
   const module = device.createShaderModule({ code, label: name });
   const info = await module.getCompilationInfo();
@@ -91,18 +127,5 @@ export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables
   });
   const err = await device.popErrorScope();
   if (err) throw new ShaderCompileError(name, [err.message]);
-  const { bindings, uniformVars } = parseBindings(code);
-  const uniformFields = Object.entries(spec.uniforms ?? {});
-  const uniformVar = uniformFields.length ? uniformVars[0] : undefined;
-  if (uniformFields.length && !uniformVar) throw new ShaderCompileError(name, ['uniforms given but no var<uniform> declared']);
-  return {
-    name,
-    id: ++kernelCount,
-    pipeline,
-    layout: pipeline.getBindGroupLayout(0),
-    bindings,
-    uniformVar,
-    uniformFields,
-    uniformBytes: Math.max(16, Math.ceil((uniformFields.length * 4) / 16) * 16),
-  };
+  return kernelOf(name, spec, code, pipeline);
 }

@@ -1,5 +1,8 @@
-// Per-kernel GPU time from timestamp queries. While a profiler is attached to a Gpu, every dispatch
-// runs in its own compute pass with begin/end timestamps; totals accumulate per kernel name.
+// GPU time from timestamp queries. While a profiler is attached to a Gpu, in 'dispatch' mode every
+// dispatch runs in its own compute pass with begin/end timestamps and totals accumulate per kernel
+// name; in 'pass' mode dispatches share passes as usual (Dawn's barriers between dependent ones),
+// each pass is stamped and counted under the name 'pass': the time of a stream of kernels without
+// the cost of a pass per kernel.
 
 export interface KernelTiming {
   name: string;
@@ -18,6 +21,7 @@ export class Profiler {
   constructor(
     private readonly device: GPUDevice,
     capacity = 4096,
+    readonly mode: 'dispatch' | 'pass' = 'dispatch',
   ) {
     this.capacity = capacity;
     this.querySet = device.createQuerySet({ type: 'timestamp', count: capacity, label: 'profiler' });

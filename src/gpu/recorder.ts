@@ -61,7 +61,7 @@ export class Recorder {
     this.kernels.add(kernel.name);
     const encoder = this.ensureEncoder();
     const prof = this.gpu.profiler;
-    if (prof) {
+    if (prof?.mode === 'dispatch') {
       // One pass per dispatch so each gets its own begin/end timestamps.
       this.endPass();
       if (!this.timings) this.timings = { names: [], query: prof.beginSubmit() };
@@ -80,6 +80,20 @@ export class Recorder {
       pass.dispatchWorkgroups(x, y, z);
       pass.end();
       return this;
+    }
+    if (!this.pass && prof) {
+      // 'pass' mode: the pass's begin/end timestamps.
+      if (!this.timings) this.timings = { names: [], query: prof.beginSubmit() };
+      const q = this.timings.query + 2 * this.timings.names.length;
+      if (2 * this.timings.names.length + 2 > prof.capacity) {
+        this.flush();
+        return this.dispatch(kernel, bindings, workgroups, uniforms);
+      }
+      this.timings.names.push('pass');
+      this.pass = encoder.beginComputePass({
+        label: this.label,
+        timestampWrites: { querySet: prof.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 },
+      });
     }
     if (!this.pass) this.pass = encoder.beginComputePass({ label: this.label });
     this.pass.setPipeline(kernel.pipeline);

@@ -8,8 +8,9 @@ import {
   GpuOutOfMemoryError,
   GpuValidationError,
   MissingFeatureError,
+  ShaderCompileError,
 } from './errors';
-import { compileKernel, kernelKey, type Kernel, type KernelSpec } from './kernel';
+import { compileKernel, compileKernelNow, kernelKey, type Kernel, type KernelSpec } from './kernel';
 import { Profiler } from './profiler';
 import { BindingCache } from './bindingCache';
 import { Recorder } from './recorder';
@@ -20,6 +21,10 @@ type TypedArray = Float32Array | Uint32Array | Int32Array | Uint16Array | Uint8A
 export class Gpu {
   readonly pool: BufferPool;
   profiler: Profiler | null = null;
+  private readonly profilers = new Map<'dispatch' | 'pass', Profiler>();
+  private readonly readyKernels = new Map<string, Kernel>();
+  private readonly pendingCompiles = new Set<Promise<void>>();
+  private readonly lateCompileErrors: ShaderCompileError[] = [];
   /** Resolves when the device is lost; `lostError` is then set. */
   readonly lost: Promise<DeviceLostError>;
   lostError: DeviceLostError | null = null;
@@ -78,6 +83,9 @@ export class Gpu {
   /** Run `fn` inside validation and out-of-memory error scopes and rethrow what they caught, typed. */
   async guarded<T>(what: string, fn: () => T): Promise<T> {
     if (this.lostError) throw this.lostError;
+    if (this.pendingCompiles.size) await Promise.all(this.pendingCompiles);
+    const late = this.lateCompileErrors.shift();
+    if (late) throw late;
     this.device.pushErrorScope('validation');
     this.device.pushErrorScope('out-of-memory');
     let result: T;
@@ -179,6 +187,31 @@ export class Gpu {
     return k;
   }
 
+  /**
+   * A kernel compiled now, synchronously, from the same cache as `kernel`: for a variant created
+   * on first use while recording. A compile error surfaces as ShaderCompileError from the next
+   * guarded call (a submit) instead of here.
+   */
+  kernelNow(spec: KernelSpec): Kernel {
+    const key = kernelKey(spec);
+    const ready = this.readyKernels.get(key);
+    if (ready) return ready;
+    const enables = [this.has('shader-f16') ? 'f16' : '', this.has('subgroups') ? 'subgroups' : ''].filter((e) => e);
+    const { kernel, verdict } = compileKernelNow(this.device, spec, enables);
+    this.readyKernels.set(key, kernel);
+    this.kernels.set(key, Promise.resolve(kernel));
+    const check = verdict.then((err) => {
+      if (err) {
+        this.lateCompileErrors.push(err);
+        this.readyKernels.delete(key);
+        this.kernels.delete(key);
+      }
+    });
+    this.pendingCompiles.add(check);
+    void check.then(() => this.pendingCompiles.delete(check));
+    return kernel;
+  }
+
   recorder(label?: string): Recorder {
     return new Recorder(this, label);
   }
@@ -219,12 +252,14 @@ export class Gpu {
     return this.createBuffer(Math.max(bytes, 256), 'readback', GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
   }
 
-  /** Start collecting per-kernel GPU times (needs timestamp-query). */
-  startProfiling(): Profiler {
+  /** Start collecting GPU times (needs timestamp-query): per kernel, or per pass (Profiler's modes). */
+  startProfiling(mode: 'dispatch' | 'pass' = 'dispatch'): Profiler {
     this.require('timestamp-query', 'per-kernel GPU timing');
-    this.profiler ??= new Profiler(this.device);
-    this.profiler.reset();
-    return this.profiler;
+    let p = this.profilers.get(mode);
+    if (!p) this.profilers.set(mode, (p = new Profiler(this.device, undefined, mode)));
+    p.reset();
+    this.profiler = p;
+    return p;
   }
 
   stopProfiling(): void {
@@ -233,7 +268,7 @@ export class Gpu {
 
   destroy(): void {
     this.pool.trim();
-    this.profiler?.destroy();
+    for (const p of this.profilers.values()) p.destroy();
     this.device.destroy();
   }
 }

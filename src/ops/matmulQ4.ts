@@ -1,6 +1,6 @@
 // Products with 4-bit weights (shaders/matmul_q4.wgsl): y = x·Wᵀ by GEMV (≤ 8 rows) or tiled
 // GEMM, dX = dY·W for backward through a frozen weight, and row gather from a 4-bit embedding.
-import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 
 /**
  * A weight W [n, k] (nn.Linear [out, in]) in the Q4 format; shaders/matmul_q4.wgsl has the
@@ -50,7 +50,8 @@ export function allocQ4(gpu: Gpu, n: number, k: number, label: string): Q4Weight
 
 /** How the GEMV spreads a weight over threads (the `override`s of shaders/matmul_q4.wgsl). */
 export interface GemvShape {
-  /** Lanes per block of 4 rows of W, along K: a power of two from 8 to 32. */
+  /** Lanes per block of 4 rows of W, along K: a power of two from 8 to 128 (to 32 with the
+   * subgroup reduction). More lanes split K finer and give a small N more threads. */
   threadsPerRow: number;
   /** Row blocks per workgroup: threadsPerRow · groups threads, 4 · groups rows of W. */
   groups: number;
@@ -91,7 +92,9 @@ export interface MatmulQ4Options {
 
 export class MatmulQ4 {
   private constructor(
-    private readonly gemvK: readonly Kernel[],
+    private readonly gpu: Gpu,
+    /** Per M (1..8): the GEMV's spec, compiled on first use (most runs use one or two M). */
+    private readonly gemvSpecs: readonly KernelSpec[],
     private readonly gemvPersist: number,
     private readonly gemmK: Kernel,
     private readonly dinputK: Kernel,
@@ -105,7 +108,7 @@ export class MatmulQ4 {
     const shape = opts.gemv ?? DEFAULT_GEMV;
     const { threadsPerRow: TPR, groups: TG, persist = 0 } = shape;
     const pow2 = (v: number) => Number.isInteger(v) && v > 0 && (v & (v - 1)) === 0;
-    if (!pow2(TPR) || TPR < 8 || TPR > 32 || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(persist) || persist < 0) {
+    if (!pow2(TPR) || TPR < 8 || TPR > 128 || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(persist) || persist < 0) {
       throw new ShapeError('matmulQ4.gemv', `bad GEMV shape ${JSON.stringify(shape)}`);
     }
     const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
@@ -146,16 +149,15 @@ export class MatmulQ4 {
       uniforms,
       ...extra,
     });
-    const gemv = chunks.map((KC, i) =>
-      gpu.kernel(spec('gemv', { constants: { M: i + 1, TPR, TG, KC, PERSIST: persist > 0 ? 1 : 0 }, defines: { SUBGROUPS: subgroups } })),
-    );
-    const [gemmK, dinputK, gatherK, ...gemvK] = await Promise.all([
+    const gemvSpecs = chunks.map((KC, i) => spec('gemv', { constants: { M: i + 1, TPR, TG, KC, PERSIST: persist > 0 ? 1 : 0 }, defines: { SUBGROUPS: subgroups } }));
+    // One row of x is decode's common case: compiled (and checked) here; other M on first use.
+    const [gemmK, dinputK, gatherK] = await Promise.all([
       gpu.kernel(spec('gemm', { constants: { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK } })),
       gpu.kernel(spec('dinput')),
       gpu.kernel(spec('gather')),
-      ...gemv,
+      gpu.kernel(gemvSpecs[0]),
     ]);
-    return new MatmulQ4(gemvK, persist, gemmK, dinputK, gatherK, subgroups, 4 * TG, {
+    return new MatmulQ4(gpu, gemvSpecs, persist, gemmK, dinputK, gatherK, subgroups, 4 * TG, {
       m: 16 * gemm.rowsPerThread,
       n: 16 * gemm.colsPerThread,
     });
@@ -202,7 +204,7 @@ export class MatmulQ4 {
     this.checkF32(op, 'y', y, m, w.n);
     const blocks = Math.ceil(w.n / this.rowsPerGroup);
     const groups = this.gemvPersist > 0 ? Math.min(blocks, this.gemvPersist) : blocks;
-    rec.dispatch(this.gemvK[m - 1], { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
+    rec.dispatch(this.gpu.kernelNow(this.gemvSpecs[m - 1]), { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
       m,
       n: w.n,
       k: w.k,

@@ -46,6 +46,20 @@ describe('gpu runtime', () => {
     await expect(bad).rejects.toThrow(/broken_kernel/);
   });
 
+  it('compiles on first use (kernelNow): cached with kernel(), and a broken one fails the next submit as ShaderCompileError', async () => {
+    const gpu = await testGpu();
+    const spec = { name: 'now_ok', code: '@group(0) @binding(0) var<storage, read_write> o: array<u32>;\n@compute @workgroup_size(1) fn main() { o[0] = 7u; }', entry: 'main' };
+    const k = gpu.kernelNow(spec);
+    expect(gpu.kernelNow(spec)).toBe(k);
+    expect(await gpu.kernel(spec)).toBe(k);
+    const out = gpu.tensor([1], 'u32', 'now_out');
+    await gpu.recorder().dispatch(k, { o: out }, 1).submit();
+    expect([...(await gpu.read(out))]).toEqual([7]);
+    gpu.kernelNow({ name: 'now_broken', code: '@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }', entry: 'main' });
+    await expect(gpu.recorder().dispatch(k, { o: out }, 1).submit()).rejects.toThrow(/now_broken/);
+    out.release();
+  });
+
   it('turns a too-large buffer into BufferAllocationError naming the buffer', async () => {
     const gpu = await testGpu();
     const n = Math.floor(gpu.limits.maxBufferSize / 4) + 1024;

@@ -81,8 +81,16 @@ describe('4-bit matmul', () => {
       await checkForward(gpu, mm, 'gemv', [1, 3, 8], ` (8x4${subgroups ? ', subgroups' : ''})`);
     }
     await expect(MatmulQ4.create(gpu, { gemv: { ...gemv, threadsPerRow: 12 } })).rejects.toBeInstanceOf(ShapeError);
-    await expect(MatmulQ4.create(gpu, { gemv: { ...gemv, threadsPerRow: 64 } })).rejects.toBeInstanceOf(ShapeError);
+    await expect(MatmulQ4.create(gpu, { gemv: { ...gemv, threadsPerRow: 256 } })).rejects.toBeInstanceOf(ShapeError);
     await expect(MatmulQ4.create(gpu, { xChunk: 48 })).rejects.toBeInstanceOf(ShapeError);
+  });
+
+  it('GEMV with 64 and 128 lanes per row block (K split finer than one group per lane: idle lanes), tree-reduced', async () => {
+    const gpu = await testGpu();
+    for (const gemv of [{ threadsPerRow: 64, groups: 2 }, { threadsPerRow: 128, groups: 1 }]) {
+      const mm = await MatmulQ4.create(gpu, { gemv });
+      await checkForward(gpu, mm, 'gemv', [1, 2, 8], ` (${gemv.threadsPerRow}x${gemv.groups})`);
+    }
   });
 
   it('GEMV walking x in chunks of 64 columns, and a persistent grid of 2 workgroups, agrees too', async () => {
