@@ -12,20 +12,26 @@
 //   Cached batches: count sequences (slots slot0 .. slot0+count-1) with n new rows each,
 //     q [count·n, Hq·D]; new row i of a slot sits at position past + i and attends to [0, past + i].
 //
-// Tiling: a workgroup of B x B threads owns B "rows" of one kv head, where a row is one
-// (token, query head of the group) pair, rho = token·G + g. Packing the G heads of a group into
-// the rows lets them share each K/V tile (and gives decode, n = 1, G useful rows). Thread (r, c)
-// scores row r against key c of the tile, then accumulates output columns d = c, c + B, ...
-// D (head dim, any value up to 256) and B are compile-time constants chosen by src/ops/attention.ts
-// so that the tiles fit the device's workgroup memory.
+// A "row" is one (token, query head of the group) pair of a kv head, rho = token·G + g: the G heads
+// of a group share every K/V tile they read. Head rows are staged in workgroup memory as vec4s,
+// zero-padded to NV·4 floats, at a stride of NV + 1 vec4s so that lanes reading different rows
+// at the same column hit different banks.
+//
+// Tiled kernels (TILED: forward, dq, dk/dv). A workgroup owns BO rows (query rows; keys for
+// dk/dv) and walks tiles of BI inner rows (keys; query rows for dk/dv). Each tile has two phases:
+//   scores: LPR = WG / BO lanes per owned row, each dotting it with KPT = BI / LPR inner rows
+//           (inner rows LPR apart, so that the lanes of a row read adjacent rows: no conflicts);
+//   output: CLN lanes across the vec4 columns, each accumulating RPT owned rows x CPT columns
+//           from the tile's probabilities, kept transposed in workgroup memory [inner][owned].
+// Both phases are register tiles: one workgroup-memory load feeds several multiply-adds.
+// The decode kernel (DECODE) is separate: a few rows (n·G ≤ RMAX) over one chunk of the cache.
 
 const D: u32 = {{D}}u;
-const B: u32 = {{B}}u;
-const WG: u32 = B * B;
-const DPT: u32 = (D + B - 1u) / B; // output columns per thread
-const FLAT_WG: u32 = 256u;         // elementwise kernels (cache writes, backward preprocessing)
-const NEG: f32 = -1.0e30;          // "minus infinity" that keeps exp(m_old - m_new) finite
-const MASKED: f32 = -1.0e29;       // scores at or below this are masked out
+const NV: u32 = (D + 3u) / 4u;  // vec4s per staged head row
+const DSV: u32 = NV + 1u;       // staged row stride in vec4s
+const FLAT_WG: u32 = 256u;      // elementwise kernels (cache writes, backward preprocessing)
+const NEG: f32 = -1.0e30;       // "minus infinity" that keeps exp(m_old - m_new) finite
+const MASKED: f32 = -1.0e29;    // scores at or below this are masked out
 
 struct Params {
   rows: u32,     // varlen: T (packed rows); cached: n (new rows per sequence); cache ops: row count
@@ -63,15 +69,6 @@ struct Params {
 // SPLIT partial results [splits, count·n·Hq, D + 2]: unnormalised output, running max m, sum l.
 @group(0) @binding(18) var<storage, read_write> part: array<f32>;
 
-var<workgroup> q_sh: array<f32, B * D>;
-var<workgroup> k_sh: array<f32, B * D>;
-var<workgroup> v_sh: array<f32, B * D>;
-var<workgroup> do_sh: array<f32, B * D>;
-var<workgroup> s_sh: array<f32, B * B>;  // scores (forward), P (backward)
-var<workgroup> ds_sh: array<f32, B * B>;
-var<workgroup> lse_sh: array<f32, B>;
-var<workgroup> delta_sh: array<f32, B>;
-
 // The sequence holding packed row t: the s with cu[s] <= t < cu[s + 1].
 fn seq_of(t: u32) -> u32 {
   var lo = 0u;
@@ -103,45 +100,66 @@ fn q_index(b: u32, rho: u32, hk: u32, d: u32) -> u32 {
   return (b * params.rows + rho / G) * params.hq * D + (hk * G + rho % G) * D + d;
 }
 
+// Columns 4c .. 4c+3 of the head row starting at `base`, zero past D (one function per binding:
+// storage pointers cannot be passed to functions).
+fn cols(c: u32) -> vec4<bool> {
+  return vec4<bool>(4u * c < D, 4u * c + 1u < D, 4u * c + 2u < D, 4u * c + 3u < D);
+}
+fn at(base: u32, c: u32, i: u32) -> u32 { return base + min(4u * c + i, D - 1u); }
+fn ld_q(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(q[at(base, c, 0u)], q[at(base, c, 1u)], q[at(base, c, 2u)], q[at(base, c, 3u)]), cols(c)); }
+fn ld_k(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(k[at(base, c, 0u)], k[at(base, c, 1u)], k[at(base, c, 2u)], k[at(base, c, 3u)]), cols(c)); }
+fn ld_v(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(v[at(base, c, 0u)], v[at(base, c, 1u)], v[at(base, c, 2u)], v[at(base, c, 3u)]), cols(c)); }
+fn ld_do(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(dout[at(base, c, 0u)], dout[at(base, c, 1u)], dout[at(base, c, 2u)], dout[at(base, c, 3u)]), cols(c)); }
+
+#if TILED
+const BO: u32 = {{BO}}u;   // owned rows per workgroup
+const BI: u32 = {{BI}}u;   // inner rows per tile
+const WG: u32 = {{WG}}u;   // threads
+const LPR: u32 = WG / BO;  // score phase: lanes per owned row
+const KPT: u32 = BI / LPR; // score phase: inner rows per lane
+const CLN: u32 = {{CLN}}u; // output phase: lanes across the vec4 columns
+const CPT: u32 = (NV + CLN - 1u) / CLN; // output phase: vec4 columns per lane
+const RPT: u32 = BO * CLN / WG;         // output phase: owned rows per lane
+
+var<workgroup> own_a: array<vec4f, BO * DSV>;  // q (forward, dq); k (dk/dv)
+var<workgroup> own_b: array<vec4f, BO * DSV>;  // dO (dq); v (dk/dv)
+var<workgroup> in_a: array<vec4f, BI * DSV>;   // k (forward, dq); q (dk/dv)
+var<workgroup> in_b: array<vec4f, BI * DSV>;   // v (forward, dq); dO (dk/dv)
+var<workgroup> pt: array<f32, BI * BO>;        // [inner][owned]: P (forward, dk/dv), dS (dq)
+var<workgroup> pt2: array<f32, BI * BO>;       // dS (dk/dv)
+var<workgroup> red: array<f32, WG>;            // per-lane partial row maxima / sums
+var<workgroup> row_f: array<f32, BO>;          // per owned row: rescale factor, then 1 / l
+var<workgroup> in_stats: array<vec2f, BI>;     // dk/dv: (lse, delta) of the tile's query rows
+
 // ---------------------------------------------------------------------------------------------
-// Forward. Grid (ceil(rows·G / B), Hkv, 1) for packed sequences, (.., Hkv, count) with CACHED,
-// (.., Hkv, count·splits) with CACHED and SPLIT. Writes o and, with LSE, the log-sum-exp the
-// backward needs. SPLIT (split-K for decode over long caches, where count·Hkv workgroups would
-// leave most of a GPU idle) divides each sequence's keys into `splits` chunks, one workgroup
-// each, and writes partial results that attn_split_combine merges.
+// Forward. Grid (ceil(rows·G / BO), Hkv, 1) for packed sequences, (.., Hkv, count) with CACHED.
+// Writes o and, with LSE, the log-sum-exp the backward needs.
 @compute @workgroup_size(WG)
 fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let G = params.hq / params.hkv;
   let hk = wid.y;
-#if SPLIT
-  let b = wid.z / params.splits;
-  let split = wid.z % params.splits;
-#else
   let b = wid.z;
-#endif
-  let r = lid / B;
-  let c = lid % B;
   let nrho = params.rows * G;
-  let rho0 = wid.x * B;
-  let rho = rho0 + r;
+  let rho0 = wid.x * BO;
+  let t_last = (min(rho0 + BO, nrho) - 1u) / G;
+  let kstride = params.hkv * D;
+  // Score phase: owned row sr, inner rows sx + LPR·i. Output phase: rows or0 .. or0 + RPT - 1,
+  // vec4 columns oc + CLN·j.
+  let sr = lid / LPR;
+  let sx = lid % LPR;
+  let or0 = (lid / CLN) * RPT;
+  let oc = lid % CLN;
+  let rho = rho0 + sr;
   let valid = rho < nrho;
   let t = min(rho, nrho - 1u) / G;
-  let t_last = (min(rho0 + B, nrho) - 1u) / G;
-  let kstride = params.hkv * D;
 #if CACHED
   let slot = params.slot0 + b;
   let kbase = slot * params.cap;
   let past = lengths[slot];
   let lo = 0u;
   let hi = past + t + 1u;
-#if SPLIT
-  let chunk = ((past + t_last + params.splits) / params.splits + B - 1u) / B * B;
-  let tile_lo = split * chunk;
-  let tile_hi = min(past + t_last + 1u, tile_lo + chunk);
-#else
   let tile_lo = 0u;
   let tile_hi = past + t_last + 1u;
-#endif
 #else
   let kbase = 0u;
   let keys = varlen_keys(t);
@@ -151,83 +169,435 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
   let tile_hi = varlen_keys(t_last).y;
 #endif
 
-  for (var e = lid; e < B * D; e += WG) {
-    let rr = rho0 + e / D;
-    q_sh[e] = select(0.0, q[q_index(b, min(rr, nrho - 1u), hk, e % D)], rr < nrho);
+  for (var e = lid; e < BO * NV; e += WG) {
+    let r = e / NV;
+    let rr = min(rho0 + r, nrho - 1u);
+    own_a[r * DSV + e % NV] = select(vec4f(0.0), ld_q(q_index(b, rr, hk, 0u), e % NV), rho0 + r < nrho);
   }
 
-  var m = NEG;
-  var l = 0.0;
-  var acc: array<f32, DPT>;
-  var p: array<f32, B>;
-  for (var j0 = tile_lo; j0 < tile_hi; j0 += B) {
-    workgroupBarrier(); // the previous tile's readers are done with k_sh, v_sh, s_sh
-    for (var e = lid; e < B * D; e += WG) {
-      let j = j0 + e / D;
-      let idx = (kbase + min(j, tile_hi - 1u)) * kstride + hk * D + e % D;
-      k_sh[e] = select(0.0, k[idx], j < tile_hi);
-      v_sh[e] = select(0.0, v[idx], j < tile_hi);
+  var m = NEG;    // running max of row sr (the same in its LPR lanes)
+  var lsum = 0.0; // this lane's share of row sr's running sum
+  var acc: array<vec4f, RPT * CPT>;
+  for (var j0 = tile_lo; j0 < tile_hi; j0 += BI) {
+    workgroupBarrier(); // the previous tile's readers are done with in_a, in_b, pt, red, row_f
+    for (var e = lid; e < BI * NV; e += WG) {
+      let c = e / NV;
+      let base = (kbase + min(j0 + c, tile_hi - 1u)) * kstride + hk * D;
+      let inside = j0 + c < tile_hi;
+      in_a[c * DSV + e % NV] = select(vec4f(0.0), ld_k(base, e % NV), inside);
+      in_b[c * NV + e % NV] = select(vec4f(0.0), ld_v(base, e % NV), inside);
     }
     workgroupBarrier();
-    let j = j0 + c;
-    var s = NEG;
-    if (valid && j >= lo && j < hi) {
-      var dot = 0.0;
-      for (var d = 0u; d < D; d++) { dot += q_sh[r * D + d] * k_sh[c * D + d]; }
-      s = dot * params.scale;
+    var s = array<f32, KPT>(); // explicit: zeroed on every tile
+    for (var x = 0u; x < NV; x++) {
+      let qv = own_a[sr * DSV + x];
+      for (var i = 0u; i < KPT; i++) { s[i] += dot(qv, in_a[(sx + LPR * i) * DSV + x]); }
     }
-    s_sh[r * B + c] = s;
+    var mx = NEG;
+    for (var i = 0u; i < KPT; i++) {
+      let j = j0 + sx + LPR * i;
+      s[i] = select(NEG, s[i] * params.scale, valid && j >= lo && j < hi);
+      mx = max(mx, s[i]);
+    }
+    red[lid] = mx;
     workgroupBarrier();
-    // Every thread of row r computes the row's statistics itself: no extra barrier needed.
-    var mx = m;
-    for (var cc = 0u; cc < B; cc++) { mx = max(mx, s_sh[r * B + cc]); }
+    mx = m;
+    for (var x = 0u; x < LPR; x++) { mx = max(mx, red[sr * LPR + x]); }
     let alpha = exp(m - mx);
-    var sum = 0.0;
-    for (var cc = 0u; cc < B; cc++) {
-      let sc = s_sh[r * B + cc];
-      p[cc] = select(0.0, exp(sc - mx), sc > MASKED);
-      sum += p[cc];
+    lsum *= alpha;
+    for (var i = 0u; i < KPT; i++) {
+      let p = select(0.0, exp(s[i] - mx), s[i] > MASKED);
+      lsum += p;
+      pt[(sx + LPR * i) * BO + sr] = p;
     }
-    l = l * alpha + sum;
     m = mx;
-    for (var i = 0u; i < DPT; i++) {
-      let d = c + i * B;
-      if (d < D) {
-        var a = acc[i] * alpha;
-        for (var cc = 0u; cc < B; cc++) { a += p[cc] * v_sh[cc * D + d]; }
-        acc[i] = a;
+    if (sx == 0u) { row_f[sr] = alpha; }
+    workgroupBarrier();
+    for (var i = 0u; i < RPT; i++) {
+      let a = row_f[or0 + i];
+      for (var jj = 0u; jj < CPT; jj++) { acc[i * CPT + jj] *= a; }
+    }
+    for (var c = 0u; c < BI; c++) {
+      for (var i = 0u; i < RPT; i++) {
+        let p = pt[c * BO + or0 + i];
+        for (var jj = 0u; jj < CPT; jj++) {
+          let col = min(oc + CLN * jj, NV - 1u);
+          acc[i * CPT + jj] += p * in_b[c * NV + col];
+        }
       }
     }
   }
 
-  if (valid) {
-#if SPLIT
-    let base = (split * params.nseq * params.rows * params.hq + q_index(b, rho, hk, 0u) / D) * (D + 2u);
-    for (var i = 0u; i < DPT; i++) {
-      let d = c + i * B;
-      if (d < D) { part[base + d] = acc[i]; }
-    }
-    if (c == 0u) {
-      part[base + D] = m;
-      part[base + D + 1u] = l;
-    }
-#else
-    let inv = select(0.0, 1.0 / l, l > 0.0);
-    for (var i = 0u; i < DPT; i++) {
-      let d = c + i * B;
-      if (d < D) { o[q_index(b, rho, hk, d)] = acc[i] * inv; }
-    }
-#endif
+  // Row sums: the LPR lanes' shares.
+  workgroupBarrier();
+  red[lid] = lsum;
+  workgroupBarrier();
+  if (sx == 0u) {
+    var l = 0.0;
+    for (var x = 0u; x < LPR; x++) { l += red[sr * LPR + x]; }
+    row_f[sr] = select(0.0, 1.0 / l, l > 0.0);
 #if LSE
-    if (c == 0u) { lse[q_index(b, rho, hk, 0u) / D] = m + log(l); }
+    if (valid) { lse[q_index(b, rho, hk, 0u) / D] = m + log(l); }
 #endif
   }
+  workgroupBarrier();
+  for (var i = 0u; i < RPT; i++) {
+    let r = rho0 + or0 + i;
+    if (r < nrho) {
+      let inv = row_f[or0 + i];
+      let base = q_index(b, r, hk, 0u);
+      for (var jj = 0u; jj < CPT; jj++) {
+        let col = oc + CLN * jj;
+        for (var e = 0u; e < 4u; e++) {
+          let d = 4u * col + e;
+          if (col < NV && d < D) { o[base + d] = acc[i * CPT + jj][e] * inv; }
+        }
+      }
+    }
+  }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Backward (FlashAttention-2, packed sequences, no cache). Three passes:
+//   prep: row_stats[t, h] = (lse, delta = Σ_d dO·O)
+//   dq:   dQ_i = scale · Σ_j dS_ij k_j                       (one workgroup per query tile)
+//   dkv:  dV_j = Σ_i P_ij dO_i,  dK_j = scale · Σ_i dS_ij q_i (one workgroup per key tile; the
+//         sum over i runs over every query head of the group)
+// with P_ij = exp(scale·q_i·k_j − lse_i), dS_ij = P_ij (dO_i·v_j − delta_i), recomputed per tile.
+
+// Grid (ceil(T·G / BO), Hkv).
+@compute @workgroup_size(WG)
+fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let G = params.hq / params.hkv;
+  let hk = wid.y;
+  let nrho = params.rows * G;
+  let rho0 = wid.x * BO;
+  let sr = lid / LPR;
+  let sx = lid % LPR;
+  let or0 = (lid / CLN) * RPT;
+  let oc = lid % CLN;
+  let rho = rho0 + sr;
+  let valid = rho < nrho;
+  let rho_c = min(rho, nrho - 1u);
+  let keys = varlen_keys(rho_c / G);
+  let tile_lo = varlen_keys(rho0 / G).x;
+  let tile_hi = varlen_keys((min(rho0 + BO, nrho) - 1u) / G).y;
+  let kstride = params.hkv * D;
+
+  for (var e = lid; e < BO * NV; e += WG) {
+    let r = e / NV;
+    let base = q_index(0u, min(rho0 + r, nrho - 1u), hk, 0u);
+    let inside = rho0 + r < nrho;
+    own_a[r * DSV + e % NV] = select(vec4f(0.0), ld_q(base, e % NV), inside);
+    own_b[r * DSV + e % NV] = select(vec4f(0.0), ld_do(base, e % NV), inside);
+  }
+  let st = q_index(0u, rho_c, hk, 0u) / D;
+  let row_lse = row_stats[2u * st];
+  let row_delta = row_stats[2u * st + 1u];
+
+  var acc: array<vec4f, RPT * CPT>;
+  for (var j0 = tile_lo; j0 < tile_hi; j0 += BI) {
+    workgroupBarrier();
+    for (var e = lid; e < BI * NV; e += WG) {
+      let c = e / NV;
+      let base = min(j0 + c, tile_hi - 1u) * kstride + hk * D;
+      let inside = j0 + c < tile_hi;
+      in_a[c * DSV + e % NV] = select(vec4f(0.0), ld_k(base, e % NV), inside);
+      in_b[c * DSV + e % NV] = select(vec4f(0.0), ld_v(base, e % NV), inside);
+    }
+    workgroupBarrier();
+    var s = array<f32, KPT>(); // explicit: zeroed on every tile
+    var dp = array<f32, KPT>();
+    for (var x = 0u; x < NV; x++) {
+      let qv = own_a[sr * DSV + x];
+      let dov = own_b[sr * DSV + x];
+      for (var i = 0u; i < KPT; i++) {
+        let c = (sx + LPR * i) * DSV + x;
+        s[i] += dot(qv, in_a[c]);
+        dp[i] += dot(dov, in_b[c]);
+      }
+    }
+    for (var i = 0u; i < KPT; i++) {
+      let j = j0 + sx + LPR * i;
+      let ds = exp(s[i] * params.scale - row_lse) * (dp[i] - row_delta);
+      pt[(sx + LPR * i) * BO + sr] = select(0.0, ds, valid && j >= keys.x && j < keys.y);
+    }
+    workgroupBarrier();
+    for (var c = 0u; c < BI; c++) {
+      for (var i = 0u; i < RPT; i++) {
+        let g = pt[c * BO + or0 + i];
+        for (var jj = 0u; jj < CPT; jj++) {
+          let col = min(oc + CLN * jj, NV - 1u);
+          acc[i * CPT + jj] += g * in_a[c * DSV + col];
+        }
+      }
+    }
+  }
+
+  for (var i = 0u; i < RPT; i++) {
+    let r = rho0 + or0 + i;
+    if (r < nrho) {
+      let base = q_index(0u, r, hk, 0u);
+      for (var jj = 0u; jj < CPT; jj++) {
+        let col = oc + CLN * jj;
+        for (var e = 0u; e < 4u; e++) {
+          let d = 4u * col + e;
+          if (col < NV && d < D) { dq[base + d] = acc[i * CPT + jj][e] * params.scale; }
+        }
+      }
+    }
+  }
+}
+
+// Grid (ceil(T / BO), Hkv): owned rows are keys, inner rows the query rows (token, head of the
+// group) that attend to them.
+@compute @workgroup_size(WG)
+fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let G = params.hq / params.hkv;
+  let hk = wid.y;
+  let T = params.rows;
+  let j0 = wid.x * BO;
+  let sr = lid / LPR;
+  let sx = lid % LPR;
+  let or0 = (lid / CLN) * RPT;
+  let oc = lid % CLN;
+  let j = j0 + sr;
+  let kvalid = j < T;
+  let queries = varlen_queries(min(j, T - 1u));
+  let tile_lo = varlen_queries(j0).x * G;
+  let tile_hi = varlen_queries(min(j0 + BO, T) - 1u).y * G;
+  let kstride = params.hkv * D;
+
+  for (var e = lid; e < BO * NV; e += WG) {
+    let c = e / NV;
+    let base = min(j0 + c, T - 1u) * kstride + hk * D;
+    let inside = j0 + c < T;
+    own_a[c * DSV + e % NV] = select(vec4f(0.0), ld_k(base, e % NV), inside);
+    own_b[c * DSV + e % NV] = select(vec4f(0.0), ld_v(base, e % NV), inside);
+  }
+
+  var dk_acc: array<vec4f, RPT * CPT>;
+  var dv_acc: array<vec4f, RPT * CPT>;
+  for (var i0 = tile_lo; i0 < tile_hi; i0 += BI) {
+    workgroupBarrier();
+    for (var e = lid; e < BI * NV; e += WG) {
+      let r = e / NV;
+      let base = q_index(0u, min(i0 + r, tile_hi - 1u), hk, 0u);
+      let inside = i0 + r < tile_hi;
+      in_a[r * DSV + e % NV] = select(vec4f(0.0), ld_q(base, e % NV), inside);
+      in_b[r * DSV + e % NV] = select(vec4f(0.0), ld_do(base, e % NV), inside);
+    }
+    if (lid < BI) {
+      let st = q_index(0u, min(i0 + lid, tile_hi - 1u), hk, 0u) / D;
+      in_stats[lid] = vec2f(row_stats[2u * st], row_stats[2u * st + 1u]);
+    }
+    workgroupBarrier();
+    var s = array<f32, KPT>(); // explicit: zeroed on every tile
+    var dp = array<f32, KPT>();
+    for (var x = 0u; x < NV; x++) {
+      let kv = own_a[sr * DSV + x];
+      let vv = own_b[sr * DSV + x];
+      for (var i = 0u; i < KPT; i++) {
+        let c = (sx + LPR * i) * DSV + x;
+        s[i] += dot(kv, in_a[c]);
+        dp[i] += dot(vv, in_b[c]);
+      }
+    }
+    for (var i = 0u; i < KPT; i++) {
+      let x = sx + LPR * i;
+      let r = i0 + x;
+      let tq = r / G;
+      let live = kvalid && r < tile_hi && tq >= queries.x && tq < queries.y;
+      let p = select(0.0, exp(s[i] * params.scale - in_stats[x].x), live);
+      pt[x * BO + sr] = p;
+      pt2[x * BO + sr] = p * (dp[i] - in_stats[x].y);
+    }
+    workgroupBarrier();
+    for (var x = 0u; x < BI; x++) {
+      for (var i = 0u; i < RPT; i++) {
+        let p = pt[x * BO + or0 + i];
+        let g = pt2[x * BO + or0 + i];
+        for (var jj = 0u; jj < CPT; jj++) {
+          let col = min(oc + CLN * jj, NV - 1u);
+          dv_acc[i * CPT + jj] += p * in_b[x * DSV + col];
+          dk_acc[i * CPT + jj] += g * in_a[x * DSV + col];
+        }
+      }
+    }
+  }
+
+  for (var i = 0u; i < RPT; i++) {
+    let jr = j0 + or0 + i;
+    if (jr < T) {
+      let base = jr * kstride + hk * D;
+      for (var jj = 0u; jj < CPT; jj++) {
+        let col = oc + CLN * jj;
+        for (var e = 0u; e < 4u; e++) {
+          let d = 4u * col + e;
+          if (col < NV && d < D) {
+            dk[base + d] = dk_acc[i * CPT + jj][e] * params.scale;
+            dv[base + d] = dv_acc[i * CPT + jj][e];
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
+#if DECODE
+// ---------------------------------------------------------------------------------------------
+// Decode: the n·G ≤ RMAX rows of one sequence and kv head over one chunk of its cache (all of
+// it without SPLIT). Grid (1, Hkv, count) or (1, Hkv, count·splits) with SPLIT, where each
+// sequence's keys are cut into `splits` chunks whose partial results attn_split_combine merges
+// (decode has only count·Hkv rows of work: without splitting most of a GPU idles).
+// Keys are taken in blocks of KB, staged in workgroup memory (coalesced reads of K and V).
+//   scores: lane (key kc = lid % KB, row group lid / KB) dots its key with rows RGS apart;
+//   output: lane (vec4 column lid % PCL, row group lid / PCL) accumulates rows PGS apart.
+const RMAX: u32 = {{RMAX}}u;
+const KB: u32 = {{KB}}u;
+const DWG: u32 = {{DWG}}u;
+const RGS: u32 = DWG / KB;          // score row groups
+const PCL: u32 = {{PCL}}u;          // output lanes across vec4 columns
+const PGS: u32 = DWG / PCL;         // output row groups
+const PCPT: u32 = (NV + PCL - 1u) / PCL;
+const XW: u32 = DWG / RMAX;         // lanes per row in the max reduction
+
+var<workgroup> dq_sh: array<vec4f, RMAX * NV>;
+var<workgroup> dk_sh: array<vec4f, KB * DSV>;
+var<workgroup> dv_sh: array<vec4f, KB * NV>;
+var<workgroup> dp_sh: array<f32, RMAX * KB>; // [row][key]: scores, then probabilities
+var<workgroup> dm_sh: array<f32, DWG>;
+
+@compute @workgroup_size(DWG)
+fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let G = params.hq / params.hkv;
+  let hk = wid.y;
+#if SPLIT
+  let b = wid.z / params.splits;
+  let split = wid.z % params.splits;
+#else
+  let b = wid.z;
+#endif
+  let R = params.rows * G;
+  let slot = params.slot0 + b;
+  let kbase = slot * params.cap;
+  let past = lengths[slot];
+  let kstride = params.hkv * D;
+  let n_keys = past + params.rows;
+#if SPLIT
+  let chunk = (n_keys + params.splits - 1u) / params.splits;
+  let c_lo = min(split * chunk, n_keys);
+  let c_hi = min(n_keys, c_lo + chunk);
+#else
+  let c_lo = 0u;
+  let c_hi = n_keys;
+#endif
+
+  for (var e = lid; e < RMAX * NV; e += DWG) {
+    let r = e / NV;
+    dq_sh[e] = select(vec4f(0.0), ld_q(q_index(b, min(r, R - 1u), hk, 0u), e % NV), r < R);
+  }
+  let kc = lid % KB;
+  let srg = lid / KB;
+  let pc = lid % PCL;
+  let prg = lid / PCL;
+  var m: array<f32, RMAX>;
+  for (var r = 0u; r < RMAX; r++) { m[r] = NEG; }
+  var l: array<f32, RMAX / PGS>;
+  var acc: array<vec4f, (RMAX / PGS) * PCPT>;
+
+  for (var j0 = c_lo; j0 < c_hi; j0 += KB) {
+    workgroupBarrier(); // the previous block's readers are done
+    for (var e = lid; e < KB * NV; e += DWG) {
+      let c = e / NV;
+      let base = (kbase + min(j0 + c, c_hi - 1u)) * kstride + hk * D;
+      let inside = j0 + c < c_hi;
+      dk_sh[c * DSV + e % NV] = select(vec4f(0.0), ld_k(base, e % NV), inside);
+      dv_sh[e] = select(vec4f(0.0), ld_v(base, e % NV), inside);
+    }
+    workgroupBarrier();
+    var s = array<f32, RMAX / RGS>(); // explicit: zeroed on every block
+    for (var x = 0u; x < NV; x++) {
+      let kv = dk_sh[kc * DSV + x];
+      for (var i = 0u; i < RMAX / RGS; i++) { s[i] += dot(dq_sh[(srg + RGS * i) * NV + x], kv); }
+    }
+    let j = j0 + kc;
+    for (var i = 0u; i < RMAX / RGS; i++) {
+      let r = srg + RGS * i;
+      // Row r is new token r / G at position past + r / G.
+      dp_sh[r * KB + kc] = select(NEG, s[i] * params.scale, r < R && j < c_hi && j <= past + r / G);
+    }
+    workgroupBarrier();
+    // Block max per row: lane (row lid / XW, x = lid % XW) over keys x, x + XW, ...; then every
+    // lane reads the XW partials of every row.
+    var pm = NEG;
+    for (var c = lid % XW; c < KB; c += XW) { pm = max(pm, dp_sh[(lid / XW) * KB + c]); }
+    dm_sh[lid] = pm;
+    workgroupBarrier();
+    for (var r = 0u; r < RMAX; r++) {
+      var mx = m[r];
+      for (var x = 0u; x < XW; x++) { mx = max(mx, dm_sh[r * XW + x]); }
+      if (r % PGS == prg) {
+        let a = exp(m[r] - mx);
+        let ri = r / PGS;
+        l[ri] *= a;
+        for (var jj = 0u; jj < PCPT; jj++) { acc[ri * PCPT + jj] *= a; }
+      }
+      m[r] = mx;
+    }
+    for (var i = 0u; i < RMAX / RGS; i++) {
+      let r = srg + RGS * i;
+      let sc = dp_sh[r * KB + kc];
+      dp_sh[r * KB + kc] = select(0.0, exp(sc - m[r]), sc > MASKED);
+    }
+    workgroupBarrier();
+    for (var c = 0u; c < KB; c++) {
+      for (var i = 0u; i < RMAX / PGS; i++) {
+        let p = dp_sh[(prg + PGS * i) * KB + c];
+        l[i] += p;
+        for (var jj = 0u; jj < PCPT; jj++) {
+          acc[i * PCPT + jj] += p * dv_sh[c * NV + min(pc + PCL * jj, NV - 1u)];
+        }
+      }
+    }
+  }
+
+  for (var i = 0u; i < RMAX / PGS; i++) {
+    let r = prg + PGS * i;
+    if (r < R) {
+      let row = q_index(b, r, hk, 0u) / D;
+#if SPLIT
+      let base = (split * params.nseq * params.rows * params.hq + row) * (D + 2u);
+      if (pc == 0u) {
+        part[base + D] = m[r];
+        part[base + D + 1u] = l[i];
+      }
+      let inv = 1.0;
+#else
+      let base = row * D;
+      let inv = select(0.0, 1.0 / l[i], l[i] > 0.0);
+#endif
+      for (var jj = 0u; jj < PCPT; jj++) {
+        let col = pc + PCL * jj;
+        for (var e = 0u; e < 4u; e++) {
+          let d = 4u * col + e;
+#if SPLIT
+          if (col < NV && d < D) { part[base + d] = acc[i * PCPT + jj][e]; }
+#else
+          if (col < NV && d < D) { o[base + d] = acc[i * PCPT + jj][e] * inv; }
+#endif
+        }
+      }
+    }
+  }
+}
+#endif
 
 // Merge the SPLIT partials of each (row, head): o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s.
 // One thread per output element (row, head, d), so that reads of the partials coalesce along d
 // (a thread per (row, head) walking D·splits values took 180 µs a layer at 10 chunks on the H100).
-// Grid grid1d(count·n·Hq·D, 256).
+// A chunk with no keys has l = 0 and m = NEG: its weight is 0. Grid grid1d(count·n·Hq·D, 256).
 @compute @workgroup_size(FLAT_WG)
 fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let e = (wid.x + wid.y * nwg.x) * FLAT_WG + lid;
@@ -248,14 +618,6 @@ fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   o[i * D + d] = a / l;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Backward (FlashAttention-2, packed sequences, no cache). Three passes:
-//   prep: row_stats[t, h] = (lse, delta = Σ_d dO·O)
-//   dq:   dQ_i = scale · Σ_j dS_ij k_j                       (one workgroup per query tile)
-//   dkv:  dV_j = Σ_i P_ij dO_i,  dK_j = scale · Σ_i dS_ij q_i (one workgroup per key tile; the
-//         sum over i runs over every query head of the group)
-// with P_ij = exp(scale·q_i·k_j − lse_i), dS_ij = P_ij (dO_i·v_j − delta_i), recomputed per tile.
-
 // Grid grid1d(T·Hq, 256).
 @compute @workgroup_size(FLAT_WG)
 fn attn_bwd_prep(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -265,157 +627,6 @@ fn attn_bwd_prep(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
   for (var d = 0u; d < D; d++) { delta += dout[i * D + d] * o[i * D + d]; }
   row_stats[2u * i] = lse[i];
   row_stats[2u * i + 1u] = delta;
-}
-
-// Grid (ceil(T·G / B), Hkv).
-@compute @workgroup_size(WG)
-fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let G = params.hq / params.hkv;
-  let hk = wid.y;
-  let r = lid / B;
-  let c = lid % B;
-  let nrho = params.rows * G;
-  let rho0 = wid.x * B;
-  let rho = rho0 + r;
-  let valid = rho < nrho;
-  let rho_c = min(rho, nrho - 1u);
-  let keys = varlen_keys(rho_c / G);
-  let tile_lo = varlen_keys(rho0 / G).x;
-  let tile_hi = varlen_keys((min(rho0 + B, nrho) - 1u) / G).y;
-  let kstride = params.hkv * D;
-
-  for (var e = lid; e < B * D; e += WG) {
-    let rr = rho0 + e / D;
-    let idx = q_index(0u, min(rr, nrho - 1u), hk, e % D);
-    q_sh[e] = select(0.0, q[idx], rr < nrho);
-    do_sh[e] = select(0.0, dout[idx], rr < nrho);
-  }
-  let st = q_index(0u, rho_c, hk, 0u) / D;
-  let row_lse = row_stats[2u * st];
-  let row_delta = row_stats[2u * st + 1u];
-
-  var acc: array<f32, DPT>;
-  for (var j0 = tile_lo; j0 < tile_hi; j0 += B) {
-    workgroupBarrier();
-    for (var e = lid; e < B * D; e += WG) {
-      let j = j0 + e / D;
-      let idx = min(j, tile_hi - 1u) * kstride + hk * D + e % D;
-      k_sh[e] = select(0.0, k[idx], j < tile_hi);
-      v_sh[e] = select(0.0, v[idx], j < tile_hi);
-    }
-    workgroupBarrier();
-    let j = j0 + c;
-    var ds = 0.0;
-    if (valid && j >= keys.x && j < keys.y) {
-      var s = 0.0;
-      var dp = 0.0;
-      for (var d = 0u; d < D; d++) {
-        s += q_sh[r * D + d] * k_sh[c * D + d];
-        dp += do_sh[r * D + d] * v_sh[c * D + d];
-      }
-      ds = exp(s * params.scale - row_lse) * (dp - row_delta);
-    }
-    ds_sh[r * B + c] = ds;
-    workgroupBarrier();
-    for (var i = 0u; i < DPT; i++) {
-      let d = c + i * B;
-      if (d < D) {
-        var a = acc[i];
-        for (var cc = 0u; cc < B; cc++) { a += ds_sh[r * B + cc] * k_sh[cc * D + d]; }
-        acc[i] = a;
-      }
-    }
-  }
-
-  if (valid) {
-    for (var i = 0u; i < DPT; i++) {
-      let d = c + i * B;
-      if (d < D) { dq[q_index(0u, rho, hk, d)] = acc[i] * params.scale; }
-    }
-  }
-}
-
-// Grid (ceil(T / B), Hkv). Thread (c, x): key c of the tile; query row x of the current query
-// tile when scoring, output columns d = x, x + B, ... of key c when accumulating.
-@compute @workgroup_size(WG)
-fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let G = params.hq / params.hkv;
-  let hk = wid.y;
-  let c = lid / B;
-  let x = lid % B;
-  let T = params.rows;
-  let j0 = wid.x * B;
-  let j = j0 + c;
-  let kvalid = j < T;
-  let queries = varlen_queries(min(j, T - 1u));
-  let tile_lo = varlen_queries(j0).x * G;
-  let tile_hi = varlen_queries(min(j0 + B, T) - 1u).y * G;
-  let kstride = params.hkv * D;
-
-  for (var e = lid; e < B * D; e += WG) {
-    let jj = j0 + e / D;
-    let idx = min(jj, T - 1u) * kstride + hk * D + e % D;
-    k_sh[e] = select(0.0, k[idx], jj < T);
-    v_sh[e] = select(0.0, v[idx], jj < T);
-  }
-
-  var dk_acc: array<f32, DPT>;
-  var dv_acc: array<f32, DPT>;
-  for (var i0 = tile_lo; i0 < tile_hi; i0 += B) {
-    workgroupBarrier();
-    for (var e = lid; e < B * D; e += WG) {
-      let rr = i0 + e / D;
-      let idx = q_index(0u, min(rr, tile_hi - 1u), hk, e % D);
-      q_sh[e] = select(0.0, q[idx], rr < tile_hi);
-      do_sh[e] = select(0.0, dout[idx], rr < tile_hi);
-    }
-    if (lid < B) {
-      let st = q_index(0u, min(i0 + lid, tile_hi - 1u), hk, 0u) / D;
-      lse_sh[lid] = row_stats[2u * st];
-      delta_sh[lid] = row_stats[2u * st + 1u];
-    }
-    workgroupBarrier();
-    let rho = i0 + x;
-    let t = rho / G;
-    var p = 0.0;
-    var ds = 0.0;
-    if (kvalid && rho < tile_hi && t >= queries.x && t < queries.y) {
-      var s = 0.0;
-      var dp = 0.0;
-      for (var d = 0u; d < D; d++) {
-        s += q_sh[x * D + d] * k_sh[c * D + d];
-        dp += do_sh[x * D + d] * v_sh[c * D + d];
-      }
-      p = exp(s * params.scale - lse_sh[x]);
-      ds = p * (dp - delta_sh[x]);
-    }
-    s_sh[x * B + c] = p;
-    ds_sh[x * B + c] = ds;
-    workgroupBarrier();
-    for (var i = 0u; i < DPT; i++) {
-      let d = x + i * B;
-      if (d < D) {
-        var a = dv_acc[i];
-        var g = dk_acc[i];
-        for (var xx = 0u; xx < B; xx++) {
-          a += s_sh[xx * B + c] * do_sh[xx * D + d];
-          g += ds_sh[xx * B + c] * q_sh[xx * D + d];
-        }
-        dv_acc[i] = a;
-        dk_acc[i] = g;
-      }
-    }
-  }
-
-  if (kvalid) {
-    for (var i = 0u; i < DPT; i++) {
-      let d = x + i * B;
-      if (d < D) {
-        dk[j * kstride + hk * D + d] = dk_acc[i] * params.scale;
-        dv[j * kstride + hk * D + d] = dv_acc[i];
-      }
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -60,37 +60,105 @@ const MAX_HEAD_DIM = 256;
 const MAX_CHUNKS = 64;
 /** Keys per chunk below which splitting costs more (a second pass) than it saves. */
 const KEYS_PER_CHUNK = 256;
+/** The decode kernel takes up to this many rows (n new tokens x G query heads) per kv head. */
+const DECODE_MAX_ROWS = 8;
+
+/** Tile of the tiled kernels (shaders/attention.wgsl, TILED): owned rows, inner rows, threads. */
+export interface Tile {
+  BO: number;
+  BI: number;
+  WG: number;
+  /** Output-phase lanes across the vec4 columns. */
+  CLN: number;
+}
+
+/** Decode kernel layout (DECODE): rows, keys per staged block, threads, output column lanes. */
+export interface DecodeTile {
+  RMAX: number;
+  KB: number;
+  DWG: number;
+  PCL: number;
+}
+
+// Largest first. The forward keeps q (BO rows) and k, v (BI rows) staged; the backward q, dO and
+// k, v, so it takes smaller tiles. Every entry has LPR = WG / BO dividing BI and WG >= BI.
+const FORWARD_TILES: readonly [number, number, number][] = [[32, 16, 128], [16, 16, 64], [16, 8, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
+const BACKWARD_TILES: readonly [number, number, number][] = [[16, 16, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
+const DECODE_BLOCKS: readonly [number, number][] = [[32, 64], [16, 32], [8, 16]];
+
+const floorPow2 = (x: number) => 2 ** Math.floor(Math.log2(x));
+const ceilPow2 = (x: number) => 2 ** Math.ceil(Math.log2(x));
+
+/** vec4s per staged head row, and its padded stride. */
+function vec4s(headDim: number): { NV: number; DSV: number } {
+  const NV = Math.ceil(headDim / 4);
+  return { NV, DSV: NV + 1 };
+}
+
+/** Workgroup bytes of a tiled kernel: staged rows (vec4s) plus probabilities and row statistics. */
+function tileBytes(pass: 'forward' | 'backward', headDim: number, [BO, BI, WG]: readonly number[]): number {
+  const { DSV } = vec4s(headDim);
+  return pass === 'forward' ? 16 * (BO + 2 * BI) * DSV + 4 * (BI * BO + WG + BO) : 16 * (2 * BO + 2 * BI) * DSV + 4 * 2 * BI * BO + 8 * BI;
+}
 
 /**
- * The largest tile B (the workgroup is B x B threads) whose workgroup memory fits the device:
- * the forward keeps q, k and v tiles (3·B·D floats), the backward q, dO, k and v tiles.
+ * The largest tile whose workgroup memory and thread count fit the budget (the device's limits
+ * unless a smaller budget is given).
  */
-export function tileSize(gpu: Gpu, headDim: number, pass: 'forward' | 'backward'): number {
-  const lim = gpu.limits;
-  for (const b of [16, 8, 4, 2]) {
-    const floats = pass === 'forward' ? 3 * b * headDim + b * b : 4 * b * headDim + 2 * b * b + 2 * b;
-    if (floats * 4 <= lim.maxComputeWorkgroupStorageSize && b * b <= lim.maxComputeInvocationsPerWorkgroup) return b;
+export function tileFor(lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroupStorageSize' | 'maxComputeInvocationsPerWorkgroup'>, headDim: number, pass: 'forward' | 'backward'): Tile {
+  for (const t of pass === 'forward' ? FORWARD_TILES : BACKWARD_TILES) {
+    const [BO, BI, WG] = t;
+    if (tileBytes(pass, headDim, t) > lim.maxComputeWorkgroupStorageSize || WG > lim.maxComputeInvocationsPerWorkgroup) continue;
+    const CLN = Math.min(WG, Math.max(WG / BO, Math.min(32, floorPow2(vec4s(headDim).NV))));
+    return { BO, BI, WG, CLN };
   }
   throw new ShapeError('attention', `head_dim ${headDim} does not fit this device's workgroup memory`);
+}
+
+/** The decode layout for up to `rows` rows per kv head (a power of two from 2 to 8). */
+export function decodeTileFor(lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroupStorageSize' | 'maxComputeInvocationsPerWorkgroup'>, headDim: number, rows: number): DecodeTile {
+  const RMAX = Math.max(2, ceilPow2(rows));
+  const { NV, DSV } = vec4s(headDim);
+  for (const [KB, DWG] of DECODE_BLOCKS) {
+    const bytes = 16 * (RMAX * NV + KB * DSV + KB * NV) + 4 * (RMAX * KB + DWG);
+    if (bytes > lim.maxComputeWorkgroupStorageSize || DWG > lim.maxComputeInvocationsPerWorkgroup) continue;
+    // Score row groups (DWG / KB) and output row groups (DWG / PCL) must divide RMAX.
+    if (RMAX % (DWG / KB) !== 0 || DWG < RMAX) continue;
+    const PCL = Math.max(DWG / RMAX, Math.min(DWG, 32, floorPow2(NV)));
+    return { RMAX, KB, DWG, PCL };
+  }
+  throw new ShapeError('attention', `head_dim ${headDim} does not fit this device's workgroup memory`);
+}
+
+export interface AttentionOptions {
+  /** Workgroup memory budget in bytes (default: the device's limit); smaller budgets pick smaller tiles. */
+  workgroupBytes?: number;
+}
+
+/** Decode kernels for one row bound: unsplit and split. */
+interface DecodeKernels {
+  rows: number;
+  plain: Kernel;
+  split: Kernel;
 }
 
 export class Attention {
   private constructor(
     private readonly gpu: Gpu,
     readonly config: AttentionConfig,
-    private readonly fwdB: number,
-    private readonly bwdB: number,
+    readonly forwardTile: Tile,
+    readonly backwardTile: Tile,
     private readonly fwd: Kernel,
     private readonly fwdLse: Kernel,
     private readonly fwdCached: Kernel,
-    private readonly fwdCachedSplit: Kernel,
+    private readonly decode: readonly DecodeKernels[],
     private readonly combine: Kernel,
     private readonly prep: Kernel,
     private readonly dqK: Kernel,
     private readonly dkvK: Kernel,
   ) {}
 
-  static async create(gpu: Gpu, config: AttentionConfig): Promise<Attention> {
+  static async create(gpu: Gpu, config: AttentionConfig, opts: AttentionOptions = {}): Promise<Attention> {
     const { hq, hkv, headDim } = config;
     if (!Number.isInteger(hkv) || hkv < 1 || !Number.isInteger(hq) || hq % hkv !== 0) {
       throw new ShapeError('attention', `Hq (${hq}) must be a positive multiple of Hkv (${hkv})`);
@@ -98,26 +166,44 @@ export class Attention {
     if (!Number.isInteger(headDim) || headDim < 1 || headDim > MAX_HEAD_DIM) {
       throw new ShapeError('attention', `head_dim ${headDim} outside [1, ${MAX_HEAD_DIM}]`);
     }
-    const fwdB = tileSize(gpu, headDim, 'forward');
-    const bwdB = tileSize(gpu, headDim, 'backward');
-    const spec = (entry: string, name: string, B: number, flags: Record<string, boolean> = {}) => ({
+    const lim = {
+      maxComputeWorkgroupStorageSize: Math.min(gpu.limits.maxComputeWorkgroupStorageSize, opts.workgroupBytes ?? Infinity),
+      maxComputeInvocationsPerWorkgroup: gpu.limits.maxComputeInvocationsPerWorkgroup,
+    };
+    const ft = tileFor(lim, headDim, 'forward');
+    const bt = tileFor(lim, headDim, 'backward');
+    const spec = (entry: string, name: string, defines: Record<string, number | boolean>) => ({
       name: `attention.${name}`,
       shader: 'attention',
       entry,
-      defines: { D: headDim, B, ...flags },
+      defines: { D: headDim, ...defines },
       uniforms: UNIFORMS,
     });
-    const kernels = await Promise.all([
-      gpu.kernel(spec('attn_fwd', 'fwd', fwdB)),
-      gpu.kernel(spec('attn_fwd', 'fwd_lse', fwdB, { LSE: true })),
-      gpu.kernel(spec('attn_fwd', 'fwd_cached', fwdB, { CACHED: true })),
-      gpu.kernel(spec('attn_fwd', 'fwd_cached_split', fwdB, { CACHED: true, SPLIT: true })),
-      gpu.kernel(spec('attn_split_combine', 'split_combine', fwdB)),
-      gpu.kernel(spec('attn_bwd_prep', 'bwd_prep', bwdB)),
-      gpu.kernel(spec('attn_bwd_dq', 'bwd_dq', bwdB)),
-      gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv', bwdB)),
+    const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ TILED: true, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
+    // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence.
+    const G = hq / hkv;
+    const bounds = [...new Set([G, DECODE_MAX_ROWS].filter((r) => r <= DECODE_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))];
+    const decodeSpecs = bounds.map((rows) => {
+      const d = decodeTileFor(lim, headDim, rows);
+      const defs = { DECODE: true, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
+      // Named as the cached forward they stand for (profiles and benchmarks match these names).
+      return [spec('attn_decode', 'fwd_cached', defs), spec('attn_decode', 'fwd_cached_split', { ...defs, SPLIT: true })];
+    });
+    const [main, decodeKernels] = await Promise.all([
+      Promise.all([
+        gpu.kernel(spec('attn_fwd', 'fwd', tiled(ft))),
+        gpu.kernel(spec('attn_fwd', 'fwd_lse', tiled(ft, { LSE: true }))),
+        gpu.kernel(spec('attn_fwd', 'fwd_cached', tiled(ft, { CACHED: true }))),
+        gpu.kernel(spec('attn_split_combine', 'split_combine', {})),
+        gpu.kernel(spec('attn_bwd_prep', 'bwd_prep', {})),
+        gpu.kernel(spec('attn_bwd_dq', 'bwd_dq', tiled(bt))),
+        gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv', tiled(bt))),
+      ]),
+      Promise.all(decodeSpecs.map(([p, s]) => Promise.all([gpu.kernel(p), gpu.kernel(s)]))),
     ]);
-    return new Attention(gpu, config, fwdB, bwdB, ...(kernels as [Kernel, Kernel, Kernel, Kernel, Kernel, Kernel, Kernel, Kernel]));
+    const [fwd, fwdLse, fwdCached, combine, prep, dqK, dkvK] = main;
+    const decode = decodeKernels.map(([plain, split], i) => ({ rows: bounds[i], plain, split }));
+    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, prep, dqK, dkvK);
   }
 
   /** Shape of the backward's workspace for T rows. */
@@ -176,7 +262,7 @@ export class Attention {
     rec.dispatch(
       a.lse ? this.fwdLse : this.fwd,
       bindings,
-      [Math.ceil((T * this.group) / this.fwdB), hkv],
+      [Math.ceil((T * this.group) / this.forwardTile.BO), hkv],
       this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale }),
     );
   }
@@ -207,10 +293,15 @@ export class Attention {
     cache.checkBatch(op, b.slot0, b.count, n);
     const chunks = b.split?.chunks ?? 1;
     const u = this.uniforms({ rows: n, nseq: b.count, slot0: b.slot0, cap: cache.config.capacity, causal: 1, scale: b.scale, splits: chunks });
-    const tiles = Math.ceil((n * this.group) / this.fwdB);
     const kv = { q, k: cache.k[layer], v: cache.v[layer], lengths: cache.lengths };
+    const decode = this.decode.find((d) => n * this.group <= d.rows);
+    if (!decode) {
+      // Prefill-sized batches have enough rows to fill the GPU unsplit: `split` is not needed.
+      rec.dispatch(this.fwdCached, { ...kv, o }, [Math.ceil((n * this.group) / this.forwardTile.BO), hkv, b.count], u);
+      return;
+    }
     if (!b.split) {
-      rec.dispatch(this.fwdCached, { ...kv, o }, [tiles, hkv, b.count], u);
+      rec.dispatch(decode.plain, { ...kv, o }, [1, hkv, b.count], u);
       return;
     }
     const ws = b.split.workspace;
@@ -218,7 +309,7 @@ export class Attention {
     if (!Number.isInteger(chunks) || chunks < 1 || chunks > MAX_CHUNKS) throw new ShapeError(op, `chunks ${chunks} outside [1, ${MAX_CHUNKS}]`);
     if (ws.dtype !== 'f32' || ws.numel < need) throw new ShapeError(op, `split workspace '${ws.label}' needs ${need} f32 elements, has ${ws.numel} ${ws.dtype}`);
     if (b.count * chunks > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new ShapeError(op, `count·chunks ${b.count * chunks} too large for one grid dimension`);
-    rec.dispatch(this.fwdCachedSplit, { ...kv, part: ws }, [tiles, hkv, b.count * chunks], u);
+    rec.dispatch(decode.split, { ...kv, part: ws }, [1, hkv, b.count * chunks], u);
     rec.dispatch(this.combine, { part: ws, o }, grid1d(rows * hq * D, FLAT_WG), u);
   }
 
@@ -237,7 +328,7 @@ export class Attention {
     const u = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale });
     rec.dispatch(this.prep, { o: a.o, dout: a.dout, lse: a.lse, row_stats: a.rowStats }, grid1d(T * hq, FLAT_WG), u);
     const common = { q: a.q, k: a.k, v: a.v, dout: a.dout, row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
-    rec.dispatch(this.dqK, { ...common, dq: a.dq }, [Math.ceil((T * this.group) / this.bwdB), hkv], u);
-    rec.dispatch(this.dkvK, { ...common, dk: a.dk, dv: a.dv }, [Math.ceil(T / this.bwdB), hkv], u);
+    rec.dispatch(this.dqK, { ...common, dq: a.dq }, [Math.ceil((T * this.group) / this.backwardTile.BO), hkv], u);
+    rec.dispatch(this.dkvK, { ...common, dk: a.dk, dv: a.dv }, [Math.ceil(T / this.backwardTile.BO), hkv], u);
   }
 }
