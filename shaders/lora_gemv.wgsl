@@ -9,6 +9,8 @@
 // SECOND / THIRD add the adapters g = 1, 2. With SWIGLU (gate g = 0, up g = 1, n_0 = n_1),
 // lora_up writes act = silu(gate)·up from the base projections in y_0, y_1 plus their updates,
 // which takes swiglu_fwd's dispatch (y_0, y_1 themselves are left as the base projections).
+// With VEC4 (k and r multiples of 4) x, A, u and B are read as vec4s: the loops are latency-bound
+// (one load in flight per iteration), so a quarter of the iterations is most of the gain.
 // Grids are 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
 
 struct Params {
@@ -24,15 +26,15 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> a0: array<f32>;
-@group(0) @binding(3) var<storage, read> a1: array<f32>;
-@group(0) @binding(4) var<storage, read> a2: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<{{ELEM}}>;
+@group(0) @binding(2) var<storage, read> a0: array<{{ELEM}}>;
+@group(0) @binding(3) var<storage, read> a1: array<{{ELEM}}>;
+@group(0) @binding(4) var<storage, read> a2: array<{{ELEM}}>;
 @group(0) @binding(5) var<storage, read_write> u: array<f32>;
-@group(0) @binding(6) var<storage, read> u_in: array<f32>;
-@group(0) @binding(7) var<storage, read> b0: array<f32>;
-@group(0) @binding(8) var<storage, read> b1: array<f32>;
-@group(0) @binding(9) var<storage, read> b2: array<f32>;
+@group(0) @binding(6) var<storage, read> u_in: array<{{ELEM}}>;
+@group(0) @binding(7) var<storage, read> b0: array<{{ELEM}}>;
+@group(0) @binding(8) var<storage, read> b1: array<{{ELEM}}>;
+@group(0) @binding(9) var<storage, read> b2: array<{{ELEM}}>;
 @group(0) @binding(10) var<storage, read_write> y0: array<f32>;
 @group(0) @binding(11) var<storage, read_write> y1: array<f32>;
 @group(0) @binding(12) var<storage, read_write> y2: array<f32>;
@@ -40,12 +42,22 @@ struct Params {
 
 const WG: u32 = 256u;
 const ADAPTERS: u32 = {{ADAPTERS}}u;
+/** Scalars per element of x, A, u_in, B: 1, or 4 with VEC4. */
+const W: u32 = {{W}}u;
 /** Rows per call (src/ops/loraGemv.ts LORA_GEMV_MAX_ROWS): a constant trip count keeps acc in registers. */
 const MAX_ROWS: u32 = 8u;
 
 var<workgroup> red: array<f32, 2048>; // MAX_ROWS · WG
 
-fn a_at(g: u32, i: u32) -> f32 {
+fn dot_e(a: {{ELEM}}, b: {{ELEM}}) -> f32 {
+#if VEC4
+  return dot(a, b);
+#else
+  return a * b;
+#endif
+}
+
+fn a_at(g: u32, i: u32) -> {{ELEM}} {
 #if THIRD
   if (g == 2u) {
     return a2[i];
@@ -67,13 +79,14 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
     return;
   }
   let g = e / p.r;
-  let ar = (e % p.r) * p.k;
+  let kw = p.k / W;
+  let ar = (e % p.r) * kw;
   var acc: array<f32, MAX_ROWS>;
-  for (var kk = lid; kk < p.k; kk += WG) {
+  for (var kk = lid; kk < kw; kk += WG) {
     let av = a_at(g, ar + kk);
     for (var t = 0u; t < MAX_ROWS; t++) {
       if (t < p.rows) {
-        acc[t] += x[t * p.k + kk] * av;
+        acc[t] += dot_e(x[t * kw + kk], av);
       }
     }
   }
@@ -98,11 +111,12 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 
 // Σ_j u[t, g·r + j]·B_g[col, j] for the adapter g.
 fn up_dot(g: u32, t: u32, col: u32, width: u32) -> f32 {
-  let ub = t * width + g * p.r;
-  let bb = col * p.r;
+  let rw = p.r / W;
+  let ub = (t * width + g * p.r) / W;
+  let bb = col * rw;
   var s = 0.0;
-  for (var j = 0u; j < p.r; j++) {
-    var bv: f32;
+  for (var j = 0u; j < rw; j++) {
+    var bv: {{ELEM}};
 #if THIRD
     if (g == 2u) {
       bv = b2[bb + j];
@@ -116,7 +130,7 @@ fn up_dot(g: u32, t: u32, col: u32, width: u32) -> f32 {
     if (g == 0u) {
       bv = b0[bb + j];
     }
-    s += u_in[ub + j] * bv;
+    s += dot_e(u_in[ub + j], bv);
   }
   return s;
 }

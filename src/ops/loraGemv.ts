@@ -16,25 +16,39 @@ interface Pair {
   up: Kernel;
 }
 
+/** The kernels for one element width: scalar, or vec4 (in and r multiples of 4). */
+interface Family {
+  /** By adapter count - 1. */
+  groups: readonly Pair[];
+  swiglu: Kernel;
+}
+
 export class LoraGemv {
   private constructor(
-    /** By adapter count - 1. */
-    private readonly groups: readonly Pair[],
-    private readonly swiglu: Kernel,
+    private readonly scalar: Family,
+    private readonly vec4: Family,
   ) {}
 
   static async create(gpu: Gpu): Promise<LoraGemv> {
-    const spec = (entry: string, adapters: number, swiglu = false) => ({
-      name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${swiglu ? '_swiglu' : ''}`,
-      shader: 'lora_gemv',
-      entry,
-      defines: { ADAPTERS: adapters, SECOND: adapters >= 2, THIRD: adapters >= 3, SWIGLU: swiglu },
-      uniforms: UNIFORMS,
-    });
-    const ks = await Promise.all(
-      [1, 2, 3].flatMap((n) => [gpu.kernel(spec('lora_down', n)), gpu.kernel(spec('lora_up', n))]).concat(gpu.kernel(spec('lora_up', 2, true))),
-    );
-    return new LoraGemv([0, 1, 2].map((i) => ({ down: ks[2 * i], up: ks[2 * i + 1] })), ks[6]);
+    const family = async (vec4: boolean): Promise<Family> => {
+      const spec = (entry: string, adapters: number, swiglu = false) => ({
+        name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${swiglu ? '_swiglu' : ''}${vec4 ? '_vec4' : ''}`,
+        shader: 'lora_gemv',
+        entry,
+        defines: { ADAPTERS: adapters, SECOND: adapters >= 2, THIRD: adapters >= 3, SWIGLU: swiglu, VEC4: vec4, W: vec4 ? 4 : 1, ELEM: vec4 ? 'vec4f' : 'f32' },
+        uniforms: UNIFORMS,
+      });
+      const ks = await Promise.all(
+        [1, 2, 3].flatMap((n) => [gpu.kernel(spec('lora_down', n)), gpu.kernel(spec('lora_up', n))]).concat(gpu.kernel(spec('lora_up', 2, true))),
+      );
+      return { groups: [0, 1, 2].map((i) => ({ down: ks[2 * i], up: ks[2 * i + 1] })), swiglu: ks[6] };
+    };
+    const [scalar, vec4] = await Promise.all([family(false), family(true)]);
+    return new LoraGemv(scalar, vec4);
+  }
+
+  private family(p: LoraParams): Family {
+    return p.in % 4 === 0 && p.r % 4 === 0 ? this.vec4 : this.scalar;
   }
 
   /** Whether `rows` rows take this path. */
@@ -68,7 +82,7 @@ export class LoraGemv {
       up[`b${g}`] = p.B;
       up[`y${g}`] = ys[g];
     });
-    const k = this.groups[ps.length - 1];
+    const k = this.family(ps[0]).groups[ps.length - 1];
     const cols = ps.reduce((n, p) => n + p.out, 0);
     rec.dispatch(k.down, down, grid1d(ps.length * ps[0].r, 1), uniforms);
     rec.dispatch(k.up, up, grid1d(rows * cols, WG), uniforms);
@@ -86,8 +100,9 @@ export class LoraGemv {
     this.checkOut(upP, up, rows, 'up');
     this.checkOut(gateP, act, rows, 'act');
     const uniforms = this.uniforms(ps, rows);
-    rec.dispatch(this.groups[1].down, { x, u, a0: gateP.A, a1: upP.A }, grid1d(2 * gateP.r, 1), uniforms);
-    rec.dispatch(this.swiglu, { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act }, grid1d(rows * gateP.out, WG), uniforms);
+    const f = this.family(gateP);
+    rec.dispatch(f.groups[1].down, { x, u, a0: gateP.A, a1: upP.A }, grid1d(2 * gateP.r, 1), uniforms);
+    rec.dispatch(f.swiglu, { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act }, grid1d(rows * gateP.out, WG), uniforms);
   }
 
   private check(ps: readonly LoraParams[], x: Tensor, u: Tensor): number {

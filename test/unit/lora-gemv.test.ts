@@ -1,6 +1,7 @@
 // The LoRA GEMV update for decode rows (shaders/lora_gemv.wgsl) against an f64 CPU
 // reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs; two or
-// three adapters on one input in one call, and the gate/up pair fused with SwiGLU.
+// three adapters on one input in one call, and the gate/up pair fused with SwiGLU; scalar and vec4
+// kernels (in and r multiples of 4) both.
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
@@ -108,10 +109,12 @@ describe('lora gemv, adapters sharing an input', () => {
     u.release();
   });
 
-  it('gate/up updates fused with SwiGLU: act = silu(gate + Δgate)·(up + Δup), gate and up untouched', async () => {
+  it.each([
+    { rows: 3, inF: 90, I: 301, r: 5 },
+    { rows: 8, inF: 1028, I: 67, r: 12 },
+  ])('gate/up updates fused with SwiGLU: act = silu(gate + Δgate)·(up + Δup), gate and up untouched ($rows rows, in $inF, I $I, r $r)', async ({ rows, inF, I, r }) => {
     const gpu = await testGpu();
     const op = await LoraGemv.create(gpu);
-    const [rows, inF, I, r] = [3, 90, 301, 5];
     const x = randUniform(rows * inF, 81);
     const tx = gpu.upload(x, [rows, inF], 'f32', 'x');
     const parts = [0, 1].map((g) => {
