@@ -13,8 +13,9 @@
 // then y[m, n] += s[m, g]·d[n, g]·R in f32. The MMA result is opaque, so R goes through workgroup
 // memory (`part`) to be scaled per element; that round trip, not the MMA, bounds the speed.
 //
-// Measured accuracy (max |y − y_ref| / max |y_ref| against dequantize-then-f32 on Gaussian x with
-// 4 outlier channels of 50x): see src/ops/matmulQ4Mma.ts, which states the figure from the H100.
+// Accuracy on the H100 against dequantize-then-f64, Gaussian x with 4 outlier channels of 50x,
+// M 1..300, N 1..515, K 32..6144: max |y − y_ref| ≤ 1.3e-4 of max |y_ref| (5e-4 of Σ|x·w| per
+// element), always within the bound the limb rounding allows (tools/device/mmaCheck.ts).
 //
 // Layouts written by quantize_rows, read by gemm:
 //   xq: vec4<u32> [M, K/32, 4]: vec4s 0, 1 the hi limb of group (m, g), vec4s 2, 3 the lo limb;
@@ -92,16 +93,23 @@ fn quantize_rows(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgro
 // step's global loads are issued before this step's MMAs), then each subgroup walks 16x16 tiles:
 // R = 128·(hi·C) + lo·C, stored to `part`; after a barrier every thread scales its fixed elements
 // of `part` into f32 accumulators. Thread t owns column t % BN and rows t / BN + j·(WG / BN).
+// On the H100 (Dawn 0.6.2) the result stores dominate: without them the loads and MMAs alone ran
+// at 139 TFLOP/s (M8192 N6144 K2048); with them, and no staging or epilogue, at 43; the whole
+// kernel at 24 before the padded stride and 2x2 blocks, 27 to 30 after.
 // ---------------------------------------------------------------------------------------------
 const BM = {{BM}}u;
 const BN = {{BN}}u;
 const WG = {{WG}}u;
 const TILES_M = BM / 16u;
-const TILES = TILES_M * (BN / 16u);
+const TILES_N = BN / 16u;
+const TILES = TILES_M * TILES_N;
 const A_VECS = BM * 4u;               // vec4<u32> of x limbs per step
 const A_PER = (A_VECS + WG - 1u) / WG; // per thread
 const B_PER = (BN + WG - 1u) / WG;     // code vec4s (one row of W's group) per thread
 const ACC = BM * BN / WG;             // f32 accumulators per thread
+// Row stride of `part`: 8 words past a multiple of 32 banks, so that the 8 rows a result store
+// writes at once fall in different banks (at stride BN they all hit the same 8 banks).
+const PS = BN + 8u;
 const MAGIC = 0x4B400000;             // 1.5·2^23: i + MAGIC as f32 bits is 1.5·2^23 + i for |i| < 2^22
 const MAGIC_F = 12582912.0;
 const PAD_CODES = 0x88888888u;        // codes 8: weight 0 (rows past N)
@@ -109,11 +117,7 @@ const PAD_CODES = 0x88888888u;        // codes 8: weight 0 (rows past N)
 var<workgroup> a_hi: array<i32, BM * 8u>; // [BM rows][32 int8], row-major
 var<workgroup> a_lo: array<i32, BM * 8u>;
 var<workgroup> b_q: array<i32, BN * 8u>;  // [BN rows of W][32 int8]: the right matrix, column-major
-var<workgroup> part: array<i32, BM * BN>; // R of the step, row-major
-#if SPLIT_LIMBS
-// Where the compiler lacks subgroupMatrixScalarMultiply: hi·C in `part`, lo·C here, combined in f32.
-var<workgroup> part_lo: array<i32, BM * BN>;
-#endif
+var<workgroup> part: array<i32, BM * PS>; // R of the step, row-major with row stride PS
 var<workgroup> s_x: array<f32, 2u * BM>;  // double-buffered: the epilogue of step g reads half g & 1
 var<workgroup> s_w: array<f32, 2u * BN>;
 
@@ -220,32 +224,45 @@ fn gemm(
     if (g + 1u < groups) {
       st = fetch(g + 1u, m0, n0, lid);
     }
+#if BLOCKED
+    // Four subgroups of 32 as 2x2, each over a block of tiles: a weight fragment is loaded once
+    // per block row and an x fragment once per block column (the walk below reloads all three).
+    {
+      let ti0 = (sg % 2u) * (TILES_M / 2u);
+      let tj0 = (sg / 2u) * (TILES_N / 2u);
+      var bs: array<subgroup_matrix_right<i8, 16, 32>, TILES_N / 2u>;
+      for (var j = 0u; j < TILES_N / 2u; j++) {
+        bs[j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&b_q, (tj0 + j) * 512u, true, 32u);
+      }
+      for (var i = 0u; i < TILES_M / 2u; i++) {
+        let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_hi, (ti0 + i) * 512u, false, 32u);
+        let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_lo, (ti0 + i) * 512u, false, 32u);
+        for (var j = 0u; j < TILES_N / 2u; j++) {
+          var r = subgroupMatrixMultiply<i32>(ah, bs[j]);
+          r = subgroupMatrixScalarMultiply(r, 128);
+          r = subgroupMatrixMultiplyAccumulate(al, bs[j], r);
+          subgroupMatrixStore(&part, (ti0 + i) * 16u * PS + (tj0 + j) * 16u, r, false, PS);
+        }
+      }
+    }
+#else
     for (var t = sg; t < TILES; t += WG / sg_size) {
       let ti = t % TILES_M;
       let tj = t / TILES_M;
       let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_hi, ti * 512u, false, 32u);
       let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_lo, ti * 512u, false, 32u);
       let b = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&b_q, tj * 512u, true, 32u);
-#if SPLIT_LIMBS
-      subgroupMatrixStore(&part, ti * 16u * BN + tj * 16u, subgroupMatrixMultiply<i32>(ah, b), false, BN);
-      subgroupMatrixStore(&part_lo, ti * 16u * BN + tj * 16u, subgroupMatrixMultiply<i32>(al, b), false, BN);
-#else
       var r = subgroupMatrixMultiply<i32>(ah, b);
       r = subgroupMatrixScalarMultiply(r, 128);
       r = subgroupMatrixMultiplyAccumulate(al, b, r);
-      subgroupMatrixStore(&part, ti * 16u * BN + tj * 16u, r, false, BN);
-#endif
+      subgroupMatrixStore(&part, ti * 16u * PS + tj * 16u, r, false, PS);
     }
+#endif
     workgroupBarrier();
     let sw = s_w[half * BN + col];
     for (var j = 0u; j < ACC; j++) {
       let row = lid / BN + j * (WG / BN);
-      let e = row * BN + col;
-#if SPLIT_LIMBS
-      let v = 128.0 * (bitcast<f32>(part[e] + MAGIC) - MAGIC_F) + (bitcast<f32>(part_lo[e] + MAGIC) - MAGIC_F);
-#else
-      let v = bitcast<f32>(part[e] + MAGIC) - MAGIC_F;
-#endif
+      let v = bitcast<f32>(part[row * PS + col] + MAGIC) - MAGIC_F;
       acc[j] = fma(v, s_x[half * BM + row] * sw, acc[j]);
     }
   }

@@ -1,7 +1,7 @@
 // y = x·Wᵀ for 4-bit weights on int8 tensor cores (shaders/matmul_q4_mma.wgsl): x is quantized per
 // (row, group of 32) into two int8 limbs, then an int8 GEMM scales each group's i32 partial into
 // f32. Needs Chromium's subgroup-matrix extension with an i8 -> i32, M16 N16 K32 configuration.
-import { grid1d, MissingFeatureError, ShaderCompileError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
@@ -23,6 +23,9 @@ export interface MatmulQ4MmaOptions {
   maxRows: number;
   maxK: number;
   tile?: MmaTile;
+  /** Subgroups each over a 2x2 block of the tile's 16x16 tiles (default: where subgroups are
+   * exactly 32 wide and the tile has 128 threads), or walking the tiles one by one. */
+  blocked?: boolean;
 }
 
 /** Why this device cannot run the int8 tensor-core GEMM, or null when it can. */
@@ -38,10 +41,10 @@ export function mmaUnsupported(gpu: Gpu): string | null {
   return null;
 }
 
-/** Workgroup bytes of a tile: both limbs of x, the int8 weights, the i32 partials (one or two
- * planes), the scales. */
-function tileBytes(t: MmaTile, planes: number): number {
-  return 4 * (16 * t.rows + 8 * t.cols + planes * t.rows * t.cols + 2 * (t.rows + t.cols));
+/** Workgroup bytes of a tile: both limbs of x, the int8 weights, the i32 partials (rows padded
+ * by 8 words), the scales. */
+function tileBytes(t: MmaTile): number {
+  return 4 * (16 * t.rows + 8 * t.cols + t.rows * (t.cols + 8) + 2 * (t.rows + t.cols));
 }
 
 export class MatmulQ4Mma {
@@ -51,8 +54,8 @@ export class MatmulQ4Mma {
     private readonly xq: Tensor,
     private readonly sx: Tensor,
     readonly tile: MmaTile,
-    /** True where the compiler lacked subgroupMatrixScalarMultiply (see the shader). */
-    readonly splitLimbs: boolean,
+    /** Each subgroup computes a 2x2 share of the tile, reusing fragments (see the shader). */
+    readonly blocked: boolean,
     readonly maxRows: number,
     readonly maxK: number,
   ) {}
@@ -65,43 +68,30 @@ export class MatmulQ4Mma {
     if (![64, 128].includes(rows) || ![64, 128].includes(cols) || ![128, 256].includes(threads) || threads % cols !== 0) {
       throw new ShapeError('matmulQ4Mma', `bad tile ${JSON.stringify(tile)}`);
     }
-    const fits = (planes: number) => {
-      const bytes = tileBytes(tile, planes);
-      if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
-        throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
-      }
-    };
-    fits(1);
+    const bytes = tileBytes(tile);
+    if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
+      throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
+    }
     if (threads > gpu.limits.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('matmulQ4Mma', `${threads} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
     }
     const { maxRows, maxK } = opts;
     if (!(Number.isInteger(maxRows) && maxRows > 0)) throw new ShapeError('matmulQ4Mma', `maxRows must be a positive integer, got ${maxRows}`);
     checkQ4Shape('matmulQ4Mma', 1, maxK);
+    const info = gpu.device.adapterInfo;
+    const blockable = threads === 128 && info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32;
+    const blocked = opts.blocked ?? blockable;
+    if (blocked && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
+    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
-    const compile = (splitLimbs: boolean) => {
-      const defines = { BM: rows, BN: cols, WG: threads, SPLIT_LIMBS: splitLimbs };
-      return Promise.all([
-        gpu.kernel({ shader: 'matmul_q4_mma', entry: 'quantize_rows', defines, uniforms }),
-        gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm', defines, uniforms }),
-      ]);
-    };
-    let splitLimbs = false;
-    let kernels: Kernel[];
-    try {
-      kernels = await compile(false);
-    } catch (e) {
-      // Older Dawn has no subgroupMatrixScalarMultiply: keep the limbs apart (twice the partials).
-      if (!(e instanceof ShaderCompileError && /subgroupMatrixScalarMultiply/.test(e.message))) throw e;
-      fits(2);
-      splitLimbs = true;
-      kernels = await compile(true);
-    }
-    const [quantizeK, gemmK] = kernels;
+    const [quantizeK, gemmK] = await Promise.all([
+      gpu.kernel({ shader: 'matmul_q4_mma', entry: 'quantize_rows', defines, uniforms }),
+      gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm', defines, uniforms }),
+    ]);
     // Acquired once: the per-call paths create no buffers. 2 bytes per element (two limbs).
     const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
-    return new MatmulQ4Mma(quantizeK, gemmK, xq, sx, tile, splitLimbs, maxRows, maxK);
+    return new MatmulQ4Mma(quantizeK, gemmK, xq, sx, tile, blocked, maxRows, maxK);
   }
 
   /** y [M, N] (+)= x [M, K] · Wᵀ, M ≤ maxRows and K ≤ maxK. */
