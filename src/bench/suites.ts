@@ -12,6 +12,8 @@ import { KvCache } from '../ops/kvCache';
 import { LogProb } from '../ops/logprob';
 import { Matmul } from '../ops/matmul';
 import { DEFAULT_GEMM, MatmulQ4, type GemmShape, type MatmulQ4Options, type Q4Weight } from '../ops/matmulQ4';
+import { MatmulQ4Mma, mmaUnsupported, type MmaTile } from '../ops/matmulQ4Mma';
+import { checkQ4Mma, OUTLIERS, type MmaAccuracy } from './q4MmaCheck';
 import { gemvOptions } from './gemvOptions';
 import { Norms } from '../ops/norms';
 import { Rope } from '../ops/rope';
@@ -213,6 +215,49 @@ function gemmOptions(ctx: SuiteContext): { setting: string; value: GemmShape }[]
   return shapes.map((g) => ({ setting: `GTM${g.rowsPerThread} GTN${g.colsPerThread} GBK${g.stepK}`, value: g }));
 }
 
+const MMA_TILES: MmaTile[] = [
+  { rows: 64, cols: 64, threads: 128 },
+  { rows: 64, cols: 128, threads: 128 },
+  { rows: 128, cols: 64, threads: 128 },
+  { rows: 128, cols: 128, threads: 256 },
+];
+
+/**
+ * The int8 tensor-core GEMM in every tile this device holds, with its accuracy on odd shapes
+ * (a note for its rows); null where the device has no int8 subgroup matrices.
+ */
+async function mmaSetup(ctx: SuiteContext): Promise<{ tiles: { tile: MmaTile; op: MatmulQ4Mma }[]; note: string } | null> {
+  const why = mmaUnsupported(ctx.gpu);
+  if (why) {
+    console.warn(`gemm: no int8 tensor-core rows: ${why}`);
+    return null;
+  }
+  const { weights, rows } = ctx.shapes.gemm;
+  const maxRows = Math.max(...rows, 300);
+  const maxK = Math.max(...weights.map((s) => s[1]), 2048);
+  const tiles: { tile: MmaTile; op: MatmulQ4Mma }[] = [];
+  for (const tile of ctx.quick ? MMA_TILES.slice(0, 1) : MMA_TILES)
+    for (const blocked of [true, false]) {
+      try {
+        tiles.push({ tile, op: await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked }) });
+      } catch (e) {
+        if (!(e instanceof ShapeError)) throw e;
+      }
+    }
+  const checks: MmaAccuracy[] = [];
+  for (const { tile, op } of tiles) {
+    for (const [i, shape] of ([[77, 200, 320], [300, 515, 2048]] as [number, number, number][]).entries()) {
+      const a = await checkQ4Mma(ctx.gpu, op, shape, 11 + i);
+      if (!(a.ofBound <= 1)) throw new Error(`int8 tensor-core GEMM ${tile.rows}x${tile.cols}${op.blocked ? ' blocked' : ''} ${a.shape}: error ${a.ofBound} times the rounding bound`);
+      checks.push(a);
+    }
+  }
+  const worst = (f: (a: MmaAccuracy) => number) => Math.max(...checks.map(f)).toExponential(1);
+  const note = `x as two int8 limbs per group of 32; vs dequantize-then-f64 on Gaussian x with ${OUTLIERS.channels} channels x${OUTLIERS.gain}: max error ${worst((a) => a.relToMax)} of max |y|, ${worst((a) => a.relToMagnitude)} of Σ|x·w|`;
+  console.warn(`gemm: int8 tensor cores: ${note}; checked ${checks.map((a) => a.shape).join(', ')}`);
+  return { tiles, note };
+}
+
 /** Best GEMM tile per weight shape at the smallest M, used again by the log-prob head. */
 async function gemm(ctx: SuiteContext): Promise<GemmShape> {
   const { gpu } = ctx;
@@ -224,6 +269,7 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
   };
   const dense = await Matmul.create(gpu);
   const base = await mmFor(DEFAULT_GEMM);
+  const mma = await mmaSetup(ctx);
   let forHead: { g: GemmShape; ms: number } | undefined;
   for (const [n, k] of ctx.shapes.gemm.weights) {
     const setup = gpu.recorder('setup');
@@ -251,6 +297,11 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
       ctx.add(flopRow(ctx.limits, 'gemm-q4-dx', 'dX = dY·W (4-bit)', shape, tdx, flops));
       const tf = await ctx.measure(/^matmul\.gemm/, (r) => dense.linear(r, x, wf, y), ctx.full);
       ctx.add(flopRow(ctx.limits, 'gemm-f32', 'y = x·Wᵀ (f32 GEMM)', shape, tf, flops));
+      if (mma) {
+        const tiles = mma.tiles.map((t) => ({ setting: `${t.tile.rows}x${t.tile.cols}, ${t.tile.threads} threads${t.op.blocked ? ', 2x2 blocks' : ''}`, value: t.op }));
+        const bestMma = await bestOf(ctx, 'gemm-mma', shape, tiles, (op, opts) => ctx.measure(/^matmul_q4_mma\./, (r) => op.gemm(r, x, w, y), opts));
+        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, bestMma.timing, flops, { setting: bestMma.setting, note: mma.note }));
+      }
       release(x, dy, y, dx);
     }
     releaseQ4([w]);
