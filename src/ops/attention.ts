@@ -84,7 +84,7 @@ export interface DecodeTile {
 // k, v, so it takes smaller tiles. Every entry has LPR = WG / BO dividing BI and WG >= BI.
 const FORWARD_TILES: readonly [number, number, number][] = [[32, 16, 128], [16, 16, 64], [16, 8, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
 const BACKWARD_TILES: readonly [number, number, number][] = [[16, 16, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
-const DECODE_BLOCKS: readonly [number, number][] = [[32, 64], [16, 32], [8, 16]];
+const DECODE_BLOCKS: readonly [number, number][] = [[32, 64], [16, 32], [8, 16], [4, 8], [2, 8]];
 
 const floorPow2 = (x: number) => 2 ** Math.floor(Math.log2(x));
 const ceilPow2 = (x: number) => 2 ** Math.ceil(Math.log2(x));

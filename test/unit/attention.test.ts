@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, finiteDifferences, randUniform } from '../helpers/reference';
-import { Attention } from '../../src/ops/attention';
+import { Attention, decodeTileFor, tileFor, type AttentionOptions } from '../../src/ops/attention';
 import { KvCache } from '../../src/ops/kvCache';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
@@ -103,7 +103,7 @@ async function read(gpu: Gpu, t: Tensor): Promise<Float32Array> {
 }
 
 /** Uploads packed random q, k, v, runs the forward (with lse) and returns inputs and outputs. */
-async function runForward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number) {
+async function runForward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions) {
   const { hq, hkv, D } = dims;
   const cu = cuFor(lengths);
   const T = cu[cu.length - 1];
@@ -111,7 +111,7 @@ async function runForward(gpu: Gpu, dims: Dims, lengths: number[], causal: boole
   const q = randUniform(T * hq * D, seed);
   const k = randUniform(T * hkv * D, seed + 1);
   const v = randUniform(T * hkv * D, seed + 2);
-  const att = await Attention.create(gpu, { hq, hkv, headDim: D });
+  const att = await Attention.create(gpu, { hq, hkv, headDim: D }, opts);
   const t = {
     q: gpu.upload(q, [T, hq * D], 'f32', 'q'),
     k: gpu.upload(k, [T, hkv * D], 'f32', 'k'),
@@ -315,8 +315,8 @@ describe('attention over a KV cache', () => {
 });
 
 /** Runs forward (for o, lse) then backward on the GPU with dout = w; returns the gradients. */
-async function runBackward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number) {
-  const f = await runForward(gpu, dims, lengths, causal, seed);
+async function runBackward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions) {
+  const f = await runForward(gpu, dims, lengths, causal, seed, opts);
   const { hq, hkv, D } = dims;
   const T = f.T;
   const w = randUniform(T * hq * D, seed + 3);
@@ -392,4 +392,94 @@ describe('attention backward', () => {
     expectClose(r.lse, fwd.lse, { rtol: 1e-5, atol: 1e-5, what: 'lse, T=2048' });
     for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, T=2048` });
   }, 120_000);
+});
+
+describe('attention tiles', () => {
+  it('picks tiles that fit the workgroup memory budget, down to 16 KiB at head_dim 256', () => {
+    const lim = (bytes: number) => ({ maxComputeWorkgroupStorageSize: bytes, maxComputeInvocationsPerWorkgroup: 256 });
+    expect(tileFor(lim(49152), 128, 'forward')).toEqual({ BO: 32, BI: 16, WG: 128, CLN: 32 });
+    expect(tileFor(lim(49152), 128, 'backward')).toEqual({ BO: 16, BI: 16, WG: 64, CLN: 32 });
+    expect(decodeTileFor(lim(49152), 128, 2)).toEqual({ RMAX: 2, KB: 32, DWG: 64, PCL: 32 });
+    for (const D of [1, 12, 64, 128, 256]) {
+      for (const pass of ['forward', 'backward'] as const) {
+        const t = tileFor(lim(16384), D, pass);
+        expect(t.WG % t.BO).toBe(0);
+        expect(t.BI % (t.WG / t.BO)).toBe(0);
+        expect((t.BO * t.CLN) % t.WG).toBe(0);
+      }
+      expect(decodeTileFor(lim(16384), D, 8).RMAX).toBe(8);
+    }
+    expect(tileFor(lim(16384), 256, 'forward').BO).toBeLessThan(32);
+  });
+
+  it('small tiles (8 KiB budget) match the f64 reference, forward and backward: packed 20+17, GQA 4/2, D=64', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 64 };
+    const lengths = [20, 17];
+    const r = await runBackward(gpu, dims, lengths, true, 9, { workgroupBytes: 8192 });
+    expect(r.att.forwardTile.BO).toBeLessThan(16);
+    expect(r.att.backwardTile.BO).toBeLessThan(8);
+    const fwd = cpuForward(r.q, r.k, r.v, dims, r.cu, true, r.scale);
+    expectClose(r.o, fwd.o, { rtol: 1e-4, atol: 2e-6, what: 'o, small tiles' });
+    expectClose(r.lse, fwd.lse, { rtol: 1e-5, atol: 2e-6, what: 'lse, small tiles' });
+    const ref = cpuBackward(r.q, r.k, r.v, r.w, dims, r.cu, true, r.scale);
+    for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, small tiles` });
+  });
+
+  it('head_dim 128 (the 2B model), T=41 not a multiple of any tile, GQA 4/2: forward and backward', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 128 };
+    const r = await runBackward(gpu, dims, [41], true, 21);
+    expectClose(r.o, cpuForward(r.q, r.k, r.v, dims, r.cu, true, r.scale).o, { rtol: 1e-4, atol: 2e-6, what: 'o, D=128' });
+    const ref = cpuBackward(r.q, r.k, r.v, r.w, dims, r.cu, true, r.scale);
+    for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, D=128` });
+  });
+
+  it('decode kernel with several new rows per sequence (n·G = 6 split in 3 chunks, then 8 rows and 1 row) over 28 keys', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 16 };
+    const { hq, hkv, D } = dims;
+    const scale = 0.25;
+    const att = await Attention.create(gpu, { hq, hkv, headDim: D });
+    const cache = await KvCache.create(gpu, { layers: 1, slots: 2, capacity: 48, hkv, headDim: D });
+    const workspace = gpu.tensor(att.splitWorkspaceShape(2 * 4, 3), 'f32', 'split_workspace');
+    const hist = [0, 1].map(() => ({ q: [] as number[], k: [] as number[], v: [] as number[], o: [] as number[] }));
+    let seed = 500;
+    const step = async (n: number, chunks?: number) => {
+      const q = randUniform(2 * n * hq * D, seed++);
+      const k = randUniform(2 * n * hkv * D, seed++);
+      const v = randUniform(2 * n * hkv * D, seed++);
+      const t = {
+        q: gpu.upload(q, [2 * n, hq * D], 'f32', 'q'),
+        k: gpu.upload(k, [2 * n, hkv * D], 'f32', 'k_new'),
+        v: gpu.upload(v, [2 * n, hkv * D], 'f32', 'v_new'),
+        o: gpu.tensor([2 * n, hq * D], 'f32', 'o'),
+      };
+      const rec = gpu.recorder();
+      cache.append(rec, 0, t.k, t.v, 0, 2);
+      att.forwardCached(rec, t.q, cache, 0, t.o, { slot0: 0, count: 2, scale, split: chunks ? { workspace, chunks } : undefined });
+      cache.advance(rec, 0, 2, n);
+      await rec.submit();
+      const o = await read(gpu, t.o);
+      for (const b of [0, 1]) {
+        hist[b].q.push(...q.subarray(b * n * hq * D, (b + 1) * n * hq * D));
+        hist[b].k.push(...k.subarray(b * n * hkv * D, (b + 1) * n * hkv * D));
+        hist[b].v.push(...v.subarray(b * n * hkv * D, (b + 1) * n * hkv * D));
+        hist[b].o.push(...o.subarray(b * n * hq * D, (b + 1) * n * hq * D));
+      }
+      releaseAll(t);
+    };
+    await step(17); // the tiled cached kernel (34 rows per kv head)
+    await step(3, 3); // decode kernel, 6 rows, 3 chunks of 7 keys
+    await step(3); // decode kernel, unsplit
+    await step(4, 2); // decode kernel at its bound: 8 rows
+    await step(1, 3); // one row per sequence (2 rows per kv head)
+    expect(cache.past).toEqual([28, 28]);
+    for (const b of [0, 1]) {
+      const T = hist[b].k.length / (hkv * D);
+      expectClose(hist[b].o, cpuForward(hist[b].q, hist[b].k, hist[b].v, dims, [0, T], true, scale).o, { rtol: 1e-4, atol: 2e-6, what: `slot ${b}` });
+    }
+    workspace.release();
+    cache.release();
+  });
 });
