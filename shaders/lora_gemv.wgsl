@@ -9,6 +9,10 @@
 // SECOND / THIRD add the adapters g = 1, 2. With SWIGLU (gate g = 0, up g = 1, n_0 = n_1),
 // lora_up writes act = silu(gate)·up from the base projections in y_0, y_1 plus their updates,
 // which takes swiglu_fwd's dispatch (y_0, y_1 themselves are left as the base projections).
+// With NORM, lora_down takes the residual rows h as x and applies the RMSNorm first:
+// xn = h·rsqrt(mean(h²) + eps)·w (as norms.wgsl's rmsnorm_fwd_vec4: the same sums in the same
+// order with VEC4), u = xn·Aᵀ, and workgroup 0 also writes xn for the base projections: the
+// norm's own dispatch is saved.
 // With VEC4 (k and r multiples of 4) x, A, u and B are read as vec4s: the loops are latency-bound
 // (one load in flight per iteration), so a quarter of the iterations is most of the gain.
 // Grids are 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
@@ -23,6 +27,7 @@ struct Params {
   s0: f32,
   s1: f32,
   s2: f32,
+  eps: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -39,6 +44,8 @@ struct Params {
 @group(0) @binding(11) var<storage, read_write> y1: array<f32>;
 @group(0) @binding(12) var<storage, read_write> y2: array<f32>;
 @group(0) @binding(13) var<storage, read_write> act: array<f32>;
+@group(0) @binding(14) var<storage, read> norm_w: array<{{ELEM}}>;
+@group(0) @binding(15) var<storage, read_write> xn: array<{{ELEM}}>;
 
 const WG: u32 = 256u;
 const ADAPTERS: u32 = {{ADAPTERS}}u;
@@ -81,17 +88,50 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
   let g = e / p.r;
   let kw = p.k / W;
   let ar = (e % p.r) * kw;
+#if NORM
+  var ss: array<f32, MAX_ROWS>;
+  for (var kk = lid; kk < kw; kk += WG) {
+    for (var t = 0u; t < MAX_ROWS; t++) {
+      if (t < p.rows) {
+        let v = x[t * kw + kk];
+        ss[t] += dot_e(v, v);
+      }
+    }
+  }
+  reduce_rows(lid, ss);
+  var rstd: array<f32, MAX_ROWS>;
+  for (var t = 0u; t < MAX_ROWS; t++) {
+    rstd[t] = inverseSqrt(red[t * WG] / f32(p.k) + p.eps);
+  }
+  workgroupBarrier(); // red is reused below
+#endif
   var acc: array<f32, MAX_ROWS>;
   for (var kk = lid; kk < kw; kk += WG) {
     let av = a_at(g, ar + kk);
     for (var t = 0u; t < MAX_ROWS; t++) {
       if (t < p.rows) {
-        acc[t] += dot_e(x[t * kw + kk], av);
+#if NORM
+        let xv = (x[t * kw + kk] * rstd[t]) * norm_w[kk];
+        if (e == 0u) {
+          xn[t * kw + kk] = xv;
+        }
+#else
+        let xv = x[t * kw + kk];
+#endif
+        acc[t] += dot_e(xv, av);
       }
     }
   }
+  reduce_rows(lid, acc);
+  if (lid < p.rows) {
+    u[lid * width + e] = red[lid * WG];
+  }
+}
+
+// Tree sum over the workgroup of each row's value: the total of row t lands in red[t·WG].
+fn reduce_rows(lid: u32, v: array<f32, MAX_ROWS>) {
   for (var t = 0u; t < MAX_ROWS; t++) {
-    red[t * WG + lid] = acc[t];
+    red[t * WG + lid] = v[t];
   }
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
@@ -103,9 +143,6 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
       }
     }
     workgroupBarrier();
-  }
-  if (lid < p.rows) {
-    u[lid * width + e] = red[lid * WG];
   }
 }
 

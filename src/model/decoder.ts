@@ -91,6 +91,19 @@ export interface LoraCall {
   transient?: { wide: (cols: number) => Tensor };
 }
 
+/** One frozen projection of a block: y (+)= x·Wᵀ, adapted by the layer's LoRA `proj`. */
+interface Projection {
+  w: LinearWeight;
+  y: Tensor;
+  proj: LoraProjection;
+}
+
+/** Adapters that take the LoRA GEMV together, and the scratch for their stacked u. */
+interface LoraGemvCall {
+  ps: LoraParams[];
+  u: Tensor;
+}
+
 /** How the attention block attends: over its own rows, or through the KV cache. */
 export type AttendMode =
   | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor }
@@ -167,18 +180,35 @@ export class Decoder {
    * Projections of one input x: every y = x·Wᵀ (+ y), then their LoRA updates, on the GEMV path
    * in one pair of dispatches for all of them (the workspace's wide u holds up to three).
    */
-  private projectShared(rec: Recorder, x: Tensor, outs: readonly { w: LinearWeight; y: Tensor; proj: LoraProjection }[], lora: LoraCall | null, accumulate = false): void {
+  private projectShared(rec: Recorder, x: Tensor, outs: readonly Projection[], lora: LoraCall | null, accumulate = false): void {
+    const gemv = this.gemvLora(lora, x, outs);
+    if (gemv) this.ops.loraGemv.down(rec, gemv.ps, x, gemv.u);
     for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate);
-    if (!lora) return;
-    const ps = outs.map((o) => lora.params[o.proj]);
-    if (this.gemvLora(lora, x, ps)) {
-      this.ops.loraGemv.forwardShared(rec, ps, x, outs.map((o) => o.y), lora.transient!.wide(ps.length * ps[0].r));
-    } else outs.forEach((o, i) => this.ops.lora.forward(rec, ps[i], { x, y: o.y, u: lora.u(o.proj) }));
+    if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
+    else if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
   }
 
-  /** Whether adapters `ps` on the rows of x take the LoRA GEMV, together. */
-  private gemvLora(lora: LoraCall, x: Tensor, ps: readonly LoraParams[]): boolean {
-    return lora.transient !== undefined && LoraGemv.fits(x.shape[0]) && LoraGemv.groupable(ps);
+  /**
+   * n = rms(h)·w, then the projections of n: on the LoRA GEMV path the norm runs inside the LoRA
+   * down dispatch (no dispatch of its own), else as rmsnorm (saving rstd when asked) + projectShared.
+   */
+  private normProject(rec: Recorder, h: Tensor, norm: Tensor, n: Tensor, rstd: Tensor | undefined, outs: readonly Projection[], lora: LoraCall | null): LoraGemvCall | null {
+    const gemv = rstd ? null : this.gemvLora(lora, n, outs);
+    if (!gemv) {
+      this.ops.norms.rmsnorm(rec, h, norm, n, this.config.rmsNormEps, rstd);
+      this.projectShared(rec, n, outs, lora);
+      return null;
+    }
+    this.ops.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm, eps: this.config.rmsNormEps, out: n });
+    for (const o of outs) this.ops.linear.forward(rec, n, o.w, o.y);
+    return gemv;
+  }
+
+  /** The adapters of `outs` and their wide u when they take the LoRA GEMV together on the rows of x. */
+  private gemvLora(lora: LoraCall | null, x: Tensor, outs: readonly Projection[]): LoraGemvCall | null {
+    if (!lora?.transient || !LoraGemv.fits(x.shape[0])) return null;
+    const ps = outs.map((o) => lora.params[o.proj]);
+    return LoraGemv.groupable(ps) ? { ps, u: lora.transient.wide(ps.length * ps[0].r) } : null;
   }
 
   /**
@@ -190,8 +220,9 @@ export class Decoder {
     const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
     const T = h.shape[0];
     const { norms, rope, attention } = this.ops;
-    norms.rmsnorm(rec, h, w.inputNorm, b.xn, eps, b.rstd?.input);
-    this.projectShared(rec, b.xn, [{ w: w.q, y: b.qRaw, proj: 'q' }, { w: w.k, y: b.kRaw, proj: 'k' }, { w: w.v, y: b.v, proj: 'v' }], lora);
+    const outs: Projection[] = [{ w: w.q, y: b.qRaw, proj: 'q' }, { w: w.k, y: b.kRaw, proj: 'k' }, { w: w.v, y: b.v, proj: 'v' }];
+    const gemv = this.normProject(rec, h, w.inputNorm, b.xn, b.rstd?.input, outs, lora);
+    if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
     const qk = { qRaw: b.qRaw, kRaw: b.kRaw, qWeight: w.qNorm, kWeight: w.kNorm, cs, q: b.q, hq, hkv, eps };
     if (b.rstd) {
       norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
@@ -216,16 +247,10 @@ export class Decoder {
    * straight into the SwiGLU (b.gate and b.up then keep the base projections only).
    */
   mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null): void {
-    this.ops.norms.rmsnorm(rec, h, w.postAttentionNorm, b.xn, this.config.rmsNormEps, b.rstd);
-    const gu = lora ? [lora.params.gate, lora.params.up] : [];
-    if (lora && this.gemvLora(lora, b.xn, gu)) {
-      this.ops.linear.forward(rec, b.xn, w.gate, b.gate);
-      this.ops.linear.forward(rec, b.xn, w.up, b.up);
-      this.ops.loraGemv.forwardSwiglu(rec, gu[0], gu[1], b.xn, b.gate, b.up, b.act, lora.transient!.wide(2 * gu[0].r));
-    } else {
-      this.projectShared(rec, b.xn, [{ w: w.gate, y: b.gate, proj: 'gate' }, { w: w.up, y: b.up, proj: 'up' }], lora);
-      this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-    }
+    const outs: Projection[] = [{ w: w.gate, y: b.gate, proj: 'gate' }, { w: w.up, y: b.up, proj: 'up' }];
+    const gemv = this.normProject(rec, h, w.postAttentionNorm, b.xn, b.rstd, outs, lora);
+    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act);
+    else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
     this.project(rec, w.down, b.act, h, lora, 'down', true);
   }
 

@@ -1,12 +1,14 @@
 // The LoRA GEMV update for decode rows (shaders/lora_gemv.wgsl) against an f64 CPU
 // reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs; two or
-// three adapters on one input in one call, and the gate/up pair fused with SwiGLU; scalar and vec4
+// three adapters on one input in one call, the input's RMSNorm inside the down dispatch, and the
+// gate/up pair fused with SwiGLU; scalar and vec4
 // kernels (in and r multiples of 4) both.
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { createLoraParams, Lora, loraScale } from '../../src/ops/lora';
 import { LoraGemv } from '../../src/ops/loraGemv';
+import { Norms } from '../../src/ops/norms';
 import { ShapeError } from '../../src/gpu';
 
 describe('lora gemv', () => {
@@ -99,7 +101,9 @@ describe('lora gemv, adapters sharing an input', () => {
       return { p, y: gpu.upload(y0, [rows, out], 'f32', `y${g}`), want: loraRef(x, A, B, y0, rows, inF, out, r, loraScale(p)) };
     });
     const rec = gpu.recorder();
-    op.forwardShared(rec, parts.map((q) => q.p), tx, parts.map((q) => q.y), u);
+    const ps = parts.map((q) => q.p);
+    op.down(rec, ps, tx, u);
+    op.up(rec, ps, u, parts.map((q) => q.y));
     await rec.submit();
     for (const [g, q] of parts.entries()) {
       expectClose(await gpu.readF32(q.y), q.want, { rtol: 1e-5, atol: 1e-5 * maxAbs(q.want), what: `adapter ${g}` });
@@ -129,7 +133,8 @@ describe('lora gemv, adapters sharing an input', () => {
     const act = gpu.tensor([rows, I], 'f32', 'act');
     const u = gpu.tensor([rows, 2 * r], 'f32', 'u');
     const rec = gpu.recorder();
-    op.forwardSwiglu(rec, parts[0].p, parts[1].p, tx, parts[0].y, parts[1].y, act, u);
+    op.down(rec, [parts[0].p, parts[1].p], tx, u);
+    op.upSwiglu(rec, parts[0].p, parts[1].p, u, parts[0].y, parts[1].y, act);
     await rec.submit();
     const want = parts[0].full.map((g, i) => (g / (1 + Math.exp(-g))) * parts[1].full[i]);
     expectClose(await gpu.readF32(act), want, { rtol: 1e-5, atol: 1e-5 * maxAbs(want), what: 'act' });
@@ -140,6 +145,36 @@ describe('lora gemv, adapters sharing an input', () => {
     for (const t of [tx, act, u]) t.release();
   });
 
+  it.each([
+    { rows: 2, inF: 1024, r: 8, adapters: 3 },
+    { rows: 7, inF: 130, r: 3, adapters: 2 },
+  ])('the input RMSNorm inside the down dispatch: u and the normed rows as rmsnorm then down ($rows rows, in $inF, r $r, $adapters adapters)', async ({ rows, inF, r, adapters }) => {
+    const gpu = await testGpu();
+    const [op, norms] = await Promise.all([LoraGemv.create(gpu), Norms.create(gpu)]);
+    const eps = 1e-6;
+    const h = randUniform(rows * inF, 91, -2, 2);
+    const w = randUniform(inF, 92, 0.5, 1.5);
+    const ps = Array.from({ length: adapters }, (_, g) => {
+      const p = createLoraParams(gpu, { name: `p${g}`, in: inF, out: 4, r, alpha: r });
+      gpu.write(p.A, randUniform(r * inF, 93 + g));
+      return p;
+    });
+    const th = gpu.upload(h, [rows, inF], 'f32', 'h');
+    const tw = gpu.upload(w, [inF], 'f32', 'norm_w');
+    const [xn, xn2] = [gpu.tensor([rows, inF], 'f32', 'xn'), gpu.tensor([rows, inF], 'f32', 'xn2')];
+    const [u, u2] = [gpu.tensor([rows, adapters * r], 'f32', 'u'), gpu.tensor([rows, adapters * r], 'f32', 'u2')];
+    const rec = gpu.recorder();
+    op.down(rec, ps, th, u, { weight: tw, eps, out: xn });
+    norms.rmsnorm(rec, th, tw, xn2, eps);
+    op.down(rec, ps, xn2, u2);
+    await rec.submit();
+    const want = await gpu.readF32(xn2);
+    expectClose(await gpu.readF32(xn), want, { rtol: 1e-6, atol: 1e-6 * maxAbs(want), what: 'normed rows' });
+    const uWant = await gpu.readF32(u2);
+    expectClose(await gpu.readF32(u), uWant, { rtol: 1e-5, atol: 1e-5 * maxAbs(uWant), what: 'u' });
+    for (const t of [th, tw, xn, xn2, u, u2, ...ps.flatMap((p) => [p.A, p.B, p.dA, p.dB])]) t.release();
+  });
+
   it('rejects groups it cannot take in one call', async () => {
     const gpu = await testGpu();
     const op = await LoraGemv.create(gpu);
@@ -147,7 +182,8 @@ describe('lora gemv, adapters sharing an input', () => {
     const x = gpu.tensor([2, 32], 'f32', 'x');
     const ys = ps.map((p) => gpu.tensor([2, 8], 'f32', p.name));
     const u = gpu.tensor([2, 48], 'f32', 'u');
-    expect(() => op.forwardShared(gpu.recorder(), ps, x, ys, u)).toThrow(ShapeError);
+    expect(() => op.down(gpu.recorder(), ps, x, u)).toThrow(ShapeError);
+    expect(() => op.up(gpu.recorder(), ps, u, ys)).toThrow(ShapeError);
     const x9 = gpu.tensor([9, 32], 'f32', 'x9');
     expect(() => op.forward(gpu.recorder(), ps[0], x9, gpu.tensor([9, 8], 'f32', 'y9'), gpu.tensor([9, 8], 'f32', 'u9'))).toThrow(ShapeError);
   });
