@@ -7,6 +7,9 @@
 // dispatch): rows are `count` slots of `n` new rows each, row t at position lengths[slot] + t % n
 // of slot slot0 + t / n (cache layout [slots, cap, Hkv·D], src/ops/kvCache.ts); the workgroup of
 // k head h also copies v's head h.
+// With LORA (decode with a transient adapter), q_raw, k_raw and v are the base projections and
+// each value read takes its LoRA update s·u·Bᵀ here (u [T, 3r]: the q, k, v parts of
+// src/ops/loraGemv.ts's down dispatch over the three adapters), in place of lora_up's dispatch.
 
 struct Params {
   rows: u32,
@@ -17,6 +20,10 @@ struct Params {
   n: u32,
   slot0: u32,
   cap: u32,
+  r: u32,
+  sq: f32,
+  sk: f32,
+  sv: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -31,16 +38,46 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(10) var<storage, read_write> v_cache: array<f32>;
 @group(0) @binding(11) var<storage, read> lengths: array<u32>;
+@group(0) @binding(12) var<storage, read> u_in: array<f32>;
+@group(0) @binding(13) var<storage, read> bq: array<f32>;
+@group(0) @binding(14) var<storage, read> bk: array<f32>;
+@group(0) @binding(15) var<storage, read> bv: array<f32>;
 
 override WG: u32 = 64; // a power of two (tree reduction)
 
 var<workgroup> red: array<f32, WG>;
 
-fn load(is_q: bool, i: u32) -> f32 {
-  if (is_q) {
-    return q_raw[i];
+// Projection `which` (0 q, 1 k, 2 v) of row t at column col: the value at i plus, with LORA, its
+// update s·Σ_j u[t, which·r + j]·B[col, j].
+fn value(which: u32, t: u32, i: u32, col: u32) -> f32 {
+  var x: f32;
+  if (which == 0u) {
+    x = q_raw[i];
+  } else if (which == 1u) {
+    x = k_raw[i];
+  } else {
+#if CACHE
+    x = v[i];
+#endif
   }
-  return k_raw[i];
+#if LORA
+  let ub = t * 3u * p.r + which * p.r;
+  let bb = col * p.r;
+  var s = 0.0;
+  for (var j = 0u; j < p.r; j++) {
+    var b: f32;
+    if (which == 0u) {
+      b = bq[bb + j];
+    } else if (which == 1u) {
+      b = bk[bb + j];
+    } else {
+      b = bv[bb + j];
+    }
+    s += u_in[ub + j] * b;
+  }
+  x += select(select(p.sv, p.sk, which == 1u), p.sq, which == 0u) * s;
+#endif
+  return x;
 }
 
 fn weight(is_q: bool, i: u32) -> f32 {
@@ -75,10 +112,12 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   let is_q = h < p.hq;
   let d = 2u * p.half;
   let base = select(t * p.hkv + (h - p.hq), t * p.hq + h, is_q) * d;
+  let which = select(1u, 0u, is_q);
+  let col = select(h - p.hq, h, is_q) * d; // the head's first column in its projection's row
   var ss = 0.0;
   for (var j = lid; j < d; j += WG) {
-    let v = load(is_q, base + j);
-    ss += v * v;
+    let x = value(which, t, base + j, col + j);
+    ss += x * x;
   }
   red[lid] = ss;
   workgroupBarrier();
@@ -96,8 +135,8 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   let kv = base;
 #endif
   for (var j = lid; j < p.half; j += WG) {
-    let n1 = (load(is_q, base + j) * r) * weight(is_q, j);
-    let n2 = (load(is_q, base + j + p.half) * r) * weight(is_q, j + p.half);
+    let n1 = (value(which, t, base + j, col + j) * r) * weight(is_q, j);
+    let n2 = (value(which, t, base + j + p.half, col + j + p.half) * r) * weight(is_q, j + p.half);
     let c = table[t * p.half + j];
     store(is_q, base + j, kv + j, n1 * c.x - n2 * c.y);
     store(is_q, base + j + p.half, kv + j + p.half, n2 * c.x + n1 * c.y);
@@ -105,7 +144,7 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
 #if CACHE
   if (!is_q) {
     for (var j = lid; j < d; j += WG) {
-      v_cache[kv + j] = v[base + j];
+      v_cache[kv + j] = value(2u, t, base + j, col + j);
     }
   }
 #endif

@@ -222,7 +222,6 @@ export class Decoder {
     const { norms, rope, attention } = this.ops;
     const outs: Projection[] = [{ w: w.q, y: b.qRaw, proj: 'q' }, { w: w.k, y: b.kRaw, proj: 'k' }, { w: w.v, y: b.v, proj: 'v' }];
     const gemv = this.normProject(rec, h, w.inputNorm, b.xn, b.rstd?.input, outs, lora);
-    if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
     const qk = { qRaw: b.qRaw, kRaw: b.kRaw, qWeight: w.qNorm, kWeight: w.kNorm, cs, q: b.q, hq, hkv, eps };
     if (b.rstd) {
       norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
@@ -231,9 +230,13 @@ export class Decoder {
       rope.apply(rec, cs, b.k, hkv);
       if (attend.kind === 'cached') attend.cache.append(rec, layer, b.k, b.v, attend.slot0, attend.count);
     } else if (attend.kind === 'cached') {
-      // No rstd to keep (inference): one dispatch for the norms, RoPE and the cache append.
-      this.ops.qkNormRope.applyToCache(rec, { ...qk, v: b.v, cache: attend.cache, layer, slot0: attend.slot0, count: attend.count });
-    } else this.ops.qkNormRope.apply(rec, { ...qk, k: b.k });
+      // No rstd to keep (inference): one dispatch for the q/k/v LoRA updates, the norms, RoPE and the cache append.
+      const fused = gemv ? { q: gemv.ps[0], k: gemv.ps[1], v: gemv.ps[2], u: gemv.u } : undefined;
+      this.ops.qkNormRope.applyToCache(rec, { ...qk, v: b.v, cache: attend.cache, layer, slot0: attend.slot0, count: attend.count, lora: fused });
+    } else {
+      if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
+      this.ops.qkNormRope.apply(rec, { ...qk, k: b.k });
+    }
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });
     } else {

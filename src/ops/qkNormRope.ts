@@ -1,8 +1,10 @@
 // Per-head q/k RMSNorm and RoPE of q and k in one dispatch (shaders/qk_norm_rope.wgsl): the four
 // dispatches norms.rmsnorm ×2 + rope.apply ×2 of the attention block, for inference; in
-// generation also KvCache.append's (k and v written straight into the cache).
+// generation also KvCache.append's (k and v written straight into the cache) and, with a
+// transient adapter, the q/k/v LoRA up dispatch (u from LoraGemv.down on the three adapters).
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import type { KvCache } from './kvCache';
+import { loraScale, type LoraParams } from './lora';
 
 const WG = 64;
 
@@ -30,27 +32,31 @@ export interface QkNormRopeCacheArgs extends Omit<QkNormRopeArgs, 'k'> {
   layer: number;
   slot0: number;
   count: number;
+  /** qRaw, kRaw, v are base projections; each takes s·u·Bᵀ of its adapter, u [T, 3r] = q, k, v parts. */
+  lora?: { q: LoraParams; k: LoraParams; v: LoraParams; u: Tensor };
 }
 
-const UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', half: 'u32', eps: 'f32', n: 'u32', slot0: 'u32', cap: 'u32' } as const;
+const UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', half: 'u32', eps: 'f32', n: 'u32', slot0: 'u32', cap: 'u32', r: 'u32', sq: 'f32', sk: 'f32', sv: 'f32' } as const;
+const NO_LORA = { r: 0, sq: 0, sk: 0, sv: 0 };
 
 export class QkNormRope {
   private constructor(
     private readonly kernel: Kernel,
     private readonly cacheKernel: Kernel,
+    private readonly cacheLoraKernel: Kernel,
   ) {}
 
   static async create(gpu: Gpu): Promise<QkNormRope> {
-    const spec = (cache: boolean) => ({
-      name: cache ? 'qk_norm_rope.to_cache' : undefined,
+    const spec = (cache: boolean, lora = false) => ({
+      name: cache ? `qk_norm_rope.to_cache${lora ? '_lora' : ''}` : undefined,
       shader: 'qk_norm_rope',
       entry: 'qk_norm_rope',
-      defines: { CACHE: cache },
+      defines: { CACHE: cache, LORA: lora },
       constants: { WG },
       uniforms: UNIFORMS,
     });
-    const [plain, cache] = await Promise.all([gpu.kernel(spec(false)), gpu.kernel(spec(true))]);
-    return new QkNormRope(plain, cache);
+    const [plain, cache, cacheLora] = await Promise.all([gpu.kernel(spec(false)), gpu.kernel(spec(true)), gpu.kernel(spec(true, true))]);
+    return new QkNormRope(plain, cache, cacheLora);
   }
 
   apply(rec: Recorder, a: QkNormRopeArgs): void {
@@ -59,7 +65,7 @@ export class QkNormRope {
       this.kernel,
       { q_raw: a.qRaw, k_raw: a.kRaw, q_weight: a.qWeight, k_weight: a.kWeight, table: a.cs, q: a.q, k: a.k },
       grid1d(T * (a.hq + a.hkv), 1),
-      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n: 0, slot0: 0, cap: 0 },
+      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n: 0, slot0: 0, cap: 0, ...NO_LORA },
     );
   }
 
@@ -77,9 +83,22 @@ export class QkNormRope {
     if (!Number.isInteger(a.count) || a.count < 1 || T % a.count !== 0) throw new ShapeError('qk_norm_rope', `${T} rows are not ${a.count} slots of equal rows`);
     const n = T / a.count;
     cache.checkBatch('qk_norm_rope', a.slot0, a.count, n);
+    const { lora } = a;
+    let loraUniforms = NO_LORA;
+    const loraBind: Record<string, Tensor> = {};
+    if (lora) {
+      const D = a.qWeight.numel;
+      const { r } = lora.q;
+      const shapes: [LoraParams, number][] = [[lora.q, a.hq * D], [lora.k, a.hkv * D], [lora.v, a.hkv * D]];
+      for (const [p, out] of shapes) if (p.r !== r || p.out !== out) throw new ShapeError('qk_norm_rope', `adapter ${p.name}: [${p.out}, r ${p.r}], expected [${out}, r ${r}]`);
+      if (lora.u.dtype !== 'f32' || lora.u.numel < T * 3 * r) throw new ShapeError('qk_norm_rope', `u must be f32 with ${T * 3 * r} elements, got ${lora.u.dtype} [${lora.u.shape.join(', ')}]`);
+      loraUniforms = { r, sq: loraScale(lora.q), sk: loraScale(lora.k), sv: loraScale(lora.v) };
+      Object.assign(loraBind, { u_in: lora.u, bq: lora.q.B, bk: lora.k.B, bv: lora.v.B });
+    }
     rec.dispatch(
-      this.cacheKernel,
+      lora ? this.cacheLoraKernel : this.cacheKernel,
       {
+        ...loraBind,
         q_raw: a.qRaw,
         k_raw: a.kRaw,
         q_weight: a.qWeight,
@@ -92,7 +111,7 @@ export class QkNormRope {
         lengths: cache.lengths,
       },
       grid1d(T * (a.hq + a.hkv), 1),
-      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n, slot0: a.slot0, cap: cache.config.capacity },
+      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n, slot0: a.slot0, cap: cache.config.capacity, ...loraUniforms },
     );
   }
 

@@ -1,14 +1,18 @@
 // The fused q/k RMSNorm + RoPE (shaders/qk_norm_rope.wgsl) against an f64 CPU reference built on
 // the rope table the GPU computed, and against norms.rmsnorm then rope.apply on the same inputs;
-// the variant writing k and v into the KV cache against apply + KvCache.append.
+// the variant writing k and v into the KV cache against apply + KvCache.append, and with the q/k/v
+// LoRA updates inside against LoraGemv.up first.
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { KvCache } from '../../src/ops/kvCache';
+import { createLoraParams } from '../../src/ops/lora';
+import { LoraGemv } from '../../src/ops/loraGemv';
 import { Norms } from '../../src/ops/norms';
 import { QkNormRope } from '../../src/ops/qkNormRope';
 import { Rope } from '../../src/ops/rope';
 import { mropeLayout } from '../../src/model/ropeTables';
+import type { Tensor } from '../../src/gpu';
 
 describe('qk norm + rope', () => {
   it.each([
@@ -114,6 +118,52 @@ describe('qk norm + rope', () => {
     for (const t of temps) t.release();
     viaAppend.release();
     direct.release();
+    rope.release();
+  });
+
+  it('with a transient adapter: the q/k/v LoRA updates inside the dispatch = LoraGemv.up first', async () => {
+    const gpu = await testGpu();
+    const [hq, hkv, D, r, T, eps] = [3, 2, 16, 3, 2, 1e-6];
+    const rope = await Rope.create(gpu, mropeLayout(1e4, D, [4, 2, 2]));
+    const [op, gemv] = await Promise.all([QkNormRope.create(gpu), LoraGemv.create(gpu)]);
+    const cfg = { layers: 1, slots: 2, capacity: 3, hkv, headDim: D };
+    const [fusedCache, refCache] = await Promise.all([KvCache.create(gpu, cfg), KvCache.create(gpu, cfg)]);
+    const temps: Tensor[] = [];
+    const up = (data: Float32Array, shape: number[], label: string) => {
+      const t = gpu.upload(data, shape, 'f32', label);
+      temps.push(t);
+      return t;
+    };
+    const widths = { q: hq * D, k: hkv * D, v: hkv * D };
+    const ps = (['q', 'k', 'v'] as const).map((name, g) => {
+      const p = createLoraParams(gpu, { name, in: 8, out: widths[name], r, alpha: 5 + g });
+      gpu.write(p.B, randUniform(widths[name] * r, 40 + g));
+      temps.push(p.A, p.B, p.dA, p.dB);
+      return p;
+    });
+    const u = up(randUniform(T * 3 * r, 44), [T, 3 * r], 'u');
+    const raw = ps.map((p, g) => randUniform(T * p.out, 50 + g, -3, 3));
+    const [qRaw, kRaw, v] = raw.map((x, g) => up(x, [T, ps[g].out], `raw${g}`));
+    const [qRaw2, kRaw2, v2] = raw.map((x, g) => up(x, [T, ps[g].out], `raw${g}'`));
+    const [q, q2] = [up(new Float32Array(T * hq * D), [T, hq * D], 'q'), up(new Float32Array(T * hq * D), [T, hq * D], 'q2')];
+    const cs = up(new Float32Array(T * D), [T, D / 2, 2], 'cs');
+    const pos = gpu.upload(Int32Array.from({ length: 3 * T }, (_, i) => 3 + (i % T)), [3, T], 'i32', 'pos');
+    temps.push(pos, up(randUniform(D, 61, 0.5, 1.5), [D], 'q_w'), up(randUniform(D, 62, 0.5, 1.5), [D], 'k_w'));
+    const [qw, kw] = temps.slice(-2);
+    const rec = gpu.recorder();
+    for (const c of [fusedCache, refCache]) for (const t of [...c.k, ...c.v]) rec.clear(t);
+    rope.table(rec, pos, cs);
+    const args = { qWeight: qw, kWeight: kw, cs, hq, hkv, eps, layer: 0, slot0: 0, count: T };
+    op.applyToCache(rec, { ...args, qRaw, kRaw, v, q, cache: fusedCache, lora: { q: ps[0], k: ps[1], v: ps[2], u } });
+    gemv.up(rec, ps, u, [qRaw2, kRaw2, v2]);
+    op.applyToCache(rec, { ...args, qRaw: qRaw2, kRaw: kRaw2, v: v2, q: q2, cache: refCache });
+    await rec.submit();
+    expectClose(await gpu.readF32(q), await gpu.readF32(q2), { rtol: 1e-5, atol: 1e-5, what: 'q' });
+    expectClose(await gpu.readF32(fusedCache.k[0]), await gpu.readF32(refCache.k[0]), { rtol: 1e-5, atol: 1e-5, what: 'k cache' });
+    expectClose(await gpu.readF32(fusedCache.v[0]), await gpu.readF32(refCache.v[0]), { rtol: 1e-5, atol: 1e-5, what: 'v cache' });
+    for (const t of temps) t.release();
+    fusedCache.release();
+    refCache.release();
     rope.release();
   });
 });
