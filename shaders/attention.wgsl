@@ -68,6 +68,12 @@ struct Params {
 @group(0) @binding(17) var<storage, read_write> lengths_rw: array<u32>;
 // SPLIT partial results [splits, count·n·Hq, D + 2]: unnormalised output, running max m, sum l.
 @group(0) @binding(18) var<storage, read_write> part: array<f32>;
+// ALIGNED (D % 4 == 0): the same q, k, v and dO buffers read as vec4s (a quarter of the load
+// instructions when staging tiles); the kernels that use these do not use the f32 views.
+@group(0) @binding(19) var<storage, read> q4: array<vec4f>;
+@group(0) @binding(20) var<storage, read> k4: array<vec4f>;
+@group(0) @binding(21) var<storage, read> v4: array<vec4f>;
+@group(0) @binding(22) var<storage, read> do4: array<vec4f>;
 
 // The sequence holding packed row t: the s with cu[s] <= t < cu[s + 1].
 fn seq_of(t: u32) -> u32 {
@@ -102,6 +108,12 @@ fn q_index(b: u32, rho: u32, hk: u32, d: u32) -> u32 {
 
 // Columns 4c .. 4c+3 of the head row starting at `base`, zero past D (one function per binding:
 // storage pointers cannot be passed to functions).
+#if ALIGNED
+fn ld_q(base: u32, c: u32) -> vec4f { return q4[base / 4u + c]; }
+fn ld_k(base: u32, c: u32) -> vec4f { return k4[base / 4u + c]; }
+fn ld_v(base: u32, c: u32) -> vec4f { return v4[base / 4u + c]; }
+fn ld_do(base: u32, c: u32) -> vec4f { return do4[base / 4u + c]; }
+#else
 fn cols(c: u32) -> vec4<bool> {
   return vec4<bool>(4u * c < D, 4u * c + 1u < D, 4u * c + 2u < D, 4u * c + 3u < D);
 }
@@ -110,6 +122,7 @@ fn ld_q(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(q[at(base,
 fn ld_k(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(k[at(base, c, 0u)], k[at(base, c, 1u)], k[at(base, c, 2u)], k[at(base, c, 3u)]), cols(c)); }
 fn ld_v(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(v[at(base, c, 0u)], v[at(base, c, 1u)], v[at(base, c, 2u)], v[at(base, c, 3u)]), cols(c)); }
 fn ld_do(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(dout[at(base, c, 0u)], dout[at(base, c, 1u)], dout[at(base, c, 2u)], dout[at(base, c, 3u)]), cols(c)); }
+#endif
 
 #if TILED
 const BO: u32 = {{BO}}u;   // owned rows per workgroup

@@ -179,13 +179,14 @@ export class Attention {
       defines: { D: headDim, ...defines },
       uniforms: UNIFORMS,
     });
-    const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ TILED: true, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
+    const ALIGNED = headDim % 4 === 0;
+    const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ TILED: true, ALIGNED, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
     // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence.
     const G = hq / hkv;
     const bounds = [...new Set([G, DECODE_MAX_ROWS].filter((r) => r <= DECODE_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))];
     const decodeSpecs = bounds.map((rows) => {
       const d = decodeTileFor(lim, headDim, rows);
-      const defs = { DECODE: true, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
+      const defs = { DECODE: true, ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
       // Named as the cached forward they stand for (profiles and benchmarks match these names).
       return [spec('attn_decode', 'fwd_cached', defs), spec('attn_decode', 'fwd_cached_split', { ...defs, SPLIT: true })];
     });
@@ -224,6 +225,13 @@ export class Attention {
     return Math.max(1, Math.min(MAX_CHUNKS, Math.ceil(keys / KEYS_PER_CHUNK)));
   }
 
+  /** Binding names of q, k, v, dO for the tiled and decode kernels: their vec4 views when D % 4 == 0. */
+  private views(t: Partial<Record<'q' | 'k' | 'v' | 'dout', Tensor>>): Record<string, Tensor> {
+    if (this.config.headDim % 4 !== 0) return t as Record<string, Tensor>;
+    const name = { q: 'q4', k: 'k4', v: 'v4', dout: 'do4' } as const;
+    return Object.fromEntries(Object.entries(t).map(([key, x]) => [name[key as keyof typeof name], x]));
+  }
+
   private get group(): number {
     return this.config.hq / this.config.hkv;
   }
@@ -257,7 +265,7 @@ export class Attention {
     const { hq, hkv, headDim: D } = this.config;
     this.expect('attention_fwd', a.o, T, hq * D);
     if (a.lse) this.expect('attention_fwd', a.lse, T, hq);
-    const bindings: Record<string, Tensor> = { q: a.q, k: a.k, v: a.v, o: a.o, cu_seqlens: a.cuSeqlens };
+    const bindings: Record<string, Tensor> = { ...this.views({ q: a.q, k: a.k, v: a.v }), o: a.o, cu_seqlens: a.cuSeqlens };
     if (a.lse) bindings.lse = a.lse;
     rec.dispatch(
       a.lse ? this.fwdLse : this.fwd,
@@ -293,7 +301,7 @@ export class Attention {
     cache.checkBatch(op, b.slot0, b.count, n);
     const chunks = b.split?.chunks ?? 1;
     const u = this.uniforms({ rows: n, nseq: b.count, slot0: b.slot0, cap: cache.config.capacity, causal: 1, scale: b.scale, splits: chunks });
-    const kv = { q, k: cache.k[layer], v: cache.v[layer], lengths: cache.lengths };
+    const kv = { ...this.views({ q, k: cache.k[layer], v: cache.v[layer] }), lengths: cache.lengths };
     const decode = this.decode.find((d) => n * this.group <= d.rows);
     if (!decode) {
       // Prefill-sized batches have enough rows to fill the GPU unsplit: `split` is not needed.
@@ -327,7 +335,7 @@ export class Attention {
     this.expect(op, a.dv, T, hkv * D);
     const u = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale });
     rec.dispatch(this.prep, { o: a.o, dout: a.dout, lse: a.lse, row_stats: a.rowStats }, grid1d(T * hq, FLAT_WG), u);
-    const common = { q: a.q, k: a.k, v: a.v, dout: a.dout, row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
+    const common = { ...this.views({ q: a.q, k: a.k, v: a.v, dout: a.dout }), row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
     rec.dispatch(this.dqK, { ...common, dq: a.dq }, [Math.ceil((T * this.group) / this.backwardTile.BO), hkv], u);
     rec.dispatch(this.dkvK, { ...common, dk: a.dk, dv: a.dv }, [Math.ceil(T / this.backwardTile.BO), hkv], u);
   }
