@@ -5,6 +5,7 @@
 struct Params {
   n_vec4: u32,
   per_thread: u32,
+  base: u32, // first vec4 read (cycling through a large buffer keeps small reads out of L2)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -21,7 +22,7 @@ fn read_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec
   for (var i = 0u; i < params.per_thread; i++) {
     let idx = base + i * WG; // consecutive threads read consecutive vec4s
     if (idx < params.n_vec4) {
-      acc += src[idx];
+      acc += src[params.base + idx];
     }
   }
   let s = acc.x + acc.y + acc.z + acc.w;

@@ -67,10 +67,12 @@ fn hi4(w: u32) -> vec4<f32> {
 
 const MAX_M = 8u;
 override M: u32 = 1u;      // rows of x, 1..MAX_M (one pipeline per value, so the loops unroll)
-override TPR: u32 = 32u;   // lanes per block of 4 rows of W, a power of two from 8 (32 with subgroups) to 128
+override TPR: u32 = 32u;   // lanes per block of 4 rows of W, a power of two up to 128 (to the subgroup size with subgroups)
 override TG: u32 = 8u;     // row blocks per workgroup: TPR·TG threads, 4·TG rows of W
 override KC: u32 = 2048u;  // columns of x staged per chunk, a multiple of 32
 override PERSIST: bool = false; // grid-stride over row blocks (the grid may be smaller than N needs)
+override XDIRECT: bool = false; // read x from memory (L1) instead of staging it: no barrier before the
+                                // arithmetic; for small N, where a workgroup's latency is the cost
 
 const MAGIC = 0x4B000000u; // 2^23 as f32 bits: its mantissa holds integers below 2^23 exactly
 const NIBBLES = vec4<u32>(0xFu, 0xF0u, 0xF00u, 0xF000u);
@@ -93,6 +95,15 @@ fn unpack_scaled(cw: u32, d: f32) -> array<vec4<f32>, 2> {
 
 // xstage[m·KC/4 + v·KC/32 + g] = x[m, k0 + 32g + 4v .. + 3] · X_SCALE for the chunk at column k0.
 var<workgroup> xstage: array<vec4<f32>, M * KC / 4u>;
+// x of weights 8w..8w+3 and 8w+4..8w+7 of group g0 + gl, row m, pre-scaled: staged or from memory.
+fn x_pair(m: u32, w: u32, gl: u32, g0: u32, gc_max: u32) -> array<vec4<f32>, 2> {
+  if (XDIRECT) {
+    let i = m * (params.k / 4u) + (g0 + gl) * 8u + 2u * w;
+    return array<vec4<f32>, 2>(x[i] * X_SCALE, x[i + 1u] * X_SCALE);
+  }
+  return array<vec4<f32>, 2>(xstage[m * (KC / 4u) + 2u * w * gc_max + gl], xstage[m * (KC / 4u) + (2u * w + 1u) * gc_max + gl]);
+}
+
 #if !SUBGROUPS
 var<workgroup> partial: array<vec4<f32>, TPR * TG>;
 #endif
@@ -107,7 +118,8 @@ fn gemv(
   let tg = lid / TPR;
   let lane = lid % TPR;
   let groups = params.k / 32u;
-  let gc_max = KC / 32u;
+  let chunk = select(KC, params.k, XDIRECT);
+  let gc_max = chunk / 32u;
   let blocks = (params.n + 4u * TG - 1u) / (4u * TG); // workgroup-sized blocks of rows
   let first = wid.x + wid.y * nwg.x;
   let stride = select(blocks, nwg.x * nwg.y, PERSIST);
@@ -122,7 +134,7 @@ fn gemv(
     // acc[m][r]: row m of x, row row0 + r of W. Explicitly zeroed: lavapipe kept values across
     // iterations with the implicit zeroing.
     var acc = array<vec4<f32>, MAX_M>();
-    for (var k0 = 0u; k0 < params.k; k0 += KC) {
+    for (var k0 = 0u; k0 < params.k; k0 += chunk) {
       let gc = min(gc_max, groups - k0 / 32u);
       let g0 = k0 / 32u;
       var gl = lane;
@@ -135,7 +147,7 @@ fn gemv(
       var c2 = codes4[r2 + s];
       var c3 = codes4[r3 + s];
       var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
-      if (k0 != staged) {
+      if (!XDIRECT && k0 != staged) {
         workgroupBarrier(); // the previous chunk's reads are done
         for (var i = lid; i < M * gc * 8u; i += wg) {
           let m = i / (gc * 8u);
@@ -156,8 +168,9 @@ fn gemv(
         if (M == 1u) {
           var dots = vec4<f32>(0.0);
           for (var w = 0u; w < 4u; w++) {
-            let xl = xstage[2u * w * gc_max + gl];
-            let xh = xstage[(2u * w + 1u) * gc_max + gl];
+            let xv = x_pair(0u, w, gl, g0, gc_max);
+            let xl = xv[0];
+            let xh = xv[1];
             dots += vec4<f32>(word_dot(c0[w], xl, xh), word_dot(c1[w], xl, xh), word_dot(c2[w], xl, xh), word_dot(c3[w], xl, xh));
           }
           acc[0] += d * dots;
@@ -170,8 +183,9 @@ fn gemv(
             let q2 = unpack_scaled(c2[w], d.z);
             let q3 = unpack_scaled(c3[w], d.w);
             for (var m = 0u; m < M; m++) {
-              let xl = xstage[m * (KC / 4u) + 2u * w * gc_max + gl];
-              let xh = xstage[m * (KC / 4u) + (2u * w + 1u) * gc_max + gl];
+              let xv = x_pair(m, w, gl, g0, gc_max);
+              let xl = xv[0];
+              let xh = xv[1];
               acc[m] += vec4<f32>(
                 dot(xl, q0[0]) + dot(xh, q0[1]),
                 dot(xl, q1[0]) + dot(xh, q1[1]),
@@ -219,16 +233,18 @@ fn gemv(
         }
         workgroupBarrier();
       }
-      if (lane < 4u && row0 + lane < params.n) {
-        var v = 0.0;
-        for (var p = 0u; p < min(TPR, 8u); p++) {
-          v += partial[tg * TPR + p][lane];
+      for (var r = lane; r < 4u; r += TPR) {
+        if (row0 + r < params.n) {
+          var v = 0.0;
+          for (var p = 0u; p < min(TPR, 8u); p++) {
+            v += partial[tg * TPR + p][r];
+          }
+          let o = m * params.n + row0 + r;
+          if (params.accumulate != 0u) {
+            v += y[o];
+          }
+          y[o] = v;
         }
-        let o = m * params.n + row0 + lane;
-        if (params.accumulate != 0u) {
-          v += y[o];
-        }
-        y[o] = v;
       }
       workgroupBarrier();
     }

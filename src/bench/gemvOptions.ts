@@ -4,7 +4,7 @@
 import type { Gpu } from '../gpu';
 import { DEFAULT_GEMV, type GemvShape, type MatmulQ4Options } from '../ops/matmulQ4';
 
-const name = (g: GemvShape) => `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}`;
+const name = (g: GemvShape) => `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}`;
 
 export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value: MatmulQ4Options }[] {
   const layouts: GemvShape[] = quick
@@ -16,6 +16,8 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
         { threadsPerRow: 32, groups: 2 },
         { threadsPerRow: 64, groups: 1 },
         { threadsPerRow: 128, groups: 1 },
+        // x read from memory, not staged: no barrier before the first multiply.
+        ...[[8, 16], [16, 8], [32, 2], [32, 8], [64, 4]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xDirect: true })),
         ...[264, 528].map((persist) => ({ threadsPerRow: 8, groups: 16, persist })),
       ];
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;

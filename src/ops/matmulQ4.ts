@@ -50,18 +50,23 @@ export function allocQ4(gpu: Gpu, n: number, k: number, label: string): Q4Weight
 
 /** How the GEMV spreads a weight over threads (the `override`s of shaders/matmul_q4.wgsl). */
 export interface GemvShape {
-  /** Lanes per block of 4 rows of W, along K: a power of two from 8 to 128 (to 32 with the
-   * subgroup reduction). More lanes split K finer and give a small N more threads. */
+  /** Lanes per block of 4 rows of W, along K: a power of two up to 128 (up to the subgroup size
+   * with the subgroup reduction). More lanes split K finer and give a small N more threads; a call
+   * uses at most as many as a row has groups of 32. */
   threadsPerRow: number;
   /** Row blocks per workgroup: threadsPerRow · groups threads, 4 · groups rows of W. */
   groups: number;
   /** Most workgroups per dispatch; each walks row blocks with a grid stride and keeps x staged
    * across them (0 or absent: one workgroup per 4 · groups rows). */
   persist?: number;
+  /** Read x from memory instead of staging it in workgroup memory: no barrier before the first
+   * multiply, for weights with few rows, where a workgroup's latency is what a call costs. */
+  xDirect?: boolean;
 }
 
 /** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
- * head and stacked 172032x2048 weight (1.7 TB/s vs 1.3 for 32 lanes; BENCHMARKS.md). */
+ * head and stacked 172032x2048 weight (1.97 TB/s; BENCHMARKS.md). Weights of at most SMALL_N rows
+ * take other layouts unless the caller fixes one. */
 export const DEFAULT_GEMV: GemvShape = { threadsPerRow: 8, groups: 16 };
 
 /** How the GEMM tiles y (the `override`s GTM, GTN, GBK of shaders/matmul_q4.wgsl). */
@@ -90,31 +95,37 @@ export interface MatmulQ4Options {
   gemm?: GemmShape;
 }
 
+/** A GEMV layout ready to dispatch: per M its kernel spec, compiled on first use. */
+interface GemvPlan {
+  specs: readonly KernelSpec[];
+  rowsPerGroup: number;
+  persist: number;
+}
+
+/** Weights with at most this many rows take the small-weight layouts (BENCHMARKS.md, gemv sweeps:
+ * on the H100, 64 lanes per row block call a 2048x2048 weight in 6 µs against 24 for the default). */
+const SMALL_N = 16384;
+const SMALL_FEW_ROWS: GemvShape = { threadsPerRow: 64, groups: 4 };
+const SMALL_MANY_ROWS: GemvShape = { threadsPerRow: 32, groups: 8 };
+
+const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+
 export class MatmulQ4 {
+  private readonly plans = new Map<string, GemvPlan>();
+
   private constructor(
     private readonly gpu: Gpu,
-    /** Per M (1..8): the GEMV's spec, compiled on first use (most runs use one or two M). */
-    private readonly gemvSpecs: readonly KernelSpec[],
-    private readonly gemvPersist: number,
+    /** The layout every call takes, when the caller fixed one. */
+    private readonly fixed: GemvShape | undefined,
+    private readonly xChunk: number,
     private readonly gemmK: Kernel,
     private readonly dinputK: Kernel,
     private readonly gatherK: Kernel,
     readonly subgroups: boolean,
-    private readonly rowsPerGroup: number,
     private readonly gemmTile: { m: number; n: number },
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4Options = {}): Promise<MatmulQ4> {
-    const shape = opts.gemv ?? DEFAULT_GEMV;
-    const { threadsPerRow: TPR, groups: TG, persist = 0 } = shape;
-    const pow2 = (v: number) => Number.isInteger(v) && v > 0 && (v & (v - 1)) === 0;
-    if (!pow2(TPR) || TPR < 8 || TPR > 128 || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(persist) || persist < 0) {
-      throw new ShapeError('matmulQ4.gemv', `bad GEMV shape ${JSON.stringify(shape)}`);
-    }
-    const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
-    if (TPR * TG > gpu.limits.maxComputeInvocationsPerWorkgroup) {
-      throw new ShapeError('matmulQ4.gemv', `${TPR * TG} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
-    }
     const gemm = opts.gemm ?? DEFAULT_GEMM;
     const gemmBytes = 16 * gemm.stepK * 4 * (gemm.rowsPerThread + gemm.colsPerThread);
     if (![4, 8].includes(gemm.rowsPerThread) || ![4, 8].includes(gemm.colsPerThread) || ![16, 32].includes(gemm.stepK)) {
@@ -123,44 +134,73 @@ export class MatmulQ4 {
     if (gemmBytes > gpu.limits.maxComputeWorkgroupStorageSize) {
       throw new ShapeError('matmulQ4.gemm', `tiles of ${gemmBytes} bytes exceed this GPU's ${gpu.limits.maxComputeWorkgroupStorageSize} of workgroup memory`);
     }
-    const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
     const subgroups = opts.subgroups ?? false;
-    if (subgroups) {
-      gpu.require('subgroups', 'the 4-bit GEMV subgroup reduction');
-      if (minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
-    }
-    const partialBytes = subgroups ? 0 : 16 * TPR * TG;
+    if (subgroups) gpu.require('subgroups', 'the 4-bit GEMV subgroup reduction');
     const xChunk = opts.xChunk ?? 2048;
     if (!Number.isInteger(xChunk) || xChunk < Q4_GROUP || xChunk % Q4_GROUP !== 0) {
       throw new ShapeError('matmulQ4.gemv', `xChunk must be a positive multiple of ${Q4_GROUP}, got ${xChunk}`);
     }
+    const spec = (entry: string, constants?: Record<string, number>) => ({ shader: 'matmul_q4', entry, uniforms: GEMV_UNIFORMS, constants });
+    const [gemmK, dinputK, gatherK] = await Promise.all([
+      gpu.kernel(spec('gemm', { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK })),
+      gpu.kernel(spec('dinput')),
+      gpu.kernel(spec('gather')),
+    ]);
+    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread });
+    // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
+    // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
+    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, SMALL_MANY_ROWS]) mm.plan(g, 1 << 20);
+    return mm;
+  }
+
+  /** The layout a call of m rows of x on a weight [n, k] takes. */
+  private layoutFor(m: number, n: number): GemvShape {
+    if (this.fixed) return this.fixed;
+    if (n > SMALL_N) return DEFAULT_GEMV;
+    return m <= 2 ? SMALL_FEW_ROWS : SMALL_MANY_ROWS;
+  }
+
+  /** The plan of a layout for K columns: lanes per row block are capped at the groups a row has
+   * (a lane with no group would idle; the demo's K = 64 has two). */
+  private plan(shape: GemvShape, k: number): GemvPlan {
+    const groupsPerRow = k / Q4_GROUP;
+    const lanes = Math.min(shape.threadsPerRow, 2 ** Math.ceil(Math.log2(groupsPerRow)));
+    const key = `${JSON.stringify(shape)}|${lanes}`;
+    const known = this.plans.get(key);
+    if (known) return known;
+    const gpu = this.gpu;
+    const { groups: TG, persist = 0, xDirect = false } = shape;
+    const TPR = lanes;
+    const pow2 = (v: number) => Number.isInteger(v) && v > 0 && (v & (v - 1)) === 0;
+    if (!pow2(shape.threadsPerRow) || shape.threadsPerRow > 128 || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(persist) || persist < 0) {
+      throw new ShapeError('matmulQ4.gemv', `bad GEMV shape ${JSON.stringify(shape)}`);
+    }
+    if (shape.threadsPerRow * TG > gpu.limits.maxComputeInvocationsPerWorkgroup) {
+      throw new ShapeError('matmulQ4.gemv', `${shape.threadsPerRow * TG} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
+    }
+    const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
+    if (this.subgroups && minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
+    const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
+    const partialBytes = this.subgroups ? 0 : 16 * TPR * TG;
     // Per M, the columns of x staged per chunk: what fits beside the reduction's memory.
     const chunks = Array.from({ length: GEMV_MAX_ROWS }, (_, i) => {
+      if (xDirect) return Q4_GROUP; // the staging array's smallest size; unused
       const fit = Math.floor((wgBytes - partialBytes) / (4 * (i + 1)) / Q4_GROUP) * Q4_GROUP;
-      return Math.min(xChunk, fit);
+      return Math.min(this.xChunk, fit);
     });
     if (chunks[GEMV_MAX_ROWS - 1] < Q4_GROUP) {
       throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot stage ${GEMV_MAX_ROWS} rows of one group of x`);
     }
-    const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
-    const spec = (entry: string, extra: { constants?: Record<string, number>; defines?: Record<string, boolean> } = {}) => ({
+    const specs = chunks.map((KC, i) => ({
       shader: 'matmul_q4',
-      entry,
-      uniforms,
-      ...extra,
-    });
-    const gemvSpecs = chunks.map((KC, i) => spec('gemv', { constants: { M: i + 1, TPR, TG, KC, PERSIST: persist > 0 ? 1 : 0 }, defines: { SUBGROUPS: subgroups } }));
-    // One row of x is decode's common case: compiled (and checked) here; other M on first use.
-    const [gemmK, dinputK, gatherK] = await Promise.all([
-      gpu.kernel(spec('gemm', { constants: { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK } })),
-      gpu.kernel(spec('dinput')),
-      gpu.kernel(spec('gather')),
-      gpu.kernel(gemvSpecs[0]),
-    ]);
-    return new MatmulQ4(gpu, gemvSpecs, persist, gemmK, dinputK, gatherK, subgroups, 4 * TG, {
-      m: 16 * gemm.rowsPerThread,
-      n: 16 * gemm.colsPerThread,
-    });
+      entry: 'gemv',
+      uniforms: GEMV_UNIFORMS,
+      constants: { M: i + 1, TPR, TG, KC, PERSIST: persist > 0 ? 1 : 0, XDIRECT: xDirect ? 1 : 0 },
+      defines: { SUBGROUPS: this.subgroups },
+    }));
+    const plan = { specs, rowsPerGroup: 4 * TG, persist };
+    this.plans.set(key, plan);
+    return plan;
   }
 
   private checkWeight(op: string, w: Q4Weight): void {
@@ -202,9 +242,10 @@ export class MatmulQ4 {
     if (m < 1 || m > GEMV_MAX_ROWS) throw new ShapeError(op, `takes 1 to ${GEMV_MAX_ROWS} rows of x, got ${m}`);
     this.checkF32(op, 'x', x, m, w.k);
     this.checkF32(op, 'y', y, m, w.n);
-    const blocks = Math.ceil(w.n / this.rowsPerGroup);
-    const groups = this.gemvPersist > 0 ? Math.min(blocks, this.gemvPersist) : blocks;
-    rec.dispatch(this.gpu.kernelNow(this.gemvSpecs[m - 1]), { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
+    const plan = this.plan(this.layoutFor(m, w.n), w.k);
+    const blocks = Math.ceil(w.n / plan.rowsPerGroup);
+    const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
+    rec.dispatch(this.gpu.kernelNow(plan.specs[m - 1]), { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
       m,
       n: w.n,
       k: w.k,
