@@ -9,6 +9,9 @@
 // SECOND / THIRD add the adapters g = 1, 2. With SWIGLU (gate g = 0, up g = 1, n_0 = n_1),
 // lora_up writes act = silu(gate)·up from the base projections in y_0, y_1 plus their updates,
 // which takes swiglu_fwd's dispatch (y_0, y_1 themselves are left as the base projections).
+//   lora_row   one adapter, down and up in one dispatch: one workgroup per row of x computes that
+//              row's u (r ≤ MAX_R) into workgroup memory, then adds s·u·Bᵀ to every column of
+//              its row of y (o_proj and down_proj, whose updates go into the residual stream)
 // With NORM, lora_down takes the residual rows h as x and applies the RMSNorm first:
 // xn = h·rsqrt(mean(h²) + eps)·w (as norms.wgsl's rmsnorm_fwd_vec4: the same sums in the same
 // order with VEC4), u = xn·Aᵀ, and workgroup 0 also writes xn for the base projections: the
@@ -54,7 +57,11 @@ const W: u32 = {{W}}u;
 /** Rows per call (src/ops/loraGemv.ts LORA_GEMV_MAX_ROWS): a constant trip count keeps acc in registers. */
 const MAX_ROWS: u32 = 8u;
 
+/** Largest rank lora_row takes (src/ops/loraGemv.ts LORA_ROW_MAX_RANK). */
+const MAX_R: u32 = 256u;
+
 var<workgroup> red: array<f32, 2048>; // MAX_ROWS · WG
+var<workgroup> u_sh: array<f32, MAX_R>;
 
 fn dot_e(a: {{ELEM}}, b: {{ELEM}}) -> f32 {
 #if VEC4
@@ -98,7 +105,7 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
       }
     }
   }
-  reduce_rows(lid, ss);
+  reduce_rows(lid, ss, p.rows);
   var rstd: array<f32, MAX_ROWS>;
   for (var t = 0u; t < MAX_ROWS; t++) {
     rstd[t] = inverseSqrt(red[t * WG] / f32(p.k) + p.eps);
@@ -122,14 +129,14 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
       }
     }
   }
-  reduce_rows(lid, acc);
+  reduce_rows(lid, acc, p.rows);
   if (lid < p.rows) {
     u[lid * width + e] = red[lid * WG];
   }
 }
 
-// Tree sum over the workgroup of each row's value: the total of row t lands in red[t·WG].
-fn reduce_rows(lid: u32, v: array<f32, MAX_ROWS>) {
+// Tree sum over the workgroup of each of the first `count` values: the total of value t lands in red[t·WG].
+fn reduce_rows(lid: u32, v: array<f32, MAX_ROWS>, count: u32) {
   for (var t = 0u; t < MAX_ROWS; t++) {
     red[t * WG + lid] = v[t];
   }
@@ -137,7 +144,7 @@ fn reduce_rows(lid: u32, v: array<f32, MAX_ROWS>) {
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
     if (lid < s) {
       for (var t = 0u; t < MAX_ROWS; t++) {
-        if (t < p.rows) {
+        if (t < count) {
           red[t * WG + lid] += red[t * WG + lid + s];
         }
       }
@@ -217,4 +224,41 @@ fn lora_up(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
   y2[t * p.n2 + cl] += p.s2 * up_dot(2u, t, cl, width);
 #endif
 #endif
+}
+
+@compute @workgroup_size(WG)
+fn lora_row(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let t = wid.x;
+  let kw = p.k / W;
+  // u of row t, MAX_ROWS rows of A at a time.
+  for (var jb = 0u; jb < p.r; jb += MAX_ROWS) {
+    var acc = array<f32, MAX_ROWS>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0); // zeroed every block
+    for (var kk = lid; kk < kw; kk += WG) {
+      let xv = x[t * kw + kk];
+      for (var i = 0u; i < MAX_ROWS; i++) {
+        if (jb + i < p.r) {
+          acc[i] += dot_e(xv, a0[(jb + i) * kw + kk]);
+        }
+      }
+    }
+    reduce_rows(lid, acc, min(MAX_ROWS, p.r - jb));
+    if (lid < MAX_ROWS && jb + lid < p.r) {
+      u_sh[jb + lid] = red[lid * WG];
+    }
+    workgroupBarrier();
+  }
+  // y[t, c] += s·Σ_j u_j·B[c, j] over the row's columns.
+  let rw = p.r / W;
+  for (var c = lid; c < p.n0; c += WG) {
+    var s = 0.0;
+    for (var j = 0u; j < rw; j++) {
+#if VEC4
+      let uv = vec4f(u_sh[4u * j], u_sh[4u * j + 1u], u_sh[4u * j + 2u], u_sh[4u * j + 3u]);
+#else
+      let uv = u_sh[j];
+#endif
+      s += dot_e(uv, b0[c * rw + j]);
+    }
+    y0[t * p.n0 + c] += p.s0 * s;
+  }
 }

@@ -1,6 +1,7 @@
 // LoRA's forward update for a few rows (shaders/lora_gemv.wgsl): y += s·x·Aᵀ·Bᵀ through
 // u = x·Aᵀ, as two wide GEMV-shaped dispatches (down, then up), for one adapter or for two or
-// three that share their input (q/k/v, gate/up: one pair of dispatches for the group). The down
+// three that share their input (q/k/v, gate/up: one pair of dispatches for the group), or as one
+// dispatch with one workgroup per row for a single adapter (o_proj, down_proj). The down
 // dispatch can apply the input's RMSNorm itself (writing the normed rows for the base
 // projections), the gate/up up dispatch the SwiGLU. For decode, where src/ops/lora.ts's two tiled
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
@@ -9,6 +10,8 @@ import { loraScale, type LoraParams } from './lora';
 
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */
 export const LORA_GEMV_MAX_ROWS = 8;
+/** Largest rank the one-dispatch path (`forward`) takes (MAX_R in the shader); above, down + up. */
+export const LORA_ROW_MAX_RANK = 256;
 const WG = 256;
 const UNIFORMS = { rows: 'u32', k: 'u32', r: 'u32', n0: 'u32', n1: 'u32', n2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32', eps: 'f32' } as const;
 
@@ -27,6 +30,8 @@ interface Family {
   downNorm: readonly Kernel[];
   up: readonly Kernel[];
   swiglu: Kernel;
+  /** One adapter, down and up in one dispatch. */
+  row: Kernel;
 }
 
 export class LoraGemv {
@@ -54,8 +59,14 @@ export class LoraGemv {
         uniforms: UNIFORMS,
       });
       const all = (entry: string, variant: '' | 'norm' = '') => Promise.all([1, 2, 3].map((n) => gpu.kernel(spec(entry, n, variant))));
-      const [down, downNorm, up, swiglu] = await Promise.all([all('lora_down'), all('lora_down', 'norm'), all('lora_up'), gpu.kernel(spec('lora_up', 2, 'swiglu'))]);
-      return { down, downNorm, up, swiglu };
+      const [down, downNorm, up, swiglu, row] = await Promise.all([
+        all('lora_down'),
+        all('lora_down', 'norm'),
+        all('lora_up'),
+        gpu.kernel(spec('lora_up', 2, 'swiglu')),
+        gpu.kernel(spec('lora_row', 1)),
+      ]);
+      return { down, downNorm, up, swiglu, row };
     };
     const [scalar, vec4] = await Promise.all([family(false), family(true)]);
     return new LoraGemv(scalar, vec4);
@@ -75,10 +86,19 @@ export class LoraGemv {
     return ps.length >= 1 && ps.length <= 3 && ps.every((p) => p.in === ps[0].in && p.r === ps[0].r);
   }
 
-  /** y [rows, out] += s·x·Aᵀ·Bᵀ for x [rows, in]; u [rows, r] (or larger) receives x·Aᵀ. */
+  /**
+   * y [rows, out] += s·x·Aᵀ·Bᵀ for x [rows, in]: one dispatch (one workgroup per row) up to rank
+   * LORA_ROW_MAX_RANK, else down + up through u [rows, r] (or larger).
+   */
   forward(rec: Recorder, p: LoraParams, x: Tensor, y: Tensor, u: Tensor): void {
-    this.down(rec, [p], x, u);
-    this.up(rec, [p], u, [y]);
+    if (p.r > LORA_ROW_MAX_RANK) {
+      this.down(rec, [p], x, u);
+      this.up(rec, [p], u, [y]);
+      return;
+    }
+    const rows = this.check([p], x, u);
+    this.checkOut(y, rows * p.out, `${p.name} y`);
+    rec.dispatch(this.family(p).row, { x, a0: p.A, b0: p.B, y0: y }, rows, this.uniforms([p], rows, 0));
   }
 
   /**

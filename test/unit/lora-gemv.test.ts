@@ -1,5 +1,6 @@
 // The LoRA GEMV update for decode rows (shaders/lora_gemv.wgsl) against an f64 CPU
-// reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs; two or
+// reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs (u from the
+// down dispatch); two or
 // three adapters on one input in one call, the input's RMSNorm inside the down dispatch, and the
 // gate/up pair fused with SwiGLU; scalar and vec4
 // kernels (in and r multiples of 4) both.
@@ -16,7 +17,9 @@ describe('lora gemv', () => {
     { rows: 1, inF: 64, out: 300, r: 16 },
     { rows: 3, inF: 100, out: 257, r: 1 },
     { rows: 8, inF: 600, out: 513, r: 64 },
-  ])('y += s·x·Aᵀ·Bᵀ: $rows rows, in $inF, out $out, r $r', async ({ rows, inF, out, r }) => {
+    { rows: 2, inF: 32, out: 20, r: 260 },
+    { rows: 1, inF: 63, out: 30, r: 16 },
+  ])('y += s·x·Aᵀ·Bᵀ (one dispatch up to rank 256, down + up above): $rows rows, in $inF, out $out, r $r', async ({ rows, inF, out, r }) => {
     const gpu = await testGpu();
     const [op, lora] = await Promise.all([LoraGemv.create(gpu), Lora.create(gpu)]);
     const p = createLoraParams(gpu, { name: 'test', in: inF, out, r, alpha: 2 * r + 1 });
@@ -33,6 +36,7 @@ describe('lora gemv', () => {
     const rec = gpu.recorder();
     const uGemv = gpu.tensor([rows, r], 'f32', 'u_gemv');
     op.forward(rec, p, tx, ty, uGemv);
+    op.down(rec, [p], tx, uGemv);
     lora.forward(rec, p, { x: tx, y: ty2, u });
     await rec.submit();
     const s = loraScale(p);
