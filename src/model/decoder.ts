@@ -222,7 +222,7 @@ export class Decoder {
     const { norms, rope, attention } = this.ops;
     const outs: Projection[] = [{ w: w.q, y: b.qRaw, proj: 'q' }, { w: w.k, y: b.kRaw, proj: 'k' }, { w: w.v, y: b.v, proj: 'v' }];
     const gemv = this.normProject(rec, h, w.inputNorm, b.xn, b.rstd?.input, outs, lora);
-    const qk = { qRaw: b.qRaw, kRaw: b.kRaw, qWeight: w.qNorm, kWeight: w.kNorm, cs, q: b.q, hq, hkv, eps };
+    const [qRaw, kRaw, qWeight, kWeight, q] = [b.qRaw, b.kRaw, w.qNorm, w.kNorm, b.q];
     if (b.rstd) {
       norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
       norms.rmsnorm(rec, b.kRaw.reshape([T * hkv, D]), w.kNorm, b.k.reshape([T * hkv, D]), eps, b.rstd.k);
@@ -232,10 +232,11 @@ export class Decoder {
     } else if (attend.kind === 'cached') {
       // No rstd to keep (inference): one dispatch for the q/k/v LoRA updates, the norms, RoPE and the cache append.
       const fused = gemv ? { q: gemv.ps[0], k: gemv.ps[1], v: gemv.ps[2], u: gemv.u } : undefined;
-      this.ops.qkNormRope.applyToCache(rec, { ...qk, v: b.v, cache: attend.cache, layer, slot0: attend.slot0, count: attend.count, lora: fused });
+      const { cache, slot0, count } = attend;
+      this.ops.qkNormRope.applyToCache(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, v: b.v, hq, hkv, eps, cache, layer, slot0, count, lora: fused });
     } else {
       if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
-      this.ops.qkNormRope.apply(rec, { ...qk, k: b.k });
+      this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
     }
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });

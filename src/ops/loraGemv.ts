@@ -109,13 +109,16 @@ export class LoraGemv {
   down(rec: Recorder, ps: readonly LoraParams[], x: Tensor, u: Tensor, norm?: LoraInputNorm): void {
     const rows = this.check(ps, x, u);
     const f = this.family(ps[0]);
-    const bind: Record<string, Tensor> = { x, u };
-    ps.forEach((p, g) => (bind[`a${g}`] = p.A));
+    // Fixed keys, no computed names: this runs ~60 times a decode step, which is CPU-bound at one row.
+    const bind: Record<string, Tensor> = { x, u, a0: ps[0].A };
+    if (ps.length > 1) bind.a1 = ps[1].A;
+    if (ps.length > 2) bind.a2 = ps[2].A;
     let kernel = f.down[ps.length - 1];
     if (norm) {
       if (norm.weight.dtype !== 'f32' || norm.weight.numel !== ps[0].in) throw new ShapeError('lora_gemv', `norm weight must be f32 [${ps[0].in}], got ${norm.weight.dtype} [${norm.weight.shape.join(', ')}]`);
       this.checkOut(norm.out, rows * ps[0].in, 'norm.out');
-      Object.assign(bind, { norm_w: norm.weight, xn: norm.out });
+      bind.norm_w = norm.weight;
+      bind.xn = norm.out;
       kernel = f.downNorm[ps.length - 1];
     }
     rec.dispatch(kernel, bind, grid1d(ps.length * ps[0].r, 1), this.uniforms(ps, rows, norm?.eps ?? 0));
@@ -127,8 +130,15 @@ export class LoraGemv {
     this.checkU(ps, u, rows);
     if (ys.length !== ps.length) throw new ShapeError('lora_gemv', `${ps.length} adapters, ${ys.length} outputs`);
     ps.forEach((p, g) => this.checkOut(ys[g], rows * p.out, `${p.name} y`));
-    const bind: Record<string, Tensor> = { u_in: u };
-    ps.forEach((p, g) => Object.assign(bind, { [`b${g}`]: p.B, [`y${g}`]: ys[g] }));
+    const bind: Record<string, Tensor> = { u_in: u, b0: ps[0].B, y0: ys[0] };
+    if (ps.length > 1) {
+      bind.b1 = ps[1].B;
+      bind.y1 = ys[1];
+    }
+    if (ps.length > 2) {
+      bind.b2 = ps[2].B;
+      bind.y2 = ys[2];
+    }
     const cols = ps.reduce((n, p) => n + p.out, 0);
     rec.dispatch(this.family(ps[0]).up[ps.length - 1], bind, grid1d(rows * cols, WG), this.uniforms(ps, rows, 0));
   }
@@ -170,11 +180,18 @@ export class LoraGemv {
   }
 
   private uniforms(ps: readonly LoraParams[], rows: number, eps: number): Record<string, number> {
-    const u: Record<string, number> = { rows, k: ps[0].in, r: ps[0].r, n0: 0, n1: 0, n2: 0, s0: 0, s1: 0, s2: 0, eps };
-    ps.forEach((p, g) => {
-      u[`n${g}`] = p.out;
-      u[`s${g}`] = loraScale(p);
-    });
-    return u;
+    const [p0, p1, p2] = ps;
+    return {
+      rows,
+      k: p0.in,
+      r: p0.r,
+      n0: p0.out,
+      n1: p1 ? p1.out : 0,
+      n2: p2 ? p2.out : 0,
+      s0: loraScale(p0),
+      s1: p1 ? loraScale(p1) : 0,
+      s2: p2 ? loraScale(p2) : 0,
+      eps,
+    };
   }
 }

@@ -37,7 +37,6 @@ export interface QkNormRopeCacheArgs extends Omit<QkNormRopeArgs, 'k'> {
 }
 
 const UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', half: 'u32', eps: 'f32', n: 'u32', slot0: 'u32', cap: 'u32', r: 'u32', sq: 'f32', sk: 'f32', sv: 'f32' } as const;
-const NO_LORA = { r: 0, sq: 0, sk: 0, sv: 0 };
 
 export class QkNormRope {
   private constructor(
@@ -65,7 +64,7 @@ export class QkNormRope {
       this.kernel,
       { q_raw: a.qRaw, k_raw: a.kRaw, q_weight: a.qWeight, k_weight: a.kWeight, table: a.cs, q: a.q, k: a.k },
       grid1d(T * (a.hq + a.hkv), 1),
-      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n: 0, slot0: 0, cap: 0, ...NO_LORA },
+      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n: 0, slot0: 0, cap: 0, r: 0, sq: 0, sk: 0, sv: 0 },
     );
   }
 
@@ -84,35 +83,36 @@ export class QkNormRope {
     const n = T / a.count;
     cache.checkBatch('qk_norm_rope', a.slot0, a.count, n);
     const { lora } = a;
-    let loraUniforms = NO_LORA;
-    const loraBind: Record<string, Tensor> = {};
+    // Plain objects of fixed keys (no spreads): recorded 28 times a decode step, which is CPU-bound at one row.
+    const bind: Record<string, Tensor> = {
+      q_raw: a.qRaw,
+      k_raw: a.kRaw,
+      q_weight: a.qWeight,
+      k_weight: a.kWeight,
+      table: a.cs,
+      q: a.q,
+      v: a.v,
+      k_cache: cache.k[a.layer],
+      v_cache: cache.v[a.layer],
+      lengths: cache.lengths,
+    };
+    const uniforms = { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n, slot0: a.slot0, cap: cache.config.capacity, r: 0, sq: 0, sk: 0, sv: 0 };
     if (lora) {
       const D = a.qWeight.numel;
       const { r } = lora.q;
       const shapes: [LoraParams, number][] = [[lora.q, a.hq * D], [lora.k, a.hkv * D], [lora.v, a.hkv * D]];
       for (const [p, out] of shapes) if (p.r !== r || p.out !== out) throw new ShapeError('qk_norm_rope', `adapter ${p.name}: [${p.out}, r ${p.r}], expected [${out}, r ${r}]`);
       if (lora.u.dtype !== 'f32' || lora.u.numel < T * 3 * r) throw new ShapeError('qk_norm_rope', `u must be f32 with ${T * 3 * r} elements, got ${lora.u.dtype} [${lora.u.shape.join(', ')}]`);
-      loraUniforms = { r, sq: loraScale(lora.q), sk: loraScale(lora.k), sv: loraScale(lora.v) };
-      Object.assign(loraBind, { u_in: lora.u, bq: lora.q.B, bk: lora.k.B, bv: lora.v.B });
+      uniforms.r = r;
+      uniforms.sq = loraScale(lora.q);
+      uniforms.sk = loraScale(lora.k);
+      uniforms.sv = loraScale(lora.v);
+      bind.u_in = lora.u;
+      bind.bq = lora.q.B;
+      bind.bk = lora.k.B;
+      bind.bv = lora.v.B;
     }
-    rec.dispatch(
-      lora ? this.cacheLoraKernel : this.cacheKernel,
-      {
-        ...loraBind,
-        q_raw: a.qRaw,
-        k_raw: a.kRaw,
-        q_weight: a.qWeight,
-        k_weight: a.kWeight,
-        table: a.cs,
-        q: a.q,
-        v: a.v,
-        k_cache: cache.k[a.layer],
-        v_cache: cache.v[a.layer],
-        lengths: cache.lengths,
-      },
-      grid1d(T * (a.hq + a.hkv), 1),
-      { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n, slot0: a.slot0, cap: cache.config.capacity, ...loraUniforms },
-    );
+    rec.dispatch(lora ? this.cacheLoraKernel : this.cacheKernel, bind, grid1d(T * (a.hq + a.hkv), 1), uniforms);
   }
 
   /** Shapes of the common arguments and of `kv` ([T, Hkv·D] each); returns T. */
@@ -126,8 +126,8 @@ export class QkNormRope {
       ['q', a.q, T * a.hq * D],
       ['kRaw', a.kRaw, T * a.hkv * D],
       ['cs', a.cs, T * D],
-      ...kv.map(([name, t]): [string, Tensor, number] => [name, t, T * a.hkv * D]),
     ];
+    for (const [name, t] of kv) want.push([name, t, T * a.hkv * D]);
     for (const [name, t, n] of want) {
       if (t.dtype !== 'f32' || t.numel !== n) throw new ShapeError(op, `${name} must be f32 with ${n} elements, got ${t.dtype} [${t.shape.join(', ')}]`);
     }
