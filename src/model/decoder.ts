@@ -182,9 +182,12 @@ export class Decoder {
    */
   private projectShared(rec: Recorder, x: Tensor, outs: readonly Projection[], lora: LoraCall | null, accumulate = false): void {
     const gemv = this.gemvLora(lora, x, outs);
-    if (gemv) this.ops.loraGemv.down(rec, gemv.ps, x, gemv.u);
+    // One adapter: its whole update in one dispatch after the base projection (LoraGemv.forward).
+    const single = gemv && outs.length === 1;
+    if (gemv && !single) this.ops.loraGemv.down(rec, gemv.ps, x, gemv.u);
     for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate);
-    if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
+    if (single) this.ops.loraGemv.forward(rec, gemv.ps[0], x, outs[0].y, gemv.u);
+    else if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
     else if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
   }
 
