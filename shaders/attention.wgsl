@@ -133,6 +133,9 @@ const KPT: u32 = BI / LPR; // score phase: inner rows per lane
 const CLN: u32 = {{CLN}}u; // output phase: lanes across the vec4 columns
 const CPT: u32 = (NV + CLN - 1u) / CLN; // output phase: vec4 columns per lane
 const RPT: u32 = BO * CLN / WG;         // output phase: owned rows per lane
+// Tile staging: every load of a tile is issued into registers before any is stored, so that a
+// lane has SPT loads in flight rather than one at a time.
+const SPT: u32 = (BI * NV + WG - 1u) / WG;
 
 var<workgroup> own_a: array<vec4f, BO * DSV>;  // q (forward, dq); k (dk/dv)
 var<workgroup> own_b: array<vec4f, BO * DSV>;  // dO (dq); v (dk/dv)
@@ -193,12 +196,21 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
   var acc: array<vec4f, RPT * CPT>;
   for (var j0 = tile_lo; j0 < tile_hi; j0 += BI) {
     workgroupBarrier(); // the previous tile's readers are done with in_a, in_b, pt, red, row_f
-    for (var e = lid; e < BI * NV; e += WG) {
+    var ka: array<vec4f, SPT>;
+    var va: array<vec4f, SPT>;
+    for (var i = 0u; i < SPT; i++) {
+      let e = min(lid + WG * i, BI * NV - 1u);
       let c = e / NV;
       let base = (kbase + min(j0 + c, tile_hi - 1u)) * kstride + hk * D;
-      let inside = j0 + c < tile_hi;
-      in_a[c * DSV + e % NV] = select(vec4f(0.0), ld_k(base, e % NV), inside);
-      in_b[c * NV + e % NV] = select(vec4f(0.0), ld_v(base, e % NV), inside);
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < tile_hi);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < tile_hi);
+    }
+    for (var i = 0u; i < SPT; i++) {
+      let e = lid + WG * i;
+      if (e < BI * NV) {
+        in_a[(e / NV) * DSV + e % NV] = ka[i];
+        in_b[e] = va[i];
+      }
     }
     workgroupBarrier();
     var s = array<f32, KPT>(); // explicit: zeroed on every tile
@@ -311,12 +323,21 @@ fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
   var acc: array<vec4f, RPT * CPT>;
   for (var j0 = tile_lo; j0 < tile_hi; j0 += BI) {
     workgroupBarrier();
-    for (var e = lid; e < BI * NV; e += WG) {
+    var ka: array<vec4f, SPT>;
+    var va: array<vec4f, SPT>;
+    for (var i = 0u; i < SPT; i++) {
+      let e = min(lid + WG * i, BI * NV - 1u);
       let c = e / NV;
       let base = min(j0 + c, tile_hi - 1u) * kstride + hk * D;
-      let inside = j0 + c < tile_hi;
-      in_a[c * DSV + e % NV] = select(vec4f(0.0), ld_k(base, e % NV), inside);
-      in_b[c * DSV + e % NV] = select(vec4f(0.0), ld_v(base, e % NV), inside);
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < tile_hi);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < tile_hi);
+    }
+    for (var i = 0u; i < SPT; i++) {
+      let e = lid + WG * i;
+      if (e < BI * NV) {
+        in_a[(e / NV) * DSV + e % NV] = ka[i];
+        in_b[(e / NV) * DSV + e % NV] = va[i];
+      }
     }
     workgroupBarrier();
     var s = array<f32, KPT>(); // explicit: zeroed on every tile
@@ -393,12 +414,21 @@ fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_ind
   var dv_acc: array<vec4f, RPT * CPT>;
   for (var i0 = tile_lo; i0 < tile_hi; i0 += BI) {
     workgroupBarrier();
-    for (var e = lid; e < BI * NV; e += WG) {
+    var qa: array<vec4f, SPT>;
+    var da: array<vec4f, SPT>;
+    for (var i = 0u; i < SPT; i++) {
+      let e = min(lid + WG * i, BI * NV - 1u);
       let r = e / NV;
       let base = q_index(0u, min(i0 + r, tile_hi - 1u), hk, 0u);
-      let inside = i0 + r < tile_hi;
-      in_a[r * DSV + e % NV] = select(vec4f(0.0), ld_q(base, e % NV), inside);
-      in_b[r * DSV + e % NV] = select(vec4f(0.0), ld_do(base, e % NV), inside);
+      qa[i] = select(vec4f(0.0), ld_q(base, e % NV), i0 + r < tile_hi);
+      da[i] = select(vec4f(0.0), ld_do(base, e % NV), i0 + r < tile_hi);
+    }
+    for (var i = 0u; i < SPT; i++) {
+      let e = lid + WG * i;
+      if (e < BI * NV) {
+        in_a[(e / NV) * DSV + e % NV] = qa[i];
+        in_b[(e / NV) * DSV + e % NV] = da[i];
+      }
     }
     if (lid < BI) {
       let st = q_index(0u, min(i0 + lid, tile_hi - 1u), hk, 0u) / D;
@@ -475,6 +505,7 @@ const PCL: u32 = {{PCL}}u;          // output lanes across vec4 columns
 const PGS: u32 = DWG / PCL;         // output row groups
 const PCPT: u32 = (NV + PCL - 1u) / PCL;
 const XW: u32 = DWG / RMAX;         // lanes per row in the max reduction
+const DSPT: u32 = (KB * NV + DWG - 1u) / DWG; // staged vec4s of K (and of V) per lane, loaded before stored
 
 var<workgroup> dq_sh: array<vec4f, RMAX * NV>;
 var<workgroup> dk_sh: array<vec4f, KB * DSV>;
@@ -522,12 +553,21 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 
   for (var j0 = c_lo; j0 < c_hi; j0 += KB) {
     workgroupBarrier(); // the previous block's readers are done
-    for (var e = lid; e < KB * NV; e += DWG) {
+    var ka: array<vec4f, DSPT>;
+    var va: array<vec4f, DSPT>;
+    for (var i = 0u; i < DSPT; i++) {
+      let e = min(lid + DWG * i, KB * NV - 1u);
       let c = e / NV;
       let base = (kbase + min(j0 + c, c_hi - 1u)) * kstride + hk * D;
-      let inside = j0 + c < c_hi;
-      dk_sh[c * DSV + e % NV] = select(vec4f(0.0), ld_k(base, e % NV), inside);
-      dv_sh[e] = select(vec4f(0.0), ld_v(base, e % NV), inside);
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < c_hi);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < c_hi);
+    }
+    for (var i = 0u; i < DSPT; i++) {
+      let e = lid + DWG * i;
+      if (e < KB * NV) {
+        dk_sh[(e / NV) * DSV + e % NV] = ka[i];
+        dv_sh[e] = va[i];
+      }
     }
     workgroupBarrier();
     var s = array<f32, RMAX / RGS>(); // explicit: zeroed on every block

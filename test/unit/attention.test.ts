@@ -435,6 +435,15 @@ describe('attention tiles', () => {
     for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, D=128` });
   });
 
+  it('head_dim 6 (not a multiple of 4: the f32 loads, zero-padded vec4s), packed 5+11, GQA 2/1: forward and backward', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 2, hkv: 1, D: 6 };
+    const r = await runBackward(gpu, dims, [5, 11], true, 31);
+    expectClose(r.o, cpuForward(r.q, r.k, r.v, dims, r.cu, true, r.scale).o, { rtol: 1e-4, atol: 2e-6, what: 'o, D=6' });
+    const ref = cpuBackward(r.q, r.k, r.v, r.w, dims, r.cu, true, r.scale);
+    for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, D=6` });
+  });
+
   it('decode kernel with several new rows per sequence (n·G = 6 split in 3 chunks, then 8 rows and 1 row) over 28 keys', async () => {
     const gpu = await testGpu();
     const dims = { hq: 4, hkv: 2, D: 16 };
