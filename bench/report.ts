@@ -73,10 +73,10 @@ function suiteTable(suite: string, rows: Row[], torch: Torch | undefined, peak: 
   const tsuite = TORCH_SUITE[suite] ?? suite;
   const trows = torch?.rows.filter((r) => r.suite === tsuite) ?? [];
   const variants = [...new Set(trows.map((r) => r.variant))];
-  const head = ['shape', 'ours GPU ms', 'ours wall ms', 'ours rate', 'of limit', 'setting', ...variants.flatMap((v) => [`PyTorch ${v}: ms (rate)`, `× vs ${v}`])];
+  const head = ['shape', 'ours GPU ms', 'ours in-stream ms', 'ours wall ms', 'ours rate', 'of limit', 'setting', ...variants.flatMap((v) => [`PyTorch ${v}: ms (rate)`, `× vs ${v}`])];
   const lines = [`### ${suite}: ${rows[0].kernel}`, '', `| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`];
   for (const r of rows) {
-    const cells = [r.shape, num(r.ms), num(r.wallMs), `${num(r.rate)} ${r.unit}`, r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`, r.setting ?? ''];
+    const cells = [r.shape, num(r.ms), r.passMs === undefined ? '—' : num(r.passMs), num(r.wallMs), `${num(r.rate)} ${r.unit}`, r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`, r.setting ?? ''];
     for (const v of variants) {
       const t = trows.find((x) => x.variant === v && x.shape === r.shape);
       // Speed ratio on what a caller waits for: PyTorch's stream time over our wall time per call.
@@ -110,12 +110,20 @@ function targets(ours: Ours): string[] {
     ['4-bit GEMV 172032x2048 (28 layers\' 6144x2048 stacked), 1 row', 'gemv-q4|M1 N172032 K2048', 1500, 'GB/s'],
     ['4-bit GEMM M=1024 on 2048x6144', 'gemm-q4|M1024 N2048 K6144', 10, 'TFLOP/s'],
   ];
-  const lines = ['| check | measured | issue 3 floor | issue 8 target |', '|---|---|---|---|'];
+  // GEMV calls are judged in stream (what they cost in decode; the per-dispatch clock adds a pass
+  // per call), beside the read kernel on the same bytes: what any kernel reading them reaches.
+  const lines = ['| check | measured: per-dispatch clock | in stream | read kernel on the same bytes, in stream | issue 3 floor | issue 8 target |', '|---|---|---|---|---|---|'];
   for (const [what, key, floor, unit] of checks) {
     const r = find(key);
+    const stream = r?.passMs !== undefined ? r.work / r.passMs / (unit === 'GB/s' ? 1e6 : 1e9) : undefined;
+    const nk = /N(\d+) K(\d+)/.exec(key);
+    const read = nk ? ours.rows.find((x) => x.suite === 'memory' && x.shape.startsWith(`${nk[1]}x${nk[2]} (`)) : undefined;
+    const readRate = read?.passMs !== undefined ? read.work / read.passMs / 1e6 : undefined;
+    const judged = stream ?? r?.rate;
     const target = unit === 'GB/s' ? 2500 : 25;
-    const mark = (v: number) => (r ? `${v} ${unit} ${r.rate >= v ? '✅' : '❌'}` : `${v} ${unit}`);
-    lines.push(`| ${what} | ${r ? `${num(r.rate)} ${unit}` : 'not measured'} | ${mark(floor)} | ${mark(target)} |`);
+    const mark = (v: number) => (judged !== undefined ? `${v} ${unit} ${judged >= v ? '✅' : '❌'}` : `${v} ${unit}`);
+    const readCell = readRate === undefined ? '—' : `${num(readRate)} GB/s${stream ? ` (ours ${pct(stream / readRate)} of it)` : ''}`;
+    lines.push(`| ${what} | ${r ? `${num(r.rate)} ${unit}` : 'not measured'} | ${stream === undefined ? '—' : `${num(stream)} ${unit}`} | ${unit === 'GB/s' ? readCell : ''} | ${mark(floor)} | ${mark(target)} |`);
   }
   return [...lines, ''];
 }
@@ -143,6 +151,7 @@ function render(ours: Ours, torch: Torch | undefined): string {
     `  \`${DEVICE_COMMAND}\`; then \`npx vite-node bench/report.ts -- --ours ours.json --torch torch.json\`.`,
     '- Shapes: bench/shapes.json (Qwen3-VL-2B: hidden 2048, intermediate 6144, 16 query / 8 kv heads of 128, 28 layers, vocabulary 151,936). Weights are N x K = [out, in]; M is rows of x.',
     "- **ours GPU ms**: median over repetitions of the summed timestamp-query time of the op's dispatches (each dispatch in its own pass; gaps not counted). " +
+      "**ours in-stream ms**: timestamps around whole passes holding the op's calls back to back as the engine records them (Dawn's barriers between dependent dispatches, no pass per dispatch, the CPU's encoding excluded), per call: what a kernel costs inside a decode step. " +
       '**ours wall ms**: CPU clock over one submit of back-to-back repetitions (one pass, Dawn barriers), per call. ' +
       "**PyTorch ms**: CUDA events around the op on one stream, median. **× vs**: PyTorch ms / ours wall ms (above 1: ours is faster).",
     "- Memory-bound ops (GEMV, decode attention) cycle through enough weight copies / layers' caches (256 MiB) that L2 does not hold them, on both sides.",
@@ -165,8 +174,8 @@ function render(ours: Ours, torch: Torch | undefined): string {
   out.push('', '## Floors and targets', '', ...targets(ours), '## Results', '');
   const suites = [...new Set(ours.rows.map((r) => r.suite))];
   for (const s of suites) out.push(...suiteTable(s, ours.rows.filter((r) => r.suite === s), torch, peak));
-  out.push('## Option sweeps', '', 'GPU ms of every option tried (fewer repetitions than the tables above); the tables report the best, measured again.', '');
-  const defaults: Record<string, RegExp> = { gemv: /^TPR32 RPT4 TG4 U1( subgroups)?$/, gemm: /^GTM4 GTN4 GBK32$/ };
+  out.push('## Option sweeps', '', 'In-stream ms (where the device has timestamps) of every option tried, fewer repetitions than the tables above; the tables report the best, measured again.', '');
+  const defaults: Record<string, RegExp> = { gemv: /^(TPR8 TG16|TPR64 TG4|TPR32 TG8)( no subgroups)?$/, gemm: /^GTM4 GTN4 GBK32$/ };
   for (const [name, entries] of Object.entries(ours.sweeps)) out.push(...sweepTable(name, entries, defaults[name]));
   if (torch?.errors.length) {
     out.push('## PyTorch cases that failed', '', ...torch.errors.map((e) => `- ${e.case}: \`${e.error.replace(/\s+/g, ' ').slice(0, 300)}\``), '');
@@ -182,7 +191,10 @@ function main(): void {
   if (updatePath) {
     const part = JSON.parse(readFileSync(updatePath, 'utf8')) as Ours;
     const suites = new Set(part.rows.filter((r) => r.suite !== 'memory').map((r) => r.suite));
-    ours.rows = [...ours.rows.filter((r) => !suites.has(r.suite)), ...part.rows.filter((r) => suites.has(r.suite))];
+    // Memory rows other than the full-size read (the small dispatch, the reads of each weight's
+    // bytes) come with the update: they are the same run's ceilings.
+    const extra = (r: Row) => r.suite === 'memory' && r.kernel !== 'read (vec4 f32)';
+    ours.rows = [...ours.rows.filter((r) => !suites.has(r.suite) && !extra(r)), ...part.rows.filter((r) => suites.has(r.suite) || extra(r))];
     Object.assign(ours.sweeps, part.sweeps);
     ours.updates = [...(ours.updates ?? []), { command: part.command, date: part.date, seconds: part.seconds, readGBs: part.readGBs, suites: [...suites] }];
   }

@@ -98,6 +98,9 @@ export interface MatmulQ4Options {
 /** A GEMV layout ready to dispatch: per M its kernel spec, compiled on first use. */
 interface GemvPlan {
   specs: readonly KernelSpec[];
+  /** Per M, the compiled kernel once used (decode records hundreds of calls a step: no lookups by
+   * string on that path). */
+  kernels: (Kernel | undefined)[];
   rowsPerGroup: number;
   persist: number;
 }
@@ -111,7 +114,8 @@ const SMALL_MANY_ROWS: GemvShape = { threadsPerRow: 32, groups: 8 };
 const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
 
 export class MatmulQ4 {
-  private readonly plans = new Map<string, GemvPlan>();
+  /** Plans per layout object and K. */
+  private readonly plans = new Map<GemvShape, Map<number, GemvPlan>>();
 
   private constructor(
     private readonly gpu: Gpu,
@@ -163,11 +167,12 @@ export class MatmulQ4 {
   /** The plan of a layout for K columns: lanes per row block are capped at the groups a row has
    * (a lane with no group would idle; the demo's K = 64 has two). */
   private plan(shape: GemvShape, k: number): GemvPlan {
+    let byK = this.plans.get(shape);
+    if (!byK) this.plans.set(shape, (byK = new Map()));
+    const known = byK.get(k);
+    if (known) return known;
     const groupsPerRow = k / Q4_GROUP;
     const lanes = Math.min(shape.threadsPerRow, 2 ** Math.ceil(Math.log2(groupsPerRow)));
-    const key = `${JSON.stringify(shape)}|${lanes}`;
-    const known = this.plans.get(key);
-    if (known) return known;
     const gpu = this.gpu;
     const { groups: TG, persist = 0, xDirect = false } = shape;
     const TPR = lanes;
@@ -198,8 +203,8 @@ export class MatmulQ4 {
       constants: { M: i + 1, TPR, TG, KC, PERSIST: persist > 0 ? 1 : 0, XDIRECT: xDirect ? 1 : 0 },
       defines: { SUBGROUPS: this.subgroups },
     }));
-    const plan = { specs, rowsPerGroup: 4 * TG, persist };
-    this.plans.set(key, plan);
+    const plan = { specs, kernels: [], rowsPerGroup: 4 * TG, persist };
+    byK.set(k, plan);
     return plan;
   }
 
@@ -245,7 +250,8 @@ export class MatmulQ4 {
     const plan = this.plan(this.layoutFor(m, w.n), w.k);
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
-    rec.dispatch(this.gpu.kernelNow(plan.specs[m - 1]), { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
+    const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.specs[m - 1]));
+    rec.dispatch(kernel, { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
       m,
       n: w.n,
       k: w.k,
