@@ -233,10 +233,18 @@ export class Decoder {
       rope.apply(rec, cs, b.k, hkv);
       if (attend.kind === 'cached') attend.cache.append(rec, layer, b.k, b.v, attend.slot0, attend.count);
     } else if (attend.kind === 'cached') {
-      // No rstd to keep (inference): one dispatch for the q/k/v LoRA updates, the norms, RoPE and the cache append.
-      const fused = gemv ? { q: gemv.ps[0], k: gemv.ps[1], v: gemv.ps[2], u: gemv.u } : undefined;
+      // No rstd to keep (inference): one dispatch for the q/k/v LoRA updates, the norms, RoPE and
+      // the cache append, as far as the device binds enough storage buffers for it.
       const { cache, slot0, count } = attend;
-      this.ops.qkNormRope.applyToCache(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, v: b.v, hq, hkv, eps, cache, layer, slot0, count, lora: fused });
+      const { qkNormRope } = this.ops;
+      const fused = gemv && qkNormRope.writesCache(true) ? { q: gemv.ps[0], k: gemv.ps[1], v: gemv.ps[2], u: gemv.u } : undefined;
+      if (gemv && !fused) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
+      if (qkNormRope.writesCache(false)) {
+        qkNormRope.applyToCache(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, v: b.v, hq, hkv, eps, cache, layer, slot0, count, lora: fused });
+      } else {
+        qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
+        cache.append(rec, layer, b.k, b.v, slot0, count);
+      }
     } else {
       if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
       this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });

@@ -2,7 +2,7 @@
 // dispatches norms.rmsnorm ×2 + rope.apply ×2 of the attention block, for inference; in
 // generation also KvCache.append's (k and v written straight into the cache) and, with a
 // transient adapter, the q/k/v LoRA up dispatch (u from LoraGemv.down on the three adapters).
-import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import type { KvCache } from './kvCache';
 import { loraScale, type LoraParams } from './lora';
 
@@ -36,13 +36,17 @@ export interface QkNormRopeCacheArgs extends Omit<QkNormRopeArgs, 'k'> {
   lora?: { q: LoraParams; k: LoraParams; v: LoraParams; u: Tensor };
 }
 
+/** Storage buffers the cache variants bind (q_raw, k_raw, v, two norm weights, table, q, k/v cache, lengths; + u and three B). */
+const CACHE_STORAGE_BUFFERS = 10;
+const CACHE_LORA_STORAGE_BUFFERS = 14;
 const UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', half: 'u32', eps: 'f32', n: 'u32', slot0: 'u32', cap: 'u32', r: 'u32', sq: 'f32', sk: 'f32', sv: 'f32' } as const;
 
 export class QkNormRope {
   private constructor(
     private readonly kernel: Kernel,
-    private readonly cacheKernel: Kernel,
-    private readonly cacheLoraKernel: Kernel,
+    /** Null where the device binds fewer storage buffers than the kernel needs (Chrome offers 10, WebGPU's default is 8). */
+    private readonly cacheKernel: Kernel | null,
+    private readonly cacheLoraKernel: Kernel | null,
   ) {}
 
   static async create(gpu: Gpu): Promise<QkNormRope> {
@@ -54,8 +58,18 @@ export class QkNormRope {
       constants: { WG },
       uniforms: UNIFORMS,
     });
-    const [plain, cache, cacheLora] = await Promise.all([gpu.kernel(spec(false)), gpu.kernel(spec(true)), gpu.kernel(spec(true, true))]);
+    const fits = (buffers: number) => gpu.limits.maxStorageBuffersPerShaderStage >= buffers;
+    const [plain, cache, cacheLora] = await Promise.all([
+      gpu.kernel(spec(false)),
+      fits(CACHE_STORAGE_BUFFERS) ? gpu.kernel(spec(true)) : null,
+      fits(CACHE_LORA_STORAGE_BUFFERS) ? gpu.kernel(spec(true, true)) : null,
+    ]);
     return new QkNormRope(plain, cache, cacheLora);
+  }
+
+  /** Whether applyToCache runs on this device (with the q/k/v LoRA updates inside when `lora`). */
+  writesCache(lora: boolean): boolean {
+    return (lora ? this.cacheLoraKernel : this.cacheKernel) !== null;
   }
 
   apply(rec: Recorder, a: QkNormRopeArgs): void {
@@ -112,7 +126,9 @@ export class QkNormRope {
       bind.bk = lora.k.B;
       bind.bv = lora.v.B;
     }
-    rec.dispatch(lora ? this.cacheLoraKernel : this.cacheKernel, bind, grid1d(T * (a.hq + a.hkv), 1), uniforms);
+    const kernel = lora ? this.cacheLoraKernel : this.cacheKernel;
+    if (!kernel) throw new MissingFeatureError('maxStorageBuffersPerShaderStage', `qk_norm_rope into the KV cache binds ${lora ? CACHE_LORA_STORAGE_BUFFERS : CACHE_STORAGE_BUFFERS} storage buffers (check writesCache)`);
+    rec.dispatch(kernel, bind, grid1d(T * (a.hq + a.hkv), 1), uniforms);
   }
 
   /** Shapes of the common arguments and of `kv` ([T, Hkv·D] each); returns T. */

@@ -1,17 +1,29 @@
 // Decode with an adapter on: the decode steps take the LoRA GEMV (src/ops/loraGemv.ts,
-// ≤ 8 rows), the prefill the two GEMMs. Sampled completions and their log-probs equal those of the
-// base model with every adapter merged into its weight (W + alpha/r·B·A, on the CPU).
+// ≤ 8 rows), the prefill the two GEMMs; on this device and on one binding fewer storage buffers
+// (where the q/k norm dispatch cannot take the LoRA update and the KV append in). Sampled
+// completions and their log-probs equal those of the base model with every adapter merged into its
+// weight (W + alpha/r·B·A, on the CPU).
 import { describe, expect, it } from 'vitest';
 import { adapterAndMerged } from '../helpers/adapterPair';
 import { testGpu } from '../helpers/gpu';
 import { readReference } from '../helpers/modelFixtures';
 import { expectClose } from '../helpers/reference';
 import { splitImages } from '../../src/model/qwen3vl';
+import type { Gpu } from '../../src/gpu';
+
+/** The test device as one that binds only WebGPU's default 8 storage buffers per stage (Chrome offers 10). */
+function withDefaultStorageLimit(gpu: Gpu): Gpu {
+  const limits = new Proxy(gpu.limits, { get: (t, k) => (k === 'maxStorageBuffersPerShaderStage' ? 8 : t[k as keyof GPUSupportedLimits]) });
+  return Object.create(gpu, { limits: { value: limits } }) as Gpu;
+}
 
 describe('decode with LoRA', () => {
-  it('tiny-b: G sampled completions with the adapter on = with the adapter merged; off differs', async () => {
+  it.each([
+    { device: 'this device', limited: false },
+    { device: '8 storage buffers a stage (q/k norm, LoRA up and KV append apart)', limited: true },
+  ])('tiny-b, $device: G sampled completions with the adapter on = with the adapter merged; off differs', async ({ limited }) => {
     const m = 'tiny-b';
-    const gpu = await testGpu();
+    const gpu = limited ? withDefaultStorageLimit(await testGpu()) : await testGpu();
     const { net, merged } = await adapterAndMerged(gpu, m);
     const ref = await readReference(m, 'image1');
     const prompt = { id: 'p', inputIds: ref.inputIds, images: splitImages({ pixelValues: ref.pixelValues!, gridThw: ref.gridThw! }, ['p/0']) };
