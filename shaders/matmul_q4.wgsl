@@ -95,6 +95,16 @@ fn unpack_scaled(cw: u32, d: f32) -> array<vec4<f32>, 2> {
 
 // xstage[m·KC/4 + v·KC/32 + g] = x[m, k0 + 32g + 4v .. + 3] · X_SCALE for the chunk at column k0.
 var<workgroup> xstage: array<vec4<f32>, M * KC / 4u>;
+// *acc += row r's dot with the 8 weights of word w of the four rows of W (q[r] as unpack_scaled).
+fn row_fma(acc: ptr<function, vec4<f32>>, xv: array<vec4<f32>, 2>, q: array<array<vec4<f32>, 2>, 4>) {
+  *acc += vec4<f32>(
+    dot(xv[0], q[0][0]) + dot(xv[1], q[0][1]),
+    dot(xv[0], q[1][0]) + dot(xv[1], q[1][1]),
+    dot(xv[0], q[2][0]) + dot(xv[1], q[2][1]),
+    dot(xv[0], q[3][0]) + dot(xv[1], q[3][1]),
+  );
+}
+
 // x of weights 8w..8w+3 and 8w+4..8w+7 of group g0 + gl, row m, pre-scaled: staged or from memory.
 fn x_pair(m: u32, w: u32, gl: u32, g0: u32, gc_max: u32) -> array<vec4<f32>, 2> {
   if (XDIRECT) {
@@ -131,9 +141,16 @@ fn gemv(
     let r1 = min(row0 + 1u, params.n - 1u) * groups;
     let r2 = min(row0 + 2u, params.n - 1u) * groups;
     let r3 = min(row0 + 3u, params.n - 1u) * groups;
-    // acc[m][r]: row m of x, row row0 + r of W. Explicitly zeroed: lavapipe kept values across
+    // a0..a7: row m of x (component r: row row0 + r of W). Explicitly zeroed per block: lavapipe kept values across
     // iterations with the implicit zeroing.
-    var acc = array<vec4<f32>, MAX_M>();
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var a4 = vec4<f32>(0.0);
+    var a5 = vec4<f32>(0.0);
+    var a6 = vec4<f32>(0.0);
+    var a7 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < params.k; k0 += chunk) {
       let gc = min(gc_max, groups - k0 / 32u);
       let g0 = k0 / 32u;
@@ -173,26 +190,21 @@ fn gemv(
             let xh = xv[1];
             dots += vec4<f32>(word_dot(c0[w], xl, xh), word_dot(c1[w], xl, xh), word_dot(c2[w], xl, xh), word_dot(c3[w], xl, xh));
           }
-          acc[0] += d * dots;
+          a0 += d * dots;
         } else {
           // Several rows of x: unpack each word once, scaled, and reuse it for every row (unpacking
-          // per row made the 8-row GEMV compute-bound).
+          // per row made the 8-row GEMV compute-bound). One named accumulator per row, each
+          // behind a constant test on M: an array indexed in a loop may live in local memory.
           for (var w = 0u; w < 4u; w++) {
-            let q0 = unpack_scaled(c0[w], d.x);
-            let q1 = unpack_scaled(c1[w], d.y);
-            let q2 = unpack_scaled(c2[w], d.z);
-            let q3 = unpack_scaled(c3[w], d.w);
-            for (var m = 0u; m < M; m++) {
-              let xv = x_pair(m, w, gl, g0, gc_max);
-              let xl = xv[0];
-              let xh = xv[1];
-              acc[m] += vec4<f32>(
-                dot(xl, q0[0]) + dot(xh, q0[1]),
-                dot(xl, q1[0]) + dot(xh, q1[1]),
-                dot(xl, q2[0]) + dot(xh, q2[1]),
-                dot(xl, q3[0]) + dot(xh, q3[1]),
-              );
-            }
+            let q = array<array<vec4<f32>, 2>, 4>(unpack_scaled(c0[w], d.x), unpack_scaled(c1[w], d.y), unpack_scaled(c2[w], d.z), unpack_scaled(c3[w], d.w));
+            row_fma(&a0, x_pair(0u, w, gl, g0, gc_max), q);
+            if (M > 1u) { row_fma(&a1, x_pair(1u, w, gl, g0, gc_max), q); }
+            if (M > 2u) { row_fma(&a2, x_pair(2u, w, gl, g0, gc_max), q); }
+            if (M > 3u) { row_fma(&a3, x_pair(3u, w, gl, g0, gc_max), q); }
+            if (M > 4u) { row_fma(&a4, x_pair(4u, w, gl, g0, gc_max), q); }
+            if (M > 5u) { row_fma(&a5, x_pair(5u, w, gl, g0, gc_max), q); }
+            if (M > 6u) { row_fma(&a6, x_pair(6u, w, gl, g0, gc_max), q); }
+            if (M > 7u) { row_fma(&a7, x_pair(7u, w, gl, g0, gc_max), q); }
           }
         }
         c0 = n0;
@@ -202,6 +214,7 @@ fn gemv(
         d = dn;
       }
     }
+    var acc = array<vec4<f32>, MAX_M>(a0, a1, a2, a3, a4, a5, a6, a7);
     // Sum the TPR lanes' partial sums; lane 4m + r (mod TPR) writes row m of x, row row0 + r of W.
 #if SUBGROUPS
     // Butterfly within the thread group: the host takes this path only when every subgroup holds
