@@ -362,66 +362,94 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
 
 // ---------------------------------------------------------------------------------------------
 // Backward through the frozen weight: dx[m, k] (+)= Σ_n dy[m, n] W[n, k]. A workgroup of 16x16
-// threads computes a 64x64 tile of dx (4 rows m x 4 columns k per thread), stepping N 32 rows at
-// a time; the dy tile and the dequantized W tile [32 n, 64 k] are staged n-major.
+// threads computes a 128x64 tile of dx (8 rows m x 4 columns k per thread), stepping N 16 rows at
+// a time; the dy tile and the dequantized W tile [16 n, 64 k] are staged n-major (12 KiB, within
+// WebGPU's default 16). The next step's dy values and code word are loaded into registers before
+// the current step's arithmetic, so their latency hides behind it.
 // ---------------------------------------------------------------------------------------------
-const TILE = 64u; // rows of dy and columns of dx per tile
-const TV = 16u;   // vec4s across a tile
-const BN = 32u;   // rows of W per step
-var<workgroup> dys: array<vec4<f32>, BN * TV>; // dys[n * TV + i][j] = dy[m0 + 4i + j, n0 + n]
-var<workgroup> wt: array<vec4<f32>, BN * TV>;  // wt[n * TV + i][j] = W[n0 + n, k0 + 4i + j]
+const DX_TM = 128u; // rows of dy per tile
+const DX_TK = 64u;  // columns of dx per tile
+const BN = 16u;     // rows of W per step
+var<workgroup> dys: array<vec4<f32>, BN * DX_TM / 4u>; // dys[n * 32 + i][j] = dy[m0 + 4i + j, n0 + n]
+var<workgroup> wt: array<vec4<f32>, BN * DX_TK / 4u>;  // wt[n * 16 + i][j] = W[n0 + n, k0 + 4i + j]
+
+// Thread lid's share of the step at n0: 8 values of the dy tile (128 rows x 16 columns) and, for
+// the first 128 threads, one code word of the W tile (16 rows x 8 words) with its scale.
+struct DxStep {
+  dy: array<f32, 8>,
+  code: u32,
+  scale: f32,
+}
+
+fn dx_load(lid: u32, m0: u32, k0: u32, n0: u32) -> DxStep {
+  var st: DxStep;
+  for (var r = 0u; r < 8u; r++) {
+    let i = lid + r * 256u;
+    let mi = i / BN;
+    let ni = i % BN;
+    st.dy[r] = 0.0;
+    if (m0 + mi < params.m && n0 + ni < params.n) {
+      st.dy[r] = dy[(m0 + mi) * params.n + n0 + ni];
+    }
+  }
+  st.code = 0x88888888u; // code 8 is weight 0
+  st.scale = 0.0;
+  let ni = lid / 8u;
+  let k = k0 + (lid % 8u) * 8u;
+  if (lid < BN * 8u && n0 + ni < params.n && k < params.k) {
+    st.code = codes[(n0 + ni) * (params.k / 8u) + k / 8u];
+    st.scale = scale_of((n0 + ni) * (params.k / 32u) + k / 32u);
+  }
+  return st;
+}
+
+fn dx_store(lid: u32, st: DxStep) {
+  for (var r = 0u; r < 8u; r++) {
+    let i = lid + r * 256u;
+    let mi = i / BN;
+    let ni = i % BN;
+    dys[ni * (DX_TM / 4u) + mi / 4u][mi % 4u] = st.dy[r];
+  }
+  if (lid < BN * 8u) {
+    let ni = lid / 8u;
+    let wi = lid % 8u;
+    wt[ni * (DX_TK / 4u) + wi * 2u] = st.scale * lo4(st.code);
+    wt[ni * (DX_TK / 4u) + wi * 2u + 1u] = st.scale * hi4(st.code);
+  }
+}
 
 @compute @workgroup_size(256)
 fn dinput(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let tx = lid % TV; // 4 columns k
-  let ty = lid / TV; // 4 rows m
-  let m0 = wid.y * TILE;
-  let k0 = wid.x * TILE;
-  let groups = params.k / 32u;
-  var acc: array<vec4<f32>, 4>;
+  let tx = lid % 16u; // 4 columns k
+  let ty = lid / 16u; // 8 rows m
+  let m0 = wid.y * DX_TM;
+  let k0 = wid.x * DX_TK;
+  var acc = array<vec4<f32>, 8>();
+  var st = dx_load(lid, m0, k0, 0u);
   for (var n0 = 0u; n0 < params.n; n0 += BN) {
-    // dy tile: 64 rows m x 32 columns n, eight per thread (a row of N has no alignment).
-    for (var r = 0u; r < 8u; r++) {
-      let i = lid + r * 256u;
-      let mi = i / BN;
-      let ni = i % BN;
-      var v = 0.0;
-      if (m0 + mi < params.m && n0 + ni < params.n) {
-        v = dy[(m0 + mi) * params.n + n0 + ni];
-      }
-      dys[ni * TV + mi / 4u][mi % 4u] = v;
-    }
-    // W tile: 32 rows n x 8 words (64 weights along k), one word per thread.
-    {
-      let ni = lid / 8u;
-      let wi = lid % 8u;
-      let k = k0 + wi * 8u;
-      var lo = vec4<f32>(0.0);
-      var hi = vec4<f32>(0.0);
-      if (n0 + ni < params.n && k < params.k) {
-        let s = (n0 + ni) * groups + k / 32u;
-        let c = codes[(n0 + ni) * (params.k / 8u) + k / 8u];
-        let d = scale_of(s);
-        lo = d * lo4(c);
-        hi = d * hi4(c);
-      }
-      wt[ni * TV + wi * 2u] = lo;
-      wt[ni * TV + wi * 2u + 1u] = hi;
-    }
+    dx_store(lid, st);
     workgroupBarrier();
+    if (n0 + BN < params.n) {
+      st = dx_load(lid, m0, k0, n0 + BN);
+    }
     for (var n = 0u; n < BN; n++) {
-      let a = dys[n * TV + ty];
-      let b = wt[n * TV + tx];
-      acc[0] += a.x * b;
-      acc[1] += a.y * b;
-      acc[2] += a.z * b;
-      acc[3] += a.w * b;
+      let a0 = dys[n * (DX_TM / 4u) + 2u * ty];
+      let a1 = dys[n * (DX_TM / 4u) + 2u * ty + 1u];
+      let b = wt[n * (DX_TK / 4u) + tx];
+      acc[0] += a0.x * b;
+      acc[1] += a0.y * b;
+      acc[2] += a0.z * b;
+      acc[3] += a0.w * b;
+      acc[4] += a1.x * b;
+      acc[5] += a1.y * b;
+      acc[6] += a1.z * b;
+      acc[7] += a1.w * b;
     }
     workgroupBarrier();
   }
   let k = k0 + tx * 4u;
-  for (var i = 0u; i < 4u; i++) {
-    let m = m0 + ty * 4u + i;
+  for (var i = 0u; i < 8u; i++) {
+    let m = m0 + ty * 8u + i;
     if (m < params.m && k < params.k) {
       let o = (m * params.k + k) / 4u;
       var v = acc[i];

@@ -21,7 +21,8 @@ export const Q4_GROUP = 32;
 /** Most rows of x the GEMV takes; more rows go to the GEMM. */
 export const GEMV_MAX_ROWS = 8;
 
-const DX_TILE = 64; // dX output tile
+const DX_TILE_M = 128; // dX output tile: rows
+const DX_TILE_K = 64; // dX output tile: columns
 const GATHER_WG = 256;
 
 /** Word counts of the two tensors of a Q4 weight [n, k]. */
@@ -281,7 +282,7 @@ export class MatmulQ4 {
     const m = this.rowsOf(op, dx, w.k);
     this.checkF32(op, 'dy', dy, m, w.n);
     this.checkF32(op, 'dx', dx, m, w.k);
-    rec.dispatch(this.dinputK, { codes: w.codes, scales: w.scales, dy, dx }, [Math.ceil(w.k / DX_TILE), Math.ceil(m / DX_TILE)], {
+    rec.dispatch(this.dinputK, { codes: w.codes, scales: w.scales, dy, dx }, [Math.ceil(w.k / DX_TILE_K), Math.ceil(m / DX_TILE_M)], {
       m,
       n: w.n,
       k: w.k,
