@@ -495,7 +495,7 @@ async function elementwise(ctx: SuiteContext): Promise<void> {
   await rec.submit();
   const f = 4; // bytes per f32
   const tn = `T${T} H${H}`;
-  ctx.add(bandwidthRow(ctx.limits, 'rmsnorm-fwd', 'RMSNorm (saves rstd)', tn, await ctx.measure(/^norms\.rmsnorm_fwd$/, (r) => norms.rmsnorm(r, x, w, y, 1e-6, rstd), ctx.full), f * (2 * T * H + H + T)));
+  ctx.add(bandwidthRow(ctx.limits, 'rmsnorm-fwd', 'RMSNorm (saves rstd)', tn, await ctx.measure(/^norms\.rmsnorm_fwd(_vec4)?$/, (r) => norms.rmsnorm(r, x, w, y, 1e-6, rstd), ctx.full), f * (2 * T * H + H + T)));
   ctx.add(bandwidthRow(ctx.limits, 'rmsnorm-bwd', 'RMSNorm dx', tn, await ctx.measure(/^norms\.rmsnorm_bwd$/, (r) => norms.rmsnormBackward(r, dy, x, w, rstd, dx), ctx.full), f * (3 * T * H + H + T)));
   const ti = `T${T} I${I}`;
   ctx.add(bandwidthRow(ctx.limits, 'swiglu-fwd', 'silu(gate)·up', ti, await ctx.measure(/^activations\.swiglu_fwd$/, (r) => act.swiglu(r, gate, up, hOut), ctx.full), f * 3 * T * I));
