@@ -76,7 +76,9 @@ function suiteTable(suite: string, rows: Row[], torch: Torch | undefined, peak: 
   const head = ['shape', 'ours GPU ms', 'ours in-stream ms', 'ours wall ms', 'ours rate', 'of limit', 'setting', ...variants.flatMap((v) => [`PyTorch ${v}: ms (rate)`, `× vs ${v}`])];
   const lines = [`### ${suite}: ${rows[0].kernel}`, '', `| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`];
   for (const r of rows) {
-    const cells = [r.shape, num(r.ms), r.passMs === undefined ? '—' : num(r.passMs), num(r.wallMs), `${num(r.rate)} ${r.unit}`, r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`, r.setting ?? ''];
+    // A suite of several kernels (memory: the read at full size, a small dispatch, the read of each weight's bytes) names each.
+    const mixed = new Set(rows.map((x) => x.kernel)).size > 1;
+    const cells = [mixed ? `${r.kernel}: ${r.shape}` : r.shape, num(r.ms), r.passMs === undefined ? '—' : num(r.passMs), num(r.wallMs), `${num(r.rate)} ${r.unit}`, r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`, r.setting ?? ''];
     for (const v of variants) {
       const t = trows.find((x) => x.variant === v && x.shape === r.shape);
       // Speed ratio on what a caller waits for: PyTorch's stream time over our wall time per call.
@@ -124,6 +126,18 @@ function targets(ours: Ours): string[] {
     const mark = (v: number) => (judged !== undefined ? `${v} ${unit} ${judged >= v ? '✅' : '❌'}` : `${v} ${unit}`);
     const readCell = readRate === undefined ? '—' : `${num(readRate)} GB/s${stream ? ` (ours ${pct(stream / readRate)} of it)` : ''}`;
     lines.push(`| ${what} | ${r ? `${num(r.rate)} ${unit}` : 'not measured'} | ${stream === undefined ? '—' : `${num(stream)} ${unit}`} | ${unit === 'GB/s' ? readCell : ''} | ${mark(floor)} | ${mark(target)} |`);
+  }
+  // What one call of a small weight can reach on this stack at all: the fixed cost of a dispatch
+  // and the plain read of the 6144x2048 weight's bytes, both in stream.
+  const tiny = ours.rows.find((x) => x.suite === 'memory' && x.kernel.startsWith('one small dispatch'));
+  const read6k = ours.rows.find((x) => x.suite === 'memory' && x.shape.startsWith('6144x2048 ('));
+  if (tiny?.passMs !== undefined && read6k?.passMs !== undefined) {
+    lines.push(
+      '',
+      `GEMV calls are judged in stream: per call, with Dawn's barriers, without the pass per dispatch of the per-kernel clock. On this stack a dispatch that does almost nothing costs ${num(1000 * tiny.passMs)} µs in stream, ` +
+        `and the plain read kernel (its best threads-per-workgroup setting) takes ${num(1000 * read6k.passMs)} µs to read the ${num(read6k.work / 2 ** 20)} MiB of a 6144x2048 4-bit weight once (cold L2): ` +
+        `${num(read6k.work / read6k.passMs / 1e6)} GB/s. A single call that reads that weight cannot reach 1500 GB/s here, whatever it computes; the large weights show the GEMV's own rate.`,
+    );
   }
   return [...lines, ''];
 }
