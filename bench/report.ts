@@ -189,7 +189,7 @@ function render(ours: Ours, torch: Torch | undefined): string {
   const suites = [...new Set(ours.rows.map((r) => r.suite))];
   for (const s of suites) out.push(...suiteTable(s, ours.rows.filter((r) => r.suite === s), torch, peak));
   out.push('## Option sweeps', '', 'In-stream ms (where the device has timestamps) of every option tried, fewer repetitions than the tables above; the tables report the best, measured again.', '');
-  const defaults: Record<string, RegExp> = { gemv: /^(TPR8 TG16|TPR64 TG4|TPR32 TG8)( no subgroups)?$/, gemm: /^GTM4 GTN4 GBK32$/ };
+  const defaults: Record<string, RegExp> = { gemv: /^(TPR8 TG16|TPR64 TG4|TPR32 TG8)( no subgroups)?$/, gemm: /^GTM8 GTN4 GBK16$/ };
   for (const [name, entries] of Object.entries(ours.sweeps)) out.push(...sweepTable(name, entries, defaults[name]));
   if (torch?.errors.length) {
     out.push('## PyTorch cases that failed', '', ...torch.errors.map((e) => `- ${e.case}: \`${e.error.replace(/\s+/g, ' ').slice(0, 300)}\``), '');

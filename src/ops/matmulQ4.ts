@@ -80,8 +80,10 @@ export interface GemmShape {
   stepK: 16 | 32;
 }
 
-/** 64x64 tiles in 16 KiB of workgroup memory (WebGPU's default limit). */
-export const DEFAULT_GEMM: GemmShape = { rowsPerThread: 4, colsPerThread: 4, stepK: 32 };
+/** 128x64 tiles stepping half a group, 12 KiB of workgroup memory (within WebGPU's default 16):
+ * the fastest of the sweep at every Qwen3-VL-2B shape from M = 512 to 8192 on the H100, 20-35%
+ * ahead of 64x64 tiles stepping a whole group (BENCHMARKS.md, gemm option sweeps). */
+export const DEFAULT_GEMM: GemmShape = { rowsPerThread: 8, colsPerThread: 4, stepK: 16 };
 
 export interface MatmulQ4Options {
   /** Reduce GEMV partial sums with subgroup shuffles (needs threadsPerRow to divide the smallest

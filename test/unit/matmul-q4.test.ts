@@ -105,12 +105,12 @@ describe('4-bit matmul', () => {
     await checkForward(gpu, mm, 'gemm', MS_GEMM, '');
   });
 
-  it('GEMM with other tiles: 128x128 stepping half a group, 64x128, 128x64 stepping 16', async () => {
+  it('GEMM with other tiles: 128x128 stepping half a group, 64x128, 64x64 stepping a group', async () => {
     const gpu = await testGpu();
     const shapes = [
       { rowsPerThread: 8, colsPerThread: 8, stepK: 16 },
       { rowsPerThread: 4, colsPerThread: 8, stepK: 32 },
-      { rowsPerThread: 8, colsPerThread: 4, stepK: 16 },
+      { rowsPerThread: 4, colsPerThread: 4, stepK: 32 },
     ] as const;
     for (const gemm of shapes) {
       if (16 * gemm.stepK * 4 * (gemm.rowsPerThread + gemm.colsPerThread) > gpu.limits.maxComputeWorkgroupStorageSize) continue;
