@@ -6,6 +6,11 @@ import { ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '.
 
 /** Edge of the square block of C one workgroup computes (BM = BN in the shader). */
 const BLOCK = 64;
+/** A product with fewer blocks of C than this and a long K is split along K (LoRA's rank-r
+ * products: [T, 2048]·[2048, 16] is 44 blocks, a third of an H100's SMs, each walking all of K). */
+const SPLIT_BELOW_BLOCKS = 128;
+/** Shortest K chunk worth a workgroup of its own. */
+const SPLIT_MIN_K = 256;
 
 export interface GemmArgs {
   /** op(A) is [m, k]: A is stored [m, k], or [k, m] when transA. */
@@ -60,7 +65,13 @@ interface Operand {
 }
 
 export class Matmul {
-  private constructor(private readonly kernels: ReadonlyMap<string, Kernel>) {}
+  /** Vectors of ones [S], by S: the sum of S split-K partials is ones·P. */
+  private readonly ones = new Map<number, Tensor>();
+
+  private constructor(
+    private readonly gpu: Gpu,
+    private readonly kernels: ReadonlyMap<string, Kernel>,
+  ) {}
 
   static async create(gpu: Gpu): Promise<Matmul> {
     const variants: [string, Promise<Kernel>][] = [];
@@ -97,7 +108,7 @@ export class Matmul {
       }
     }
     const compiled = await Promise.all(variants.map(async ([key, k]) => [key, await k] as const));
-    return new Matmul(new Map(compiled));
+    return new Matmul(gpu, new Map(compiled));
   }
 
   /** C = alpha·op(A)·op(B) + beta·C (+ bias), for `batch` products. */
@@ -120,8 +131,41 @@ export class Matmul {
       if (g.bias.numel !== n) throw new ShapeError('gemm', `bias has ${g.bias.numel} elements, expected n = ${n}`);
     }
     if (m === 0 || n === 0 || batch === 0) return;
+    const split = batch === 1 && !g.bias && C.ld === n ? splitOf(m, n, k) : 1;
+    if (split > 1) {
+      this.splitK(rec, g, A, B, C, transA, transB, split);
+      return;
+    }
+    this.run(rec, g, A, B, C, transA, transB, batch);
+  }
+
+  /**
+   * C = alpha·op(A)·op(B) + beta·C as S products over K chunks into partials P [S, m, n], then
+   * C = alpha·ones[1, S]·P + beta·C: S times the workgroups for a C of few blocks. Deterministic
+   * (a fixed order of sums, no atomics).
+   */
+  private splitK(rec: Recorder, g: GemmArgs, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, S: number): void {
+    const { m, n } = g;
+    const kc = g.k / S;
+    const part = this.gpu.tensor([S, m, n], 'f32', 'matmul.split_k');
+    // Chunk s of op(A) starts s·kc columns in (rows of stored Aᵀ), of op(B) s·kc rows in.
+    const Ak = { ...A, cols: transA ? A.cols : kc, rows: transA ? kc : A.rows, stride: transA ? kc * A.ld : kc };
+    const Bk = { ...B, rows: transB ? B.rows : kc, cols: transB ? kc : B.cols, stride: transB ? kc : kc * B.ld };
+    const P: Operand = { what: 'partials', t: part, rows: m, cols: n, ld: n, offset: 0, stride: m * n };
+    this.run(rec, { ...g, k: kc, alpha: 1, beta: 0 }, Ak, Bk, P, transA, transB, S);
+    let ones = this.ones.get(S);
+    if (!ones) this.ones.set(S, (ones = this.gpu.upload(new Float32Array(S).fill(1), [S], 'f32', `matmul.ones${S}`)));
+    const O: Operand = { what: 'ones', t: ones, rows: 1, cols: S, ld: S, offset: 0, stride: S };
+    const Pk: Operand = { what: 'partials', t: part, rows: S, cols: m * n, ld: m * n, offset: 0, stride: S * m * n };
+    const Cflat: Operand = { what: 'C', t: C.t, rows: 1, cols: m * n, ld: m * n, offset: C.offset, stride: m * n };
+    this.run(rec, { ...g, m: 1, n: m * n, k: S }, O, Pk, Cflat, false, false, 1);
+    part.release();
+  }
+
+  private run(rec: Recorder, g: GemmArgs, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, batch: number): void {
+    const { m, n, k } = g;
     const kernel = this.kernels.get(variantKey(transA, transB, !!g.bias))!;
-    const bindings: Record<string, Tensor> = { a: g.a, b: g.b, c: g.c };
+    const bindings: Record<string, Tensor> = { a: A.t, b: B.t, c: C.t };
     if (g.bias) bindings.bias = g.bias;
     rec.dispatch(kernel, bindings, [Math.ceil(n / BLOCK), Math.ceil(m / BLOCK), batch], {
       m,
@@ -173,6 +217,16 @@ export class Matmul {
     }
     this.gemm(rec, { a: dy, b: x, c: dw, m: out, n: inF, k: t, transA: true, alpha: opts.alpha, beta: opts.accumulate ? 1 : 0 });
   }
+}
+
+/** How many K chunks a product [m, n] over k takes: 1 unless C has few blocks and K is long. */
+function splitOf(m: number, n: number, k: number): number {
+  const blocks = Math.ceil(m / BLOCK) * Math.ceil(n / BLOCK);
+  if (blocks >= SPLIT_BELOW_BLOCKS) return 1;
+  for (const s of [8, 4, 2]) {
+    if (k % s === 0 && k / s >= SPLIT_MIN_K && blocks * s <= 4 * SPLIT_BELOW_BLOCKS) return s;
+  }
+  return 1;
 }
 
 function variantKey(transA: boolean, transB: boolean, bias: boolean): string {

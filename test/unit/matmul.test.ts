@@ -105,6 +105,43 @@ describe('matmul: GEMM', () => {
     }
   }
 
+  it('split along K when C has few blocks and K is long (LoRA rank-r shapes): all four transposes, alpha/beta, an offset C', async () => {
+    const gpu = await testGpu();
+    const mm = await Matmul.create(gpu);
+    // [37, 16] over K 2048: one block of C, split in 8 chunks of 256; [16, 70] over K 1536: two
+    // blocks, split in 4 of 384 (not 8: chunks under 256); K 1000 splits in 2 of 500.
+    const shapes = [
+      [37, 16, 2048],
+      [16, 70, 1536],
+      [5, 3, 1000],
+    ];
+    let seed = 900;
+    for (const [m, n, k] of shapes) {
+      for (const transA of [false, true]) {
+        for (const transB of [false, true]) {
+          seed += 7;
+          const [alpha, beta] = seed % 2 ? [0.5, 0.7] : [1, 0];
+          const a = randUniform(m * k, seed);
+          const b = randUniform(k * n, seed + 1);
+          const c = randUniform(m * n, seed + 2);
+          const off = 13; // C as a view 13 elements into a larger buffer
+          const ta = gpu.upload(a, transA ? [k, m] : [m, k], 'f32', 'a');
+          const tb = gpu.upload(b, transB ? [n, k] : [k, n], 'f32', 'b');
+          const tc = gpu.upload(Float32Array.from([...new Array(off).fill(9), ...c, 9]), [off + m * n + 1], 'f32', 'c');
+          const rec = gpu.recorder();
+          mm.gemm(rec, { a: ta, b: tb, c: tc, m, n, k, transA, transB, alpha, beta, offsetC: off });
+          await rec.submit();
+          const got = await read(gpu, tc);
+          const { want, scale } = refGemm({ a, b, c, m, n, k, transA, transB, alpha, beta });
+          const what = `split-K M=${m} N=${n} K=${k} ${transA ? 'Aᵀ' : 'A'}·${transB ? 'Bᵀ' : 'B'}`;
+          expectWithin(got.slice(off, off + m * n), want, scale, 1e-5, what);
+          expect([...got.slice(0, off), got[off + m * n]], `${what}: outside C untouched`).toEqual([...new Array(off).fill(9), 9]);
+          for (const t of [ta, tb, tc]) t.release();
+        }
+      }
+    }
+  });
+
   it('adds a bias, and beta = 0 never reads C (NaN there stays out)', async () => {
     const gpu = await testGpu();
     const mm = await Matmul.create(gpu);
