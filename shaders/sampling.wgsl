@@ -192,35 +192,20 @@ fn radix_select(lid: u32, base: u32, goal0: f32, by_mass: bool, m: f32, floor: u
   return prefix;
 }
 
-@compute @workgroup_size(WG)
-fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let row = wid.x;
-  let n = params.vocab;
-  let base = row * n;
+// Argmax (lowest index on ties) and online softmax state (max z, Σ e^(z − max z)) over the
+// workgroup: each thread's (xmax, amax, m, s) in, the workgroup's out (to every thread).
+struct Stats {
+  xmax: f32,
+  amax: u32,
+  m: f32,
+  s: f32,
+}
 
-  // Pass 1: argmax of the raw logits (lowest index on ties) and the online softmax sum of z.
-  var xmax = EMPTY;
-  var amax = 0u;
-  var m = EMPTY;
-  var s = 0.0;
-  for (var j = lid; j < n; j += WG) {
-    let x = logits[base + j];
-    if (x > xmax) {
-      xmax = x;
-      amax = j;
-    }
-    let z = x * params.inv_temp;
-    if (z > m) {
-      s = s * exp(m - z) + 1.0;
-      m = z;
-    } else {
-      s += exp(z - m);
-    }
-  }
-  red_x[lid] = xmax;
-  red_u[lid] = amax;
-  red_f[lid] = m;
-  red_g[lid] = s;
+fn reduce_stats(lid: u32, mine: Stats) -> Stats {
+  red_x[lid] = mine.xmax;
+  red_u[lid] = mine.amax;
+  red_f[lid] = mine.m;
+  red_g[lid] = mine.s;
   workgroupBarrier();
   for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
     if (lid < stride) {
@@ -238,10 +223,58 @@ fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
     }
     workgroupBarrier();
   }
-  let argmax = red_u[0];
-  let zmax = red_f[0];
-  let sum_all = red_g[0];
+  let r = Stats(red_x[0], red_u[0], red_f[0], red_g[0]);
   workgroupBarrier();
+  return r;
+}
+
+// Adds logit x at index j to a thread's state: argmax (first index wins ties, as j increases) and
+// the online softmax of z = x / temperature.
+fn fold_logit(st: ptr<function, Stats>, x: f32, j: u32) {
+  if (x > (*st).xmax) {
+    (*st).xmax = x;
+    (*st).amax = j;
+  }
+  let z = x * params.inv_temp;
+  if (z > (*st).m) {
+    (*st).s = (*st).s * exp((*st).m - z) + 1.0;
+    (*st).m = z;
+  } else {
+    (*st).s += exp(z - (*st).m);
+  }
+}
+
+// Exclusive prefix of each thread's `mine` into hist[0..WG], total at hist[WG] (thread 0, serial:
+// a fixed order), visible to every thread on return.
+fn exclusive_prefix(lid: u32, mine: f32) {
+  red_f[lid] = mine;
+  workgroupBarrier();
+  if (lid == 0u) {
+    var run = 0.0;
+    for (var t = 0u; t < WG; t++) {
+      hist[t] = run;
+      run += red_f[t];
+    }
+    hist[WG] = run;
+  }
+  workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let row = wid.x;
+  let n = params.vocab;
+  let base = row * n;
+
+  // Pass 1: argmax of the raw logits (lowest index on ties) and the online softmax sum of z.
+  var mine = Stats(EMPTY, 0u, EMPTY, 0.0);
+  for (var j = lid; j < n; j += WG) {
+    fold_logit(&mine, logits[base + j], j);
+  }
+  let all = reduce_stats(lid, mine);
+  let argmax = all.amax;
+  let zmax = all.m;
+  let sum_all = all.s;
 
   if (params.greedy != 0u) {
     if (lid == 0u) {
@@ -281,20 +314,9 @@ fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
       last = j + 1u;
     }
   }
-  red_f[lid] = part;
   atomicMax(&last_kept, last);
-  workgroupBarrier();
-  if (lid == 0u) {
-    var run = 0.0;
-    for (var t = 0u; t < WG; t++) {
-      hist[t] = run;
-      run += red_f[t];
-    }
-    hist[WG] = run;
-    sh_goal = uniform01(params.seed, row, params.step) * run;
-  }
-  workgroupBarrier();
-  let draw = sh_goal;
+  exclusive_prefix(lid, part);
+  let draw = uniform01(params.seed, row, params.step) * hist[WG];
   if (hist[lid] <= draw && draw < hist[lid + 1u]) {
     var run = hist[lid];
     var pick = last;
@@ -324,41 +346,6 @@ fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
   }
 }
 
-// Argmax (lowest index on ties) and online softmax state (max z, Σ e^(z − max z)) over the
-// workgroup: each thread's (xmax, amax, m, s) in, the workgroup's out (to every thread).
-struct Stats {
-  xmax: f32,
-  amax: u32,
-  m: f32,
-  s: f32,
-}
-
-fn reduce_stats(lid: u32, mine: Stats) -> Stats {
-  red_x[lid] = mine.xmax;
-  red_u[lid] = mine.amax;
-  red_f[lid] = mine.m;
-  red_g[lid] = mine.s;
-  workgroupBarrier();
-  for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-    if (lid < stride) {
-      let xo = red_x[lid + stride];
-      let ao = red_u[lid + stride];
-      if (xo > red_x[lid] || (xo == red_x[lid] && ao < red_u[lid])) {
-        red_x[lid] = xo;
-        red_u[lid] = ao;
-      }
-      let m1 = red_f[lid];
-      let m2 = red_f[lid + stride];
-      let mm = max(m1, m2);
-      red_g[lid] = red_g[lid] * exp(m1 - mm) + red_g[lid + stride] * exp(m2 - mm);
-      red_f[lid] = mm;
-    }
-    workgroupBarrier();
-  }
-  let r = Stats(red_x[0], red_u[0], red_f[0], red_g[0]);
-  workgroupBarrier();
-  return r;
-}
 
 @compute @workgroup_size(WG)
 fn sample_chunks(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -369,18 +356,7 @@ fn sample_chunks(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_in
   for (var i = 0u; i < PER_THREAD; i++) {
     let j = c * CHUNK + i * WG + lid;
     if (j < n) {
-      let x = logits[row * n + j];
-      if (x > st.xmax) {
-        st.xmax = x;
-        st.amax = j;
-      }
-      let z = x * params.inv_temp;
-      if (z > st.m) {
-        st.s = st.s * exp(st.m - z) + 1.0;
-        st.m = z;
-      } else {
-        st.s += exp(z - st.m);
-      }
+      fold_logit(&st, logits[row * n + j], j);
     }
   }
   let r = reduce_stats(lid, st);
@@ -391,20 +367,9 @@ fn sample_chunks(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_in
 
 var<workgroup> pick_chunk: u32;
 
-// Exclusive prefix of each thread's `mine` into hist[0..WG], total at hist[WG] (thread 0, serial:
-// a fixed order). True for the one thread whose [hist[lid], hist[lid + 1]) holds `goal`, if any.
+// True for the one thread whose [hist[lid], hist[lid + 1]) holds `goal` after exclusive_prefix.
 fn find_block(lid: u32, mine: f32, goal: f32) -> bool {
-  red_f[lid] = mine;
-  workgroupBarrier();
-  if (lid == 0u) {
-    var run = 0.0;
-    for (var t = 0u; t < WG; t++) {
-      hist[t] = run;
-      run += red_f[t];
-    }
-    hist[WG] = run;
-  }
-  workgroupBarrier();
+  exclusive_prefix(lid, mine);
   return hist[lid] <= goal && goal < hist[lid + 1u];
 }
 

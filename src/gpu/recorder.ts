@@ -5,6 +5,7 @@
 // a submit are attributed to the kernels it contained.
 import type { Gpu } from './runtime';
 import type { Kernel } from './kernel';
+import type { Profiler } from './profiler';
 import { Tensor } from './tensor';
 
 export type BindingResource = Tensor | GPUBufferBinding;
@@ -64,17 +65,12 @@ export class Recorder {
     if (prof?.mode === 'dispatch') {
       // One pass per dispatch so each gets its own begin/end timestamps.
       this.endPass();
-      if (!this.timings) this.timings = { names: [], query: prof.beginSubmit() };
-      const q = this.timings.query + 2 * this.timings.names.length;
-      if (2 * this.timings.names.length + 2 > prof.capacity) {
+      const stamps = this.stamps(prof, kernel.name);
+      if (!stamps) {
         this.flush();
         return this.dispatch(kernel, bindings, workgroups, uniforms);
       }
-      this.timings.names.push(kernel.name);
-      const pass = encoder.beginComputePass({
-        label: kernel.name,
-        timestampWrites: { querySet: prof.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 },
-      });
+      const pass = encoder.beginComputePass({ label: kernel.name, timestampWrites: stamps });
       pass.setPipeline(kernel.pipeline);
       pass.setBindGroup(0, group);
       pass.dispatchWorkgroups(x, y, z);
@@ -83,23 +79,28 @@ export class Recorder {
     }
     if (!this.pass && prof) {
       // 'pass' mode: the pass's begin/end timestamps.
-      if (!this.timings) this.timings = { names: [], query: prof.beginSubmit() };
-      const q = this.timings.query + 2 * this.timings.names.length;
-      if (2 * this.timings.names.length + 2 > prof.capacity) {
+      const stamps = this.stamps(prof, 'pass');
+      if (!stamps) {
         this.flush();
         return this.dispatch(kernel, bindings, workgroups, uniforms);
       }
-      this.timings.names.push('pass');
-      this.pass = encoder.beginComputePass({
-        label: this.label,
-        timestampWrites: { querySet: prof.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 },
-      });
+      this.pass = encoder.beginComputePass({ label: this.label, timestampWrites: stamps });
     }
     if (!this.pass) this.pass = encoder.beginComputePass({ label: this.label });
     this.pass.setPipeline(kernel.pipeline);
     this.pass.setBindGroup(0, group);
     this.pass.dispatchWorkgroups(x, y, z);
     return this;
+  }
+
+  /** The next pair of timestamp queries of this submit, named `name`; null when the query set is
+   * full (the caller flushes and starts over). */
+  private stamps(prof: Profiler, name: string): GPUComputePassTimestampWrites | null {
+    if (!this.timings) this.timings = { names: [], query: prof.beginSubmit() };
+    if (2 * this.timings.names.length + 2 > prof.capacity) return null;
+    const q = this.timings.query + 2 * this.timings.names.length;
+    this.timings.names.push(name);
+    return { querySet: prof.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 };
   }
 
   /** Copy bytes between tensors (whole source by default). */

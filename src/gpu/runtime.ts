@@ -174,15 +174,23 @@ export class Gpu {
     return t;
   }
 
+  /** WGSL extensions this device can enable for shaders that ask for them. */
+  private enables(): string[] {
+    return [this.has('shader-f16') ? 'f16' : '', this.has('subgroups') ? 'subgroups' : ''].filter((e) => e);
+  }
+
   /** Compile (or fetch from the cache) a kernel. Compile errors surface as ShaderCompileError. */
   kernel(spec: KernelSpec): Promise<Kernel> {
     const key = kernelKey(spec);
     let k = this.kernels.get(key);
     if (!k) {
-      const enables = [this.has('shader-f16') ? 'f16' : '', this.has('subgroups') ? 'subgroups' : ''].filter((e) => e);
-      k = compileKernel(this.device, spec, enables);
+      k = compileKernel(this.device, spec, this.enables());
       this.kernels.set(key, k);
-      k.catch(() => this.kernels.delete(key));
+      // Compiled once for both paths: kernelNow finds it without compiling again.
+      k.then(
+        (done) => this.readyKernels.set(key, done),
+        () => this.kernels.delete(key),
+      );
     }
     return k;
   }
@@ -196,8 +204,7 @@ export class Gpu {
     const key = kernelKey(spec);
     const ready = this.readyKernels.get(key);
     if (ready) return ready;
-    const enables = [this.has('shader-f16') ? 'f16' : '', this.has('subgroups') ? 'subgroups' : ''].filter((e) => e);
-    const { kernel, verdict } = compileKernelNow(this.device, spec, enables);
+    const { kernel, verdict } = compileKernelNow(this.device, spec, this.enables());
     this.readyKernels.set(key, kernel);
     this.kernels.set(key, Promise.resolve(kernel));
     const check = verdict.then((err) => {

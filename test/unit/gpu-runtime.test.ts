@@ -52,6 +52,10 @@ describe('gpu runtime', () => {
     const k = gpu.kernelNow(spec);
     expect(gpu.kernelNow(spec)).toBe(k);
     expect(await gpu.kernel(spec)).toBe(k);
+    const other = { ...spec, code: spec.code.replace('7u', '8u') }; // compiled by kernel() first
+    const compiled = await gpu.kernel(other);
+    expect(compiled).not.toBe(k);
+    expect(gpu.kernelNow(other)).toBe(compiled);
     const out = gpu.tensor([1], 'u32', 'now_out');
     await gpu.recorder().dispatch(k, { o: out }, 1).submit();
     expect([...(await gpu.read(out))]).toEqual([7]);

@@ -39,27 +39,14 @@ describe('lora gemv', () => {
     op.down(rec, [p], tx, uGemv);
     lora.forward(rec, p, { x: tx, y: ty2, u });
     await rec.submit();
-    const s = loraScale(p);
-    const want = new Float64Array(rows * out);
-    for (let t = 0; t < rows; t++) {
-      const ut = Array.from({ length: r }, (_, j) => {
-        let acc = 0;
-        for (let k = 0; k < inF; k++) acc += x[t * inF + k] * A[j * inF + k];
-        return acc;
-      });
-      for (let c = 0; c < out; c++) {
-        let acc = 0;
-        for (let j = 0; j < r; j++) acc += ut[j] * B[c * r + j];
-        want[t * out + c] = y0[t * out + c] + s * acc;
-      }
-    }
+    const want = loraRef(x, A, B, y0, rows, inF, out, r, loraScale(p));
     const got = await gpu.readF32(ty);
     // f32 sums of in·r products: errors scale with the largest outputs, not with each one.
-    const atol = 1e-5 * want.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+    const atol = 1e-5 * maxAbs(want);
     expectClose(got, want, { rtol: 1e-5, atol, what: 'lora gemv vs f64' });
     expectClose(got, await gpu.readF32(ty2), { rtol: 1e-5, atol, what: 'lora gemv vs the two GEMMs' });
     const uWant = await gpu.readF32(u);
-    expectClose(await gpu.readF32(uGemv), uWant, { rtol: 1e-5, atol: 1e-5 * uWant.reduce((m, v) => Math.max(m, Math.abs(v)), 0), what: 'u = x·Aᵀ' });
+    expectClose(await gpu.readF32(uGemv), uWant, { rtol: 1e-5, atol: 1e-5 * maxAbs(uWant), what: 'u = x·Aᵀ' });
     for (const t of [tx, ty, ty2, u, uGemv, p.A, p.B, p.dA, p.dB]) t.release();
   });
 });

@@ -1,8 +1,8 @@
 // The int8 tensor-core GEMM's check on a real GPU (software Vulkan has no subgroup matrices): the
 // adapter's subgroup-matrix configurations, then every tile on odd shapes against the f64
 // reference (src/bench/q4MmaCheck.ts). Exits non-zero when a tile fails.
-//   npx vite build -c tools/device/mmaCheck.vite.config.ts --outDir .bench-<you>
-//   source .device/gpu-env.sh && node .bench-<you>/mmaCheck.mjs
+//   npm run bench:build (bundled beside the benchmarks), then on the GPU machine:
+//   source .device/gpu-env.sh && node .bench/mmaCheck.mjs
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { checkQ4Mma } from '../../src/bench/q4MmaCheck';
