@@ -364,6 +364,30 @@ async function main(): Promise<void> {
       gpu.stopProfiling();
       return r;
     };
+    // The same difference in 'pass' mode: the GPU time of a step as the engine records it (no pass
+    // per dispatch), and the process's CPU time (JS + Dawn threads) spent meanwhile. A step whose
+    // wall time is near its CPU time and above its GPU time is bound by recording.
+    const inStream = async (G: number, n: number) => {
+      const prof = gpu.startProfiling('pass');
+      const cpu0 = process.cpuUsage();
+      const w0 = performance.now();
+      await gen(G, n);
+      await gpu.sync();
+      const wallMs = performance.now() - w0;
+      const cpu = process.cpuUsage(cpu0);
+      const gpuMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
+      gpu.stopProfiling();
+      return { gpuMs, cpuMs: (cpu.user + cpu.system) / 1000, wallMs };
+    };
+    for (const G of W.samples) {
+      const steps = 32;
+      await inStream(G, steps + 1);
+      const a = await inStream(G, 1);
+      const b = await inStream(G, steps + 1);
+      const perStep = { gpuMs: (b.gpuMs - a.gpuMs) / steps, cpuMs: (b.cpuMs - a.cpuMs) / steps, wallMs: (b.wallMs - a.wallMs) / steps };
+      console.error(`decode x${G} per step: GPU ${perStep.gpuMs.toFixed(2)} ms in stream, process CPU ${perStep.cpuMs.toFixed(2)} ms, wall ${perStep.wallMs.toFixed(2)} ms`);
+      (result as Record<string, unknown>)[`decodeStep${G}`] = perStep;
+    }
     for (const G of W.samples) {
       const steps = 16;
       const a = await byKernel(G, 1);
