@@ -28,6 +28,20 @@ interface Side {
   gspo?: { prompts: number; completionsPerPrompt: number; promptTokens: number; completionTokens: number; seconds: number; tokensPerS: number; memory: Memory };
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   errors?: { case: string; error: string }[];
+  decodeStep1?: DecodeStep;
+  decodeStep8?: DecodeStep;
+  decodeProfile1?: KernelRow[];
+  decodeProfile8?: KernelRow[];
+}
+interface DecodeStep {
+  gpuMs: number;
+  cpuMs: number;
+  wallMs: number;
+}
+interface KernelRow {
+  name: string;
+  calls: number;
+  us: number;
 }
 
 const BEGIN = '<!-- model-benchmarks -->';
@@ -100,10 +114,39 @@ function render(o: Side, t: Side | undefined): string {
     ...(o.defaultConfig?.memory.largest ?? []).map((b) => `| ${b.MiB.toFixed(0)} | ${b.count} x ${b.label} |`),
     '',
   ];
+  out.push(...decodeBreakdown(o));
   const errors = [...(o.errors ?? []), ...(t?.errors ?? [])];
   if (errors.length) out.push('Failed cases: ' + errors.map((e) => `${e.case}: ${e.error.slice(0, 200)}`).join('; '), '');
   out.push(END);
   return out.filter((l, i) => l !== '' || out[i - 1] !== '').join('\n');
+}
+
+/** Where a decode step's time goes (model.ts --profile): GPU in stream against the CPU, then the kernels. */
+function decodeBreakdown(o: Side): string[] {
+  const sides = ([1, 8] as const).map((G) => ({ G, step: o[`decodeStep${G}`], kernels: o[`decodeProfile${G}`] }));
+  if (!sides.some((x) => x.step)) return [];
+  const out = [
+    '## Where a decode step goes (`--profile`)',
+    '',
+    'GPU in stream: timestamps around the passes of 32 steps as generate() records them, per step. Process CPU: user + system time of the whole process (JS and Dawn\'s threads) over the same steps, so it can exceed the wall time. A step is bound by recording when its wall time sits above its GPU time.',
+    '',
+    '| sequences | GPU in stream | process CPU | wall (profiled run) |',
+    '|---|---|---|---|',
+    ...sides.filter((x) => x.step).map((x) => `| ${x.G} | ${f(x.step!.gpuMs)} ms | ${f(x.step!.cpuMs)} ms | ${f(x.step!.wallMs)} ms |`),
+    '',
+  ];
+  const names = [...new Set(sides.flatMap((x) => (x.kernels ?? []).filter((k) => k.calls > 0).slice(0, 10).map((k) => k.name)))];
+  if (names.length) {
+    out.push(
+      'GPU time per step by kernel, every dispatch in its own pass (that clock adds several µs a dispatch: compare kernels with each other, not with the in-stream total):',
+      '',
+      `| kernel | ${sides.map((x) => `x${x.G}: calls, µs`).join(' | ')} |`,
+      `|---|${sides.map(() => '---').join('|')}|`,
+      ...names.map((n) => `| ${n} | ${sides.map((x) => { const k = x.kernels?.find((r) => r.name === n); return k ? `${k.calls.toFixed(0)}, ${k.us.toFixed(0)}` : '—'; }).join(' | ')} |`),
+      '',
+    );
+  }
+  return out;
 }
 
 function main(): void {
