@@ -26,6 +26,7 @@
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
 import { writeFileSync } from 'node:fs';
+import { performance as nodePerformance } from 'node:perf_hooks';
 import type { Gpu } from '../src/gpu';
 import { createNodeGpu } from '../src/node/gpu';
 import { AdamW } from '../src/ops/adamw';
@@ -365,27 +366,33 @@ async function main(): Promise<void> {
       return r;
     };
     // The same difference in 'pass' mode: the GPU time of a step as the engine records it (no pass
-    // per dispatch), and the process's CPU time (JS + Dawn threads) spent meanwhile. A step whose
-    // wall time is near its CPU time and above its GPU time is bound by recording.
+    // per dispatch); the main thread's busy time (event-loop utilisation: JS and the synchronous
+    // Dawn calls that record, plus polling); the process's CPU time (every thread, a driver's
+    // spin-waits included). A step whose wall time sits above its GPU time is bound by recording.
     const inStream = async (G: number, n: number) => {
       const prof = gpu.startProfiling('pass');
       const cpu0 = process.cpuUsage();
+      const elu0 = nodePerformance.eventLoopUtilization();
       const w0 = performance.now();
       await gen(G, n);
       await gpu.sync();
       const wallMs = performance.now() - w0;
       const cpu = process.cpuUsage(cpu0);
+      const mainMs = nodePerformance.eventLoopUtilization(elu0).active;
       const gpuMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
       gpu.stopProfiling();
-      return { gpuMs, cpuMs: (cpu.user + cpu.system) / 1000, wallMs };
+      return { gpuMs, cpuMs: (cpu.user + cpu.system) / 1000, mainMs, wallMs };
     };
     for (const G of W.samples) {
       const steps = 32;
       await inStream(G, steps + 1);
       const a = await inStream(G, 1);
       const b = await inStream(G, steps + 1);
-      const perStep = { gpuMs: (b.gpuMs - a.gpuMs) / steps, cpuMs: (b.cpuMs - a.cpuMs) / steps, wallMs: (b.wallMs - a.wallMs) / steps };
-      console.error(`decode x${G} per step: GPU ${perStep.gpuMs.toFixed(2)} ms in stream, process CPU ${perStep.cpuMs.toFixed(2)} ms, wall ${perStep.wallMs.toFixed(2)} ms`);
+      const per = (k: keyof typeof a) => (b[k] - a[k]) / steps;
+      const perStep = { gpuMs: per('gpuMs'), cpuMs: per('cpuMs'), mainMs: per('mainMs'), wallMs: per('wallMs') };
+      console.error(
+        `decode x${G} per step: GPU ${perStep.gpuMs.toFixed(2)} ms in stream, main thread busy ${perStep.mainMs.toFixed(2)} ms, process CPU ${perStep.cpuMs.toFixed(2)} ms, wall ${perStep.wallMs.toFixed(2)} ms`,
+      );
       (result as Record<string, unknown>)[`decodeStep${G}`] = perStep;
     }
     for (const G of W.samples) {

@@ -35,6 +35,7 @@ interface Side {
 }
 interface DecodeStep {
   gpuMs: number;
+  mainMs?: number;
   cpuMs: number;
   wallMs: number;
 }
@@ -128,11 +129,11 @@ function decodeBreakdown(o: Side): string[] {
   const out = [
     '## Where a decode step goes (`--profile`)',
     '',
-    'GPU in stream: timestamps around the passes of 32 steps as generate() records them, per step. Process CPU: user + system time of the whole process (JS and Dawn\'s threads) over the same steps, so it can exceed the wall time. A step is bound by recording when its wall time sits above its GPU time.',
+    'GPU in stream: timestamps around the passes of 32 steps as generate() records them, per step. Main thread busy: its event-loop utilisation (the JS and synchronous Dawn calls that record a step, and polling). Process CPU: user + system time of every thread over the same steps (a driver\'s spin-waits included), so it can exceed the wall time. A step is bound by recording when its wall time sits above its GPU time.',
     '',
-    '| sequences | GPU in stream | process CPU | wall (profiled run) |',
-    '|---|---|---|---|',
-    ...sides.filter((x) => x.step).map((x) => `| ${x.G} | ${f(x.step!.gpuMs)} ms | ${f(x.step!.cpuMs)} ms | ${f(x.step!.wallMs)} ms |`),
+    '| sequences | GPU in stream | main thread busy | process CPU | wall (profiled run) |',
+    '|---|---|---|---|---|',
+    ...sides.filter((x) => x.step).map((x) => `| ${x.G} | ${f(x.step!.gpuMs)} ms | ${f(x.step!.mainMs)} ms | ${f(x.step!.cpuMs)} ms | ${f(x.step!.wallMs)} ms |`),
     '',
   ];
   const names = [...new Set(sides.flatMap((x) => (x.kernels ?? []).filter((k) => k.calls > 0).slice(0, 10).map((k) => k.name)))];
