@@ -341,6 +341,23 @@ async function main(): Promise<void> {
     };
     save();
     console.error(`prefill: ${prefillS.toFixed(3)} s (vision ${visionS.toFixed(3)} s)`);
+    // --profile: the vision tower's GPU time in stream and by kernel (a pass per dispatch).
+    if (args.includes('--profile')) {
+      const encode = async (mode: 'pass' | 'dispatch') => {
+        const prof = gpu.startProfiling(mode);
+        const v = await model.encodeImages(prompt.inputIds, image);
+        await gpu.sync();
+        for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
+        const r = prof.report();
+        gpu.stopProfiling();
+        return r;
+      };
+      const inStreamMs = (await encode('pass')).reduce((t, k) => t + k.totalMs, 0);
+      const rows = (await encode('dispatch')).map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
+      console.error(`vision tower GPU time: ${inStreamMs.toFixed(2)} ms in stream; by kernel ${(rows.reduce((t, r) => t + r.us, 0) / 1000).toFixed(2)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches`);
+      for (const r of rows.slice(0, 10)) console.error(`  ${r.us.toFixed(0).padStart(6)} us  ${String(r.calls).padStart(4)} x ${r.name}`);
+      result.visionProfile = { inStreamMs, kernels: rows };
+    }
   }
 
   // (b) decode: the difference between 128 new tokens and 1 is 127 decode steps.
