@@ -1,15 +1,17 @@
 // Qwen3's per-head q/k RMSNorm followed by RoPE, for q and k in one dispatch (inference: the
 // training forward keeps the norms' rstd and runs them apart). One workgroup per (row, head) of
-// q [T, Hq·D] and k [T, Hkv·D]; each thread holds the rotated pairs (j, j + D/2):
+// q [T, Hq·D] and k [T, Hkv·D]; each thread holds its rotated pairs (j, j + D/2) in registers
+// (read once), so a head is one load, one reduction and one store:
 //   n = x·rsqrt(mean(x²) + eps)·w,   out_j = n_j·cos − n_{j+h}·sin,  out_{j+h} = n_{j+h}·cos + n_j·sin
 // with (cos, sin) from the rope table [T, D/2, 2] (src/ops/rope.ts), as rmsnorm_fwd then rope_apply.
 // With CACHE (generation), k and v go straight into the KV cache instead of k (kv_append's
 // dispatch): rows are `count` slots of `n` new rows each, row t at position lengths[slot] + t % n
-// of slot slot0 + t / n (cache layout [slots, cap, Hkv·D], src/ops/kvCache.ts); the workgroup of
-// k head h also copies v's head h.
+// of slot slot0 + t / n (cache layout [slots, cap, Hkv·D], src/ops/kvCache.ts); v's heads take
+// workgroups of their own after the k heads (a copy, no norm).
 // With LORA (decode with a transient adapter), q_raw, k_raw and v are the base projections and
 // each value read takes its LoRA update s·u·Bᵀ here (u [T, 3r]: the q, k, v parts of
-// src/ops/loraGemv.ts's down dispatch over the three adapters), in place of lora_up's dispatch.
+// src/ops/loraGemv.ts's down dispatch over the three adapters), in place of lora_up's dispatch;
+// with LVEC4 (r a multiple of 4) u and B are read as vec4s.
 
 struct Params {
   rows: u32,
@@ -38,17 +40,51 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> k_cache: array<f32>;
 @group(0) @binding(10) var<storage, read_write> v_cache: array<f32>;
 @group(0) @binding(11) var<storage, read> lengths: array<u32>;
-@group(0) @binding(12) var<storage, read> u_in: array<f32>;
-@group(0) @binding(13) var<storage, read> bq: array<f32>;
-@group(0) @binding(14) var<storage, read> bk: array<f32>;
-@group(0) @binding(15) var<storage, read> bv: array<f32>;
+@group(0) @binding(12) var<storage, read> u_in: array<{{LELEM}}>;
+@group(0) @binding(13) var<storage, read> bq: array<{{LELEM}}>;
+@group(0) @binding(14) var<storage, read> bk: array<{{LELEM}}>;
+@group(0) @binding(15) var<storage, read> bv: array<{{LELEM}}>;
 
-override WG: u32 = 64; // a power of two (tree reduction)
+const WG: u32 = 64u;
+/** Rotated pairs a thread holds: D/2 ≤ WG·PAIRS (src/ops/qkNormRope.ts MAX_HEAD_DIM). */
+const PAIRS: u32 = 4u;
+/** Partial sums of the reduction's first stage (each over WG / FOLD threads). */
+const FOLD: u32 = 8u;
 
 var<workgroup> red: array<f32, WG>;
+var<workgroup> part: array<f32, FOLD>;
 
-// Projection `which` (0 q, 1 k, 2 v) of row t at column col: the value at i plus, with LORA, its
-// update s·Σ_j u[t, which·r + j]·B[col, j].
+#if LORA
+fn dot_l(a: {{LELEM}}, b: {{LELEM}}) -> f32 {
+#if LVEC4
+  return dot(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// s·Σ_j u[t, which·r + j]·B[col, j] for the projection `which` (0 q, 1 k, 2 v).
+fn lora_delta(which: u32, t: u32, col: u32) -> f32 {
+  let rw = p.r / {{LW}}u;
+  let ub = (t * 3u + which) * rw;
+  let bb = col * rw;
+  var s = 0.0;
+  for (var j = 0u; j < rw; j++) {
+    var b: {{LELEM}};
+    if (which == 0u) {
+      b = bq[bb + j];
+    } else if (which == 1u) {
+      b = bk[bb + j];
+    } else {
+      b = bv[bb + j];
+    }
+    s += dot_l(u_in[ub + j], b);
+  }
+  return select(select(p.sv, p.sk, which == 1u), p.sq, which == 0u) * s;
+}
+#endif
+
+// Projection `which` of row t at index i of its rows, column col of the row (with its LoRA update).
 fn value(which: u32, t: u32, i: u32, col: u32) -> f32 {
   var x: f32;
   if (which == 0u) {
@@ -61,21 +97,7 @@ fn value(which: u32, t: u32, i: u32, col: u32) -> f32 {
 #endif
   }
 #if LORA
-  let ub = t * 3u * p.r + which * p.r;
-  let bb = col * p.r;
-  var s = 0.0;
-  for (var j = 0u; j < p.r; j++) {
-    var b: f32;
-    if (which == 0u) {
-      b = bq[bb + j];
-    } else if (which == 1u) {
-      b = bk[bb + j];
-    } else {
-      b = bv[bb + j];
-    }
-    s += u_in[ub + j] * b;
-  }
-  x += select(select(p.sv, p.sk, which == 1u), p.sq, which == 0u) * s;
+  x += lora_delta(which, t, col);
 #endif
   return x;
 }
@@ -103,49 +125,69 @@ fn store(is_q: bool, i: u32, out_k: u32, value: f32) {
 @compute @workgroup_size(WG)
 fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let g = wid.x + wid.y * nwg.x;
+#if CACHE
+  let heads = p.hq + 2u * p.hkv; // q, k, then v heads
+#else
   let heads = p.hq + p.hkv;
+#endif
   if (g >= p.rows * heads) {
     return;
   }
   let t = g / heads;
   let h = g % heads;
-  let is_q = h < p.hq;
   let d = 2u * p.half;
-  let base = select(t * p.hkv + (h - p.hq), t * p.hq + h, is_q) * d;
+  let is_q = h < p.hq;
+  let kvh = select(h - p.hq, 0u, is_q) % p.hkv; // the k or v head
+#if CACHE
+  let slot = p.slot0 + t / p.n;
+  let kv = ((slot * p.cap + lengths[slot] + t % p.n) * p.hkv + kvh) * d;
+  if (h >= p.hq + p.hkv) {
+    let base = (t * p.hkv + kvh) * d;
+    for (var j = lid; j < d; j += WG) {
+      v_cache[kv + j] = value(2u, t, base + j, kvh * d + j);
+    }
+    return;
+  }
+#else
+  let kv = (t * p.hkv + kvh) * d;
+#endif
+  let base = select((t * p.hkv + kvh) * d, (t * p.hq + h) * d, is_q);
   let which = select(1u, 0u, is_q);
-  let col = select(h - p.hq, h, is_q) * d; // the head's first column in its projection's row
+  let col = select(kvh, h, is_q) * d; // the head's first column in its projection's row
+  var lo = array<f32, PAIRS>();
+  var hi = array<f32, PAIRS>();
   var ss = 0.0;
-  for (var j = lid; j < d; j += WG) {
-    let x = value(which, t, base + j, col + j);
-    ss += x * x;
+  for (var i = 0u; i < PAIRS; i++) {
+    let j = lid + i * WG;
+    if (j < p.half) {
+      lo[i] = value(which, t, base + j, col + j);
+      hi[i] = value(which, t, base + j + p.half, col + j + p.half);
+      ss += lo[i] * lo[i] + hi[i] * hi[i];
+    }
   }
   red[lid] = ss;
   workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) {
-      red[lid] += red[lid + s];
+  if (lid < FOLD) {
+    var s = 0.0;
+    for (var c = 0u; c < WG / FOLD; c++) {
+      s += red[lid * (WG / FOLD) + c];
     }
-    workgroupBarrier();
+    part[lid] = s;
   }
-  let r = inverseSqrt(red[0] / f32(d) + p.eps);
-#if CACHE
-  let slot = p.slot0 + t / p.n;
-  let kv = select(((slot * p.cap + lengths[slot] + t % p.n) * p.hkv + h - p.hq) * d, 0u, is_q);
-#else
-  let kv = base;
-#endif
-  for (var j = lid; j < p.half; j += WG) {
-    let n1 = (value(which, t, base + j, col + j) * r) * weight(is_q, j);
-    let n2 = (value(which, t, base + j + p.half, col + j + p.half) * r) * weight(is_q, j + p.half);
-    let c = table[t * p.half + j];
-    store(is_q, base + j, kv + j, n1 * c.x - n2 * c.y);
-    store(is_q, base + j + p.half, kv + j + p.half, n2 * c.x + n1 * c.y);
+  workgroupBarrier();
+  var total = 0.0;
+  for (var c = 0u; c < FOLD; c++) {
+    total += part[c];
   }
-#if CACHE
-  if (!is_q) {
-    for (var j = lid; j < d; j += WG) {
-      v_cache[kv + j] = value(2u, t, base + j, col + j);
+  let r = inverseSqrt(total / f32(d) + p.eps);
+  for (var i = 0u; i < PAIRS; i++) {
+    let j = lid + i * WG;
+    if (j < p.half) {
+      let n1 = (lo[i] * r) * weight(is_q, j);
+      let n2 = (hi[i] * r) * weight(is_q, j + p.half);
+      let c = table[t * p.half + j];
+      store(is_q, base + j, kv + j, n1 * c.x - n2 * c.y);
+      store(is_q, base + j + p.half, kv + j + p.half, n2 * c.x + n1 * c.y);
     }
   }
-#endif
 }

@@ -6,7 +6,8 @@ import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Re
 import type { KvCache } from './kvCache';
 import { loraScale, type LoraParams } from './lora';
 
-const WG = 64;
+/** Largest head_dim the kernel takes (2·WG·PAIRS in the shader: the pairs a thread holds). */
+const MAX_HEAD_DIM = 512;
 
 export interface QkNormRopeArgs {
   /** q_proj and k_proj outputs [T, Hq·D], [T, Hkv·D]. */
@@ -46,30 +47,32 @@ export class QkNormRope {
     private readonly kernel: Kernel,
     /** Null where the device binds fewer storage buffers than the kernel needs (Chrome offers 10, WebGPU's default is 8). */
     private readonly cacheKernel: Kernel | null,
-    private readonly cacheLoraKernel: Kernel | null,
+    /** By whether the rank is a multiple of 4 (u and B read as vec4s). */
+    private readonly cacheLoraKernels: { scalar: Kernel; vec4: Kernel } | null,
   ) {}
 
   static async create(gpu: Gpu): Promise<QkNormRope> {
-    const spec = (cache: boolean, lora = false) => ({
-      name: cache ? `qk_norm_rope.to_cache${lora ? '_lora' : ''}` : undefined,
+    const spec = (cache: boolean, lora = false, vec4 = false) => ({
+      name: cache ? `qk_norm_rope.to_cache${lora ? '_lora' : ''}${vec4 ? '_vec4' : ''}` : undefined,
       shader: 'qk_norm_rope',
       entry: 'qk_norm_rope',
-      defines: { CACHE: cache, LORA: lora },
-      constants: { WG },
+      defines: { CACHE: cache, LORA: lora, LVEC4: vec4, LW: vec4 ? 4 : 1, LELEM: vec4 ? 'vec4f' : 'f32' },
       uniforms: UNIFORMS,
     });
     const fits = (buffers: number) => gpu.limits.maxStorageBuffersPerShaderStage >= buffers;
-    const [plain, cache, cacheLora] = await Promise.all([
+    const withLora = fits(CACHE_LORA_STORAGE_BUFFERS);
+    const [plain, cache, scalar, vec4] = await Promise.all([
       gpu.kernel(spec(false)),
       fits(CACHE_STORAGE_BUFFERS) ? gpu.kernel(spec(true)) : null,
-      fits(CACHE_LORA_STORAGE_BUFFERS) ? gpu.kernel(spec(true, true)) : null,
+      withLora ? gpu.kernel(spec(true, true)) : null,
+      withLora ? gpu.kernel(spec(true, true, true)) : null,
     ]);
-    return new QkNormRope(plain, cache, cacheLora);
+    return new QkNormRope(plain, cache, scalar && vec4 ? { scalar, vec4 } : null);
   }
 
   /** Whether applyToCache runs on this device (with the q/k/v LoRA updates inside when `lora`). */
   writesCache(lora: boolean): boolean {
-    return (lora ? this.cacheLoraKernel : this.cacheKernel) !== null;
+    return (lora ? this.cacheLoraKernels : this.cacheKernel) !== null;
   }
 
   apply(rec: Recorder, a: QkNormRopeArgs): void {
@@ -126,9 +129,11 @@ export class QkNormRope {
       bind.bk = lora.k.B;
       bind.bv = lora.v.B;
     }
-    const kernel = lora ? this.cacheLoraKernel : this.cacheKernel;
+    const loraKernels = this.cacheLoraKernels;
+    const kernel = lora ? loraKernels && (lora.q.r % 4 === 0 ? loraKernels.vec4 : loraKernels.scalar) : this.cacheKernel;
     if (!kernel) throw new MissingFeatureError('maxStorageBuffersPerShaderStage', `qk_norm_rope into the KV cache binds ${lora ? CACHE_LORA_STORAGE_BUFFERS : CACHE_STORAGE_BUFFERS} storage buffers (check writesCache)`);
-    rec.dispatch(kernel, bind, grid1d(T * (a.hq + a.hkv), 1), uniforms);
+    // q and k heads, then v's heads (a copy into the cache) in workgroups of their own.
+    rec.dispatch(kernel, bind, grid1d(T * (a.hq + 2 * a.hkv), 1), uniforms);
   }
 
   /** Shapes of the common arguments and of `kv` ([T, Hkv·D] each); returns T. */
@@ -136,7 +141,7 @@ export class QkNormRope {
     const op = 'qk_norm_rope';
     const D = a.qWeight.numel;
     const T = a.qRaw.shape[0];
-    if (D % 2 !== 0 || a.kWeight.numel !== D) throw new ShapeError(op, `q/k norm weights must both be [D] with D even, got ${a.qWeight.numel} and ${a.kWeight.numel}`);
+    if (D % 2 !== 0 || D > MAX_HEAD_DIM || a.kWeight.numel !== D) throw new ShapeError(op, `q/k norm weights must both be [D] with D even and at most ${MAX_HEAD_DIM}, got ${a.qWeight.numel} and ${a.kWeight.numel}`);
     const want: [string, Tensor, number][] = [
       ['qRaw', a.qRaw, T * a.hq * D],
       ['q', a.q, T * a.hq * D],
