@@ -1,8 +1,6 @@
 // LoRA's forward update for a few rows (shaders/lora_gemv.wgsl): y += s·x·Aᵀ·Bᵀ through
 // u = x·Aᵀ, as two wide GEMV-shaped dispatches (down, then up), for one adapter or for two or
-// three that share their input (q/k/v, gate/up: one pair of dispatches for the group), or as one
-// dispatch for a single adapter (o_proj, down_proj), whose workgroups each take a block of rows
-// and of output columns and recompute their rows' u (see RowLayout). The down
+// three that share their input (q/k/v, gate/up: one pair of dispatches for the group). The down
 // dispatch can apply the input's RMSNorm itself (writing the normed rows for the base
 // projections), the gate/up up dispatch the SwiGLU. For decode, where src/ops/lora.ts's two tiled
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
@@ -11,35 +9,8 @@ import { loraScale, type LoraParams } from './lora';
 
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */
 export const LORA_GEMV_MAX_ROWS = 8;
-/** Largest rank the one-dispatch path (`forward`) takes; above, down + up. */
-export const LORA_ROW_MAX_RANK = 256;
-/** Values of u one lora_row workgroup keeps (U_MAX in the shader): rows per workgroup × rank. */
-const ROW_U_MAX = 1024;
-/** Rows per workgroup lora_row is compiled for (RR in the shader). */
-const ROW_GROUPS = [1, 2, 4, 8] as const;
-type RowsPerGroup = (typeof ROW_GROUPS)[number];
 const UP_WG = 64;
-const UNIFORMS = { rows: 'u32', k: 'u32', r: 'u32', n0: 'u32', n1: 'u32', n2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32', eps: 'f32', cols: 'u32' } as const;
-
-/**
- * How `forward` spreads one adapter's update: each workgroup takes `rowsPerGroup` rows of x and
- * `cols` columns of y and recomputes u for its rows (r·in products a row). More rows per group
- * read A fewer times in all; fewer give more groups.
- */
-export interface RowLayout {
-  rowsPerGroup: RowsPerGroup;
-  cols: number;
-}
-
-/**
- * The default layout: one row per group up to 2 rows (A is read from L2 by every group, so each
- * group should hold a single row's work), 4 beyond; about 16 column blocks per row group.
- */
-export function defaultRowLayout(rows: number, out: number, r: number): RowLayout {
-  const want: RowsPerGroup = rows <= 2 ? 1 : 4;
-  const rowsPerGroup = ROW_GROUPS.filter((g) => g <= want && g * r <= ROW_U_MAX).pop() ?? 1;
-  return { rowsPerGroup, cols: Math.max(16, Math.ceil(out / 16 / 16) * 16) };
-}
+const UNIFORMS = { rows: 'u32', k: 'u32', r: 'u32', n0: 'u32', n1: 'u32', n2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32', eps: 'f32' } as const;
 
 /** An RMSNorm the down dispatch applies to its input first: out = rms(x)·weight. */
 export interface LoraInputNorm {
@@ -56,8 +27,6 @@ interface Family {
   downNorm: readonly Kernel[];
   up: readonly Kernel[];
   swiglu: Kernel;
-  /** One adapter, down and up in one dispatch, by rows per workgroup (ROW_GROUPS). */
-  row: ReadonlyMap<number, Kernel>;
 }
 
 export class LoraGemv {
@@ -68,8 +37,8 @@ export class LoraGemv {
 
   static async create(gpu: Gpu): Promise<LoraGemv> {
     const family = async (vec4: boolean): Promise<Family> => {
-      const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'swiglu' = '', rowsPerGroup = 1) => ({
-        name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${variant ? `_${variant}` : ''}${rowsPerGroup > 1 ? `_rr${rowsPerGroup}` : ''}${vec4 ? '_vec4' : ''}`,
+      const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'swiglu' = '') => ({
+        name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${variant ? `_${variant}` : ''}${vec4 ? '_vec4' : ''}`,
         shader: 'lora_gemv',
         entry,
         defines: {
@@ -82,18 +51,11 @@ export class LoraGemv {
           W: vec4 ? 4 : 1,
           ELEM: vec4 ? 'vec4f' : 'f32',
         },
-        constants: { RR: rowsPerGroup },
         uniforms: UNIFORMS,
       });
       const all = (entry: string, variant: '' | 'norm' = '') => Promise.all([1, 2, 3].map((n) => gpu.kernel(spec(entry, n, variant))));
-      const [down, downNorm, up, swiglu, rows] = await Promise.all([
-        all('lora_down'),
-        all('lora_down', 'norm'),
-        all('lora_up'),
-        gpu.kernel(spec('lora_up', 2, 'swiglu')),
-        Promise.all(ROW_GROUPS.map((g) => gpu.kernel(spec('lora_row', 1, '', g)))),
-      ]);
-      return { down, downNorm, up, swiglu, row: new Map(ROW_GROUPS.map((g, i) => [g, rows[i]])) };
+      const [down, downNorm, up, swiglu] = await Promise.all([all('lora_down'), all('lora_down', 'norm'), all('lora_up'), gpu.kernel(spec('lora_up', 2, 'swiglu'))]);
+      return { down, downNorm, up, swiglu };
     };
     const [scalar, vec4] = await Promise.all([family(false), family(true)]);
     return new LoraGemv(scalar, vec4);
@@ -114,24 +76,13 @@ export class LoraGemv {
   }
 
   /**
-   * y [rows, out] += s·x·Aᵀ·Bᵀ for x [rows, in]: one dispatch up to rank LORA_ROW_MAX_RANK
-   * (spread as `layout` says, defaultRowLayout if not given), else down + up through u [rows, r]
-   * (or larger).
+   * y [rows, out] += s·x·Aᵀ·Bᵀ for x [rows, in] through u [rows, r] (or larger): down + up. (One
+   * dispatch whose workgroups each recompute u was slower on an H100: r·in products from L2 a
+   * workgroup, 20-40 µs at the 2B's shapes, against a few µs for the two wide dispatches.)
    */
-  forward(rec: Recorder, p: LoraParams, x: Tensor, y: Tensor, u: Tensor, layout?: RowLayout): void {
-    if (p.r > LORA_ROW_MAX_RANK) {
-      this.down(rec, [p], x, u);
-      this.up(rec, [p], u, [y]);
-      return;
-    }
-    const rows = this.check([p], x, u);
-    this.checkOut(y, rows * p.out, `${p.name} y`);
-    const { rowsPerGroup, cols } = layout ?? defaultRowLayout(rows, p.out, p.r);
-    const kernel = this.family(p).row.get(rowsPerGroup);
-    if (!kernel || rowsPerGroup * p.r > ROW_U_MAX || !(cols >= 1)) throw new ShapeError('lora_gemv', `${p.name}: row layout ${rowsPerGroup} rows x ${cols} columns at rank ${p.r}`);
-    const uniforms = this.uniforms([p], rows, 0);
-    uniforms.cols = cols;
-    rec.dispatch(kernel, { x, a0: p.A, b0: p.B, y0: y }, [Math.ceil(p.out / cols), Math.ceil(rows / rowsPerGroup)], uniforms);
+  forward(rec: Recorder, p: LoraParams, x: Tensor, y: Tensor, u: Tensor): void {
+    this.down(rec, [p], x, u);
+    this.up(rec, [p], u, [y]);
   }
 
   /**
@@ -154,7 +105,7 @@ export class LoraGemv {
       bind.xn = norm.out;
       kernel = f.downNorm[ps.length - 1];
     }
-    rec.dispatch(kernel, bind, grid1d(ps.length * ps[0].r, 1), this.uniforms(ps, rows, norm?.eps ?? 0));
+    rec.dispatch(kernel, bind, [ps.length * ps[0].r, rows], this.uniforms(ps, rows, norm?.eps ?? 0));
   }
 
   /** y_g [rows, out_g] += s_g·u_g·B_gᵀ with u from `down` on the same adapters. */
@@ -225,7 +176,6 @@ export class LoraGemv {
       s1: p1 ? loraScale(p1) : 0,
       s2: p2 ? loraScale(p2) : 0,
       eps,
-      cols: 0,
     };
   }
 }

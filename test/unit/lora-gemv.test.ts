@@ -19,7 +19,8 @@ describe('lora gemv', () => {
     { rows: 8, inF: 600, out: 513, r: 64 },
     { rows: 2, inF: 32, out: 20, r: 260 },
     { rows: 1, inF: 63, out: 30, r: 16 },
-  ])('y += s·x·Aᵀ·Bᵀ (one dispatch up to rank 256, down + up above): $rows rows, in $inF, out $out, r $r', async ({ rows, inF, out, r }) => {
+    { rows: 8, inF: 130, out: 33, r: 16 },
+  ])('y += s·x·Aᵀ·Bᵀ (down + up): $rows rows, in $inF, out $out, r $r', async ({ rows, inF, out, r }) => {
     const gpu = await testGpu();
     const [op, lora] = await Promise.all([LoraGemv.create(gpu), Lora.create(gpu)]);
     const p = createLoraParams(gpu, { name: 'test', in: inF, out, r, alpha: 2 * r + 1 });
@@ -139,15 +140,18 @@ describe('lora gemv, adapters sharing an input', () => {
   it.each([
     { rows: 2, inF: 1024, r: 8, adapters: 3 },
     { rows: 7, inF: 130, r: 3, adapters: 2 },
-  ])('the input RMSNorm inside the down dispatch: u and the normed rows as rmsnorm then down ($rows rows, in $inF, r $r, $adapters adapters)', async ({ rows, inF, r, adapters }) => {
+    { rows: 1, inF: 96, r: 16, adapters: 3 },
+    { rows: 8, inF: 258, r: 4, adapters: 2 },
+  ])('the input RMSNorm inside the down dispatch: u and the normed rows as rmsnorm then down, and as f64 ($rows rows, in $inF, r $r, $adapters adapters)', async ({ rows, inF, r, adapters }) => {
     const gpu = await testGpu();
     const [op, norms] = await Promise.all([LoraGemv.create(gpu), Norms.create(gpu)]);
     const eps = 1e-6;
     const h = randUniform(rows * inF, 91, -2, 2);
     const w = randUniform(inF, 92, 0.5, 1.5);
-    const ps = Array.from({ length: adapters }, (_, g) => {
+    const As = Array.from({ length: adapters }, (_, g) => randUniform(r * inF, 93 + g));
+    const ps = As.map((A, g) => {
       const p = createLoraParams(gpu, { name: `p${g}`, in: inF, out: 4, r, alpha: r });
-      gpu.write(p.A, randUniform(r * inF, 93 + g));
+      gpu.write(p.A, A);
       return p;
     });
     const th = gpu.upload(h, [rows, inF], 'f32', 'h');
@@ -163,6 +167,24 @@ describe('lora gemv, adapters sharing an input', () => {
     expectClose(await gpu.readF32(xn), want, { rtol: 1e-6, atol: 1e-6 * maxAbs(want), what: 'normed rows' });
     const uWant = await gpu.readF32(u2);
     expectClose(await gpu.readF32(u), uWant, { rtol: 1e-5, atol: 1e-5 * maxAbs(uWant), what: 'u' });
+    // f64: xn = h·rsqrt(mean(h²) + eps)·w, u [rows, G·r] = xn·[A_0; ...]ᵀ
+    const xnRef = new Float64Array(rows * inF);
+    const uRef = new Float64Array(rows * adapters * r);
+    for (let t = 0; t < rows; t++) {
+      let ss = 0;
+      for (let k = 0; k < inF; k++) ss += h[t * inF + k] ** 2;
+      const rstd = 1 / Math.sqrt(ss / inF + eps);
+      for (let k = 0; k < inF; k++) xnRef[t * inF + k] = h[t * inF + k] * rstd * w[k];
+      As.forEach((A, g) => {
+        for (let j = 0; j < r; j++) {
+          let acc = 0;
+          for (let k = 0; k < inF; k++) acc += xnRef[t * inF + k] * A[j * inF + k];
+          uRef[t * adapters * r + g * r + j] = acc;
+        }
+      });
+    }
+    expectClose(await gpu.readF32(xn), xnRef, { rtol: 1e-5, atol: 1e-6 * maxAbs(xnRef), what: 'normed rows vs f64' });
+    expectClose(await gpu.readF32(u), uRef, { rtol: 1e-5, atol: 1e-5 * maxAbs(uRef), what: 'u vs f64' });
     for (const t of [th, tw, xn, xn2, u, u2, ...ps.flatMap((p) => [p.A, p.B, p.dA, p.dB])]) t.release();
   });
 

@@ -1,7 +1,7 @@
 // The fused q/k RMSNorm + RoPE (shaders/qk_norm_rope.wgsl) against an f64 CPU reference built on
 // the rope table the GPU computed, and against norms.rmsnorm then rope.apply on the same inputs;
 // the variant writing k and v into the KV cache against apply + KvCache.append, and with the q/k/v
-// LoRA updates inside against LoraGemv.up first.
+// LoRA updates inside against LoraGemv.up first (scalar and vec4 B, one and two pairs a thread).
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
@@ -121,12 +121,15 @@ describe('qk norm + rope', () => {
     rope.release();
   });
 
-  it('with a transient adapter: the q/k/v LoRA updates inside the dispatch = LoraGemv.up first', async () => {
+  it.each([
+    { hq: 3, hkv: 2, D: 16, r: 3, T: 2, section: [4, 2, 2] },
+    { hq: 2, hkv: 1, D: 256, r: 8, T: 3, section: [48, 40, 40] },
+  ])('with a transient adapter: the q/k/v LoRA updates inside the dispatch = LoraGemv.up first (Hq $hq, Hkv $hkv, D $D, r $r, T $T)', async ({ hq, hkv, D, r, T, section }) => {
     const gpu = await testGpu();
-    const [hq, hkv, D, r, T, eps] = [3, 2, 16, 3, 2, 1e-6];
-    const rope = await Rope.create(gpu, mropeLayout(1e4, D, [4, 2, 2]));
+    const eps = 1e-6;
+    const rope = await Rope.create(gpu, mropeLayout(1e4, D, section));
     const [op, gemv] = await Promise.all([QkNormRope.create(gpu), LoraGemv.create(gpu)]);
-    const cfg = { layers: 1, slots: 2, capacity: 3, hkv, headDim: D };
+    const cfg = { layers: 1, slots: T, capacity: 3, hkv, headDim: D };
     const [fusedCache, refCache] = await Promise.all([KvCache.create(gpu, cfg), KvCache.create(gpu, cfg)]);
     const temps: Tensor[] = [];
     const up = (data: Float32Array, shape: number[], label: string) => {
