@@ -43,7 +43,10 @@ struct Params {
   slot0: u32,    // first slot of a cached batch; the source slot of kv_copy
   cap: u32,      // cache capacity (positions per slot)
   dst_slot: u32, // kv_copy's destination slot
-  splits: u32,   // SPLIT: key chunks per cached sequence
+  splits: u32,   // SPLIT: chunks of each cached sequence's own keys
+  prefix_len: u32,    // positions [0, prefix_len) of every slot of a cached batch live in prefix_slot
+  prefix_slot: u32,
+  prefix_splits: u32, // SPLIT: chunks of that shared prefix (0: each sequence's chunks cover it)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -74,6 +77,11 @@ struct Params {
 @group(0) @binding(20) var<storage, read> k4: array<vec4f>;
 @group(0) @binding(21) var<storage, read> v4: array<vec4f>;
 @group(0) @binding(22) var<storage, read> do4: array<vec4f>;
+
+// Cache row of position j of slot `slot`: a shared prefix is stored once, in prefix_slot.
+fn kv_row(slot: u32, j: u32) -> u32 {
+  return select(slot, params.prefix_slot, j < params.prefix_len) * params.cap + j;
+}
 
 // The sequence holding packed row t: the s with cu[s] <= t < cu[s + 1].
 fn seq_of(t: u32) -> u32 {
@@ -170,14 +178,12 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
   let t = min(rho, nrho - 1u) / G;
 #if CACHED
   let slot = params.slot0 + b;
-  let kbase = slot * params.cap;
   let past = lengths[slot];
   let lo = 0u;
   let hi = past + t + 1u;
   let tile_lo = 0u;
   let tile_hi = past + t_last + 1u;
 #else
-  let kbase = 0u;
   let keys = varlen_keys(t);
   let lo = keys.x;
   let hi = keys.y;
@@ -201,7 +207,11 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
     for (var i = 0u; i < SPT; i++) {
       let e = min(lid + WG * i, BI * NV - 1u);
       let c = e / NV;
-      let base = (kbase + min(j0 + c, tile_hi - 1u)) * kstride + hk * D;
+#if CACHED
+      let base = kv_row(slot, min(j0 + c, tile_hi - 1u)) * kstride + hk * D;
+#else
+      let base = min(j0 + c, tile_hi - 1u) * kstride + hk * D;
+#endif
       ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < tile_hi);
       va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < tile_hi);
     }
@@ -490,13 +500,18 @@ fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_ind
 
 #if DECODE
 // ---------------------------------------------------------------------------------------------
-// Decode: the n·G ≤ RMAX rows of one sequence and kv head over one chunk of its cache (all of
-// it without SPLIT). Grid (1, Hkv, count) or (1, Hkv, count·splits) with SPLIT, where each
-// sequence's keys are cut into `splits` chunks whose partial results attn_split_combine merges
-// (decode has only count·Hkv rows of work: without splitting most of a GPU idles).
+// Decode: a few new rows per sequence over the cache. Each workgroup takes one task of one kv
+// head: a set of rows over one key range [lo, hi). Grid (1, Hkv, tasks):
+//   unsplit: task b = all keys of sequence b, normalised output into o;
+//   SPLIT: first prefix_splits x groups prefix tasks, each the rows of up to RMAX / (n·G)
+//     sequences over one chunk of the shared prefix (read once for all of them), then count x
+//     splits tasks, each one sequence's rows over one chunk of its own keys (all of its keys when
+//     there are no prefix tasks). Partials go to part[chunk]; attn_split_combine merges them.
 // Keys are taken in blocks of KB, staged in workgroup memory (coalesced reads of K and V).
 //   scores: lane (key kc = lid % KB, row group lid / KB) dots its key with rows RGS apart;
 //   output: lane (vec4 column lid % PCL, row group lid / PCL) accumulates rows PGS apart.
+// Rows past the task's R are skipped by workgroup-uniform branches (a 2-row task in a 16-row
+// kernel does 2 rows of arithmetic).
 const RMAX: u32 = {{RMAX}}u;
 const KB: u32 = {{KB}}u;
 const DWG: u32 = {{DWG}}u;
@@ -512,35 +527,56 @@ var<workgroup> dk_sh: array<vec4f, KB * DSV>;
 var<workgroup> dv_sh: array<vec4f, KB * NV>;
 var<workgroup> dp_sh: array<f32, RMAX * KB>; // [row][key]: scores, then probabilities
 var<workgroup> dm_sh: array<f32, DWG>;
+var<workgroup> lim_sh: array<u32, RMAX>;     // per row: keys below this are visible (causal)
 
 @compute @workgroup_size(DWG)
 fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let G = params.hq / params.hkv;
   let hk = wid.y;
+  let rps = params.rows * G; // rows per sequence
+  var b0 = wid.z;            // first sequence of the task
+  var nb = 1u;               // its sequences
 #if SPLIT
-  let b = wid.z / params.splits;
-  let split = wid.z % params.splits;
+  var lo = 0u;
+  var hi = 0u;
+  var chunk = 0u;            // its partial's index
+  let spb = RMAX / rps;
+  let np = params.prefix_splits * ((params.nseq + spb - 1u) / spb);
+  if (wid.z < np) {
+    let c = wid.z % params.prefix_splits;
+    b0 = (wid.z / params.prefix_splits) * spb;
+    nb = min(spb, params.nseq - b0);
+    let size = (params.prefix_len + params.prefix_splits - 1u) / params.prefix_splits;
+    lo = min(c * size, params.prefix_len);
+    hi = min(lo + size, params.prefix_len);
+    chunk = c;
+  } else {
+    let z = wid.z - np;
+    let c = z % params.splits;
+    b0 = z / params.splits;
+    let first = select(0u, params.prefix_len, np > 0u);
+    let n_keys = lengths[params.slot0 + b0] + params.rows;
+    let size = (n_keys - first + params.splits - 1u) / params.splits;
+    lo = min(first + c * size, n_keys);
+    hi = min(lo + size, n_keys);
+    chunk = params.prefix_splits + c;
+  }
 #else
-  let b = wid.z;
+  let lo = 0u;
+  let hi = lengths[params.slot0 + b0] + params.rows;
 #endif
-  let R = params.rows * G;
-  let slot = params.slot0 + b;
-  let kbase = slot * params.cap;
-  let past = lengths[slot];
+  let R = nb * rps;
+  let slot = params.slot0 + b0; // keys of a prefix task all lie in the prefix: any slot of it
   let kstride = params.hkv * D;
-  let n_keys = past + params.rows;
-#if SPLIT
-  let chunk = (n_keys + params.splits - 1u) / params.splits;
-  let c_lo = min(split * chunk, n_keys);
-  let c_hi = min(n_keys, c_lo + chunk);
-#else
-  let c_lo = 0u;
-  let c_hi = n_keys;
-#endif
 
   for (var e = lid; e < RMAX * NV; e += DWG) {
-    let r = e / NV;
-    dq_sh[e] = select(vec4f(0.0), ld_q(q_index(b, min(r, R - 1u), hk, 0u), e % NV), r < R);
+    let r = min(e / NV, R - 1u);
+    dq_sh[e] = select(vec4f(0.0), ld_q(q_index(b0 + r / rps, r % rps, hk, 0u), e % NV), e / NV < R);
+  }
+  if (lid < RMAX) {
+    // Row r is new token (r % rps) / G of its sequence, at position past + that.
+    let r = min(lid, R - 1u);
+    lim_sh[lid] = select(0u, lengths[params.slot0 + b0 + r / rps] + (r % rps) / G + 1u, lid < R);
   }
   let kc = lid % KB;
   let srg = lid / KB;
@@ -551,16 +587,16 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
   var l: array<f32, RMAX / PGS>;
   var acc: array<vec4f, (RMAX / PGS) * PCPT>;
 
-  for (var j0 = c_lo; j0 < c_hi; j0 += KB) {
-    workgroupBarrier(); // the previous block's readers are done
+  for (var j0 = lo; j0 < hi; j0 += KB) {
+    workgroupBarrier(); // the previous block's readers are done (and q, lim_sh are staged)
     var ka: array<vec4f, DSPT>;
     var va: array<vec4f, DSPT>;
     for (var i = 0u; i < DSPT; i++) {
       let e = min(lid + DWG * i, KB * NV - 1u);
       let c = e / NV;
-      let base = (kbase + min(j0 + c, c_hi - 1u)) * kstride + hk * D;
-      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < c_hi);
-      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < c_hi);
+      let base = kv_row(slot, min(j0 + c, hi - 1u)) * kstride + hk * D;
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < hi);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < hi);
     }
     for (var i = 0u; i < DSPT; i++) {
       let e = lid + DWG * i;
@@ -573,44 +609,54 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
     var s = array<f32, RMAX / RGS>(); // explicit: zeroed on every block
     for (var x = 0u; x < NV; x++) {
       let kv = dk_sh[kc * DSV + x];
-      for (var i = 0u; i < RMAX / RGS; i++) { s[i] += dot(dq_sh[(srg + RGS * i) * NV + x], kv); }
+      for (var i = 0u; i < RMAX / RGS; i++) {
+        if (srg + RGS * i < R) { s[i] += dot(dq_sh[(srg + RGS * i) * NV + x], kv); }
+      }
     }
     let j = j0 + kc;
     for (var i = 0u; i < RMAX / RGS; i++) {
       let r = srg + RGS * i;
-      // Row r is new token r / G at position past + r / G.
-      dp_sh[r * KB + kc] = select(NEG, s[i] * params.scale, r < R && j < c_hi && j <= past + r / G);
+      if (r < R) { dp_sh[r * KB + kc] = select(NEG, s[i] * params.scale, j < hi && j < lim_sh[r]); }
     }
     workgroupBarrier();
     // Block max per row: lane (row lid / XW, x = lid % XW) over keys x, x + XW, ...; then every
     // lane reads the XW partials of every row.
     var pm = NEG;
-    for (var c = lid % XW; c < KB; c += XW) { pm = max(pm, dp_sh[(lid / XW) * KB + c]); }
+    if (lid / XW < R) {
+      for (var c = lid % XW; c < KB; c += XW) { pm = max(pm, dp_sh[(lid / XW) * KB + c]); }
+    }
     dm_sh[lid] = pm;
     workgroupBarrier();
     for (var r = 0u; r < RMAX; r++) {
-      var mx = m[r];
-      for (var x = 0u; x < XW; x++) { mx = max(mx, dm_sh[r * XW + x]); }
-      if (r % PGS == prg) {
-        let a = exp(m[r] - mx);
-        let ri = r / PGS;
-        l[ri] *= a;
-        for (var jj = 0u; jj < PCPT; jj++) { acc[ri * PCPT + jj] *= a; }
+      if (r < R) {
+        var mx = m[r];
+        for (var x = 0u; x < XW; x++) { mx = max(mx, dm_sh[r * XW + x]); }
+        if (r % PGS == prg) {
+          let a = exp(m[r] - mx);
+          let ri = r / PGS;
+          l[ri] *= a;
+          for (var jj = 0u; jj < PCPT; jj++) { acc[ri * PCPT + jj] *= a; }
+        }
+        m[r] = mx;
       }
-      m[r] = mx;
     }
     for (var i = 0u; i < RMAX / RGS; i++) {
       let r = srg + RGS * i;
-      let sc = dp_sh[r * KB + kc];
-      dp_sh[r * KB + kc] = select(0.0, exp(sc - m[r]), sc > MASKED);
+      if (r < R) {
+        let sc = dp_sh[r * KB + kc];
+        dp_sh[r * KB + kc] = select(0.0, exp(sc - m[r]), sc > MASKED);
+      }
     }
     workgroupBarrier();
-    for (var c = 0u; c < KB; c++) {
-      for (var i = 0u; i < RMAX / PGS; i++) {
-        let p = dp_sh[(prg + PGS * i) * KB + c];
-        l[i] += p;
-        for (var jj = 0u; jj < PCPT; jj++) {
-          acc[i * PCPT + jj] += p * dv_sh[c * NV + min(pc + PCL * jj, NV - 1u)];
+    for (var i = 0u; i < RMAX / PGS; i++) {
+      let r = prg + PGS * i;
+      if (r < R) {
+        for (var c = 0u; c < KB; c++) {
+          let p = dp_sh[r * KB + c];
+          l[i] += p;
+          for (var jj = 0u; jj < PCPT; jj++) {
+            acc[i * PCPT + jj] += p * dv_sh[c * NV + min(pc + PCL * jj, NV - 1u)];
+          }
         }
       }
     }
@@ -619,9 +665,9 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
   for (var i = 0u; i < RMAX / PGS; i++) {
     let r = prg + PGS * i;
     if (r < R) {
-      let row = q_index(b, r, hk, 0u) / D;
+      let row = q_index(b0 + r / rps, r % rps, hk, 0u) / D;
 #if SPLIT
-      let base = (split * params.nseq * params.rows * params.hq + row) * (D + 2u);
+      let base = (chunk * params.nseq * params.rows * params.hq + row) * (D + 2u);
       if (pc == 0u) {
         part[base + D] = m[r];
         part[base + D + 1u] = l[i];
@@ -647,7 +693,7 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 }
 #endif
 
-// Merge the SPLIT partials of each (row, head): o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s.
+// Merge the SPLIT partials (prefix_splits + splits of them) of each (row, head): o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s.
 // One thread per output element (row, head, d), so that reads of the partials coalesce along d
 // (a thread per (row, head) walking D·splits values took 180 µs a layer at 10 chunks on the H100).
 // A chunk with no keys has l = 0 and m = NEG: its weight is 0. Grid grid1d(count·n·Hq·D, 256).
@@ -658,11 +704,12 @@ fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   if (e >= n * D) { return; }
   let i = e / D;
   let d = e % D;
+  let splits = params.prefix_splits + params.splits;
   var mx = NEG;
-  for (var s = 0u; s < params.splits; s++) { mx = max(mx, part[(s * n + i) * (D + 2u) + D]); }
+  for (var s = 0u; s < splits; s++) { mx = max(mx, part[(s * n + i) * (D + 2u) + D]); }
   var l = 0.0;
   var a = 0.0;
-  for (var s = 0u; s < params.splits; s++) {
+  for (var s = 0u; s < splits; s++) {
     let base = (s * n + i) * (D + 2u);
     let w = exp(part[base + D] - mx);
     l += part[base + D + 1u] * w;

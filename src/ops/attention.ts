@@ -47,7 +47,12 @@ export interface AttentionBackwardArgs {
   dv: Tensor;
 }
 
-/** Split-K for cached attention: partial results per key chunk, merged by a second kernel. */
+/**
+ * Split-K for cached attention: partial results per key chunk, merged by a second kernel. When
+ * the batch's slots share a prefix (KvCache.share), the chunks are divided between the prefix
+ * (each of its chunks read once for all sequences) and each sequence's own keys, in proportion
+ * to their lengths at recording time.
+ */
 export interface AttentionSplit {
   /** f32 workspace of Attention.splitWorkspaceShape(rows, chunks) or larger; overwritten. */
   workspace: Tensor;
@@ -58,10 +63,15 @@ export interface AttentionSplit {
 const FLAT_WG = 256;
 const MAX_HEAD_DIM = 256;
 const MAX_CHUNKS = 64;
-/** Keys per chunk below which splitting costs more (a second pass) than it saves. */
-const KEYS_PER_CHUNK = 256;
+/**
+ * Keys per chunk of the default split: one staged block of the decode kernel, so that a
+ * workgroup issues all of its loads at once (H100, 640 keys: 64 keys a chunk took 18 µs a layer).
+ */
+const KEYS_PER_CHUNK = 32;
 /** The decode kernel takes up to this many rows (n new tokens x G query heads) per kv head. */
 const DECODE_MAX_ROWS = 8;
+/** Rows of a task over a shared prefix: the rows of as many sequences as fit. */
+const PREFIX_MAX_ROWS = 16;
 
 /** Tile of the tiled kernels (shaders/attention.wgsl, TILED): owned rows, inner rows, threads. */
 export interface Tile {
@@ -120,7 +130,7 @@ export function decodeTileFor(lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroup
   const RMAX = Math.max(2, ceilPow2(rows));
   const { NV, DSV } = vec4s(headDim);
   for (const [KB, DWG] of DECODE_BLOCKS) {
-    const bytes = 16 * (RMAX * NV + KB * DSV + KB * NV) + 4 * (RMAX * KB + DWG);
+    const bytes = 16 * (RMAX * NV + KB * DSV + KB * NV) + 4 * (RMAX * KB + DWG + RMAX);
     if (bytes > lim.maxComputeWorkgroupStorageSize || DWG > lim.maxComputeInvocationsPerWorkgroup) continue;
     // Score row groups (DWG / KB) and output row groups (DWG / PCL) must divide RMAX.
     if (RMAX % (DWG / KB) !== 0 || DWG < RMAX) continue;
@@ -181,11 +191,20 @@ export class Attention {
     });
     const ALIGNED = headDim % 4 === 0;
     const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ TILED: true, ALIGNED, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
-    // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence.
+    // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence,
+    // a third the rows of several sequences over a shared prefix where workgroup memory allows.
     const G = hq / hkv;
-    const bounds = [...new Set([G, DECODE_MAX_ROWS].filter((r) => r <= DECODE_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))];
-    const decodeSpecs = bounds.map((rows) => {
-      const d = decodeTileFor(lim, headDim, rows);
+    const fits = (rows: number) => {
+      try {
+        return decodeTileFor(lim, headDim, rows);
+      } catch (e) {
+        if (e instanceof ShapeError && rows > DECODE_MAX_ROWS) return null;
+        throw e;
+      }
+    };
+    const bounds = [...new Set([G, DECODE_MAX_ROWS, PREFIX_MAX_ROWS].filter((r) => r <= PREFIX_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))].sort((x, y) => x - y);
+    const tiles = bounds.map(fits).filter((d): d is DecodeTile => d !== null);
+    const decodeSpecs = tiles.map((d) => {
       const defs = { DECODE: true, ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
       // Named as the cached forward they stand for (profiles and benchmarks match these names).
       return [spec('attn_decode', 'fwd_cached', defs), spec('attn_decode', 'fwd_cached_split', { ...defs, SPLIT: true })];
@@ -203,7 +222,7 @@ export class Attention {
       Promise.all(decodeSpecs.map(([p, s]) => Promise.all([gpu.kernel(p), gpu.kernel(s)]))),
     ]);
     const [fwd, fwdLse, fwdCached, combine, prep, dqK, dkvK] = main;
-    const decode = decodeKernels.map(([plain, split], i) => ({ rows: bounds[i], plain, split }));
+    const decode = decodeKernels.map(([plain, split], i) => ({ rows: tiles[i].RMAX, plain, split }));
     return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, prep, dqK, dkvK);
   }
 
@@ -218,7 +237,7 @@ export class Attention {
   }
 
   /**
-   * A chunk count for decoding over caches of up to `keys` positions: about 256 keys per chunk.
+   * A chunk count for decoding over caches of up to `keys` positions: about 32 keys per chunk.
    * Worth it when few workgroups run (decode: count·Hkv of them); prefill has enough without.
    */
   static decodeChunks(keys: number): number {
@@ -299,25 +318,41 @@ export class Attention {
     this.expect(op, q, rows, hq * D);
     this.expect(op, o, rows, hq * D);
     cache.checkBatch(op, b.slot0, b.count, n);
-    const chunks = b.split?.chunks ?? 1;
-    const u = this.uniforms({ rows: n, nseq: b.count, slot0: b.slot0, cap: cache.config.capacity, causal: 1, scale: b.scale, splits: chunks });
+    const prefix = cache.prefixOf(b.slot0, b.count);
+    const rps = n * this.group;
     const kv = { ...this.views({ q, k: cache.k[layer], v: cache.v[layer] }), lengths: cache.lengths };
-    const decode = this.decode.find((d) => n * this.group <= d.rows);
-    if (!decode) {
+    const common = { rows: n, nseq: b.count, slot0: b.slot0, cap: cache.config.capacity, causal: 1, scale: b.scale, prefix_len: prefix.length, prefix_slot: prefix.from };
+    const own = this.decode.find((d) => rps <= d.rows && d.rows <= DECODE_MAX_ROWS);
+    if (!own) {
       // Prefill-sized batches have enough rows to fill the GPU unsplit: `split` is not needed.
-      rec.dispatch(this.fwdCached, { ...kv, o }, [Math.ceil((n * this.group) / this.forwardTile.BO), hkv, b.count], u);
+      rec.dispatch(this.fwdCached, { ...kv, o }, [Math.ceil(rps / this.forwardTile.BO), hkv, b.count], this.uniforms(common));
       return;
     }
     if (!b.split) {
-      rec.dispatch(decode.plain, { ...kv, o }, [1, hkv, b.count], u);
+      rec.dispatch(own.plain, { ...kv, o }, [1, hkv, b.count], this.uniforms(common));
       return;
     }
+    const chunks = b.split.chunks;
     const ws = b.split.workspace;
     const need = this.splitWorkspaceShape(rows, chunks).reduce((x, y) => x * y);
     if (!Number.isInteger(chunks) || chunks < 1 || chunks > MAX_CHUNKS) throw new ShapeError(op, `chunks ${chunks} outside [1, ${MAX_CHUNKS}]`);
     if (ws.dtype !== 'f32' || ws.numel < need) throw new ShapeError(op, `split workspace '${ws.label}' needs ${need} f32 elements, has ${ws.numel} ${ws.dtype}`);
-    if (b.count * chunks > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new ShapeError(op, `count·chunks ${b.count * chunks} too large for one grid dimension`);
-    rec.dispatch(decode.split, { ...kv, part: ws }, [1, hkv, b.count * chunks], u);
+    // The shared prefix's share of the chunks, from the lengths at recording time (one sequence
+    // reads it once either way: its own chunks cover it).
+    let prefixChunks = 0;
+    if (prefix.length > 0 && chunks > 1 && b.count > 1) {
+      let keys = 0;
+      for (let s = b.slot0; s < b.slot0 + b.count; s++) keys = Math.max(keys, cache.past[s] + n);
+      prefixChunks = Math.min(chunks - 1, Math.max(1, Math.round((chunks * prefix.length) / keys)));
+    }
+    const ownChunks = chunks - prefixChunks;
+    // Prefix tasks take as many sequences' rows as the widest kernel holds; own tasks one sequence's.
+    const kernel = prefixChunks > 0 ? (this.decode.find((d) => d.rows >= b.count * rps) ?? this.decode[this.decode.length - 1]) : own;
+    const groups = Math.ceil(b.count / Math.floor(kernel.rows / rps));
+    const tasks = prefixChunks * groups + b.count * ownChunks;
+    if (tasks > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new ShapeError(op, `${tasks} decode tasks too many for one grid dimension`);
+    const u = this.uniforms({ ...common, splits: ownChunks, prefix_splits: prefixChunks });
+    rec.dispatch(kernel.split, { ...kv, part: ws }, [1, hkv, tasks], u);
     rec.dispatch(this.combine, { part: ws, o }, grid1d(rows * hq * D, FLAT_WG), u);
   }
 

@@ -9,8 +9,12 @@
 //                   attention.forwardCached(rec, q, cache, layer, o, {slot0, count, scale})
 //   cache.advance(rec, slot0, count, n)                             // past += n
 // Prefill is count = 1, n = prompt length; decode is count = G sequences, n = 1. After a prefill
-// of slot 0, fork(rec, 0, [1, ..., G-1], promptLen) gives every sampled completion the prompt.
+// of slot 0, fork(rec, 0, [1, ..., G-1], promptLen) gives every sampled completion a copy of the
+// prompt; share(rec, 0, [0, ..., G-1], promptLen) gives it without copying: the prompt's positions
+// of those slots stay in slot 0, where attention reads them once for the whole batch.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+
+const NO_PREFIX = { from: 0, length: 0 };
 
 export interface KvCacheConfig {
   layers: number;
@@ -25,6 +29,8 @@ const FLAT_WG = 256;
 export class KvCache {
   /** CPU mirror of the GPU lengths: filled positions per slot. */
   readonly past: number[];
+  /** Positions [0, length) of every slot in `slots` are stored in slot `from` (see share). */
+  private shared: { from: number; length: number; slots: Set<number> } | null = null;
 
   private constructor(
     readonly config: KvCacheConfig,
@@ -118,6 +124,7 @@ export class KvCache {
   /** Copy positions [0, length) of fromSlot, every layer, into each of toSlots and set their lengths. */
   fork(rec: Recorder, fromSlot: number, toSlots: readonly number[], length: number): void {
     this.checkBatch('kv_fork', fromSlot, 1, 0);
+    this.checkOwns('kv_fork', fromSlot);
     if (!Number.isInteger(length) || length < 0 || length > this.past[fromSlot]) {
       throw new ShapeError('kv_fork', `length ${length} outside the ${this.past[fromSlot]} positions of slot ${fromSlot}`);
     }
@@ -136,6 +143,43 @@ export class KvCache {
     }
   }
 
+  /**
+   * Give each of toSlots (fromSlot may be among them) the positions [0, length) of fromSlot
+   * without copying them: they stay in fromSlot, which must not be reset while another slot
+   * shares them. One shared prefix per cache at a time.
+   */
+  share(rec: Recorder, fromSlot: number, toSlots: readonly number[], length: number): void {
+    this.checkBatch('kv_share', fromSlot, 1, 0);
+    this.checkOwns('kv_share', fromSlot);
+    if (!Number.isInteger(length) || length < 0 || length > this.past[fromSlot]) {
+      throw new ShapeError('kv_share', `length ${length} outside the ${this.past[fromSlot]} positions of slot ${fromSlot}`);
+    }
+    for (const to of toSlots) this.checkBatch('kv_share', to, 1, 0);
+    if (this.shared && this.shared.slots.size > 0) throw new ShapeError('kv_share', `slots [${[...this.shared.slots].join(', ')}] still share a prefix`);
+    for (const to of toSlots) if (to !== fromSlot) this.setLengths(rec, to, 1, length);
+    this.shared = { from: fromSlot, length, slots: new Set([fromSlot, ...toSlots]) };
+  }
+
+  /**
+   * The shared prefix that slots [slot0, slot0 + count) read (length 0: none). Throws when some
+   * of them share one and others do not: one attention dispatch reads one layout.
+   */
+  prefixOf(slot0: number, count: number): { from: number; length: number } {
+    const sh = this.shared;
+    if (!sh || sh.slots.size === 0) return NO_PREFIX;
+    let inside = 0;
+    for (let s = slot0; s < slot0 + count; s++) if (sh.slots.has(s)) inside++;
+    if (inside === 0) return NO_PREFIX;
+    if (inside !== count) throw new ShapeError('kv_prefix', `slots [${slot0}, ${slot0 + count}) mix slots that share a prefix with slots that do not`);
+    return sh;
+  }
+
+  /** Throws unless slot stores all of its positions itself (it is no sharer of another's prefix). */
+  private checkOwns(op: string, slot: number): void {
+    const sh = this.shared;
+    if (sh && sh.from !== slot && sh.length > 0 && sh.slots.has(slot)) throw new ShapeError(op, `slot ${slot} reads its first ${sh.length} positions from slot ${sh.from}`);
+  }
+
   /** Forget slots [slot0, slot0 + count) (all by default): their lengths become 0. */
   reset(rec: Recorder, slot0 = 0, count = this.config.slots): void {
     this.checkBatch('kv_reset', slot0, count, 0);
@@ -143,6 +187,15 @@ export class KvCache {
   }
 
   private setLengths(rec: Recorder, slot0: number, count: number, value: number): void {
+    const sh = this.shared;
+    if (sh) {
+      const end = slot0 + count;
+      const stays = [...sh.slots].filter((s) => s < slot0 || s >= end);
+      if (sh.from >= slot0 && sh.from < end && stays.some((s) => s !== sh.from)) {
+        throw new ShapeError('kv_reset', `slot ${sh.from} holds the prefix that slots [${stays.join(', ')}] share`);
+      }
+      sh.slots = new Set(stays);
+    }
     rec.dispatch(this.setK, { lengths_rw: this.lengths }, Math.ceil(count / FLAT_WG), this.uniforms({ rows: value, nseq: count, slot0 }));
     for (let s = slot0; s < slot0 + count; s++) this.past[s] = value;
   }
@@ -168,6 +221,9 @@ export const UNIFORMS = {
   cap: 'u32',
   dst_slot: 'u32',
   splits: 'u32',
+  prefix_len: 'u32',
+  prefix_slot: 'u32',
+  prefix_splits: 'u32',
 } as const;
 
 export const ZERO_UNIFORMS: Record<keyof typeof UNIFORMS, number> = {
@@ -181,4 +237,7 @@ export const ZERO_UNIFORMS: Record<keyof typeof UNIFORMS, number> = {
   cap: 0,
   dst_slot: 0,
   splits: 0,
+  prefix_len: 0,
+  prefix_slot: 0,
+  prefix_splits: 0,
 };

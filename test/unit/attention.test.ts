@@ -181,6 +181,73 @@ describe('attention forward (packed sequences)', () => {
   });
 });
 
+/**
+ * Model steps over a KV cache with random q/k/v, every layer; remembers the rows each slot
+ * received (hist) and the outputs it got (got), for the f64 reference in `check`.
+ */
+function cachedRun(gpu: Gpu, att: Attention, cache: KvCache, dims: Dims, scale: number, workspace: Tensor, seed0: number) {
+  const { hq, hkv, D } = dims;
+  const { layers, slots } = cache.config;
+  const hist = Array.from({ length: layers }, () => Array.from({ length: slots }, () => ({ q: [] as number[], k: [] as number[], v: [] as number[] })));
+  const got = Array.from({ length: layers }, () => Array.from({ length: slots }, () => [] as number[]));
+  let seed = seed0;
+  /** One model step over slots [slot0, slot0 + count), n rows each, every layer; split-K with chunks. */
+  const step = async (slot0: number, count: number, n: number, chunks?: number) => {
+    const rows = count * n;
+    const rec = gpu.recorder();
+    const temps: Tensor[] = [];
+    const outs: Tensor[] = [];
+    for (let l = 0; l < layers; l++) {
+      const q = randUniform(rows * hq * D, seed++);
+      const k = randUniform(rows * hkv * D, seed++);
+      const v = randUniform(rows * hkv * D, seed++);
+      for (let b = 0; b < count; b++) {
+        const h = hist[l][slot0 + b];
+        h.q.push(...q.subarray(b * n * hq * D, (b + 1) * n * hq * D));
+        h.k.push(...k.subarray(b * n * hkv * D, (b + 1) * n * hkv * D));
+        h.v.push(...v.subarray(b * n * hkv * D, (b + 1) * n * hkv * D));
+      }
+      const tq = gpu.upload(q, [rows, hq * D], 'f32', 'q');
+      const tk = gpu.upload(k, [rows, hkv * D], 'f32', 'k_new');
+      const tv = gpu.upload(v, [rows, hkv * D], 'f32', 'v_new');
+      const to = gpu.tensor([rows, hq * D], 'f32', 'o');
+      cache.append(rec, l, tk, tv, slot0, count);
+      att.forwardCached(rec, tq, cache, l, to, { slot0, count, scale, split: chunks ? { workspace, chunks } : undefined });
+      temps.push(tq, tk, tv);
+      outs.push(to);
+    }
+    cache.advance(rec, slot0, count, n);
+    await rec.submit();
+    for (let l = 0; l < layers; l++) {
+      const o = await read(gpu, outs[l]);
+      for (let b = 0; b < count; b++) got[l][slot0 + b].push(...o.subarray(b * n * hq * D, (b + 1) * n * hq * D));
+    }
+    for (const t of [...temps, ...outs]) t.release();
+  };
+  /** Slots `to` continue from slot `from`'s history (after a fork or share). */
+  const inherit = (from: number, to: readonly number[]) => {
+    for (let l = 0; l < layers; l++) {
+      for (const s of to) {
+        const src = hist[l][from];
+        hist[l][s] = { q: src.q.slice(), k: src.k.slice(), v: src.v.slice() };
+        got[l][s] = got[l][from].slice();
+      }
+    }
+  };
+  /** Every output so far equals one full causal pass over each slot's rows. */
+  const check = () => {
+    for (let l = 0; l < layers; l++) {
+      for (let s = 0; s < slots; s++) {
+        const h = hist[l][s];
+        const T = h.k.length / (hkv * D);
+        const ref = cpuForward(h.q, h.k, h.v, dims, [0, T], true, scale);
+        expectClose(got[l][s], ref.o, { rtol: 1e-4, atol: 2e-6, what: `layer ${l} slot ${s}` });
+      }
+    }
+  };
+  return { hist, step, inherit, check };
+}
+
 describe('attention over a KV cache', () => {
   it('prefill, fork, uneven prefill, then batched decode equal one full causal pass per sequence (2 layers)', async () => {
     const gpu = await testGpu();
@@ -191,57 +258,15 @@ describe('attention over a KV cache', () => {
     const slots = 3;
     const att = await Attention.create(gpu, { hq, hkv, headDim: D });
     const cache = await KvCache.create(gpu, { layers, slots, capacity: 40, hkv, headDim: D });
-    // Per layer and slot, the q/k/v rows each sequence received (the reference replays them).
-    const hist = Array.from({ length: layers }, () => Array.from({ length: slots }, () => ({ q: [] as number[], k: [] as number[], v: [] as number[] })));
-    const got = Array.from({ length: layers }, () => Array.from({ length: slots }, () => [] as number[]));
-    let seed = 100;
-
     const workspace = gpu.tensor(att.splitWorkspaceShape(slots, 64), 'f32', 'split_workspace');
-    /** One model step over slots [slot0, slot0 + count), n rows each, every layer; split-K with chunks. */
-    const step = async (slot0: number, count: number, n: number, chunks?: number) => {
-      const rows = count * n;
-      const rec = gpu.recorder();
-      const temps: Tensor[] = [];
-      const outs: Tensor[] = [];
-      for (let l = 0; l < layers; l++) {
-        const q = randUniform(rows * hq * D, seed++);
-        const k = randUniform(rows * hkv * D, seed++);
-        const v = randUniform(rows * hkv * D, seed++);
-        for (let b = 0; b < count; b++) {
-          const h = hist[l][slot0 + b];
-          h.q.push(...q.subarray(b * n * hq * D, (b + 1) * n * hq * D));
-          h.k.push(...k.subarray(b * n * hkv * D, (b + 1) * n * hkv * D));
-          h.v.push(...v.subarray(b * n * hkv * D, (b + 1) * n * hkv * D));
-        }
-        const tq = gpu.upload(q, [rows, hq * D], 'f32', 'q');
-        const tk = gpu.upload(k, [rows, hkv * D], 'f32', 'k_new');
-        const tv = gpu.upload(v, [rows, hkv * D], 'f32', 'v_new');
-        const to = gpu.tensor([rows, hq * D], 'f32', 'o');
-        cache.append(rec, l, tk, tv, slot0, count);
-        att.forwardCached(rec, tq, cache, l, to, { slot0, count, scale, split: chunks ? { workspace, chunks } : undefined });
-        temps.push(tq, tk, tv);
-        outs.push(to);
-      }
-      cache.advance(rec, slot0, count, n);
-      await rec.submit();
-      for (let l = 0; l < layers; l++) {
-        const o = await read(gpu, outs[l]);
-        for (let b = 0; b < count; b++) got[l][slot0 + b].push(...o.subarray(b * n * hq * D, (b + 1) * n * hq * D));
-      }
-      for (const t of [...temps, ...outs]) t.release();
-    };
+    // Per layer and slot, the q/k/v rows each sequence received (the reference replays them).
+    const { hist, step, inherit, check } = cachedRun(gpu, att, cache, dims, scale, workspace, 100);
 
     await step(0, 1, 20); // prefill the prompt into slot 0 (more than one 16-key tile)
     const rec = gpu.recorder();
     cache.fork(rec, 0, [1, 2], 20);
     await rec.submit();
-    for (let l = 0; l < layers; l++) {
-      for (const s of [1, 2]) {
-        const src = hist[l][0];
-        hist[l][s] = { q: src.q.slice(), k: src.k.slice(), v: src.v.slice() };
-        got[l][s] = got[l][0].slice();
-      }
-    }
+    inherit(0, [1, 2]);
     await step(2, 1, 3); // slot 2 gets 3 more rows: the batch below has lengths 20, 20, 23
     expect(cache.past).toEqual([20, 20, 23]);
     // Decode without split-K, then split in 2, 3 and 64 chunks (of 16 keys at least: the last empty).
@@ -249,15 +274,7 @@ describe('attention over a KV cache', () => {
     await step(1, 2, 1, Attention.decodeChunks(cache.past[2] + 1)); // a sub-range of the slots
     expect(cache.past).toEqual([25, 26, 29]);
     expect(Array.from(await gpu.read(cache.lengths))).toEqual([25, 26, 29]);
-
-    for (let l = 0; l < layers; l++) {
-      for (let s = 0; s < slots; s++) {
-        const h = hist[l][s];
-        const T = h.k.length / (hkv * D);
-        const ref = cpuForward(h.q, h.k, h.v, dims, [0, T], true, scale);
-        expectClose(got[l][s], ref.o, { rtol: 1e-4, atol: 2e-6, what: `layer ${l} slot ${s}` });
-      }
-    }
+    check();
     // The cache holds exactly the rows each sequence received.
     const kc = await read(gpu, cache.k[1]);
     const rowLen = hkv * D;
@@ -275,6 +292,53 @@ describe('attention over a KV cache', () => {
       }),
     ).toThrow(ShapeError);
     big.release();
+    workspace.release();
+    cache.release();
+  });
+
+  it('shared prefix (share, no copy): 8 sequences, sub-ranges, 2 new rows (prefix tasks of 4 sequences), chunk counts 1 to 64 over an odd prompt', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 16 };
+    const { hkv, D } = dims;
+    const scale = 0.4;
+    const slots = 8;
+    const all = Array.from({ length: slots }, (_, s) => s);
+    const att = await Attention.create(gpu, { hq: dims.hq, hkv, headDim: D });
+    const cache = await KvCache.create(gpu, { layers: 1, slots, capacity: 48, hkv, headDim: D });
+    const workspace = gpu.tensor(att.splitWorkspaceShape(2 * slots, 64), 'f32', 'split_workspace');
+    const { step, inherit, check } = cachedRun(gpu, att, cache, dims, scale, workspace, 700);
+    await step(0, 1, 37); // the prompt, into slot 0
+    // NaN where a copy of the prompt would go: attention must read slot 0's rows instead.
+    const rowLen = hkv * D;
+    for (const t of [cache.k[0], cache.v[0]]) {
+      const x = await read(gpu, t);
+      x.fill(NaN, 48 * rowLen);
+      gpu.write(t, x);
+    }
+    let rec = gpu.recorder();
+    cache.share(rec, 0, all, 37);
+    await rec.submit();
+    inherit(0, all.slice(1));
+    expect(Array.from(await gpu.read(cache.lengths))).toEqual(all.map(() => 37));
+    // Unsplit; own chunks only (1); prefix + own chunks (2, 7; 64: most prefix chunks hold 1 key or none).
+    for (const chunks of [undefined, 1, 2, 7, 64]) await step(0, slots, 1, chunks);
+    await step(2, 3, 1, 5); // 3 sequences: one prefix task of 6 rows
+    await step(5, 1, 1, 3); // one sequence over slot 0's prefix
+    await step(0, slots, 2, 4); // n·G = 4 rows a sequence: prefix tasks of 4 sequences
+    check();
+    expect(Number.isNaN((await read(gpu, cache.k[0]))[48 * rowLen])).toBe(true); // slot 1's position 0: never written
+
+    rec = gpu.recorder();
+    cache.reset(rec, 7, 1); // slot 7 stops sharing
+    const q = gpu.tensor([2, dims.hq * D], 'f32', 'q');
+    expect(() => att.forwardCached(gpu.recorder(), q, cache, 0, q, { slot0: 6, count: 2, scale })).toThrow(/mix slots that share a prefix/);
+    expect(() => cache.reset(gpu.recorder(), 0, 1)).toThrow(/slot 0 holds the prefix that slots \[1, 2, 3, 4, 5, 6\] share/);
+    expect(() => cache.fork(gpu.recorder(), 1, [7], 10)).toThrow(/slot 1 reads its first 37 positions from slot 0/);
+    expect(() => cache.share(gpu.recorder(), 0, [7], 10)).toThrow(/still share a prefix/);
+    cache.reset(rec); // every slot: the share ends
+    cache.share(rec, 0, [], 0);
+    await rec.submit();
+    q.release();
     workspace.release();
     cache.release();
   });
