@@ -14,10 +14,15 @@
 // Backward of the Linear layer y = x·Wᵀ is the same kernel: dX = dY·W (no transposes) and
 // dW = dYᵀ·X (TRANS_A); beta = 1 accumulates into an existing gradient.
 //
-// Tiling: a 16x16 workgroup computes a 64x64 block of C, each invocation a 4x4 sub-block whose
-// rows and columns are 16 apart, so neighbouring invocations touch neighbouring addresses (in
-// workgroup memory and in C). K advances 16 at a time through two workgroup tiles stored k-major.
-// Out-of-range elements of edge tiles load as zero, so any M, N, K works.
+// Tiling (defines, one compiled variant per tile shape): a TX x TY workgroup (256 invocations)
+// computes a BM x BN block of C (BM = TY·TM, BN = TX·TN), each invocation a TM x TN sub-block whose
+// rows are TY apart and columns TX apart, so neighbouring invocations touch neighbouring addresses
+// (in workgroup memory and in C). K advances BK at a time through two workgroup tiles stored
+// k-major; the next step's elements are fetched into registers before the current tiles are
+// multiplied, so global latency hides behind the arithmetic. Shapes (src/ops/matmul.ts picks):
+// 128x64 (8x4 each) for large products, 64x64 (4x4) where 128x64 leaves SMs idle, 256x16 and
+// 16x256 for LoRA's rank-r sides. Out-of-range elements of edge tiles load as zero, so any M, N,
+// K works.
 
 struct Params {
   m: u32,
@@ -44,12 +49,15 @@ struct Params {
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 #endif
 
-const BM = 64u;
-const BN = 64u;
+const TX = {{TX}}u; // invocations along N
+const TY = {{TY}}u; // invocations along M; TX·TY = 256
+const TM = {{TM}}u; // rows of C per invocation
+const TN = {{TN}}u; // columns of C per invocation
+const BM = TY * TM;
+const BN = TX * TN;
 const BK = 16u;
-const TM = 4u; // rows of C per invocation (BM / 16)
-const TN = 4u; // columns of C per invocation (BN / 16)
-const LOADS = 4u; // tile elements each of the 256 invocations loads per operand: BM·BK / 256
+const LOADS_A = BM * BK / 256u; // tile elements each invocation loads per step
+const LOADS_B = BK * BN / 256u;
 // One padding column breaks the power-of-two stride of k-fastest stores.
 const SA = BM + 1u;
 const SB = BN + 1u;
@@ -81,7 +89,25 @@ fn load_b(base: u32, kk: u32, col: u32) -> f32 {
 #endif
 }
 
-@compute @workgroup_size(16, 16)
+// Where element e of a step's A tile lives in the tile: each operand is loaded along its
+// contiguous axis so that neighbouring invocations read neighbouring addresses.
+fn a_slot(e: u32) -> vec2u { // (row, kk)
+#if TRANS_A
+  return vec2u(e % BM, e / BM);
+#else
+  return vec2u(e / BK, e % BK);
+#endif
+}
+
+fn b_slot(e: u32) -> vec2u { // (kk, col)
+#if TRANS_B
+  return vec2u(e % BK, e / BK);
+#else
+  return vec2u(e / BN, e % BN);
+#endif
+}
+
+@compute @workgroup_size(TX, TY)
 fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: vec3u, @builtin(local_invocation_index) lid: u32) {
   let tx = lid3.x;
   let ty = lid3.y;
@@ -92,37 +118,46 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: v
   let base_c = params.off_c + wid.z * params.stride_c;
 
   var acc: array<array<f32, TN>, TM>;
+  var na: array<f32, LOADS_A>;
+  var nb: array<f32, LOADS_B>;
+  for (var s = 0u; s < LOADS_A; s++) {
+    let at = a_slot(lid + s * 256u);
+    na[s] = load_a(base_a, row0 + at.x, at.y);
+  }
+  for (var s = 0u; s < LOADS_B; s++) {
+    let bt = b_slot(lid + s * 256u);
+    nb[s] = load_b(base_b, bt.x, col0 + bt.y);
+  }
   for (var k0 = 0u; k0 < params.k; k0 += BK) {
-    // Each operand is loaded along its contiguous axis so that neighbouring invocations read
-    // neighbouring addresses.
-    for (var s = 0u; s < LOADS; s++) {
-      let e = lid + s * 256u;
-#if TRANS_A
-      let ar = e % BM;
-      let ak = e / BM;
-#else
-      let ak = e % BK;
-      let ar = e / BK;
-#endif
-      tile_a[ak * SA + ar] = load_a(base_a, row0 + ar, k0 + ak);
-#if TRANS_B
-      let bk = e % BK;
-      let bc = e / BK;
-#else
-      let bc = e % BN;
-      let bk = e / BN;
-#endif
-      tile_b[bk * SB + bc] = load_b(base_b, k0 + bk, col0 + bc);
+    for (var s = 0u; s < LOADS_A; s++) {
+      let at = a_slot(lid + s * 256u);
+      tile_a[at.y * SA + at.x] = na[s];
+    }
+    for (var s = 0u; s < LOADS_B; s++) {
+      let bt = b_slot(lid + s * 256u);
+      tile_b[bt.x * SB + bt.y] = nb[s];
     }
     workgroupBarrier();
+    // The next step's elements are in flight while this step multiplies.
+    let k1 = k0 + BK;
+    if (k1 < params.k) {
+      for (var s = 0u; s < LOADS_A; s++) {
+        let at = a_slot(lid + s * 256u);
+        na[s] = load_a(base_a, row0 + at.x, k1 + at.y);
+      }
+      for (var s = 0u; s < LOADS_B; s++) {
+        let bt = b_slot(lid + s * 256u);
+        nb[s] = load_b(base_b, k1 + bt.x, col0 + bt.y);
+      }
+    }
     for (var kk = 0u; kk < BK; kk++) {
       var ra: array<f32, TM>;
       var rb: array<f32, TN>;
       for (var i = 0u; i < TM; i++) {
-        ra[i] = tile_a[kk * SA + ty + i * 16u];
+        ra[i] = tile_a[kk * SA + ty + i * TY];
       }
       for (var j = 0u; j < TN; j++) {
-        rb[j] = tile_b[kk * SB + tx + j * 16u];
+        rb[j] = tile_b[kk * SB + tx + j * TX];
       }
       for (var i = 0u; i < TM; i++) {
         for (var j = 0u; j < TN; j++) {
@@ -134,12 +169,12 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: v
   }
 
   for (var i = 0u; i < TM; i++) {
-    let row = row0 + ty + i * 16u;
+    let row = row0 + ty + i * TY;
     if (row >= params.m) {
       continue;
     }
     for (var j = 0u; j < TN; j++) {
-      let col = col0 + tx + j * 16u;
+      let col = col0 + tx + j * TX;
       if (col >= params.n) {
         continue;
       }

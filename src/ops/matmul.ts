@@ -2,12 +2,28 @@
 // Linear-layer forms used by the unquantized model and by LoRA.
 //   Linear:   y = x·Wᵀ (+ b),  x [T, in], W [out, in] (PyTorch layout), y [T, out]
 //   backward: dX = dY·W,  dW = dYᵀ·X
-import { ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 
-/** Edge of the square block of C one workgroup computes (BM = BN in the shader). */
-const BLOCK = 64;
+/** Block shapes of C a workgroup computes (shaders/matmul.wgsl: TX x TY invocations, TM x TN each). */
+export const GEMM_TILES = {
+  /** 128x64, 8x4 per invocation: the most arithmetic per byte of workgroup memory read. */
+  large: { tx: 16, ty: 16, tm: 8, tn: 4 },
+  /** 64x64, 4x4: twice the workgroups of `large` where that one would leave SMs idle. */
+  square: { tx: 16, ty: 16, tm: 4, tn: 4 },
+  /** 256x16: C of few columns (LoRA's x·Aᵀ [T, r], dYᵀ·u [out, r]); a 64-wide block wastes 3/4. */
+  tall: { tx: 4, ty: 64, tm: 4, tn: 4 },
+  /** 16x256: C of few rows (LoRA's tᵀ·x [r, in], split-K's sum of partials). */
+  wide: { tx: 64, ty: 4, tm: 4, tn: 4 },
+} as const;
+export type GemmTile = keyof typeof GEMM_TILES;
+const blockRows = (t: GemmTile) => GEMM_TILES[t].ty * GEMM_TILES[t].tm;
+const blockCols = (t: GemmTile) => GEMM_TILES[t].tx * GEMM_TILES[t].tn;
+/** `large` when it makes at least this many blocks (two per SM of a big GPU) and K is at least
+ * LARGE_MIN_K, else `square`. H100, [2048, 6144] over K 2048: 27 TFLOP/s against 24. */
+const LARGE_MIN_BLOCKS = 256;
+const LARGE_MIN_K = 256;
 /** A product with fewer blocks of C than this and a long K is split along K (LoRA's rank-r
- * products: [T, 2048]·[2048, 16] is 44 blocks, a third of an H100's SMs, each walking all of K). */
+ * products: [T, 2048]·[2048, 16] is 11 blocks of 256x16, each walking all of K). */
 const SPLIT_BELOW_BLOCKS = 128;
 /** Shortest K chunk worth a workgroup of its own. */
 const SPLIT_MIN_K = 256;
@@ -44,6 +60,8 @@ export interface GemmArgs {
   strideA?: number;
   strideB?: number;
   strideC?: number;
+  /** Block shape; default chosen from m, n (tileOf). Tests and benchmarks set it. */
+  tile?: GemmTile;
 }
 
 export interface LinearOptions {
@@ -67,48 +85,31 @@ interface Operand {
 export class Matmul {
   /** Vectors of ones [S], by S: the sum of S split-K partials is ones·P. */
   private readonly ones = new Map<number, Tensor>();
+  /** Compiled variants by variantKey + tile; `square` ones at create, the others on first use. */
+  private readonly kernels = new Map<string, Kernel>();
 
-  private constructor(
-    private readonly gpu: Gpu,
-    private readonly kernels: ReadonlyMap<string, Kernel>,
-  ) {}
+  private constructor(private readonly gpu: Gpu) {}
 
   static async create(gpu: Gpu): Promise<Matmul> {
-    const variants: [string, Promise<Kernel>][] = [];
+    const mm = new Matmul(gpu);
+    const eager: Promise<void>[] = [];
     for (const transA of [false, true]) {
       for (const transB of [false, true]) {
         for (const bias of [false, true]) {
-          const key = variantKey(transA, transB, bias);
-          variants.push([
-            key,
-            gpu.kernel({
-              name: `matmul.gemm[${key}]`,
-              shader: 'matmul',
-              entry: 'gemm',
-              defines: { TRANS_A: transA, TRANS_B: transB, BIAS: bias },
-              uniforms: {
-                m: 'u32',
-                n: 'u32',
-                k: 'u32',
-                lda: 'u32',
-                ldb: 'u32',
-                ldc: 'u32',
-                off_a: 'u32',
-                off_b: 'u32',
-                off_c: 'u32',
-                stride_a: 'u32',
-                stride_b: 'u32',
-                stride_c: 'u32',
-                alpha: 'f32',
-                beta: 'f32',
-              },
-            }),
-          ]);
+          const spec = kernelSpec(transA, transB, bias, 'square');
+          eager.push(gpu.kernel(spec).then((k) => void mm.kernels.set(kernelId(transA, transB, bias, 'square'), k)));
         }
       }
     }
-    const compiled = await Promise.all(variants.map(async ([key, k]) => [key, await k] as const));
-    return new Matmul(gpu, new Map(compiled));
+    await Promise.all(eager);
+    return mm;
+  }
+
+  private kernel(transA: boolean, transB: boolean, bias: boolean, tile: GemmTile): Kernel {
+    const id = kernelId(transA, transB, bias, tile);
+    let k = this.kernels.get(id);
+    if (!k) this.kernels.set(id, (k = this.gpu.kernelNow(kernelSpec(transA, transB, bias, tile))));
+    return k;
   }
 
   /** C = alpha·op(A)·op(B) + beta·C (+ bias), for `batch` products. */
@@ -131,12 +132,13 @@ export class Matmul {
       if (g.bias.numel !== n) throw new ShapeError('gemm', `bias has ${g.bias.numel} elements, expected n = ${n}`);
     }
     if (m === 0 || n === 0 || batch === 0) return;
-    const split = batch === 1 && !g.bias && C.ld === n ? splitOf(m, n, k) : 1;
+    const tile = g.tile ?? tileOf(m, n, k);
+    const split = batch === 1 && !g.bias && C.ld === n ? splitOf(m, n, k, tile) : 1;
     if (split > 1) {
-      this.splitK(rec, g, A, B, C, transA, transB, split);
+      this.splitK(rec, { ...g, tile }, A, B, C, transA, transB, split);
       return;
     }
-    this.run(rec, g, A, B, C, transA, transB, batch);
+    this.run(rec, g, tile, A, B, C, transA, transB, batch);
   }
 
   /**
@@ -144,7 +146,7 @@ export class Matmul {
    * C = alpha·ones[1, S]·P + beta·C: S times the workgroups for a C of few blocks. Deterministic
    * (a fixed order of sums, no atomics).
    */
-  private splitK(rec: Recorder, g: GemmArgs, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, S: number): void {
+  private splitK(rec: Recorder, g: GemmArgs & { tile: GemmTile }, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, S: number): void {
     const { m, n } = g;
     const kc = g.k / S;
     const part = this.gpu.tensor([S, m, n], 'f32', 'matmul.split_k');
@@ -152,22 +154,22 @@ export class Matmul {
     const Ak = { ...A, cols: transA ? A.cols : kc, rows: transA ? kc : A.rows, stride: transA ? kc * A.ld : kc };
     const Bk = { ...B, rows: transB ? B.rows : kc, cols: transB ? kc : B.cols, stride: transB ? kc : kc * B.ld };
     const P: Operand = { what: 'partials', t: part, rows: m, cols: n, ld: n, offset: 0, stride: m * n };
-    this.run(rec, { ...g, k: kc, alpha: 1, beta: 0 }, Ak, Bk, P, transA, transB, S);
+    this.run(rec, { ...g, k: kc, alpha: 1, beta: 0 }, g.tile, Ak, Bk, P, transA, transB, S);
     let ones = this.ones.get(S);
     if (!ones) this.ones.set(S, (ones = this.gpu.upload(new Float32Array(S).fill(1), [S], 'f32', `matmul.ones${S}`)));
     const O: Operand = { what: 'ones', t: ones, rows: 1, cols: S, ld: S, offset: 0, stride: S };
     const Pk: Operand = { what: 'partials', t: part, rows: S, cols: m * n, ld: m * n, offset: 0, stride: S * m * n };
     const Cflat: Operand = { what: 'C', t: C.t, rows: 1, cols: m * n, ld: m * n, offset: C.offset, stride: m * n };
-    this.run(rec, { ...g, m: 1, n: m * n, k: S }, O, Pk, Cflat, false, false, 1);
+    this.run(rec, { ...g, m: 1, n: m * n, k: S }, 'wide', O, Pk, Cflat, false, false, 1);
     part.release();
   }
 
-  private run(rec: Recorder, g: GemmArgs, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, batch: number): void {
+  private run(rec: Recorder, g: GemmArgs, tile: GemmTile, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, batch: number): void {
     const { m, n, k } = g;
-    const kernel = this.kernels.get(variantKey(transA, transB, !!g.bias))!;
+    const kernel = this.kernel(transA, transB, !!g.bias, tile);
     const bindings: Record<string, Tensor> = { a: A.t, b: B.t, c: C.t };
     if (g.bias) bindings.bias = g.bias;
-    rec.dispatch(kernel, bindings, [Math.ceil(n / BLOCK), Math.ceil(m / BLOCK), batch], {
+    rec.dispatch(kernel, bindings, [Math.ceil(n / blockCols(tile)), Math.ceil(m / blockRows(tile)), batch], {
       m,
       n,
       k,
@@ -219,9 +221,19 @@ export class Matmul {
   }
 }
 
+/** The block shape for C [m, n] over k: thin sides get thin blocks; long products the big block
+ * when it still fills the GPU. A short K (LoRA's u·Bᵀ, K = r) is bound by C's bytes: more, smaller
+ * blocks (H100, [2816, 2048] over K 16: 31 µs in 64x64 blocks, 45 µs in 128x64). */
+export function tileOf(m: number, n: number, k: number): GemmTile {
+  if (n <= 16 && m >= 256) return 'tall';
+  if (m <= 16 && n >= 256) return 'wide';
+  const large = Math.ceil(m / blockRows('large')) * Math.ceil(n / blockCols('large')) >= LARGE_MIN_BLOCKS;
+  return large && k >= LARGE_MIN_K ? 'large' : 'square';
+}
+
 /** How many K chunks a product [m, n] over k takes: 1 unless C has few blocks and K is long. */
-function splitOf(m: number, n: number, k: number): number {
-  const blocks = Math.ceil(m / BLOCK) * Math.ceil(n / BLOCK);
+function splitOf(m: number, n: number, k: number, tile: GemmTile): number {
+  const blocks = Math.ceil(m / blockRows(tile)) * Math.ceil(n / blockCols(tile));
   if (blocks >= SPLIT_BELOW_BLOCKS) return 1;
   for (const s of [8, 4, 2]) {
     if (k % s === 0 && k / s >= SPLIT_MIN_K && blocks * s <= 4 * SPLIT_BELOW_BLOCKS) return s;
@@ -231,6 +243,37 @@ function splitOf(m: number, n: number, k: number): number {
 
 function variantKey(transA: boolean, transB: boolean, bias: boolean): string {
   return `${transA ? 'T' : 'N'}${transB ? 'T' : 'N'}${bias ? '+bias' : ''}`;
+}
+
+function kernelId(transA: boolean, transB: boolean, bias: boolean, tile: GemmTile): string {
+  return `${variantKey(transA, transB, bias)}/${tile}`;
+}
+
+function kernelSpec(transA: boolean, transB: boolean, bias: boolean, tile: GemmTile): KernelSpec {
+  const t = GEMM_TILES[tile];
+  return {
+    // Profiles group by transposes; the tile shows in the name only where it is not the default.
+    name: `matmul.gemm[${variantKey(transA, transB, bias)}]${tile === 'square' ? '' : `.${tile}`}`,
+    shader: 'matmul',
+    entry: 'gemm',
+    defines: { TRANS_A: transA, TRANS_B: transB, BIAS: bias, TX: t.tx, TY: t.ty, TM: t.tm, TN: t.tn },
+    uniforms: {
+      m: 'u32',
+      n: 'u32',
+      k: 'u32',
+      lda: 'u32',
+      ldb: 'u32',
+      ldc: 'u32',
+      off_a: 'u32',
+      off_b: 'u32',
+      off_c: 'u32',
+      stride_a: 'u32',
+      stride_b: 'u32',
+      stride_c: 'u32',
+      alpha: 'f32',
+      beta: 'f32',
+    },
+  };
 }
 
 function operand(what: string, t: Tensor, rows: number, cols: number, ld?: number, offset?: number, stride?: number): Operand {

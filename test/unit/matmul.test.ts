@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, finiteDifferences, randUniform } from '../helpers/reference';
-import { Matmul } from '../../src/ops/matmul';
+import { Matmul, tileOf, type GemmTile } from '../../src/ops/matmul';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
 const SIZES = [1, 3, 17, 33, 65];
@@ -104,6 +104,53 @@ describe('matmul: GEMM', () => {
       });
     }
   }
+
+  it('every block shape (128x64, 256x16, 16x256) on shapes spanning several blocks: all four transposes, bias, split-K', async () => {
+    const gpu = await testGpu();
+    const mm = await Matmul.create(gpu);
+    // Edges cut every block dimension, K is not a multiple of the 16-deep step, and [300, 16] over
+    // K 2048 splits along K into 256x16 blocks summed by a 16x256 one (LoRA's x·Aᵀ).
+    const cases: [GemmTile, number, number, number][] = [
+      ['large', 131, 67, 35],
+      ['tall', 259, 17, 33],
+      ['wide', 17, 259, 33],
+      ['tall', 300, 16, 2048],
+    ];
+    let seed = 4000;
+    for (const [tile, m, n, k] of cases) {
+      for (const transA of [false, true]) {
+        for (const transB of [false, true]) {
+          seed += 5;
+          const [alpha, beta] = seed % 2 ? [0.5, 0.7] : [1, 0];
+          const withBias = transB && !transA && k < 2048;
+          const a = randUniform(m * k, seed);
+          const b = randUniform(k * n, seed + 1);
+          const c = randUniform(m * n, seed + 2);
+          const bias = withBias ? randUniform(n, seed + 3) : undefined;
+          const ta = gpu.upload(a, transA ? [k, m] : [m, k], 'f32', 'a');
+          const tb = gpu.upload(b, transB ? [n, k] : [k, n], 'f32', 'b');
+          const tc = gpu.upload(c, [m, n], 'f32', 'c');
+          const tbias = bias ? gpu.upload(bias, [n], 'f32', 'bias') : undefined;
+          const rec = gpu.recorder();
+          mm.gemm(rec, { a: ta, b: tb, c: tc, m, n, k, transA, transB, alpha, beta, bias: tbias, tile });
+          await rec.submit();
+          const { want, scale } = refGemm({ a, b, c, m, n, k, transA, transB, alpha, beta, bias });
+          expectWithin(await read(gpu, tc), want, scale, 1e-5, `${tile} M=${m} N=${n} K=${k} ${transA ? 'Aᵀ' : 'A'}·${transB ? 'Bᵀ' : 'B'}${bias ? ' + bias' : ''}`);
+          for (const t of [ta, tb, tc, tbias]) t?.release();
+        }
+      }
+    }
+  });
+
+  it('picks thin blocks for thin products and the big block only where it fills the GPU over a long K', () => {
+    expect(tileOf(2816, 16, 2048)).toBe('tall');
+    expect(tileOf(16, 2048, 2816)).toBe('wide');
+    expect(tileOf(1, 45056, 8)).toBe('wide');
+    expect(tileOf(2816, 6144, 2048)).toBe('large');
+    expect(tileOf(2816, 6144, 16)).toBe('square');
+    expect(tileOf(784, 1024, 1024)).toBe('square');
+    expect(tileOf(65, 65, 65)).toBe('square');
+  });
 
   it('split along K when C has few blocks and K is long (LoRA rank-r shapes): all four transposes, alpha/beta, an offset C', async () => {
     const gpu = await testGpu();
