@@ -16,7 +16,7 @@ import type { TableHead } from './lmHead';
 /** Decode steps per submit (and per readback). At most twice this many steps run past the last stop. */
 export const STEPS_PER_SUBMIT = 8;
 /** Keys per chunk of split decode attention, and the most chunks the kernel takes. */
-const KEYS_PER_CHUNK = 64;
+const KEYS_PER_CHUNK = 32;
 const MAX_ATTENTION_CHUNKS = 64;
 
 export interface GenerateRequest {
@@ -96,7 +96,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     });
     const rowBytes = 4 * c.hiddenSize;
     for (let g = 0; g < G; g++) rec.copy(h, last, rowBytes, (T - 1) * rowBytes, g * rowBytes);
-    cache.fork(rec, 0, Array.from({ length: G }, (_, g) => g), T);
+    cache.share(rec, 0, Array.from({ length: G }, (_, g) => g), T);
 
     const recordStep = (step: number, j: number) => {
       const hidden =
