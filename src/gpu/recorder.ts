@@ -6,23 +6,34 @@
 import type { Gpu } from './runtime';
 import type { Kernel } from './kernel';
 import type { Profiler } from './profiler';
+import { BindingCache } from './bindingCache';
 import { Tensor } from './tensor';
 
 export type BindingResource = Tensor | GPUBufferBinding;
 export type Bindings = Record<string, BindingResource>;
 export type Workgroups = number | readonly [number, number?, number?];
 
+/** Uniform values of a kernel dispatched without any. */
+const NO_UNIFORMS: Record<string, number> = {};
+
 export class Recorder {
   private encoder: GPUCommandEncoder | null = null;
   private pass: GPUComputePassEncoder | null = null;
+  /** The pipeline last set on `pass` (a dispatch of the same kernel sets none). */
+  private pipeline: GPUComputePipeline | null = null;
   private kernels = new Set<string>();
   private pending: Promise<void>[] = [];
   private timings: { names: string[]; query: number } | null = null;
+  /** The current dispatch's bind-group key, one number per binding (BindingCache.key). */
+  private readonly keys: number[] = [];
+  private readonly maxGrid: number;
 
   constructor(
     private readonly gpu: Gpu,
     readonly label = 'recorder',
-  ) {}
+  ) {
+    this.maxGrid = gpu.device.limits.maxComputeWorkgroupsPerDimension;
+  }
 
   private ensureEncoder(): GPUCommandEncoder {
     if (!this.encoder) this.encoder = this.gpu.device.createCommandEncoder({ label: this.label });
@@ -32,33 +43,40 @@ export class Recorder {
   private endPass(): void {
     this.pass?.end();
     this.pass = null;
+    this.pipeline = null;
   }
 
-  /** Record one dispatch. `bindings` names the WGSL variables; `uniforms` fills the params struct. */
+  /**
+   * Record one dispatch. `bindings` names the WGSL variables; `uniforms` fills the params struct.
+   * Decode records hundreds a step, so a dispatch seen before allocates nothing here.
+   */
   dispatch(kernel: Kernel, bindings: Bindings, workgroups: Workgroups, uniforms?: Record<string, number>): this {
     const cache = this.gpu.bindingCache;
-    const entries: GPUBindGroupEntry[] = [];
-    let key = '';
+    const keys = this.keys;
+    let n = 0;
+    // The uniform slot first: a full store starts the bind-group tables over.
+    const slot = kernel.uniformVar ? cache.uniform(kernel, uniforms ?? NO_UNIFORMS) : -1;
     for (const name in bindings) {
       const binding = kernel.bindings.get(name);
       if (binding === undefined) {
         throw new Error(`${kernel.name}: no binding named '${name}' (has ${[...kernel.bindings.keys()].join(', ')})`);
       }
-      const res = bindings[name];
-      const resource = res instanceof Tensor ? res.binding() : res;
-      key += `|${binding}:${cache.id(resource.buffer)}:${resource.offset ?? 0}:${resource.size ?? -1}`;
-      entries.push({ binding, resource });
+      keys[n++] = BindingCache.key(binding, rangeOf(cache, bindings[name]));
     }
-    if (kernel.uniformVar) {
-      const slot = cache.uniform(kernel, uniforms ?? {});
-      key += `|u${cache.id(slot.buffer)}:${slot.offset}`;
-      entries.push({ binding: kernel.bindings.get(kernel.uniformVar)!, resource: slot });
+    // Uniform slots key as negative numbers, apart from the ranges.
+    if (slot >= 0 || n === 0) keys[n++] = -1 - Math.max(slot, 0);
+    let x = workgroups as number;
+    let y = 1;
+    let z = 1;
+    if (typeof workgroups !== 'number') {
+      x = workgroups[0];
+      y = workgroups[1] ?? 1;
+      z = workgroups[2] ?? 1;
     }
-    const [x, y = 1, z = 1] = typeof workgroups === 'number' ? [workgroups] : workgroups;
-    const max = this.gpu.device.limits.maxComputeWorkgroupsPerDimension;
+    const max = this.maxGrid;
     if (x > max || y > max || z > max) throw new Error(`${kernel.name}: grid ${x}x${y}x${z} exceeds ${max} per dimension`);
     if (x === 0 || y === 0 || z === 0) return this;
-    const group = cache.group(kernel, key, entries);
+    const group = cache.lookup(kernel, keys, n) ?? cache.create(kernel, keys, n, entriesOf(kernel, bindings, slot >= 0 ? cache.slot : null));
     this.kernels.add(kernel.name);
     const encoder = this.ensureEncoder();
     const prof = this.gpu.profiler;
@@ -86,10 +104,13 @@ export class Recorder {
       }
       this.pass = encoder.beginComputePass({ label: this.label, timestampWrites: stamps });
     }
-    if (!this.pass) this.pass = encoder.beginComputePass({ label: this.label });
-    this.pass.setPipeline(kernel.pipeline);
-    this.pass.setBindGroup(0, group);
-    this.pass.dispatchWorkgroups(x, y, z);
+    const pass = (this.pass ??= encoder.beginComputePass({ label: this.label }));
+    if (this.pipeline !== kernel.pipeline) {
+      pass.setPipeline(kernel.pipeline);
+      this.pipeline = kernel.pipeline;
+    }
+    pass.setBindGroup(0, group);
+    pass.dispatchWorkgroups(x, y, z);
     return this;
   }
 
@@ -147,4 +168,26 @@ export class Recorder {
     this.pending = [];
     await Promise.all(pending);
   }
+}
+
+/** The BindingCache range id of a binding resource (remembered by a Tensor). */
+function rangeOf(cache: BindingCache, res: BindingResource): number {
+  if (!(res instanceof Tensor)) return cache.rangeId(res.buffer, res.offset ?? 0, res.size ?? -1);
+  if (res.rangeOwner !== cache) {
+    const b = res.binding();
+    res.rangeId = cache.rangeId(b.buffer, b.offset!, b.size!);
+    res.rangeOwner = cache;
+  }
+  return res.rangeId;
+}
+
+/** The bind group entries of a dispatch (made only when its group is new). */
+function entriesOf(kernel: Kernel, bindings: Bindings, slot: BindingCache['slot'] | null): GPUBindGroupEntry[] {
+  const entries: GPUBindGroupEntry[] = [];
+  for (const name in bindings) {
+    const res = bindings[name];
+    entries.push({ binding: kernel.bindings.get(name)!, resource: res instanceof Tensor ? res.binding() : res });
+  }
+  if (slot) entries.push({ binding: kernel.bindings.get(kernel.uniformVar!)!, resource: { buffer: slot.buffer!, offset: slot.offset, size: slot.size } });
+  return entries;
 }

@@ -35,6 +35,10 @@ export class Tensor {
     this.numel = numelOf(shape);
   }
 
+  /** This view's range id in the BindingCache `rangeOwner` (BindingCache.rangeId), kept on first bind: a tensor never changes its bytes. */
+  rangeId = 0;
+  rangeOwner: object | null = null;
+
   get byteSize(): number {
     return this.numel * DTYPE_BYTES[this.dtype];
   }

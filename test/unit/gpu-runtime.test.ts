@@ -4,7 +4,7 @@ import { expectClose, randUniform } from '../helpers/reference';
 import { Elementwise } from '../../src/ops/elementwise';
 import { BufferAllocationError, DeviceLostError, MissingFeatureError, ShaderCompileError, requestDevice, requestAdapter } from '../../src/gpu';
 import { createNodeGpu } from '../../src/node/gpu';
-import { sizeClass } from '../../src/gpu/tensor';
+import { sizeClass, Tensor } from '../../src/gpu/tensor';
 import { preprocess } from '../../src/gpu/shaders';
 
 describe('gpu runtime', () => {
@@ -62,6 +62,43 @@ describe('gpu runtime', () => {
     gpu.kernelNow({ name: 'now_broken', code: '@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }', entry: 'main' });
     await expect(gpu.recorder().dispatch(k, { o: out }, 1).submit()).rejects.toThrow(/now_broken/);
     out.release();
+  });
+
+  it('reuses a bind group only for the same buffer range and uniform values', async () => {
+    const gpu = await testGpu();
+    const code = `struct P { v: u32, w: f32 }
+@group(0) @binding(0) var<storage, read_write> o: array<u32>;
+@group(0) @binding(1) var<uniform> p: P;
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3u) { if (g.x < arrayLength(&o)) { o[g.x] = p.v + u32(p.w); } }`;
+    const k = await gpu.kernel({ name: 'fill_range', code, entry: 'main', uniforms: { v: 'u32', w: 'f32' } });
+    const buf = gpu.tensor([256], 'u32', 'fill_buf');
+    const other = gpu.tensor([256], 'u32', 'fill_other');
+    const at = (t: Tensor, offset: number, n: number) => new Tensor(t.buffer, [n], 'u32', t.label, t.byteOffset + offset);
+    const stats = gpu.bindingCache.stats;
+    const rec = gpu.recorder();
+    rec.clear(buf);
+    rec.clear(other);
+    const fill = (t: Tensor, v: number) => rec.dispatch(k, { o: t }, 4, { v, w: 0 });
+    fill(at(buf, 0, 64), 1);
+    const created = stats.groupsCreated;
+    const hits = stats.groupHits;
+    fill(at(buf, 0, 64), 1); // a new Tensor over the same range: the same group
+    expect([stats.groupsCreated, stats.groupHits]).toEqual([created, hits + 1]);
+    fill(at(buf, 256, 64), 2); // another offset
+    fill(at(buf, 512, 32), 3); // another offset and size
+    fill(at(buf, 768, 16), 4);
+    fill(at(buf, 768, 8), 5); // the same offset, a smaller size: words 8..15 keep 4
+    fill(at(other, 0, 64), 6); // another buffer at the same range
+    rec.dispatch(k, { o: at(other, 256, 64) }, 4, { v: 7, w: 1 }); // uniforms differing in a float
+    expect(stats.groupsCreated).toBe(created + 6);
+    await rec.submit();
+    const a = [...(await gpu.read(buf))];
+    const b = [...(await gpu.read(other))];
+    const want = (runs: [number, number][]) => runs.flatMap(([v, n]) => new Array<number>(n).fill(v));
+    expect(a).toEqual(want([[1, 64], [2, 64], [3, 32], [0, 32], [5, 8], [4, 8], [0, 48]]));
+    expect(b).toEqual(want([[6, 64], [8, 64], [0, 128]]));
+    buf.release();
+    other.release();
   });
 
   it('turns a too-large buffer into BufferAllocationError naming the buffer', async () => {
