@@ -46,27 +46,25 @@ fn hi4(w: u32) -> vec4<f32> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GEMV: y[m, n] (+)= Σ_k x[m, k] W[n, k] for M ≤ 8 rows. A thread group of TPR lanes owns a block
-// of 4 rows of W; lane l takes groups l, l + TPR, ... of each, so one 16-byte load (a vec4<u32>)
-// holds a whole group and the TPR lanes of a row read consecutive 16 bytes. The loads of the next
-// step (4 rows' codes and scales) are issued before the arithmetic of the current one, so each
-// thread keeps a step of weights in flight while it computes (HBM latency is hidden inside each
-// thread, not only across warps). x is staged in workgroup memory once per workgroup and chunk of
-// KC columns, already scaled for the unpacking below and transposed so that consecutive lanes read
-// consecutive 16 bytes; with PERSIST a workgroup walks row blocks with a grid stride and keeps x
-// staged across them (a chunk covering K is staged once per workgroup).
+// GEMV: y[m, n] (+)= Σ_k x[m, k] W[n, k] for M ≤ 8 rows of x; `gemv` takes one row, `gemv_rows`
+// 2 to 8. Both spread W alike: a thread group of TPR lanes owns a block of 4 rows of W; lane l
+// takes groups l, l + TPR, ... of each, so one 16-byte load (a vec4<u32>) holds a whole group and
+// the TPR lanes of a row read consecutive 16 bytes. The loads of the next step (4 rows' codes and
+// scales) are issued before the arithmetic of the current one, so each thread keeps a step of
+// weights in flight while it computes (HBM latency is hidden inside each thread, not only across
+// warps). x is staged in workgroup memory per workgroup and chunk of KC columns, already scaled
+// for the unpacking below and transposed so that consecutive lanes read consecutive 16 bytes, or
+// (XDIRECT) read from memory. With PERSIST a workgroup walks row blocks with a grid stride.
 //
 // Codes become floats without integer-to-float conversions (a quarter-rate instruction on NVIDIA):
 // a code c masked in place at bits 4p..4p+3 (p = 0..3 of a half word) and OR-ed into the mantissa
-// of 2^23 is the float 2^23 + c·16^p; subtracting 2^23 + 8·16^p gives (c − 8)·16^p exactly. x is
-// scaled by 16^-p to match (exact: powers of two).
+// of 2^23 is the float 2^23 + c·16^p; subtracting 2^23 + 8·16^p gives (c − 8)·16^p exactly. x (or
+// the scale) is multiplied by 16^-p to match (exact: powers of two).
 // ---------------------------------------------------------------------------------------------
 #if SUBGROUPS
 // requires: subgroups
 #endif
 
-const MAX_M = 8u;
-override M: u32 = 1u;      // rows of x, 1..MAX_M (one pipeline per value, so the loops unroll)
 override TPR: u32 = 32u;   // lanes per block of 4 rows of W, a power of two up to 128 (to the subgroup size with subgroups)
 override TG: u32 = 8u;     // row blocks per workgroup: TPR·TG threads, 4·TG rows of W
 override KC: u32 = 2048u;  // columns of x staged per chunk, a multiple of 32
@@ -78,6 +76,15 @@ const MAGIC = 0x4B000000u; // 2^23 as f32 bits: its mantissa holds integers belo
 const NIBBLES = vec4<u32>(0xFu, 0xF0u, 0xF00u, 0xF000u);
 const OFFSET = vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0); // 2^23 + 8·16^p
 const X_SCALE = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625); // 16^-p
+const NOT_STAGED = 0xFFFFFFFFu;
+
+// The row blocks of a dispatch: the first this workgroup takes, the stride to its next one, the count.
+fn row_blocks(wid: vec3u, nwg: vec3u) -> vec3u {
+  let blocks = (params.n + 4u * TG - 1u) / (4u * TG); // workgroup-sized blocks of rows
+  return vec3u(wid.x + wid.y * nwg.x, select(blocks, nwg.x * nwg.y, PERSIST), blocks);
+}
+
+// ---- one row of x ----------------------------------------------------------------------------
 
 // Σ over the 8 weights of code word cw of x·(c − 8), x pre-scaled: xl for weights 0..3, xh for 4..7.
 fn word_dot(cw: u32, xl: vec4<f32>, xh: vec4<f32>) -> f32 {
@@ -86,32 +93,16 @@ fn word_dot(cw: u32, xl: vec4<f32>, xh: vec4<f32>) -> f32 {
   return dot(xl, ql) + dot(xh, qh);
 }
 
-// The 8 weights of code word cw times the group's scale d, as (c − 8)·16^p·d (x pre-scaled).
-fn unpack_scaled(cw: u32, d: f32) -> array<vec4<f32>, 2> {
-  let ql = bitcast<vec4<f32>>((vec4<u32>(cw) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
-  let qh = bitcast<vec4<f32>>((vec4<u32>(cw >> 16u) & NIBBLES) | vec4<u32>(MAGIC)) - OFFSET;
-  return array<vec4<f32>, 2>(ql * d, qh * d);
-}
+// xstage[v·KC/32 + g] = x[k0 + 32g + 4v .. + 3] · X_SCALE for the chunk at column k0.
+var<workgroup> xstage: array<vec4<f32>, KC / 4u>;
 
-// xstage[m·KC/4 + v·KC/32 + g] = x[m, k0 + 32g + 4v .. + 3] · X_SCALE for the chunk at column k0.
-var<workgroup> xstage: array<vec4<f32>, M * KC / 4u>;
-// *acc += row r's dot with the 8 weights of word w of the four rows of W (q[r] as unpack_scaled).
-fn row_fma(acc: ptr<function, vec4<f32>>, xv: array<vec4<f32>, 2>, q: array<array<vec4<f32>, 2>, 4>) {
-  *acc += vec4<f32>(
-    dot(xv[0], q[0][0]) + dot(xv[1], q[0][1]),
-    dot(xv[0], q[1][0]) + dot(xv[1], q[1][1]),
-    dot(xv[0], q[2][0]) + dot(xv[1], q[2][1]),
-    dot(xv[0], q[3][0]) + dot(xv[1], q[3][1]),
-  );
-}
-
-// x of weights 8w..8w+3 and 8w+4..8w+7 of group g0 + gl, row m, pre-scaled: staged or from memory.
-fn x_pair(m: u32, w: u32, gl: u32, g0: u32, gc_max: u32) -> array<vec4<f32>, 2> {
+// x of weights 8w..8w+3 and 8w+4..8w+7 of group g0 + gl, pre-scaled: staged or from memory.
+fn x_pair(w: u32, gl: u32, g0: u32, gc_max: u32) -> array<vec4<f32>, 2> {
   if (XDIRECT) {
-    let i = m * (params.k / 4u) + (g0 + gl) * 8u + 2u * w;
+    let i = (g0 + gl) * 8u + 2u * w;
     return array<vec4<f32>, 2>(x[i] * X_SCALE, x[i + 1u] * X_SCALE);
   }
-  return array<vec4<f32>, 2>(xstage[m * (KC / 4u) + 2u * w * gc_max + gl], xstage[m * (KC / 4u) + (2u * w + 1u) * gc_max + gl]);
+  return array<vec4<f32>, 2>(xstage[2u * w * gc_max + gl], xstage[(2u * w + 1u) * gc_max + gl]);
 }
 
 #if !SUBGROUPS
@@ -130,27 +121,18 @@ fn gemv(
   let groups = params.k / 32u;
   let chunk = select(KC, params.k, XDIRECT);
   let gc_max = chunk / 32u;
-  let blocks = (params.n + 4u * TG - 1u) / (4u * TG); // workgroup-sized blocks of rows
-  let first = wid.x + wid.y * nwg.x;
-  let stride = select(blocks, nwg.x * nwg.y, PERSIST);
-  var staged = 0xFFFFFFFFu;
-  for (var blk = first; blk < blocks; blk += stride) {
+  let rb = row_blocks(wid, nwg);
+  var staged = NOT_STAGED;
+  for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
     // Rows past N repeat the last row (a cached read); their sums are dropped.
     let r0 = min(row0, params.n - 1u) * groups;
     let r1 = min(row0 + 1u, params.n - 1u) * groups;
     let r2 = min(row0 + 2u, params.n - 1u) * groups;
     let r3 = min(row0 + 3u, params.n - 1u) * groups;
-    // a0..a7: row m of x (component r: row row0 + r of W). Explicitly zeroed per block: lavapipe kept values across
+    // Component r: row row0 + r of W. Explicitly zeroed per block: lavapipe kept values across
     // iterations with the implicit zeroing.
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
-    var a4 = vec4<f32>(0.0);
-    var a5 = vec4<f32>(0.0);
-    var a6 = vec4<f32>(0.0);
-    var a7 = vec4<f32>(0.0);
+    var acc = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < params.k; k0 += chunk) {
       let gc = min(gc_max, groups - k0 / 32u);
       let g0 = k0 / 32u;
@@ -166,11 +148,8 @@ fn gemv(
       var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
       if (!XDIRECT && k0 != staged) {
         workgroupBarrier(); // the previous chunk's reads are done
-        for (var i = lid; i < M * gc * 8u; i += wg) {
-          let m = i / (gc * 8u);
-          let g = (i / 8u) % gc;
-          let v = i % 8u;
-          xstage[m * (KC / 4u) + v * gc_max + g] = x[m * (params.k / 4u) + k0 / 4u + g * 8u + v] * X_SCALE;
+        for (var i = lid; i < gc * 8u; i += wg) {
+          xstage[(i % 8u) * gc_max + i / 8u] = x[k0 / 4u + i] * X_SCALE;
         }
         workgroupBarrier();
         staged = k0;
@@ -182,30 +161,213 @@ fn gemv(
         let n2 = codes4[r2 + sn];
         let n3 = codes4[r3 + sn];
         let dn = vec4<f32>(scale_of(r0 + sn), scale_of(r1 + sn), scale_of(r2 + sn), scale_of(r3 + sn));
-        if (M == 1u) {
-          var dots = vec4<f32>(0.0);
-          for (var w = 0u; w < 4u; w++) {
-            let xv = x_pair(0u, w, gl, g0, gc_max);
-            let xl = xv[0];
-            let xh = xv[1];
-            dots += vec4<f32>(word_dot(c0[w], xl, xh), word_dot(c1[w], xl, xh), word_dot(c2[w], xl, xh), word_dot(c3[w], xl, xh));
-          }
-          a0 += d * dots;
-        } else {
-          // Several rows of x: unpack each word once, scaled, and reuse it for every row (unpacking
-          // per row made the 8-row GEMV compute-bound). One named accumulator per row, each
-          // behind a constant test on M: an array indexed in a loop may live in local memory.
-          for (var w = 0u; w < 4u; w++) {
-            let q = array<array<vec4<f32>, 2>, 4>(unpack_scaled(c0[w], d.x), unpack_scaled(c1[w], d.y), unpack_scaled(c2[w], d.z), unpack_scaled(c3[w], d.w));
-            row_fma(&a0, x_pair(0u, w, gl, g0, gc_max), q);
-            if (M > 1u) { row_fma(&a1, x_pair(1u, w, gl, g0, gc_max), q); }
-            if (M > 2u) { row_fma(&a2, x_pair(2u, w, gl, g0, gc_max), q); }
-            if (M > 3u) { row_fma(&a3, x_pair(3u, w, gl, g0, gc_max), q); }
-            if (M > 4u) { row_fma(&a4, x_pair(4u, w, gl, g0, gc_max), q); }
-            if (M > 5u) { row_fma(&a5, x_pair(5u, w, gl, g0, gc_max), q); }
-            if (M > 6u) { row_fma(&a6, x_pair(6u, w, gl, g0, gc_max), q); }
-            if (M > 7u) { row_fma(&a7, x_pair(7u, w, gl, g0, gc_max), q); }
-          }
+        var dots = vec4<f32>(0.0);
+        for (var w = 0u; w < 4u; w++) {
+          let xv = x_pair(w, gl, g0, gc_max);
+          let xl = xv[0];
+          let xh = xv[1];
+          dots += vec4<f32>(word_dot(c0[w], xl, xh), word_dot(c1[w], xl, xh), word_dot(c2[w], xl, xh), word_dot(c3[w], xl, xh));
+        }
+        acc += d * dots;
+        c0 = n0;
+        c1 = n1;
+        c2 = n2;
+        c3 = n3;
+        d = dn;
+      }
+    }
+    // Sum the TPR lanes' partial sums; lane r (mod TPR) writes row row0 + r of W.
+#if SUBGROUPS
+    // Butterfly within the thread group: the host takes this path only when every subgroup holds
+    // whole thread groups (TPR divides the smallest subgroup size).
+    for (var o = TPR / 2u; o > 0u; o >>= 1u) {
+      acc += subgroupShuffleXor(acc, o);
+    }
+    for (var r = lane; r < 4u; r += TPR) {
+      let n = row0 + r;
+      if (n < params.n) {
+        var v = acc[r];
+        if (params.accumulate != 0u) {
+          v += y[n];
+        }
+        y[n] = v;
+      }
+    }
+#else
+    partial[lid] = acc;
+    workgroupBarrier();
+    // Halve down to 8 lanes a block (a tree: TPR may be 128), then 4 lanes sum 8 each.
+    for (var h = TPR / 2u; h >= 8u; h >>= 1u) {
+      if (lane < h) {
+        partial[lid] += partial[lid + h];
+      }
+      workgroupBarrier();
+    }
+    for (var r = lane; r < 4u; r += TPR) {
+      if (row0 + r < params.n) {
+        var v = 0.0;
+        for (var p = 0u; p < min(TPR, 8u); p++) {
+          v += partial[tg * TPR + p][r];
+        }
+        if (params.accumulate != 0u) {
+          v += y[row0 + r];
+        }
+        y[row0 + r] = v;
+      }
+    }
+    workgroupBarrier();
+#endif
+  }
+}
+
+// ---- 2 to 8 rows of x ------------------------------------------------------------------------
+// What grows with M is the per-row work, so each code word is unpacked and scaled once, as q[j] =
+// weight j of the word in the 4 rows of W, and a row of x adds x_j·q[j] with one vec4 fma per
+// weight: one multiply-add per weight and row of x, and nothing else per row. Staged x is
+// pre-scaled by 16^-p; x read from memory is not, and 16^-p goes into the scales instead. The
+// lanes' partial sums meet once, in workgroup memory (the staging buffer, reused): every lane
+// writes its M vec4s, one barrier, then one thread per (row block, row of x) adds its TPR lanes'
+// (a tree of barriers per row of x cost more than the products on small weights).
+
+override M: u32 = 2u;  // rows of x, 2..8 (a pipeline per value, so the tests on M fold away)
+override XS: u32 = 1u; // vec4s of rows_mem, from the host: max(M·KC/4 staged x, TPR·TG·M partial sums)
+
+// Staged x: rows_mem[m·KC/4 + v·KC/32 + g] = x[m, k0 + 32g + 4v .. + 3] · X_SCALE. Partial sums:
+// lane l's sum for output o = tg·M + m (row block tg, row m of x) at rows_mem[partial_at(o, l)].
+var<workgroup> rows_mem: array<vec4<f32>, XS>;
+
+// The lanes of an output are consecutive, XOR-swizzled by the output: the TPR lanes writing one
+// output and the threads reading one lane of consecutive outputs both hit distinct bank quads.
+fn partial_at(o: u32, l: u32) -> u32 {
+  return o * TPR + (l ^ (o & (TPR - 1u)));
+}
+
+// Weights j = 0..7 of the code words cw (component r: row r of the block) times ds[j % 4].
+fn unpack_rows(cw: vec4<u32>, ds: array<vec4<f32>, 4>) -> array<vec4<f32>, 8> {
+  let m = vec4<u32>(MAGIC);
+  let hi = cw >> vec4<u32>(16u);
+  return array<vec4<f32>, 8>(
+    (bitcast<vec4<f32>>((cw & vec4<u32>(NIBBLES.x)) | m) - vec4<f32>(OFFSET.x)) * ds[0],
+    (bitcast<vec4<f32>>((cw & vec4<u32>(NIBBLES.y)) | m) - vec4<f32>(OFFSET.y)) * ds[1],
+    (bitcast<vec4<f32>>((cw & vec4<u32>(NIBBLES.z)) | m) - vec4<f32>(OFFSET.z)) * ds[2],
+    (bitcast<vec4<f32>>((cw & vec4<u32>(NIBBLES.w)) | m) - vec4<f32>(OFFSET.w)) * ds[3],
+    (bitcast<vec4<f32>>((hi & vec4<u32>(NIBBLES.x)) | m) - vec4<f32>(OFFSET.x)) * ds[0],
+    (bitcast<vec4<f32>>((hi & vec4<u32>(NIBBLES.y)) | m) - vec4<f32>(OFFSET.y)) * ds[1],
+    (bitcast<vec4<f32>>((hi & vec4<u32>(NIBBLES.z)) | m) - vec4<f32>(OFFSET.z)) * ds[2],
+    (bitcast<vec4<f32>>((hi & vec4<u32>(NIBBLES.w)) | m) - vec4<f32>(OFFSET.w)) * ds[3],
+  );
+}
+
+// a + Σ_j x_j·q[j] over the 8 weights of a word: x_0..3 in xv[0], x_4..7 in xv[1].
+fn fma_word(a: vec4<f32>, xv: array<vec4<f32>, 2>, q: array<vec4<f32>, 8>) -> vec4<f32> {
+  var s = fma(vec4<f32>(xv[0].x), q[0], a);
+  s = fma(vec4<f32>(xv[0].y), q[1], s);
+  s = fma(vec4<f32>(xv[0].z), q[2], s);
+  s = fma(vec4<f32>(xv[0].w), q[3], s);
+  s = fma(vec4<f32>(xv[1].x), q[4], s);
+  s = fma(vec4<f32>(xv[1].y), q[5], s);
+  s = fma(vec4<f32>(xv[1].z), q[6], s);
+  return fma(vec4<f32>(xv[1].w), q[7], s);
+}
+
+// Row m of x at weights 8w..8w+7 of group g0 + gl: staged (pre-scaled) or from memory (not).
+fn x_rows(m: u32, w: u32, gl: u32, g0: u32) -> array<vec4<f32>, 2> {
+  if (XDIRECT) {
+    let i = m * (params.k / 4u) + (g0 + gl) * 8u + 2u * w;
+    return array<vec4<f32>, 2>(x[i], x[i + 1u]);
+  }
+  let i = m * (KC / 4u) + 2u * w * (KC / 32u) + gl;
+  return array<vec4<f32>, 2>(rows_mem[i], rows_mem[i + KC / 32u]);
+}
+
+// Stages the gc groups of x's M rows at column k0, four loads in flight per thread before the
+// stores (one load per round trip made staging a row of L2 latencies).
+fn stage_rows(lid: u32, k0: u32, gc: u32) {
+  let wg = TPR * TG;
+  let per = KC / 4u;
+  for (var i0 = lid; i0 < M * per; i0 += 4u * wg) {
+    var v: array<vec4<f32>, 4>;
+    for (var b = 0u; b < 4u; b++) {
+      let i = i0 + b * wg;
+      if (i < M * per && i % per < gc * 8u) {
+        v[b] = x[(i / per) * (params.k / 4u) + k0 / 4u + i % per];
+      }
+    }
+    for (var b = 0u; b < 4u; b++) {
+      let i = i0 + b * wg;
+      let c = i % per;
+      if (i < M * per && c < gc * 8u) {
+        rows_mem[(i / per) * per + (c % 8u) * (KC / 32u) + c / 8u] = v[b] * X_SCALE;
+      }
+    }
+  }
+}
+
+@compute @workgroup_size(TPR * TG)
+fn gemv_rows(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let wg = TPR * TG;
+  let tg = lid / TPR;
+  let lane = lid % TPR;
+  let groups = params.k / 32u;
+  let chunk = select(KC, params.k, XDIRECT);
+  let gc_max = chunk / 32u;
+  let rb = row_blocks(wid, nwg);
+  for (var blk = rb.x; blk < rb.z; blk += rb.y) {
+    let row0 = (blk * TG + tg) * 4u;
+    let r0 = min(row0, params.n - 1u) * groups;
+    let r1 = min(row0 + 1u, params.n - 1u) * groups;
+    let r2 = min(row0 + 2u, params.n - 1u) * groups;
+    let r3 = min(row0 + 3u, params.n - 1u) * groups;
+    // a0..a7: row m of x (component r: row row0 + r of W), one named accumulator per row behind a
+    // constant test on M (an array indexed in a loop may live in local memory).
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var a4 = vec4<f32>(0.0);
+    var a5 = vec4<f32>(0.0);
+    var a6 = vec4<f32>(0.0);
+    var a7 = vec4<f32>(0.0);
+    for (var k0 = 0u; k0 < params.k; k0 += chunk) {
+      let gc = min(gc_max, groups - k0 / 32u);
+      let g0 = k0 / 32u;
+      var gl = lane;
+      var s = g0 + min(gl, gc - 1u);
+      var c0 = codes4[r0 + s];
+      var c1 = codes4[r1 + s];
+      var c2 = codes4[r2 + s];
+      var c3 = codes4[r3 + s];
+      var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
+      if (!XDIRECT) {
+        workgroupBarrier(); // the previous chunk's reads (or block's partial sums) are done
+        stage_rows(lid, k0, gc);
+        workgroupBarrier();
+      }
+      for (; gl < gc; gl += TPR) {
+        let sn = g0 + min(gl + TPR, gc - 1u);
+        let n0 = codes4[r0 + sn];
+        let n1 = codes4[r1 + sn];
+        let n2 = codes4[r2 + sn];
+        let n3 = codes4[r3 + sn];
+        let dn = vec4<f32>(scale_of(r0 + sn), scale_of(r1 + sn), scale_of(r2 + sn), scale_of(r3 + sn));
+        var ds = array<vec4<f32>, 4>(d, d, d, d);
+        if (XDIRECT) {
+          ds = array<vec4<f32>, 4>(d * X_SCALE.x, d * X_SCALE.y, d * X_SCALE.z, d * X_SCALE.w);
+        }
+        for (var w = 0u; w < 4u; w++) {
+          let q = unpack_rows(vec4<u32>(c0[w], c1[w], c2[w], c3[w]), ds);
+          a0 = fma_word(a0, x_rows(0u, w, gl, g0), q);
+          a1 = fma_word(a1, x_rows(1u, w, gl, g0), q);
+          if (M > 2u) { a2 = fma_word(a2, x_rows(2u, w, gl, g0), q); }
+          if (M > 3u) { a3 = fma_word(a3, x_rows(3u, w, gl, g0), q); }
+          if (M > 4u) { a4 = fma_word(a4, x_rows(4u, w, gl, g0), q); }
+          if (M > 5u) { a5 = fma_word(a5, x_rows(5u, w, gl, g0), q); }
+          if (M > 6u) { a6 = fma_word(a6, x_rows(6u, w, gl, g0), q); }
+          if (M > 7u) { a7 = fma_word(a7, x_rows(7u, w, gl, g0), q); }
         }
         c0 = n0;
         c1 = n1;
@@ -214,54 +376,35 @@ fn gemv(
         d = dn;
       }
     }
-    var acc = array<vec4<f32>, MAX_M>(a0, a1, a2, a3, a4, a5, a6, a7);
-    // Sum the TPR lanes' partial sums; lane 4m + r (mod TPR) writes row m of x, row row0 + r of W.
-#if SUBGROUPS
-    // Butterfly within the thread group: the host takes this path only when every subgroup holds
-    // whole thread groups (TPR divides the smallest subgroup size).
-    for (var m = 0u; m < M; m++) {
-      for (var o = TPR / 2u; o > 0u; o >>= 1u) {
-        acc[m] += subgroupShuffleXor(acc[m], o);
+    workgroupBarrier(); // staged x is read (the partial sums overwrite it), or the last block's sums are
+    let o = tg * M;
+    rows_mem[partial_at(o, lane)] = a0;
+    rows_mem[partial_at(o + 1u, lane)] = a1;
+    if (M > 2u) { rows_mem[partial_at(o + 2u, lane)] = a2; }
+    if (M > 3u) { rows_mem[partial_at(o + 3u, lane)] = a3; }
+    if (M > 4u) { rows_mem[partial_at(o + 4u, lane)] = a4; }
+    if (M > 5u) { rows_mem[partial_at(o + 5u, lane)] = a5; }
+    if (M > 6u) { rows_mem[partial_at(o + 6u, lane)] = a6; }
+    if (M > 7u) { rows_mem[partial_at(o + 7u, lane)] = a7; }
+    workgroupBarrier();
+    for (var j = lid; j < TG * M; j += wg) {
+      var sum = vec4<f32>(0.0);
+      for (var l = 0u; l < TPR; l++) {
+        sum += rows_mem[partial_at(j, l)];
       }
-    }
-    for (var j = lane; j < 4u * M; j += TPR) {
-      let n = row0 + j % 4u;
-      if (n < params.n) {
-        let o = (j / 4u) * params.n + n;
-        var v = acc[j / 4u][j % 4u];
-        if (params.accumulate != 0u) {
-          v += y[o];
-        }
-        y[o] = v;
-      }
-    }
-#else
-    for (var m = 0u; m < M; m++) {
-      partial[lid] = acc[m];
-      workgroupBarrier();
-      // Halve down to 8 lanes a block (a tree: TPR may be 128), then 4 lanes sum 8 each.
-      for (var h = TPR / 2u; h >= 8u; h >>= 1u) {
-        if (lane < h) {
-          partial[lid] += partial[lid + h];
-        }
-        workgroupBarrier();
-      }
-      for (var r = lane; r < 4u; r += TPR) {
-        if (row0 + r < params.n) {
-          var v = 0.0;
-          for (var p = 0u; p < min(TPR, 8u); p++) {
-            v += partial[tg * TPR + p][r];
-          }
-          let o = m * params.n + row0 + r;
+      let m = j % M;
+      let n0 = (blk * TG + j / M) * 4u;
+      for (var r = 0u; r < 4u; r++) {
+        let n = n0 + r;
+        if (n < params.n) {
+          var v = sum[r];
           if (params.accumulate != 0u) {
-            v += y[o];
+            v += y[m * params.n + n];
           }
-          y[o] = v;
+          y[m * params.n + n] = v;
         }
       }
-      workgroupBarrier();
     }
-#endif
   }
 }
 

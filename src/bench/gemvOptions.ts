@@ -1,6 +1,8 @@
 // The 4-bit GEMV layouts the kernel benchmark sweeps (src/bench/suites.ts reports the best per
-// shape, every try in its sweep log): lanes per 4-row block, threads per workgroup, and a
-// persistent grid (a fixed number of workgroups walking the row blocks) or one per block.
+// shape and rows of x, every try in its sweep log): lanes per 4-row block, threads per workgroup,
+// and a persistent grid (a fixed number of workgroups walking the row blocks) or one per block.
+// One row of x and 2..8 rows run different kernels (shaders/matmul_q4.wgsl: gemv, gemv_rows), so a
+// layout may win for one and not the other; the subgroup reduction is the one-row kernel's only.
 import type { Gpu } from '../gpu';
 import { DEFAULT_GEMV, type GemvShape, type MatmulQ4Options } from '../ops/matmulQ4';
 
@@ -8,16 +10,19 @@ const name = (g: GemvShape) => `TPR${g.threadsPerRow} TG${g.groups}${g.persist ?
 
 export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value: MatmulQ4Options }[] {
   const layouts: GemvShape[] = quick
-    ? [DEFAULT_GEMV, { threadsPerRow: 8, groups: 16, persist: 8 }]
+    ? [DEFAULT_GEMV, { threadsPerRow: 8, groups: 16, persist: 8 }, { threadsPerRow: 4, groups: 64 }]
     : [
         ...[8, 16, 32, 64].flatMap((tpr) => [128, 256].map((threads) => ({ threadsPerRow: tpr, groups: threads / tpr }))),
         { threadsPerRow: 8, groups: 8 },
+        // Few lanes per row block: more rows of W share each staged x (several rows of x).
+        { threadsPerRow: 4, groups: 32 },
+        { threadsPerRow: 4, groups: 64 },
         // Few rows per workgroup: many workgroups for a small N (6144 rows are 96 blocks of 64).
         { threadsPerRow: 32, groups: 2 },
         { threadsPerRow: 64, groups: 1 },
         { threadsPerRow: 128, groups: 1 },
         // x read from memory, not staged: no barrier before the first multiply.
-        ...[[8, 16], [16, 8], [32, 2], [32, 8], [64, 4]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xDirect: true })),
+        ...[[8, 16], [16, 8], [16, 4], [32, 2], [32, 4], [32, 8], [64, 2], [64, 4]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xDirect: true })),
         ...[264, 528].map((persist) => ({ threadsPerRow: 8, groups: 16, persist })),
       ];
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;

@@ -189,23 +189,27 @@ export class MatmulQ4 {
     const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
     if (this.subgroups && minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
     const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
-    const partialBytes = this.subgroups ? 0 : 16 * TPR * TG;
-    // Per M, the columns of x staged per chunk: what fits beside the reduction's memory.
-    const chunks = Array.from({ length: GEMV_MAX_ROWS }, (_, i) => {
-      if (xDirect) return Q4_GROUP; // the staging array's smallest size; unused
-      const fit = Math.floor((wgBytes - partialBytes) / (4 * (i + 1)) / Q4_GROUP) * Q4_GROUP;
-      return Math.min(this.xChunk, fit);
-    });
-    if (chunks[GEMV_MAX_ROWS - 1] < Q4_GROUP) {
-      throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot stage ${GEMV_MAX_ROWS} rows of one group of x`);
-    }
-    const specs = chunks.map((KC, i) => ({
+    const constants = { TPR, TG, PERSIST: persist > 0 ? 1 : 0, XDIRECT: xDirect ? 1 : 0 };
+    const fitChunk = (bytes: number, rows: number) => Math.min(this.xChunk, Math.floor(bytes / (4 * rows) / Q4_GROUP) * Q4_GROUP);
+    // One row of x: the columns staged per chunk are what fits beside the reduction's memory.
+    const oneRow: KernelSpec = {
       shader: 'matmul_q4',
       entry: 'gemv',
       uniforms: GEMV_UNIFORMS,
-      constants: { M: i + 1, TPR, TG, KC, PERSIST: persist > 0 ? 1 : 0, XDIRECT: xDirect ? 1 : 0 },
+      constants: { ...constants, KC: xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1) },
       defines: { SUBGROUPS: this.subgroups },
-    }));
+    };
+    // 2..8 rows: staged x and then the lanes' partial sums share one buffer of XS vec4s.
+    const rows = Array.from({ length: GEMV_MAX_ROWS - 1 }, (_, i): KernelSpec => {
+      const M = i + 2;
+      const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes, M);
+      const XS = Math.max(xDirect ? 0 : (M * KC) / 4, TPR * TG * M);
+      if (KC < Q4_GROUP || 16 * XS > wgBytes) {
+        throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of x or the partial sums of ${TPR * TG} threads`);
+      }
+      return { shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS } };
+    });
+    const specs = [oneRow, ...rows];
     const plan = { specs, kernels: [], rowsPerGroup: 4 * TG, persist };
     byK.set(k, plan);
     return plan;

@@ -5,7 +5,7 @@ import { dequantizeRef, matmulAB, matmulABt, quantizeRef } from '../helpers/q4-r
 import { allocQ4, MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
-const MS_GEMV = [1, 3, 7, 8];
+const MS_GEMV = [1, 2, 3, 4, 5, 6, 7, 8];
 const MS_GEMM = [1, 3, 9, 33, 70];
 const NS = [1, 5, 67, 131];
 const KS = [32, 96, 160];
