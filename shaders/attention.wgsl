@@ -693,29 +693,59 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 }
 #endif
 
-// Merge the SPLIT partials (prefix_splits + splits of them) of each (row, head): o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s.
-// One thread per output element (row, head, d), so that reads of the partials coalesce along d
-// (a thread per (row, head) walking D·splits values took 180 µs a layer at 10 chunks on the H100).
-// A chunk with no keys has l = 0 and m = NEG: its weight is 0. Grid grid1d(count·n·Hq·D, 256).
+// Merge the SPLIT partials (prefix_splits + splits of them) of each (row, head) i:
+//   o = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s.
+// One workgroup per i (grid grid1d(count·n·Hq·256, 256)): lane (d group lid % CDL, split group
+// lid / CDL) folds the partials s ≡ lid / CDL (mod CSG) with a running max, so that a lane waits
+// on a few loads rather than on all of them in turn (one thread per element walking every
+// partial took 16 µs a layer at 20 chunks on the H100); the CSG groups meet in workgroup memory.
+// A chunk with no keys has l = 0 and m = NEG: its weight is 0.
+const CDL: u32 = 32u;
+const CSG: u32 = FLAT_WG / CDL;
+const CDT: u32 = (D + CDL - 1u) / CDL; // elements of d per lane
+var<workgroup> cm_sh: array<f32, CSG>;
+var<workgroup> cl_sh: array<f32, CSG>;
+var<workgroup> ca_sh: array<f32, CSG * CDT * CDL>;
+
 @compute @workgroup_size(FLAT_WG)
 fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let e = (wid.x + wid.y * nwg.x) * FLAT_WG + lid;
+  let i = wid.x + wid.y * nwg.x;
   let n = params.nseq * params.rows * params.hq;
-  if (e >= n * D) { return; }
-  let i = e / D;
-  let d = e % D;
+  if (i >= n) { return; }
   let splits = params.prefix_splits + params.splits;
+  let dl = lid % CDL;
+  let sg = lid / CDL;
   var mx = NEG;
-  for (var s = 0u; s < splits; s++) { mx = max(mx, part[(s * n + i) * (D + 2u) + D]); }
   var l = 0.0;
-  var a = 0.0;
-  for (var s = 0u; s < splits; s++) {
+  var a: array<f32, CDT>;
+  for (var s = sg; s < splits; s += CSG) {
     let base = (s * n + i) * (D + 2u);
-    let w = exp(part[base + D] - mx);
-    l += part[base + D + 1u] * w;
-    a += part[base + d] * w;
+    let ms = part[base + D];
+    let nm = max(mx, ms);
+    let w_old = exp(mx - nm);
+    let w_new = exp(ms - nm);
+    l = l * w_old + part[base + D + 1u] * w_new;
+    for (var t = 0u; t < CDT; t++) { a[t] = a[t] * w_old + part[base + min(dl + CDL * t, D - 1u)] * w_new; }
+    mx = nm;
   }
-  o[i * D + d] = a / l;
+  if (dl == 0u) {
+    cm_sh[sg] = mx;
+    cl_sh[sg] = l;
+  }
+  for (var t = 0u; t < CDT; t++) { ca_sh[(sg * CDT + t) * CDL + dl] = a[t]; }
+  workgroupBarrier();
+  if (sg == 0u) {
+    var m_all = NEG;
+    for (var g = 0u; g < CSG; g++) { m_all = max(m_all, cm_sh[g]); }
+    var l_all = 0.0;
+    for (var g = 0u; g < CSG; g++) { l_all += cl_sh[g] * exp(cm_sh[g] - m_all); }
+    for (var t = 0u; t < CDT; t++) {
+      let d = dl + CDL * t;
+      var acc = 0.0;
+      for (var g = 0u; g < CSG; g++) { acc += ca_sh[(g * CDT + t) * CDL + dl] * exp(cm_sh[g] - m_all); }
+      if (d < D) { o[i * D + d] = acc / l_all; }
+    }
+  }
 }
 
 // Grid grid1d(T·Hq, 256).

@@ -94,7 +94,8 @@ export interface DecodeTile {
 // k, v, so it takes smaller tiles. Every entry has LPR = WG / BO dividing BI and WG >= BI.
 const FORWARD_TILES: readonly [number, number, number][] = [[32, 16, 128], [16, 16, 64], [16, 8, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
 const BACKWARD_TILES: readonly [number, number, number][] = [[16, 16, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
-const DECODE_BLOCKS: readonly [number, number][] = [[32, 64], [16, 32], [8, 16], [4, 8], [2, 8]];
+// Wider workgroups first for many rows: shorter chains of workgroup-memory loads per lane.
+const DECODE_BLOCKS: readonly [number, number][] = [[32, 256], [32, 128], [32, 64], [16, 32], [8, 16], [4, 8], [2, 8]];
 
 const floorPow2 = (x: number) => 2 ** Math.floor(Math.log2(x));
 const ceilPow2 = (x: number) => 2 ** Math.ceil(Math.log2(x));
@@ -353,7 +354,7 @@ export class Attention {
     if (tasks > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new ShapeError(op, `${tasks} decode tasks too many for one grid dimension`);
     const u = this.uniforms({ ...common, splits: ownChunks, prefix_splits: prefixChunks });
     rec.dispatch(kernel.split, { ...kv, part: ws }, [1, hkv, tasks], u);
-    rec.dispatch(this.combine, { part: ws, o }, grid1d(rows * hq * D, FLAT_WG), u);
+    rec.dispatch(this.combine, { part: ws, o }, grid1d(rows * hq * FLAT_WG, FLAT_WG), u);
   }
 
   /** dq, dk, dv from dout, recomputing the probabilities tile by tile from lse. */

@@ -464,6 +464,7 @@ describe('attention tiles', () => {
     expect(tileFor(lim(49152), 128, 'forward')).toEqual({ BO: 32, BI: 16, WG: 128, CLN: 32 });
     expect(tileFor(lim(49152), 128, 'backward')).toEqual({ BO: 16, BI: 16, WG: 64, CLN: 32 });
     expect(decodeTileFor(lim(49152), 128, 2)).toEqual({ RMAX: 2, KB: 32, DWG: 64, PCL: 32 });
+    expect(decodeTileFor(lim(49152), 128, 16)).toEqual({ RMAX: 16, KB: 32, DWG: 256, PCL: 32 });
     for (const D of [1, 12, 64, 128, 256]) {
       for (const pass of ['forward', 'backward'] as const) {
         const t = tileFor(lim(16384), D, pass);
