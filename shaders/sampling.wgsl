@@ -33,7 +33,7 @@ struct Params {
   top_k: u32,       // 0: off
   top_p: f32,       // ≥ 1: off
   seed: u32,
-  step: u32,
+  step: u32,        // plus step_in[0]: the step from the GPU (decode records steps ahead)
   full_logprob: u32,
   chunks: u32,      // sample_chunks / sample_finish: chunks per row
 }
@@ -45,6 +45,7 @@ struct Params {
 // Per (row, chunk): raw max, its index (bits), max z, Σ e^(z − max z)
 @group(0) @binding(4) var<storage, read_write> part: array<vec4f>; // [rows, chunks]
 @group(0) @binding(5) var<storage, read> part_in: array<vec4f>;
+@group(0) @binding(6) var<storage, read> step_in: array<u32>; // [1]: added to params.step
 
 const WG: u32 = 128u;
 const BINS: u32 = 16u;
@@ -316,7 +317,7 @@ fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
   }
   atomicMax(&last_kept, last);
   exclusive_prefix(lid, part);
-  let draw = uniform01(params.seed, row, params.step) * hist[WG];
+  let draw = uniform01(params.seed, row, params.step + step_in[0]) * hist[WG];
   if (hist[lid] <= draw && draw < hist[lid + 1u]) {
     var run = hist[lid];
     var pick = last;
@@ -414,7 +415,7 @@ fn sample_finish(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_in
     pick_chunk = nc - 1u; // u·W rounded up to W: the last token
     sh_goal = 3.0e38;
   }
-  let goal = uniform01(params.seed, row, params.step) * sum_all;
+  let goal = uniform01(params.seed, row, params.step + step_in[0]) * sum_all;
   if (find_block(lid, mass, goal)) {
     var run = hist[lid];
     for (var c = lo; c < hi; c++) {

@@ -322,7 +322,7 @@ export class Decoder {
     const b = ws.views(T);
     this.embed(rec, ws, a.ids, a.idsHost, b.h);
     if (a.visual) this.ops.embedding.scatterRows(rec, a.visual.embeds, a.visual.rows, b.h);
-    if (positions instanceof Tensor) this.ops.rope.table(rec, positions.reshape([3, T]), b.cs);
+    if (positions instanceof Tensor) this.ops.rope.table(rec, positions.shape.length === 2 ? positions : positions.reshape([3, T]), b.cs);
     else {
       this.gpu.write(b.positions, positions);
       this.ops.rope.table(rec, b.positions, b.cs);
@@ -342,9 +342,12 @@ export class Decoder {
   }
 }
 
+type WorkspaceViews = ReturnType<DecoderWorkspace['makeViews']>;
+
 /** Buffers for forwards of up to maxRows rows, acquired once; `views(T)` shapes them for a call. */
 export class DecoderWorkspace {
   private readonly t: Record<string, Tensor>;
+  private readonly byRows = new Map<number, WorkspaceViews>();
   /** u32 [maxRows] per token-table block (ids shifted into the block). */
   readonly blockIds: Tensor[];
   /** [maxRows, hidden]: another block's embedding rows. */
@@ -382,9 +385,18 @@ export class DecoderWorkspace {
     this.tmp = table.blocks.length > 1 ? f(R * H, 'embed_tmp') : this.t.xn;
   }
 
-  views(T: number) {
+  /** The views for T rows, made once per T (decode asks every step; equal views bind without lookups). */
+  views(T: number): WorkspaceViews {
+    let v = this.byRows.get(T);
+    if (!v) this.byRows.set(T, (v = this.makeViews(T)));
+    return v;
+  }
+
+  private makeViews(T: number) {
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = this.c;
     const t = this.t;
+    const uViews = new Map<number, Tensor>();
+    const wideViews = new Map<number, Tensor>();
     const xn = view(t.xn, [T, H]);
     return {
       h: view(t.h, [T, H]),
@@ -403,12 +415,12 @@ export class DecoderWorkspace {
       mlp: { xn, gate: view(t.gate, [T, I]), up: view(t.up, [T, I]), act: view(t.act, [T, I]) } satisfies MlpBuffers,
       loraU: (r: number) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);
-        return view(t.loraU, [T, r]);
+        return uViews.get(r) ?? uViews.set(r, view(t.loraU, [T, r])).get(r)!;
       },
       /** u of up to three adapters stacked: [T, cols]. */
       loraWide: (cols: number) => {
         if (cols > 3 * this.rank) throw new ShapeError('decoder', `${cols} LoRA columns above the workspace's 3 × rank ${this.rank}`);
-        return view(t.loraU, [T, cols]);
+        return wideViews.get(cols) ?? wideViews.set(cols, view(t.loraU, [T, cols])).get(cols)!;
       },
     };
   }

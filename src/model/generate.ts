@@ -16,7 +16,7 @@ import type { TableHead } from './lmHead';
 /** Decode steps per submit (and per readback). At most twice this many steps run past the last stop. */
 export const STEPS_PER_SUBMIT = 8;
 /** Keys per chunk of split decode attention, and the most chunks the kernel takes. */
-const KEYS_PER_CHUNK = 32;
+const KEYS_PER_CHUNK = 64;
 const MAX_ATTENTION_CHUNKS = 64;
 
 export interface GenerateRequest {
@@ -71,19 +71,28 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const logp = gpu.tensor([G], 'f32', 'generate.logp');
   // Per step of a batch: G ids, then G log-prob bits.
   const packed = gpu.tensor([STEPS_PER_SUBMIT * 2 * G], 'u32', 'generate.readback');
-  // Step s ≥ 1 reads its [3, G] positions at row s (rows padded to the storage offset alignment).
-  const posStride = Math.ceil((12 * G) / gpu.limits.minStorageBufferOffsetAlignment) * gpu.limits.minStorageBufferOffsetAlignment;
-  const positions = gpu.tensor([(r.maxNewTokens * posStride) / 4], 'i32', 'generate.positions');
+  // What a step reads from the GPU, one row per step: its [3, G] positions (padded to the storage
+  // offset alignment), then the step number. A step starts by copying its row into `current`, so
+  // every step binds the same tensors with the same uniforms: its bind groups are the step before's.
+  const posBytes = Math.ceil((12 * G) / gpu.limits.minStorageBufferOffsetAlignment) * gpu.limits.minStorageBufferOffsetAlignment;
+  const rowWords = posBytes / 4 + 1;
+  const steps = gpu.tensor([r.maxNewTokens * rowWords], 'i32', 'generate.steps');
+  const current = gpu.tensor([rowWords], 'i32', 'generate.step');
+  const stepPositions = new Tensor(current.buffer, [3, G], 'i32', 'generate.positions', current.byteOffset);
+  const stepNumber = new Tensor(current.buffer, [1], 'u32', 'generate.step_number', current.byteOffset + posBytes);
   // Decode attention has only G·Hkv workgroups of work: split each sequence's keys into chunks
   // (H100, 640 keys, one sequence: unsplit 240 µs a layer, in 10 chunks 40 µs plus the combine).
   const chunks = Math.min(MAX_ATTENTION_CHUNKS, Math.ceil((T + r.maxNewTokens) / KEYS_PER_CHUNK));
   const splitWs = gpu.tensor(decoder.ops.attention.splitWorkspaceShape(G, chunks), 'f32', 'generate.attention_split');
   const stop = new Set(r.stopIds);
   try {
-    const host = new Int32Array(positions.numel);
-    // Each sample's token of step s sits at cache position T + s - 1, on all three axes.
-    for (let s = 1; s < r.maxNewTokens; s++) host.fill(T + s - 1 + r.ropeDelta, (s * posStride) / 4, (s * posStride) / 4 + 3 * G);
-    gpu.write(positions, host);
+    const host = new Int32Array(steps.numel);
+    for (let s = 0; s < r.maxNewTokens; s++) {
+      // Each sample's token of step s ≥ 1 sits at cache position T + s - 1, on all three axes.
+      if (s > 0) host.fill(T + s - 1 + r.ropeDelta, s * rowWords, s * rowWords + 3 * G);
+      host[(s + 1) * rowWords - 1] = s;
+    }
+    gpu.write(steps, host);
     // Prefill slot 0; every sample starts from the prompt's last hidden row.
     const rec = gpu.recorder('generate');
     const h = decoder.forward(rec, ws, {
@@ -98,18 +107,13 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     for (let g = 0; g < G; g++) rec.copy(h, last, rowBytes, (T - 1) * rowBytes, g * rowBytes);
     cache.share(rec, 0, Array.from({ length: G }, (_, g) => g), T);
 
+    const attend = { kind: 'cached', cache, slot0: 0, count: G, split: { workspace: splitWs, chunks } } as const;
+    const rng = { seed: r.seed, step: stepNumber };
     const recordStep = (step: number, j: number) => {
-      const hidden =
-        step === 0
-          ? last
-          : decoder.forward(rec, ws, {
-              ids,
-              positions: new Tensor(positions.buffer, [3, G], 'i32', 'generate.positions', positions.byteOffset + step * posStride),
-              attend: { kind: 'cached', cache, slot0: 0, count: G, split: { workspace: splitWs, chunks } },
-              lora: r.lora,
-            });
+      rec.copy(steps, current, 4 * rowWords, 4 * rowWords * step);
+      const hidden = step === 0 ? last : decoder.forward(rec, ws, { ids, positions: stepPositions, attend, lora: r.lora });
       head.fullLogits(rec, hidden, logits);
-      sampler.sample(rec, logits, r.sampling, { seed: r.seed, step }, { ids, logp });
+      sampler.sample(rec, logits, r.sampling, rng, { ids, logp });
       rec.copy(ids, packed, 4 * G, 0, 8 * G * j);
       rec.copy(logp, packed, 4 * G, 0, 8 * G * j + 4 * G);
     };
@@ -150,7 +154,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
       inFlight = later;
     }
   } finally {
-    for (const t of [promptIds, last, logits, ids, logp, packed, positions, splitWs]) t.release();
+    for (const t of [promptIds, last, logits, ids, logp, packed, steps, current, splitWs]) t.release();
     ws.release();
     cache.release();
   }

@@ -36,6 +36,8 @@ const UNIFORMS = {
 } as const;
 
 export class Sampler {
+  /** u32 [1] zero: the GPU part of a step given as a number. */
+  private readonly zeroStep: Tensor;
   /** Per (row, chunk) stats of the two-pass path, grown to the largest [rows, chunks] seen (lives with the sampler: ~16 B per 1024 logits of a row). */
   private part: Tensor | null = null;
 
@@ -44,7 +46,9 @@ export class Sampler {
     private readonly kernel: Kernel,
     private readonly chunksK: Kernel,
     private readonly finishK: Kernel,
-  ) {}
+  ) {
+    this.zeroStep = gpu.zeros([1], 'u32', 'sampling.zero_step');
+  }
 
   static async create(gpu: Gpu): Promise<Sampler> {
     const [kernel, chunksK, finishK] = await Promise.all(['sample', 'sample_chunks', 'sample_finish'].map((entry) => gpu.kernel({ shader: 'sampling', entry, uniforms: UNIFORMS })));
@@ -54,8 +58,10 @@ export class Sampler {
   /**
    * Sample one token per row of logits [rows, vocab] into ids [rows] (u32) and logp [rows] (f32).
    * `seed` (u32) and `step` (the decode position, u32) select the random stream; rows differ by index.
+   * `step` as a u32 [1] tensor is read on the GPU: steps recorded ahead then differ in no uniform
+   * and no binding, and reuse one another's bind groups.
    */
-  sample(rec: Recorder, logits: Tensor, config: SamplingConfig, rng: { seed: number; step: number }, out: { ids: Tensor; logp: Tensor }): void {
+  sample(rec: Recorder, logits: Tensor, config: SamplingConfig, rng: { seed: number; step: number | Tensor }, out: { ids: Tensor; logp: Tensor }): void {
     const name = 'sampling';
     if (logits.dtype !== 'f32' || logits.shape.length !== 2) {
       throw new ShapeError(name, `logits must be f32 [rows, vocab], got ${logits.dtype} [${logits.shape.join(', ')}]`);
@@ -68,7 +74,10 @@ export class Sampler {
     if (!(temperature >= 0)) throw new ShapeError(name, `temperature must be ≥ 0, got ${temperature}`);
     if (!Number.isInteger(topK) || topK < 0) throw new ShapeError(name, `topK must be a non-negative integer, got ${topK}`);
     if (!(topP > 0 && topP <= 1)) throw new ShapeError(name, `topP must be in (0, 1], got ${topP}`);
-    for (const [k, v] of Object.entries(rng)) {
+    const stepIn = typeof rng.step === 'number' ? this.zeroStep : rng.step;
+    const step = typeof rng.step === 'number' ? rng.step : 0;
+    if (stepIn.dtype !== 'u32' || stepIn.numel !== 1) throw new ShapeError(name, `a step tensor must be u32 [1], got ${stepIn.dtype} [${stepIn.shape.join(', ')}]`);
+    for (const [k, v] of [['seed', rng.seed], ['step', step]] as const) {
       if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new ShapeError(name, `${k} must be a u32, got ${v}`);
     }
     const greedy = temperature < GREEDY_BELOW;
@@ -81,17 +90,17 @@ export class Sampler {
       top_k: k,
       top_p: topP,
       seed: rng.seed,
-      step: rng.step,
+      step,
       full_logprob: logprobs === 'full' ? 1 : 0,
       chunks,
     };
     if (!greedy && (k > 0 || topP < 1)) {
-      rec.dispatch(this.kernel, { logits, ids: out.ids, logp: out.logp }, rows, uniforms);
+      rec.dispatch(this.kernel, { logits, ids: out.ids, logp: out.logp, step_in: stepIn }, rows, uniforms);
       return;
     }
     const part = this.scratch(rows * chunks);
     rec.dispatch(this.chunksK, { logits, part }, [chunks, rows], uniforms);
-    rec.dispatch(this.finishK, { logits, part_in: part, ids: out.ids, logp: out.logp }, rows, uniforms);
+    rec.dispatch(this.finishK, { logits, part_in: part, ids: out.ids, logp: out.logp, step_in: stepIn }, rows, uniforms);
   }
 
   /** The stats scratch, at least `n` vec4s (reallocated only when a call needs more). */
