@@ -529,16 +529,6 @@ var<workgroup> dp_sh: array<f32, RMAX * KB>; // [row][key]: scores, then probabi
 var<workgroup> dm_sh: array<f32, DWG>;
 var<workgroup> lim_sh: array<u32, RMAX>;     // per row: keys below this are visible (causal)
 
-// Staged element e (key e / NV, vec4 column e % NV) of the K and V block starting at key j0,
-// zero past hi.
-fn load_kv(slot: u32, hk: u32, j0: u32, hi: u32, e_: u32) -> array<vec4f, 2> {
-  let e = min(e_, KB * NV - 1u);
-  let c = e / NV;
-  let base = kv_row(slot, min(j0 + c, hi - 1u)) * params.hkv * D + hk * D;
-  let inside = j0 + c < hi;
-  return array<vec4f, 2>(select(vec4f(0.0), ld_k(base, e % NV), inside), select(vec4f(0.0), ld_v(base, e % NV), inside));
-}
-
 @compute @workgroup_size(DWG)
 fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let G = params.hq / params.hkv;
@@ -577,18 +567,8 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 #endif
   let R = nb * rps;
   let slot = params.slot0 + b0; // keys of a prefix task all lie in the prefix: any slot of it
+  let kstride = params.hkv * D;
 
-  // The first block's loads go out before q is staged; each later block's before the current
-  // block's arithmetic, so that a lane waits on memory once per chunk rather than once per block.
-  var ka: array<vec4f, DSPT>;
-  var va: array<vec4f, DSPT>;
-  if (lo < hi) {
-    for (var i = 0u; i < DSPT; i++) {
-      let kv = load_kv(slot, hk, lo, hi, lid + DWG * i);
-      ka[i] = kv[0];
-      va[i] = kv[1];
-    }
-  }
   for (var e = lid; e < RMAX * NV; e += DWG) {
     let r = min(e / NV, R - 1u);
     dq_sh[e] = select(vec4f(0.0), ld_q(q_index(b0 + r / rps, r % rps, hk, 0u), e % NV), e / NV < R);
@@ -609,6 +589,15 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 
   for (var j0 = lo; j0 < hi; j0 += KB) {
     workgroupBarrier(); // the previous block's readers are done (and q, lim_sh are staged)
+    var ka: array<vec4f, DSPT>;
+    var va: array<vec4f, DSPT>;
+    for (var i = 0u; i < DSPT; i++) {
+      let e = min(lid + DWG * i, KB * NV - 1u);
+      let c = e / NV;
+      let base = kv_row(slot, min(j0 + c, hi - 1u)) * kstride + hk * D;
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < hi);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < hi);
+    }
     for (var i = 0u; i < DSPT; i++) {
       let e = lid + DWG * i;
       if (e < KB * NV) {
@@ -617,13 +606,6 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
       }
     }
     workgroupBarrier();
-    if (j0 + KB < hi) {
-      for (var i = 0u; i < DSPT; i++) {
-        let kv = load_kv(slot, hk, j0 + KB, hi, lid + DWG * i);
-        ka[i] = kv[0];
-        va[i] = kv[1];
-      }
-    }
     var s = array<f32, RMAX / RGS>(); // explicit: zeroed on every block
     for (var x = 0u; x < NV; x++) {
       let kv = dk_sh[kc * DSV + x];
