@@ -26,6 +26,7 @@ import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
 import { Linear } from './linear';
 import { mropeLayout } from './ropeTables';
+import { allocQ4, type Q4Weight } from '../ops/matmulQ4';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
 /** The adapted projections of a layer, in the order the model's LoRA list uses. */
@@ -142,14 +143,84 @@ export function view(t: Tensor, shape: readonly number[], label = t.label): Tens
   return new Tensor(t.buffer, shape, t.dtype, label, t.byteOffset);
 }
 
+/** Weights of one input joined by rows: `w` holds the rows of `parts` in order; each part is a view of it. */
+export interface FusedWeight {
+  w: LinearWeight;
+  parts: readonly LinearWeight[];
+}
+
+/** Joined weights already made, by first part: a second Decoder over the same weights shares them. */
+const fusedOf = new WeakMap<LinearWeight, FusedWeight>();
+
+/**
+ * Join each layer's q/k/v and gate/up 4-bit weights by rows into one weight apiece and make the
+ * parts views of it: no extra memory (the parts' own buffers go back to the device), and one GEMV
+ * instead of three (two) for a single row. Only where every part starts on the storage offset
+ * alignment, codes and scales alike; other weights stay as they are.
+ */
+async function fuseLayers(gpu: Gpu, layers: readonly DecoderLayerWeights[]): Promise<Map<LinearWeight, FusedWeight>> {
+  const out = new Map<LinearWeight, FusedWeight>();
+  for (const [l, w] of layers.entries()) {
+    for (const [name, parts] of [['qkv', [w.q, w.k, w.v]], ['gate_up', [w.gate, w.up]]] as const) {
+      const known = fusedOf.get(parts[0]);
+      const f = known ?? (await fuseRows(gpu, parts, `layers.${l}.${name}`));
+      if (!f) continue;
+      fusedOf.set(parts[0], f);
+      out.set(parts[0], f);
+    }
+  }
+  return out;
+}
+
+async function fuseRows(gpu: Gpu, parts: readonly LinearWeight[], label: string): Promise<FusedWeight | null> {
+  const align = gpu.limits.minStorageBufferOffsetAlignment;
+  const k = parts[0].in;
+  const q4: Q4Weight[] = [];
+  for (const p of parts) {
+    // Each part's codes (n·k/2 bytes) and scales (n·k/16 bytes) must end on the alignment, where the next begins.
+    if (p.kind !== 'q4' || p.in !== k || ((p.out * k) / 2) % align || ((p.out * k) / 16) % align) return null;
+    q4.push(p.w);
+  }
+  const n = q4.reduce((a, p) => a + p.n, 0);
+  const joined = allocQ4(gpu, n, k, `decoder.${label}`);
+  const rec = gpu.recorder('decoder.fuse');
+  let row = 0;
+  for (const p of q4) {
+    rec.copy(p.codes, joined.codes, (p.n * k) / 2, 0, (row * k) / 2);
+    rec.copy(p.scales, joined.scales, (p.n * k) / 16, 0, (row * k) / 16);
+    row += p.n;
+  }
+  await rec.submit();
+  row = 0;
+  parts.forEach((p, i) => {
+    const w = q4[i];
+    (p as { w: Q4Weight }).w = {
+      codes: new Tensor(joined.codes.buffer, w.codes.shape, 'u32', w.codes.label, joined.codes.byteOffset + (row * k) / 2),
+      scales: new Tensor(joined.scales.buffer, w.scales.shape, 'u32', w.scales.label, joined.scales.byteOffset + (row * k) / 16),
+      n: w.n,
+      k,
+    };
+    row += w.n;
+    w.codes.release();
+    w.scales.release();
+  });
+  // The parts' buffers leave the pool's cache now: the weights take no more memory than before.
+  gpu.pool.trim();
+  return { w: { kind: 'q4', w: joined, out: n, in: k }, parts };
+}
+
 export class Decoder {
   readonly scale: number;
+  /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
+  private readonly joinedOut = new WeakMap<Tensor, Tensor>();
 
   private constructor(
     readonly gpu: Gpu,
     readonly config: Qwen3VLTextConfig,
     readonly weights: LanguageModelWeights,
     readonly ops: DecoderOps,
+    /** q/k/v and gate/up of a layer as one weight each, by their first part (where they could be joined). */
+    private readonly fused: ReadonlyMap<LinearWeight, FusedWeight>,
   ) {
     this.scale = 1 / Math.sqrt(config.headDim);
   }
@@ -168,7 +239,8 @@ export class Decoder {
       QkNormRope.create(gpu),
       TokenIds.create(gpu),
     ]);
-    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds });
+    const fused = await fuseLayers(gpu, weights.layers);
+    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds }, fused);
   }
 
   /** y = x·Wᵀ (+ y) (+ LoRA). */
@@ -185,7 +257,7 @@ export class Decoder {
     // One adapter: its whole update in one dispatch after the base projection (LoraGemv.forward).
     const single = gemv && outs.length === 1;
     if (gemv && !single) this.ops.loraGemv.down(rec, gemv.ps, x, gemv.u);
-    for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate);
+    this.baseProjections(rec, x, outs, accumulate);
     if (single) this.ops.loraGemv.forward(rec, gemv.ps[0], x, outs[0].y, gemv.u);
     else if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
     else if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
@@ -203,8 +275,38 @@ export class Decoder {
       return null;
     }
     this.ops.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm, eps: this.config.rmsNormEps, out: n });
-    for (const o of outs) this.ops.linear.forward(rec, n, o.w, o.y);
+    this.baseProjections(rec, n, outs);
     return gemv;
+  }
+
+  /**
+   * Every y (+)= x·Wᵀ of `outs`: for one row, q/k/v (or gate/up) of a fused layer as one GEMV
+   * into their joined outputs (a decode step is bound by recording its dispatches).
+   */
+  private baseProjections(rec: Recorder, x: Tensor, outs: readonly Projection[], accumulate = false): void {
+    const joined = x.shape[0] === 1 && outs.length > 1 ? this.joined(outs) : null;
+    if (joined) {
+      this.ops.linear.forward(rec, x, joined.w, joined.y, accumulate);
+      return;
+    }
+    for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate);
+  }
+
+  /** The fused weight whose parts are `outs`' weights, in order, when their outputs lie back to back too. */
+  private joined(outs: readonly Projection[]): { w: LinearWeight; y: Tensor } | null {
+    const f = this.fused.get(outs[0].w);
+    if (!f || f.parts.length !== outs.length || outs.some((o, i) => o.w !== f.parts[i])) return null;
+    const y0 = outs[0].y;
+    let y = this.joinedOut.get(y0);
+    if (!y) {
+      let n = 0;
+      for (const o of outs) {
+        if (o.y.buffer !== y0.buffer || o.y.byteOffset !== y0.byteOffset + 4 * n) return null;
+        n += o.y.numel;
+      }
+      this.joinedOut.set(y0, (y = new Tensor(y0.buffer, [1, n], 'f32', 'decoder.joined', y0.byteOffset)));
+    }
+    return { w: f.w, y };
   }
 
   /** The adapters of `outs` and their wide u when they take the LoRA GEMV together on the rows of x. */
@@ -344,10 +446,23 @@ export class Decoder {
 
 type WorkspaceViews = ReturnType<DecoderWorkspace['makeViews']>;
 
+/** [T, width] views of `s.buffer`, one per width, back to back. */
+function stacked(s: { buffer: Tensor; widths: number[] }, T: number): Tensor[] {
+  let at = s.buffer.byteOffset;
+  return s.widths.map((w) => {
+    const t = new Tensor(s.buffer.buffer, [T, w], 'f32', s.buffer.label, at);
+    at += 4 * T * w;
+    return t;
+  });
+}
+
 /** Buffers for forwards of up to maxRows rows, acquired once; `views(T)` shapes them for a call. */
 export class DecoderWorkspace {
   private readonly t: Record<string, Tensor>;
   private readonly byRows = new Map<number, WorkspaceViews>();
+  /** One buffer for outputs that lie back to back: T rows of each width in turn. */
+  private readonly qkv: { buffer: Tensor; widths: number[] } | null;
+  private readonly gateUp: { buffer: Tensor; widths: number[] } | null;
   /** u32 [maxRows] per token-table block (ids shifted into the block). */
   readonly blockIds: Tensor[];
   /** [maxRows, hidden]: another block's embedding rows. */
@@ -363,18 +478,21 @@ export class DecoderWorkspace {
     const R = maxRows;
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
     const f = (n: number, label: string) => gpu.tensor([n], 'f32', `decoder.${label}`);
+    // q/k/v and gate/up outputs back to back in one buffer each where every start can be bound
+    // (a fused layer's one-row projection writes them in one GEMV), else apart.
+    const align = gpu.limits.minStorageBufferOffsetAlignment;
+    const stackable = (widths: number[]) => widths.every((w) => (4 * w) % align === 0);
+    this.qkv = stackable([hq * D, hkv * D]) ? { buffer: f(R * (hq + 2 * hkv) * D, 'qkv'), widths: [hq * D, hkv * D, hkv * D] } : null;
+    this.gateUp = stackable([I]) ? { buffer: f(2 * R * I, 'gate_up'), widths: [I, I] } : null;
     this.t = {
       h: f(R * H, 'h'),
       out: f(R * H, 'out'),
       xn: f(R * H, 'xn'),
-      qRaw: f(R * hq * D, 'q_raw'),
-      kRaw: f(R * hkv * D, 'k_raw'),
+      ...(this.qkv ? {} : { qRaw: f(R * hq * D, 'q_raw'), kRaw: f(R * hkv * D, 'k_raw'), v: f(R * hkv * D, 'v') }),
       q: f(R * hq * D, 'q'),
       k: f(R * hkv * D, 'k'),
-      v: f(R * hkv * D, 'v'),
       attn: f(R * hq * D, 'attn'),
-      gate: f(R * I, 'gate'),
-      up: f(R * I, 'up'),
+      ...(this.gateUp ? {} : { gate: f(R * I, 'gate'), up: f(R * I, 'up') }),
       act: f(R * I, 'act'),
       cs: f(R * D, 'rope_cs'),
       // u of up to three adapters at once (q/k/v on the LoRA GEMV path).
@@ -395,6 +513,8 @@ export class DecoderWorkspace {
   private makeViews(T: number) {
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = this.c;
     const t = this.t;
+    const [qRaw, kRaw, v] = this.qkv ? stacked(this.qkv, T) : [view(t.qRaw, [T, hq * D]), view(t.kRaw, [T, hkv * D]), view(t.v, [T, hkv * D])];
+    const [gate, up] = this.gateUp ? stacked(this.gateUp, T) : [view(t.gate, [T, I]), view(t.up, [T, I])];
     const uViews = new Map<number, Tensor>();
     const wideViews = new Map<number, Tensor>();
     const xn = view(t.xn, [T, H]);
@@ -405,14 +525,14 @@ export class DecoderWorkspace {
       cs: view(t.cs, [T, D / 2, 2]),
       attn: {
         xn,
-        qRaw: view(t.qRaw, [T, hq * D]),
-        kRaw: view(t.kRaw, [T, hkv * D]),
+        qRaw,
+        kRaw,
         q: view(t.q, [T, hq * D]),
         k: view(t.k, [T, hkv * D]),
-        v: view(t.v, [T, hkv * D]),
+        v,
         attn: view(t.attn, [T, hq * D]),
       } satisfies AttentionBuffers,
-      mlp: { xn, gate: view(t.gate, [T, I]), up: view(t.up, [T, I]), act: view(t.act, [T, I]) } satisfies MlpBuffers,
+      mlp: { xn, gate, up, act: view(t.act, [T, I]) } satisfies MlpBuffers,
       loraU: (r: number) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);
         return uViews.get(r) ?? uViews.set(r, view(t.loraU, [T, r])).get(r)!;
@@ -427,6 +547,8 @@ export class DecoderWorkspace {
 
   release(): void {
     for (const x of [...Object.values(this.t), ...this.blockIds]) x.release();
+    this.qkv?.buffer.release();
+    this.gateUp?.buffer.release();
     if (this.blockIds.length) this.tmp.release();
   }
 }
