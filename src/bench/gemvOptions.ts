@@ -20,10 +20,9 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
         // Few rows per workgroup: many workgroups for a small N (6144 rows are 96 blocks of 64).
         { threadsPerRow: 32, groups: 2 },
         { threadsPerRow: 64, groups: 1 },
-        { threadsPerRow: 128, groups: 1 },
         // x read from memory, not staged: no barrier before the first multiply.
         ...[[8, 16], [16, 8], [16, 4], [32, 2], [32, 4], [32, 8], [64, 2], [64, 4]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xDirect: true })),
-        ...[264, 528].map((persist) => ({ threadsPerRow: 8, groups: 16, persist })),
+        { threadsPerRow: 8, groups: 16, persist: 528 },
       ];
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;
   const out = layouts.map((g) => {
@@ -34,7 +33,7 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
   // than a 5-step shuffle for 32 lanes), and staging a K of 6144 (Qwen3-VL's intermediate size)
   // whole instead of in chunks of 2048.
   if (gpu.has('subgroups')) {
-    for (const g of quick ? [DEFAULT_GEMV] : [DEFAULT_GEMV, { threadsPerRow: 16, groups: 8 }, { threadsPerRow: 32, groups: 8 }]) {
+    for (const g of quick ? [DEFAULT_GEMV] : [DEFAULT_GEMV, { threadsPerRow: 16, groups: 8 }]) {
       out.push({ setting: `${name(g)} no subgroups`, value: { gemv: g, subgroups: false } });
     }
   }

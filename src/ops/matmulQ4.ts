@@ -112,7 +112,13 @@ interface GemvPlan {
  * on the H100, 64 lanes per row block call a 2048x2048 weight in 6 µs against 24 for the default). */
 const SMALL_N = 16384;
 const SMALL_FEW_ROWS: GemvShape = { threadsPerRow: 64, groups: 4 };
-const SMALL_MANY_ROWS: GemvShape = { threadsPerRow: 32, groups: 8 };
+/** 2..8 rows of x (gemv_rows; BENCHMARKS.md, gemv sweeps at M = 2 and 8 on the H100): the LM head
+ * wants many rows of W per workgroup sharing each staged x; a long K, 64 lanes and 16 rows;
+ * 6144x2048, 16 lanes and 64 rows; 2048 rows or fewer, 64 lanes, staged up to 4 rows of x and
+ * read from memory beyond (staging 8 rows of x cost more than 8 blocks of W per workgroup use). */
+const LARGE_ROWS: GemvShape = { threadsPerRow: 8, groups: 32 };
+const MID_ROWS: GemvShape = { threadsPerRow: 16, groups: 16 };
+const SMALL_MANY: GemvShape = { threadsPerRow: 64, groups: 2, xDirect: true };
 
 const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
 
@@ -156,15 +162,20 @@ export class MatmulQ4 {
     const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread });
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
-    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, SMALL_MANY_ROWS]) mm.plan(g, 1 << 20);
+    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY]) mm.plan(g, 1 << 20);
     return mm;
   }
 
   /** The layout a call of m rows of x on a weight [n, k] takes. */
-  private layoutFor(m: number, n: number): GemvShape {
+  private layoutFor(m: number, n: number, k: number): GemvShape {
     if (this.fixed) return this.fixed;
-    if (n > SMALL_N) return DEFAULT_GEMV;
-    return m <= 2 ? SMALL_FEW_ROWS : SMALL_MANY_ROWS;
+    if (m > 1) {
+      if (n > SMALL_N) return LARGE_ROWS;
+      if (k > 2048) return SMALL_FEW_ROWS;
+      if (n > 2048) return MID_ROWS;
+      return m <= 4 ? SMALL_FEW_ROWS : SMALL_MANY;
+    }
+    return n > SMALL_N ? DEFAULT_GEMV : SMALL_FEW_ROWS;
   }
 
   /** The plan of a layout for K columns: lanes per row block are capped at the groups a row has
@@ -199,7 +210,8 @@ export class MatmulQ4 {
       constants: { ...constants, KC: xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1) },
       defines: { SUBGROUPS: this.subgroups },
     };
-    // 2..8 rows: staged x and then the lanes' partial sums share one buffer of XS vec4s.
+    // 2..8 rows: staged x and then the lanes' partial sums share one buffer of XS vec4s. Profiles
+    // name both kernels matmul_q4.gemv (one op; the benchmarks and the decode profile look for it).
     const rows = Array.from({ length: GEMV_MAX_ROWS - 1 }, (_, i): KernelSpec => {
       const M = i + 2;
       const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes, M);
@@ -207,7 +219,7 @@ export class MatmulQ4 {
       if (KC < Q4_GROUP || 16 * XS > wgBytes) {
         throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of x or the partial sums of ${TPR * TG} threads`);
       }
-      return { shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS } };
+      return { name: 'matmul_q4.gemv', shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS } };
     });
     const specs = [oneRow, ...rows];
     const plan = { specs, kernels: [], rowsPerGroup: 4 * TG, persist };
@@ -254,7 +266,7 @@ export class MatmulQ4 {
     if (m < 1 || m > GEMV_MAX_ROWS) throw new ShapeError(op, `takes 1 to ${GEMV_MAX_ROWS} rows of x, got ${m}`);
     this.checkF32(op, 'x', x, m, w.k);
     this.checkF32(op, 'y', y, m, w.n);
-    const plan = this.plan(this.layoutFor(m, w.n), w.k);
+    const plan = this.plan(this.layoutFor(m, w.n, w.k), w.k);
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
     const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.specs[m - 1]));
