@@ -152,11 +152,12 @@ export class LoraGemv {
   /** The adapters form a group, rows fit, and u holds [rows, G·r]. */
   private checkU(ps: readonly LoraParams[], u: Tensor, rows: number): void {
     const op = 'lora_gemv';
-    const names = ps.map((p) => p.name).join(', ');
-    if (!LoraGemv.groupable(ps)) throw new ShapeError(op, `${names}: one to three adapters with one input width and rank`);
-    if (!LoraGemv.fits(rows)) throw new ShapeError(op, `${names}: ${rows} rows outside [1, ${LORA_GEMV_MAX_ROWS}]`);
+    // Names are joined only for a message: this runs on every decode dispatch.
+    const names = () => ps.map((p) => p.name).join(', ');
+    if (!LoraGemv.groupable(ps)) throw new ShapeError(op, `${names()}: one to three adapters with one input width and rank`);
+    if (!LoraGemv.fits(rows)) throw new ShapeError(op, `${names()}: ${rows} rows outside [1, ${LORA_GEMV_MAX_ROWS}]`);
     const need = rows * ps.length * ps[0].r;
-    if (u.dtype !== 'f32' || u.numel < need) throw new ShapeError(op, `${names}: u must be f32 with ${need} elements, got ${u.dtype} [${u.shape.join(', ')}]`);
+    if (u.dtype !== 'f32' || u.numel < need) throw new ShapeError(op, `${names()}: u must be f32 with ${need} elements, got ${u.dtype} [${u.shape.join(', ')}]`);
   }
 
   private checkOut(t: Tensor, numel: number, what: string): void {
