@@ -6,7 +6,8 @@
 import type { Gpu } from '../gpu';
 import { DEFAULT_GEMV, type GemvShape, type MatmulQ4Options } from '../ops/matmulQ4';
 
-const name = (g: GemvShape) => `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}`;
+const name = (g: GemvShape) =>
+  `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}${g.xChunk ? ` chunk ${g.xChunk}` : ''}`;
 
 export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value: MatmulQ4Options }[] {
   const layouts: GemvShape[] = quick
@@ -23,6 +24,12 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
         // x read from memory, not staged: no barrier before the first multiply.
         ...[[8, 16], [16, 8], [16, 4], [32, 2], [32, 4], [32, 8], [64, 2], [64, 4]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xDirect: true })),
         { threadsPerRow: 8, groups: 16, persist: 528 },
+        // One or two lanes per row block: a warp's lanes take different rows of W at the same k,
+        // so their loads of staged x are broadcasts (one address a warp) instead of 32 addresses.
+        ...[[1, 64], [1, 128], [2, 64], [2, 128]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups })),
+        // Shorter chunks of staged x: 8 rows of 2048 columns fill 64 KiB, three workgroups an SM.
+        ...[[1, 128], [2, 64], [4, 64], [8, 32], [16, 16], [64, 4]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xChunk: 512 })),
+        ...[[8, 32], [16, 16]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xChunk: 1024 })),
       ];
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;
   const out = layouts.map((g) => {

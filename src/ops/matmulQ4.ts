@@ -63,6 +63,9 @@ export interface GemvShape {
   /** Read x from memory instead of staging it in workgroup memory: no barrier before the first
    * multiply, for weights with few rows, where a workgroup's latency is what a call costs. */
   xDirect?: boolean;
+  /** Columns of x staged per chunk for this layout (a multiple of 32), in place of the instance's
+   * xChunk: a shorter chunk stages fewer bytes per workgroup, so more workgroups fit an SM. */
+  xChunk?: number;
 }
 
 /** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
@@ -188,10 +191,11 @@ export class MatmulQ4 {
     const groupsPerRow = k / Q4_GROUP;
     const lanes = Math.min(shape.threadsPerRow, 2 ** Math.ceil(Math.log2(groupsPerRow)));
     const gpu = this.gpu;
-    const { groups: TG, persist = 0, xDirect = false } = shape;
+    const { groups: TG, persist = 0, xDirect = false, xChunk = this.xChunk } = shape;
     const TPR = lanes;
     const pow2 = (v: number) => Number.isInteger(v) && v > 0 && (v & (v - 1)) === 0;
-    if (!pow2(shape.threadsPerRow) || shape.threadsPerRow > 128 || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(persist) || persist < 0) {
+    const badChunk = !Number.isInteger(xChunk) || xChunk < Q4_GROUP || xChunk % Q4_GROUP !== 0;
+    if (!pow2(shape.threadsPerRow) || shape.threadsPerRow > 128 || !Number.isInteger(TG) || TG < 1 || !Number.isInteger(persist) || persist < 0 || badChunk) {
       throw new ShapeError('matmulQ4.gemv', `bad GEMV shape ${JSON.stringify(shape)}`);
     }
     if (shape.threadsPerRow * TG > gpu.limits.maxComputeInvocationsPerWorkgroup) {
@@ -201,7 +205,7 @@ export class MatmulQ4 {
     if (this.subgroups && minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
     const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
     const constants = { TPR, TG, PERSIST: persist > 0 ? 1 : 0, XDIRECT: xDirect ? 1 : 0 };
-    const fitChunk = (bytes: number, rows: number) => Math.min(this.xChunk, Math.floor(bytes / (4 * rows) / Q4_GROUP) * Q4_GROUP);
+    const fitChunk = (bytes: number, rows: number) => Math.min(xChunk, Math.floor(bytes / (4 * rows) / Q4_GROUP) * Q4_GROUP);
     // One row of x: the columns staged per chunk are what fits beside the reduction's memory.
     const oneRow: KernelSpec = {
       shader: 'matmul_q4',

@@ -99,6 +99,16 @@ describe('4-bit matmul', () => {
     await checkForward(gpu, mm, 'gemv', [1, 8], ' (chunks of 64, persistent)');
   });
 
+  it('GEMV with one lane per row block (a warp across rows of W) and its own x chunk per layout agrees', async () => {
+    const gpu = await testGpu();
+    // 64 rows a workgroup, so the odd N end mid-workgroup and mid-block; a 64-column chunk walks K
+    // in several chunks, one lane through every group of a chunk. One M: a pipeline for gemv_rows
+    // takes seconds to compile on lavapipe.
+    const mm = await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 64 } });
+    await checkForward(gpu, mm, 'gemv', [8], ' (1x16, chunks of 64)');
+    await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 40 } })).rejects.toBeInstanceOf(ShapeError);
+  });
+
   it('GEMM y = x·Wᵀ (and y +=) matches for one row to several tiles, odd N and K', async () => {
     const gpu = await testGpu();
     const mm = await MatmulQ4.create(gpu);
