@@ -122,6 +122,13 @@ const SMALL_FEW_ROWS: GemvShape = { threadsPerRow: 64, groups: 4 };
 const LARGE_ROWS: GemvShape = { threadsPerRow: 8, groups: 32 };
 const MID_ROWS: GemvShape = { threadsPerRow: 16, groups: 16 };
 const SMALL_MANY: GemvShape = { threadsPerRow: 64, groups: 2, xDirect: true };
+/** 5..8 rows of x, K = 2048 (H100 sweep at M = 8, in stream): workgroups sized so that a weight
+ * takes about one per SM (96 to 128 on 132 SMs). 4096 rows (joined q/k/v): 16 lanes and 32 rows,
+ * 16.1 µs (64 rows: 19.2); 12288 rows (joined gate/up): 8 lanes and 128 rows staging x in chunks
+ * of 1024 columns, 30.2 µs (16 lanes and 64 rows: 36.7); the LM head, that layout too: 249 µs
+ * (chunks of 2048: 255). */
+const MANY_4K: GemvShape = { threadsPerRow: 16, groups: 8 };
+const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024 };
 
 const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
 
@@ -165,18 +172,23 @@ export class MatmulQ4 {
     const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread });
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
-    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY]) mm.plan(g, 1 << 20);
+    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, MANY_4K, MANY_LARGE]) mm.plan(g, 1 << 20);
     return mm;
   }
 
   /** The layout a call of m rows of x on a weight [n, k] takes. */
   private layoutFor(m: number, n: number, k: number): GemvShape {
     if (this.fixed) return this.fixed;
+    if (m > 4) {
+      if (n > 8192) return MANY_LARGE;
+      if (k > 2048) return SMALL_FEW_ROWS;
+      if (n > 4096) return MID_ROWS;
+      return n > 2048 ? MANY_4K : SMALL_MANY;
+    }
     if (m > 1) {
       if (n > SMALL_N) return LARGE_ROWS;
       if (k > 2048) return SMALL_FEW_ROWS;
-      if (n > 2048) return MID_ROWS;
-      return m <= 4 ? SMALL_FEW_ROWS : SMALL_MANY;
+      return n > 2048 ? MID_ROWS : SMALL_FEW_ROWS;
     }
     return n > SMALL_N ? DEFAULT_GEMV : SMALL_FEW_ROWS;
   }
