@@ -14,6 +14,11 @@
 // xn = h·rsqrt(mean(h²) + eps)·w. Since u = rsqrt(mean(h²) + eps)·Σ h·(w·A), the sums of squares
 // and the products are taken in one pass over k and reduced together; every workgroup also writes
 // its slice of its row of xn for the base projections: the norm's own dispatch is saved.
+// With FOLD (SWIGLU only), the same dispatch starts the down_proj adapter's down product on act:
+// each workgroup's UP_WG columns of act (one row: n_0 % UP_WG == 0) times those columns of
+// A_fold [r, n_0] give parts [rows, n_0 / UP_WG, r]; with PARTS, lora_up (one adapter) sums them
+// into u first. So down_proj's update after its base GEMV takes one dispatch, not two (a decode
+// step is bound by recording its dispatches).
 // With VEC4 (k and r multiples of 4) x, A, u and B are read as vec4s: the loops are latency-bound,
 // so a quarter of the iterations is most of the gain.
 // lora_up's grid is 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
@@ -47,6 +52,8 @@ struct Params {
 @group(0) @binding(13) var<storage, read_write> act: array<f32>;
 @group(0) @binding(14) var<storage, read> norm_w: array<{{ELEM}}>;
 @group(0) @binding(15) var<storage, read_write> xn: array<{{ELEM}}>;
+@group(0) @binding(16) var<storage, read> a_fold: array<f32>;
+@group(0) @binding(17) var<storage, read_write> parts: array<f32>;
 
 const WG: u32 = 256u;
 const UP_WG: u32 = 64u;
@@ -60,6 +67,8 @@ const LANES: u32 = WG / NV;
 var<workgroup> red: array<f32, 2048>; // NV · WG
 var<workgroup> part: array<f32, WG>;
 var<workgroup> tot: array<f32, 2>;
+var<workgroup> fold_sh: array<f32, UP_WG>;
+var<workgroup> u_sh: array<f32, UP_WG>;
 
 fn dot_e(a: {{ELEM}}, b: {{ELEM}}) -> f32 {
 #if VEC4
@@ -195,19 +204,79 @@ fn sigmoid(z: f32) -> f32 {
 }
 #endif
 
+#if PARTS
+// u_sh[0..r) gets row t's u: the sum over the P partials that FOLD left, thread lid taking column
+// lid % r of partials lid / r, + UP_WG / r, ... (r divides UP_WG), then r threads fold those sums.
+fn gather_u(lid: u32, t: u32) {
+  let np = p.k / UP_WG;
+  let stride = UP_WG / p.r;
+  let j = lid % p.r;
+  var s = 0.0;
+  for (var w = lid / p.r; w < np; w += stride) {
+    s += parts[(t * np + w) * p.r + j];
+  }
+  fold_sh[lid] = s;
+  workgroupBarrier();
+  if (lid < p.r) {
+    var total = 0.0;
+    for (var q = 0u; q < stride; q++) {
+      total += fold_sh[q * p.r + lid];
+    }
+    u_sh[lid] = total;
+  }
+  workgroupBarrier();
+}
+
+fn u_sh_at(j: u32) -> {{ELEM}} {
+#if VEC4
+  return vec4f(u_sh[4u * j], u_sh[4u * j + 1u], u_sh[4u * j + 2u], u_sh[4u * j + 3u]);
+#else
+  return u_sh[j];
+#endif
+}
+#endif
+
 @compute @workgroup_size(UP_WG)
 fn lora_up(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let e = (wid.x + wid.y * nwg.x) * UP_WG + lid;
+  let flat = wid.x + wid.y * nwg.x;
+  let e = flat * UP_WG + lid;
   let width = ADAPTERS * p.r;
 #if SWIGLU
-  if (e >= p.rows * p.n0) {
-    return;
+  // No early return: FOLD's barrier below must be reached by every thread.
+  var a = 0.0;
+  if (e < p.rows * p.n0) {
+    let t = e / p.n0;
+    let col = e % p.n0;
+    let gate = y0[e] + p.s0 * up_dot(0u, t, col, width);
+    let up = y1[e] + p.s1 * up_dot(1u, t, col, width);
+    a = gate * sigmoid(gate) * up;
+    act[e] = a;
   }
-  let t = e / p.n0;
-  let col = e % p.n0;
-  let gate = y0[e] + p.s0 * up_dot(0u, t, col, width);
-  let up = y1[e] + p.s1 * up_dot(1u, t, col, width);
-  act[e] = gate * sigmoid(gate) * up;
+#if FOLD
+  fold_sh[lid] = a;
+  workgroupBarrier();
+  let e0 = flat * UP_WG;
+  if (lid < p.r && e0 < p.rows * p.n0) {
+    let row_a = lid * p.n0 + e0 % p.n0;
+    var s = 0.0;
+    for (var c = 0u; c < UP_WG; c++) {
+      s += a_fold[row_a + c] * fold_sh[c];
+    }
+    parts[flat * p.r + lid] = s; // [row][e0 % n0 / UP_WG][lid]: flat = row·(n0 / UP_WG) + ...
+  }
+#endif
+#else
+#if PARTS
+  // Workgroups past the last row gather row rows - 1 harmlessly and write nothing.
+  gather_u(lid, min((flat * UP_WG) / p.n0, p.rows - 1u));
+  if (e < p.rows * p.n0) {
+    let bb = (e % p.n0) * (p.r / W);
+    var d = 0.0;
+    for (var j = 0u; j < p.r / W; j++) {
+      d += dot_e(u_sh_at(j), b0[bb + j]);
+    }
+    y0[e] += p.s0 * d;
+  }
 #else
   let n = p.n0 + p.n1 + p.n2;
   if (e >= p.rows * n) {
@@ -229,6 +298,7 @@ fn lora_up(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
 #if THIRD
   let cl = c - p.n0 - p.n1;
   y2[t * p.n2 + cl] += p.s2 * up_dot(2u, t, cl, width);
+#endif
 #endif
 #endif
 }

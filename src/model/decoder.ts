@@ -89,7 +89,11 @@ export interface LoraCall {
    * u is scratch, not kept for a backward: a few rows then take the LoRA GEMV, the projections
    * of one input together; `wide(cols)` is a [T, cols] view of scratch for their stacked u.
    */
-  transient?: { wide: (cols: number) => Tensor };
+  transient?: {
+    wide: (cols: number) => Tensor;
+    /** Scratch of at least `n` elements for the partials of a folded down product (LoraGemv.upSwiglu). */
+    parts: (n: number) => Tensor;
+  };
 }
 
 /** One frozen projection of a block: y (+)= x·Wᵀ, adapted by the layer's LoRA `proj`. */
@@ -366,9 +370,15 @@ export class Decoder {
   mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null): void {
     const outs: Projection[] = [{ w: w.gate, y: b.gate, proj: 'gate' }, { w: w.up, y: b.up, proj: 'up' }];
     const gemv = this.normProject(rec, h, w.postAttentionNorm, b.xn, b.rstd, outs, lora);
-    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act);
+    // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
+    const downP = lora?.params.down;
+    const fold = gemv && downP && LoraGemv.canFold(gemv.ps[0], downP) ? { p: downP, parts: lora!.transient!.parts(LoraGemv.partsSize(h.shape[0], downP)) } : undefined;
+    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold);
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-    this.project(rec, w.down, b.act, h, lora, 'down', true);
+    if (fold) {
+      this.ops.linear.forward(rec, b.act, w.down, h, true);
+      this.ops.loraGemv.upFromParts(rec, fold.p, fold.parts, h);
+    } else this.project(rec, w.down, b.act, h, lora, 'down', true);
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */
@@ -430,7 +440,7 @@ export class Decoder {
       this.ops.rope.table(rec, b.positions, b.cs);
     }
     const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r);
-    const transient = { wide: b.loraWide };
+    const transient = { wide: b.loraWide, parts: b.loraParts };
     this.weights.layers.forEach((w, l) => {
       const lora = a.lora ? { params: a.lora[l], u: loraU, transient } : null;
       this.attentionBlock(rec, l, w, b.h, b.attn, b.cs, a.attend, lora);
@@ -497,6 +507,8 @@ export class DecoderWorkspace {
       cs: f(R * D, 'rope_cs'),
       // u of up to three adapters at once (q/k/v on the LoRA GEMV path).
       loraU: f(R * 3 * Math.max(1, rank), 'lora_u'),
+      // down_proj's partial u, one per 64 columns of act (LoraGemv.partsSize), on that path.
+      loraParts: f(R * Math.ceil(I / 64) * Math.max(1, rank), 'lora_parts'),
       positions: gpu.tensor([3 * R], 'i32', 'decoder.positions'),
     };
     this.blockIds = table.blocks.length > 1 ? table.blocks.map((_, b) => gpu.tensor([R], 'u32', `decoder.ids[${b}]`)) : [];
@@ -536,6 +548,10 @@ export class DecoderWorkspace {
       loraU: (r: number) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);
         return uViews.get(r) ?? uViews.set(r, view(t.loraU, [T, r])).get(r)!;
+      },
+      loraParts: (n: number) => {
+        if (n > t.loraParts.numel) throw new ShapeError('decoder', `${n} LoRA partials above the workspace's ${t.loraParts.numel}`);
+        return t.loraParts;
       },
       /** u of up to three adapters stacked: [T, cols]. */
       loraWide: (cols: number) => {

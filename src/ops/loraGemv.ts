@@ -2,7 +2,8 @@
 // u = x·Aᵀ, as two wide GEMV-shaped dispatches (down, then up), for one adapter or for two or
 // three that share their input (q/k/v, gate/up: one pair of dispatches for the group). The down
 // dispatch can apply the input's RMSNorm itself (writing the normed rows for the base
-// projections), the gate/up up dispatch the SwiGLU. For decode, where src/ops/lora.ts's two tiled
+// projections), the gate/up up dispatch the SwiGLU and the start of down_proj's down product
+// (upSwiglu's fold; upFromParts finishes it). For decode, where src/ops/lora.ts's two tiled
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { loraScale, type LoraParams } from './lora';
@@ -27,6 +28,17 @@ interface Family {
   downNorm: readonly Kernel[];
   up: readonly Kernel[];
   swiglu: Kernel;
+  /** swiglu that also leaves the down_proj adapter's partial u (FOLD). */
+  swigluFold: Kernel;
+  /** up of one adapter from those partials (PARTS). */
+  upParts: Kernel;
+}
+
+/** The down_proj adapter whose down product the SwiGLU dispatch starts, and where its partials go. */
+export interface LoraFold {
+  p: LoraParams;
+  /** [rows, in / 64, r] at least (LoraGemv.partsSize). */
+  parts: Tensor;
 }
 
 export class LoraGemv {
@@ -37,7 +49,7 @@ export class LoraGemv {
 
   static async create(gpu: Gpu): Promise<LoraGemv> {
     const family = async (vec4: boolean): Promise<Family> => {
-      const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'swiglu' = '') => ({
+      const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'swiglu' | 'swiglu_fold' | 'parts' = '') => ({
         name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${variant ? `_${variant}` : ''}${vec4 ? '_vec4' : ''}`,
         shader: 'lora_gemv',
         entry,
@@ -46,7 +58,9 @@ export class LoraGemv {
           SECOND: adapters >= 2,
           THIRD: adapters >= 3,
           NORM: variant === 'norm',
-          SWIGLU: variant === 'swiglu',
+          SWIGLU: variant === 'swiglu' || variant === 'swiglu_fold',
+          FOLD: variant === 'swiglu_fold',
+          PARTS: variant === 'parts',
           VEC4: vec4,
           W: vec4 ? 4 : 1,
           ELEM: vec4 ? 'vec4f' : 'f32',
@@ -54,8 +68,15 @@ export class LoraGemv {
         uniforms: UNIFORMS,
       });
       const all = (entry: string, variant: '' | 'norm' = '') => Promise.all([1, 2, 3].map((n) => gpu.kernel(spec(entry, n, variant))));
-      const [down, downNorm, up, swiglu] = await Promise.all([all('lora_down'), all('lora_down', 'norm'), all('lora_up'), gpu.kernel(spec('lora_up', 2, 'swiglu'))]);
-      return { down, downNorm, up, swiglu };
+      const [down, downNorm, up, swiglu, swigluFold, upParts] = await Promise.all([
+        all('lora_down'),
+        all('lora_down', 'norm'),
+        all('lora_up'),
+        gpu.kernel(spec('lora_up', 2, 'swiglu')),
+        gpu.kernel(spec('lora_up', 2, 'swiglu_fold')),
+        gpu.kernel(spec('lora_up', 1, 'parts')),
+      ]);
+      return { down, downNorm, up, swiglu, swigluFold, upParts };
     };
     const [scalar, vec4] = await Promise.all([family(false), family(true)]);
     return new LoraGemv(scalar, vec4);
@@ -73,6 +94,29 @@ export class LoraGemv {
   /** Whether adapters can share one call: one to three, with one input width and one rank. */
   static groupable(ps: readonly LoraParams[]): boolean {
     return ps.length >= 1 && ps.length <= 3 && ps.every((p) => p.in === ps[0].in && p.r === ps[0].r);
+  }
+
+  /**
+   * Whether the SwiGLU dispatch of gate/up can start down_proj's down product (upSwiglu's fold):
+   * down reads act (in = gate's out), one rank for all three, and whole 64-column workgroups.
+   */
+  static canFold(gateP: LoraParams, downP: LoraParams): boolean {
+    return downP.in === gateP.out && downP.r === gateP.r && downP.in % UP_WG === 0 && downP.out % UP_WG === 0 && UP_WG % downP.r === 0;
+  }
+
+  /** Elements of the partials a fold leaves for `rows` rows of down_proj's input. */
+  static partsSize(rows: number, downP: LoraParams): number {
+    return rows * (downP.in / UP_WG) * downP.r;
+  }
+
+  /** y [rows, out] += s·u·Bᵀ with u the sum of the partials upSwiglu's fold left: one dispatch. */
+  upFromParts(rec: Recorder, p: LoraParams, parts: Tensor, y: Tensor): void {
+    const rows = y.shape[0];
+    if (!LoraGemv.fits(rows)) throw new ShapeError('lora_gemv', `${p.name}: ${rows} rows outside [1, ${LORA_GEMV_MAX_ROWS}]`);
+    if (!(p.in % UP_WG === 0 && p.out % UP_WG === 0 && UP_WG % p.r === 0)) throw new ShapeError('lora_gemv', `${p.name}: in and out must be multiples of ${UP_WG} and r divide it`);
+    this.checkParts(p, parts, rows);
+    this.checkOut(y, rows * p.out, `${p.name} y`);
+    rec.dispatch(this.family(p).upParts, { parts, b0: p.B, y0: y }, grid1d(rows * p.out, UP_WG), this.uniforms([p], rows, 0));
   }
 
   /**
@@ -132,13 +176,26 @@ export class LoraGemv {
    * [gateP, upP]: the gate/up updates and SwiGLU in one dispatch. gate and up [rows, I] hold the
    * base projections and are only read.
    */
-  upSwiglu(rec: Recorder, gateP: LoraParams, upP: LoraParams, u: Tensor, gate: Tensor, up: Tensor, act: Tensor): void {
+  upSwiglu(rec: Recorder, gateP: LoraParams, upP: LoraParams, u: Tensor, gate: Tensor, up: Tensor, act: Tensor, fold?: LoraFold): void {
     const ps = [gateP, upP];
     const rows = gate.shape[0];
     this.checkU(ps, u, rows);
     if (gateP.out !== upP.out) throw new ShapeError('lora_gemv', `gate and up widths differ: ${gateP.out}, ${upP.out}`);
     for (const [t, what] of [[gate, 'gate'], [up, 'up'], [act, 'act']] as const) this.checkOut(t, rows * gateP.out, what);
-    rec.dispatch(this.family(gateP).swiglu, { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act }, grid1d(rows * gateP.out, UP_WG), this.uniforms(ps, rows, 0));
+    const f = this.family(gateP);
+    const grid = grid1d(rows * gateP.out, UP_WG);
+    if (!fold) {
+      rec.dispatch(f.swiglu, { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act }, grid, this.uniforms(ps, rows, 0));
+      return;
+    }
+    if (!LoraGemv.canFold(gateP, fold.p)) throw new ShapeError('lora_gemv', `${fold.p.name} cannot fold into the SwiGLU of ${gateP.name}`);
+    this.checkParts(fold.p, fold.parts, rows);
+    rec.dispatch(f.swigluFold, { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act, a_fold: fold.p.A, parts: fold.parts }, grid, this.uniforms(ps, rows, 0));
+  }
+
+  private checkParts(p: LoraParams, parts: Tensor, rows: number): void {
+    const need = LoraGemv.partsSize(rows, p);
+    if (parts.dtype !== 'f32' || parts.numel < need) throw new ShapeError('lora_gemv', `${p.name}: parts must be f32 with ${need} elements, got ${parts.dtype} [${parts.shape.join(', ')}]`);
   }
 
   private check(ps: readonly LoraParams[], x: Tensor, u: Tensor): number {

@@ -2,7 +2,7 @@
 // reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs (u from the
 // down dispatch); two or
 // three adapters on one input in one call, the input's RMSNorm inside the down dispatch, and the
-// gate/up pair fused with SwiGLU; scalar and vec4
+// gate/up pair fused with SwiGLU (and down_proj's down product folded into it); scalar and vec4
 // kernels (in and r multiples of 4) both.
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
@@ -135,6 +135,50 @@ describe('lora gemv, adapters sharing an input', () => {
       for (const t of [q.y, q.p.A, q.p.B, q.p.dA, q.p.dB]) t.release();
     }
     for (const t of [tx, act, u]) t.release();
+  });
+
+  it.each([
+    { rows: 1, inF: 96, I: 192, out: 128, r: 16 },
+    { rows: 3, inF: 40, I: 128, out: 64, r: 2 },
+    { rows: 8, inF: 64, I: 320, out: 192, r: 8 },
+  ])('SwiGLU dispatch folds down_proj\'s down product: after its base projection, one dispatch adds s·(act·Aᵀ)·Bᵀ ($rows rows, in $inF, I $I, out $out, r $r)', async ({ rows, inF, I, out, r }) => {
+    const gpu = await testGpu();
+    const op = await LoraGemv.create(gpu);
+    const x = randUniform(rows * inF, 31);
+    const tx = gpu.upload(x, [rows, inF], 'f32', 'x');
+    const gu = [0, 1].map((g) => {
+      const p = createLoraParams(gpu, { name: g ? 'up' : 'gate', in: inF, out: I, r, alpha: 5 + g });
+      const A = randUniform(r * inF, 32 + g);
+      const B = randUniform(I * r, 34 + g);
+      const y0 = randUniform(rows * I, 36 + g);
+      gpu.write(p.A, A);
+      gpu.write(p.B, B);
+      return { p, y: gpu.upload(y0, [rows, I], 'f32', p.name), full: loraRef(x, A, B, y0, rows, inF, I, r, loraScale(p)) };
+    });
+    const act = gu[0].full.map((g, i) => (g / (1 + Math.exp(-g))) * gu[1].full[i]);
+    const down = createLoraParams(gpu, { name: 'down', in: I, out, r, alpha: 3 });
+    const Ad = randUniform(r * I, 38);
+    const Bd = randUniform(out * r, 39);
+    const h0 = randUniform(rows * out, 40);
+    gpu.write(down.A, Ad);
+    gpu.write(down.B, Bd);
+    expect(LoraGemv.canFold(gu[0].p, down)).toBe(true);
+    const tact = gpu.tensor([rows, I], 'f32', 'act');
+    const th = gpu.upload(h0, [rows, out], 'f32', 'h');
+    const u = gpu.tensor([rows, 2 * r], 'f32', 'u');
+    const parts = gpu.tensor([LoraGemv.partsSize(rows, down)], 'f32', 'parts');
+    const rec = gpu.recorder();
+    op.down(rec, [gu[0].p, gu[1].p], tx, u);
+    op.upSwiglu(rec, gu[0].p, gu[1].p, u, gu[0].y, gu[1].y, tact, { p: down, parts });
+    op.upFromParts(rec, down, parts, th);
+    await rec.submit();
+    expectClose(await gpu.readF32(tact), act, { rtol: 1e-5, atol: 1e-5 * maxAbs(act), what: 'act' });
+    const want = loraRef(Float32Array.from(await gpu.readF32(tact)), Ad, Bd, h0, rows, I, out, r, loraScale(down));
+    expectClose(await gpu.readF32(th), want, { rtol: 1e-5, atol: 1e-5 * maxAbs(want), what: 'h + down_proj update' });
+    // Shapes a 64-column workgroup cannot fold: another rank, or widths off the multiple.
+    expect(LoraGemv.canFold(gu[0].p, createLoraParams(gpu, { name: 'r', in: I, out, r: r === 2 ? 4 : 2, alpha: 1 }))).toBe(false);
+    expect(LoraGemv.canFold(gu[0].p, createLoraParams(gpu, { name: 'o', in: I, out: out + 1, r, alpha: 1 }))).toBe(false);
+    for (const t of [tx, tact, th, u, parts, ...[...gu.map((q) => q.p), down].flatMap((p) => [p.A, p.B, p.dA, p.dB]), ...gu.map((q) => q.y)]) t.release();
   });
 
   it.each([
