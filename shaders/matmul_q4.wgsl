@@ -280,6 +280,24 @@ fn x_rows(m: u32, w: u32, gl: u32, g0: u32) -> array<vec4<f32>, 2> {
   return array<vec4<f32>, 2>(rows_mem[i], rows_mem[i + KC / 32u]);
 }
 
+override UNROLLED: bool = false; // the 4 words of a step as 4 calls with constant word indices
+
+// Word w (a constant after inlining) of a step: its weights in the 4 rows of W unpacked once and
+// multiplied into each row of x's accumulator.
+fn word_rows(acc: array<vec4<f32>, 8>, cw: vec4<u32>, ds: array<vec4<f32>, 4>, w: u32, gl: u32, g0: u32) -> array<vec4<f32>, 8> {
+  let q = unpack_rows(cw, ds);
+  var a = acc;
+  a[0] = fma_word(a[0], x_rows(0u, w, gl, g0), q);
+  a[1] = fma_word(a[1], x_rows(1u, w, gl, g0), q);
+  if (M > 2u) { a[2] = fma_word(a[2], x_rows(2u, w, gl, g0), q); }
+  if (M > 3u) { a[3] = fma_word(a[3], x_rows(3u, w, gl, g0), q); }
+  if (M > 4u) { a[4] = fma_word(a[4], x_rows(4u, w, gl, g0), q); }
+  if (M > 5u) { a[5] = fma_word(a[5], x_rows(5u, w, gl, g0), q); }
+  if (M > 6u) { a[6] = fma_word(a[6], x_rows(6u, w, gl, g0), q); }
+  if (M > 7u) { a[7] = fma_word(a[7], x_rows(7u, w, gl, g0), q); }
+  return a;
+}
+
 // Stages the gc groups of x's M rows at column k0, four loads in flight per thread before the
 // stores (one load per round trip made staging a row of L2 latencies).
 fn stage_rows(lid: u32, k0: u32, gc: u32) {
@@ -358,6 +376,14 @@ fn gemv_rows(
         if (XDIRECT) {
           ds = array<vec4<f32>, 4>(d * X_SCALE.x, d * X_SCALE.y, d * X_SCALE.z, d * X_SCALE.w);
         }
+        if (UNROLLED) {
+          var a = array<vec4<f32>, 8>(a0, a1, a2, a3, a4, a5, a6, a7);
+          a = word_rows(a, vec4<u32>(c0.x, c1.x, c2.x, c3.x), ds, 0u, gl, g0);
+          a = word_rows(a, vec4<u32>(c0.y, c1.y, c2.y, c3.y), ds, 1u, gl, g0);
+          a = word_rows(a, vec4<u32>(c0.z, c1.z, c2.z, c3.z), ds, 2u, gl, g0);
+          a = word_rows(a, vec4<u32>(c0.w, c1.w, c2.w, c3.w), ds, 3u, gl, g0);
+          a0 = a[0]; a1 = a[1]; a2 = a[2]; a3 = a[3]; a4 = a[4]; a5 = a[5]; a6 = a[6]; a7 = a[7];
+        } else {
         for (var w = 0u; w < 4u; w++) {
           let q = unpack_rows(vec4<u32>(c0[w], c1[w], c2[w], c3[w]), ds);
           a0 = fma_word(a0, x_rows(0u, w, gl, g0), q);
@@ -368,6 +394,7 @@ fn gemv_rows(
           if (M > 5u) { a5 = fma_word(a5, x_rows(5u, w, gl, g0), q); }
           if (M > 6u) { a6 = fma_word(a6, x_rows(6u, w, gl, g0), q); }
           if (M > 7u) { a7 = fma_word(a7, x_rows(7u, w, gl, g0), q); }
+        }
         }
         c0 = n0;
         c1 = n1;

@@ -7,7 +7,7 @@ import type { Gpu } from '../gpu';
 import { DEFAULT_GEMV, type GemvShape, type MatmulQ4Options } from '../ops/matmulQ4';
 
 const name = (g: GemvShape) =>
-  `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}${g.xChunk ? ` chunk ${g.xChunk}` : ''}`;
+  `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}${g.xChunk ? ` chunk ${g.xChunk}` : ''}${g.unrolled ? ' unrolled' : ''}`;
 
 export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value: MatmulQ4Options }[] {
   const layouts: GemvShape[] = quick
@@ -30,6 +30,9 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
         // Shorter chunks of staged x: 8 rows of 2048 columns fill 64 KiB, three workgroups an SM.
         ...[[1, 128], [2, 64], [4, 64], [8, 32], [16, 16], [64, 4]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xChunk: 512 })),
         ...[[8, 32], [16, 16]].map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, xChunk: 1024 })),
+        // The step's four code words unrolled by hand (gemv_rows).
+        ...[[8, 32, 1024], [16, 8, 0], [16, 16, 0], [64, 4, 0], [4, 64, 0]].map(([threadsPerRow, groups, xChunk]) => ({ threadsPerRow, groups, unrolled: true, ...(xChunk ? { xChunk } : {}) })),
+        { threadsPerRow: 64, groups: 2, xDirect: true, unrolled: true },
       ];
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;
   const out = layouts.map((g) => {

@@ -66,6 +66,9 @@ export interface GemvShape {
   /** Columns of x staged per chunk for this layout (a multiple of 32), in place of the instance's
    * xChunk: a shorter chunk stages fewer bytes per workgroup, so more workgroups fit an SM. */
   xChunk?: number;
+  /** 2..8 rows of x: a step's four code words as four inlined calls (constant word indices)
+   * instead of a loop. */
+  unrolled?: boolean;
 }
 
 /** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
@@ -235,7 +238,7 @@ export class MatmulQ4 {
       if (KC < Q4_GROUP || 16 * XS > wgBytes) {
         throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of x or the partial sums of ${TPR * TG} threads`);
       }
-      return { name: 'matmul_q4.gemv', shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS } };
+      return { name: 'matmul_q4.gemv', shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS, UNROLLED: shape.unrolled ? 1 : 0 } };
     });
     const specs = [oneRow, ...rows];
     const plan = { specs, kernels: [], rowsPerGroup: 4 * TG, persist };

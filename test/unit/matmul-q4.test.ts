@@ -104,7 +104,7 @@ describe('4-bit matmul', () => {
     // 64 rows a workgroup, so the odd N end mid-workgroup and mid-block; a 64-column chunk walks K
     // in several chunks, one lane through every group of a chunk. One M: a pipeline for gemv_rows
     // takes seconds to compile on lavapipe.
-    const mm = await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 64 } });
+    const mm = await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 64, unrolled: true } });
     await checkForward(gpu, mm, 'gemv', [8], ' (1x16, chunks of 64)');
     await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 40 } })).rejects.toBeInstanceOf(ShapeError);
   });
