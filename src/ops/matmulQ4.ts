@@ -125,13 +125,17 @@ const SMALL_FEW_ROWS: GemvShape = { threadsPerRow: 64, groups: 4 };
 const LARGE_ROWS: GemvShape = { threadsPerRow: 8, groups: 32 };
 const MID_ROWS: GemvShape = { threadsPerRow: 16, groups: 16 };
 const SMALL_MANY: GemvShape = { threadsPerRow: 64, groups: 2, xDirect: true };
-/** 5..8 rows of x, K = 2048 (H100 sweep at M = 8, in stream): workgroups sized so that a weight
- * takes about one per SM (96 to 128 on 132 SMs). 4096 rows (joined q/k/v): 16 lanes and 32 rows,
- * 16.1 µs (64 rows: 19.2); 12288 rows (joined gate/up): 8 lanes and 128 rows staging x in chunks
- * of 1024 columns, 30.2 µs (16 lanes and 64 rows: 36.7); the LM head, that layout too: 249 µs
- * (chunks of 2048: 255). */
-const MANY_4K: GemvShape = { threadsPerRow: 16, groups: 8 };
-const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024 };
+/** Joined q/k/v (4096 rows) and gate/up (12288) weights, K = 2048 (H100 sweeps at M = 2 and 8, in
+ * stream), and the other layouts again for 5..8 rows, workgroups sized to about one per SM. M = 2:
+ * 4096 rows 32 lanes x 8 blocks, 7.8 µs (16x16: 10.0); 12288 rows 16x8, 14.5 (15.7). M = 8: 4096
+ * rows 16x8, 16.1 (19.2); 12288 rows and the LM head 8x32 staging 1024 columns, unrolled, 27.9
+ * (16x16: 36.7) and 232 (8x32: 255); 6144 rows 16x16 unrolled, 18.3 (19.9); K = 6144 64x4
+ * unrolled, 25.1 (26.6). Unrolled equals the loop at M = 2 and was slower on 2048x2048 at M = 8. */
+const FEW_4K: GemvShape = { threadsPerRow: 32, groups: 8 };
+const MID_8K: GemvShape = { threadsPerRow: 16, groups: 8 };
+const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, unrolled: true };
+const MANY_MID: GemvShape = { threadsPerRow: 16, groups: 16, unrolled: true };
+const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
 
 const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
 
@@ -175,7 +179,7 @@ export class MatmulQ4 {
     const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread });
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
-    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, MANY_4K, MANY_LARGE]) mm.plan(g, 1 << 20);
+    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K]) mm.plan(g, 1 << 20);
     return mm;
   }
 
@@ -184,14 +188,16 @@ export class MatmulQ4 {
     if (this.fixed) return this.fixed;
     if (m > 4) {
       if (n > 8192) return MANY_LARGE;
-      if (k > 2048) return SMALL_FEW_ROWS;
-      if (n > 4096) return MID_ROWS;
-      return n > 2048 ? MANY_4K : SMALL_MANY;
+      if (k > 2048) return MANY_LONG_K;
+      if (n > 4096) return MANY_MID;
+      return n > 2048 ? MID_8K : SMALL_MANY;
     }
     if (m > 1) {
       if (n > SMALL_N) return LARGE_ROWS;
       if (k > 2048) return SMALL_FEW_ROWS;
-      return n > 2048 ? MID_ROWS : SMALL_FEW_ROWS;
+      if (n > 8192) return MID_8K;
+      if (n > 4096) return MID_ROWS;
+      return n > 2048 ? FEW_4K : SMALL_FEW_ROWS;
     }
     return n > SMALL_N ? DEFAULT_GEMV : SMALL_FEW_ROWS;
   }
