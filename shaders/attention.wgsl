@@ -47,6 +47,7 @@ struct Params {
   prefix_len: u32,    // positions [0, prefix_len) of every slot of a cached batch live in prefix_slot
   prefix_slot: u32,
   prefix_splits: u32, // SPLIT: chunks of that shared prefix (0: each sequence's chunks cover it)
+  fold_r: u32,   // FOLD: rank of the o_proj adapter whose down product the combine starts
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -77,6 +78,9 @@ struct Params {
 @group(0) @binding(20) var<storage, read> k4: array<vec4f>;
 @group(0) @binding(21) var<storage, read> v4: array<vec4f>;
 @group(0) @binding(22) var<storage, read> do4: array<vec4f>;
+// FOLD: o_proj's lora_A [fold_r, Hq·D] and the partials of its down product [rows, Hq, fold_r].
+@group(0) @binding(23) var<storage, read> a_fold: array<f32>;
+@group(0) @binding(24) var<storage, read_write> fold_parts: array<f32>;
 
 // Cache row of position j of slot `slot`: a shared prefix is stored once, in prefix_slot.
 fn kv_row(slot: u32, j: u32) -> u32 {
@@ -700,12 +704,18 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 // on a few loads rather than on all of them in turn (one thread per element walking every
 // partial took 16 µs a layer at 20 chunks on the H100); the CSG groups meet in workgroup memory.
 // A chunk with no keys has l = 0 and m = NEG: its weight is 0.
+// FOLD also starts o_proj's LoRA down product on the merged row (i = row·Hq + head): partial j is
+// Σ_d A[j, head·D + d]·o[i, d], so the LoRA GEMV's PARTS up after o_proj's GEMV sums Hq of them
+// (one dispatch fewer a layer in decode, which is bound by recording dispatches).
 const CDL: u32 = 32u;
 const CSG: u32 = FLAT_WG / CDL;
 const CDT: u32 = (D + CDL - 1u) / CDL; // elements of d per lane
 var<workgroup> cm_sh: array<f32, CSG>;
 var<workgroup> cl_sh: array<f32, CSG>;
 var<workgroup> ca_sh: array<f32, CSG * CDT * CDL>;
+#if FOLD
+var<workgroup> fo_sh: array<f32, D>;
+#endif
 
 @compute @workgroup_size(FLAT_WG)
 fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -743,9 +753,23 @@ fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
       let d = dl + CDL * t;
       var acc = 0.0;
       for (var g = 0u; g < CSG; g++) { acc += ca_sh[(g * CDT + t) * CDL + dl] * exp(cm_sh[g] - m_all); }
-      if (d < D) { o[i * D + d] = acc / l_all; }
+      if (d < D) {
+        o[i * D + d] = acc / l_all;
+#if FOLD
+        fo_sh[d] = acc / l_all;
+#endif
+      }
     }
   }
+#if FOLD
+  workgroupBarrier();
+  if (lid < params.fold_r) {
+    let arow = lid * params.hq * D + (i % params.hq) * D;
+    var s = 0.0;
+    for (var d = 0u; d < D; d++) { s += a_fold[arow + d] * fo_sh[d]; }
+    fold_parts[i * params.fold_r + lid] = s;
+  }
+#endif
 }
 
 // Grid grid1d(T·Hq, 256).

@@ -16,8 +16,8 @@
 // its slice of its row of xn for the base projections: the norm's own dispatch is saved.
 // With FOLD (SWIGLU only), the same dispatch starts the down_proj adapter's down product on act:
 // each workgroup's UP_WG columns of act (one row: n_0 % UP_WG == 0) times those columns of
-// A_fold [r, n_0] give parts [rows, n_0 / UP_WG, r]; with PARTS, lora_up (one adapter) sums them
-// into u first. So down_proj's update after its base GEMV takes one dispatch, not two (a decode
+// A_fold [r, n_0] give parts [rows, n_0 / UP_WG, r]; with PARTS, lora_up (one adapter) sums a
+// row's np partials into u first. So down_proj's update after its base GEMV takes one dispatch, not two (a decode
 // step is bound by recording its dispatches).
 // With VEC4 (k and r multiples of 4) x, A, u and B are read as vec4s: the loops are latency-bound,
 // so a quarter of the iterations is most of the gain.
@@ -34,6 +34,7 @@ struct Params {
   s1: f32,
   s2: f32,
   eps: f32,
+  np: u32, // PARTS: partials per row
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -205,10 +206,11 @@ fn sigmoid(z: f32) -> f32 {
 #endif
 
 #if PARTS
-// u_sh[0..r) gets row t's u: the sum over the P partials that FOLD left, thread lid taking column
-// lid % r of partials lid / r, + UP_WG / r, ... (r divides UP_WG), then r threads fold those sums.
+// u_sh[0..r) gets row t's u: the sum of its np partials (left by FOLD here, or by the attention
+// combine's FOLD for o_proj), thread lid taking column lid % r of partials lid / r, + UP_WG / r,
+// ... (r divides UP_WG), then r threads fold those sums.
 fn gather_u(lid: u32, t: u32) {
-  let np = p.k / UP_WG;
+  let np = p.np;
   let stride = UP_WG / p.r;
   let j = lid % p.r;
   var s = 0.0;

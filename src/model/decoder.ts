@@ -357,10 +357,18 @@ export class Decoder {
     }
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });
-    } else {
-      attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split });
+      this.project(rec, w.o, b.attn, h, lora, 'o', true);
+      return;
     }
-    this.project(rec, w.o, b.attn, h, lora, 'o', true);
+    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
+    // after the base projection one dispatch finishes the update.
+    const oP = lora?.params.o;
+    const fold = gemv && oP && LoraGemv.takesParts(oP) ? { A: oP.A, r: oP.r, parts: lora!.transient!.parts(T * hq * oP.r) } : undefined;
+    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold });
+    if (folded) {
+      this.ops.linear.forward(rec, b.attn, w.o, h, true);
+      this.ops.loraGemv.upFromParts(rec, oP!, fold!.parts, hq, h);
+    } else this.project(rec, w.o, b.attn, h, lora, 'o', true);
   }
 
   /**
@@ -372,12 +380,13 @@ export class Decoder {
     const gemv = this.normProject(rec, h, w.postAttentionNorm, b.xn, b.rstd, outs, lora);
     // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
     const downP = lora?.params.down;
-    const fold = gemv && downP && LoraGemv.canFold(gemv.ps[0], downP) ? { p: downP, parts: lora!.transient!.parts(LoraGemv.partsSize(h.shape[0], downP)) } : undefined;
+    const perRow = downP ? LoraGemv.foldParts(downP) : 0;
+    const fold = gemv && downP && LoraGemv.canFold(gemv.ps[0], downP) ? { p: downP, parts: lora!.transient!.parts(h.shape[0] * perRow * downP.r) } : undefined;
     if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold);
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
     if (fold) {
       this.ops.linear.forward(rec, b.act, w.down, h, true);
-      this.ops.loraGemv.upFromParts(rec, fold.p, fold.parts, h);
+      this.ops.loraGemv.upFromParts(rec, fold.p, fold.parts, perRow, h);
     } else this.project(rec, w.down, b.act, h, lora, 'down', true);
   }
 
@@ -507,8 +516,8 @@ export class DecoderWorkspace {
       cs: f(R * D, 'rope_cs'),
       // u of up to three adapters at once (q/k/v on the LoRA GEMV path).
       loraU: f(R * 3 * Math.max(1, rank), 'lora_u'),
-      // down_proj's partial u, one per 64 columns of act (LoraGemv.partsSize), on that path.
-      loraParts: f(R * Math.ceil(I / 64) * Math.max(1, rank), 'lora_parts'),
+      // Partial u of down_proj (one per 64 columns of act) or of o_proj (one per head), on that path.
+      loraParts: f(R * Math.max(Math.ceil(I / 64), hq) * Math.max(1, rank), 'lora_parts'),
       positions: gpu.tensor([3 * R], 'i32', 'decoder.positions'),
     };
     this.blockIds = table.blocks.length > 1 ? table.blocks.map((_, b) => gpu.tensor([R], 'u32', `decoder.ids[${b}]`)) : [];

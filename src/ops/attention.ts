@@ -10,6 +10,15 @@
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { UNIFORMS, ZERO_UNIFORMS, type KvCache } from './kvCache';
 
+/** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
+export interface AttentionFold {
+  /** lora_A [r, Hq·D] */
+  A: Tensor;
+  r: number;
+  /** Receives [rows, Hq, r] partials (summed by LoraGemv.upFromParts with Hq of them a row). */
+  parts: Tensor;
+}
+
 export interface AttentionConfig {
   hq: number;
   hkv: number;
@@ -164,6 +173,7 @@ export class Attention {
     private readonly fwdCached: Kernel,
     private readonly decode: readonly DecodeKernels[],
     private readonly combine: Kernel,
+    private readonly combineFold: Kernel,
     private readonly prep: Kernel,
     private readonly dqK: Kernel,
     private readonly dkvK: Kernel,
@@ -216,15 +226,16 @@ export class Attention {
         gpu.kernel(spec('attn_fwd', 'fwd_lse', tiled(ft, { LSE: true }))),
         gpu.kernel(spec('attn_fwd', 'fwd_cached', tiled(ft, { CACHED: true }))),
         gpu.kernel(spec('attn_split_combine', 'split_combine', {})),
+        gpu.kernel(spec('attn_split_combine', 'split_combine_fold', { FOLD: true })),
         gpu.kernel(spec('attn_bwd_prep', 'bwd_prep', {})),
         gpu.kernel(spec('attn_bwd_dq', 'bwd_dq', tiled(bt))),
         gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv', tiled(bt))),
       ]),
       Promise.all(decodeSpecs.map(([p, s]) => Promise.all([gpu.kernel(p), gpu.kernel(s)]))),
     ]);
-    const [fwd, fwdLse, fwdCached, combine, prep, dqK, dkvK] = main;
+    const [fwd, fwdLse, fwdCached, combine, combineFold, prep, dqK, dkvK] = main;
     const decode = decodeKernels.map(([plain, split], i) => ({ rows: tiles[i].RMAX, plain, split }));
-    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, prep, dqK, dkvK);
+    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, combineFold, prep, dqK, dkvK);
   }
 
   /** Shape of the backward's workspace for T rows. */
@@ -297,7 +308,9 @@ export class Attention {
 
   /**
    * Causal attention of q [count·n, Hq·D] (n new rows for each of slots slot0 .. slot0+count-1,
-   * already appended to `cache` at this layer) over each slot's positions [0, past + n).
+   * already appended to `cache` at this layer) over each slot's positions [0, past + n). With
+   * `fold`, the split path's combine also leaves the partials of o_proj's LoRA down product
+   * (AttentionFold); returns whether it did (only the split path does).
    */
   forwardCached(
     rec: Recorder,
@@ -305,8 +318,8 @@ export class Attention {
     cache: KvCache,
     layer: number,
     o: Tensor,
-    b: { slot0: number; count: number; scale: number; split?: AttentionSplit },
-  ): void {
+    b: { slot0: number; count: number; scale: number; split?: AttentionSplit; fold?: AttentionFold },
+  ): boolean {
     const { hq, hkv, headDim: D } = this.config;
     const op = 'attention_fwd_cached';
     if (cache.config.hkv !== hkv || cache.config.headDim !== D) {
@@ -327,11 +340,11 @@ export class Attention {
     if (!own) {
       // Prefill-sized batches have enough rows to fill the GPU unsplit: `split` is not needed.
       rec.dispatch(this.fwdCached, { ...kv, o }, [Math.ceil(rps / this.forwardTile.BO), hkv, b.count], this.uniforms(common));
-      return;
+      return false;
     }
     if (!b.split) {
       rec.dispatch(own.plain, { ...kv, o }, [1, hkv, b.count], this.uniforms(common));
-      return;
+      return false;
     }
     const chunks = b.split.chunks;
     const ws = b.split.workspace;
@@ -352,9 +365,17 @@ export class Attention {
     const groups = Math.ceil(b.count / Math.floor(kernel.rows / rps));
     const tasks = prefixChunks * groups + b.count * ownChunks;
     if (tasks > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new ShapeError(op, `${tasks} decode tasks too many for one grid dimension`);
-    const u = this.uniforms({ ...common, splits: ownChunks, prefix_splits: prefixChunks });
+    const f = b.fold;
+    if (f) {
+      if (!(f.r >= 1 && f.r <= FLAT_WG) || f.A.dtype !== 'f32' || f.A.numel !== f.r * hq * D) throw new ShapeError(op, `fold: A must be f32 [r ≤ ${FLAT_WG}, ${hq * D}], got ${f.A.dtype} [${f.A.shape.join(', ')}] for r ${f.r}`);
+      if (f.parts.dtype !== 'f32' || f.parts.numel < rows * hq * f.r) throw new ShapeError(op, `fold: parts need ${rows * hq * f.r} f32 elements, got ${f.parts.numel}`);
+    }
+    const u = this.uniforms({ ...common, splits: ownChunks, prefix_splits: prefixChunks, fold_r: f?.r ?? 0 });
     rec.dispatch(kernel.split, { ...kv, part: ws }, [1, hkv, tasks], u);
-    rec.dispatch(this.combine, { part: ws, o }, grid1d(rows * hq * FLAT_WG, FLAT_WG), u);
+    const grid = grid1d(rows * hq * FLAT_WG, FLAT_WG);
+    if (f) rec.dispatch(this.combineFold, { part: ws, o, a_fold: f.A, fold_parts: f.parts }, grid, u);
+    else rec.dispatch(this.combine, { part: ws, o }, grid, u);
+    return f !== undefined;
   }
 
   /** dq, dk, dv from dout, recomputing the probabilities tile by tile from lse. */

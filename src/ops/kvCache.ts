@@ -224,6 +224,7 @@ export const UNIFORMS = {
   prefix_len: 'u32',
   prefix_slot: 'u32',
   prefix_splits: 'u32',
+  fold_r: 'u32',
 } as const;
 
 export const ZERO_UNIFORMS: Record<keyof typeof UNIFORMS, number> = {
@@ -240,4 +241,5 @@ export const ZERO_UNIFORMS: Record<keyof typeof UNIFORMS, number> = {
   prefix_len: 0,
   prefix_slot: 0,
   prefix_splits: 0,
+  fold_r: 0,
 };

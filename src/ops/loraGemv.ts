@@ -11,7 +11,7 @@ import { loraScale, type LoraParams } from './lora';
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */
 export const LORA_GEMV_MAX_ROWS = 8;
 const UP_WG = 64;
-const UNIFORMS = { rows: 'u32', k: 'u32', r: 'u32', n0: 'u32', n1: 'u32', n2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32', eps: 'f32' } as const;
+const UNIFORMS = { rows: 'u32', k: 'u32', r: 'u32', n0: 'u32', n1: 'u32', n2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32', eps: 'f32', np: 'u32' } as const;
 
 /** An RMSNorm the down dispatch applies to its input first: out = rms(x)·weight. */
 export interface LoraInputNorm {
@@ -37,7 +37,7 @@ interface Family {
 /** The down_proj adapter whose down product the SwiGLU dispatch starts, and where its partials go. */
 export interface LoraFold {
   p: LoraParams;
-  /** [rows, in / 64, r] at least (LoraGemv.partsSize). */
+  /** [rows, in / 64, r] at least (LoraGemv.foldParts a row). */
   parts: Tensor;
 }
 
@@ -101,22 +101,31 @@ export class LoraGemv {
    * down reads act (in = gate's out), one rank for all three, and whole 64-column workgroups.
    */
   static canFold(gateP: LoraParams, downP: LoraParams): boolean {
-    return downP.in === gateP.out && downP.r === gateP.r && downP.in % UP_WG === 0 && downP.out % UP_WG === 0 && UP_WG % downP.r === 0;
+    return downP.in === gateP.out && downP.r === gateP.r && downP.in % UP_WG === 0 && LoraGemv.takesParts(downP);
   }
 
-  /** Elements of the partials a fold leaves for `rows` rows of down_proj's input. */
-  static partsSize(rows: number, downP: LoraParams): number {
-    return rows * (downP.in / UP_WG) * downP.r;
+  /** Partials per row a SwiGLU fold leaves for down_proj (one per 64 columns of act). */
+  static foldParts(downP: LoraParams): number {
+    return downP.in / UP_WG;
   }
 
-  /** y [rows, out] += s·u·Bᵀ with u the sum of the partials upSwiglu's fold left: one dispatch. */
-  upFromParts(rec: Recorder, p: LoraParams, parts: Tensor, y: Tensor): void {
+  /** Whether upFromParts takes adapter p: whole 64-column workgroups of y, r dividing 64. */
+  static takesParts(p: LoraParams): boolean {
+    return p.out % UP_WG === 0 && UP_WG % p.r === 0;
+  }
+
+  /**
+   * y [rows, out] += s·u·Bᵀ with u [rows, r] the sum of `perRow` partials a row, [rows, perRow, r]
+   * (left by upSwiglu's fold, or by the attention combine's for o_proj): one dispatch.
+   */
+  upFromParts(rec: Recorder, p: LoraParams, parts: Tensor, perRow: number, y: Tensor): void {
     const rows = y.shape[0];
     if (!LoraGemv.fits(rows)) throw new ShapeError('lora_gemv', `${p.name}: ${rows} rows outside [1, ${LORA_GEMV_MAX_ROWS}]`);
-    if (!(p.in % UP_WG === 0 && p.out % UP_WG === 0 && UP_WG % p.r === 0)) throw new ShapeError('lora_gemv', `${p.name}: in and out must be multiples of ${UP_WG} and r divide it`);
-    this.checkParts(p, parts, rows);
+    if (!LoraGemv.takesParts(p)) throw new ShapeError('lora_gemv', `${p.name}: out must be a multiple of ${UP_WG} and r divide it`);
+    if (!Number.isInteger(perRow) || perRow < 1) throw new ShapeError('lora_gemv', `${p.name}: ${perRow} partials a row`);
+    this.checkParts(p, parts, rows * perRow * p.r);
     this.checkOut(y, rows * p.out, `${p.name} y`);
-    rec.dispatch(this.family(p).upParts, { parts, b0: p.B, y0: y }, grid1d(rows * p.out, UP_WG), this.uniforms([p], rows, 0));
+    rec.dispatch(this.family(p).upParts, { parts, b0: p.B, y0: y }, grid1d(rows * p.out, UP_WG), { ...this.uniforms([p], rows, 0), np: perRow });
   }
 
   /**
@@ -189,12 +198,11 @@ export class LoraGemv {
       return;
     }
     if (!LoraGemv.canFold(gateP, fold.p)) throw new ShapeError('lora_gemv', `${fold.p.name} cannot fold into the SwiGLU of ${gateP.name}`);
-    this.checkParts(fold.p, fold.parts, rows);
+    this.checkParts(fold.p, fold.parts, rows * LoraGemv.foldParts(fold.p) * fold.p.r);
     rec.dispatch(f.swigluFold, { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act, a_fold: fold.p.A, parts: fold.parts }, grid, this.uniforms(ps, rows, 0));
   }
 
-  private checkParts(p: LoraParams, parts: Tensor, rows: number): void {
-    const need = LoraGemv.partsSize(rows, p);
+  private checkParts(p: LoraParams, parts: Tensor, need: number): void {
     if (parts.dtype !== 'f32' || parts.numel < need) throw new ShapeError('lora_gemv', `${p.name}: parts must be f32 with ${need} elements, got ${parts.dtype} [${parts.shape.join(', ')}]`);
   }
 
@@ -234,6 +242,7 @@ export class LoraGemv {
       s1: p1 ? loraScale(p1) : 0,
       s2: p2 ? loraScale(p2) : 0,
       eps,
+      np: 0,
     };
   }
 }

@@ -509,6 +509,54 @@ describe('attention tiles', () => {
     for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, D=6` });
   });
 
+  it('split decode with an o_proj fold: o unchanged, and per (row, head) the partials A[:, head]·o[row, head] (r 3 and 16)', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 16 };
+    const { hq, hkv, D } = dims;
+    const att = await Attention.create(gpu, { hq, hkv, headDim: D });
+    const cache = await KvCache.create(gpu, { layers: 1, slots: 2, capacity: 32, hkv, headDim: D });
+    const workspace = gpu.tensor(att.splitWorkspaceShape(2, 4), 'f32', 'split_workspace');
+    const rec = gpu.recorder();
+    const keys = 13;
+    const k0 = gpu.upload(randUniform(2 * keys * hkv * D, 801), [2 * keys, hkv * D], 'f32', 'k');
+    const v0 = gpu.upload(randUniform(2 * keys * hkv * D, 802), [2 * keys, hkv * D], 'f32', 'v');
+    cache.append(rec, 0, k0, v0, 0, 2);
+    cache.advance(rec, 0, 2, keys);
+    // The decode step's own key and value (one new row a sequence).
+    const k1 = gpu.upload(randUniform(2 * hkv * D, 805), [2, hkv * D], 'f32', 'k1');
+    const v1 = gpu.upload(randUniform(2 * hkv * D, 806), [2, hkv * D], 'f32', 'v1');
+    cache.append(rec, 0, k1, v1, 0, 2);
+    await rec.submit();
+    for (const r of [3, 16]) {
+      const q = gpu.upload(randUniform(2 * hq * D, 803 + r), [2, hq * D], 'f32', 'q');
+      const A = randUniform(r * hq * D, 804 + r);
+      const tA = gpu.upload(A, [r, hq * D], 'f32', 'A');
+      const [o, o2] = [gpu.tensor([2, hq * D], 'f32', 'o'), gpu.tensor([2, hq * D], 'f32', 'o2')];
+      const parts = gpu.tensor([2 * hq * r], 'f32', 'parts');
+      const rec2 = gpu.recorder();
+      const split = { workspace, chunks: 4 };
+      expect(att.forwardCached(rec2, q, cache, 0, o, { slot0: 0, count: 2, scale: 0.3, split, fold: { A: tA, r, parts } })).toBe(true);
+      expect(att.forwardCached(rec2, q, cache, 0, o2, { slot0: 0, count: 2, scale: 0.3, split })).toBe(false);
+      await rec2.submit();
+      const got = await read(gpu, o);
+      expect([...got]).toEqual([...(await read(gpu, o2))]);
+      const want = new Float64Array(2 * hq * r);
+      for (let row = 0; row < 2; row++) {
+        for (let h = 0; h < hq; h++) {
+          for (let j = 0; j < r; j++) {
+            let acc = 0;
+            for (let d = 0; d < D; d++) acc += A[j * hq * D + h * D + d] * got[row * hq * D + h * D + d];
+            want[(row * hq + h) * r + j] = acc;
+          }
+        }
+      }
+      expectClose(await read(gpu, parts), want, { rtol: 1e-5, atol: 1e-6, what: `partials, r ${r}` });
+      for (const t of [q, tA, o, o2, parts]) t.release();
+    }
+    for (const t of [k0, v0, k1, v1, workspace]) t.release();
+    cache.release();
+  });
+
   it('decode kernel with several new rows per sequence (n·G = 6 split in 3 chunks, then 8 rows and 1 row) over 28 keys', async () => {
     const gpu = await testGpu();
     const dims = { hq: 4, hkv: 2, D: 16 };

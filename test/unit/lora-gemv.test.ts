@@ -166,11 +166,11 @@ describe('lora gemv, adapters sharing an input', () => {
     const tact = gpu.tensor([rows, I], 'f32', 'act');
     const th = gpu.upload(h0, [rows, out], 'f32', 'h');
     const u = gpu.tensor([rows, 2 * r], 'f32', 'u');
-    const parts = gpu.tensor([LoraGemv.partsSize(rows, down)], 'f32', 'parts');
+    const parts = gpu.tensor([rows * LoraGemv.foldParts(down) * r], 'f32', 'parts');
     const rec = gpu.recorder();
     op.down(rec, [gu[0].p, gu[1].p], tx, u);
     op.upSwiglu(rec, gu[0].p, gu[1].p, u, gu[0].y, gu[1].y, tact, { p: down, parts });
-    op.upFromParts(rec, down, parts, th);
+    op.upFromParts(rec, down, parts, LoraGemv.foldParts(down), th);
     await rec.submit();
     expectClose(await gpu.readF32(tact), act, { rtol: 1e-5, atol: 1e-5 * maxAbs(act), what: 'act' });
     const want = loraRef(Float32Array.from(await gpu.readF32(tact)), Ad, Bd, h0, rows, I, out, r, loraScale(down));
