@@ -20,6 +20,8 @@ struct Params {
   n: u32,          // rows of W (out features)
   k: u32,          // columns of W (in features), a multiple of 32
   accumulate: u32, // 1: add into the output instead of overwriting it
+  split1: u32,     // gemv_rows: the output columns [0, split1), [split1, split2), [split2, n) are
+  split2: u32,     // parts stored one after another, each [m, width] (n, n: one [m, n] output)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -326,6 +328,18 @@ fn stage_rows(lid: u32, k0: u32, gc: u32) {
   }
 }
 
+// Where output (m, n) of gemv_rows lives: in its part (params.split1/2), row-major [rows, width].
+// A joined weight (q/k/v, gate/up) thus writes each projection's rows apart, as separate GEMVs would.
+fn out_at(m: u32, n: u32) -> u32 {
+  if (n < params.split1) {
+    return m * params.split1 + n;
+  }
+  if (n < params.split2) {
+    return params.m * params.split1 + m * (params.split2 - params.split1) + (n - params.split1);
+  }
+  return params.m * params.split2 + m * (params.n - params.split2) + (n - params.split2);
+}
+
 @compute @workgroup_size(TPR * TG)
 fn gemv_rows(
   @builtin(workgroup_id) wid: vec3u,
@@ -430,10 +444,11 @@ fn gemv_rows(
         let n = n0 + r;
         if (n < params.n) {
           var v = sum[r];
+          let o = out_at(m, n);
           if (params.accumulate != 0u) {
-            v += y[m * params.n + n];
+            v += y[o];
           }
-          y[m * params.n + n] = v;
+          y[o] = v;
         }
       }
     }

@@ -26,7 +26,7 @@ import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
 import { Linear } from './linear';
 import { mropeLayout } from './ropeTables';
-import { allocQ4, type Q4Weight } from '../ops/matmulQ4';
+import { allocQ4, GEMV_MAX_ROWS, type Q4Weight } from '../ops/matmulQ4';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
 /** The adapted projections of a layer, in the order the model's LoRA list uses. */
@@ -216,7 +216,7 @@ async function fuseRows(gpu: Gpu, parts: readonly LinearWeight[], label: string)
 export class Decoder {
   readonly scale: number;
   /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
-  private readonly joinedOut = new WeakMap<Tensor, Tensor>();
+  private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
 
   private constructor(
     readonly gpu: Gpu,
@@ -284,33 +284,36 @@ export class Decoder {
   }
 
   /**
-   * Every y (+)= x·Wᵀ of `outs`: for one row, q/k/v (or gate/up) of a fused layer as one GEMV
-   * into their joined outputs (a decode step is bound by recording its dispatches).
+   * Every y (+)= x·Wᵀ of `outs`: for up to 8 rows, q/k/v (or gate/up) of a fused layer as one
+   * GEMV into their back-to-back outputs, each part's rows written apart (a one-row decode step
+   * is bound by recording its dispatches; at 8 rows the joined weight also reads faster).
    */
   private baseProjections(rec: Recorder, x: Tensor, outs: readonly Projection[], accumulate = false): void {
-    const joined = x.shape[0] === 1 && outs.length > 1 ? this.joined(outs) : null;
-    if (joined) {
-      this.ops.linear.forward(rec, x, joined.w, joined.y, accumulate);
+    const rows = x.shape[0];
+    const joined = rows <= GEMV_MAX_ROWS && outs.length > 1 ? this.joined(outs) : null;
+    if (joined?.w.kind === 'q4') {
+      this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, rows > 1 ? joined.widths : undefined);
       return;
     }
     for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate);
   }
 
   /** The fused weight whose parts are `outs`' weights, in order, when their outputs lie back to back too. */
-  private joined(outs: readonly Projection[]): { w: LinearWeight; y: Tensor } | null {
+  private joined(outs: readonly Projection[]): { w: LinearWeight; y: Tensor; widths: number[] } | null {
     const f = this.fused.get(outs[0].w);
     if (!f || f.parts.length !== outs.length || outs.some((o, i) => o.w !== f.parts[i])) return null;
     const y0 = outs[0].y;
-    let y = this.joinedOut.get(y0);
-    if (!y) {
+    let j = this.joinedOut.get(y0);
+    if (!j) {
       let n = 0;
       for (const o of outs) {
         if (o.y.buffer !== y0.buffer || o.y.byteOffset !== y0.byteOffset + 4 * n) return null;
         n += o.y.numel;
       }
-      this.joinedOut.set(y0, (y = new Tensor(y0.buffer, [1, n], 'f32', 'decoder.joined', y0.byteOffset)));
+      const widths = outs.map((o) => o.y.shape[o.y.shape.length - 1]);
+      this.joinedOut.set(y0, (j = { y: new Tensor(y0.buffer, [y0.shape[0], n / y0.shape[0]], 'f32', 'decoder.joined', y0.byteOffset), widths }));
     }
-    return { w: f.w, y };
+    return { w: f.w, ...j };
   }
 
   /** The adapters of `outs` and their wide u when they take the LoRA GEMV together on the rows of x. */

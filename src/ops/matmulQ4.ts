@@ -137,7 +137,7 @@ const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, unro
 const MANY_MID: GemvShape = { threadsPerRow: 16, groups: 16, unrolled: true };
 const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
 
-const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
 
 export class MatmulQ4 {
   /** Plans per layout object and K. */
@@ -283,8 +283,12 @@ export class MatmulQ4 {
     else this.gemm(rec, x, w, y, accumulate);
   }
 
-  /** y [M, N] (+)= x [M, K] · Wᵀ for 1 ≤ M ≤ 8, reading each weight once for all rows. */
-  gemv(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
+  /**
+   * y [M, N] (+)= x [M, K] · Wᵀ for 1 ≤ M ≤ 8, reading each weight once for all rows. With
+   * `parts` (widths summing to N, at most 3: a joined weight's projections), y holds the parts one
+   * after another, each [M, width], as separate GEMVs into back-to-back outputs would write them.
+   */
+  gemv(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, parts?: readonly number[]): void {
     const op = 'matmulQ4.gemv';
     this.checkWeight(op, w);
     const m = this.rowsOf(op, x, w.k);
@@ -294,12 +298,22 @@ export class MatmulQ4 {
     const plan = this.plan(this.layoutFor(m, w.n, w.k), w.k);
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
+    let [split1, split2] = [w.n, w.n];
+    if (parts) {
+      if (parts.length < 1 || parts.length > 3 || parts.some((p) => !Number.isInteger(p) || p < 1) || parts.reduce((a, p) => a + p, 0) !== w.n) {
+        throw new ShapeError(op, `parts [${parts.join(', ')}] must be 1 to 3 positive widths summing to N = ${w.n}`);
+      }
+      split1 = parts[0];
+      split2 = parts.length > 2 ? parts[0] + parts[1] : w.n;
+    }
     const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.specs[m - 1]));
     rec.dispatch(kernel, { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
       m,
       n: w.n,
       k: w.k,
       accumulate: accumulate ? 1 : 0,
+      split1,
+      split2,
     });
   }
 
@@ -315,6 +329,8 @@ export class MatmulQ4 {
       n: w.n,
       k: w.k,
       accumulate: accumulate ? 1 : 0,
+      split1: w.n,
+      split2: w.n,
     });
   }
 
@@ -330,6 +346,8 @@ export class MatmulQ4 {
       n: w.n,
       k: w.k,
       accumulate: accumulate ? 1 : 0,
+      split1: w.n,
+      split2: w.n,
     });
   }
 
@@ -346,6 +364,8 @@ export class MatmulQ4 {
       n: w.n,
       k: w.k,
       accumulate: 0,
+      split1: w.n,
+      split2: w.n,
     });
   }
 }

@@ -1,7 +1,8 @@
 // Decoder.create joins each layer's q/k/v and gate/up 4-bit weights into one weight apiece (the
-// parts become views of it): a one-row decode step then takes one GEMV for each group. Checked on a
-// random model whose shapes align: no extra memory, and one sample's tokens and log-probs equal
-// row 0 of two samples (two rows take the separate GEMVs).
+// parts become views of it): a decode step then takes one GEMV for each group (at two rows and
+// more it writes each part's rows apart). Checked on a random model whose shapes align: no extra
+// memory, and one sample's tokens and log-probs equal row 0 of two samples (decode-lora-fold
+// compares such steps with the packed forward).
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose } from '../helpers/reference';

@@ -129,6 +129,39 @@ describe('4-bit matmul', () => {
     }
   });
 
+  it('GEMV of a joined weight writes each part\'s rows apart ([M, n_s] one after another), with and without accumulate', async () => {
+    const gpu = await testGpu();
+    const mm = await MatmulQ4.create(gpu);
+    const k = 96;
+    for (const [m, parts] of [[3, [8, 5, 9]], [8, [12, 4]], [2, [7]]] as const) {
+      const n = parts.reduce((a, p) => a + p, 0);
+      const { w, deq } = weight(gpu, n, k, 40 + m);
+      const x = randUniform(m * k, 41 + m);
+      const y0 = randUniform(m * n, 42 + m);
+      const tx = gpu.upload(x, [m, k], 'f32', 'x');
+      const ty = gpu.tensor([m * n], 'f32', 'y');
+      const tacc = gpu.upload(y0, [m * n], 'f32', 'y_acc');
+      const rec = gpu.recorder();
+      mm.gemv(rec, tx, w, ty, false, parts);
+      mm.gemv(rec, tx, w, tacc, true, parts);
+      await rec.submit();
+      const { y, mag } = matmulABt(x, deq, m, n, k);
+      // Part s holds columns [c0, c0 + width) of every row, row-major, after the earlier parts.
+      const perm: number[] = [];
+      let c0 = 0;
+      for (const width of parts) {
+        for (let r = 0; r < m; r++) for (let c = 0; c < width; c++) perm.push(r * n + c0 + c);
+        c0 += width;
+      }
+      const what = `parts [${parts.join(', ')}] M=${m}`;
+      expectMatmulClose(await gpu.readF32(ty), Float64Array.from(perm, (i) => y[i]), Float64Array.from(perm, (i) => mag[i]), what);
+      expectMatmulClose(await gpu.readF32(tacc), Float64Array.from(perm, (i, j) => y[i] + y0[j]), Float64Array.from(perm, (i, j) => mag[i] + Math.abs(y0[j])), `${what} accumulate`);
+      release(tx, ty, tacc, w.codes, w.scales);
+    }
+    const { w } = weight(gpu, 10, 32, 1);
+    expect(() => mm.gemv(gpu.recorder(), gpu.tensor([2, 32], 'f32', 'x'), w, gpu.tensor([20], 'f32', 'y'), false, [4, 5])).toThrow(ShapeError);
+  });
+
   it('GEMV spans several workgroups and a K that is many groups', async () => {
     const gpu = await testGpu();
     const mm = await MatmulQ4.create(gpu);
