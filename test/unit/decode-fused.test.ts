@@ -4,38 +4,14 @@
 // memory, and one sample's tokens and log-probs equal row 0 of two samples (decode-lora-fold
 // compares such steps with the packed forward).
 import { describe, expect, it } from 'vitest';
+import { alignedConfig } from '../helpers/alignedModel';
 import { testGpu } from '../helpers/gpu';
 import { expectClose } from '../helpers/reference';
 import { Filler } from '../../src/bench/fill';
-import { parseQwen3VLConfig } from '../../src/model/config';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { randomWeights } from '../../src/model/randomWeights';
 
-const config = parseQwen3VLConfig({
-  architectures: ['Qwen3VLForConditionalGeneration'],
-  model_type: 'qwen3_vl',
-  image_token_id: 500,
-  video_token_id: 501,
-  vision_start_token_id: 502,
-  vision_end_token_id: 503,
-  tie_word_embeddings: true,
-  text_config: {
-    model_type: 'qwen3_vl_text',
-    hidden_size: 128,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    head_dim: 32,
-    intermediate_size: 256,
-    vocab_size: 512,
-    hidden_act: 'silu',
-    rms_norm_eps: 1e-6,
-    max_position_embeddings: 4096,
-    tie_word_embeddings: true,
-    rope_parameters: { rope_type: 'default', rope_theta: 5000000, mrope_section: [6, 5, 5], mrope_interleaved: true },
-  },
-  vision_config: { model_type: 'qwen3_vl_vision', depth: 1, hidden_size: 64, num_heads: 2, intermediate_size: 128, out_hidden_size: 128, num_position_embeddings: 64, deepstack_visual_indexes: [0], hidden_act: 'gelu_pytorch_tanh', in_channels: 3, patch_size: 16, temporal_patch_size: 2, spatial_merge_size: 2 },
-});
+const config = alignedConfig;
 
 describe('fused decode projections', () => {
   it('joins q/k/v and gate/up without extra memory; one sample decodes as row 0 of two', async () => {
