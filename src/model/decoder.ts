@@ -258,7 +258,8 @@ export class Decoder {
    */
   private projectShared(rec: Recorder, x: Tensor, outs: readonly Projection[], lora: LoraCall | null, accumulate = false): void {
     const gemv = this.gemvLora(lora, x, outs);
-    // One adapter: its whole update in one dispatch after the base projection (LoraGemv.forward).
+    // One adapter: its down and up after the base projection (LoraGemv.forward); decode's o_proj
+    // and down_proj take the folded path in attentionBlock / mlpBlock instead.
     const single = gemv && outs.length === 1;
     if (gemv && !single) this.ops.loraGemv.down(rec, gemv.ps, x, gemv.u);
     this.baseProjections(rec, x, outs, accumulate);

@@ -1,5 +1,6 @@
-// Generation: prefill one prompt into slot 0 of a KV cache, fork it G ways, then decode all G
-// sequences together, one decoder pass and one sampling dispatch per step.
+// Generation: prefill one prompt into slot 0 of a KV cache, share its rows with G slots (no copy:
+// KvCache.share), then decode all G sequences together, one decoder pass and one sampling step
+// (two wide dispatches) per step.
 //
 // No CPU round trip per token: the sampler writes the next ids into the buffer the next step's
 // embedding reads, positions for every step are uploaded once, so STEPS_PER_SUBMIT steps are
