@@ -159,6 +159,38 @@ var<workgroup> red: array<f32, WG>;            // per-lane partial row maxima / 
 var<workgroup> row_f: array<f32, BO>;          // per owned row: rescale factor, then 1 / l
 var<workgroup> in_stats: array<vec2f, BI>;     // dk/dv: (lse, delta) of the tile's query rows
 
+// The backward's inner tile: element e of the staged registers a, b into in_a, in_b (row e / NV).
+fn store_inner(lid: u32, a: array<vec4f, SPT>, b: array<vec4f, SPT>) {
+  for (var i = 0u; i < SPT; i++) {
+    let e = lid + WG * i;
+    if (e < BI * NV) {
+      in_a[(e / NV) * DSV + e % NV] = a[i];
+      in_b[(e / NV) * DSV + e % NV] = b[i];
+    }
+  }
+}
+
+// The backward's two products per (owned row sr, inner rows sx + LPR·i): own_a·in_a (the score)
+// and own_b·in_b (dO·v in dq, v·dO in dk/dv).
+struct ScorePair {
+  s: array<f32, KPT>,
+  dp: array<f32, KPT>,
+}
+
+fn score_pair(sr: u32, sx: u32) -> ScorePair {
+  var r: ScorePair; // zeroed
+  for (var x = 0u; x < NV; x++) {
+    let a = own_a[sr * DSV + x];
+    let b = own_b[sr * DSV + x];
+    for (var i = 0u; i < KPT; i++) {
+      let c = (sx + LPR * i) * DSV + x;
+      r.s[i] += dot(a, in_a[c]);
+      r.dp[i] += dot(b, in_b[c]);
+    }
+  }
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward. Grid (ceil(rows·G / BO), Hkv, 1) for packed sequences, (.., Hkv, count) with CACHED.
 // Writes o and, with LSE, the log-sum-exp the backward needs.
@@ -346,25 +378,11 @@ fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
       ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < tile_hi);
       va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < tile_hi);
     }
-    for (var i = 0u; i < SPT; i++) {
-      let e = lid + WG * i;
-      if (e < BI * NV) {
-        in_a[(e / NV) * DSV + e % NV] = ka[i];
-        in_b[(e / NV) * DSV + e % NV] = va[i];
-      }
-    }
+    store_inner(lid, ka, va);
     workgroupBarrier();
-    var s = array<f32, KPT>(); // explicit: zeroed on every tile
-    var dp = array<f32, KPT>();
-    for (var x = 0u; x < NV; x++) {
-      let qv = own_a[sr * DSV + x];
-      let dov = own_b[sr * DSV + x];
-      for (var i = 0u; i < KPT; i++) {
-        let c = (sx + LPR * i) * DSV + x;
-        s[i] += dot(qv, in_a[c]);
-        dp[i] += dot(dov, in_b[c]);
-      }
-    }
+    let sp = score_pair(sr, sx);
+    let s = sp.s;
+    let dp = sp.dp;
     for (var i = 0u; i < KPT; i++) {
       let j = j0 + sx + LPR * i;
       let ds = exp(s[i] * params.scale - row_lse) * (dp[i] - row_delta);
@@ -437,29 +455,15 @@ fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_ind
       qa[i] = select(vec4f(0.0), ld_q(base, e % NV), i0 + r < tile_hi);
       da[i] = select(vec4f(0.0), ld_do(base, e % NV), i0 + r < tile_hi);
     }
-    for (var i = 0u; i < SPT; i++) {
-      let e = lid + WG * i;
-      if (e < BI * NV) {
-        in_a[(e / NV) * DSV + e % NV] = qa[i];
-        in_b[(e / NV) * DSV + e % NV] = da[i];
-      }
-    }
+    store_inner(lid, qa, da);
     if (lid < BI) {
       let st = q_index(0u, min(i0 + lid, tile_hi - 1u), hk, 0u) / D;
       in_stats[lid] = vec2f(row_stats[2u * st], row_stats[2u * st + 1u]);
     }
     workgroupBarrier();
-    var s = array<f32, KPT>(); // explicit: zeroed on every tile
-    var dp = array<f32, KPT>();
-    for (var x = 0u; x < NV; x++) {
-      let kv = own_a[sr * DSV + x];
-      let vv = own_b[sr * DSV + x];
-      for (var i = 0u; i < KPT; i++) {
-        let c = (sx + LPR * i) * DSV + x;
-        s[i] += dot(kv, in_a[c]);
-        dp[i] += dot(vv, in_b[c]);
-      }
-    }
+    let sp = score_pair(sr, sx);
+    let s = sp.s;
+    let dp = sp.dp;
     for (var i = 0u; i < KPT; i++) {
       let x = sx + LPR * i;
       let r = i0 + x;

@@ -125,7 +125,7 @@ export class LoraGemv {
     if (!Number.isInteger(perRow) || perRow < 1) throw new ShapeError('lora_gemv', `${p.name}: ${perRow} partials a row`);
     this.checkParts(p, parts, rows * perRow * p.r);
     this.checkOut(y, rows * p.out, `${p.name} y`);
-    rec.dispatch(this.family(p).upParts, { parts, b0: p.B, y0: y }, grid1d(rows * p.out, UP_WG), { ...this.uniforms([p], rows, 0), np: perRow });
+    rec.dispatch(this.family(p).upParts, { parts, b0: p.B, y0: y }, grid1d(rows * p.out, UP_WG), this.uniforms([p], rows, 0, perRow));
   }
 
   /**
@@ -229,7 +229,8 @@ export class LoraGemv {
     if (t.dtype !== 'f32' || t.numel !== numel) throw new ShapeError('lora_gemv', `${what} must be f32 with ${numel} elements, got ${t.dtype} [${t.shape.join(', ')}]`);
   }
 
-  private uniforms(ps: readonly LoraParams[], rows: number, eps: number): Record<string, number> {
+  /** The Params struct; `np`: partials a row (PARTS only). */
+  private uniforms(ps: readonly LoraParams[], rows: number, eps: number, np = 0): Record<string, number> {
     const [p0, p1, p2] = ps;
     return {
       rows,
@@ -242,7 +243,7 @@ export class LoraGemv {
       s1: p1 ? loraScale(p1) : 0,
       s2: p2 ? loraScale(p2) : 0,
       eps,
-      np: 0,
+      np,
     };
   }
 }
