@@ -86,6 +86,26 @@ fn row_blocks(wid: vec3u, nwg: vec3u) -> vec3u {
   return vec3u(wid.x + wid.y * nwg.x, select(blocks, nwg.x * nwg.y, PERSIST), blocks);
 }
 
+// The first group of each of the 4 rows of W from row0 (rows past N repeat the last: a cached
+// read whose sums are dropped).
+fn block_rows(row0: u32, groups: u32) -> vec4<u32> {
+  return min(vec4<u32>(row0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(params.n - 1u)) * groups;
+}
+
+// One step of a thread: group s of the 4 rows (first groups rr), codes c[r] and scales d[r].
+struct Step {
+  c: array<vec4<u32>, 4>,
+  d: vec4<f32>,
+}
+
+fn step_at(rr: vec4<u32>, s: u32) -> Step {
+  let g = rr + vec4<u32>(s);
+  return Step(
+    array<vec4<u32>, 4>(codes4[g.x], codes4[g.y], codes4[g.z], codes4[g.w]),
+    vec4<f32>(scale_of(g.x), scale_of(g.y), scale_of(g.z), scale_of(g.w)),
+  );
+}
+
 // ---- one row of x ----------------------------------------------------------------------------
 
 // Σ over the 8 weights of code word cw of x·(c − 8), x pre-scaled: xl for weights 0..3, xh for 4..7.
@@ -127,11 +147,7 @@ fn gemv(
   var staged = NOT_STAGED;
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
-    // Rows past N repeat the last row (a cached read); their sums are dropped.
-    let r0 = min(row0, params.n - 1u) * groups;
-    let r1 = min(row0 + 1u, params.n - 1u) * groups;
-    let r2 = min(row0 + 2u, params.n - 1u) * groups;
-    let r3 = min(row0 + 3u, params.n - 1u) * groups;
+    let rr = block_rows(row0, groups);
     // Component r: row row0 + r of W. Explicitly zeroed per block: lavapipe kept values across
     // iterations with the implicit zeroing.
     var acc = vec4<f32>(0.0);
@@ -142,12 +158,7 @@ fn gemv(
       // The first step's weights are requested before x is staged, so that their DRAM latency
       // overlaps the staging and its barriers instead of following them.
       // Lanes past the chunk's last group load it again (a cached read) and skip the arithmetic.
-      var s = g0 + min(gl, gc - 1u);
-      var c0 = codes4[r0 + s];
-      var c1 = codes4[r1 + s];
-      var c2 = codes4[r2 + s];
-      var c3 = codes4[r3 + s];
-      var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
+      var cur = step_at(rr, g0 + min(gl, gc - 1u));
       if (!XDIRECT && k0 != staged) {
         workgroupBarrier(); // the previous chunk's reads are done
         for (var i = lid; i < gc * 8u; i += wg) {
@@ -157,25 +168,16 @@ fn gemv(
         staged = k0;
       }
       for (; gl < gc; gl += TPR) {
-        let sn = g0 + min(gl + TPR, gc - 1u);
-        let n0 = codes4[r0 + sn];
-        let n1 = codes4[r1 + sn];
-        let n2 = codes4[r2 + sn];
-        let n3 = codes4[r3 + sn];
-        let dn = vec4<f32>(scale_of(r0 + sn), scale_of(r1 + sn), scale_of(r2 + sn), scale_of(r3 + sn));
+        let next = step_at(rr, g0 + min(gl + TPR, gc - 1u));
         var dots = vec4<f32>(0.0);
         for (var w = 0u; w < 4u; w++) {
           let xv = x_pair(w, gl, g0, gc_max);
           let xl = xv[0];
           let xh = xv[1];
-          dots += vec4<f32>(word_dot(c0[w], xl, xh), word_dot(c1[w], xl, xh), word_dot(c2[w], xl, xh), word_dot(c3[w], xl, xh));
+          dots += vec4<f32>(word_dot(cur.c[0][w], xl, xh), word_dot(cur.c[1][w], xl, xh), word_dot(cur.c[2][w], xl, xh), word_dot(cur.c[3][w], xl, xh));
         }
-        acc += d * dots;
-        c0 = n0;
-        c1 = n1;
-        c2 = n2;
-        c3 = n3;
-        d = dn;
+        acc += cur.d * dots;
+        cur = next;
       }
     }
     // Sum the TPR lanes' partial sums; lane r (mod TPR) writes row row0 + r of W.
@@ -355,10 +357,7 @@ fn gemv_rows(
   let rb = row_blocks(wid, nwg);
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
-    let r0 = min(row0, params.n - 1u) * groups;
-    let r1 = min(row0 + 1u, params.n - 1u) * groups;
-    let r2 = min(row0 + 2u, params.n - 1u) * groups;
-    let r3 = min(row0 + 3u, params.n - 1u) * groups;
+    let rr = block_rows(row0, groups);
     // a0..a7: row m of x (component r: row row0 + r of W), one named accumulator per row behind a
     // constant test on M (an array indexed in a loop may live in local memory).
     var a0 = vec4<f32>(0.0);
@@ -373,24 +372,19 @@ fn gemv_rows(
       let gc = min(gc_max, groups - k0 / 32u);
       let g0 = k0 / 32u;
       var gl = lane;
-      var s = g0 + min(gl, gc - 1u);
-      var c0 = codes4[r0 + s];
-      var c1 = codes4[r1 + s];
-      var c2 = codes4[r2 + s];
-      var c3 = codes4[r3 + s];
-      var d = vec4<f32>(scale_of(r0 + s), scale_of(r1 + s), scale_of(r2 + s), scale_of(r3 + s));
+      var cur = step_at(rr, g0 + min(gl, gc - 1u));
       if (!XDIRECT) {
         workgroupBarrier(); // the previous chunk's reads (or block's partial sums) are done
         stage_rows(lid, k0, gc);
         workgroupBarrier();
       }
       for (; gl < gc; gl += TPR) {
-        let sn = g0 + min(gl + TPR, gc - 1u);
-        let n0 = codes4[r0 + sn];
-        let n1 = codes4[r1 + sn];
-        let n2 = codes4[r2 + sn];
-        let n3 = codes4[r3 + sn];
-        let dn = vec4<f32>(scale_of(r0 + sn), scale_of(r1 + sn), scale_of(r2 + sn), scale_of(r3 + sn));
+        let next = step_at(rr, g0 + min(gl + TPR, gc - 1u));
+        let d = cur.d;
+        let c0 = cur.c[0];
+        let c1 = cur.c[1];
+        let c2 = cur.c[2];
+        let c3 = cur.c[3];
         var ds = array<vec4<f32>, 4>(d, d, d, d);
         if (XDIRECT) {
           ds = array<vec4<f32>, 4>(d * X_SCALE.x, d * X_SCALE.y, d * X_SCALE.z, d * X_SCALE.w);
@@ -415,11 +409,7 @@ fn gemv_rows(
           if (M > 7u) { a7 = fma_word(a7, x_rows(7u, w, gl, g0), q); }
         }
         }
-        c0 = n0;
-        c1 = n1;
-        c2 = n2;
-        c3 = n3;
-        d = dn;
+        cur = next;
       }
     }
     workgroupBarrier(); // staged x is read (the partial sums overwrite it), or the last block's sums are
