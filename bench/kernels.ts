@@ -5,6 +5,7 @@
 //
 //   npm run bench:build
 //   node .bench/kernels.mjs [--quick] [--json FILE] [--reps N] [--only gemv,gemm,...]
+//     [--gemv-weights NxK,... --gemv-rows M,...]  (the GEMV suite on other shapes)
 // --quick shrinks every shape (and the option sweeps) for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/kernels.mjs --quick
 // bench/torch_kernels.py times the same shapes in PyTorch; bench/report.ts merges the two.
@@ -24,6 +25,17 @@ const reps = flag('reps');
 const only = flag('only')?.split(',');
 const unknown = only?.filter((s) => !(SUITES as readonly string[]).includes(s));
 if (unknown?.length) throw new Error(`--only: unknown suites ${unknown.join(', ')} (known: ${SUITES.join(', ')})`);
+
+/** --gemv-weights 4096x2048,12288x2048 and --gemv-rows 2,8: the GEMV suite on other shapes. */
+function gemvShapes(): { weights?: [number, number][]; rows?: number[] } | undefined {
+  const w = flag('gemv-weights');
+  const r = flag('gemv-rows');
+  if (!w && !r) return undefined;
+  return {
+    weights: w?.split(',').map((s) => s.split('x').map(Number) as [number, number]),
+    rows: r?.split(',').map(Number),
+  };
+}
 
 async function main(): Promise<void> {
   // Dawn rounds timestamps down to multiples of 2^16 ns unless timestamp_quantization is off:
@@ -58,6 +70,7 @@ async function main(): Promise<void> {
     suites: only as Suite[] | undefined,
     maxReps: reps === undefined ? undefined : Number(reps),
     fp32Tflops: peak?.fp32Tflops,
+    gemv: gemvShapes(),
     onSuiteDone: (name, seconds, soFar) => {
       save(soFar);
       console.error(`${name}: ${seconds.toFixed(1)} s`);

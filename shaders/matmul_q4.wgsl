@@ -240,10 +240,13 @@ fn gemv(
 
 override M: u32 = 2u;  // rows of x, 2..8 (a pipeline per value, so the tests on M fold away)
 override XS: u32 = 1u; // vec4s of rows_mem, from the host: max(M·KC/4 staged x, TPR·TG·M partial sums)
+                       // (gemv_rows_i8: max(3·M·XQ, TPR·TG·M))
 
 // Staged x: rows_mem[m·KC/4 + v·KC/32 + g] = x[m, k0 + 32g + 4v .. + 3] · X_SCALE. Partial sums:
 // lane l's sum for output o = tg·M + m (row block tg, row m of x) at rows_mem[partial_at(o, l)].
-var<workgroup> rows_mem: array<vec4<f32>, XS>;
+// Floats are kept as their bits (exact both ways), so that gemv_rows_i8 stages its packed integers
+// in the same memory.
+var<workgroup> rows_mem: array<vec4<u32>, XS>;
 
 // The lanes of an output are consecutive, XOR-swizzled by the output: the TPR lanes writing one
 // output and the threads reading one lane of consecutive outputs both hit distinct bank quads.
@@ -286,7 +289,7 @@ fn x_rows(m: u32, w: u32, gl: u32, g0: u32) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(x[i], x[i + 1u]);
   }
   let i = m * (KC / 4u) + 2u * w * (KC / 32u) + gl;
-  return array<vec4<f32>, 2>(rows_mem[i], rows_mem[i + KC / 32u]);
+  return array<vec4<f32>, 2>(bitcast<vec4<f32>>(rows_mem[i]), bitcast<vec4<f32>>(rows_mem[i + KC / 32u]));
 }
 
 override UNROLLED: bool = false; // the 4 words of a step as 4 calls with constant word indices
@@ -324,7 +327,7 @@ fn stage_rows(lid: u32, k0: u32, gc: u32) {
       let i = i0 + b * wg;
       let c = i % per;
       if (i < M * per && c < gc * 8u) {
-        rows_mem[(i / per) * per + (c % 8u) * (KC / 32u) + c / 8u] = v[b] * X_SCALE;
+        rows_mem[(i / per) * per + (c % 8u) * (KC / 32u) + c / 8u] = bitcast<vec4<u32>>(v[b] * X_SCALE);
       }
     }
   }
@@ -348,7 +351,6 @@ fn gemv_rows(
   @builtin(num_workgroups) nwg: vec3u,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let wg = TPR * TG;
   let tg = lid / TPR;
   let lane = lid % TPR;
   let groups = params.k / 32u;
@@ -412,36 +414,153 @@ fn gemv_rows(
         cur = next;
       }
     }
-    workgroupBarrier(); // staged x is read (the partial sums overwrite it), or the last block's sums are
-    let o = tg * M;
-    rows_mem[partial_at(o, lane)] = a0;
-    rows_mem[partial_at(o + 1u, lane)] = a1;
-    if (M > 2u) { rows_mem[partial_at(o + 2u, lane)] = a2; }
-    if (M > 3u) { rows_mem[partial_at(o + 3u, lane)] = a3; }
-    if (M > 4u) { rows_mem[partial_at(o + 4u, lane)] = a4; }
-    if (M > 5u) { rows_mem[partial_at(o + 5u, lane)] = a5; }
-    if (M > 6u) { rows_mem[partial_at(o + 6u, lane)] = a6; }
-    if (M > 7u) { rows_mem[partial_at(o + 7u, lane)] = a7; }
-    workgroupBarrier();
-    for (var j = lid; j < TG * M; j += wg) {
-      var sum = vec4<f32>(0.0);
-      for (var l = 0u; l < TPR; l++) {
-        sum += rows_mem[partial_at(j, l)];
-      }
-      let m = j % M;
-      let n0 = (blk * TG + j / M) * 4u;
-      for (var r = 0u; r < 4u; r++) {
-        let n = n0 + r;
-        if (n < params.n) {
-          var v = sum[r];
-          let o = out_at(m, n);
-          if (params.accumulate != 0u) {
-            v += y[o];
-          }
-          y[o] = v;
+    store_rows(blk, tg, lane, lid, array<vec4<f32>, 8>(a0, a1, a2, a3, a4, a5, a6, a7));
+  }
+}
+
+// The end of a row block in gemv_rows and gemv_rows_i8: the lanes' sums a[m] (row m of x,
+// component r: row r of the thread group's 4 rows of W) meet in rows_mem and are stored to y.
+fn store_rows(blk: u32, tg: u32, lane: u32, lid: u32, a: array<vec4<f32>, 8>) {
+  workgroupBarrier(); // staged x is read (the partial sums may overwrite it), or the last block's sums are
+  let o = tg * M;
+  rows_mem[partial_at(o, lane)] = bitcast<vec4<u32>>(a[0]);
+  rows_mem[partial_at(o + 1u, lane)] = bitcast<vec4<u32>>(a[1]);
+  if (M > 2u) { rows_mem[partial_at(o + 2u, lane)] = bitcast<vec4<u32>>(a[2]); }
+  if (M > 3u) { rows_mem[partial_at(o + 3u, lane)] = bitcast<vec4<u32>>(a[3]); }
+  if (M > 4u) { rows_mem[partial_at(o + 4u, lane)] = bitcast<vec4<u32>>(a[4]); }
+  if (M > 5u) { rows_mem[partial_at(o + 5u, lane)] = bitcast<vec4<u32>>(a[5]); }
+  if (M > 6u) { rows_mem[partial_at(o + 6u, lane)] = bitcast<vec4<u32>>(a[6]); }
+  if (M > 7u) { rows_mem[partial_at(o + 7u, lane)] = bitcast<vec4<u32>>(a[7]); }
+  workgroupBarrier();
+  for (var j = lid; j < TG * M; j += TPR * TG) {
+    var sum = vec4<f32>(0.0);
+    for (var l = 0u; l < TPR; l++) {
+      sum += bitcast<vec4<f32>>(rows_mem[partial_at(j, l)]);
+    }
+    let m = j % M;
+    let n0 = (blk * TG + j / M) * 4u;
+    for (var r = 0u; r < 4u; r++) {
+      let n = n0 + r;
+      if (n < params.n) {
+        var v = sum[r];
+        let o = out_at(m, n);
+        if (params.accumulate != 0u) {
+          v += y[o];
         }
+        y[o] = v;
       }
     }
+  }
+}
+
+// ---- 2 to 8 rows of x, as int8 -----------------------------------------------------------------
+// gemv_rows spends 8 f32 FMAs and 4 unpack instructions per weight at M = 8, which bounds it by
+// instruction issue, not bytes. Here x is quantized while it is staged, per row and group of 32
+// (the weights' groups): q = round(x·127/a) with a the group's largest |x|, x ≈ s·q with s = a/127
+// (|error| ≤ s/2, about 0.5% of a group's RMS on Gaussian x; the 4-bit weights err by 8.5%). A code
+// word then yields two words of 4 bytes with a mask and a shift (weights 0,2,4,6 and 1,3,5,7), and
+// one packed dot product (dot4I8Packed: 4 multiply-adds, a single instruction where the GPU has
+// them) takes 4 weights against 4 values of x, with x staged in the same even/odd byte order.
+// Per group, row of W and row of x: 8 dot products into an integer that starts at
+// BIAS − 8·Σq (the −8 of the codes, from the group's sum of q; BIAS puts the sum in the mantissa
+// of a float, so that converting it is one subtraction: |Σ(c − 8)·q| ≤ 32·15·127 < 2^22), then one
+// multiply-add by d·s into the f32 sum.
+
+const I8_BIAS = 0x4B400000i;  // 1.5·2^23 as f32 bits: an integer n, |n| < 2^22, added is the float 1.5·2^23 + n
+const I8_BIAS_F = 12582912.0; // 1.5·2^23
+const LOW_NIBBLES = 0x0F0F0F0Fu;
+
+override XQ: u32 = 1u; // groups of x staged per chunk and row: KC / 32 (from the host)
+
+// Row m of x, group g of the chunk, in rows_mem: [(3m + h)·XQ + g] for h = 0, 1 its packed q in
+// the byte order of code words 2h and 2h + 1 (even weights, odd weights, even, odd); h = 2 its
+// scale s and the integer's start BIAS − 8·Σq (as bits).
+
+// Quantizes the gc groups of x's M rows at column k0: one thread per (row, group) of 32 values.
+fn stage_rows_i8(lid: u32, k0: u32, gc: u32) {
+  for (var i = lid; i < M * gc; i += TPR * TG) {
+    let m = i / gc;
+    let g = i % gc;
+    let at = m * (params.k / 4u) + k0 / 4u + 8u * g;
+    var v: array<vec4<f32>, 8>;
+    var big = vec4<f32>(0.0);
+    for (var j = 0u; j < 8u; j++) {
+      v[j] = x[at + j];
+      big = max(big, abs(v[j]));
+    }
+    let a = max(max(big.x, big.y), max(big.z, big.w));
+    let inv = select(127.0 / a, 0.0, a == 0.0);
+    var sum = vec4<i32>(0);
+    var p: array<u32, 8>;
+    for (var w = 0u; w < 4u; w++) {
+      let lo = vec4<i32>(round(v[2u * w] * inv));      // weights 8w .. 8w+3 of the group
+      let hi = vec4<i32>(round(v[2u * w + 1u] * inv)); // weights 8w+4 .. 8w+7
+      sum += lo + hi;
+      p[2u * w] = pack4xI8Clamp(vec4<i32>(lo.x, lo.z, hi.x, hi.z));
+      p[2u * w + 1u] = pack4xI8Clamp(vec4<i32>(lo.y, lo.w, hi.y, hi.w));
+    }
+    rows_mem[3u * m * XQ + g] = vec4<u32>(p[0], p[1], p[2], p[3]);
+    rows_mem[(3u * m + 1u) * XQ + g] = vec4<u32>(p[4], p[5], p[6], p[7]);
+    rows_mem[(3u * m + 2u) * XQ + g] = vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * (sum.x + sum.y + sum.z + sum.w)), 0u, 0u);
+  }
+}
+
+// a + d·s·Σ_group (c − 8)·q for row m of x against the 4 rows of W of a step (lo, hi: their code
+// words' even and odd weights as bytes, component r: row r; d: their scales).
+fn rows_i8(a: vec4<f32>, m: u32, gl: u32, lo: array<vec4<u32>, 4>, hi: array<vec4<u32>, 4>, d: vec4<f32>) -> vec4<f32> {
+  let xa = rows_mem[3u * m * XQ + gl];
+  let xb = rows_mem[(3u * m + 1u) * XQ + gl];
+  let sb = rows_mem[(3u * m + 2u) * XQ + gl];
+  var n = vec4<i32>(bitcast<i32>(sb.y));
+  for (var r = 0u; r < 4u; r++) {
+    n[r] += dot4I8Packed(lo[r].x, xa.x) + dot4I8Packed(hi[r].x, xa.y) + dot4I8Packed(lo[r].y, xa.z) + dot4I8Packed(hi[r].y, xa.w)
+          + dot4I8Packed(lo[r].z, xb.x) + dot4I8Packed(hi[r].z, xb.y) + dot4I8Packed(lo[r].w, xb.z) + dot4I8Packed(hi[r].w, xb.w);
+  }
+  return fma(d * bitcast<f32>(sb.x), bitcast<vec4<f32>>(n) - I8_BIAS_F, a);
+}
+
+@compute @workgroup_size(TPR * TG)
+fn gemv_rows_i8(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let tg = lid / TPR;
+  let lane = lid % TPR;
+  let groups = params.k / 32u;
+  let rb = row_blocks(wid, nwg);
+  for (var blk = rb.x; blk < rb.z; blk += rb.y) {
+    let row0 = (blk * TG + tg) * 4u;
+    let rr = block_rows(row0, groups);
+    var a = array<vec4<f32>, 8>();
+    for (var k0 = 0u; k0 < params.k; k0 += 32u * XQ) {
+      let gc = min(XQ, groups - k0 / 32u);
+      let g0 = k0 / 32u;
+      var gl = lane;
+      var cur = step_at(rr, g0 + min(gl, gc - 1u));
+      workgroupBarrier(); // the previous chunk's reads (or block's partial sums) are done
+      stage_rows_i8(lid, k0, gc);
+      workgroupBarrier();
+      for (; gl < gc; gl += TPR) {
+        let next = step_at(rr, g0 + min(gl + TPR, gc - 1u));
+        var lo: array<vec4<u32>, 4>;
+        var hi: array<vec4<u32>, 4>;
+        for (var r = 0u; r < 4u; r++) {
+          lo[r] = cur.c[r] & vec4<u32>(LOW_NIBBLES);
+          hi[r] = (cur.c[r] >> vec4<u32>(4u)) & vec4<u32>(LOW_NIBBLES);
+        }
+        a[0] = rows_i8(a[0], 0u, gl, lo, hi, cur.d);
+        a[1] = rows_i8(a[1], 1u, gl, lo, hi, cur.d);
+        if (M > 2u) { a[2] = rows_i8(a[2], 2u, gl, lo, hi, cur.d); }
+        if (M > 3u) { a[3] = rows_i8(a[3], 3u, gl, lo, hi, cur.d); }
+        if (M > 4u) { a[4] = rows_i8(a[4], 4u, gl, lo, hi, cur.d); }
+        if (M > 5u) { a[5] = rows_i8(a[5], 5u, gl, lo, hi, cur.d); }
+        if (M > 6u) { a[6] = rows_i8(a[6], 6u, gl, lo, hi, cur.d); }
+        if (M > 7u) { a[7] = rows_i8(a[7], 7u, gl, lo, hi, cur.d); }
+        cur = next;
+      }
+    }
+    store_rows(blk, tg, lane, lid, a);
   }
 }
 

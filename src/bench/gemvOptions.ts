@@ -4,10 +4,10 @@
 // One row of x and 2..8 rows run different kernels (shaders/matmul_q4.wgsl: gemv, gemv_rows), so a
 // layout may win for one and not the other; the subgroup reduction is the one-row kernel's only.
 import type { Gpu } from '../gpu';
-import { DEFAULT_GEMV, type GemvShape, type MatmulQ4Options } from '../ops/matmulQ4';
+import { DEFAULT_GEMV, DOT4_I8, type GemvShape, type MatmulQ4Options } from '../ops/matmulQ4';
 
 const name = (g: GemvShape) =>
-  `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}${g.xChunk ? ` chunk ${g.xChunk}` : ''}${g.unrolled ? ' unrolled' : ''}`;
+  `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}${g.xChunk ? ` chunk ${g.xChunk}` : ''}${g.unrolled ? ' unrolled' : ''}${g.int8 ? ' int8' : ''}`;
 
 export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value: MatmulQ4Options }[] {
   const layouts: GemvShape[] = quick
@@ -34,6 +34,13 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
         ...[[8, 32, 1024], [16, 8, 0], [16, 16, 0], [64, 4, 0], [4, 64, 0]].map(([threadsPerRow, groups, xChunk]) => ({ threadsPerRow, groups, unrolled: true, ...(xChunk ? { xChunk } : {}) })),
         { threadsPerRow: 64, groups: 2, xDirect: true, unrolled: true },
       ];
+  // x quantized to int8 and packed dot products (2..8 rows of x).
+  if (gpu.hasWgsl(DOT4_I8)) {
+    const int8: [number, number, number][] = quick
+      ? [[8, 16, 0]]
+      : [[8, 32, 0], [8, 32, 1024], [8, 16, 0], [4, 64, 0], [16, 16, 0], [16, 8, 0], [32, 8, 0], [32, 4, 0], [64, 4, 0], [64, 2, 0], [16, 16, 1024], [64, 4, 1024]];
+    layouts.push(...int8.map(([threadsPerRow, groups, xChunk]) => ({ threadsPerRow, groups, int8: true, ...(xChunk ? { xChunk } : {}) })));
+  }
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;
   const out = layouts.map((g) => {
     const sub = sgMin >= g.threadsPerRow;

@@ -32,6 +32,10 @@ function shapesFor(preset: Preset, oneWeight: boolean): BenchShapes {
   return oneWeight ? { ...sh, gemv: { ...sh.gemv, weights: sh.gemv.weights.slice(0, 1) }, gemm: { ...sh.gemm, weights: sh.gemm.weights.slice(0, 1) } } : sh;
 }
 
+function withGemv(sh: BenchShapes, gemv: RunOptions['gemv']): BenchShapes {
+  return gemv ? { ...sh, gemv: { ...sh.gemv, weights: gemv.weights ?? sh.gemv.weights, rows: gemv.rows ?? sh.gemv.rows } } : sh;
+}
+
 /** Rows a run of `suites` on `preset` reports, the read bandwidth's included (for progress). */
 export function expectedRows(preset: Preset, suites: readonly Suite[], oneWeight = false): number {
   const sh = shapesFor(preset, oneWeight);
@@ -75,6 +79,9 @@ export interface RunOptions {
   sweep?: boolean;
   /** Only the first weight shape of the GEMV and GEMM suites (a smoke check). */
   oneWeight?: boolean;
+  /** The GEMV suite's weights [N, K] and rows of x, in place of the preset's (layout sweeps on
+   * other shapes: decode's joined q/k/v [4096, 2048] and gate/up [12288, 2048], M = 2..8). */
+  gemv?: { weights?: [number, number][]; rows?: number[] };
   /** The card's fp32 datasheet peak, for the "of limit" of TFLOP/s rows. */
   fp32Tflops?: number;
   /** Stops the run at the next measurement (the promise rejects with the signal's reason). */
@@ -229,7 +236,9 @@ async function gemv(ctx: SuiteContext): Promise<void> {
       const ys = weights[0].map((b) => gpu.tensor([m, b.n], 'f32', 'y'));
       await setup.submit();
       const shape = shapeMNK(m, n, k);
-      const best = await bestOf(ctx, 'gemv', shape, options, async (o, opts) => {
+      // The int8 kernel is for 2..8 rows; one row takes the f32 kernel whatever the layout says.
+      const tries = m > 1 ? options : options.filter((o) => !o.value.gemv?.int8);
+      const best = await bestOf(ctx, 'gemv', shape, tries, async (o, opts) => {
         const mm = await mmFor(o);
         return ctx.measure(/^matmul_q4\.gemv$/, (rec) => weights.forEach((blocks) => blocks.forEach((b, i) => mm.gemv(rec, x, b, ys[i]))), { ...opts, calls: copies });
       });
@@ -569,7 +578,7 @@ export async function runSuites(gpu: Gpu, opts: RunOptions): Promise<RunResult> 
   const ctx: SuiteContext = {
     gpu,
     fill: await Filler.create(gpu),
-    shapes: shapesFor(opts.preset, opts.oneWeight ?? false),
+    shapes: withGemv(shapesFor(opts.preset, opts.oneWeight ?? false), opts.gemv),
     quick,
     limits: { readGBs: NaN, fp32Tflops: opts.fp32Tflops },
     full: { maxReps, minReps: Math.min(5, maxReps) },

@@ -27,6 +27,8 @@ export interface AdapterSummary {
   architecture: string;
   description: string;
   features: string[];
+  /** WGSL language extensions the implementation offers (navigator.gpu.wgslLanguageFeatures). */
+  wgslFeatures: string[];
   limits: Record<string, number>;
   /** The tensor-core shapes of 'chromium-experimental-subgroup-matrix' (Dawn lists them on the
    * adapter's info only, not on the device's). */
@@ -56,7 +58,7 @@ const RAISED_LIMITS = [
   'maxBindGroups',
 ] as const;
 
-export function summarizeAdapter(adapter: GPUAdapter): AdapterSummary {
+export function summarizeAdapter(adapter: GPUAdapter, wgsl: Iterable<string> = []): AdapterSummary {
   const info = adapter.info;
   const limits: Record<string, number> = {};
   for (const k of RAISED_LIMITS) limits[k] = Number((adapter.limits as unknown as Record<string, number>)[k]);
@@ -67,6 +69,7 @@ export function summarizeAdapter(adapter: GPUAdapter): AdapterSummary {
     architecture: info.architecture,
     description: info.description,
     features: [...adapter.features].sort(),
+    wgslFeatures: [...wgsl].sort(),
     limits,
     subgroupMatrixConfigs: ((info as GPUAdapterInfo & { subgroupMatrixConfigs?: SubgroupMatrixConfig[] }).subgroupMatrixConfigs ?? []).map(
       ({ componentType, resultComponentType, M, N, K }) => ({ componentType, resultComponentType, M, N, K }),
@@ -92,7 +95,8 @@ export interface AcquiredDevice {
   summary: AdapterSummary;
 }
 
-export async function requestDevice(adapter: GPUAdapter, opts: DeviceOptions = {}): Promise<AcquiredDevice> {
+/** `wgsl`: the WGSL language extensions of the GPU object the adapter came from (for the summary). */
+export async function requestDevice(adapter: GPUAdapter, opts: DeviceOptions = {}, wgsl: Iterable<string> = []): Promise<AcquiredDevice> {
   const offered = new Set<string>(adapter.features);
   for (const f of opts.requiredFeatures ?? []) {
     if (!offered.has(f)) throw new MissingFeatureError(f, `offered: ${[...offered].sort().join(', ') || 'none'}`);
@@ -113,5 +117,5 @@ export async function requestDevice(adapter: GPUAdapter, opts: DeviceOptions = {
     requiredLimits,
     label: 'vlrl',
   });
-  return { adapter, device, features, summary: summarizeAdapter(adapter) };
+  return { adapter, device, features, summary: summarizeAdapter(adapter, wgsl) };
 }

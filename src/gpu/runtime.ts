@@ -53,7 +53,7 @@ export class Gpu {
 
   static async create(gpu: GPU | undefined, opts: DeviceOptions = {}): Promise<Gpu> {
     const adapter = await requestAdapter(gpu, opts);
-    const { device, features, summary } = await requestDevice(adapter, opts);
+    const { device, features, summary } = await requestDevice(adapter, opts, gpu?.wgslLanguageFeatures ?? []);
     return new Gpu(device, features, summary);
   }
 
@@ -63,6 +63,16 @@ export class Gpu {
 
   has(feature: EngineFeature): boolean {
     return this.features.has(feature);
+  }
+
+  /** Whether WGSL offers the language extension `name` (e.g. packed_4x8_integer_dot_product). */
+  hasWgsl(name: string): boolean {
+    return this.adapter.wgslFeatures.includes(name);
+  }
+
+  /** Throw a MissingFeatureError naming the WGSL extension `name` unless WGSL offers it. */
+  requireWgsl(name: string, forWhat: string): void {
+    if (!this.hasWgsl(name)) throw new MissingFeatureError(name, `a WGSL language extension, needed for ${forWhat}`);
   }
 
   /** Throw a MissingFeatureError naming `feature` unless the device has it. */

@@ -229,9 +229,10 @@ export class Decoder {
     this.scale = 1 / Math.sqrt(config.headDim);
   }
 
-  static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights): Promise<Decoder> {
+  /** `int8`: whether decode's GEMVs may take int8 x (ModelOptions.int8Decode). */
+  static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights, opts: { int8?: boolean } = {}): Promise<Decoder> {
     const [linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds] = await Promise.all([
-      Linear.create(gpu),
+      Linear.create(gpu, { int8: opts.int8 }),
       Norms.create(gpu),
       Rope.create(gpu, mropeLayout(config.ropeTheta, config.headDim, config.mropeSection)),
       Attention.create(gpu, { hq: config.numHeads, hkv: config.numKvHeads, headDim: config.headDim }),
@@ -247,22 +248,22 @@ export class Decoder {
     return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds }, fused);
   }
 
-  /** y = x·Wᵀ (+ y) (+ LoRA). */
-  private project(rec: Recorder, w: LinearWeight, x: Tensor, y: Tensor, lora: LoraCall | null, proj: LoraProjection, accumulate = false): void {
-    this.projectShared(rec, x, [{ w, y, proj }], lora, accumulate);
+  /** y = x·Wᵀ (+ y) (+ LoRA). `int8` (here and below): the 4-bit GEMVs may quantize x (inference). */
+  private project(rec: Recorder, w: LinearWeight, x: Tensor, y: Tensor, lora: LoraCall | null, proj: LoraProjection, accumulate: boolean, int8: boolean): void {
+    this.projectShared(rec, x, [{ w, y, proj }], lora, accumulate, int8);
   }
 
   /**
    * Projections of one input x: every y = x·Wᵀ (+ y), then their LoRA updates, on the GEMV path
    * in one pair of dispatches for all of them (the workspace's wide u holds up to three).
    */
-  private projectShared(rec: Recorder, x: Tensor, outs: readonly Projection[], lora: LoraCall | null, accumulate = false): void {
+  private projectShared(rec: Recorder, x: Tensor, outs: readonly Projection[], lora: LoraCall | null, accumulate: boolean, int8: boolean): void {
     const gemv = this.gemvLora(lora, x, outs);
     // One adapter: its down and up after the base projection (LoraGemv.forward); decode's o_proj
     // and down_proj take the folded path in attentionBlock / mlpBlock instead.
     const single = gemv && outs.length === 1;
     if (gemv && !single) this.ops.loraGemv.down(rec, gemv.ps, x, gemv.u);
-    this.baseProjections(rec, x, outs, accumulate);
+    this.baseProjections(rec, x, outs, accumulate, int8);
     if (single) this.ops.loraGemv.forward(rec, gemv.ps[0], x, outs[0].y, gemv.u);
     else if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
     else if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
@@ -272,15 +273,15 @@ export class Decoder {
    * n = rms(h)·w, then the projections of n: on the LoRA GEMV path the norm runs inside the LoRA
    * down dispatch (no dispatch of its own), else as rmsnorm (saving rstd when asked) + projectShared.
    */
-  private normProject(rec: Recorder, h: Tensor, norm: Tensor, n: Tensor, rstd: Tensor | undefined, outs: readonly Projection[], lora: LoraCall | null): LoraGemvCall | null {
+  private normProject(rec: Recorder, h: Tensor, norm: Tensor, n: Tensor, rstd: Tensor | undefined, outs: readonly Projection[], lora: LoraCall | null, int8: boolean): LoraGemvCall | null {
     const gemv = rstd ? null : this.gemvLora(lora, n, outs);
     if (!gemv) {
       this.ops.norms.rmsnorm(rec, h, norm, n, this.config.rmsNormEps, rstd);
-      this.projectShared(rec, n, outs, lora);
+      this.projectShared(rec, n, outs, lora, false, int8);
       return null;
     }
     this.ops.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm, eps: this.config.rmsNormEps, out: n });
-    this.baseProjections(rec, n, outs);
+    this.baseProjections(rec, n, outs, false, int8);
     return gemv;
   }
 
@@ -289,14 +290,14 @@ export class Decoder {
    * GEMV into their back-to-back outputs, each part's rows written apart (a one-row decode step
    * is bound by recording its dispatches; at 8 rows the joined weight also reads faster).
    */
-  private baseProjections(rec: Recorder, x: Tensor, outs: readonly Projection[], accumulate = false): void {
+  private baseProjections(rec: Recorder, x: Tensor, outs: readonly Projection[], accumulate: boolean, int8: boolean): void {
     const rows = x.shape[0];
     const joined = rows <= GEMV_MAX_ROWS && outs.length > 1 ? this.joined(outs) : null;
     if (joined?.w.kind === 'q4') {
-      this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, rows > 1 ? joined.widths : undefined);
+      this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, rows > 1 ? joined.widths : undefined, int8);
       return;
     }
-    for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate);
+    for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate, int8);
   }
 
   /** The fused weight whose parts are `outs`' weights, in order, when their outputs lie back to back too. */
@@ -334,7 +335,9 @@ export class Decoder {
     const T = h.shape[0];
     const { norms, rope, attention } = this.ops;
     const outs: Projection[] = [{ w: w.q, y: b.qRaw, proj: 'q' }, { w: w.k, y: b.kRaw, proj: 'k' }, { w: w.v, y: b.v, proj: 'v' }];
-    const gemv = this.normProject(rec, h, w.inputNorm, b.xn, b.rstd?.input, outs, lora);
+    // Cached attention is inference (prefill and decode of generation): its GEMVs may take int8 x.
+    const int8 = attend.kind === 'cached';
+    const gemv = this.normProject(rec, h, w.inputNorm, b.xn, b.rstd?.input, outs, lora, int8);
     const [qRaw, kRaw, qWeight, kWeight, q] = [b.qRaw, b.kRaw, w.qNorm, w.kNorm, b.q];
     if (b.rstd) {
       norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
@@ -361,7 +364,7 @@ export class Decoder {
     }
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });
-      this.project(rec, w.o, b.attn, h, lora, 'o', true);
+      this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
       return;
     }
     // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
@@ -370,18 +373,18 @@ export class Decoder {
     const fold = gemv && oP && LoraGemv.takesParts(oP) ? { A: oP.A, r: oP.r, parts: lora!.transient!.parts(T * hq * oP.r) } : undefined;
     const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold });
     if (folded) {
-      this.ops.linear.forward(rec, b.attn, w.o, h, true);
+      this.ops.linear.forward(rec, b.attn, w.o, h, true, int8);
       this.ops.loraGemv.upFromParts(rec, oP!, fold!.parts, hq, h);
-    } else this.project(rec, w.o, b.attn, h, lora, 'o', true);
+    } else this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
   }
 
   /**
    * h += down(silu(gate(n))·up(n)), n = rms(h). On the LoRA GEMV path the gate/up updates go
    * straight into the SwiGLU (b.gate and b.up then keep the base projections only).
    */
-  mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null): void {
+  mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, int8 = false): void {
     const outs: Projection[] = [{ w: w.gate, y: b.gate, proj: 'gate' }, { w: w.up, y: b.up, proj: 'up' }];
-    const gemv = this.normProject(rec, h, w.postAttentionNorm, b.xn, b.rstd, outs, lora);
+    const gemv = this.normProject(rec, h, w.postAttentionNorm, b.xn, b.rstd, outs, lora, int8);
     // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
     const downP = lora?.params.down;
     const perRow = downP ? LoraGemv.foldParts(downP) : 0;
@@ -389,9 +392,9 @@ export class Decoder {
     if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold);
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
     if (fold) {
-      this.ops.linear.forward(rec, b.act, w.down, h, true);
+      this.ops.linear.forward(rec, b.act, w.down, h, true, int8);
       this.ops.loraGemv.upFromParts(rec, fold.p, fold.parts, perRow, h);
-    } else this.project(rec, w.down, b.act, h, lora, 'down', true);
+    } else this.project(rec, w.down, b.act, h, lora, 'down', true, int8);
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */
@@ -457,7 +460,7 @@ export class Decoder {
     this.weights.layers.forEach((w, l) => {
       const lora = a.lora ? { params: a.lora[l], u: loraU, transient } : null;
       this.attentionBlock(rec, l, w, b.h, b.attn, b.cs, a.attend, lora);
-      this.mlpBlock(rec, w, b.h, b.mlp, lora);
+      this.mlpBlock(rec, w, b.h, b.mlp, lora, a.attend.kind === 'cached');
       const ds = a.visual?.deepstack[l];
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
     });

@@ -113,7 +113,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     const recordStep = (step: number, j: number) => {
       rec.copy(steps, current, 4 * rowWords, 4 * rowWords * step);
       const hidden = step === 0 ? last : decoder.forward(rec, ws, { ids, positions: stepPositions, attend, lora: r.lora });
-      head.fullLogits(rec, hidden, logits);
+      head.fullLogits(rec, hidden, logits, true);
       sampler.sample(rec, logits, r.sampling, rng, { ids, logp });
       rec.copy(ids, packed, 4 * G, 0, 8 * G * j);
       rec.copy(logp, packed, 4 * G, 0, 8 * G * j + 4 * G);

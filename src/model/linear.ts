@@ -18,17 +18,18 @@ export class Linear {
     private readonly biasAdd: Kernel,
   ) {}
 
-  static async create(gpu: Gpu): Promise<Linear> {
+  static async create(gpu: Gpu, opts: { int8?: boolean } = {}): Promise<Linear> {
     const [matmul, q4, biasAdd] = await Promise.all([
       Matmul.create(gpu),
-      MatmulQ4.create(gpu),
+      MatmulQ4.create(gpu, { int8: opts.int8 }),
       gpu.kernel({ shader: 'vision', entry: 'bias_add', constants: { WG: BIAS_WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } }),
     ]);
     return new Linear(matmul, q4, biasAdd);
   }
 
-  forward(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, accumulate = false): void {
-    if (w.kind === 'q4') this.q4.forward(rec, x, w.w, y, accumulate);
+  /** `int8`: a 4-bit product of 2..8 rows may quantize x to int8 (MatmulQ4.forward; inference only). */
+  forward(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, accumulate = false, int8 = false): void {
+    if (w.kind === 'q4') this.q4.forward(rec, x, w.w, y, accumulate, int8);
     else this.matmul.linear(rec, x, w.w, y, { accumulate });
   }
 

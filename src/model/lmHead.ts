@@ -89,8 +89,8 @@ export class TableHead implements LmHead {
     this.linear.matmul.gemm(rec, { a: dlogits, b: block.w, c: dh, m: T, n: this.hidden, k: n, offsetB: r0 * this.hidden, beta: 1 });
   }
 
-  /** out [T, vocab] = h [T, hidden] · tableᵀ. */
-  fullLogits(rec: Recorder, h: Tensor, out: Tensor): void {
+  /** out [T, vocab] = h [T, hidden] · tableᵀ (`int8`: as Linear.forward's, for sampling). */
+  fullLogits(rec: Recorder, h: Tensor, out: Tensor, int8 = false): void {
     const op = 'lm_head.fullLogits';
     const T = h.shape[0];
     if (out.dtype !== 'f32' || out.shape.length !== 2 || out.shape[0] !== T || out.shape[1] !== this.vocab) {
@@ -98,7 +98,7 @@ export class TableHead implements LmHead {
     }
     const { blocks, rowStart } = this.table;
     if (blocks.length === 1) {
-      this.linear.forward(rec, h, blocks[0], out);
+      this.linear.forward(rec, h, blocks[0], out, false, int8);
       return;
     }
     blocks.forEach((block, b) => {
@@ -109,7 +109,7 @@ export class TableHead implements LmHead {
       }
       if (T > this.maxRows) throw new ShapeError(op, `${T} rows exceed the ${this.maxRows} this head was sized for`);
       const part = new Tensor(this.scratch!.buffer, [T, block.out], 'f32', 'lm_head.scratch', this.scratch!.byteOffset);
-      this.linear.q4.forward(rec, h, block.w, part);
+      this.linear.q4.forward(rec, h, block.w, part, false, int8);
       for (let t = 0; t < T; t++) rec.copy(part, out, block.out * 4, t * block.out * 4, (t * this.vocab + rowStart[b]) * 4);
     });
   }

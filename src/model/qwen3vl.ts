@@ -26,6 +26,11 @@ export interface ImageBatch {
 export interface ModelOptions {
   /** Rows of hidden states the LM head turns into full logits at once (sampling: ≥ the samples per prompt). */
   maxLogitRows?: number;
+  /** Sampling 2..8 sequences quantizes the activations entering each 4-bit GEMV to int8 (per
+   * row and group of 32; MatmulQ4Options.int8): 1.3-1.5x faster decode steps on an H100, logits
+   * within about 1e-3 of the f32 kernel's. Default: where WGSL offers packed dot products. Training,
+   * scoring and one-sequence decode always take f32. */
+  int8Decode?: boolean;
 }
 
 /** Most rows of full logits computed per pass (a [rows, vocab] buffer must fit one binding). */
@@ -61,7 +66,7 @@ export class Qwen3VL {
 
   static async create(gpu: Gpu, config: Qwen3VLConfig, weights: ModelWeights, opts: ModelOptions = {}): Promise<Qwen3VL> {
     const [decoder, vision, sampler] = await Promise.all([
-      Decoder.create(gpu, config.text, weights.language),
+      Decoder.create(gpu, config.text, weights.language, { int8: opts.int8Decode }),
       VisionTower.create(gpu, config, weights.vision),
       Sampler.create(gpu),
     ]);

@@ -69,7 +69,15 @@ export interface GemvShape {
   /** 2..8 rows of x: a step's four code words as four inlined calls (constant word indices)
    * instead of a loop. */
   unrolled?: boolean;
+  /** 2..8 rows of x quantized to int8 per row and group of 32 as they are staged, and multiplied
+   * by packed 4-wide integer dot products (gemv_rows_i8): a fraction of the f32 kernel's
+   * instructions per weight, at |x − x̂| ≤ a/254 per group with a its largest |x|. Needs WGSL's
+   * packed_4x8_integer_dot_product; not with xDirect. One row of x keeps the f32 kernel. */
+  int8?: boolean;
 }
+
+/** The WGSL language extension the int8 GEMV needs. */
+export const DOT4_I8 = 'packed_4x8_integer_dot_product';
 
 /** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
  * head and stacked 172032x2048 weight (1.97 TB/s; BENCHMARKS.md). Weights of at most SMALL_N rows
@@ -102,6 +110,9 @@ export interface MatmulQ4Options {
    * fits)·M floats, zeroed by WebGPU at each workgroup's start; a longer K is walked in chunks. */
   xChunk?: number;
   gemm?: GemmShape;
+  /** 2..8 rows of x through the int8 kernel where it was faster (GemvShape.int8; default: where
+   * WGSL offers packed_4x8_integer_dot_product). Off: every call in f32. */
+  int8?: boolean;
 }
 
 /** A GEMV layout ready to dispatch: per M its kernel spec, compiled on first use. */
@@ -137,6 +148,20 @@ const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, unro
 const MANY_MID: GemvShape = { threadsPerRow: 16, groups: 16, unrolled: true };
 const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
 
+/** The int8 kernel's layouts (H100 sweeps at M = 2 and 8 in stream, BENCHMARKS.md). M = 8: 12288
+ * rows 8x32 staging 1024 columns, 18.4 µs (f32 28.0); 6144 rows 16x16 staging 1024, 13.6 (18.6);
+ * 4096 rows 16x8, 12.5 (16.4); 2048x2048 32x4, 10.4 (13.4); K = 6144 64x4, 24.0 (25.2). M = 2:
+ * 12288 and 6144 rows 16x16, 11.2 and 8.4 µs (14.4, 10.3); 4096 and 2048 rows 32x8, 7.1 and 6.2
+ * (8.4, 6.4); K = 6144 and the LM head stay f32 at 2..4 rows (12.3 against 12.4; the LM head's
+ * M = 2 read 115 against 233). */
+const I8_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, int8: true };
+const I8_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, int8: true };
+const I8_MID: GemvShape = { threadsPerRow: 16, groups: 16, xChunk: 1024, int8: true };
+const I8_4K: GemvShape = { threadsPerRow: 16, groups: 8, int8: true };
+const I8_SMALL: GemvShape = { threadsPerRow: 32, groups: 4, int8: true };
+const I8_FEW_MID: GemvShape = { threadsPerRow: 16, groups: 16, int8: true };
+const I8_FEW_SMALL: GemvShape = { threadsPerRow: 32, groups: 8, int8: true };
+
 const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
 
 export class MatmulQ4 {
@@ -153,6 +178,8 @@ export class MatmulQ4 {
     private readonly gatherK: Kernel,
     readonly subgroups: boolean,
     private readonly gemmTile: { m: number; n: number },
+    /** 2..8 rows of x take the int8 layouts (when no layout is fixed). */
+    readonly int8: boolean,
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4Options = {}): Promise<MatmulQ4> {
@@ -176,16 +203,41 @@ export class MatmulQ4 {
       gpu.kernel(spec('dinput')),
       gpu.kernel(spec('gather')),
     ]);
-    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread });
+    if (opts.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
+    const make = (int8: boolean) =>
+      new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, int8);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
+    const mm = make(false);
     for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K]) mm.plan(g, 1 << 20);
-    return mm;
+    if (opts.gemv || opts.int8 === false || !gpu.hasWgsl(DOT4_I8)) return mm;
+    // By default the int8 layouts where this device's workgroup memory holds them all (WebGPU's
+    // default 16 KiB does not; the f32 layouts serve every call there).
+    const withInt8 = make(true);
+    try {
+      for (const g of [I8_LARGE, I8_LONG_K, I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL]) withInt8.plan(g, 1 << 20);
+    } catch (e) {
+      if (!(e instanceof ShapeError) || opts.int8) throw e;
+      return mm;
+    }
+    return withInt8;
   }
 
-  /** The layout a call of m rows of x on a weight [n, k] takes. */
-  private layoutFor(m: number, n: number, k: number): GemvShape {
+  /** The layout a call of m rows of x on a weight [n, k] takes (int8: the call allows int8 x). */
+  private layoutFor(m: number, n: number, k: number, int8: boolean): GemvShape {
     if (this.fixed) return this.fixed;
+    if (!(int8 && this.int8)) return this.f32Layout(m, n, k);
+    if (m > 4) {
+      if (n > 8192) return I8_LARGE;
+      if (k > 2048) return I8_LONG_K;
+      if (n > 4096) return I8_MID;
+      return n > 2048 ? I8_4K : I8_SMALL;
+    }
+    if (m > 1 && n <= SMALL_N && k <= 2048) return n > 4096 ? I8_FEW_MID : I8_FEW_SMALL;
+    return this.f32Layout(m, n, k);
+  }
+
+  private f32Layout(m: number, n: number, k: number): GemvShape {
     if (m > 4) {
       if (n > 8192) return MANY_LARGE;
       if (k > 2048) return MANY_LONG_K;
@@ -222,6 +274,8 @@ export class MatmulQ4 {
     if (shape.threadsPerRow * TG > gpu.limits.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('matmulQ4.gemv', `${shape.threadsPerRow * TG} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
     }
+    if (shape.int8 && xDirect) throw new ShapeError('matmulQ4.gemv', `int8 x is quantized as it is staged: not with xDirect (${JSON.stringify(shape)})`);
+    if (shape.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
     const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
     if (this.subgroups && minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
     const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
@@ -239,6 +293,16 @@ export class MatmulQ4 {
     // name both kernels matmul_q4.gemv (one op; the benchmarks and the decode profile look for it).
     const rows = Array.from({ length: GEMV_MAX_ROWS - 1 }, (_, i): KernelSpec => {
       const M = i + 2;
+      if (shape.int8) {
+        // Per row of x and staged group 3 vec4s (32 bytes of q, a scale and the integer's start);
+        // the lanes' partial sums reuse the memory.
+        const XQ = Math.min(xChunk / Q4_GROUP, Math.floor(wgBytes / 16 / (3 * M)));
+        const XS = Math.max(3 * M * XQ, TPR * TG * M);
+        if (XQ < 1 || 16 * XS > wgBytes) {
+          throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of int8 x or the partial sums of ${TPR * TG} threads`);
+        }
+        return { name: 'matmul_q4.gemv', shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ } };
+      }
       const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes, M);
       const XS = Math.max(xDirect ? 0 : (M * KC) / 4, TPR * TG * M);
       if (KC < Q4_GROUP || 16 * XS > wgBytes) {
@@ -277,9 +341,10 @@ export class MatmulQ4 {
     return x.numel / k;
   }
 
-  /** y [M, N] = x [M, K] · Wᵀ (or y += with accumulate): GEMV for M ≤ 8, GEMM beyond. */
-  forward(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
-    if (this.rowsOf('matmulQ4', x, w.k) <= GEMV_MAX_ROWS) this.gemv(rec, x, w, y, accumulate);
+  /** y [M, N] = x [M, K] · Wᵀ (or y += with accumulate): GEMV for M ≤ 8, GEMM beyond. `int8`:
+   * 2..8 rows may take the int8 GEMV (inference: sampling; training and scoring keep f32). */
+  forward(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, int8 = false): void {
+    if (this.rowsOf('matmulQ4', x, w.k) <= GEMV_MAX_ROWS) this.gemv(rec, x, w, y, accumulate, undefined, int8);
     else this.gemm(rec, x, w, y, accumulate);
   }
 
@@ -287,15 +352,16 @@ export class MatmulQ4 {
    * y [M, N] (+)= x [M, K] · Wᵀ for 1 ≤ M ≤ 8, reading each weight once for all rows. With
    * `parts` (widths summing to N, at most 3: a joined weight's projections), y holds the parts one
    * after another, each [M, width], as separate GEMVs into back-to-back outputs would write them.
+   * `int8`: 2..8 rows may take the int8 kernel where this instance has it (MatmulQ4Options.int8).
    */
-  gemv(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, parts?: readonly number[]): void {
+  gemv(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, parts?: readonly number[], int8 = false): void {
     const op = 'matmulQ4.gemv';
     this.checkWeight(op, w);
     const m = this.rowsOf(op, x, w.k);
     if (m < 1 || m > GEMV_MAX_ROWS) throw new ShapeError(op, `takes 1 to ${GEMV_MAX_ROWS} rows of x, got ${m}`);
     this.checkF32(op, 'x', x, m, w.k);
     this.checkF32(op, 'y', y, m, w.n);
-    const plan = this.plan(this.layoutFor(m, w.n, w.k), w.k);
+    const plan = this.plan(this.layoutFor(m, w.n, w.k, int8), w.k);
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
     let [split1, split2] = [w.n, w.n];

@@ -2,7 +2,8 @@
 // split attention's combine starts o_proj's LoRA down product and the SwiGLU dispatch starts
 // down_proj's (shaders/attention.wgsl and lora_gemv.wgsl, FOLD), each finished by one dispatch
 // after its base GEMV. The sampled tokens' log-probs must equal the log-softmax of the packed
-// forward's logits (the LoRA GEMMs, no folds) over the prompt and those tokens.
+// forward's logits (the LoRA GEMMs, no folds) over the prompt and those tokens; with int8 x in
+// decode's GEMVs (the default), within the quantization's reach of them.
 import { describe, expect, it } from 'vitest';
 import { ALIGNED, alignedConfig } from '../helpers/alignedModel';
 import { testGpu } from '../helpers/gpu';
@@ -12,6 +13,8 @@ import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { randomWeights } from '../../src/model/randomWeights';
 import { createLoraParams } from '../../src/ops/lora';
+import { DOT4_I8 } from '../../src/ops/matmulQ4';
+import type { Gpu } from '../../src/gpu';
 
 const { hidden: H, intermediate: I, vocab: VOCAB, kvWidth: KV } = ALIGNED;
 const config = alignedConfig;
@@ -19,35 +22,63 @@ const config = alignedConfig;
 describe('decode with folded LoRA down products', () => {
   it('1 and 3 samples: each token\'s log-prob equals the packed forward\'s with the adapter, which differs from the base model\'s', async () => {
     const gpu = await testGpu();
-    const filler = await Filler.create(gpu);
-    const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
-    const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: 3 });
-    const r = 8;
-    const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [I, H], up: [I, H], down: [H, I] } as const;
-    const lora = Array.from({ length: 2 }, (_, l) => LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
-    const rec = gpu.recorder();
-    // Both factors non-zero (PEFT starts B at zero): the update must show in the outputs.
-    for (const p of lora) for (const t of [p.A, p.B]) filler.fill(rec, t, 'uniform', 0.3);
-    await rec.submit();
-    model.attachLora(lora);
-    const prompt = { id: 'p', inputIds: Int32Array.from({ length: 11 }, (_, i) => (53 * i + 7) % 480), images: [] };
-    const sampling = { temperature: 1, topP: 1, topK: 0, maxNewTokens: 5, seed: 9 };
+    const model = await adaptedModel(gpu, false);
     for (const G of [1, 3]) {
-      const samples = await model.generate(prompt, G, sampling, { stopIds: [] });
-      for (const [g, s] of samples.entries()) {
-        const ids = Int32Array.from([...prompt.inputIds, ...s.tokens]);
-        const [on, off] = [await model.logits(ids, undefined, { lora: true }), await model.logits(ids, undefined, { lora: false })];
-        const logp = (logits: Float32Array) =>
-          s.tokens.map((tok, j) => {
-            const row = logits.subarray((prompt.inputIds.length - 1 + j) * VOCAB, (prompt.inputIds.length + j) * VOCAB);
-            const m = Math.max(...row);
-            return row[tok] - m - Math.log(row.reduce((a, x) => a + Math.exp(x - m), 0));
-          });
-        const want = logp(on);
-        expectClose(s.samplingLogps, want, { rtol: 0, atol: 2e-4, what: `G ${G}, sample ${g}` });
-        const base = logp(off);
-        expect(Math.max(...base.map((b, j) => Math.abs(b - want[j]))), 'the adapter changes the log-probs').toBeGreaterThan(1e-2);
+      for (const [g, s] of (await samplesVsForward(model, G)).entries()) {
+        expectClose(s.got, s.want, { rtol: 0, atol: 2e-4, what: `G ${G}, sample ${g}` });
+        expect(Math.max(...s.base.map((b, j) => Math.abs(b - s.want[j]))), 'the adapter changes the log-probs').toBeGreaterThan(1e-2);
       }
     }
   });
+
+  it('with int8 x in the GEMVs of 2..8 samples (the default where WGSL has packed dot products): 3 samples\' log-probs stay within 2e-2 of the f32 forward; 1 sample is f32', async () => {
+    const gpu = await testGpu();
+    if (!gpu.hasWgsl(DOT4_I8)) return;
+    const model = await adaptedModel(gpu, undefined);
+    let largest = 0;
+    for (const G of [1, 3]) {
+      for (const [g, s] of (await samplesVsForward(model, G)).entries()) {
+        expectClose(s.got, s.want, { rtol: 0, atol: G === 1 ? 2e-4 : 2e-2, what: `G ${G}, sample ${g}` });
+        if (G > 1) largest = Math.max(largest, ...s.got.map((v, j) => Math.abs(v - s.want[j])));
+      }
+    }
+    // The quantization shows: the 3 samples did take the int8 kernel.
+    expect(largest).toBeGreaterThan(1e-5);
+  });
 });
+
+/** The aligned random model with a 2-layer adapter whose factors are both non-zero. */
+async function adaptedModel(gpu: Gpu, int8Decode: boolean | undefined): Promise<Qwen3VL> {
+  const filler = await Filler.create(gpu);
+  const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
+  const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: 3, int8Decode });
+  const r = 8;
+  const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [I, H], up: [I, H], down: [H, I] } as const;
+  const lora = Array.from({ length: 2 }, (_, l) => LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
+  const rec = gpu.recorder();
+  // Both factors non-zero (PEFT starts B at zero): the update must show in the outputs.
+  for (const p of lora) for (const t of [p.A, p.B]) filler.fill(rec, t, 'uniform', 0.3);
+  await rec.submit();
+  model.attachLora(lora);
+  return model;
+}
+
+/** G samples' log-probs (got), the packed forward's with the adapter (want) and without (base). */
+async function samplesVsForward(model: Qwen3VL, G: number): Promise<{ got: number[]; want: number[]; base: number[] }[]> {
+  const prompt = { id: 'p', inputIds: Int32Array.from({ length: 11 }, (_, i) => (53 * i + 7) % 480), images: [] };
+  const sampling = { temperature: 1, topP: 1, topK: 0, maxNewTokens: 5, seed: 9 };
+  const samples = await model.generate(prompt, G, sampling, { stopIds: [] });
+  const out = [];
+  for (const s of samples) {
+    const ids = Int32Array.from([...prompt.inputIds, ...s.tokens]);
+    const [on, off] = [await model.logits(ids, undefined, { lora: true }), await model.logits(ids, undefined, { lora: false })];
+    const logp = (logits: Float32Array) =>
+      s.tokens.map((tok, j) => {
+        const row = logits.subarray((prompt.inputIds.length - 1 + j) * VOCAB, (prompt.inputIds.length + j) * VOCAB);
+        const m = Math.max(...row);
+        return row[tok] - m - Math.log(row.reduce((a, x) => a + Math.exp(x - m), 0));
+      });
+    out.push({ got: [...s.samplingLogps], want: logp(on), base: logp(off) });
+  }
+  return out;
+}

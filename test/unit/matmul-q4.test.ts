@@ -2,8 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { finiteDifferences, randNormal, randUniform } from '../helpers/reference';
 import { dequantizeRef, matmulAB, matmulABt, quantizeRef } from '../helpers/q4-reference';
-import { allocQ4, MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
-import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
+import { allocQ4, DOT4_I8, MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
+import { MissingFeatureError, ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
 const MS_GEMV = [1, 2, 3, 4, 5, 6, 7, 8];
 const MS_GEMM = [1, 3, 9, 33, 70];
@@ -31,6 +31,24 @@ function expectMatmulClose(got: Float32Array, want: Float64Array, mag: Float64Ar
 
 function release(...ts: Tensor[]): void {
   for (const t of ts) t.release();
+}
+
+/** The most the int8 GEMV may differ from the exact product: per group of 32 of a row of x, its
+ * values are off by at most half a step a/127 (a: the group's largest |x|), times Σ|w| over the
+ * group's weights in that row of W (plus 0.1% for the f32 scale and rounding). */
+function int8Bound(x: Float32Array, deq: Float64Array, m: number, n: number, k: number): Float64Array {
+  const out = new Float64Array(m * n);
+  for (let i = 0; i < m; i++)
+    for (let g = 0; g < k / 32; g++) {
+      let a = 0;
+      for (let l = 32 * g; l < 32 * g + 32; l++) a = Math.max(a, Math.abs(x[i * k + l]));
+      for (let j = 0; j < n; j++) {
+        let w = 0;
+        for (let l = 32 * g; l < 32 * g + 32; l++) w += Math.abs(deq[j * k + l]);
+        out[i * n + j] += (1.001 * a * w) / 254;
+      }
+    }
+  return out;
 }
 
 type Product = 'gemv' | 'gemm';
@@ -107,6 +125,53 @@ describe('4-bit matmul', () => {
     const mm = await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 64, unrolled: true } });
     await checkForward(gpu, mm, 'gemv', [8], ' (1x16, chunks of 64)');
     await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 40 } })).rejects.toBeInstanceOf(ShapeError);
+  });
+
+  it('int8 GEMV (x quantized per row and group, packed dot products) stays within its quantization bound for 2 to 8 rows, odd N and K, chunks, a persistent grid', async () => {
+    const gpu = await testGpu();
+    if (!gpu.hasWgsl(DOT4_I8)) {
+      await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 8, groups: 4, int8: true } })).rejects.toBeInstanceOf(MissingFeatureError);
+      return;
+    }
+    await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 8, groups: 4, int8: true, xDirect: true } })).rejects.toBeInstanceOf(ShapeError);
+    const layouts = [
+      [{ threadsPerRow: 8, groups: 4, int8: true }, [2, 5, 8]],
+      [{ threadsPerRow: 4, groups: 2, int8: true, xChunk: 64, persist: 2 }, [8]],
+    ] as const;
+    for (const [gemv, ms] of layouts) {
+      const mm = await MatmulQ4.create(gpu, { gemv });
+      const rec = gpu.recorder();
+      const cases = [];
+      for (const m of ms)
+        for (const n of NS)
+          for (const k of KS) {
+            const seed = 3000 * m + 10 * n + k;
+            const { w, deq } = weight(gpu, n, k, seed);
+            const x = randUniform(m * k, seed + 1);
+            x.fill(0, 0, 32); // an all-zero group: scale 0, no division by it
+            const y0 = randUniform(m * n, seed + 2);
+            const tx = gpu.upload(x, [m, k], 'f32', 'x');
+            const ty = gpu.tensor([m, n], 'f32', 'y');
+            const tacc = gpu.upload(y0, [m, n], 'f32', 'y_acc');
+            mm.gemv(rec, tx, w, ty);
+            mm.gemv(rec, tx, w, tacc, true);
+            cases.push({ m, n, k, w, deq, x, y0, tx, ty, tacc });
+          }
+      await rec.submit();
+      for (const { m, n, k, w, deq, x, y0, tx, ty, tacc } of cases) {
+        const { y, mag } = matmulABt(x, deq, m, n, k);
+        const bound = int8Bound(x, deq, m, n, k);
+        const what = `int8 gemv ${JSON.stringify(gemv)} M=${m} N=${n} K=${k}`;
+        const got = await gpu.readF32(ty);
+        const acc = await gpu.readF32(tacc);
+        for (let i = 0; i < m * n; i++) {
+          const tol = bound[i] + 1e-4 * mag[i] + 1e-30;
+          if (!(Math.abs(got[i] - y[i]) <= tol)) expect.fail(`${what}: element ${i} is ${got[i]}, expected ${y[i]} ± ${tol}`);
+          if (!(Math.abs(acc[i] - y[i] - y0[i]) <= tol + 1e-4 * Math.abs(y0[i]))) expect.fail(`${what} accumulate: element ${i} is ${acc[i]}, expected ${y[i] + y0[i]}`);
+        }
+        release(tx, ty, tacc, w.codes, w.scales);
+      }
+    }
   });
 
   it('GEMM y = x·Wᵀ (and y +=) matches for one row to several tiles, odd N and K', async () => {
