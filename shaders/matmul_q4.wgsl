@@ -22,6 +22,9 @@ struct Params {
   accumulate: u32, // 1: add into the output instead of overwriting it
   split1: u32,     // gemv_rows: the output columns [0, split1), [split1, split2), [split2, n) are
   split2: u32,     // parts stored one after another, each [m, width] (n, n: one [m, n] output)
+  lora_r: u32,     // LORA: the adapter's rank,
+  lora_np: u32,    // partials of u per row of x,
+  lora_s: f32,     // and its scale alpha / r
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -34,6 +37,8 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> dx: array<vec4<f32>>;
 @group(0) @binding(8) var<storage, read> ids: array<u32>;
 @group(0) @binding(9) var<storage, read_write> rows: array<vec4<f32>>;
+@group(0) @binding(10) var<storage, read> lora_parts: array<f32>; // LORA: [m, lora_np, lora_r]
+@group(0) @binding(11) var<storage, read> lora_b: array<f32>;     // LORA: lora_B.weight [n, lora_r]
 
 fn scale_of(s: u32) -> f32 {
   return unpack2x16float(scales[s >> 1u])[s & 1u];
@@ -106,6 +111,63 @@ fn step_at(rr: vec4<u32>, s: u32) -> Step {
   );
 }
 
+// ---- LoRA's up product as the GEMV's epilogue ---------------------------------------------------
+// Decode's o_proj and down_proj adapters: the kernel before the GEMV (the attention combine, the
+// SwiGLU) leaves u = x·Aᵀ as lora_np partial sums a row; with LORA, the GEMV sums them at its start
+// (while its first weights are in flight) and adds s·u·Bᵀ to each output it stores, so the update
+// takes no dispatch of its own (decode at one sequence is bound by recording dispatches).
+#if LORA
+const LORA_MAX: u32 = 512u; // rows of x · rank: 8 · 64 at most (the host checks)
+var<workgroup> lora_u: array<f32, LORA_MAX>;       // [m, r]: s·u
+var<workgroup> lora_fold: array<f32, 2u * LORA_MAX>; // the threads' slices of the partial sums
+
+// lora_u = s·Σ partials for `rows` rows of x, by all wg threads (slices of the partials when
+// rows·r is below wg, then a fold).
+fn lora_gather(lid: u32, wg: u32, rows: u32) {
+  let r = params.lora_r;
+  let np = params.lora_np;
+  let items = rows * r;
+  let slices = clamp(wg / items, 1u, 2u * LORA_MAX / items);
+  for (var i = lid; i < items * slices; i += wg) {
+    let it = i % items;
+    let row = (it / r) * np * r + it % r;
+    // Four loads in flight per round (one per round trip made this a chain of L2 latencies).
+    var sum = vec4<f32>(0.0);
+    var q = i / items;
+    for (; q + 3u * slices < np; q += 4u * slices) {
+      sum += vec4<f32>(lora_parts[row + q * r], lora_parts[row + (q + slices) * r], lora_parts[row + (q + 2u * slices) * r], lora_parts[row + (q + 3u * slices) * r]);
+    }
+    for (; q < np; q += slices) {
+      sum.x += lora_parts[row + q * r];
+    }
+    lora_fold[i] = sum.x + sum.y + sum.z + sum.w;
+  }
+  workgroupBarrier();
+  for (var it = lid; it < items; it += wg) {
+    var t = 0.0;
+    for (var sl = 0u; sl < slices; sl++) {
+      t += lora_fold[sl * items + it];
+    }
+    lora_u[it] = params.lora_s * t;
+  }
+  workgroupBarrier();
+}
+#endif
+
+// s·u[m]·B[n] (0 without LORA).
+fn lora_out(m: u32, n: u32) -> f32 {
+#if LORA
+  let r = params.lora_r;
+  var d = 0.0;
+  for (var j = 0u; j < r; j++) {
+    d += lora_u[m * r + j] * lora_b[n * r + j];
+  }
+  return d;
+#else
+  return 0.0;
+#endif
+}
+
 // ---- one row of x ----------------------------------------------------------------------------
 
 // Σ over the 8 weights of code word cw of x·(c − 8), x pre-scaled: xl for weights 0..3, xh for 4..7.
@@ -145,6 +207,9 @@ fn gemv(
   let gc_max = chunk / 32u;
   let rb = row_blocks(wid, nwg);
   var staged = NOT_STAGED;
+#if LORA
+  lora_gather(lid, wg, 1u);
+#endif
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
     let rr = block_rows(row0, groups);
@@ -190,7 +255,7 @@ fn gemv(
     for (var r = lane; r < 4u; r += TPR) {
       let n = row0 + r;
       if (n < params.n) {
-        var v = acc[r];
+        var v = acc[r] + lora_out(0u, n);
         if (params.accumulate != 0u) {
           v += y[n];
         }
@@ -209,7 +274,7 @@ fn gemv(
     }
     for (var r = lane; r < 4u; r += TPR) {
       if (row0 + r < params.n) {
-        var v = 0.0;
+        var v = lora_out(0u, row0 + r);
         for (var p = 0u; p < min(TPR, 8u); p++) {
           v += partial[tg * TPR + p][r];
         }
@@ -357,6 +422,9 @@ fn gemv_rows(
   let chunk = select(KC, params.k, XDIRECT);
   let gc_max = chunk / 32u;
   let rb = row_blocks(wid, nwg);
+#if LORA
+  lora_gather(lid, TPR * TG, M);
+#endif
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
     let rr = block_rows(row0, groups);
@@ -442,7 +510,7 @@ fn store_rows(blk: u32, tg: u32, lane: u32, lid: u32, a: array<vec4<f32>, 8>) {
     for (var r = 0u; r < 4u; r++) {
       let n = n0 + r;
       if (n < params.n) {
-        var v = sum[r];
+        var v = sum[r] + lora_out(m, n);
         let o = out_at(m, n);
         if (params.accumulate != 0u) {
           v += y[o];
@@ -529,6 +597,9 @@ fn gemv_rows_i8(
   let lane = lid % TPR;
   let groups = params.k / 32u;
   let rb = row_blocks(wid, nwg);
+#if LORA
+  lora_gather(lid, TPR * TG, M);
+#endif
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
     let rr = block_rows(row0, groups);

@@ -17,7 +17,7 @@ import { Attention, type AttentionSplit } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
 import type { KvCache } from '../ops/kvCache';
-import { Lora, type LoraParams } from '../ops/lora';
+import { Lora, loraScale, type LoraParams } from '../ops/lora';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
 import { QkNormRope } from '../ops/qkNormRope';
@@ -294,10 +294,24 @@ export class Decoder {
     const rows = x.shape[0];
     const joined = rows <= GEMV_MAX_ROWS && outs.length > 1 ? this.joined(outs) : null;
     if (joined?.w.kind === 'q4') {
-      this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, rows > 1 ? joined.widths : undefined, int8);
+      this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, { parts: rows > 1 ? joined.widths : undefined, int8 });
       return;
     }
     for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate, int8);
+  }
+
+  /**
+   * y += x·Wᵀ + s·u·Bᵀ for adapter p, u [rows, r] left as `perRow` partials a row by the kernel
+   * before (the folds): inside the 4-bit GEMV's epilogue where it fits, else one dispatch after it.
+   */
+  private foldedProject(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, p: LoraParams, parts: Tensor, perRow: number, int8: boolean): void {
+    const q4 = this.ops.linear.q4;
+    if (w.kind === 'q4' && q4.takesLora(x.shape[0], w.w, p.r, perRow, int8)) {
+      q4.gemv(rec, x, w.w, y, true, { int8, lora: { B: p.B, r: p.r, scale: loraScale(p), parts, perRow } });
+      return;
+    }
+    this.ops.linear.forward(rec, x, w, y, true, int8);
+    this.ops.loraGemv.upFromParts(rec, p, parts, perRow, y);
   }
 
   /** The fused weight whose parts are `outs`' weights, in order, when their outputs lie back to back too. */
@@ -372,10 +386,8 @@ export class Decoder {
     const oP = lora?.params.o;
     const fold = gemv && oP && LoraGemv.takesParts(oP) ? { A: oP.A, r: oP.r, parts: lora!.transient!.parts(T * hq * oP.r) } : undefined;
     const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold });
-    if (folded) {
-      this.ops.linear.forward(rec, b.attn, w.o, h, true, int8);
-      this.ops.loraGemv.upFromParts(rec, oP!, fold!.parts, hq, h);
-    } else this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
+    if (folded) this.foldedProject(rec, b.attn, w.o, h, oP!, fold!.parts, hq, int8);
+    else this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
   }
 
   /**
@@ -391,10 +403,8 @@ export class Decoder {
     const fold = gemv && downP && LoraGemv.canFold(gemv.ps[0], downP) ? { p: downP, parts: lora!.transient!.parts(h.shape[0] * perRow * downP.r) } : undefined;
     if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold);
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-    if (fold) {
-      this.ops.linear.forward(rec, b.act, w.down, h, true, int8);
-      this.ops.loraGemv.upFromParts(rec, fold.p, fold.parts, perRow, h);
-    } else this.project(rec, w.down, b.act, h, lora, 'down', true, int8);
+    if (fold) this.foldedProject(rec, b.act, w.down, h, fold.p, fold.parts, perRow, int8);
+    else this.project(rec, w.down, b.act, h, lora, 'down', true, int8);
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */

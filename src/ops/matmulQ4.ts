@@ -117,10 +117,12 @@ export interface MatmulQ4Options {
 
 /** A GEMV layout ready to dispatch: per M its kernel spec, compiled on first use. */
 interface GemvPlan {
-  specs: readonly KernelSpec[];
-  /** Per M, the compiled kernel once used (decode records hundreds of calls a step: no lookups by
-   * string on that path). */
-  kernels: (Kernel | undefined)[];
+  /** The kernel for m rows of x, with or without the LoRA epilogue (throws ShapeError where this
+   * device's workgroup memory cannot hold it). */
+  spec: (m: number, lora: boolean) => KernelSpec;
+  /** Per M (then per M with LoRA, from GEMV_MAX_ROWS on), the compiled kernel once used (decode
+   * records hundreds of calls a step: no lookups by string on that path); null: does not fit. */
+  kernels: (Kernel | null | undefined)[];
   rowsPerGroup: number;
   persist: number;
 }
@@ -162,7 +164,41 @@ const I8_SMALL: GemvShape = { threadsPerRow: 32, groups: 4, int8: true };
 const I8_FEW_MID: GemvShape = { threadsPerRow: 16, groups: 16, int8: true };
 const I8_FEW_SMALL: GemvShape = { threadsPerRow: 32, groups: 8, int8: true };
 
-const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
+const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
+/** Workgroup memory of the LoRA epilogue (shaders/matmul_q4.wgsl: lora_u and lora_fold). */
+const LORA_BYTES = 3 * 512 * 4;
+/** Most rows of x times rank the epilogue holds (LORA_MAX). */
+const LORA_MAX = 512;
+/** Most partials (rows · partials a row · rank) every workgroup of a LoRA epilogue sums: beyond,
+ * the sums cost more than the dispatch they save (H100, decode of 8 samples: down_proj's 96
+ * partials a row were 8·96·16 = 12288 floats read by each of 128 workgroups, 6 MB of L2 reads). */
+const LORA_MAX_PARTIALS = 2048;
+
+const NO_LORA = { lora_r: 0, lora_np: 0, lora_s: 0 } as const;
+
+/** How a GEMV call differs from a plain y (+)= x·Wᵀ (MatmulQ4.gemv). */
+export interface GemvCall {
+  /** A joined weight's output widths (at most 3, summing to N): each part's rows stored apart. */
+  parts?: readonly number[];
+  /** 2..8 rows may take the int8 kernel (inference only). */
+  int8?: boolean;
+  /** An adapter's up product added as y is stored. */
+  lora?: GemvLora;
+}
+const NONE: GemvCall = {};
+const INT8: GemvCall = { int8: true };
+
+/** A LoRA update the GEMV adds as it stores y: y += s·u·Bᵀ, with u [M, r] the sum of `perRow`
+ * partials a row of x (parts [M, perRow, r], left by the kernel before; LoraGemv's fold). */
+export interface GemvLora {
+  /** lora_B.weight [n, r]. */
+  B: Tensor;
+  r: number;
+  /** alpha / r. */
+  scale: number;
+  parts: Tensor;
+  perRow: number;
+}
 
 export class MatmulQ4 {
   /** Plans per layout object and K. */
@@ -278,21 +314,21 @@ export class MatmulQ4 {
     if (shape.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
     const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
     if (this.subgroups && minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
-    const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize;
     const constants = { TPR, TG, PERSIST: persist > 0 ? 1 : 0, XDIRECT: xDirect ? 1 : 0 };
     const fitChunk = (bytes: number, rows: number) => Math.min(xChunk, Math.floor(bytes / (4 * rows) / Q4_GROUP) * Q4_GROUP);
-    // One row of x: the columns staged per chunk are what fits beside the reduction's memory.
-    const oneRow: KernelSpec = {
-      shader: 'matmul_q4',
-      entry: 'gemv',
-      uniforms: GEMV_UNIFORMS,
-      constants: { ...constants, KC: xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1) },
-      defines: { SUBGROUPS: this.subgroups },
-    };
-    // 2..8 rows: staged x and then the lanes' partial sums share one buffer of XS vec4s. Profiles
-    // name both kernels matmul_q4.gemv (one op; the benchmarks and the decode profile look for it).
-    const rows = Array.from({ length: GEMV_MAX_ROWS - 1 }, (_, i): KernelSpec => {
-      const M = i + 2;
+    const spec = (M: number, lora: boolean): KernelSpec => {
+      // The LoRA epilogue's u and its gather take LORA_BYTES of the workgroup memory.
+      const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize - (lora ? LORA_BYTES : 0);
+      const defines = { LORA: lora, SUBGROUPS: this.subgroups && M === 1 };
+      // Profiles name every GEMV kernel matmul_q4.gemv (one op; the benchmarks and the decode
+      // profile look for it).
+      const name = 'matmul_q4.gemv';
+      if (M === 1) {
+        // One row of x: the columns staged per chunk are what fits beside the reduction's memory.
+        const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1);
+        if (KC < Q4_GROUP) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold a group of x beside the partial sums of ${TPR * TG} threads`);
+        return { name, shader: 'matmul_q4', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, KC }, defines };
+      }
       if (shape.int8) {
         // Per row of x and staged group 3 vec4s (32 bytes of q, a scale and the integer's start);
         // the lanes' partial sums reuse the memory.
@@ -301,17 +337,19 @@ export class MatmulQ4 {
         if (XQ < 1 || 16 * XS > wgBytes) {
           throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of int8 x or the partial sums of ${TPR * TG} threads`);
         }
-        return { name: 'matmul_q4.gemv', shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ } };
+        return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ }, defines };
       }
+      // 2..8 rows: staged x and then the lanes' partial sums share one buffer of XS vec4s.
       const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes, M);
       const XS = Math.max(xDirect ? 0 : (M * KC) / 4, TPR * TG * M);
       if (KC < Q4_GROUP || 16 * XS > wgBytes) {
         throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of x or the partial sums of ${TPR * TG} threads`);
       }
-      return { name: 'matmul_q4.gemv', shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS, UNROLLED: shape.unrolled ? 1 : 0 } };
-    });
-    const specs = [oneRow, ...rows];
-    const plan = { specs, kernels: [], rowsPerGroup: 4 * TG, persist };
+      return { name, shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS, UNROLLED: shape.unrolled ? 1 : 0 }, defines };
+    };
+    // Bad shapes and limits throw here, at planning, not at the first call.
+    for (let m = 1; m <= GEMV_MAX_ROWS; m++) spec(m, false);
+    const plan = { spec, kernels: [], rowsPerGroup: 4 * TG, persist };
     byK.set(k, plan);
     return plan;
   }
@@ -344,7 +382,7 @@ export class MatmulQ4 {
   /** y [M, N] = x [M, K] · Wᵀ (or y += with accumulate): GEMV for M ≤ 8, GEMM beyond. `int8`:
    * 2..8 rows may take the int8 GEMV (inference: sampling; training and scoring keep f32). */
   forward(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, int8 = false): void {
-    if (this.rowsOf('matmulQ4', x, w.k) <= GEMV_MAX_ROWS) this.gemv(rec, x, w, y, accumulate, undefined, int8);
+    if (this.rowsOf('matmulQ4', x, w.k) <= GEMV_MAX_ROWS) this.gemv(rec, x, w, y, accumulate, int8 ? INT8 : NONE);
     else this.gemm(rec, x, w, y, accumulate);
   }
 
@@ -353,8 +391,10 @@ export class MatmulQ4 {
    * `parts` (widths summing to N, at most 3: a joined weight's projections), y holds the parts one
    * after another, each [M, width], as separate GEMVs into back-to-back outputs would write them.
    * `int8`: 2..8 rows may take the int8 kernel where this instance has it (MatmulQ4Options.int8).
+   * `lora`: the GEMV also adds an adapter's up product from partials of u (GemvLora).
    */
-  gemv(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, parts?: readonly number[], int8 = false): void {
+  gemv(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, call: GemvCall = NONE): void {
+    const { parts, int8 = false, lora } = call;
     const op = 'matmulQ4.gemv';
     this.checkWeight(op, w);
     const m = this.rowsOf(op, x, w.k);
@@ -372,15 +412,52 @@ export class MatmulQ4 {
       split1 = parts[0];
       split2 = parts.length > 2 ? parts[0] + parts[1] : w.n;
     }
-    const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.specs[m - 1]));
-    rec.dispatch(kernel, { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), {
+    if (!lora) {
+      const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
+      rec.dispatch(kernel, { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, lora_r: 0, lora_np: 0, lora_s: 0 });
+      return;
+    }
+    const { B, r, scale, perRow } = lora;
+    if (parts || !Number.isInteger(r) || r < 1 || m * r > LORA_MAX || !Number.isInteger(perRow) || perRow < 1) {
+      throw new ShapeError(op, `a LoRA epilogue needs one output, 1 ≤ r and M·r ≤ ${LORA_MAX} and whole partials (r ${r}, M ${m}, ${perRow} partials a row)`);
+    }
+    this.checkF32(op, 'lora B', B, w.n, r);
+    if (lora.parts.dtype !== 'f32' || lora.parts.numel < m * perRow * r) throw new ShapeError(op, `LoRA partials must hold [${m}, ${perRow}, ${r}] f32`);
+    const kernel = this.loraKernel(plan, m);
+    if (!kernel) throw new ShapeError(op, `this device's workgroup memory cannot hold the LoRA epilogue beside ${m} rows of x (takesLora)`);
+    rec.dispatch(kernel, { codes4: w.codes, scales: w.scales, x, y, lora_parts: lora.parts, lora_b: B }, grid1d(groups, 1), {
       m,
       n: w.n,
       k: w.k,
       accumulate: accumulate ? 1 : 0,
       split1,
       split2,
+      lora_r: r,
+      lora_np: perRow,
+      lora_s: scale,
     });
+  }
+
+  /** Whether gemv can add a rank-r adapter's update, from `perRow` partials of u a row, to m rows
+   * of x·Wᵀ in its epilogue (and should: few enough partials). */
+  takesLora(m: number, w: Q4Weight, r: number, perRow: number, int8: boolean): boolean {
+    if (m < 1 || m > GEMV_MAX_ROWS || m * r > LORA_MAX || m * perRow * r > LORA_MAX_PARTIALS) return false;
+    return this.loraKernel(this.plan(this.layoutFor(m, w.n, w.k, int8), w.k), m) !== null;
+  }
+
+  private loraKernel(plan: GemvPlan, m: number): Kernel | null {
+    const at = GEMV_MAX_ROWS + m - 1;
+    let kernel = plan.kernels[at];
+    if (kernel === undefined) {
+      try {
+        kernel = this.gpu.kernelNow(plan.spec(m, true));
+      } catch (e) {
+        if (!(e instanceof ShapeError)) throw e;
+        kernel = null;
+      }
+      plan.kernels[at] = kernel;
+    }
+    return kernel;
   }
 
   /** y [M, N] (+)= x [M, K] · Wᵀ for any M, tiled (64x64 by default). */
@@ -397,6 +474,7 @@ export class MatmulQ4 {
       accumulate: accumulate ? 1 : 0,
       split1: w.n,
       split2: w.n,
+      ...NO_LORA,
     });
   }
 
@@ -414,6 +492,7 @@ export class MatmulQ4 {
       accumulate: accumulate ? 1 : 0,
       split1: w.n,
       split2: w.n,
+      ...NO_LORA,
     });
   }
 
@@ -432,6 +511,7 @@ export class MatmulQ4 {
       accumulate: 0,
       split1: w.n,
       split2: w.n,
+      ...NO_LORA,
     });
   }
 }

@@ -174,6 +174,51 @@ describe('4-bit matmul', () => {
     }
   });
 
+  it('GEMV with a LoRA epilogue adds s·u·Bᵀ, u the sum of each row\'s partials, for 1 to 8 rows, f32 and int8 x', async () => {
+    const gpu = await testGpu();
+    const mm = await MatmulQ4.create(gpu);
+    const rec = gpu.recorder();
+    const cases = [];
+    for (const [m, n, k, r, np, int8] of [[1, 67, 96, 4, 5, false], [3, 131, 160, 16, 3, false], [8, 64, 64, 16, 16, false], [8, 131, 96, 4, 7, true], [2, 5, 32, 8, 1, true]] as const) {
+      const seed = 7000 + 100 * m + r;
+      const { w, deq } = weight(gpu, n, k, seed);
+      const x = randUniform(m * k, seed + 1);
+      const parts = randUniform(m * np * r, seed + 2);
+      const B = randUniform(n * r, seed + 3);
+      const y0 = randUniform(m * n, seed + 4);
+      const t = { x: gpu.upload(x, [m, k], 'f32', 'x'), parts: gpu.upload(parts, [m * np * r], 'f32', 'parts'), B: gpu.upload(B, [n, r], 'f32', 'B'), y: gpu.upload(y0, [m, n], 'f32', 'y') };
+      const scale = 0.75;
+      expect(mm.takesLora(m, w, r, np, int8)).toBe(true);
+      mm.gemv(rec, t.x, w, t.y, true, { int8, lora: { B: t.B, r, scale, parts: t.parts, perRow: np } });
+      cases.push({ m, n, k, r, np, int8, w, deq, x, parts, B, y0, t, scale });
+    }
+    await rec.submit();
+    for (const { m, n, k, r, np, int8, w, deq, x, parts, B, y0, t, scale } of cases) {
+      const { y, mag } = matmulABt(x, deq, m, n, k);
+      const bound = int8 ? int8Bound(x, deq, m, n, k) : new Float64Array(m * n);
+      const got = await gpu.readF32(t.y);
+      for (let i = 0; i < m; i++)
+        for (let j = 0; j < n; j++) {
+          let up = 0;
+          let upMag = 0;
+          for (let c = 0; c < r; c++) {
+            let u = 0;
+            for (let q = 0; q < np; q++) u += parts[(i * np + q) * r + c];
+            up += scale * u * B[j * r + c];
+            upMag += Math.abs(scale * u * B[j * r + c]);
+          }
+          const e = i * n + j;
+          const want = y0[e] + y[e] + up;
+          const tol = bound[e] + 1e-4 * (mag[e] + upMag + Math.abs(y0[e])) + 1e-6;
+          if (!(Math.abs(got[e] - want) <= tol)) expect.fail(`lora epilogue M=${m} N=${n} r=${r} np=${np} int8 ${int8}: element ${e} is ${got[e]}, expected ${want} ± ${tol}`);
+        }
+      release(t.x, t.parts, t.B, t.y, w.codes, w.scales);
+    }
+    const { w } = weight(gpu, 8, 32, 3);
+    expect(mm.takesLora(8, w, 65, 1, false)).toBe(false); // M·r over the epilogue's 512
+    expect(mm.takesLora(8, w, 16, 96, false)).toBe(false); // down_proj's partials at 8 rows: a dispatch of their own
+  });
+
   it('GEMM y = x·Wᵀ (and y +=) matches for one row to several tiles, odd N and K', async () => {
     const gpu = await testGpu();
     const mm = await MatmulQ4.create(gpu);
@@ -207,8 +252,8 @@ describe('4-bit matmul', () => {
       const ty = gpu.tensor([m * n], 'f32', 'y');
       const tacc = gpu.upload(y0, [m * n], 'f32', 'y_acc');
       const rec = gpu.recorder();
-      mm.gemv(rec, tx, w, ty, false, parts);
-      mm.gemv(rec, tx, w, tacc, true, parts);
+      mm.gemv(rec, tx, w, ty, false, { parts });
+      mm.gemv(rec, tx, w, tacc, true, { parts });
       await rec.submit();
       const { y, mag } = matmulABt(x, deq, m, n, k);
       // Part s holds columns [c0, c0 + width) of every row, row-major, after the earlier parts.
@@ -224,7 +269,7 @@ describe('4-bit matmul', () => {
       release(tx, ty, tacc, w.codes, w.scales);
     }
     const { w } = weight(gpu, 10, 32, 1);
-    expect(() => mm.gemv(gpu.recorder(), gpu.tensor([2, 32], 'f32', 'x'), w, gpu.tensor([20], 'f32', 'y'), false, [4, 5])).toThrow(ShapeError);
+    expect(() => mm.gemv(gpu.recorder(), gpu.tensor([2, 32], 'f32', 'x'), w, gpu.tensor([20], 'f32', 'y'), false, { parts: [4, 5] })).toThrow(ShapeError);
   });
 
   it('GEMV spans several workgroups and a K that is many groups', async () => {

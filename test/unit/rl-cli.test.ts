@@ -73,8 +73,9 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
         save_steps: 1,
         loss_type: 'grpo',
         lora: { r: 2, lora_alpha: 4 },
-        // A custom reward (run in the CLI's sandbox) that varies within a group, so the adapters move.
-        rewards: [{ name: 'length', weight: 0.1, source: '(c) => c.length' }],
+        // A custom reward (run in the CLI's sandbox) that varies within a group whatever is sampled
+        // (the sample's index), so the adapters move.
+        rewards: [{ name: 'length', weight: 0.1, source: '(c, a, ctx) => c.length + ctx.index' }],
       }),
     );
     const out = join(dir, 'run');
