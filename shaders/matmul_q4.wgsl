@@ -544,33 +544,49 @@ override XQ: u32 = 1u; // groups of x staged per chunk and row: KC / 32 (from th
 // the byte order of code words 2h and 2h + 1 (even weights, odd weights, even, odd); h = 2 its
 // scale s and the integer's start BIAS − 8·Σq (as bits).
 
-// Quantizes the gc groups of x's M rows at column k0: one thread per (row, group) of 32 values.
+// Quantizes the gc groups of x's M rows at column k0: one thread per (row, group) of 32 values,
+// two groups a round with all 16 loads in flight (a round per group made staging a chain of L2
+// latencies: K = 6144 stages 8 x 192 groups per workgroup).
 fn stage_rows_i8(lid: u32, k0: u32, gc: u32) {
-  for (var i = lid; i < M * gc; i += TPR * TG) {
-    let m = i / gc;
-    let g = i % gc;
-    let at = m * (params.k / 4u) + k0 / 4u + 8u * g;
-    var v: array<vec4<f32>, 8>;
-    var big = vec4<f32>(0.0);
+  let wg = TPR * TG;
+  let items = M * gc;
+  for (var i = lid; i < items; i += 2u * wg) {
+    let i2 = min(i + wg, items - 1u); // past the last: a cached reload, not stored
+    let at1 = (i / gc) * (params.k / 4u) + k0 / 4u + 8u * (i % gc);
+    let at2 = (i2 / gc) * (params.k / 4u) + k0 / 4u + 8u * (i2 % gc);
+    var v1: array<vec4<f32>, 8>;
+    var v2: array<vec4<f32>, 8>;
     for (var j = 0u; j < 8u; j++) {
-      v[j] = x[at + j];
-      big = max(big, abs(v[j]));
+      v1[j] = x[at1 + j];
+      v2[j] = x[at2 + j];
     }
-    let a = max(max(big.x, big.y), max(big.z, big.w));
-    let inv = select(127.0 / a, 0.0, a == 0.0);
-    var sum = vec4<i32>(0);
-    var p: array<u32, 8>;
-    for (var w = 0u; w < 4u; w++) {
-      let lo = vec4<i32>(round(v[2u * w] * inv));      // weights 8w .. 8w+3 of the group
-      let hi = vec4<i32>(round(v[2u * w + 1u] * inv)); // weights 8w+4 .. 8w+7
-      sum += lo + hi;
-      p[2u * w] = pack4xI8Clamp(vec4<i32>(lo.x, lo.z, hi.x, hi.z));
-      p[2u * w + 1u] = pack4xI8Clamp(vec4<i32>(lo.y, lo.w, hi.y, hi.w));
+    quantize_group(v1, i / gc, i % gc);
+    if (i + wg < items) {
+      quantize_group(v2, i2 / gc, i2 % gc);
     }
-    rows_mem[3u * m * XQ + g] = vec4<u32>(p[0], p[1], p[2], p[3]);
-    rows_mem[(3u * m + 1u) * XQ + g] = vec4<u32>(p[4], p[5], p[6], p[7]);
-    rows_mem[(3u * m + 2u) * XQ + g] = vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * (sum.x + sum.y + sum.z + sum.w)), 0u, 0u);
   }
+}
+
+// Group g of row m of x, its 32 values in v, into rows_mem (the layout above).
+fn quantize_group(v: array<vec4<f32>, 8>, m: u32, g: u32) {
+  var big = vec4<f32>(0.0);
+  for (var j = 0u; j < 8u; j++) {
+    big = max(big, abs(v[j]));
+  }
+  let a = max(max(big.x, big.y), max(big.z, big.w));
+  let inv = select(127.0 / a, 0.0, a == 0.0);
+  var sum = vec4<i32>(0);
+  var p: array<u32, 8>;
+  for (var w = 0u; w < 4u; w++) {
+    let lo = vec4<i32>(round(v[2u * w] * inv));      // weights 8w .. 8w+3 of the group
+    let hi = vec4<i32>(round(v[2u * w + 1u] * inv)); // weights 8w+4 .. 8w+7
+    sum += lo + hi;
+    p[2u * w] = pack4xI8Clamp(vec4<i32>(lo.x, lo.z, hi.x, hi.z));
+    p[2u * w + 1u] = pack4xI8Clamp(vec4<i32>(lo.y, lo.w, hi.y, hi.w));
+  }
+  rows_mem[3u * m * XQ + g] = vec4<u32>(p[0], p[1], p[2], p[3]);
+  rows_mem[(3u * m + 1u) * XQ + g] = vec4<u32>(p[4], p[5], p[6], p[7]);
+  rows_mem[(3u * m + 2u) * XQ + g] = vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * (sum.x + sum.y + sum.z + sum.w)), 0u, 0u);
 }
 
 // a + d·s·Σ_group (c − 8)·q for row m of x against the 4 rows of W of a step (lo, hi: their code
