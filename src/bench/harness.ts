@@ -101,6 +101,9 @@ async function profiledOnce(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) =>
   return matched.reduce((s, r) => s + r.totalMs, 0);
 }
 
+/** GPU work each measurement runs untimed first (measure). */
+const WARM_MS = 25;
+
 async function wallOnce(gpu: Gpu, record: (rec: Recorder) => void, times: number): Promise<number> {
   const rec = gpu.recorder('bench-wall');
   for (let b = 0; b < times; b++) record(rec);
@@ -119,6 +122,10 @@ export async function measure(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) 
     await rec.submit();
   }
   await gpu.sync();
+  // Then about WARM_MS of the op back to back: a GPU idle through the compiles before a try (a
+  // sweep compiles each option on first use) runs its first tens of ms at low clocks. Without
+  // this, the first shape of an H100 sweep read up to 1.7x slow, every option of it.
+  for (let batch = 4; batch <= 4096 && (await wallOnce(gpu, record, batch)) < WARM_MS; batch *= 4);
   // About 20 ms of work per submit, so that the submit's own cost (tens of µs) stays small.
   const batchFor = (ms: number) => Math.max(1, Math.min(50, Math.ceil(20 / Math.max(ms * calls, 1e-3))));
   const batched = async (batch: number, times: number) => {
