@@ -39,6 +39,8 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> rows: array<vec4<f32>>;
 @group(0) @binding(10) var<storage, read> lora_parts: array<f32>; // LORA: [m, lora_np, lora_r]
 @group(0) @binding(11) var<storage, read> lora_b: array<f32>;     // LORA: lora_B.weight [n, lora_r]
+@group(0) @binding(12) var<storage, read> xq_in: array<vec4<u32>>;        // PREQ: quantize_x's output
+@group(0) @binding(13) var<storage, read_write> xq_out: array<vec4<u32>>; // quantize_x: [m, k / 32, 3]
 
 fn scale_of(s: u32) -> f32 {
   return unpack2x16float(scales[s >> 1u])[s & 1u];
@@ -560,15 +562,40 @@ fn stage_rows_i8(lid: u32, k0: u32, gc: u32) {
       v1[j] = x[at1 + j];
       v2[j] = x[at2 + j];
     }
-    quantize_group(v1, i / gc, i % gc);
+    store_group(quantize_group(v1), i / gc, i % gc);
     if (i + wg < items) {
-      quantize_group(v2, i2 / gc, i2 % gc);
+      store_group(quantize_group(v2), i2 / gc, i2 % gc);
     }
   }
 }
 
-// Group g of row m of x, its 32 values in v, into rows_mem (the layout above).
-fn quantize_group(v: array<vec4<f32>, 8>, m: u32, g: u32) {
+fn store_group(q: array<vec4<u32>, 3>, m: u32, g: u32) {
+  rows_mem[3u * m * XQ + g] = q[0];
+  rows_mem[(3u * m + 1u) * XQ + g] = q[1];
+  rows_mem[(3u * m + 2u) * XQ + g] = q[2];
+}
+
+// x quantized once for every workgroup of the GEMV after it (PREQ): one thread per (row, group),
+// xq_out[(m·k/32 + g)·3 + h] as staged (h = 0, 1 packed q; 2 scale and start).
+@compute @workgroup_size(64)
+fn quantize_x(@builtin(global_invocation_id) gid: vec3u) {
+  let groups = params.k / 32u;
+  let i = gid.x;
+  if (i >= params.m * groups) {
+    return;
+  }
+  var v: array<vec4<f32>, 8>;
+  for (var j = 0u; j < 8u; j++) {
+    v[j] = x[8u * i + j];
+  }
+  let q = quantize_group(v);
+  xq_out[3u * i] = q[0];
+  xq_out[3u * i + 1u] = q[1];
+  xq_out[3u * i + 2u] = q[2];
+}
+
+// A group's 32 values of x as its 3 staged vec4s (the layout above).
+fn quantize_group(v: array<vec4<f32>, 8>) -> array<vec4<u32>, 3> {
   var big = vec4<f32>(0.0);
   for (var j = 0u; j < 8u; j++) {
     big = max(big, abs(v[j]));
@@ -584,17 +611,36 @@ fn quantize_group(v: array<vec4<f32>, 8>, m: u32, g: u32) {
     p[2u * w] = pack4xI8Clamp(vec4<i32>(lo.x, lo.z, hi.x, hi.z));
     p[2u * w + 1u] = pack4xI8Clamp(vec4<i32>(lo.y, lo.w, hi.y, hi.w));
   }
-  rows_mem[3u * m * XQ + g] = vec4<u32>(p[0], p[1], p[2], p[3]);
-  rows_mem[(3u * m + 1u) * XQ + g] = vec4<u32>(p[4], p[5], p[6], p[7]);
-  rows_mem[(3u * m + 2u) * XQ + g] = vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * (sum.x + sum.y + sum.z + sum.w)), 0u, 0u);
+  return array<vec4<u32>, 3>(
+    vec4<u32>(p[0], p[1], p[2], p[3]),
+    vec4<u32>(p[4], p[5], p[6], p[7]),
+    vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * (sum.x + sum.y + sum.z + sum.w)), 0u, 0u),
+  );
+}
+
+// PREQ (a define: xq_in is bound only then): x quantized by quantize_x and read from memory, no
+// staging and no barriers.
+#if PREQ
+const PREQ = true;
+#else
+const PREQ = false;
+#endif
+
+// Vec4 h of row m's group g0 + gl: staged, or (PREQ) quantize_x's.
+fn xq_at(m: u32, gl: u32, g0: u32, h: u32) -> vec4<u32> {
+#if PREQ
+  return xq_in[(m * (params.k / 32u) + g0 + gl) * 3u + h];
+#else
+  return rows_mem[(3u * m + h) * XQ + gl];
+#endif
 }
 
 // a + d·s·Σ_group (c − 8)·q for row m of x against the 4 rows of W of a step (lo, hi: their code
 // words' even and odd weights as bytes, component r: row r; d: their scales).
-fn rows_i8(a: vec4<f32>, m: u32, gl: u32, lo: array<vec4<u32>, 4>, hi: array<vec4<u32>, 4>, d: vec4<f32>) -> vec4<f32> {
-  let xa = rows_mem[3u * m * XQ + gl];
-  let xb = rows_mem[(3u * m + 1u) * XQ + gl];
-  let sb = rows_mem[(3u * m + 2u) * XQ + gl];
+fn rows_i8(a: vec4<f32>, m: u32, gl: u32, g0: u32, lo: array<vec4<u32>, 4>, hi: array<vec4<u32>, 4>, d: vec4<f32>) -> vec4<f32> {
+  let xa = xq_at(m, gl, g0, 0u);
+  let xb = xq_at(m, gl, g0, 1u);
+  let sb = xq_at(m, gl, g0, 2u);
   var n = vec4<i32>(bitcast<i32>(sb.y));
   for (var r = 0u; r < 4u; r++) {
     n[r] += dot4I8Packed(lo[r].x, xa.x) + dot4I8Packed(hi[r].x, xa.y) + dot4I8Packed(lo[r].y, xa.z) + dot4I8Packed(hi[r].y, xa.w)
@@ -620,14 +666,17 @@ fn gemv_rows_i8(
     let row0 = (blk * TG + tg) * 4u;
     let rr = block_rows(row0, groups);
     var a = array<vec4<f32>, 8>();
-    for (var k0 = 0u; k0 < params.k; k0 += 32u * XQ) {
-      let gc = min(XQ, groups - k0 / 32u);
+    let chunk = select(XQ, groups, PREQ);
+    for (var k0 = 0u; k0 < params.k; k0 += 32u * chunk) {
+      let gc = min(chunk, groups - k0 / 32u);
       let g0 = k0 / 32u;
       var gl = lane;
       var cur = step_at(rr, g0 + min(gl, gc - 1u));
-      workgroupBarrier(); // the previous chunk's reads (or block's partial sums) are done
-      stage_rows_i8(lid, k0, gc);
-      workgroupBarrier();
+      if (!PREQ) {
+        workgroupBarrier(); // the previous chunk's reads (or block's partial sums) are done
+        stage_rows_i8(lid, k0, gc);
+        workgroupBarrier();
+      }
       for (; gl < gc; gl += TPR) {
         let next = step_at(rr, g0 + min(gl + TPR, gc - 1u));
         var lo: array<vec4<u32>, 4>;
@@ -636,14 +685,14 @@ fn gemv_rows_i8(
           lo[r] = cur.c[r] & vec4<u32>(LOW_NIBBLES);
           hi[r] = (cur.c[r] >> vec4<u32>(4u)) & vec4<u32>(LOW_NIBBLES);
         }
-        a[0] = rows_i8(a[0], 0u, gl, lo, hi, cur.d);
-        a[1] = rows_i8(a[1], 1u, gl, lo, hi, cur.d);
-        if (M > 2u) { a[2] = rows_i8(a[2], 2u, gl, lo, hi, cur.d); }
-        if (M > 3u) { a[3] = rows_i8(a[3], 3u, gl, lo, hi, cur.d); }
-        if (M > 4u) { a[4] = rows_i8(a[4], 4u, gl, lo, hi, cur.d); }
-        if (M > 5u) { a[5] = rows_i8(a[5], 5u, gl, lo, hi, cur.d); }
-        if (M > 6u) { a[6] = rows_i8(a[6], 6u, gl, lo, hi, cur.d); }
-        if (M > 7u) { a[7] = rows_i8(a[7], 7u, gl, lo, hi, cur.d); }
+        a[0] = rows_i8(a[0], 0u, gl, g0, lo, hi, cur.d);
+        a[1] = rows_i8(a[1], 1u, gl, g0, lo, hi, cur.d);
+        if (M > 2u) { a[2] = rows_i8(a[2], 2u, gl, g0, lo, hi, cur.d); }
+        if (M > 3u) { a[3] = rows_i8(a[3], 3u, gl, g0, lo, hi, cur.d); }
+        if (M > 4u) { a[4] = rows_i8(a[4], 4u, gl, g0, lo, hi, cur.d); }
+        if (M > 5u) { a[5] = rows_i8(a[5], 5u, gl, g0, lo, hi, cur.d); }
+        if (M > 6u) { a[6] = rows_i8(a[6], 6u, gl, g0, lo, hi, cur.d); }
+        if (M > 7u) { a[7] = rows_i8(a[7], 7u, gl, g0, lo, hi, cur.d); }
         cur = next;
       }
     }

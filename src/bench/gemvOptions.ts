@@ -7,7 +7,7 @@ import type { Gpu } from '../gpu';
 import { DEFAULT_GEMV, DOT4_I8, type GemvShape, type MatmulQ4Options } from '../ops/matmulQ4';
 
 const name = (g: GemvShape) =>
-  `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}${g.xChunk ? ` chunk ${g.xChunk}` : ''}${g.unrolled ? ' unrolled' : ''}${g.int8 ? ' int8' : ''}`;
+  `TPR${g.threadsPerRow} TG${g.groups}${g.persist ? ` persist ${g.persist}` : ''}${g.xDirect ? ' x direct' : ''}${g.xChunk ? ` chunk ${g.xChunk}` : ''}${g.unrolled ? ' unrolled' : ''}${g.int8 ? ' int8' : ''}${g.preq ? ' preq' : ''}`;
 
 export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value: MatmulQ4Options }[] {
   const layouts: GemvShape[] = quick
@@ -40,6 +40,9 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
       ? [[8, 16, 0]]
       : [[8, 32, 0], [8, 32, 1024], [8, 16, 0], [4, 64, 0], [16, 16, 0], [16, 8, 0], [32, 8, 0], [32, 4, 0], [64, 4, 0], [64, 2, 0], [16, 16, 1024], [64, 4, 1024]];
     layouts.push(...int8.map(([threadsPerRow, groups, xChunk]) => ({ threadsPerRow, groups, int8: true, ...(xChunk ? { xChunk } : {}) })));
+    // x quantized once by a dispatch of its own: no staging, so small workgroups cost little.
+    const preq: [number, number][] = quick ? [[8, 16]] : [[8, 32], [8, 16], [8, 8], [16, 16], [16, 8], [16, 4], [32, 8], [32, 4], [32, 2], [64, 4], [64, 2], [4, 64], [4, 32]];
+    layouts.push(...preq.map(([threadsPerRow, groups]) => ({ threadsPerRow, groups, int8: true, preq: true })));
   }
   const sgMin = gpu.has('subgroups') ? (gpu.device.adapterInfo?.subgroupMinSize ?? 0) : 0;
   const out = layouts.map((g) => {

@@ -74,6 +74,9 @@ export interface GemvShape {
    * instructions per weight, at |x − x̂| ≤ a/254 per group with a its largest |x|. Needs WGSL's
    * packed_4x8_integer_dot_product; not with xDirect. One row of x keeps the f32 kernel. */
   int8?: boolean;
+  /** With int8: x quantized once by a dispatch of its own (quantize_x) and read from memory by
+   * every workgroup, instead of quantized by each workgroup as it stages x. */
+  preq?: boolean;
 }
 
 /** The WGSL language extension the int8 GEMV needs. */
@@ -125,6 +128,8 @@ interface GemvPlan {
   kernels: (Kernel | null | undefined)[];
   rowsPerGroup: number;
   persist: number;
+  /** 2..8 rows of x are quantized by quantize_x first (GemvShape.preq). */
+  preq: boolean;
 }
 
 /** Weights with at most this many rows take the small-weight layouts (BENCHMARKS.md, gemv sweeps:
@@ -150,14 +155,17 @@ const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, unro
 const MANY_MID: GemvShape = { threadsPerRow: 16, groups: 16, unrolled: true };
 const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
 
-/** The int8 kernel's layouts (H100 sweeps at M = 2 and 8 in stream, BENCHMARKS.md). M = 8: 12288
- * rows 8x32 staging 1024 columns, 18.4 µs (f32 28.0); 6144 rows 16x16 staging 1024, 13.6 (18.6);
- * 4096 rows 16x8, 12.5 (16.4); 2048x2048 32x4, 10.4 (13.4); K = 6144 64x4, 24.0 (25.2). M = 2:
- * 12288 and 6144 rows 16x16, 11.2 and 8.4 µs (14.4, 10.3); 4096 and 2048 rows 32x8, 7.1 and 6.2
- * (8.4, 6.4); K = 6144 and the LM head stay f32 at 2..4 rows (12.3 against 12.4; the LM head's
- * M = 2 read 115 against 233). */
-const I8_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, int8: true };
-const I8_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, int8: true };
+/** The int8 kernel's layouts (H100 sweeps at M = 2 and 8 in stream, BENCHMARKS.md). M = 8, x
+ * quantized by a dispatch of its own (preq; the quantize dispatch included) where staging cost
+ * the large weights most: LM head 8x8, 101 µs (staged 150, f32 232); 12288 rows 16x8, 15.3 (staged
+ * 8x32 17.8, f32 28.0); K = 6144 64x4, 12.4 (staged 20.8, f32 25.2). Staged: 6144 rows 16x16 with
+ * 1024 columns, 13.6 (f32 18.6); 4096 rows 16x8, 12.5 (16.4); 2048x2048 32x4, 10.4 (13.4) (preq
+ * gained under 1 µs there, not worth a dispatch a call). M = 2: 12288 and 6144 rows 16x16, 11.2
+ * and 8.4 µs (f32 14.4, 10.3); 4096 and 2048 rows 32x8, 7.1 and 6.2 (8.4, 6.4); K = 6144 and the
+ * LM head stay f32 at 2..4 rows (12.3 against 12.4; the LM head's M = 2 read 115 against 233). */
+const I8Q_HEAD: GemvShape = { threadsPerRow: 8, groups: 8, int8: true, preq: true };
+const I8Q_LARGE: GemvShape = { threadsPerRow: 16, groups: 8, int8: true, preq: true };
+const I8Q_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, int8: true, preq: true };
 const I8_MID: GemvShape = { threadsPerRow: 16, groups: 16, xChunk: 1024, int8: true };
 const I8_4K: GemvShape = { threadsPerRow: 16, groups: 8, int8: true };
 const I8_SMALL: GemvShape = { threadsPerRow: 32, groups: 4, int8: true };
@@ -216,7 +224,12 @@ export class MatmulQ4 {
     private readonly gemmTile: { m: number; n: number },
     /** 2..8 rows of x take the int8 layouts (when no layout is fixed). */
     readonly int8: boolean,
+    /** quantize_x, where WGSL has the packed 4x8 builtins. */
+    private readonly quantizeK: Kernel | null,
   ) {}
+
+  /** quantize_x's output for the PREQ layouts, grown on first use to the largest call's. */
+  private xq: Tensor | null = null;
 
   static async create(gpu: Gpu, opts: MatmulQ4Options = {}): Promise<MatmulQ4> {
     const gemm = opts.gemm ?? DEFAULT_GEMM;
@@ -240,8 +253,9 @@ export class MatmulQ4 {
       gpu.kernel(spec('gather')),
     ]);
     if (opts.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
+    const quantizeK = gpu.hasWgsl(DOT4_I8) ? await gpu.kernel({ ...spec('quantize_x'), name: 'matmul_q4.gemv' }) : null;
     const make = (int8: boolean) =>
-      new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, int8);
+      new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, int8, quantizeK);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
     const mm = make(false);
@@ -251,7 +265,7 @@ export class MatmulQ4 {
     // default 16 KiB does not; the f32 layouts serve every call there).
     const withInt8 = make(true);
     try {
-      for (const g of [I8_LARGE, I8_LONG_K, I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL]) withInt8.plan(g, 1 << 20);
+      for (const g of [I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL, I8Q_HEAD, I8Q_LARGE, I8Q_LONG_K]) withInt8.plan(g, 1 << 20);
     } catch (e) {
       if (!(e instanceof ShapeError) || opts.int8) throw e;
       return mm;
@@ -264,8 +278,9 @@ export class MatmulQ4 {
     if (this.fixed) return this.fixed;
     if (!(int8 && this.int8)) return this.f32Layout(m, n, k);
     if (m > 4) {
-      if (n > 8192) return I8_LARGE;
-      if (k > 2048) return I8_LONG_K;
+      if (n > SMALL_N) return I8Q_HEAD;
+      if (n > 8192) return I8Q_LARGE;
+      if (k > 2048) return I8Q_LONG_K;
       if (n > 4096) return I8_MID;
       return n > 2048 ? I8_4K : I8_SMALL;
     }
@@ -310,6 +325,7 @@ export class MatmulQ4 {
     if (shape.threadsPerRow * TG > gpu.limits.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('matmulQ4.gemv', `${shape.threadsPerRow * TG} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
     }
+    if (shape.preq && !shape.int8) throw new ShapeError('matmulQ4.gemv', `preq is a form of int8 x (${JSON.stringify(shape)})`);
     if (shape.int8 && xDirect) throw new ShapeError('matmulQ4.gemv', `int8 x is quantized as it is staged: not with xDirect (${JSON.stringify(shape)})`);
     if (shape.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
     const minSubgroup = gpu.device.adapterInfo?.subgroupMinSize ?? 0;
@@ -337,6 +353,11 @@ export class MatmulQ4 {
         if (XQ < 1 || 16 * XS > wgBytes) {
           throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of int8 x or the partial sums of ${TPR * TG} threads`);
         }
+        if (shape.preq) {
+          const XS = TPR * TG * M;
+          if (16 * XS > wgBytes) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold the partial sums of ${TPR * TG} threads`);
+          return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ: 1 }, defines: { ...defines, PREQ: true } };
+        }
         return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ }, defines };
       }
       // 2..8 rows: staged x and then the lanes' partial sums share one buffer of XS vec4s.
@@ -349,7 +370,7 @@ export class MatmulQ4 {
     };
     // Bad shapes and limits throw here, at planning, not at the first call.
     for (let m = 1; m <= GEMV_MAX_ROWS; m++) spec(m, false);
-    const plan = { spec, kernels: [], rowsPerGroup: 4 * TG, persist };
+    const plan = { spec, kernels: [], rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false };
     byK.set(k, plan);
     return plan;
   }
@@ -412,9 +433,12 @@ export class MatmulQ4 {
       split1 = parts[0];
       split2 = parts.length > 2 ? parts[0] + parts[1] : w.n;
     }
+    const xq = plan.preq && m > 1 ? this.quantize(rec, x, m, w.k) : null;
     if (!lora) {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
-      rec.dispatch(kernel, { codes4: w.codes, scales: w.scales, x, y }, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, lora_r: 0, lora_np: 0, lora_s: 0 });
+      const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
+      if (xq) bind.xq_in = xq;
+      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, lora_r: 0, lora_np: 0, lora_s: 0 });
       return;
     }
     const { B, r, scale, perRow } = lora;
@@ -425,7 +449,8 @@ export class MatmulQ4 {
     if (lora.parts.dtype !== 'f32' || lora.parts.numel < m * perRow * r) throw new ShapeError(op, `LoRA partials must hold [${m}, ${perRow}, ${r}] f32`);
     const kernel = this.loraKernel(plan, m);
     if (!kernel) throw new ShapeError(op, `this device's workgroup memory cannot hold the LoRA epilogue beside ${m} rows of x (takesLora)`);
-    rec.dispatch(kernel, { codes4: w.codes, scales: w.scales, x, y, lora_parts: lora.parts, lora_b: B }, grid1d(groups, 1), {
+    const bind = { codes4: w.codes, scales: w.scales, x, y, lora_parts: lora.parts, lora_b: B };
+    rec.dispatch(kernel, xq ? { ...bind, xq_in: xq } : bind, grid1d(groups, 1), {
       m,
       n: w.n,
       k: w.k,
@@ -436,6 +461,18 @@ export class MatmulQ4 {
       lora_np: perRow,
       lora_s: scale,
     });
+  }
+
+  /** x [m, k] as int8 groups in this instance's scratch (quantize_x), for a PREQ layout. */
+  private quantize(rec: Recorder, x: Tensor, m: number, k: number): Tensor {
+    const words = (m * k * 12) / Q4_GROUP; // 3 vec4s a group
+    if (!this.quantizeK) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
+    if (!this.xq || this.xq.numel < words) {
+      // The smaller one is never released: calls recorded before may still read it.
+      this.xq = this.gpu.tensor([Math.max(words, (GEMV_MAX_ROWS * 6144 * 12) / Q4_GROUP)], 'u32', 'matmul_q4.xq');
+    }
+    rec.dispatch(this.quantizeK, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA });
+    return this.xq;
   }
 
   /** Whether gemv can add a rank-r adapter's update, from `perRow` partials of u a row, to m rows

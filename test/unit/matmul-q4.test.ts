@@ -137,6 +137,8 @@ describe('4-bit matmul', () => {
     const layouts = [
       [{ threadsPerRow: 8, groups: 4, int8: true }, [2, 5, 8]],
       [{ threadsPerRow: 4, groups: 2, int8: true, xChunk: 64, persist: 2 }, [8]],
+      // x quantized by a dispatch of its own, read from memory.
+      [{ threadsPerRow: 8, groups: 2, int8: true, preq: true }, [8]],
     ] as const;
     for (const [gemv, ms] of layouts) {
       const mm = await MatmulQ4.create(gpu, { gemv });
