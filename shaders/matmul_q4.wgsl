@@ -534,7 +534,9 @@ fn store_rows(blk: u32, tg: u32, lane: u32, lid: u32, a: array<vec4<f32>, 8>) {
 // Per group, row of W and row of x: 8 dot products into an integer that starts at
 // BIAS − 8·Σq (the −8 of the codes, from the group's sum of q; BIAS puts the sum in the mantissa
 // of a float, so that converting it is one subtraction: |Σ(c − 8)·q| ≤ 32·15·127 < 2^22), then one
-// multiply-add by d·s into the f32 sum.
+// multiply-add by d·s into the f32 sum. With PREQ, quantize_x (a dispatch before) quantizes x once
+// for the whole call and every workgroup reads it from memory: each workgroup quantizing all of x
+// cost the large weights more than the extra dispatch (K = 6144: 8 x 192 groups a workgroup).
 
 const I8_BIAS = 0x4B400000i;  // 1.5·2^23 as f32 bits: an integer n, |n| < 2^22, added is the float 1.5·2^23 + n
 const I8_BIAS_F = 12582912.0; // 1.5·2^23

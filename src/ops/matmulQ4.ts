@@ -345,6 +345,12 @@ export class MatmulQ4 {
         if (KC < Q4_GROUP) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold a group of x beside the partial sums of ${TPR * TG} threads`);
         return { name, shader: 'matmul_q4', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, KC }, defines };
       }
+      if (shape.preq) {
+        // x from quantize_x: workgroup memory holds the lanes' partial sums only.
+        const XS = TPR * TG * M;
+        if (16 * XS > wgBytes) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold the partial sums of ${TPR * TG} threads`);
+        return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ: 1 }, defines: { ...defines, PREQ: true } };
+      }
       if (shape.int8) {
         // Per row of x and staged group 3 vec4s (32 bytes of q, a scale and the integer's start);
         // the lanes' partial sums reuse the memory.
@@ -352,11 +358,6 @@ export class MatmulQ4 {
         const XS = Math.max(3 * M * XQ, TPR * TG * M);
         if (XQ < 1 || 16 * XS > wgBytes) {
           throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of int8 x or the partial sums of ${TPR * TG} threads`);
-        }
-        if (shape.preq) {
-          const XS = TPR * TG * M;
-          if (16 * XS > wgBytes) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold the partial sums of ${TPR * TG} threads`);
-          return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ: 1 }, defines: { ...defines, PREQ: true } };
         }
         return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ }, defines };
       }
