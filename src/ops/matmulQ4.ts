@@ -222,11 +222,12 @@ export class MatmulQ4 {
     private readonly gatherK: Kernel,
     readonly subgroups: boolean,
     private readonly gemmTile: { m: number; n: number },
-    /** 2..8 rows of x take the int8 layouts (when no layout is fixed). */
-    readonly int8: boolean,
     /** quantize_x, where WGSL has the packed 4x8 builtins. */
     private readonly quantizeK: Kernel | null,
   ) {}
+
+  /** 2..8 rows of x take the int8 layouts (when no layout is fixed); set by create. */
+  private int8 = false;
 
   /** quantize_x's output for the PREQ layouts, grown on first use to the largest call's. */
   private xq: Tensor | null = null;
@@ -254,23 +255,20 @@ export class MatmulQ4 {
     ]);
     if (opts.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
     const quantizeK = gpu.hasWgsl(DOT4_I8) ? await gpu.kernel({ ...spec('quantize_x'), name: 'matmul_q4.gemv' }) : null;
-    const make = (int8: boolean) =>
-      new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, int8, quantizeK);
+    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
-    const mm = make(false);
     for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K]) mm.plan(g, 1 << 20);
     if (opts.gemv || opts.int8 === false || !gpu.hasWgsl(DOT4_I8)) return mm;
     // By default the int8 layouts where this device's workgroup memory holds them all (WebGPU's
     // default 16 KiB does not; the f32 layouts serve every call there).
-    const withInt8 = make(true);
     try {
-      for (const g of [I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL, I8Q_HEAD, I8Q_LARGE, I8Q_LONG_K]) withInt8.plan(g, 1 << 20);
+      for (const g of [I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL, I8Q_HEAD, I8Q_LARGE, I8Q_LONG_K]) mm.plan(g, 1 << 20);
+      mm.int8 = true;
     } catch (e) {
       if (!(e instanceof ShapeError) || opts.int8) throw e;
-      return mm;
     }
-    return withInt8;
+    return mm;
   }
 
   /** The layout a call of m rows of x on a weight [n, k] takes (int8: the call allows int8 x). */
@@ -466,11 +464,12 @@ export class MatmulQ4 {
 
   /** x [m, k] as int8 groups in this instance's scratch (quantize_x), for a PREQ layout. */
   private quantize(rec: Recorder, x: Tensor, m: number, k: number): Tensor {
-    const words = (m * k * 12) / Q4_GROUP; // 3 vec4s a group
+    const words = (k * 12) / Q4_GROUP; // a row of x: 3 vec4s a group
     if (!this.quantizeK) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
-    if (!this.xq || this.xq.numel < words) {
-      // The smaller one is never released: calls recorded before may still read it.
-      this.xq = this.gpu.tensor([Math.max(words, (GEMV_MAX_ROWS * 6144 * 12) / Q4_GROUP)], 'u32', 'matmul_q4.xq');
+    if (!this.xq || this.xq.numel < m * words) {
+      // Sized for the most rows at this K; a smaller one is never released (calls recorded
+      // before may still read it).
+      this.xq = this.gpu.tensor([GEMV_MAX_ROWS * words], 'u32', 'matmul_q4.xq');
     }
     rec.dispatch(this.quantizeK, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA });
     return this.xq;

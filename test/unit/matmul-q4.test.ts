@@ -19,12 +19,14 @@ function weight(gpu: Gpu, n: number, k: number, seed: number): { w: Q4Weight; de
   return { w, deq: dequantizeRef(q) };
 }
 
-/** |got - want| ≤ 1e-4·Σ|a||b| per element (plus a floor for all-zero products). */
-function expectMatmulClose(got: Float32Array, want: Float64Array, mag: Float64Array, what: string): void {
+/** |got - want| ≤ 1e-4·Σ|a||b| per element (plus a floor for all-zero products), plus `extra`
+ * (the int8 GEMV's quantization bound) where given. */
+function expectMatmulClose(got: Float32Array, want: Float64Array, mag: Float64Array, what: string, extra?: Float64Array): void {
   expect(got.length, `${what}: length`).toBe(want.length);
   for (let i = 0; i < want.length; i++) {
-    if (!(Math.abs(got[i] - want[i]) <= 1e-4 * mag[i] + 1e-30)) {
-      expect.fail(`${what}: element ${i} is ${got[i]}, expected ${want[i]} (Σ|a||b| = ${mag[i]})`);
+    const tol = 1e-4 * mag[i] + (extra?.[i] ?? 0) + 1e-30;
+    if (!(Math.abs(got[i] - want[i]) <= tol)) {
+      expect.fail(`${what}: element ${i} is ${got[i]}, expected ${want[i]} ± ${tol} (Σ|a||b| = ${mag[i]})`);
     }
   }
 }
@@ -53,8 +55,10 @@ function int8Bound(x: Float32Array, deq: Float64Array, m: number, n: number, k: 
 
 type Product = 'gemv' | 'gemm';
 
-/** Every shape in one submit (software Vulkan pays per submit and readback), then compare. */
-async function checkForward(gpu: Gpu, mm: MatmulQ4, product: Product, ms: number[], tag: string): Promise<void> {
+/** Every shape in one submit (software Vulkan pays per submit and readback), then compare. With
+ * `int8` (a layout of the int8 GEMV), x starts with an all-zero group (scale 0: no division by it)
+ * and each element may also differ by int8Bound. */
+async function checkForward(gpu: Gpu, mm: MatmulQ4, product: Product, ms: readonly number[], tag: string, int8 = false): Promise<void> {
   const rec = gpu.recorder();
   const cases = [];
   for (const m of ms)
@@ -63,6 +67,7 @@ async function checkForward(gpu: Gpu, mm: MatmulQ4, product: Product, ms: number
         const seed = 1000 * m + 10 * n + k;
         const { w, deq } = weight(gpu, n, k, seed);
         const x = randUniform(m * k, seed + 1);
+        if (int8) x.fill(0, 0, 32);
         const y0 = randUniform(m * n, seed + 2);
         const tx = gpu.upload(x, [m, k], 'f32', 'x');
         const ty = gpu.tensor([m, n], 'f32', 'y');
@@ -75,9 +80,10 @@ async function checkForward(gpu: Gpu, mm: MatmulQ4, product: Product, ms: number
   for (const { m, n, k, w, deq, x, y0, tx, ty, tacc } of cases) {
     const { y, mag } = matmulABt(x, deq, m, n, k);
     const what = `${product}${tag} M=${m} N=${n} K=${k}`;
-    expectMatmulClose(await gpu.readF32(ty), y, mag, what);
+    const bound = int8 ? int8Bound(x, deq, m, n, k) : undefined;
+    expectMatmulClose(await gpu.readF32(ty), y, mag, what, bound);
     const magAcc = mag.map((v, i) => v + Math.abs(y0[i]));
-    expectMatmulClose(await gpu.readF32(tacc), y.map((v, i) => v + y0[i]), magAcc, `${what} accumulate`);
+    expectMatmulClose(await gpu.readF32(tacc), y.map((v, i) => v + y0[i]), magAcc, `${what} accumulate`, bound);
     release(tx, ty, tacc, w.codes, w.scales);
   }
 }
@@ -140,40 +146,7 @@ describe('4-bit matmul', () => {
       // x quantized by a dispatch of its own, read from memory.
       [{ threadsPerRow: 8, groups: 2, int8: true, preq: true }, [8]],
     ] as const;
-    for (const [gemv, ms] of layouts) {
-      const mm = await MatmulQ4.create(gpu, { gemv });
-      const rec = gpu.recorder();
-      const cases = [];
-      for (const m of ms)
-        for (const n of NS)
-          for (const k of KS) {
-            const seed = 3000 * m + 10 * n + k;
-            const { w, deq } = weight(gpu, n, k, seed);
-            const x = randUniform(m * k, seed + 1);
-            x.fill(0, 0, 32); // an all-zero group: scale 0, no division by it
-            const y0 = randUniform(m * n, seed + 2);
-            const tx = gpu.upload(x, [m, k], 'f32', 'x');
-            const ty = gpu.tensor([m, n], 'f32', 'y');
-            const tacc = gpu.upload(y0, [m, n], 'f32', 'y_acc');
-            mm.gemv(rec, tx, w, ty);
-            mm.gemv(rec, tx, w, tacc, true);
-            cases.push({ m, n, k, w, deq, x, y0, tx, ty, tacc });
-          }
-      await rec.submit();
-      for (const { m, n, k, w, deq, x, y0, tx, ty, tacc } of cases) {
-        const { y, mag } = matmulABt(x, deq, m, n, k);
-        const bound = int8Bound(x, deq, m, n, k);
-        const what = `int8 gemv ${JSON.stringify(gemv)} M=${m} N=${n} K=${k}`;
-        const got = await gpu.readF32(ty);
-        const acc = await gpu.readF32(tacc);
-        for (let i = 0; i < m * n; i++) {
-          const tol = bound[i] + 1e-4 * mag[i] + 1e-30;
-          if (!(Math.abs(got[i] - y[i]) <= tol)) expect.fail(`${what}: element ${i} is ${got[i]}, expected ${y[i]} ± ${tol}`);
-          if (!(Math.abs(acc[i] - y[i] - y0[i]) <= tol + 1e-4 * Math.abs(y0[i]))) expect.fail(`${what} accumulate: element ${i} is ${acc[i]}, expected ${y[i] + y0[i]}`);
-        }
-        release(tx, ty, tacc, w.codes, w.scales);
-      }
-    }
+    for (const [gemv, ms] of layouts) await checkForward(gpu, await MatmulQ4.create(gpu, { gemv }), 'gemv', ms, ` int8 ${JSON.stringify(gemv)}`, true);
   });
 
   it('GEMV with a LoRA epilogue adds s·u·Bᵀ, u the sum of each row\'s partials, for 1 to 8 rows, f32 and int8 x', async () => {
