@@ -52,21 +52,8 @@ fn pack_i8(v: vec4<f32>) -> u32 {
   return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
 }
 
-@compute @workgroup_size(64)
-fn quantize_rows(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
-  let i = gid.x + gid.y * nwg.x * 64u; // (row, group) index m·G + g
-  if (i >= params.m * (params.k / 32u)) {
-    return;
-  }
-  var v: array<vec4<f32>, 8>;
-  var amax = 0.0;
-  for (var j = 0u; j < 8u; j++) {
-    v[j] = x[i * 8u + j];
-    let a = abs(v[j]);
-    amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-  }
-  let inv = select(0.0, QMAX / amax, amax > 0.0);
-  sx[i] = amax / QMAX;
+// The two limbs of one group of x (32 values, `v`) at the scale 1/inv, written to group gi of xq.
+fn put_limbs(gi: u32, v: array<vec4<f32>, 8>, inv: f32) {
   var hi: array<u32, 8>;
   var lo: array<u32, 8>;
   for (var o = 0u; o < 4u; o++) {
@@ -81,10 +68,39 @@ fn quantize_rows(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgro
     lo[2u * o] = pack_i8(qe - 128.0 * he);
     lo[2u * o + 1u] = pack_i8(qo - 128.0 * ho);
   }
-  xq[4u * i] = vec4<u32>(hi[0], hi[1], hi[2], hi[3]);
-  xq[4u * i + 1u] = vec4<u32>(hi[4], hi[5], hi[6], hi[7]);
-  xq[4u * i + 2u] = vec4<u32>(lo[0], lo[1], lo[2], lo[3]);
-  xq[4u * i + 3u] = vec4<u32>(lo[4], lo[5], lo[6], lo[7]);
+  xq[4u * gi] = vec4<u32>(hi[0], hi[1], hi[2], hi[3]);
+  xq[4u * gi + 1u] = vec4<u32>(hi[4], hi[5], hi[6], hi[7]);
+  xq[4u * gi + 2u] = vec4<u32>(lo[0], lo[1], lo[2], lo[3]);
+  xq[4u * gi + 3u] = vec4<u32>(lo[4], lo[5], lo[6], lo[7]);
+}
+
+fn absmax(v: array<vec4<f32>, 8>) -> f32 {
+  var amax = 0.0;
+  for (var j = 0u; j < 8u; j++) {
+    let a = abs(v[j]);
+    amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+  }
+  return amax;
+}
+
+fn group_of_x(gi: u32) -> array<vec4<f32>, 8> {
+  var v: array<vec4<f32>, 8>;
+  for (var j = 0u; j < 8u; j++) {
+    v[j] = x[gi * 8u + j];
+  }
+  return v;
+}
+
+@compute @workgroup_size(64)
+fn quantize_rows(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = gid.x + gid.y * nwg.x * 64u; // (row, group) index m·G + g
+  if (i >= params.m * (params.k / 32u)) {
+    return;
+  }
+  let v = group_of_x(i);
+  let amax = absmax(v);
+  sx[i] = amax / QMAX;
+  put_limbs(i, v, select(0.0, QMAX / amax, amax > 0.0));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -267,6 +283,222 @@ fn gemm(
     }
   }
   let n = n0 + col;
+  for (var j = 0u; j < ACC; j++) {
+    let m = m0 + lid / BN + j * (WG / BN);
+    if (m < params.m && n < params.n) {
+      let o = m * params.n + n;
+      var v = acc[j];
+      if (params.accumulate != 0u) {
+        v += y[o];
+      }
+      y[o] = v;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-blocked GEMM (quantize_rows_kb, gemm_kb): the i32 products accumulate inside the subgroup
+// matrices over a block of KB = 32·SUB along K, and go through `part` once a block instead of once
+// a group, which cuts the result stores that bound `gemm` by SUB. It needs one scale per (row,
+// block) of x and one per (column, block) of W, so the weights are re-rounded to int8:
+//   w8 = round((c − 8)·d_g / t), t = 8·max_g |d_g| / 127 over the block's groups,
+// an error of at most t/2 per weight (1/32 of the block's largest Q4 step) on top of Q4's own;
+// not bit-faithful to the Q4 weights, which is why it is a separate entry. x keeps two limbs, now
+// at its block's absmax. Each subgroup (exactly 32 wide) owns a 32x32 share of y (2x2 tiles) and
+// sums 128·hi·w8 + lo·w8 in one i32 accumulator per tile: |R| ≤ 128.5·127·127·KB < 2^31 for
+// KB ≤ 128.
+// A whole block is staged per barrier (one 32-K step per barrier left the kernel bound by its
+// loads and barriers: without any MMA it ran as long as with them), and `part` shares the
+// staging memory, which is free once the block's MMAs are done. On the H100 (M8192 N6144 K2048,
+// 128x64, K block 128): 3.74 ms, 55 TFLOP/s (`gemm`: 6.93 ms); the same kernel without its MMAs
+// still takes 2.4 ms, so staging and barriers, not the tensor cores, are what is left to win.
+// ---------------------------------------------------------------------------------------------
+const SUB = {{SUB}}u;     // groups a block
+const SGM = BM / 32u;     // subgroups along M
+const KB_MAX = 127.0 / 8.0;
+
+// x's block: two limbs at the block's absmax; sx is [M, K/KB].
+@compute @workgroup_size(64)
+fn quantize_rows_kb(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = gid.x + gid.y * nwg.x * 64u; // (row, block) index
+  if (i >= params.m * (params.k / (32u * SUB))) {
+    return;
+  }
+  let g0 = i * SUB; // first group of the block (rows hold K/32 = blocks·SUB groups)
+  var amax = 0.0;
+  for (var s = 0u; s < SUB; s++) {
+    amax = max(amax, absmax(group_of_x(g0 + s)));
+  }
+  sx[i] = amax / QMAX;
+  let inv = select(0.0, QMAX / amax, amax > 0.0);
+  for (var s = 0u; s < SUB; s++) {
+    put_limbs(g0 + s, group_of_x(g0 + s), inv);
+  }
+}
+
+const KB = 32u * SUB;
+const KB_A_ITEMS = BM * SUB * 4u;                 // vec4<u32> of x limbs a block
+const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
+const KB_B_ITEMS = BN * SUB;                      // code vec4s (32 codes) a block
+const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
+// Byte offsets of the staged block (int8 elements, as subgroupMatrixLoad counts them).
+const KB_LO = BM * KB;                            // lo limbs after the hi limbs, [SUB][BM][32]
+const KB_B = 2u * BM * KB;                        // weights, [SUB][BN][32] (column-major tiles)
+const KB_WORDS = max(KB_B / 4u + BN * SUB * 8u, BM * PS);
+var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
+var<workgroup> kb_sx: array<f32, BM>;
+var<workgroup> kb_t: array<f32, BN>;
+
+// What one thread loads for a block: kept raw until `stage_kb`, so that no arithmetic waits on
+// these loads before the current block's MMAs are issued.
+struct StagedKb {
+  a: array<vec4<u32>, KB_A_PER>,
+  b: array<vec4<u32>, KB_B_PER>,
+  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block
+  sx: f32,
+}
+
+// Item j of the weights: column j / SUB, group j % SUB (a column's codes are contiguous).
+fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
+  let groups = params.k / 32u;
+  let g0 = blk * SUB;
+  var st: StagedKb;
+  for (var t = 0u; t < KB_A_PER; t++) {
+    let i = lid + t * WG;
+    let m = m0 + i / (SUB * 4u);
+    if (i < KB_A_ITEMS && m < params.m) {
+      st.a[t] = xq_in[(m * groups + g0) * 4u + i % (SUB * 4u)];
+    }
+  }
+  for (var t = 0u; t < KB_B_PER; t++) {
+    let j = lid + t * WG;
+    let n = n0 + j / SUB;
+    st.b[t] = vec4<u32>(PAD_CODES);
+    if (j < KB_B_ITEMS && n < params.n) {
+      st.b[t] = codes4[n * groups + g0 + j % SUB];
+      for (var h = 0u; h < SUB / 2u; h++) {
+        st.d[t][h] = scales[(n * groups + g0) / 2u + h];
+      }
+    }
+  }
+  if (lid < BM && m0 + lid < params.m) {
+    st.sx = sx_in[(m0 + lid) * (groups / SUB) + blk];
+  }
+  return st;
+}
+
+// Four codes (one per byte of a masked word) as round((c − 8)·f), packed int8.
+fn requant(nibbles: u32, f: f32) -> i32 {
+  return bitcast<i32>(pack4xI8(vec4<i32>(round((vec4<f32>(unpack4xU8(nibbles)) - 8.0) * f))));
+}
+
+fn stage_kb(st: StagedKb, lid: u32) {
+  for (var t = 0u; t < KB_A_PER; t++) {
+    let i = lid + t * WG;
+    if (i < KB_A_ITEMS) {
+      let row = i / (SUB * 4u);
+      let s = (i / 4u) % SUB;
+      let q = i % 4u;
+      let o = (q / 2u) * (KB_LO / 4u) + (s * BM + row) * 8u + (q % 2u) * 4u;
+      let v = bitcast<vec4<i32>>(st.a[t]);
+      smem[o] = v.x;
+      smem[o + 1u] = v.y;
+      smem[o + 2u] = v.z;
+      smem[o + 3u] = v.w;
+    }
+  }
+  for (var t = 0u; t < KB_B_PER; t++) {
+    let j = lid + t * WG;
+    if (j < KB_B_ITEMS) {
+      let col = j / SUB;
+      let s = j % SUB;
+      var dmax = 0.0;
+      var d = 0.0;
+      for (var h = 0u; h < SUB / 2u; h++) {
+        let pair = unpack2x16float(st.d[t][h]);
+        dmax = max(dmax, max(abs(pair.x), abs(pair.y)));
+        if (h == s / 2u) {
+          d = pair[s % 2u];
+        }
+      }
+      let step = dmax / KB_MAX;
+      let f = select(0.0, d / step, dmax > 0.0);
+      let o = KB_B / 4u + (s * BN + col) * 8u;
+      for (var w = 0u; w < 4u; w++) {
+        let c = st.b[t][w];
+        smem[o + 2u * w] = requant(c & 0x0F0F0F0Fu, f);              // k = 8w + 0, 2, 4, 6
+        smem[o + 2u * w + 1u] = requant((c >> 4u) & 0x0F0F0F0Fu, f); // k = 8w + 1, 3, 5, 7
+      }
+      if (s == 0u) {
+        kb_t[col] = step;
+      }
+    }
+  }
+  if (lid < BM) {
+    kb_sx[lid] = st.sx;
+  }
+}
+
+// acc += sx·t·part over this thread's elements (column lid % BN).
+fn scale_part(acc: ptr<function, array<f32, ACC>>, lid: u32) {
+  let col = lid % BN;
+  let sw = kb_t[col];
+  for (var j = 0u; j < ACC; j++) {
+    let row = lid / BN + j * (WG / BN);
+    (*acc)[j] = fma(f32(smem[row * PS + col]), kb_sx[row] * sw, (*acc)[j]);
+  }
+}
+
+@compute @workgroup_size(WG)
+fn gemm_kb(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sg: u32,
+) {
+  let blocks = params.k / KB;
+  let m0 = wid.y * BM;
+  let n0 = wid.x * BN;
+  let ti0 = (sg % SGM) * 2u;
+  let tj0 = (sg / SGM) * 2u;
+  var acc: array<f32, ACC>;
+  var st = fetch_kb(0u, m0, n0, lid);
+  for (var blk = 0u; blk < blocks; blk++) {
+    stage_kb(st, lid);
+    workgroupBarrier();
+    if (blk + 1u < blocks) {
+      st = fetch_kb(blk + 1u, m0, n0, lid);
+    }
+    // R = 128·Σ hi·w8 + Σ lo·w8 in one accumulator per tile: the hi products first, scaled by
+    // 128, then the lo products on top (the block is still staged, so its weights reload cheaply).
+    var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
+    for (var t = 0u; t < 4u; t++) {
+      r[t] = subgroup_matrix_result<i32, 16, 16>(); // explicitly: a var in a loop body kept its sums
+    }
+    for (var limb = 0u; limb < 2u; limb++) {
+      for (var s = 0u; s < SUB; s++) {
+        let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u) * 32u, true, 32u);
+        let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u + 16u) * 32u, true, 32u);
+        for (var i = 0u; i < 2u; i++) {
+          let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, limb * KB_LO + (s * BM + (ti0 + i) * 16u) * 32u, false, 32u);
+          r[2u * i] = subgroupMatrixMultiplyAccumulate(a, b0, r[2u * i]);
+          r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, b1, r[2u * i + 1u]);
+        }
+      }
+      if (limb == 0u) {
+        for (var t = 0u; t < 4u; t++) {
+          r[t] = subgroupMatrixScalarMultiply(r[t], 128);
+        }
+      }
+    }
+    workgroupBarrier();
+    for (var t = 0u; t < 4u; t++) {
+      subgroupMatrixStore(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], false, PS);
+    }
+    workgroupBarrier();
+    scale_part(&acc, lid);
+    workgroupBarrier();
+  }
+  let n = n0 + lid % BN;
   for (var j = 0u; j < ACC; j++) {
     let m = m0 + lid / BN + j * (WG / BN);
     if (m < params.m && n < params.n) {

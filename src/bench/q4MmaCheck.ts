@@ -12,7 +12,8 @@ export interface MmaAccuracy {
   relToMax: number;
   /** max over elements of |y − y_ref| / Σ_k |x·w|. */
   relToMagnitude: number;
-  /** max over elements of |y − y_ref| / the bound the two-limb rounding allows (≤ 1 when right). */
+  /** max over elements of |y − y_ref| / the bound the two-limb rounding (and, past a K block of
+   * 32, the weights' re-rounding) allows (≤ 1 when right). */
   ofBound: number;
 }
 
@@ -77,14 +78,26 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
       const code = (codes[(r * k + c) >> 3] >>> (4 * (c & 7))) & 15;
       deq[r * k + c] = f16ToNumber(halves[r * groups + (c >> 5)]) * (code - 8);
     }
-  // The two limbs round x to a step of absmax/16256 of its group: an error of at most half of that.
-  const step = new Float64Array(m * groups);
+  // The two limbs round x to a step of absmax/16256 of its group (its K block where kBlock > 32):
+  // an error of at most half of that. Past 32, each weight is also re-rounded to a step t of
+  // 8·max|d|/127 over its (column, block): at most t/2 more.
+  const kb = mma.kBlock;
+  const blocks = k / kb;
+  const step = new Float64Array(m * blocks);
   for (let r = 0; r < m; r++)
-    for (let g = 0; g < groups; g++) {
+    for (let b = 0; b < blocks; b++) {
       let a = 0;
-      for (let c = 0; c < Q4_GROUP; c++) a = Math.max(a, Math.abs(x[r * k + g * Q4_GROUP + c]));
-      step[r * groups + g] = a / 16256;
+      for (let c = 0; c < kb; c++) a = Math.max(a, Math.abs(x[r * k + b * kb + c]));
+      step[r * blocks + b] = a / 16256;
     }
+  const wstep = new Float64Array(n * blocks);
+  if (kb > Q4_GROUP)
+    for (let j = 0; j < n; j++)
+      for (let b = 0; b < blocks; b++) {
+        let d = 0;
+        for (let g = (b * kb) / Q4_GROUP; g < ((b + 1) * kb) / Q4_GROUP; g++) d = Math.max(d, Math.abs(f16ToNumber(halves[j * groups + g])));
+        wstep[j * blocks + b] = (8 * d) / 127;
+      }
   let maxRef = 0;
   let maxErr = 0;
   let relToMagnitude = 0;
@@ -94,16 +107,16 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
       let ref = 0;
       let mag = 0;
       let bound = 0;
-      for (let g = 0; g < groups; g++) {
-        let wsum = 0;
-        for (let c = g * Q4_GROUP; c < (g + 1) * Q4_GROUP; c++) {
+      for (let b = 0; b < blocks; b++) {
+        const t = wstep[j * blocks + b];
+        const sx = step[r * blocks + b];
+        for (let c = b * kb; c < (b + 1) * kb; c++) {
           const xv = x[r * k + c];
           const wv = deq[j * k + c];
           ref += xv * wv;
           mag += Math.abs(xv * wv);
-          wsum += Math.abs(wv);
+          bound += 0.5 * sx * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
         }
-        bound += 0.5 * step[r * groups + g] * wsum;
       }
       // f32 accumulation over K/32 scaled partials: a few ulps of the magnitude on top.
       bound += 1e-6 * mag;

@@ -12,7 +12,7 @@ import { KvCache } from '../ops/kvCache';
 import { LogProb } from '../ops/logprob';
 import { Matmul } from '../ops/matmul';
 import { DEFAULT_GEMM, MatmulQ4, type GemmShape, type MatmulQ4Options, type Q4Weight } from '../ops/matmulQ4';
-import { MatmulQ4Mma, mmaUnsupported, type MmaTile } from '../ops/matmulQ4Mma';
+import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../ops/matmulQ4Mma';
 import { checkQ4Mma, OUTLIERS, type MmaAccuracy } from './q4MmaCheck';
 import { gemvOptions } from './gemvOptions';
 import { Norms } from '../ops/norms';
@@ -281,40 +281,81 @@ const MMA_TILES: MmaTile[] = [
   { rows: 128, cols: 128, threads: 256 },
 ];
 
+// The K-blocked variant (weights re-rounded to int8 per column and block of K): 32x32 of y per
+// subgroup.
+const MMA_KB_TILES: MmaTile[] = [
+  { rows: 64, cols: 64, threads: 128 },
+  { rows: 64, cols: 128, threads: 256 },
+  { rows: 128, cols: 64, threads: 256 },
+];
+const MMA_K_BLOCKS: KBlock[] = [64, 128];
+
+interface MmaSet {
+  tiles: { setting: string; value: MatmulQ4Mma }[];
+  note: string;
+}
+
+function mmaSetting(tile: MmaTile, op: MatmulQ4Mma): string {
+  const how = op.kBlock > 32 ? `, K block ${op.kBlock}` : op.blocked ? ', 2x2 blocks' : '';
+  return `${tile.rows}x${tile.cols}, ${tile.threads} threads${how}`;
+}
+
+/** Builds each option that fits this device and checks it on odd shapes against the f64
+ * reference (the figures become the rows' note); throws where one misses its bound. */
+async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile; kBlock?: KBlock; blocked?: boolean }[], shapes: [number, number, number][], describe: string): Promise<MmaSet> {
+  const { weights, rows } = ctx.shapes.gemm;
+  const maxRows = Math.max(...rows, 300);
+  const maxK = Math.max(...weights.map((s) => s[1]), 2048);
+  const tiles: MmaSet['tiles'] = [];
+  for (const { tile, kBlock, blocked } of options) {
+    try {
+      const op = await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked, kBlock });
+      tiles.push({ setting: mmaSetting(tile, op), value: op });
+    } catch (e) {
+      if (!(e instanceof ShapeError)) throw e;
+    }
+  }
+  const checks: MmaAccuracy[] = [];
+  for (const { setting, value: op } of tiles) {
+    for (const [i, shape] of shapes.entries()) {
+      const a = await checkQ4Mma(ctx.gpu, op, shape, 11 + i);
+      if (!(a.ofBound <= 1)) throw new Error(`${what} ${setting} ${a.shape}: error ${a.ofBound} times the rounding bound`);
+      checks.push(a);
+    }
+  }
+  const worst = (f: (a: MmaAccuracy) => number) => Math.max(...checks.map(f)).toExponential(1);
+  const note = `${describe}; vs dequantize-then-f64 on Gaussian x with ${OUTLIERS.channels} channels x${OUTLIERS.gain}: max error ${worst((a) => a.relToMax)} of max |y|, ${worst((a) => a.relToMagnitude)} of Σ|x·w|`;
+  console.warn(`gemm: ${what}: ${note}; checked ${checks.map((a) => a.shape).join(', ')}`);
+  return { tiles, note };
+}
+
 /**
- * The int8 tensor-core GEMM in every tile this device holds, with its accuracy on odd shapes
- * (a note for its rows); null where the device has no int8 subgroup matrices.
+ * The int8 tensor-core GEMMs in every tile this device holds: exact on the Q4 weights, and
+ * K-blocked (re-rounded weights); null where the device has no int8 subgroup matrices.
  */
-async function mmaSetup(ctx: SuiteContext): Promise<{ tiles: { tile: MmaTile; op: MatmulQ4Mma }[]; note: string } | null> {
+async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: MmaSet } | null> {
   const why = mmaUnsupported(ctx.gpu);
   if (why) {
     console.warn(`gemm: no int8 tensor-core rows: ${why}`);
     return null;
   }
-  const { weights, rows } = ctx.shapes.gemm;
-  const maxRows = Math.max(...rows, 300);
-  const maxK = Math.max(...weights.map((s) => s[1]), 2048);
-  const tiles: { tile: MmaTile; op: MatmulQ4Mma }[] = [];
-  for (const tile of ctx.quick ? MMA_TILES.slice(0, 1) : MMA_TILES)
-    for (const blocked of [true, false]) {
-      try {
-        tiles.push({ tile, op: await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked }) });
-      } catch (e) {
-        if (!(e instanceof ShapeError)) throw e;
-      }
-    }
-  const checks: MmaAccuracy[] = [];
-  for (const { tile, op } of tiles) {
-    for (const [i, shape] of ([[77, 200, 320], [300, 515, 2048]] as [number, number, number][]).entries()) {
-      const a = await checkQ4Mma(ctx.gpu, op, shape, 11 + i);
-      if (!(a.ofBound <= 1)) throw new Error(`int8 tensor-core GEMM ${tile.rows}x${tile.cols}${op.blocked ? ' blocked' : ''} ${a.shape}: error ${a.ofBound} times the rounding bound`);
-      checks.push(a);
-    }
-  }
-  const worst = (f: (a: MmaAccuracy) => number) => Math.max(...checks.map(f)).toExponential(1);
-  const note = `x as two int8 limbs per group of 32; vs dequantize-then-f64 on Gaussian x with ${OUTLIERS.channels} channels x${OUTLIERS.gain}: max error ${worst((a) => a.relToMax)} of max |y|, ${worst((a) => a.relToMagnitude)} of Σ|x·w|`;
-  console.warn(`gemm: int8 tensor cores: ${note}; checked ${checks.map((a) => a.shape).join(', ')}`);
-  return { tiles, note };
+  const exactTiles = ctx.quick ? MMA_TILES.slice(0, 1) : MMA_TILES;
+  const exact = await mmaSet(
+    ctx,
+    'int8 tensor cores',
+    exactTiles.flatMap((tile) => [true, false].map((blocked) => ({ tile, blocked }))),
+    [[77, 200, 320], [300, 515, 2048]],
+    'x as two int8 limbs per group of 32',
+  );
+  const kbTiles = ctx.quick ? MMA_KB_TILES.slice(0, 1) : MMA_KB_TILES;
+  const kBlocked = await mmaSet(
+    ctx,
+    'int8 tensor cores, K-blocked',
+    kbTiles.flatMap((tile) => MMA_K_BLOCKS.map((kBlock) => ({ tile, kBlock }))),
+    [[45, 96, 768], [300, 515, 2048]],
+    'x as two int8 limbs per K block, weights re-rounded to int8 per column and K block (error ≤ 1/32 of the block\'s largest Q4 step)',
+  );
+  return { exact, kBlocked };
 }
 
 /** Best GEMM tile per weight shape at the smallest M, used again by the log-prob head. */
@@ -357,9 +398,11 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
       const tf = await ctx.measure(/^matmul\.gemm/, (r) => dense.linear(r, x, wf, y), ctx.full);
       ctx.add(flopRow(ctx.limits, 'gemm-f32', 'y = x·Wᵀ (f32 GEMM)', shape, tf, flops));
       if (mma) {
-        const tiles = mma.tiles.map((t) => ({ setting: `${t.tile.rows}x${t.tile.cols}, ${t.tile.threads} threads${t.op.blocked ? ', 2x2 blocks' : ''}`, value: t.op }));
-        const bestMma = await bestOf(ctx, 'gemm-mma', shape, tiles, (op, opts) => ctx.measure(/^matmul_q4_mma\./, (r) => op.gemm(r, x, w, y), opts));
-        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, bestMma.timing, flops, { setting: bestMma.setting, note: mma.note }));
+        const run = (op: MatmulQ4Mma, opts: MeasureOptions) => ctx.measure(/^matmul_q4_mma\./, (r) => op.gemm(r, x, w, y), opts);
+        const exact = await bestOf(ctx, 'gemm-mma', shape, mma.exact.tiles, run);
+        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, exact.timing, flops, { setting: exact.setting, note: mma.exact.note }));
+        const kb = await bestOf(ctx, 'gemm-mma-kb', shape, mma.kBlocked.tiles, run);
+        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }));
       }
       release(x, dy, y, dx);
     }

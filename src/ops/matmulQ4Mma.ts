@@ -1,10 +1,13 @@
 // y = x·Wᵀ for 4-bit weights on int8 tensor cores (shaders/matmul_q4_mma.wgsl): x is quantized per
 // (row, group of 32) into two int8 limbs, then an int8 GEMM scales each group's i32 partial into
 // f32. Needs Chromium's subgroup-matrix extension with an i8 -> i32, M16 N16 K32 configuration.
+// With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
+// per (column, block): faster, not bit-faithful to the Q4 weights (the shader states the bound).
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
+const PACKED_I8 = 'packed_4x8_integer_dot_product';
 
 /** The subgroup-matrix configuration the kernel is written for. */
 const CONFIG = { componentType: 'i8', resultComponentType: 'i32', M: 16, N: 16, K: 32 } as const;
@@ -26,7 +29,14 @@ export interface MatmulQ4MmaOptions {
   /** Subgroups each over a 2x2 block of the tile's 16x16 tiles (default: where subgroups are
    * exactly 32 wide and the tile has 128 threads), or walking the tiles one by one. */
   blocked?: boolean;
+  /** K per trip of the i32 partials through workgroup memory: 32 (default) is exact on the Q4
+   * weights; 64 or 128 re-round each weight to int8 at its (column, block)'s largest scale
+   * (an extra error of at most 1/32 of that block's largest Q4 step) for fewer trips. Needs a tile
+   * of (rows/32)·(cols/32) subgroups of exactly 32. */
+  kBlock?: KBlock;
 }
+
+export type KBlock = 32 | 64 | 128;
 
 /** Why this device cannot run the int8 tensor-core GEMM, or null when it can. */
 export function mmaUnsupported(gpu: Gpu): string | null {
@@ -42,9 +52,12 @@ export function mmaUnsupported(gpu: Gpu): string | null {
 }
 
 /** Workgroup bytes of a tile: both limbs of x, the int8 weights, the i32 partials (rows padded
- * by 8 words), the scales. */
-function tileBytes(t: MmaTile): number {
-  return 4 * (16 * t.rows + 8 * t.cols + t.rows * (t.cols + 8) + 2 * (t.rows + t.cols));
+ * by 8 words), the scales. The K-blocked kernel stages a whole block and puts the partials in the
+ * same memory afterwards. */
+function tileBytes(t: MmaTile, kBlock: KBlock): number {
+  const part = 4 * t.rows * (t.cols + 8);
+  if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + part;
+  return Math.max((2 * t.rows + t.cols) * kBlock, part) + 4 * (t.rows + t.cols);
 }
 
 export class MatmulQ4Mma {
@@ -58,6 +71,7 @@ export class MatmulQ4Mma {
     readonly blocked: boolean,
     readonly maxRows: number,
     readonly maxK: number,
+    readonly kBlock: KBlock,
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4MmaOptions): Promise<MatmulQ4Mma> {
@@ -68,9 +82,11 @@ export class MatmulQ4Mma {
     if (![64, 128].includes(rows) || ![64, 128].includes(cols) || ![128, 256].includes(threads) || threads % cols !== 0) {
       throw new ShapeError('matmulQ4Mma', `bad tile ${JSON.stringify(tile)}`);
     }
-    const bytes = tileBytes(tile);
+    const kBlock = opts.kBlock ?? 32;
+    if (![32, 64, 128].includes(kBlock)) throw new ShapeError('matmulQ4Mma', `kBlock must be 32, 64 or 128, got ${kBlock}`);
+    const bytes = tileBytes(tile, kBlock);
     if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
-      throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
+      throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile${kBlock > 32 ? ` with K block ${kBlock}` : ''} needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
     }
     if (threads > gpu.limits.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('matmulQ4Mma', `${threads} threads per workgroup exceed this GPU's ${gpu.limits.maxComputeInvocationsPerWorkgroup}`);
@@ -79,19 +95,25 @@ export class MatmulQ4Mma {
     if (!(Number.isInteger(maxRows) && maxRows > 0)) throw new ShapeError('matmulQ4Mma', `maxRows must be a positive integer, got ${maxRows}`);
     checkQ4Shape('matmulQ4Mma', 1, maxK);
     const info = gpu.device.adapterInfo;
-    const blockable = threads === 128 && info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32;
-    const blocked = opts.blocked ?? blockable;
-    if (blocked && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
-    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked };
+    const sg32 = info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32;
+    if (kBlock > 32) gpu.requireWgsl(PACKED_I8, 'matmulQ4Mma with a K block');
+    if (kBlock > 32 && !(sg32 && threads === (rows / 32) * (cols / 32) * 32 && cols <= threads)) {
+      throw new ShapeError('matmulQ4Mma', `kBlock ${kBlock} needs ${(rows / 32) * (cols / 32) * 32} threads for a ${rows}x${cols} tile, in subgroups of exactly 32`);
+    }
+    const blockable = threads === 128 && sg32;
+    const blocked = kBlock > 32 || (opts.blocked ?? blockable);
+    if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
+    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+    const suffix = kBlock > 32 ? '_kb' : '';
     const [quantizeK, gemmK] = await Promise.all([
-      gpu.kernel({ shader: 'matmul_q4_mma', entry: 'quantize_rows', defines, uniforms }),
-      gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm', defines, uniforms }),
+      gpu.kernel({ shader: 'matmul_q4_mma', entry: `quantize_rows${suffix}`, defines, uniforms }),
+      gpu.kernel({ shader: 'matmul_q4_mma', entry: `gemm${suffix}`, defines, uniforms }),
     ]);
     // Acquired once: the per-call paths create no buffers. 2 bytes per element (two limbs).
     const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
-    return new MatmulQ4Mma(quantizeK, gemmK, xq, sx, tile, blocked, maxRows, maxK);
+    return new MatmulQ4Mma(quantizeK, gemmK, xq, sx, tile, blocked, maxRows, maxK, kBlock);
   }
 
   /** y [M, N] (+)= x [M, K] · Wᵀ, M ≤ maxRows and K ≤ maxK. */
@@ -105,8 +127,9 @@ export class MatmulQ4Mma {
     const m = x.numel / w.k;
     if (y.numel !== m * w.n) throw new ShapeError(op, `y must be [${m}, ${w.n}], got [${y.shape.join(', ')}]`);
     if (m > this.maxRows || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.k}] exceeds the workspace for [${this.maxRows}, ${this.maxK}]`);
+    if (w.k % this.kBlock !== 0) throw new ShapeError(op, `K = ${w.k} is not a multiple of the K block ${this.kBlock}`);
     const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
-    rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx }, grid1d((m * w.k) / Q4_GROUP, 64), uniforms);
+    rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx }, grid1d((m * w.k) / this.kBlock, 64), uniforms);
     const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(m / this.tile.rows)];
     rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y }, grid, uniforms);
   }

@@ -30,6 +30,29 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
     mma.release();
   });
 
+  it('the K-blocked variant stays within its bound (two-limb x per block, weights re-rounded to int8)', async () => {
+    for (const kBlock of [64, 128] as const) {
+      const mma = await MatmulQ4Mma.create(gpu, { maxRows: 130, maxK: 768, tile: { rows: 64, cols: 64, threads: 128 }, kBlock });
+      for (const [i, shape] of ([[1, 1, 256], [45, 96, 768], [130, 129, 512]] as [number, number, number][]).entries()) {
+        const a = await checkQ4Mma(gpu, mma, shape, 17 + i);
+        expect(a.ofBound, `K block ${kBlock} ${a.shape}: error over the bound`).toBeLessThanOrEqual(1);
+        expect(a.relToMax, `K block ${kBlock} ${a.shape}: error over max |y|`).toBeLessThan(1e-2);
+      }
+      mma.release();
+    }
+  });
+
+  it('refuses a K that is not a multiple of its K block, and a tile without a subgroup per 32x32', async () => {
+    const mma = await MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 512, tile: { rows: 64, cols: 64, threads: 128 }, kBlock: 128 });
+    const x = gpu.tensor([4, 96], 'f32', 'x');
+    const y = gpu.tensor([4, 8], 'f32', 'y');
+    const w = { codes: gpu.tensor([96], 'u32', 'c'), scales: gpu.tensor([12], 'u32', 's'), n: 8, k: 96 };
+    expect(() => mma.gemm(gpu.recorder(), x, w, y)).toThrow(/not a multiple of the K block/);
+    for (const t of [x, y, w.codes, w.scales]) t.release();
+    mma.release();
+    await expect(MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 512, tile: { rows: 64, cols: 128, threads: 128 }, kBlock: 128 })).rejects.toThrow(/needs 256 threads/);
+  });
+
   it('rejects rows beyond its workspace', async () => {
     const mma = await MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 64 });
     const x = gpu.tensor([5, 64], 'f32', 'x');

@@ -2,9 +2,9 @@
 // adapter's subgroup-matrix configurations, then every tile on odd shapes against the f64
 // reference (src/bench/q4MmaCheck.ts). Exits non-zero when a tile fails.
 //   npm run bench:build (bundled beside the benchmarks), then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/mmaCheck.mjs
+//   source .device/gpu-env.sh && node .bench/mmaCheck.mjs [--k-blocked]
 import { createNodeGpu } from '../../src/node/gpu';
-import { MatmulQ4Mma, mmaUnsupported, type MmaTile } from '../../src/ops/matmulQ4Mma';
+import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { checkQ4Mma } from '../../src/bench/q4MmaCheck';
 import { ShapeError } from '../../src/gpu';
 
@@ -22,7 +22,15 @@ const SHAPES: [number, number, number][] = [
   [130, 129, 96],
   [300, 515, 2048],
   [65, 70, 6144],
+  [45, 96, 768],
 ];
+// The K-blocked GEMM: tiles of 32x32 per subgroup, blocks of 64..256 along K.
+const KB_TILES: MmaTile[] = [
+  { rows: 64, cols: 64, threads: 128 },
+  { rows: 64, cols: 128, threads: 256 },
+  { rows: 128, cols: 64, threads: 256 },
+];
+const K_BLOCKS: KBlock[] = [64, 128];
 
 const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
 const info = gpu.device.adapterInfo;
@@ -35,12 +43,11 @@ if (why) {
   process.exit(0);
 }
 let failed = false;
-for (const tile of TILES)
-for (const blocked of [true, false]) {
-  const name = `${tile.rows}x${tile.cols}/${tile.threads}${blocked ? ' blocked' : ''}`;
+async function check(name: string, make: () => Promise<MatmulQ4Mma>): Promise<void> {
   try {
-    const op = await MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, blocked });
+    const op = await make();
     for (const [i, shape] of SHAPES.entries()) {
+      if (shape[2] % op.kBlock !== 0) continue;
       const a = await checkQ4Mma(gpu, op, shape, 100 + i);
       const ok = a.ofBound <= 1;
       failed ||= !ok;
@@ -50,10 +57,18 @@ for (const blocked of [true, false]) {
   } catch (e) {
     if (e instanceof ShapeError) {
       console.log(`skip ${name}: ${e.message}`);
-      continue;
+      return;
     }
     failed = true;
     console.log(`FAIL ${name}: ${(e as Error).message}`);
   }
 }
+// --k-blocked: the K-blocked variant only.
+if (!process.argv.includes('--k-blocked'))
+  for (const tile of TILES)
+    for (const blocked of [true, false])
+    await check(`${tile.rows}x${tile.cols}/${tile.threads}${blocked ? ' blocked' : ''}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, blocked }));
+for (const tile of KB_TILES)
+  for (const kBlock of K_BLOCKS)
+    await check(`${tile.rows}x${tile.cols}/${tile.threads} K block ${kBlock}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, kBlock }));
 process.exit(failed ? 1 : 0);
