@@ -229,7 +229,7 @@ interface StepSetup {
  * One optimizer step: per prompt forward, loss, backward (gradients add up), then clip + AdamW.
  * Each group goes through the trainer's groupStep, in micro-batches of its default token budget.
  */
-async function gspoStep(gpu: Gpu, s: StepSetup, step: number, prompts = s.prompts.length): Promise<void> {
+async function gspoStep(gpu: Gpu, s: StepSetup, step: number, prompts = s.prompts.length, gradientCheckpointing = true): Promise<void> {
   for (let i = 0; i < prompts; i++) {
     const batch = { prompt: s.prompts[i], completions: s.completions[i] };
     const T = Math.max(...batch.completions.map((c) => c.length));
@@ -240,6 +240,7 @@ async function gspoStep(gpu: Gpu, s: StepSetup, step: number, prompts = s.prompt
       temperature: 1,
       loss: { mask, old: null, ref: null, sampling: null, scores: { rewards: s.rewards[i] }, config: s.loss },
       tokenBudget: DEFAULT_MICRO_BATCH_TOKENS,
+      gradientCheckpointing,
     });
   }
   const rec = gpu.recorder('bench.adamw');
@@ -469,6 +470,18 @@ async function main(): Promise<void> {
     result.gspoProfile = rows;
     save();
   }
+  // The same step without gradient checkpointing (every layer's activations kept), as PyTorch runs it.
+  await gspoStep(gpu, setup, 4, 1, false); // warm-up: the kept activations' buffers made once
+  watch.reset();
+  const keptS = await timed(gpu, () => gspoStep(gpu, setup, 5, W.prompts, false));
+  result.gspoNoCheckpointing = {
+    seconds: keptS,
+    tokensPerS: allTokens / keptS,
+    completionTokensPerS: completionTokens / keptS,
+    memory: memory(`GSPO step without gradient checkpointing, ${W.prompts} prompts x ${W.G} x ${W.completion}, LoRA r=${W.rank}`),
+  };
+  save();
+  console.error(`gspo step without gradient checkpointing: ${keptS.toFixed(2)} s`);
   for (const m of setup.adamw.moments) for (const t of [m.expAvg, m.expAvgSq]) t.release();
 
   // The default trainer config: generation of one group, then its training step, LoRA r=8.
@@ -496,6 +509,7 @@ async function main(): Promise<void> {
     [`prefill ${W.promptLen} tokens (vision included)`, `${(W.promptLen / prefillS).toFixed(0)} tok/s (${(1000 * prefillS).toFixed(1)} ms)`],
     ...decode.map((x): [string, string] => [`decode x${x.samples}`, `${(x.tokensPerS as number).toFixed(1)} tok/s (${(x.msPerStep as number).toFixed(2)} ms/step)`]),
     [`GSPO step ${W.prompts}x${W.G}x${W.completion}`, `${stepS.toFixed(2)} s, ${(allTokens / stepS).toFixed(0)} tok/s`],
+    [`GSPO step without gradient checkpointing`, `${keptS.toFixed(2)} s, ${(allTokens / keptS).toFixed(0)} tok/s`],
     ['GSPO step pool peak', `${(gpu.pool.stats.peak / GiB).toFixed(2)} GiB`],
   ];
   const g = result.gspo as { memory: ReturnType<typeof memory> };

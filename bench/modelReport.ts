@@ -26,6 +26,7 @@ interface Side {
   prefill?: { tokens: number; visionS: number; totalS: number; tokensPerS: number; lmTokensPerS: number };
   decode?: { samples: number; msPerStep: number; tokensPerS: number }[];
   gspo?: { prompts: number; completionsPerPrompt: number; promptTokens: number; completionTokens: number; seconds: number; tokensPerS: number; memory: Memory };
+  gspoNoCheckpointing?: { seconds: number; tokensPerS: number; memory: Memory };
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   errors?: { case: string; error: string }[];
   decodeStep1?: DecodeStep;
@@ -79,6 +80,11 @@ function render(o: Side, t: Side | undefined): string {
     add(`GSPO step: ${g.prompts} prompts x ${g.completionsPerPrompt} x (${g.promptTokens} + ${g.completionTokens}) tokens`, g.seconds, t?.gspo?.seconds, 's', 'time');
     add('GSPO step throughput (prompt + completion tokens)', g.tokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
   }
+  const k = o.gspoNoCheckpointing;
+  if (k) {
+    add('GSPO step without gradient checkpointing (as PyTorch runs it)', k.seconds, t?.gspo?.seconds, 's', 'time');
+    add('GSPO step without gradient checkpointing: throughput', k.tokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
+  }
   const mem = (m: Memory | undefined, side: 'ours' | 'torch') =>
     !m ? '—' : side === 'ours' ? `${f(m.poolPeakGiB)} GiB pool peak (${f(m.inUsePeakGiB)} in use)` : `${f(m.maxAllocatedGiB)} GiB allocated (${f(m.maxReservedGiB)} reserved)`;
   const within = (m: Memory | undefined) => (m?.poolPeakGiB === undefined ? '' : m.poolPeakGiB <= 6 ? ' ✅' : ' ❌');
@@ -92,7 +98,7 @@ function render(o: Side, t: Side | undefined): string {
     '  `source .device/gpu-env.sh && node .bench/model.mjs --json $OUT/model.json; python3 bench/torch_model.py --json $OUT/torch_model.json`; then',
     '  `npx vite-node bench/modelReport.ts -- --ours model.json --torch torch_model.json`. The JSONs of this run: bench/results/*.h100.json.',
     `- Model: Qwen3-VL-2B shapes (spec B1), random weights. Ours: 4-bit LM (${f(o.weightsGiB)} GiB on the GPU with the f32 vision tower), f32 arithmetic; PyTorch: bf16 everywhere (${f(t?.weightsGiB)} GiB), sdpa. LoRA r=16 (alpha 32) on q/k/v/o/gate/up/down, unmerged on both sides.`,
-    '- Times: wall clock around the call, GPU synchronised, median after a warm-up. Decode = generate(128 tokens) − generate(1 token), 127 steps, temperature 1, no early stop; at 8 sequences our 4-bit GEMVs take x quantized to int8 per row and group of 32 (the default, ModelOptions.int8Decode: sampled log-probs within about 1e-3 to 1e-2 of the f32 forward\'s; training and scoring stay f32), 1 sequence is f32 throughout. GSPO: sequence-level ratio, loss_type grpo, ε 3e-4/4e-4, on-policy, per-prompt micro-batches of 8, clip 1.0 + AdamW; generation not included. Ours recomputes each layer in the backward (checkpointing); PyTorch keeps activations (no gradient checkpointing, TRL\'s default).',
+    '- Times: wall clock around the call, GPU synchronised, median after a warm-up. Decode = generate(128 tokens) − generate(1 token), 127 steps, temperature 1, no early stop; at 8 sequences our 4-bit GEMVs take x quantized to int8 per row and group of 32 (the default, ModelOptions.int8Decode: sampled log-probs within about 1e-3 to 1e-2 of the f32 forward\'s; training and scoring stay f32), 1 sequence is f32 throughout. GSPO: sequence-level ratio, loss_type grpo, ε 3e-4/4e-4, on-policy, per-prompt micro-batches of 8, clip 1.0 + AdamW; generation not included. Ours recomputes each layer in the backward (gradient_checkpointing, our default) or, in the rows that say so, keeps every layer\'s activations; PyTorch keeps activations (no gradient checkpointing, TRL\'s default).',
     '- **× (ours/PyTorch)**: above 1 means ours is faster (rates: ours/PyTorch; times: PyTorch/ours).',
     '',
     '| measure | ours | PyTorch + PEFT | × (ours/PyTorch) |',
@@ -104,6 +110,7 @@ function render(o: Side, t: Side | undefined): string {
     '| run | ours | PyTorch + PEFT |',
     '|---|---|---|',
     `| GSPO step above (LoRA r=16) | ${mem(g?.memory, 'ours')}${within(g?.memory)} | ${mem(t?.gspo?.memory, 'torch')} |`,
+    `| GSPO step without gradient checkpointing (every layer's activations kept) | ${mem(k?.memory, 'ours')} | ${mem(t?.gspo?.memory, 'torch')} |`,
     `| default trainer config: generation of 8 x 256 then the step of that group (LoRA r=8) | ${mem(o.defaultConfig?.memory, 'ours')}${within(o.defaultConfig?.memory)} | ${mem(t?.defaultConfig?.memory, 'torch')} |`,
     '',
     `Ours counts every buffer of the engine's pool (weights included); "in use" excludes freed buffers the pool keeps for reuse. Default config: ${o.defaultConfig?.config ?? '—'}.`,

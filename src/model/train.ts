@@ -6,9 +6,10 @@
 // gathered into a [G, maxLen] grid (padding rows point outside the packed rows, so they gather
 // zeros and scatter nowhere) before the final norm's output meets the LM head.
 //
-// Memory is bounded by recomputation (activation checkpointing per layer): the forward keeps only
-// each layer's input h_l [T, hidden]; the backward reruns layer l from h_l, keeping that one
-// layer's intermediates, and walks back through it:
+// Memory is bounded by recomputation (activation checkpointing per layer, the default): the
+// forward keeps only each layer's input h_l [T, hidden]; the backward reruns layer l from h_l,
+// keeping that one layer's intermediates, and walks back through it. Without checkpointing the
+// forward keeps every layer's intermediates (LayerActivations) and the backward only walks back:
 //   MLP:        dact = dh·W_down (+LoRA)  → SwiGLU' → dxn2 = dgate·W_gate + dup·W_up (+LoRA)
 //               dh  += RMSNorm'(dxn2)                              (h_mid = h_l + attention)
 //   attention:  dattn = dh·W_o (+LoRA) → attention' (from the saved log-sum-exp) → RoPE'
@@ -19,7 +20,7 @@ import { ShapeError, type Tensor } from '../gpu';
 import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
-import type { Completion, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
+import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
 import { LORA_PROJECTIONS, view, type AttentionBuffers, type LayerLora, type LoraProjection, type MlpBuffers, type VisualInputs } from './decoder';
 import { concat, releaseVisual, type ImageBatch, type Qwen3VL } from './qwen3vl';
 
@@ -43,6 +44,41 @@ export interface PackedBatch {
 }
 
 const PAD_ROW = 0xffffffff;
+
+/** What a layer's backward reads of its forward: kept per layer, or one set refilled by recomputing. */
+interface LayerActivations {
+  /** With the rstd of the input norm and of the q/k norms. */
+  A: AttentionBuffers;
+  /** With the rstd of the post-attention norm. */
+  M: MlpBuffers;
+  /** The attention's log-sum-exp [T, Hq]. */
+  lse: Tensor;
+  /** The residual stream between the blocks [T, hidden]. */
+  hmid: Tensor;
+  /** LoRA's x·Aᵀ per projection [T, r] (rank-sized views are taken where read). */
+  u: Record<LoraProjection, Tensor>;
+}
+
+function layerActivations(gpu: Qwen3VL['gpu'], c: Qwen3VL['config']['text'], T: number, rank: number, label: string): LayerActivations {
+  const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
+  const f = (shape: number[], name: string) => gpu.tensor(shape, 'f32', `${label}.${name}`);
+  return {
+    A: {
+      xn: f([T, H], 'xn_attn'), qRaw: f([T, hq * D], 'q_raw'), kRaw: f([T, hkv * D], 'k_raw'),
+      q: f([T, hq * D], 'q'), k: f([T, hkv * D], 'k'), v: f([T, hkv * D], 'v'), attn: f([T, hq * D], 'attn'),
+      rstd: { input: f([T], 'rstd_in'), q: f([T * hq], 'rstd_q'), k: f([T * hkv], 'rstd_k') },
+    },
+    M: { xn: f([T, H], 'xn_mlp'), gate: f([T, I], 'gate'), up: f([T, I], 'up'), act: f([T, I], 'act'), rstd: f([T], 'rstd_post') },
+    lse: f([T, hq], 'lse'),
+    hmid: f([T, H], 'hmid'),
+    u: Object.fromEntries(LORA_PROJECTIONS.map((p) => [p, f([T, Math.max(1, rank)], `lora_u.${p}`)])) as Record<LoraProjection, Tensor>,
+  };
+}
+
+function releaseActivations(a: LayerActivations): void {
+  const { rstd, ...attn } = a.A;
+  for (const t of [...Object.values(attn), rstd!.input, rstd!.q, rstd!.k, ...Object.values(a.M), a.lse, a.hmid, ...Object.values(a.u)]) t.release();
+}
 
 /**
  * Pack `completions` after one prompt. The prompt's positions are its rope index (spec B4); a
@@ -102,6 +138,8 @@ interface Saved {
   cs: Tensor | null;
   /** Inputs of layer 0..L-1 and the final hidden state (before the final norm): L+1 of [T, hidden]. */
   hs: Tensor[];
+  /** Every layer's intermediates, without gradient checkpointing; null: the backward recomputes. */
+  layers: LayerActivations[] | null;
   ids: Tensor;
   cu: Tensor;
   predictRows: Tensor;
@@ -163,7 +201,7 @@ export class Qwen3VLPolicy implements Policy {
     return visual;
   }
 
-  async forward(batch: SequenceBatch, opts: { temperature: number; lora: boolean; train: boolean }): Promise<TrainingForward> {
+  async forward(batch: SequenceBatch, opts: ForwardOptions): Promise<TrainingForward> {
     const { model } = this;
     const gpu = model.gpu;
     const c = model.config.text;
@@ -195,6 +233,7 @@ export class Qwen3VLPolicy implements Policy {
     const stats = gpu.tensor([N, 2], 'f32', 'train.logprob_stats');
     const hs = opts.train ? Array.from({ length: c.numLayers + 1 }, (_, l) => gpu.tensor([T, c.hiddenSize], 'f32', `train.h${l}`)) : [];
     const cs = opts.train ? gpu.tensor([T, c.headDim / 2, 2], 'f32', 'train.rope_cs') : null;
+    const layers = opts.train && opts.gradientCheckpointing === false ? Array.from({ length: c.numLayers }, (_, l) => layerActivations(gpu, c, T, rank, `train.layer${l}`)) : null;
 
     const rec = gpu.recorder('train.forward');
     const dec = model.decoder;
@@ -208,12 +247,14 @@ export class Qwen3VLPolicy implements Policy {
       if (visual) dec.ops.embedding.scatterRows(rec, visual.embeds, visual.rows, b.h);
       gpu.write(b.positions, packed.positions);
       dec.ops.rope.table(rec, b.positions, b.cs);
-      const loraU = (proj: LoraProjection) => b.loraU(lora![0][proj].r);
       dec.weights.layers.forEach((w, l) => {
         rec.copy(b.h, hs[l]);
+        const keep = layers?.[l];
+        const loraU = (proj: LoraProjection) => (keep ? view(keep.u[proj], [T, lora![l][proj].r]) : b.loraU(lora![0][proj].r));
         const call = lora ? { params: lora[l], u: loraU } : null;
-        dec.attentionBlock(rec, l, w, b.h, b.attn, b.cs, { kind: 'packed', cuSeqlens: cu }, call);
-        dec.mlpBlock(rec, w, b.h, b.mlp, call);
+        dec.attentionBlock(rec, l, w, b.h, keep?.A ?? b.attn, b.cs, { kind: 'packed', cuSeqlens: cu, lse: keep?.lse }, call);
+        if (keep) rec.copy(b.h, keep.hmid);
+        dec.mlpBlock(rec, w, b.h, keep?.M ?? b.mlp, call);
         const ds = visual?.deepstack[l];
         if (ds) dec.ops.embedding.deepstackAdd(rec, ds, visual!.rows, b.h);
       });
@@ -228,7 +269,7 @@ export class Qwen3VLPolicy implements Policy {
 
     // The workspace goes back to the pool now: the backward keeps only what it reads (peak memory).
     ws.release();
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, cs, hs, ids, cu, predictRows, targets, hsel, logp, entropy, stats, mask, visual };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, cs, hs, layers, ids, cu, predictRows, targets, hsel, logp, entropy, stats, mask, visual };
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     this.outputs = [logp, entropy, mask];
@@ -237,6 +278,7 @@ export class Qwen3VLPolicy implements Policy {
 
   private releaseSaved(s: Saved): void {
     s.cs?.release();
+    for (const a of s.layers ?? []) releaseActivations(a);
     for (const t of [...s.hs, s.ids, s.cu, s.predictRows, s.targets, s.hsel, s.stats]) t.release();
     if (s.visual) releaseVisual(s.visual);
   }
@@ -261,27 +303,11 @@ export class Qwen3VLPolicy implements Policy {
     const f = (shape: number[], label: string) => gpu.tensor(shape, 'f32', `train.${label}`);
     const bufs = {
       hcur: f([T, H], 'hcur'),
-      hmid: f([T, H], 'hmid'),
       dh: f([T, H], 'dh'),
       dsel: f([N, H], 'dsel'),
       dout: f([T, H], 'dout'),
-      xnA: f([T, H], 'xn_attn'),
-      xnM: f([T, H], 'xn_mlp'),
-      qRaw: f([T, hq * D], 'q_raw'),
-      kRaw: f([T, hkv * D], 'k_raw'),
-      q: f([T, hq * D], 'q'),
-      k: f([T, hkv * D], 'k'),
-      v: f([T, hkv * D], 'v'),
-      attn: f([T, hq * D], 'attn'),
-      lse: f([T, hq], 'lse'),
       rowStats: gpu.tensor(Attention.rowStatsShape(T, hq), 'f32', 'train.row_stats'),
-      rstdIn: f([T], 'rstd_in'),
-      rstdQ: f([T * hq], 'rstd_q'),
-      rstdK: f([T * hkv], 'rstd_k'),
-      rstdPost: f([T], 'rstd_post'),
-      gate: f([T, I], 'gate'),
-      up: f([T, I], 'up'),
-      actOut: f([T, I], 'act'),
+      rstdFinal: f([T], 'rstd_final'),
       dact: f([T, I], 'dact'),
       dgate: f([T, I], 'dgate'),
       dup: f([T, I], 'dup'),
@@ -294,12 +320,10 @@ export class Qwen3VLPolicy implements Policy {
       dxn: f([T, H], 'dxn'),
     };
     const rank = s.lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
-    const u = Object.fromEntries(LORA_PROJECTIONS.map((p) => [p, f([T, Math.max(1, rank)], `lora_u.${p}`)])) as Record<LoraProjection, Tensor>;
     const tLora = f([T, Math.max(1, rank)], 'lora_t');
-    const A: AttentionBuffers = { xn: bufs.xnA, qRaw: bufs.qRaw, kRaw: bufs.kRaw, q: bufs.q, k: bufs.k, v: bufs.v, attn: bufs.attn, rstd: { input: bufs.rstdIn, q: bufs.rstdQ, k: bufs.rstdK } };
-    const M: MlpBuffers = { xn: bufs.xnM, gate: bufs.gate, up: bufs.up, act: bufs.actOut, rstd: bufs.rstdPost };
+    // With checkpointing, one set of layer intermediates that each layer's recompute refills.
+    const shared = s.layers ? null : layerActivations(gpu, c, T, rank, 'train');
     const cs = s.cs!;
-    const uOf = (proj: LoraProjection) => view(u[proj], [T, s.lora![0][proj].r]);
     const tOf = (r: number) => view(tLora, [T, r]);
 
     try {
@@ -309,21 +333,27 @@ export class Qwen3VLPolicy implements Policy {
       logprob.backward(rec, model.head, s.hsel, s.targets, s.temperature, s.stats, gradLogps.reshape([N]), gradEntropy ? gradEntropy.reshape([N]) : null, bufs.dsel);
       rec.clear(bufs.dout);
       embedding.scatterRows(rec, bufs.dsel, s.predictRows, bufs.dout);
-      norms.rmsnorm(rec, s.hs[c.numLayers], dec.weights.finalNorm, bufs.hcur, eps, bufs.rstdIn);
-      norms.rmsnormBackward(rec, bufs.dout, s.hs[c.numLayers], dec.weights.finalNorm, bufs.rstdIn, bufs.dh, false);
+      norms.rmsnorm(rec, s.hs[c.numLayers], dec.weights.finalNorm, bufs.hcur, eps, bufs.rstdFinal);
+      norms.rmsnormBackward(rec, bufs.dout, s.hs[c.numLayers], dec.weights.finalNorm, bufs.rstdFinal, bufs.dh, false);
 
       for (let l = c.numLayers - 1; l >= 0; l--) {
         const w = dec.weights.layers[l];
         const ad = s.lora?.[l] ?? null;
-        const call = ad ? { params: ad, u: uOf } : null;
+        const layer = s.layers?.[l] ?? shared!;
+        const { A, M } = layer;
+        const rstd = A.rstd!;
+        const uOf = (proj: LoraProjection) => view(layer.u[proj], [T, ad![proj].r]);
         const loraBack = (proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor) => {
           if (ad) loraOp.backward(rec, ad[proj], { x, dy, u: uOf(proj), dx, t: tOf(ad[proj].r) });
         };
-        // Recompute the layer from its input, keeping what its backward reads.
-        rec.copy(s.hs[l], bufs.hcur);
-        dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: bufs.lse }, call);
-        rec.copy(bufs.hcur, bufs.hmid);
-        dec.mlpBlock(rec, w, bufs.hcur, M, call);
+        if (!s.layers) {
+          // Recompute the layer from its input, keeping what its backward reads.
+          const call = ad ? { params: ad, u: uOf } : null;
+          rec.copy(s.hs[l], bufs.hcur);
+          dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: layer.lse }, call);
+          rec.copy(bufs.hcur, layer.hmid);
+          dec.mlpBlock(rec, w, bufs.hcur, M, call);
+        }
 
         // MLP block: dh is the gradient of the layer's output.
         linear.backwardInput(rec, bufs.dh, w.down, bufs.dact);
@@ -333,30 +363,31 @@ export class Qwen3VLPolicy implements Policy {
         linear.backwardInput(rec, bufs.dup, w.up, bufs.dxn, true);
         loraBack('gate', M.xn, bufs.dgate, bufs.dxn);
         loraBack('up', M.xn, bufs.dup, bufs.dxn);
-        norms.rmsnormBackward(rec, bufs.dxn, bufs.hmid, w.postAttentionNorm, bufs.rstdPost, bufs.dh, true);
+        norms.rmsnormBackward(rec, bufs.dxn, layer.hmid, w.postAttentionNorm, M.rstd!, bufs.dh, true);
 
         // Attention block: dh is now the gradient of h_mid.
         linear.backwardInput(rec, bufs.dh, w.o, bufs.dattn);
         loraBack('o', A.attn, bufs.dh, bufs.dattn);
         attention.backward(rec, {
-          q: A.q, k: A.k, v: A.v, o: A.attn, lse: bufs.lse, dout: bufs.dattn, cuSeqlens: s.cu,
+          q: A.q, k: A.k, v: A.v, o: A.attn, lse: layer.lse, dout: bufs.dattn, cuSeqlens: s.cu,
           causal: true, scale: dec.scale, rowStats: bufs.rowStats, dq: bufs.dq, dk: bufs.dk, dv: bufs.dv,
         });
         rope.applyBackward(rec, cs, bufs.dq, hq);
         rope.applyBackward(rec, cs, bufs.dk, hkv);
-        norms.rmsnormBackward(rec, bufs.dq.reshape([T * hq, D]), A.qRaw.reshape([T * hq, D]), w.qNorm, bufs.rstdQ, bufs.dqRaw.reshape([T * hq, D]), false);
-        norms.rmsnormBackward(rec, bufs.dk.reshape([T * hkv, D]), A.kRaw.reshape([T * hkv, D]), w.kNorm, bufs.rstdK, bufs.dkRaw.reshape([T * hkv, D]), false);
+        norms.rmsnormBackward(rec, bufs.dq.reshape([T * hq, D]), A.qRaw.reshape([T * hq, D]), w.qNorm, rstd.q, bufs.dqRaw.reshape([T * hq, D]), false);
+        norms.rmsnormBackward(rec, bufs.dk.reshape([T * hkv, D]), A.kRaw.reshape([T * hkv, D]), w.kNorm, rstd.k, bufs.dkRaw.reshape([T * hkv, D]), false);
         linear.backwardInput(rec, bufs.dqRaw, w.q, bufs.dxn);
         linear.backwardInput(rec, bufs.dkRaw, w.k, bufs.dxn, true);
         linear.backwardInput(rec, bufs.dv, w.v, bufs.dxn, true);
         loraBack('q', A.xn, bufs.dqRaw, bufs.dxn);
         loraBack('k', A.xn, bufs.dkRaw, bufs.dxn);
         loraBack('v', A.xn, bufs.dv, bufs.dxn);
-        norms.rmsnormBackward(rec, bufs.dxn, s.hs[l], w.inputNorm, bufs.rstdIn, bufs.dh, true);
+        norms.rmsnormBackward(rec, bufs.dxn, s.hs[l], w.inputNorm, rstd.input, bufs.dh, true);
       }
       await rec.submit();
     } finally {
-      for (const t of [...Object.values(bufs), ...Object.values(u), tLora]) t.release();
+      for (const t of [...Object.values(bufs), tLora]) t.release();
+      if (shared) releaseActivations(shared);
       this.releaseSaved(s);
     }
   }

@@ -54,6 +54,14 @@ export interface TrainingForward {
   maxLen: number;
 }
 
+export interface ForwardOptions {
+  temperature: number;
+  lora: boolean;
+  train: boolean;
+  /** With `train`: recompute each layer in the backward (default) rather than keep its activations. */
+  gradientCheckpointing?: boolean;
+}
+
 export interface Policy {
   /** The trainable adapters, in a fixed order (optimizer state and checkpoints follow it). */
   readonly lora: readonly LoraParams[];
@@ -61,10 +69,11 @@ export interface Policy {
   generate(prompt: PreparedPrompt, numSamples: number, opts: SamplingOptions): Promise<Completion[]>;
   /**
    * Per-token log-probs and entropies of the completions given the prompt. With `train`, what
-   * the backward needs is kept (layer inputs only; layers are recomputed during backward).
+   * the backward needs is kept: the layer inputs, the layers being recomputed during the backward,
+   * or with `gradientCheckpointing: false` (default true) every layer's activations.
    * `lora: false` runs the frozen base model (the reference policy for the KL term).
    */
-  forward(batch: SequenceBatch, opts: { temperature: number; lora: boolean; train: boolean }): Promise<TrainingForward>;
+  forward(batch: SequenceBatch, opts: ForwardOptions): Promise<TrainingForward>;
   /**
    * Backward of Σ gradLogps·logps (+ Σ gradEntropy·entropy) through the last `train` forward,
    * accumulating into each adapter's dA/dB. Frees what that forward kept.

@@ -390,6 +390,7 @@ export class Trainer {
       temperature: c.temperature,
       loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg },
       tokenBudget: this.o.microBatchTokens ?? DEFAULT_MICRO_BATCH_TOKENS,
+      gradientCheckpointing: c.gradient_checkpointing,
     });
     let entropySum = 0;
     let gapSum = 0;

@@ -48,6 +48,7 @@ describe('resolveConfig', () => {
     ['an unknown correction mode', { rollout_correction: { mode: 'token' as 'token_mask' } }, /rollout_correction.mode/],
     ['clip_min above clip_max', { rollout_correction: { mode: 'token_mask', clip_min: 4, clip_max: 2 } }, /clip_min \(4\) is above clip_max \(2\)/],
     ['mask_truncated_completions not boolean', { mask_truncated_completions: 1 as unknown as boolean }, /mask_truncated_completions/],
+    ['gradient_checkpointing not boolean', { gradient_checkpointing: 'no' as unknown as boolean }, /gradient_checkpointing must be true or false/],
     ['rank 0', { lora: { r: 0 } }, /lora.r/],
     ['lora_alpha 0', { lora: { lora_alpha: 0 } }, /lora.lora_alpha/],
     ['dropout 1', { lora: { lora_dropout: 1 } }, /lora.lora_dropout must be in \[0, 1\)/],

@@ -44,6 +44,7 @@ const GROUPS: { legend: string; fields: Spec[] }[] = [
       { key: 'gradient_accumulation_steps', help: 'Micro-batches whose gradients add up before one optimizer step.' },
       { key: 'steps_per_generation', nullable: true, help: 'Micro-batches sampled per generation; empty: gradient_accumulation_steps.' },
       { key: 'num_iterations', help: 'Passes over each generation batch (μ in the GRPO paper).' },
+      { key: 'gradient_checkpointing', help: 'Recompute each layer in the backward (least memory); off keeps every layer’s activations (about 130 KB a token a layer for the 2B) and skips that forward.' },
     ],
   },
   {
