@@ -70,6 +70,7 @@ async function main(): Promise<void> {
     suites: only as Suite[] | undefined,
     maxReps: reps === undefined ? undefined : Number(reps),
     fp32Tflops: peak?.fp32Tflops,
+    int8Tops: peak?.int8Tops,
     gemv: gemvShapes(),
     onSuiteDone: (name, seconds, soFar) => {
       save(soFar);

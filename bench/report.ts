@@ -78,7 +78,9 @@ function suiteTable(suite: string, rows: Row[], torch: Torch | undefined, peak: 
   for (const r of rows) {
     // A suite of several kernels (memory: the read at full size, a small dispatch, the read of each weight's bytes) names each.
     const mixed = new Set(rows.map((x) => x.kernel)).size > 1;
-    const cells = [mixed ? `${r.kernel}: ${r.shape}` : r.shape, num(r.ms), r.passMs === undefined ? '—' : num(r.passMs), num(r.wallMs), `${num(r.rate)} ${r.unit}`, r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`, r.setting ?? ''];
+    // The tensor-core rows' limit is the int8 peak (results written before they said so carry fp32's).
+    const limit = /mma/.test(suite) && peak ? `${pct(r.rate / peak.int8Tops)} of int8 tensor peak` : r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`;
+    const cells = [mixed ? `${r.kernel}: ${r.shape}` : r.shape, num(r.ms), r.passMs === undefined ? '—' : num(r.passMs), num(r.wallMs), `${num(r.rate)} ${r.unit}`, limit, r.setting ?? ''];
     for (const v of variants) {
       const t = trows.find((x) => x.variant === v && x.shape === r.shape);
       // Speed ratio on what a caller waits for: PyTorch's stream time over our wall time per call.
@@ -126,6 +128,13 @@ function targets(ours: Ours): string[] {
     const mark = (v: number) => (judged !== undefined ? `${v} ${unit} ${judged >= v ? '✅' : '❌'}` : `${v} ${unit}`);
     const readCell = readRate === undefined ? '—' : `${num(readRate)} GB/s${stream ? ` (ours ${pct(stream / readRate)} of it)` : ''}`;
     lines.push(`| ${what} | ${r ? `${num(r.rate)} ${unit}` : 'not measured'} | ${stream === undefined ? '—' : `${num(stream)} ${unit}`} | ${unit === 'GB/s' ? readCell : ''} | ${mark(floor)} | ${mark(target)} |`);
+  }
+  // GEMM on the tensor cores (subgroup matrices): the best shape of each int8 kernel.
+  for (const [what, suite] of [['4-bit GEMM on int8 tensor cores (exact), best shape', 'gemm-q4-mma'], ['4-bit GEMM on int8 tensor cores, K-blocked (weights re-rounded to int8), best shape', 'gemm-q4-mma-kb']]) {
+    const rows = ours.rows.filter((r) => r.suite === suite);
+    if (!rows.length) continue;
+    const best = rows.reduce((x, y) => (y.rate > x.rate ? y : x));
+    lines.push(`| ${what} (${best.shape}) | ${num(best.rate)} TFLOP/s | ${best.passMs === undefined ? '—' : `${num(best.work / best.passMs / 1e9)} TFLOP/s`} |  | — | 100 TFLOP/s ${best.rate >= 100 ? '✅' : '❌'} |`);
   }
   // What one call of a small weight can reach on this stack at all: the fixed cost of a dispatch
   // and the plain read of the 6144x2048 weight's bytes, both in stream.
@@ -181,7 +190,7 @@ function render(ours: Ours, torch: Torch | undefined): string {
   if (peak) {
     out.push(
       `- Datasheet peaks of the ${peak.card} (NVIDIA, dense, no sparsity): fp32 ${peak.fp32Tflops} TFLOP/s (our kernels run on these units), ` +
-        `bf16 tensor cores ${peak.bf16Tflops} TFLOP/s, HBM ${peak.hbmGBs} GB/s. "fp32 peak" columns divide by the fp32 figure.`,
+        `bf16 tensor cores ${peak.bf16Tflops} TFLOP/s, int8 tensor cores ${peak.int8Tops} TOPS, HBM ${peak.hbmGBs} GB/s. "fp32 peak" columns divide by the fp32 figure; the int8 tensor-core GEMMs' rows by the int8 figure, counting 2·M·N·K operations (each of x's two int8 limbs takes its own MMA, so the tensor cores do twice that).`,
     );
   } else out.push('- No datasheet peak is known for this adapter: TFLOP/s rows have no fraction of peak.');
   if (torch) out.push(`- PyTorch fp32 products ran with TF32 ${torch.tf32 ? 'ON (check!)' : 'off'}.`);

@@ -157,6 +157,8 @@ export interface Limits {
   readGBs: number;
   /** The card's fp32 datasheet peak, if known. */
   fp32Tflops?: number;
+  /** The card's int8 tensor-core datasheet peak (TOPS), if known: the limit of the subgroup-matrix GEMMs. */
+  int8Tops?: number;
 }
 
 /** A row of a memory-bound op: GB/s from `bytes` per call, as a fraction of the read bandwidth. */
@@ -166,10 +168,11 @@ export function bandwidthRow(limits: Limits, suite: string, kernel: string, shap
 }
 
 /** A row of a compute-bound op: TFLOP/s from `flops` per call, as a fraction of the fp32 peak where known. */
-export function flopRow(limits: Limits, suite: string, kernel: string, shape: string, t: Timing, flops: number, extra: Partial<Row> = {}): Row {
+export function flopRow(limits: Limits, suite: string, kernel: string, shape: string, t: Timing, flops: number, extra: Partial<Row> = {}, units: 'fp32' | 'int8' = 'fp32'): Row {
   const rate = flops / t.ms / 1e9;
-  const peak = limits.fp32Tflops;
-  return { key: `${suite}|${shape}`, suite, kernel, shape, ...t, rate, unit: 'TFLOP/s', work: flops, ...(peak ? { ofLimit: rate / peak, limit: 'fp32 peak' } : {}), ...extra };
+  const peak = units === 'fp32' ? limits.fp32Tflops : limits.int8Tops;
+  const limit = units === 'fp32' ? 'fp32 peak' : 'int8 tensor peak';
+  return { key: `${suite}|${shape}`, suite, kernel, shape, ...t, rate, unit: 'TFLOP/s', work: flops, ...(peak ? { ofLimit: rate / peak, limit } : {}), ...extra };
 }
 
 /** The rate of `work` (bytes or flops, as `unit` counts them) done in `ms`. */

@@ -84,6 +84,7 @@ export interface RunOptions {
   gemv?: { weights?: [number, number][]; rows?: number[] };
   /** The card's fp32 datasheet peak, for the "of limit" of TFLOP/s rows. */
   fp32Tflops?: number;
+  int8Tops?: number;
   /** Stops the run at the next measurement (the promise rejects with the signal's reason). */
   signal?: AbortSignal;
   onRow?: (row: Row) => void;
@@ -400,9 +401,9 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
       if (mma) {
         const run = (op: MatmulQ4Mma, opts: MeasureOptions) => ctx.measure(/^matmul_q4_mma\./, (r) => op.gemm(r, x, w, y), opts);
         const exact = await bestOf(ctx, 'gemm-mma', shape, mma.exact.tiles, run);
-        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, exact.timing, flops, { setting: exact.setting, note: mma.exact.note }));
+        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, exact.timing, flops, { setting: exact.setting, note: mma.exact.note }, 'int8'));
         const kb = await bestOf(ctx, 'gemm-mma-kb', shape, mma.kBlocked.tiles, run);
-        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }));
+        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }, 'int8'));
       }
       release(x, dy, y, dx);
     }
@@ -623,7 +624,7 @@ export async function runSuites(gpu: Gpu, opts: RunOptions): Promise<RunResult> 
     fill: await Filler.create(gpu),
     shapes: withGemv(shapesFor(opts.preset, opts.oneWeight ?? false), opts.gemv),
     quick,
-    limits: { readGBs: NaN, fp32Tflops: opts.fp32Tflops },
+    limits: { readGBs: NaN, fp32Tflops: opts.fp32Tflops, int8Tops: opts.int8Tops },
     full: { maxReps, minReps: Math.min(5, maxReps) },
     sweep: { maxReps: Math.min(10, maxReps), minReps: Math.min(3, maxReps), budgetMs: 50, gpuOnly: true },
     rows,
