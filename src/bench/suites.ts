@@ -4,7 +4,7 @@
 // Where an op has options (the 4-bit GEMV thread layout, the 4-bit GEMM tile, the decode split)
 // every option is tried and the best is reported with its setting; all tries go to `sweeps`.
 // Run by bench/kernels.ts in Node (Dawn) and by the engine worker for the app's Benchmark page.
-import { grid1d, ShapeError, type Gpu, type Recorder, type Tensor } from '../gpu';
+import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Recorder, type Tensor } from '../gpu';
 import { Activations } from '../ops/activations';
 import { AdamW, type AdamWParam } from '../ops/adamw';
 import { Attention } from '../ops/attention';
@@ -313,7 +313,8 @@ async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile;
       const op = await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked, kBlock });
       tiles.push({ setting: mmaSetting(tile, op), value: op });
     } catch (e) {
-      if (!(e instanceof ShapeError)) throw e;
+      // A tile this device cannot hold, or (K-blocked) no packed int8 WGSL builtins: not measured.
+      if (!(e instanceof ShapeError || e instanceof MissingFeatureError)) throw e;
     }
   }
   const checks: MmaAccuracy[] = [];
@@ -324,6 +325,7 @@ async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile;
       checks.push(a);
     }
   }
+  if (!checks.length) return { tiles, note: '' };
   const worst = (f: (a: MmaAccuracy) => number) => Math.max(...checks.map(f)).toExponential(1);
   const note = `${describe}; vs dequantize-then-f64 on Gaussian x with ${OUTLIERS.channels} channels x${OUTLIERS.gain}: max error ${worst((a) => a.relToMax)} of max |y|, ${worst((a) => a.relToMagnitude)} of Σ|x·w|`;
   console.warn(`gemm: ${what}: ${note}; checked ${checks.map((a) => a.shape).join(', ')}`);
@@ -400,10 +402,14 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
       ctx.add(flopRow(ctx.limits, 'gemm-f32', 'y = x·Wᵀ (f32 GEMM)', shape, tf, flops));
       if (mma) {
         const run = (op: MatmulQ4Mma, opts: MeasureOptions) => ctx.measure(/^matmul_q4_mma\./, (r) => op.gemm(r, x, w, y), opts);
-        const exact = await bestOf(ctx, 'gemm-mma', shape, mma.exact.tiles, run);
-        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, exact.timing, flops, { setting: exact.setting, note: mma.exact.note }, 'int8'));
-        const kb = await bestOf(ctx, 'gemm-mma-kb', shape, mma.kBlocked.tiles, run);
-        ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }, 'int8'));
+        if (mma.exact.tiles.length) {
+          const exact = await bestOf(ctx, 'gemm-mma', shape, mma.exact.tiles, run);
+          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, exact.timing, flops, { setting: exact.setting, note: mma.exact.note }, 'int8'));
+        }
+        if (mma.kBlocked.tiles.length && k % 128 === 0) {
+          const kb = await bestOf(ctx, 'gemm-mma-kb', shape, mma.kBlocked.tiles, run);
+          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }, 'int8'));
+        }
       }
       release(x, dy, y, dx);
     }
