@@ -101,8 +101,8 @@ async function profiledOnce(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) =>
   return matched.reduce((s, r) => s + r.totalMs, 0);
 }
 
-/** GPU work each measurement runs untimed first (measure). */
-const WARM_MS = 25;
+/** The back-to-back GPU work (one batch of at least this long) each measurement runs untimed first. */
+const WARM_MS = 100;
 
 async function wallOnce(gpu: Gpu, record: (rec: Recorder) => void, times: number): Promise<number> {
   const rec = gpu.recorder('bench-wall');
@@ -122,9 +122,10 @@ export async function measure(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) 
     await rec.submit();
   }
   await gpu.sync();
-  // Then about WARM_MS of the op back to back: a GPU idle through the compiles before a try (a
-  // sweep compiles each option on first use) runs its first tens of ms at low clocks. Without
-  // this, the first shape of an H100 sweep read up to 1.7x slow, every option of it.
+  // Then the op back to back until one batch lasts WARM_MS: a GPU left idle (through the compiles
+  // before a try, or between suites) runs at low clocks until a sustained load raises them. With
+  // 25 ms, the H100's attention forward, measured right after a start, read 8.8 ms on the
+  // per-dispatch clock and 1.6 in stream (the idle clock is 345 MHz, the top 1980: 5.7x).
   for (let batch = 4; batch <= 4096 && (await wallOnce(gpu, record, batch)) < WARM_MS; batch *= 4);
   // About 20 ms of work per submit, so that the submit's own cost (tens of µs) stays small.
   const batchFor = (ms: number) => Math.max(1, Math.min(50, Math.ceil(20 / Math.max(ms * calls, 1e-3))));
