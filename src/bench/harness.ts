@@ -101,8 +101,10 @@ async function profiledOnce(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) =>
   return matched.reduce((s, r) => s + r.totalMs, 0);
 }
 
-/** The back-to-back GPU work (one batch of at least this long) each measurement runs untimed first. */
+/** The back-to-back GPU work (one batch of at least this long) each measurement runs untimed
+ * first; an option sweep's tries (gpuOnly, their winner measured again in full) take the short one. */
 const WARM_MS = 100;
+const SWEEP_WARM_MS = 25;
 
 async function wallOnce(gpu: Gpu, record: (rec: Recorder) => void, times: number): Promise<number> {
   const rec = gpu.recorder('bench-wall');
@@ -126,7 +128,8 @@ export async function measure(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) 
   // before a try, or between suites) runs at low clocks until a sustained load raises them. With
   // 25 ms, the H100's attention forward, measured right after a start, read 8.8 ms on the
   // per-dispatch clock and 1.6 in stream (the idle clock is 345 MHz, the top 1980: 5.7x).
-  for (let batch = 4; batch <= 4096 && (await wallOnce(gpu, record, batch)) < WARM_MS; batch *= 4);
+  const warm = opts.gpuOnly ? SWEEP_WARM_MS : WARM_MS;
+  for (let batch = 4; batch <= 4096 && (await wallOnce(gpu, record, batch)) < warm; batch *= 4);
   // About 20 ms of work per submit, so that the submit's own cost (tens of µs) stays small.
   const batchFor = (ms: number) => Math.max(1, Math.min(50, Math.ceil(20 / Math.max(ms * calls, 1e-3))));
   const batched = async (batch: number, times: number) => {
