@@ -44,6 +44,8 @@ struct Params {
 @group(0) @binding(6) var<storage, read> codes4: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read> scales: array<u32>;
 @group(0) @binding(8) var<storage, read_write> y: array<f32>;
+@group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // TRANS: block steps [N/KB, K/32]
+@group(0) @binding(10) var<storage, read_write> tw_out: array<f32>;
 
 const QMAX = 16256.0; // 127·128
 
@@ -307,11 +309,15 @@ fn gemm(
 // at its block's absmax. Each subgroup (exactly 32 wide) owns a 32x32 share of y (2x2 tiles) and
 // sums 128·hi·w8 + lo·w8 in one i32 accumulator per tile: |R| ≤ 128.5·127·127·KB < 2^31 for
 // KB ≤ 128.
+// TRANS computes dX = dY·W instead (the input gradient; x is dY [M, N], y is dX [M, K]): the
+// blocks run along N, so a weight's step is per (group of K, block of N), t = 8·max_n |d[n, g]| /
+// 127, precomputed by `block_steps` (tw); W's codes are staged as the right matrix row-major.
 // A whole block is staged per barrier (one 32-K step per barrier left the kernel bound by its
 // loads and barriers: without any MMA it ran as long as with them), and `part` shares the
 // staging memory, which is free once the block's MMAs are done. On the H100 (M8192 N6144 K2048,
 // 128x64, K block 128): 3.74 ms, 55 TFLOP/s (`gemm`: 6.93 ms); the same kernel without its MMAs
 // still takes 2.4 ms, so staging and barriers, not the tensor cores, are what is left to win.
+// TRANS at the same shapes: 27-31 TFLOP/s (the f32 units' dinput: 21-25).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block
 const SGM = BM / 32u;     // subgroups along M
@@ -337,13 +343,18 @@ fn quantize_rows_kb(@builtin(global_invocation_id) gid: vec3u, @builtin(num_work
 }
 
 const KB = 32u * SUB;
+#if TRANS
+const XW_IS_N = true;  // x's rows are [N]; y's are [K]
+#else
+const XW_IS_N = false;
+#endif
 const KB_A_ITEMS = BM * SUB * 4u;                 // vec4<u32> of x limbs a block
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
-const KB_B_ITEMS = BN * SUB;                      // code vec4s (32 codes) a block
+const KB_B_ITEMS = BN * SUB;                      // code vec4s (32 codes) a block (either way)
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
 // Byte offsets of the staged block (int8 elements, as subgroupMatrixLoad counts them).
 const KB_LO = BM * KB;                            // lo limbs after the hi limbs, [SUB][BM][32]
-const KB_B = 2u * BM * KB;                        // weights, [SUB][BN][32] (column-major tiles)
+const KB_B = 2u * BM * KB;                        // weights: [SUB][BN][32] (column-major tiles); TRANS [KB][BN]
 const KB_WORDS = max(KB_B / 4u + BN * SUB * 8u, BM * PS);
 var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
 var<workgroup> kb_sx: array<f32, BM>;
@@ -354,13 +365,40 @@ var<workgroup> kb_t: array<f32, BN>;
 struct StagedKb {
   a: array<vec4<u32>, KB_A_PER>,
   b: array<vec4<u32>, KB_B_PER>,
-  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block
+  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block (TRANS: [0], the code's pair)
+  t: array<f32, KB_B_PER>,                        // TRANS: the group's block step
   sx: f32,
 }
 
-// Item j of the weights: column j / SUB, group j % SUB (a column's codes are contiguous).
-fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
+// x's row length (the reduction) and y's: K and N, or N and K with TRANS.
+fn x_width() -> u32 {
+  return select(params.k, params.n, XW_IS_N);
+}
+fn y_width() -> u32 {
+  return select(params.n, params.k, XW_IS_N);
+}
+
+// TRANS: tw[b·G + g] = 8·max |d[n, g]| / 127 over the rows n of block b of N (G = K/32 groups).
+@compute @workgroup_size(64)
+fn block_steps(@builtin(global_invocation_id) gid: vec3u) {
   let groups = params.k / 32u;
+  let i = gid.x;
+  if (i >= (params.n + KB - 1u) / KB * groups) {
+    return;
+  }
+  let b = i / groups;
+  let g = i % groups;
+  var dmax = 0.0;
+  for (var n = b * KB; n < min(params.n, (b + 1u) * KB); n++) {
+    dmax = max(dmax, abs(scale_of(n * groups + g)));
+  }
+  tw_out[i] = dmax / KB_MAX;
+}
+
+// Item j of the weights: column j / SUB, group j % SUB (a column's codes are contiguous); TRANS:
+// row blk·KB + j / (BN/32) of W, group j % (BN/32) of the tile's columns.
+fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
+  let groups = x_width() / 32u;
   let g0 = blk * SUB;
   var st: StagedKb;
   for (var t = 0u; t < KB_A_PER; t++) {
@@ -372,14 +410,25 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
   }
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
-    let n = n0 + j / SUB;
     st.b[t] = vec4<u32>(PAD_CODES);
+#if TRANS
+    let wg = params.k / 32u;              // W's groups a row
+    let n = blk * KB + j / (BN / 32u);    // W's row: the reduction
+    let g = n0 / 32u + j % (BN / 32u);    // W's group: 32 of the output columns
+    if (j < KB_B_ITEMS && n < params.n && g < wg) {
+      st.b[t] = codes4[n * wg + g];
+      st.d[t][0] = scales[(n * wg + g) / 2u];
+      st.t[t] = tw_in[blk * wg + g];
+    }
+#else
+    let n = n0 + j / SUB;
     if (j < KB_B_ITEMS && n < params.n) {
       st.b[t] = codes4[n * groups + g0 + j % SUB];
       for (var h = 0u; h < SUB / 2u; h++) {
         st.d[t][h] = scales[(n * groups + g0) / 2u + h];
       }
     }
+#endif
   }
   if (lid < BM && m0 + lid < params.m) {
     st.sx = sx_in[(m0 + lid) * (groups / SUB) + blk];
@@ -390,6 +439,13 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
 // Four codes (one per byte of a masked word) as round((c − 8)·f), packed int8.
 fn requant(nibbles: u32, f: f32) -> i32 {
   return bitcast<i32>(pack4xI8(vec4<i32>(round((vec4<f32>(unpack4xU8(nibbles)) - 8.0) * f))));
+}
+
+// Four codes from the low 16 bits of a word (nibble i: k = i) as round((c − 8)·f), packed int8 in
+// k order.
+fn requant_in_order(c: u32, f: f32) -> i32 {
+  let v = vec4<f32>(vec4<u32>(c, c >> 4u, c >> 8u, c >> 12u) & vec4<u32>(0xFu));
+  return bitcast<i32>(pack4xI8(vec4<i32>(round((v - 8.0) * f))));
 }
 
 fn stage_kb(st: StagedKb, lid: u32) {
@@ -407,6 +463,34 @@ fn stage_kb(st: StagedKb, lid: u32) {
       smem[o + 3u] = v.w;
     }
   }
+#if TRANS
+  for (var t = 0u; t < KB_B_PER; t++) {
+    let j = lid + t * WG;
+    if (j < KB_B_ITEMS) {
+      let row = j / (BN / 32u);           // of the block's KB rows of W
+      let gl = j % (BN / 32u);
+      // The scale's half of its pair: W's groups a row are even (K % 64 == 0) and the tile starts
+      // at an even group, so the half is gl's parity.
+      let d = unpack2x16float(st.d[t][0])[gl % 2u];
+      let f = select(0.0, d / st.t[t], st.t[t] > 0.0);
+      // dY's limbs are in put_limbs' byte order along N (8o + 0, 2, 4, 6, then 8o + 1, 3, 5, 7):
+      // W's row goes to the same position of its group of 32 rows.
+      let r = row % 32u;
+      let at = row - r + 8u * (r / 8u) + 4u * (r % 2u) + (r % 8u) / 2u;
+      let o = KB_B / 4u + (at * BN + gl * 32u) / 4u;
+      for (var w = 0u; w < 4u; w++) {
+        let c = st.b[t][w];                // codes k = 8w .. 8w + 7 of the group, in k order
+        smem[o + 2u * w] = requant_in_order(c, f);
+        smem[o + 2u * w + 1u] = requant_in_order(c >> 16u, f);
+      }
+      if (row == 0u) {
+        for (var c = 0u; c < 32u; c++) {
+          kb_t[gl * 32u + c] = st.t[t];
+        }
+      }
+    }
+  }
+#else
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
     if (j < KB_B_ITEMS) {
@@ -434,6 +518,7 @@ fn stage_kb(st: StagedKb, lid: u32) {
       }
     }
   }
+#endif
   if (lid < BM) {
     kb_sx[lid] = st.sx;
   }
@@ -455,7 +540,7 @@ fn gemm_kb(
   @builtin(local_invocation_index) lid: u32,
   @builtin(subgroup_id) sg: u32,
 ) {
-  let blocks = params.k / KB;
+  let blocks = x_width() / KB;
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
   let ti0 = (sg % SGM) * 2u;
@@ -476,8 +561,13 @@ fn gemm_kb(
     }
     for (var limb = 0u; limb < 2u; limb++) {
       for (var s = 0u; s < SUB; s++) {
+#if TRANS
+        let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + s * 32u * BN + tj0 * 16u, false, BN);
+        let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + s * 32u * BN + tj0 * 16u + 16u, false, BN);
+#else
         let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u) * 32u, true, 32u);
         let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u + 16u) * 32u, true, 32u);
+#endif
         for (var i = 0u; i < 2u; i++) {
           let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, limb * KB_LO + (s * BM + (ti0 + i) * 16u) * 32u, false, 32u);
           r[2u * i] = subgroupMatrixMultiplyAccumulate(a, b0, r[2u * i]);
@@ -499,10 +589,11 @@ fn gemm_kb(
     workgroupBarrier();
   }
   let n = n0 + lid % BN;
+  let width = y_width();
   for (var j = 0u; j < ACC; j++) {
     let m = m0 + lid / BN + j * (WG / BN);
-    if (m < params.m && n < params.n) {
-      let o = m * params.n + n;
+    if (m < params.m && n < width) {
+      let o = m * width + n;
       var v = acc[j];
       if (params.accumulate != 0u) {
         v += y[o];

@@ -44,58 +44,70 @@ function f16ToNumber(h: number): number {
 /**
  * Run `mma.gemm` on random [m, k] activations (Gaussian, OUTLIERS.channels columns scaled by
  * OUTLIERS.gain) and a random Q4 weight [n, k], once overwriting y and once accumulating into a
- * random y0, and compare both with the f64 product of the dequantized weight.
+ * random y0, and compare both with the f64 product of the dequantized weight. With `input`, the
+ * same for `mma.backwardInput`: dX [m, k] = dY [m, n]·W.
  */
-export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number): Promise<MmaAccuracy> {
+export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number, input = false): Promise<MmaAccuracy> {
+  // The product reduces over `red` (k, or n for the input gradient) into `out` columns.
+  const [red, out] = input ? [n, k] : [k, n];
   const next = rng(seed);
-  const x = new Float32Array(m * k).map(() => gaussian(next));
-  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * k));
-  for (let r = 0; r < m; r++) for (const c of outliers) x[r * k + c] *= OUTLIERS.gain;
+  const x = new Float32Array(m * red).map(() => gaussian(next));
+  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * red));
+  for (let r = 0; r < m; r++) for (const c of outliers) x[r * red + c] *= OUTLIERS.gain;
   const words = q4Words(n, k);
   const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
   // f16 scales of either sign around 2^-8, as Q4 of weights of about 0.01 have.
   const halves = new Uint16Array(2 * words.scales).map(() => (next() < 0.5 ? 0x8000 : 0) | ((7 + Math.floor(next() * 3)) << 10) | Math.floor(next() * 1024));
-  const y0 = new Float32Array(m * n).map(() => gaussian(next));
+  const y0 = new Float32Array(m * out).map(() => gaussian(next));
 
   const w = allocQ4(gpu, n, k, 'mma-check.w');
   gpu.write(w.codes, codes);
   gpu.write(w.scales, new Uint32Array(halves.buffer));
-  const tx = gpu.upload(x, [m, k], 'f32', 'mma-check.x');
-  const ty = gpu.tensor([m, n], 'f32', 'mma-check.y');
-  const tacc = gpu.upload(y0, [m, n], 'f32', 'mma-check.y0');
+  const tx = gpu.upload(x, [m, red], 'f32', 'mma-check.x');
+  const ty = gpu.tensor([m, out], 'f32', 'mma-check.y');
+  const tacc = gpu.upload(y0, [m, out], 'f32', 'mma-check.y0');
   const rec = gpu.recorder('mma-check');
-  mma.gemm(rec, tx, w, ty);
-  mma.gemm(rec, tx, w, tacc, true);
+  if (input) {
+    mma.backwardInput(rec, tx, w, ty);
+    mma.backwardInput(rec, tx, w, tacc, true);
+  } else {
+    mma.gemm(rec, tx, w, ty);
+    mma.gemm(rec, tx, w, tacc, true);
+  }
   await rec.submit();
   const got = await gpu.readF32(ty);
   const gotAcc = await gpu.readF32(tacc);
   for (const t of [tx, ty, tacc, w.codes, w.scales] as Tensor[]) t.release();
 
   const groups = k / Q4_GROUP;
+  const scale = (row: number, col: number) => f16ToNumber(halves[row * groups + (col >> 5)]);
   const deq = new Float64Array(n * k);
   for (let r = 0; r < n; r++)
     for (let c = 0; c < k; c++) {
       const code = (codes[(r * k + c) >> 3] >>> (4 * (c & 7))) & 15;
-      deq[r * k + c] = f16ToNumber(halves[r * groups + (c >> 5)]) * (code - 8);
+      deq[r * k + c] = scale(r, c) * (code - 8);
     }
-  // The two limbs round x to a step of absmax/16256 of its group (its K block where kBlock > 32):
+  // The weight meeting x[., c] in output column j.
+  const wAt = input ? (c: number, j: number) => deq[c * k + j] : (c: number, j: number) => deq[j * k + c];
+  // The two limbs round x to a step of absmax/16256 of its group (its block where kBlock > 32):
   // an error of at most half of that. Past 32, each weight is also re-rounded to a step t of
-  // 8·max|d|/127 over its (column, block): at most t/2 more.
+  // 8·max|d|/127 over the scales its block shares (its column's groups in the block, or for the
+  // input gradient its group's rows in the block): at most t/2 more.
   const kb = mma.kBlock;
-  const blocks = k / kb;
+  const blocks = red / kb;
   const step = new Float64Array(m * blocks);
   for (let r = 0; r < m; r++)
     for (let b = 0; b < blocks; b++) {
       let a = 0;
-      for (let c = 0; c < kb; c++) a = Math.max(a, Math.abs(x[r * k + b * kb + c]));
+      for (let c = 0; c < kb; c++) a = Math.max(a, Math.abs(x[r * red + b * kb + c]));
       step[r * blocks + b] = a / 16256;
     }
-  const wstep = new Float64Array(n * blocks);
+  const wstep = new Float64Array(out * blocks);
   if (kb > Q4_GROUP)
-    for (let j = 0; j < n; j++)
+    for (let j = 0; j < out; j++)
       for (let b = 0; b < blocks; b++) {
         let d = 0;
-        for (let g = (b * kb) / Q4_GROUP; g < ((b + 1) * kb) / Q4_GROUP; g++) d = Math.max(d, Math.abs(f16ToNumber(halves[j * groups + g])));
+        for (let c = b * kb; c < (b + 1) * kb; c += input ? 1 : Q4_GROUP) d = Math.max(d, Math.abs(input ? scale(c, j) : scale(j, c)));
         wstep[j * blocks + b] = (8 * d) / 127;
       }
   let maxRef = 0;
@@ -103,7 +115,7 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
   let relToMagnitude = 0;
   let ofBound = 0;
   for (let r = 0; r < m; r++)
-    for (let j = 0; j < n; j++) {
+    for (let j = 0; j < out; j++) {
       let ref = 0;
       let mag = 0;
       let bound = 0;
@@ -111,21 +123,21 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
         const t = wstep[j * blocks + b];
         const sx = step[r * blocks + b];
         for (let c = b * kb; c < (b + 1) * kb; c++) {
-          const xv = x[r * k + c];
-          const wv = deq[j * k + c];
+          const xv = x[r * red + c];
+          const wv = wAt(c, j);
           ref += xv * wv;
           mag += Math.abs(xv * wv);
           bound += 0.5 * sx * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
         }
       }
-      // f32 accumulation over K/32 scaled partials: a few ulps of the magnitude on top.
+      // f32 accumulation over the scaled partials: a few ulps of the magnitude on top.
       bound += 1e-6 * mag;
-      const yAcc = ref + y0[r * n + j];
-      const err = Math.max(Math.abs(got[r * n + j] - ref), Math.abs(gotAcc[r * n + j] - yAcc) - 1e-6 * Math.abs(y0[r * n + j]));
+      const yAcc = ref + y0[r * out + j];
+      const err = Math.max(Math.abs(got[r * out + j] - ref), Math.abs(gotAcc[r * out + j] - yAcc) - 1e-6 * Math.abs(y0[r * out + j]));
       maxRef = Math.max(maxRef, Math.abs(ref));
-      maxErr = Math.max(maxErr, Math.abs(got[r * n + j] - ref));
+      maxErr = Math.max(maxErr, Math.abs(got[r * out + j] - ref));
       relToMagnitude = Math.max(relToMagnitude, err / (mag || 1));
       ofBound = Math.max(ofBound, Number.isFinite(err) ? err / bound : Infinity);
     }
-  return { shape: `M${m} N${n} K${k}`, relToMax: maxErr / (maxRef || 1), relToMagnitude, ofBound };
+  return { shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}`, relToMax: maxErr / (maxRef || 1), relToMagnitude, ofBound };
 }

@@ -303,10 +303,10 @@ function mmaSetting(tile: MmaTile, op: MatmulQ4Mma): string {
 
 /** Builds each option that fits this device and checks it on odd shapes against the f64
  * reference (the figures become the rows' note); throws where one misses its bound. */
-async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile; kBlock?: KBlock; blocked?: boolean }[], shapes: [number, number, number][], describe: string): Promise<MmaSet> {
+async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile; kBlock?: KBlock; blocked?: boolean }[], shapes: [number, number, number][], describe: string, inputShapes: [number, number, number][] = []): Promise<MmaSet> {
   const { weights, rows } = ctx.shapes.gemm;
   const maxRows = Math.max(...rows, 300);
-  const maxK = Math.max(...weights.map((s) => s[1]), 2048);
+  const maxK = Math.max(...weights.flat(), 2048); // the input gradient reads rows of N
   const tiles: MmaSet['tiles'] = [];
   for (const { tile, kBlock, blocked } of options) {
     try {
@@ -321,6 +321,11 @@ async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile;
   for (const { setting, value: op } of tiles) {
     for (const [i, shape] of shapes.entries()) {
       const a = await checkQ4Mma(ctx.gpu, op, shape, 11 + i);
+      if (!(a.ofBound <= 1)) throw new Error(`${what} ${setting} ${a.shape}: error ${a.ofBound} times the rounding bound`);
+      checks.push(a);
+    }
+    for (const [i, shape] of inputShapes.entries()) {
+      const a = await checkQ4Mma(ctx.gpu, op, shape, 21 + i, true);
       if (!(a.ofBound <= 1)) throw new Error(`${what} ${setting} ${a.shape}: error ${a.ofBound} times the rounding bound`);
       checks.push(a);
     }
@@ -356,7 +361,8 @@ async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: M
     'int8 tensor cores, K-blocked',
     kbTiles.flatMap((tile) => MMA_K_BLOCKS.map((kBlock) => ({ tile, kBlock }))),
     [[45, 96, 768], [300, 515, 2048]],
-    'x as two int8 limbs per K block, weights re-rounded to int8 per column and K block (error ≤ 1/32 of the block\'s largest Q4 step)',
+    'x as two int8 limbs per K block, weights re-rounded to int8 per column and K block (error ≤ 1/32 of the block\'s largest Q4 step); dX = dY·W the same with blocks along N',
+    [[45, 256, 192], [77, 2048, 576]],
   );
   return { exact, kBlocked };
 }
@@ -409,6 +415,11 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
         if (mma.kBlocked.tiles.length && k % 128 === 0) {
           const kb = await bestOf(ctx, 'gemm-mma-kb', shape, mma.kBlocked.tiles, run);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }, 'int8'));
+        }
+        if (mma.kBlocked.tiles.length && n % 128 === 0 && k % 64 === 0) {
+          const runDx = (op: MatmulQ4Mma, opts: MeasureOptions) => ctx.measure(/^matmul_q4_mma\./, (r) => op.backwardInput(r, dy, w, dx), opts);
+          const kbDx = await bestOf(ctx, 'gemm-mma-kb-dx', shape, mma.kBlocked.tiles, runDx);
+          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked (blocks along N)', shape, kbDx.timing, flops, { setting: kbDx.setting, note: mma.kBlocked.note }, 'int8'));
         }
       }
       release(x, dy, y, dx);

@@ -64,6 +64,8 @@ export class MatmulQ4Mma {
   private constructor(
     private readonly quantizeK: Kernel,
     private readonly gemmK: Kernel,
+    /** K-blocked only: the input gradient's block steps and GEMM, and its step table. */
+    private readonly input: { stepsK: Kernel; gemmK: Kernel; tw: Tensor } | null,
     private readonly xq: Tensor,
     private readonly sx: Tensor,
     readonly tile: MmaTile,
@@ -106,14 +108,19 @@ export class MatmulQ4Mma {
     const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
-    const [quantizeK, gemmK] = await Promise.all([
+    const trans = { ...defines, TRANS: true };
+    const [quantizeK, gemmK, stepsK, gemmT] = await Promise.all([
       gpu.kernel({ shader: 'matmul_q4_mma', entry: `quantize_rows${suffix}`, defines, uniforms }),
       gpu.kernel({ shader: 'matmul_q4_mma', entry: `gemm${suffix}`, defines, uniforms }),
+      kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'block_steps', defines: trans, uniforms }) : null,
+      kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm_kb', defines: trans, uniforms }) : null,
     ]);
     // Acquired once: the per-call paths create no buffers. 2 bytes per element (two limbs).
     const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
-    return new MatmulQ4Mma(quantizeK, gemmK, xq, sx, tile, blocked, maxRows, maxK, kBlock);
+    // The input gradient's steps: one per (block of N, group of K), N and K ≤ maxK.
+    const input = stepsK && gemmT ? { stepsK, gemmK: gemmT, tw: gpu.tensor([Math.ceil(maxK / kBlock) * (maxK / Q4_GROUP)], 'f32', 'matmul_q4_mma.tw') } : null;
+    return new MatmulQ4Mma(quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock);
   }
 
   /** y [M, N] (+)= x [M, K] · Wᵀ, M ≤ maxRows and K ≤ maxK. */
@@ -134,7 +141,33 @@ export class MatmulQ4Mma {
     rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y }, grid, uniforms);
   }
 
+  /**
+   * dX [M, K] (+)= dY [M, N]·W, K-blocked only (blocks run along N: a weight's step is shared by
+   * its group's rows in the block). M ≤ maxRows, N and K ≤ maxK, N a multiple of the K block and
+   * K of 64.
+   */
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
+    const op = 'matmulQ4Mma.backwardInput';
+    if (!this.input) throw new ShapeError(op, 'the input gradient needs a K block above 32');
+    checkQ4Shape(op, w.n, w.k);
+    const words = q4Words(w.n, w.k);
+    if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+    if (dy.dtype !== 'f32' || dx.dtype !== 'f32') throw new ShapeError(op, `dy and dx must be f32, got ${dy.dtype} and ${dx.dtype}`);
+    if (dy.shape[dy.shape.length - 1] !== w.n) throw new ShapeError(op, `dy [${dy.shape.join(', ')}] must end in N = ${w.n}`);
+    const m = dy.numel / w.n;
+    if (dx.numel !== m * w.k) throw new ShapeError(op, `dx must be [${m}, ${w.k}], got [${dx.shape.join(', ')}]`);
+    if (m > this.maxRows || w.n > this.maxK || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.n}] x [${w.n}, ${w.k}] exceeds the workspace for ${this.maxRows} rows and widths ≤ ${this.maxK}`);
+    if (w.n % this.kBlock !== 0 || w.k % 64 !== 0) throw new ShapeError(op, `N = ${w.n} must be a multiple of the K block ${this.kBlock} and K = ${w.k} of 64`);
+    const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
+    rec.dispatch(this.input.stepsK, { scales: w.scales, tw_out: this.input.tw }, grid1d((w.n / this.kBlock) * (w.k / Q4_GROUP), 64), uniforms);
+    // dY's rows are [N]: quantized as x of width N.
+    rec.dispatch(this.quantizeK, { x: dy, xq: this.xq, sx: this.sx }, grid1d((m * w.n) / this.kBlock, 64), { ...uniforms, k: w.n });
+    const grid: [number, number] = [Math.ceil(w.k / this.tile.cols), Math.ceil(m / this.tile.rows)];
+    rec.dispatch(this.input.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, tw_in: this.input.tw, y: dx }, grid, uniforms);
+  }
+
   release(): void {
+    this.input?.tw.release();
     this.xq.release();
     this.sx.release();
   }

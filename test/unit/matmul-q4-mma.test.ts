@@ -30,11 +30,17 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
     mma.release();
   });
 
-  it('the K-blocked variant stays within its bound (two-limb x per block, weights re-rounded to int8)', async () => {
+  it('the K-blocked variant, y = x·Wᵀ and dX = dY·W, stays within its bound (two-limb x per block, weights re-rounded to int8)', async () => {
     for (const kBlock of [64, 128] as const) {
       const mma = await MatmulQ4Mma.create(gpu, { maxRows: 130, maxK: 768, tile: { rows: 64, cols: 64, threads: 128 }, kBlock });
       for (const [i, shape] of ([[1, 1, 256], [45, 96, 768], [130, 129, 512]] as [number, number, number][]).entries()) {
         const a = await checkQ4Mma(gpu, mma, shape, 17 + i);
+        expect(a.ofBound, `K block ${kBlock} ${a.shape}: error over the bound`).toBeLessThanOrEqual(1);
+        expect(a.relToMax, `K block ${kBlock} ${a.shape}: error over max |y|`).toBeLessThan(1e-2);
+      }
+      // dX = dY·W: blocks along N.
+      for (const [i, shape] of ([[1, 128, 64], [45, 256, 192], [130, 384, 320]] as [number, number, number][]).entries()) {
+        const a = await checkQ4Mma(gpu, mma, shape, 27 + i, true);
         expect(a.ofBound, `K block ${kBlock} ${a.shape}: error over the bound`).toBeLessThanOrEqual(1);
         expect(a.relToMax, `K block ${kBlock} ${a.shape}: error over max |y|`).toBeLessThan(1e-2);
       }

@@ -5,7 +5,7 @@
 //   source .device/gpu-env.sh && node .bench/mmaCheck.mjs [--k-blocked]
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
-import { checkQ4Mma } from '../../src/bench/q4MmaCheck';
+import { checkQ4Mma, type MmaAccuracy } from '../../src/bench/q4MmaCheck';
 import { ShapeError } from '../../src/gpu';
 
 const TILES: MmaTile[] = [
@@ -31,6 +31,13 @@ const KB_TILES: MmaTile[] = [
   { rows: 128, cols: 64, threads: 256 },
 ];
 const K_BLOCKS: KBlock[] = [64, 128];
+// [M, N, K] of dX = dY [M, N]·W [N, K]: N a multiple of the block, K of 64, M and K odd to the tile.
+const DX_SHAPES: [number, number, number][] = [
+  [1, 128, 64],
+  [45, 256, 192],
+  [130, 384, 320],
+  [77, 2048, 576],
+];
 
 const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
 const info = gpu.device.adapterInfo;
@@ -43,16 +50,21 @@ if (why) {
   process.exit(0);
 }
 let failed = false;
+function report(name: string, a: MmaAccuracy): void {
+  const ok = a.ofBound <= 1;
+  failed ||= !ok;
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
+}
 async function check(name: string, make: () => Promise<MatmulQ4Mma>): Promise<void> {
   try {
     const op = await make();
     for (const [i, shape] of SHAPES.entries()) {
       if (shape[2] % op.kBlock !== 0) continue;
-      const a = await checkQ4Mma(gpu, op, shape, 100 + i);
-      const ok = a.ofBound <= 1;
-      failed ||= !ok;
-      console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
+      report(name, await checkQ4Mma(gpu, op, shape, 100 + i));
     }
+    // The K-blocked input gradient dX = dY·W: blocks along N.
+    if (op.kBlock > 32)
+      for (const [i, shape] of DX_SHAPES.entries()) if (shape[1] % op.kBlock === 0) report(name, await checkQ4Mma(gpu, op, shape, 200 + i, true));
     op.release();
   } catch (e) {
     if (e instanceof ShapeError) {
