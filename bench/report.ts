@@ -78,9 +78,7 @@ function suiteTable(suite: string, rows: Row[], torch: Torch | undefined, peak: 
   for (const r of rows) {
     // A suite of several kernels (memory: the read at full size, a small dispatch, the read of each weight's bytes) names each.
     const mixed = new Set(rows.map((x) => x.kernel)).size > 1;
-    // The tensor-core rows' limit is the int8 peak (results written before they said so carry fp32's).
-    const limit = /mma/.test(suite) && peak ? `${pct(r.rate / peak.int8Tops)} of int8 tensor peak` : r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`;
-    const cells = [mixed ? `${r.kernel}: ${r.shape}` : r.shape, num(r.ms), r.passMs === undefined ? '—' : num(r.passMs), num(r.wallMs), `${num(r.rate)} ${r.unit}`, limit, r.setting ?? ''];
+    const cells = [mixed ? `${r.kernel}: ${r.shape}` : r.shape, num(r.ms), r.passMs === undefined ? '—' : num(r.passMs), num(r.wallMs), `${num(r.rate)} ${r.unit}`, r.ofLimit === undefined ? '' : `${pct(r.ofLimit)} of ${r.limit}`, r.setting ?? ''];
     for (const v of variants) {
       const t = trows.find((x) => x.variant === v && x.shape === r.shape);
       // Speed ratio on what a caller waits for: PyTorch's stream time over our wall time per call.

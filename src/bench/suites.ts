@@ -412,11 +412,12 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
           const exact = await bestOf(ctx, 'gemm-mma', shape, mma.exact.tiles, run);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma', '4-bit GEMM, int8 tensor cores', shape, exact.timing, flops, { setting: exact.setting, note: mma.exact.note }, 'int8'));
         }
-        if (mma.kBlocked.tiles.length && k % 128 === 0) {
+        const kbMax = Math.max(...MMA_K_BLOCKS);
+        if (mma.kBlocked.tiles.length && k % kbMax === 0) {
           const kb = await bestOf(ctx, 'gemm-mma-kb', shape, mma.kBlocked.tiles, run);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }, 'int8'));
         }
-        if (mma.kBlocked.tiles.length && n % 128 === 0 && k % 64 === 0) {
+        if (mma.kBlocked.tiles.length && n % kbMax === 0 && k % 64 === 0) {
           const runDx = (op: MatmulQ4Mma, opts: MeasureOptions) => ctx.measure(/^matmul_q4_mma\./, (r) => op.backwardInput(r, dy, w, dx), opts);
           const kbDx = await bestOf(ctx, 'gemm-mma-kb-dx', shape, mma.kBlocked.tiles, runDx);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked (blocks along N)', shape, kbDx.timing, flops, { setting: kbDx.setting, note: mma.kBlocked.note }, 'int8'));

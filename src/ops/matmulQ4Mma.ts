@@ -126,13 +126,7 @@ export class MatmulQ4Mma {
   /** y [M, N] (+)= x [M, K] · Wᵀ, M ≤ maxRows and K ≤ maxK. */
   gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
     const op = 'matmulQ4Mma.gemm';
-    checkQ4Shape(op, w.n, w.k);
-    const words = q4Words(w.n, w.k);
-    if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
-    if (x.dtype !== 'f32' || y.dtype !== 'f32') throw new ShapeError(op, `x and y must be f32, got ${x.dtype} and ${y.dtype}`);
-    if (x.shape[x.shape.length - 1] !== w.k) throw new ShapeError(op, `x [${x.shape.join(', ')}] must end in K = ${w.k}`);
-    const m = x.numel / w.k;
-    if (y.numel !== m * w.n) throw new ShapeError(op, `y must be [${m}, ${w.n}], got [${y.shape.join(', ')}]`);
+    const m = rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n });
     if (m > this.maxRows || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.k}] exceeds the workspace for [${this.maxRows}, ${this.maxK}]`);
     if (w.k % this.kBlock !== 0) throw new ShapeError(op, `K = ${w.k} is not a multiple of the K block ${this.kBlock}`);
     const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
@@ -149,13 +143,7 @@ export class MatmulQ4Mma {
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
     const op = 'matmulQ4Mma.backwardInput';
     if (!this.input) throw new ShapeError(op, 'the input gradient needs a K block above 32');
-    checkQ4Shape(op, w.n, w.k);
-    const words = q4Words(w.n, w.k);
-    if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
-    if (dy.dtype !== 'f32' || dx.dtype !== 'f32') throw new ShapeError(op, `dy and dx must be f32, got ${dy.dtype} and ${dx.dtype}`);
-    if (dy.shape[dy.shape.length - 1] !== w.n) throw new ShapeError(op, `dy [${dy.shape.join(', ')}] must end in N = ${w.n}`);
-    const m = dy.numel / w.n;
-    if (dx.numel !== m * w.k) throw new ShapeError(op, `dx must be [${m}, ${w.k}], got [${dx.shape.join(', ')}]`);
+    const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
     if (m > this.maxRows || w.n > this.maxK || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.n}] x [${w.n}, ${w.k}] exceeds the workspace for ${this.maxRows} rows and widths ≤ ${this.maxK}`);
     if (w.n % this.kBlock !== 0 || w.k % 64 !== 0) throw new ShapeError(op, `N = ${w.n} must be a multiple of the K block ${this.kBlock} and K = ${w.k} of 64`);
     const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
@@ -171,4 +159,17 @@ export class MatmulQ4Mma {
     this.xq.release();
     this.sx.release();
   }
+}
+
+/** The rows M of a product's input [M, in.width] and output [M, out.width] on Q4 weight `w`,
+ * after checking the weight's buffers, the f32 dtypes and the shapes. */
+function rowsOf(op: string, w: Q4Weight, input: { name: string; t: Tensor; width: number; dim: string }, out: { name: string; t: Tensor; width: number }): number {
+  checkQ4Shape(op, w.n, w.k);
+  const words = q4Words(w.n, w.k);
+  if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+  if (input.t.dtype !== 'f32' || out.t.dtype !== 'f32') throw new ShapeError(op, `${input.name} and ${out.name} must be f32, got ${input.t.dtype} and ${out.t.dtype}`);
+  if (input.t.shape[input.t.shape.length - 1] !== input.width) throw new ShapeError(op, `${input.name} [${input.t.shape.join(', ')}] must end in ${input.dim} = ${input.width}`);
+  const m = input.t.numel / input.width;
+  if (out.t.numel !== m * out.width) throw new ShapeError(op, `${out.name} must be [${m}, ${out.width}], got [${out.t.shape.join(', ')}]`);
+  return m;
 }
