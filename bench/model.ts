@@ -37,9 +37,10 @@ import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
+import { mmaUnsupported } from '../src/ops/matmulQ4Mma';
 import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from '../src/rl/microBatch';
 import { resolveLossConfig, type ResolvedLossConfig } from '../src/rl/lossConfig';
-import type { PreparedPrompt, SamplingOptions } from '../src/rl/policy';
+import type { PreparedPrompt, SamplingOptions, SequenceBatch } from '../src/rl/policy';
 import { Filler } from '../src/bench/fill';
 import { Rng } from '../src/data/random';
 
@@ -278,6 +279,68 @@ async function stepSetup(gpu: Gpu, policy: Qwen3VLPolicy, params: LoraParams[], 
   };
 }
 
+/**
+ * How far the tensor-core GEMM moves one group's training forward and backward: completion
+ * log-probs and d(Σ log-probs)/d(LoRA A, B), computed with the decoder on the f32 kernels and then
+ * on int8 tensor cores. The adapters' B is filled with random values first (at PEFT's B = 0 the
+ * gradients of A vanish); they are left that way (this runs after the timed steps).
+ */
+async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, params: LoraParams[], batch: SequenceBatch, filler: Filler) {
+  const rec = gpu.recorder('bench.lora_b');
+  for (const p of params) filler.fill(rec, p.B, 'uniform', 0.02);
+  await rec.submit();
+  const run = async (on: boolean) => {
+    await model.setTensorCoreGemm(on);
+    const fwd = await policy.forward(batch, { temperature: 1, lora: true, train: true, gradientCheckpointing: true });
+    const [logps, mask] = [await gpu.readF32(fwd.logps), await gpu.readF32(fwd.mask)];
+    const zero = gpu.recorder('bench.zero');
+    for (const p of params) model.decoder.ops.lora.zeroGrad(zero, p);
+    await zero.submit();
+    await policy.backward(fwd.mask); // d(Σ log-probs): gradient 1 on every completion token
+    const grads: Float32Array[] = [];
+    for (const p of params) grads.push(await gpu.readF32(p.dA), await gpu.readF32(p.dB));
+    return { logps, mask, grads };
+  };
+  const ref = await run(false);
+  const tc = await run(true);
+  await model.setTensorCoreGemm(false);
+  let maxLogp = 0;
+  let sumLogp = 0;
+  let tokens = 0;
+  ref.logps.forEach((v, i) => {
+    if (!ref.mask[i]) return;
+    const d = Math.abs(tc.logps[i] - v);
+    maxLogp = Math.max(maxLogp, d);
+    sumLogp += d;
+    tokens++;
+  });
+  // Per gradient tensor: the largest difference over the tensor's largest entry, and ‖Δ‖/‖ref‖.
+  const perTensor = ref.grads.map((g, j) => {
+    let [dmax, gmax, d2, g2] = [0, 0, 0, 0];
+    g.forEach((v, i) => {
+      const d = tc.grads[j][i] - v;
+      dmax = Math.max(dmax, Math.abs(d));
+      gmax = Math.max(gmax, Math.abs(v));
+      d2 += d * d;
+      g2 += v * v;
+    });
+    return { ofMax: dmax / gmax, norm: Math.sqrt(d2 / g2) };
+  });
+  const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+  const ofMax = sorted(perTensor.map((t) => t.ofMax));
+  const norm = sorted(perTensor.map((t) => t.norm));
+  return {
+    tokens,
+    logpMaxAbs: maxLogp,
+    logpMeanAbs: sumLogp / tokens,
+    gradTensors: perTensor.length,
+    gradOfMaxMedian: ofMax[ofMax.length >> 1],
+    gradOfMaxWorst: ofMax[ofMax.length - 1],
+    gradNormMedian: norm[norm.length >> 1],
+    gradNormWorst: norm[norm.length - 1],
+  };
+}
+
 const GiB = 2 ** 30;
 
 async function main(): Promise<void> {
@@ -482,6 +545,37 @@ async function main(): Promise<void> {
   };
   save();
   console.error(`gspo step without gradient checkpointing: ${keptS.toFixed(2)} s`);
+  // The same steps with the decoder's 4-bit GEMMs and input gradients on int8 tensor cores
+  // (Qwen3VL.setTensorCoreGemm), where the GPU offers subgroup matrices; then how far that moves one
+  // group's log-probs and LoRA gradients.
+  const noMma = mmaUnsupported(gpu);
+  if (noMma) console.error(`gspo on tensor cores: skipped (${noMma})`);
+  else {
+    await model.setTensorCoreGemm(true);
+    await gspoStep(gpu, setup, 6, 1); // warm-up: the tensor-core pipelines compiled
+    const tcS = await timed(gpu, () => gspoStep(gpu, setup, 7));
+    await gspoStep(gpu, setup, 8, 1, false);
+    const tcKeptS = await timed(gpu, () => gspoStep(gpu, setup, 9, W.prompts, false));
+    let profile: { name: string; calls: number; us: number }[] | undefined;
+    if (args.includes('--profile')) {
+      const prof = gpu.startProfiling();
+      await gspoStep(gpu, setup, 10, 1);
+      profile = prof.report().map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs })).sort((x, y) => y.us - x.us);
+      gpu.stopProfiling();
+    }
+    await model.setTensorCoreGemm(false);
+    const drift = await tensorCoreDrift(gpu, model, policy, lora16, { prompt: setup.prompts[0], completions: setup.completions[0] }, filler);
+    result.gspoTensorCores = {
+      seconds: tcS,
+      tokensPerS: allTokens / tcS,
+      noCheckpointingSeconds: tcKeptS,
+      noCheckpointingTokensPerS: allTokens / tcKeptS,
+      drift,
+      profile,
+    };
+    save();
+    console.error(`gspo step on tensor cores: ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s; drift ${JSON.stringify(drift)}`);
+  }
   for (const m of setup.adamw.moments) for (const t of [m.expAvg, m.expAvgSq]) t.release();
 
   // The default trainer config: generation of one group, then its training step, LoRA r=8.

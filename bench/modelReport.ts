@@ -27,12 +27,26 @@ interface Side {
   decode?: { samples: number; msPerStep: number; tokensPerS: number }[];
   gspo?: { prompts: number; completionsPerPrompt: number; promptTokens: number; completionTokens: number; seconds: number; tokensPerS: number; memory: Memory };
   gspoNoCheckpointing?: { seconds: number; tokensPerS: number; memory: Memory };
+  gspoTensorCores?: { seconds: number; tokensPerS: number; noCheckpointingSeconds: number; noCheckpointingTokensPerS: number; drift: Drift };
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
+  /** PyTorch only: bf16 against fp32 on the same weights (torch_model.py's drift). */
+  drift?: Drift;
   errors?: { case: string; error: string }[];
   decodeStep1?: DecodeStep;
   decodeStep8?: DecodeStep;
   decodeProfile1?: KernelRow[];
   decodeProfile8?: KernelRow[];
+}
+/** How far the tensor-core GEMMs move one group's log-probs and LoRA gradients (bench/model.ts tensorCoreDrift). */
+interface Drift {
+  tokens: number;
+  logpMaxAbs: number;
+  logpMeanAbs: number;
+  gradTensors: number;
+  gradOfMaxMedian: number;
+  gradOfMaxWorst: number;
+  gradNormMedian: number;
+  gradNormWorst: number;
 }
 interface DecodeStep {
   gpuMs: number;
@@ -85,6 +99,12 @@ function render(o: Side, t: Side | undefined): string {
     add('GSPO step without gradient checkpointing (as PyTorch runs it)', k.seconds, t?.gspo?.seconds, 's', 'time');
     add('GSPO step without gradient checkpointing: throughput', k.tokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
   }
+  const tc = o.gspoTensorCores;
+  if (tc) {
+    add('GSPO step, decoder GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm)', tc.seconds, t?.gspo?.seconds, 's', 'time');
+    add('the same without gradient checkpointing', tc.noCheckpointingSeconds, t?.gspo?.seconds, 's', 'time');
+    add('the same without gradient checkpointing: throughput', tc.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
+  }
   const mem = (m: Memory | undefined, side: 'ours' | 'torch') =>
     !m ? '—' : side === 'ours' ? `${f(m.poolPeakGiB)} GiB pool peak (${f(m.inUsePeakGiB)} in use)` : `${f(m.maxAllocatedGiB)} GiB allocated (${f(m.maxReservedGiB)} reserved)`;
   const within = (m: Memory | undefined) => (m?.poolPeakGiB === undefined ? '' : m.poolPeakGiB <= 6 ? ' ✅' : ' ❌');
@@ -100,6 +120,9 @@ function render(o: Side, t: Side | undefined): string {
     `- Model: Qwen3-VL-2B shapes (spec B1), random weights. Ours: 4-bit LM (${f(o.weightsGiB)} GiB on the GPU with the f32 vision tower), f32 arithmetic; PyTorch: bf16 everywhere (${f(t?.weightsGiB)} GiB), sdpa. LoRA r=16 (alpha 32) on q/k/v/o/gate/up/down, unmerged on both sides.`,
     '- Times: wall clock around the call, GPU synchronised, median after a warm-up. Decode = generate(128 tokens) − generate(1 token), 127 steps, temperature 1, no early stop; at 8 sequences our 4-bit GEMVs take x quantized to int8 per row and group of 32 (the default, ModelOptions.int8Decode: sampled log-probs within about 1e-3 to 1e-2 of the f32 forward\'s; training and scoring stay f32), 1 sequence is f32 throughout. GSPO: sequence-level ratio, loss_type grpo, ε 3e-4/4e-4, on-policy, per-prompt micro-batches of 8, clip 1.0 + AdamW; generation not included. Ours recomputes each layer in the backward (gradient_checkpointing, our default) or, in the rows that say so, keeps every layer\'s activations; PyTorch keeps activations (no gradient checkpointing, TRL\'s default).',
     '- **× (ours/PyTorch)**: above 1 means ours is faster (rates: ours/PyTorch; times: PyTorch/ours).',
+    tc
+      ? `- Tensor-core rows: the decoder's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of 128; the LM head and the vision tower stay f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${driftOf(t?.drift)}`
+      : '',
     '',
     '| measure | ours | PyTorch + PEFT | × (ours/PyTorch) |',
     '|---|---|---|---|',
@@ -127,6 +150,12 @@ function render(o: Side, t: Side | undefined): string {
   if (errors.length) out.push('Failed cases: ' + errors.map((e) => `${e.case}: ${e.error.slice(0, 200)}`).join('; '), '');
   out.push(END);
   return out.filter((l, i) => l !== '' || out[i - 1] !== '').join('\n');
+}
+
+/** PyTorch's bf16 against its fp32 on the same batch: the yardstick for the tensor-core drift. */
+function driftOf(d: Drift | undefined): string {
+  if (!d) return '';
+  return ` For scale, PyTorch's bf16 against its own fp32 on the same weights and a group of the same shape: log-probs ${f(d.logpMeanAbs, 2)} on average (at most ${f(d.logpMaxAbs, 2)}), LoRA gradients ${f(100 * d.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * d.gradNormWorst, 2)}%).`;
 }
 
 /** Where a decode step's time goes (model.ts --profile): GPU in stream against the CPU, then the kernels. */

@@ -34,7 +34,7 @@ import torch
 ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true", help="the shrunk model and work of bench/model.ts --quick")
 ap.add_argument("--json", help="write the results here")
-ap.add_argument("--only", help="comma-separated sections: prefill,decode,gspo,defaultConfig")
+ap.add_argument("--only", help="comma-separated sections: prefill,decode,gspo,defaultConfig,drift")
 args = ap.parse_args()
 
 DEV = torch.device("cuda")
@@ -268,11 +268,47 @@ def main():
                                    "memory": memory("default trainer config: generation + training step of one group, "
                                                     "no gradient checkpointing")}
 
+    def drift():
+        """How far bf16 moves one group's completion log-probs and d(sum of log-probs)/d(LoRA) from
+        fp32 on the same weights: the yardstick for our tensor-core GEMMs' drift (bench/model.ts).
+        Runs last: it leaves the model in fp32."""
+        nonlocal model
+        model = with_lora(model.unload(), W["rank"])  # the GSPO rows' rank (default_config left r=8)
+        g = torch.Generator().manual_seed(4)
+        b = step_batch(1, W["G"], W["trainPrompt"], W["trainImage"], W["completion"], g)[0]
+        loras = [(n, q) for n, q in model.named_parameters() if q.requires_grad]
+        with torch.no_grad():  # B random, as ours: at PEFT's B = 0 the gradients of A vanish
+            for n, q in loras:
+                if "lora_B" in n:
+                    q.copy_((torch.rand(q.shape, generator=g) * 0.04 - 0.02).to(q.device, q.dtype))
+
+        def run(pixels):
+            model.zero_grad(set_to_none=True)
+            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], pixel_values=pixels,
+                        mm_token_type_ids=b["mm_token_type_ids"], image_grid_thw=b["image_grid_thw"],
+                        logits_to_keep=W["completion"] + 1, use_cache=False)
+            logp = torch.log_softmax(out.logits[:, :-1].float(), dim=-1).gather(-1, b["completion"].unsqueeze(-1)).squeeze(-1)
+            logp.sum().backward()
+            return logp.detach().float(), [q.grad.detach().float().clone() for _, q in loras]
+
+        model.train()
+        lp16, g16 = run(b["pixel_values"])
+        model = model.float()
+        lp32, g32 = run(b["pixel_values"].float())
+        d = (lp16 - lp32).abs()
+        norm = sorted(((a - r).norm() / r.norm()).item() for a, r in zip(g16, g32))
+        of_max = sorted(((a - r).abs().max() / r.abs().max()).item() for a, r in zip(g16, g32))
+        RESULT["drift"] = {"what": "bf16 against fp32, same weights and batch", "tokens": d.numel(),
+                           "logpMaxAbs": d.max().item(), "logpMeanAbs": d.mean().item(), "gradTensors": len(norm),
+                           "gradOfMaxMedian": of_max[len(of_max) // 2], "gradOfMaxWorst": of_max[-1],
+                           "gradNormMedian": norm[len(norm) // 2], "gradNormWorst": norm[-1]}
+
     section("prefill", prefill)
     section("decode", decode)
     section("gspo", gspo)
     section("defaultConfig", default_config)
-    print(json.dumps({k: RESULT.get(k) for k in ["prefill", "decode", "gspo", "defaultConfig", "errors"]}, indent=1))
+    section("drift", drift)
+    print(json.dumps({k: RESULT.get(k) for k in ["prefill", "decode", "gspo", "defaultConfig", "drift", "errors"]}, indent=1))
 
 
 T0 = time.perf_counter()

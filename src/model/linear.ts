@@ -4,14 +4,20 @@
 //   backwardInput  dx (+)= dy·W         (backward through the frozen weight, for training)
 //   dense          y (+)= x·Wᵀ + b      (the vision tower's layers with a bias: the f32 GEMM adds
 //                                        it; after a 4-bit product, shaders/vision.wgsl's bias_add)
+// With tensor cores set (useTensorCores), 4-bit products of more than GEMV_MAX_ROWS rows and the
+// input gradients take the K-blocked int8 kernels where a weight's shape suits them.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from '../ops/matmul';
-import { MatmulQ4 } from '../ops/matmulQ4';
+import { GEMV_MAX_ROWS, MatmulQ4 } from '../ops/matmulQ4';
+import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
 import type { DenseWeight, LinearWeight } from './weights';
 
 const BIAS_WG = 256;
 
 export class Linear {
+  /** The int8 tensor-core GEMM (MatmulQ4Mma, K-blocked) or null: the f32 kernels throughout. */
+  private tensorCores: MatmulQ4Mma | null = null;
+
   private constructor(
     readonly matmul: Matmul,
     readonly q4: MatmulQ4,
@@ -27,15 +33,24 @@ export class Linear {
     return new Linear(matmul, q4, biasAdd);
   }
 
+  /** Route 4-bit GEMMs and input gradients through `mma` (a K-blocked MatmulQ4Mma), or, with
+   * null, back to the f32 kernels. The caller owns `mma`. */
+  useTensorCores(mma: MatmulQ4Mma | null): void {
+    if (mma && mma.kBlock === 32) throw new ShapeError('linear', 'the tensor-core path takes a K-blocked MatmulQ4Mma (kBlock 64 or 128)');
+    this.tensorCores = mma;
+  }
+
   /** `int8`: a 4-bit product of 2..8 rows may quantize x to int8 (MatmulQ4.forward; inference only). */
   forward(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, accumulate = false, int8 = false): void {
-    if (w.kind === 'q4') this.q4.forward(rec, x, w.w, y, accumulate, int8);
-    else this.matmul.linear(rec, x, w.w, y, { accumulate });
+    if (w.kind !== 'q4') this.matmul.linear(rec, x, w.w, y, { accumulate });
+    else if (this.tensorCores?.takesForward(w.w) && x.numel / w.w.k > GEMV_MAX_ROWS) this.tensorCores.gemm(rec, x, w.w, y, accumulate);
+    else this.q4.forward(rec, x, w.w, y, accumulate, int8);
   }
 
   backwardInput(rec: Recorder, dy: Tensor, w: LinearWeight, dx: Tensor, accumulate = false): void {
-    if (w.kind === 'q4') this.q4.backwardInput(rec, dy, w.w, dx, accumulate);
-    else this.matmul.linearGradInput(rec, dy, w.w, dx, { accumulate });
+    if (w.kind !== 'q4') this.matmul.linearGradInput(rec, dy, w.w, dx, { accumulate });
+    else if (this.tensorCores?.takesInput(w.w)) this.tensorCores.backwardInput(rec, dy, w.w, dx, accumulate);
+    else this.q4.backwardInput(rec, dy, w.w, dx, accumulate);
   }
 
   /** y (+)= x·Wᵀ + b for a layer with an optional bias. */

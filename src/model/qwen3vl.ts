@@ -3,7 +3,9 @@
 // generate (the generation half of src/rl/policy.ts's Policy; the training half is train.ts).
 import { ShapeError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
+import { MatmulQ4Mma } from '../ops/matmulQ4Mma';
 import { Sampler } from '../ops/sampling';
+import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
 import { applyGenerationConfig, parseQwen3VLConfig, type Qwen3VLConfig } from './config';
 import { Decoder, LORA_PROJECTIONS, loraModuleName, view, type LayerLora, type VisualInputs } from './decoder';
@@ -31,7 +33,19 @@ export interface ModelOptions {
    * within about 1e-3 of the f32 kernel's. Default: where WGSL offers packed dot products. Training,
    * scoring and one-sequence decode always take f32. */
   int8Decode?: boolean;
+  /** The decoder's 4-bit GEMMs of more than 8 rows (prefill, scoring, training) and its input
+   * gradients on int8 tensor cores (setTensorCoreGemm). Default false: it needs Chromium's
+   * subgroup-matrix extension and moves each product by about 5e-3 of its largest entry. */
+  tensorCoreGemm?: boolean;
 }
+
+/** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: 2 bytes an element, 48
+ * MiB for the 2B): the trainer's default micro-batch in one. */
+const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
+/** The tensor-core GEMM's tile and K block: the fastest on an H100 at the decoder's shapes
+ * (BENCHMARKS.md, gemm-q4-mma-kb). */
+const MMA_TILE = { rows: 128, cols: 64, threads: 256 } as const;
+const MMA_K_BLOCK = 128;
 
 /** Most rows of full logits computed per pass (a [rows, vocab] buffer must fit one binding). */
 const LOGIT_HEADROOM = 0.85;
@@ -53,6 +67,9 @@ export class Qwen3VL {
   tokenizer: Qwen3VLTokenizer | null = null;
   /** Whether `load` found the weights in the weight cache, and why a miss was not stored. */
   weightSource: { cached: boolean; cacheMessage?: string } = { cached: false };
+  /** The int8 tensor-core GEMM once made (setTensorCoreGemm), and whether the decoder uses it. */
+  private mma: MatmulQ4Mma | null = null;
+  tensorCoreGemm = false;
 
   private constructor(
     readonly gpu: Gpu,
@@ -71,7 +88,24 @@ export class Qwen3VL {
       Sampler.create(gpu),
     ]);
     const head = new TableHead(gpu, decoder.ops.linear, weights.language.lmHead, opts.maxLogitRows ?? 64);
-    return new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler);
+    const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler);
+    if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true);
+    return model;
+  }
+
+  /**
+   * Route the decoder's 4-bit products of more than 8 rows and their input gradients through the
+   * K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the LM head and the vision tower stay on the f32
+   * kernels), or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
+   */
+  async setTensorCoreGemm(on: boolean): Promise<void> {
+    if (on && !this.mma) {
+      const t = this.config.text;
+      const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
+      this.mma = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE, kBlock: MMA_K_BLOCK });
+    }
+    this.decoder.ops.linear.useTensorCores(on ? this.mma : null);
+    this.tensorCoreGemm = on;
   }
 
   /** Read config and weights from `files` (4-bit by default; through the weight cache when given) and build the model. */

@@ -3,7 +3,7 @@
 // f32. Needs Chromium's subgroup-matrix extension with an i8 -> i32, M16 N16 K32 configuration.
 // With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
 // per (column, block): faster, not bit-faithful to the Q4 weights (the shader states the bound).
-import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, MissingFeatureError, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
@@ -22,7 +22,9 @@ export interface MmaTile {
 export const DEFAULT_MMA_TILE: MmaTile = { rows: 64, cols: 64, threads: 128 };
 
 export interface MatmulQ4MmaOptions {
-  /** Most rows of x per call: the quantized copy of x is allocated once for maxRows x maxK. */
+  /** Rows of x per GEMM dispatch: the quantized copy of x is allocated once for maxRows x maxK; a
+   * call with more rows runs in slices (then maxRows must be a multiple of 64, for the slices'
+   * binding offsets). */
   maxRows: number;
   maxK: number;
   tile?: MmaTile;
@@ -61,11 +63,15 @@ function tileBytes(t: MmaTile, kBlock: KBlock): number {
 }
 
 export class MatmulQ4Mma {
+  /** The input gradient's weight steps, by the weight's scales (stepsOf). */
+  private readonly steps = new Map<Tensor, Tensor>();
+
   private constructor(
+    private readonly gpu: Gpu,
     private readonly quantizeK: Kernel,
     private readonly gemmK: Kernel,
-    /** K-blocked only: the input gradient's block steps and GEMM, and its step table. */
-    private readonly input: { stepsK: Kernel; gemmK: Kernel; tw: Tensor } | null,
+    /** K-blocked only: the input gradient's block steps and GEMM. */
+    private readonly input: { stepsK: Kernel; gemmK: Kernel } | null,
     private readonly xq: Tensor,
     private readonly sx: Tensor,
     readonly tile: MmaTile,
@@ -118,47 +124,96 @@ export class MatmulQ4Mma {
     // Acquired once: the per-call paths create no buffers. 2 bytes per element (two limbs).
     const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
-    // The input gradient's steps: one per (block of N, group of K), N and K ≤ maxK.
-    const input = stepsK && gemmT ? { stepsK, gemmK: gemmT, tw: gpu.tensor([Math.ceil(maxK / kBlock) * (maxK / Q4_GROUP)], 'f32', 'matmul_q4_mma.tw') } : null;
-    return new MatmulQ4Mma(quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock);
+    const input = stepsK && gemmT ? { stepsK, gemmK: gemmT } : null;
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock);
   }
 
-  /** y [M, N] (+)= x [M, K] · Wᵀ, M ≤ maxRows and K ≤ maxK. */
+  /** Whether `gemm` takes weight `w` (K within the workspace, a whole number of K blocks). */
+  takesForward(w: Q4Weight): boolean {
+    return w.k <= this.maxK && w.k % this.kBlock === 0;
+  }
+
+  /** Whether `backwardInput` takes weight `w` (K-blocked only; N a whole number of blocks, K of 64). */
+  takesInput(w: Q4Weight): boolean {
+    return this.input !== null && w.n <= this.maxK && w.k <= this.maxK && w.n % this.kBlock === 0 && w.k % 64 === 0;
+  }
+
+  /** y [M, N] (+)= x [M, K] · Wᵀ, K ≤ maxK; more than maxRows rows go through in slices. */
   gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
     const op = 'matmulQ4Mma.gemm';
     const m = rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n });
-    if (m > this.maxRows || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.k}] exceeds the workspace for [${this.maxRows}, ${this.maxK}]`);
+    if (w.k > this.maxK) throw new ShapeError(op, `K = ${w.k} exceeds the workspace's ${this.maxK}`);
     if (w.k % this.kBlock !== 0) throw new ShapeError(op, `K = ${w.k} is not a multiple of the K block ${this.kBlock}`);
-    const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
-    rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx }, grid1d((m * w.k) / this.kBlock, 64), uniforms);
-    const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(m / this.tile.rows)];
-    rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y }, grid, uniforms);
+    for (const [r0, rows] of this.slices(m)) {
+      const xs = rowSlice(x, r0, rows, w.k);
+      const ys = rowSlice(y, r0, rows, w.n);
+      const uniforms = { m: rows, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
+      rec.dispatch(this.quantizeK, { x: xs, xq: this.xq, sx: this.sx }, grid1d((rows * w.k) / this.kBlock, 64), uniforms);
+      const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
+      rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y: ys }, grid, uniforms);
+    }
   }
 
   /**
    * dX [M, K] (+)= dY [M, N]·W, K-blocked only (blocks run along N: a weight's step is shared by
-   * its group's rows in the block). M ≤ maxRows, N and K ≤ maxK, N a multiple of the K block and
-   * K of 64.
+   * its group's rows in the block; those steps are computed on a weight's first call and kept).
+   * N and K ≤ maxK, N a multiple of the K block and K of 64; more than maxRows rows go through in
+   * slices.
    */
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
     const op = 'matmulQ4Mma.backwardInput';
     if (!this.input) throw new ShapeError(op, 'the input gradient needs a K block above 32');
     const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
-    if (m > this.maxRows || w.n > this.maxK || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.n}] x [${w.n}, ${w.k}] exceeds the workspace for ${this.maxRows} rows and widths ≤ ${this.maxK}`);
+    if (w.n > this.maxK || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.n}] x [${w.n}, ${w.k}] exceeds the workspace for widths ≤ ${this.maxK}`);
     if (w.n % this.kBlock !== 0 || w.k % 64 !== 0) throw new ShapeError(op, `N = ${w.n} must be a multiple of the K block ${this.kBlock} and K = ${w.k} of 64`);
-    const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
-    rec.dispatch(this.input.stepsK, { scales: w.scales, tw_out: this.input.tw }, grid1d((w.n / this.kBlock) * (w.k / Q4_GROUP), 64), uniforms);
-    // dY's rows are [N]: quantized as x of width N.
-    rec.dispatch(this.quantizeK, { x: dy, xq: this.xq, sx: this.sx }, grid1d((m * w.n) / this.kBlock, 64), { ...uniforms, k: w.n });
-    const grid: [number, number] = [Math.ceil(w.k / this.tile.cols), Math.ceil(m / this.tile.rows)];
-    rec.dispatch(this.input.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, tw_in: this.input.tw, y: dx }, grid, uniforms);
+    const all = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
+    const tw = this.stepsOf(rec, w, all);
+    for (const [r0, rows] of this.slices(m)) {
+      const uniforms = { ...all, m: rows };
+      // dY's rows are [N]: quantized as x of width N.
+      rec.dispatch(this.quantizeK, { x: rowSlice(dy, r0, rows, w.n), xq: this.xq, sx: this.sx }, grid1d((rows * w.n) / this.kBlock, 64), { ...uniforms, k: w.n });
+      const grid: [number, number] = [Math.ceil(w.k / this.tile.cols), Math.ceil(rows / this.tile.rows)];
+      const dxs = rowSlice(dx, r0, rows, w.k);
+      rec.dispatch(this.input.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, tw_in: tw, y: dxs }, grid, uniforms);
+    }
+  }
+
+  /** A weight's steps for the input gradient (block_steps), made on its first backward and kept:
+   * the base weights are frozen, so a weight's scales must not change while this op lives. */
+  private stepsOf(rec: Recorder, w: Q4Weight, uniforms: Record<string, number>): Tensor {
+    let tw = this.steps.get(w.scales);
+    if (!tw) {
+      const count = (w.n / this.kBlock) * (w.k / Q4_GROUP);
+      tw = this.gpu.tensor([count], 'f32', 'matmul_q4_mma.tw');
+      rec.dispatch(this.input!.stepsK, { scales: w.scales, tw_out: tw }, grid1d(count, 64), uniforms);
+      this.steps.set(w.scales, tw);
+    }
+    return tw;
+  }
+
+  /** [first row, rows] of the slices of m rows: as few as the workspace allows, of equal size
+   * rounded up to 64 rows (the slices' binding offsets; a short last slice would leave SMs idle). */
+  private slices(m: number): [number, number][] {
+    if (m <= this.maxRows) return [[0, m]];
+    if (this.maxRows % 64 !== 0) throw new ShapeError('matmulQ4Mma', `${m} rows need slices of maxRows = ${this.maxRows}, which is not a multiple of 64`);
+    const size = Math.min(this.maxRows, 64 * Math.ceil(m / Math.ceil(m / this.maxRows) / 64));
+    const out: [number, number][] = [];
+    for (let r0 = 0; r0 < m; r0 += size) out.push([r0, Math.min(size, m - r0)]);
+    return out;
   }
 
   release(): void {
-    this.input?.tw.release();
+    for (const tw of this.steps.values()) tw.release();
+    this.steps.clear();
     this.xq.release();
     this.sx.release();
   }
+}
+
+/** Rows [r0, r0 + rows) of a [M, width] f32 tensor as a view (the whole tensor when that is all of it). */
+function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {
+  if (r0 === 0 && rows * width === t.numel) return t;
+  return new Tensor(t.buffer, [rows, width], t.dtype, t.label, t.byteOffset + 4 * r0 * width);
 }
 
 /** The rows M of a product's input [M, in.width] and output [M, out.width] on Q4 weight `w`,

@@ -6,6 +6,9 @@ import { describe, expect, it } from 'vitest';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
 import { checkQ4Mma } from '../../src/bench/q4MmaCheck';
+import { MissingFeatureError } from '../../src/gpu';
+import { Qwen3VL } from '../../src/model/qwen3vl';
+import { MODELS, modelFiles } from '../helpers/modelFixtures';
 
 const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe', dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
 const unsupported = mmaUnsupported(gpu);
@@ -59,13 +62,31 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
     await expect(MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 512, tile: { rows: 64, cols: 128, threads: 128 }, kBlock: 128 })).rejects.toThrow(/needs 256 threads/);
   });
 
-  it('rejects rows beyond its workspace', async () => {
-    const mma = await MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 64 });
+  it('runs more rows than its workspace in slices of maxRows (a multiple of 64), and refuses slices of another size', async () => {
+    const mma = await MatmulQ4Mma.create(gpu, { maxRows: 64, maxK: 512, tile: { rows: 64, cols: 64, threads: 128 }, kBlock: 128 });
+    for (const [i, shape] of ([[130, 129, 512], [200, 128, 256]] as [number, number, number][]).entries()) {
+      const a = await checkQ4Mma(gpu, mma, shape, 37 + i, i === 1);
+      expect(a.ofBound, `${a.shape} in slices of 64 rows: error over the bound`).toBeLessThanOrEqual(1);
+    }
+    mma.release();
+    const odd = await MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 64 });
     const x = gpu.tensor([5, 64], 'f32', 'x');
     const y = gpu.tensor([5, 8], 'f32', 'y');
     const w = { codes: gpu.tensor([64], 'u32', 'c'), scales: gpu.tensor([8], 'u32', 's'), n: 8, k: 64 };
-    expect(() => mma.gemm(gpu.recorder(), x, w, y)).toThrow(/exceeds the workspace/);
+    expect(() => odd.gemm(gpu.recorder(), x, w, y)).toThrow(/not a multiple of 64/);
     for (const t of [x, y, w.codes, w.scales]) t.release();
-    mma.release();
+    odd.release();
+  });
+});
+
+// Where the GPU has no subgroup matrices (software Vulkan), asking the model for tensor-core GEMMs
+// fails with the reason and leaves it on the f32 kernels.
+describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgroup matrices', () => {
+  it('Qwen3VL.setTensorCoreGemm(true) throws MissingFeatureError naming the feature; the model stays on the f32 kernels', async () => {
+    const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
+    await expect(model.setTensorCoreGemm(true)).rejects.toThrow(MissingFeatureError);
+    await expect(model.setTensorCoreGemm(true)).rejects.toThrow(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration|'subgroups'/);
+    expect(model.tensorCoreGemm).toBe(false);
+    await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { tensorCoreGemm: true })).rejects.toThrow(MissingFeatureError);
   });
 });
