@@ -11,6 +11,9 @@
 //            image_keys, ...}, "image_folder": "images/", "limit": 500, "numeric_only": true}
 // (paths relative to the working directory; without "mapping" the geo3k or MathVista layout is
 // recognised). model_name_or_path is a local folder, or a hub id when no such folder exists.
+// --tensor-cores runs the decoder's 4-bit GEMMs and input gradients on int8 tensor cores
+// (ModelOptions.tensorCoreGemm; Dawn started with allow_unsafe_apis, which offers subgroup
+// matrices): faster on GPUs that have them, an error naming what is missing on the others.
 //
 // Checkpoints go to DIR (default runs/<timestamp>) in the format of src/rl/checkpoint.ts:
 // DIR/step-NNNNNNNN/{checkpoint.json,tensors.safetensors}, each written to a temporary folder and
@@ -38,7 +41,7 @@ import { createNodeGpu } from '../gpu';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none]';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--tensor-cores]';
 
 /** Prompts from a local parquet/JSON/JSONL file (the config file's "data" entry). */
 export interface FileDataSpec {
@@ -152,10 +155,10 @@ export async function loadFileRows(spec: FileDataSpec, warn: (line: string) => v
 }
 
 /** Qwen3-VL from model_name_or_path with fresh adapters; prompts from `rows`, or the config's dataset. */
-export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly DatasetRow[]; warn: (line: string) => void }): PolicyFactory {
+export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly DatasetRow[]; warn: (line: string) => void; tensorCoreGemm?: boolean }): PolicyFactory {
   return async (gpu, config) => {
     opts.warn(`loading ${config.model_name_or_path}`);
-    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations });
+    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, tensorCoreGemm: opts.tensorCoreGemm });
     session.attachLora(config.lora);
     return { policy: session.policy, data: session.promptSource(opts.rows ?? configRows(config.dataset)) };
   };
@@ -189,7 +192,9 @@ export async function run(args: CliArgs): Promise<void> {
     writeFileSync(dataFile, JSON.stringify(data));
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
-  const gpu = await createNodeGpu({ driver: args.optStr('driver') });
+  const tensorCoreGemm = args.bool('tensor-cores');
+  if (tensorCoreGemm && args.bool('demo')) throw new Error('--tensor-cores goes with --config or --resume, not --demo');
+  const gpu = await createNodeGpu({ driver: args.optStr('driver'), dawnFlags: tensorCoreGemm ? ['enable-dawn-features=allow_unsafe_apis'] : [] });
   if (args.bool('demo')) {
     const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
     const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
@@ -197,7 +202,7 @@ export async function run(args: CliArgs): Promise<void> {
     warn(`demo: held-out reward ${result.before.reward.toFixed(3)} -> ${result.after.reward.toFixed(3)}, accuracy ${result.before.accuracy.toFixed(3)} -> ${result.after.accuracy.toFixed(3)}, format ${result.before.format.toFixed(3)} -> ${result.after.format.toFixed(3)} over ${result.evalRows} rows after ${result.steps} steps; checkpoints in ${outDir}`);
     return;
   }
-  const { state } = await trainRun(gpu, qwen3vlFactory({ quant, rows, warn }), {
+  const { state } = await trainRun(gpu, qwen3vlFactory({ quant, rows, warn, tensorCoreGemm }), {
     config,
     steps,
     metricsFile: args.optStr('metrics'),
