@@ -311,13 +311,14 @@ fn gemm(
 // KB ≤ 128.
 // TRANS computes dX = dY·W instead (the input gradient; x is dY [M, N], y is dX [M, K]): the
 // blocks run along N, so a weight's step is per (group of K, block of N), t = 8·max_n |d[n, g]| /
-// 127, precomputed by `block_steps` (tw); W's codes are staged as the right matrix row-major.
+// 127, precomputed by `block_steps` (tw); W is staged column-major like the forward's weights.
 // A whole block is staged per barrier (one 32-K step per barrier left the kernel bound by its
 // loads and barriers: without any MMA it ran as long as with them), and `part` shares the
 // staging memory, which is free once the block's MMAs are done. On the H100 (M8192 N6144 K2048,
 // 128x64, K block 128): 3.74 ms, 55 TFLOP/s (`gemm`: 6.93 ms); the same kernel without its MMAs
 // still takes 2.4 ms, so staging and barriers, not the tensor cores, are what is left to win.
-// TRANS at the same shapes: 27-31 TFLOP/s (the f32 units' dinput: 21-25).
+// TRANS at the same shapes: 48-53 TFLOP/s (27-31 while W was staged row-major; the f32 units'
+// dinput: 21-25).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block
 const SGM = BM / 32u;     // subgroups along M
@@ -354,7 +355,7 @@ const KB_B_ITEMS = BN * SUB;                      // code vec4s (32 codes) a blo
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
 // Byte offsets of the staged block (int8 elements, as subgroupMatrixLoad counts them).
 const KB_LO = BM * KB;                            // lo limbs after the hi limbs, [SUB][BM][32]
-const KB_B = 2u * BM * KB;                        // weights: [SUB][BN][32] (column-major tiles); TRANS [KB][BN]
+const KB_B = 2u * BM * KB;                        // weights: [SUB][BN][32] (column-major tiles), both ways
 const KB_WORDS = max(KB_B / 4u + BN * SUB * 8u, BM * PS);
 var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
 var<workgroup> kb_sx: array<f32, BM>;
@@ -365,8 +366,11 @@ var<workgroup> kb_t: array<f32, BN>;
 struct StagedKb {
   a: array<vec4<u32>, KB_A_PER>,
   b: array<vec4<u32>, KB_B_PER>,
-  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block (TRANS: [0], the code's pair)
-  t: array<f32, KB_B_PER>,                        // TRANS: the group's block step
+  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block
+#if TRANS
+  dq: array<vec4<u32>, KB_B_PER>,                 // the scale pairs of the item's 4 rows
+  t: array<f32, KB_B_PER>,                        // the group's block step
+#endif
   sx: f32,
 }
 
@@ -412,13 +416,26 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
     let j = lid + t * WG;
     st.b[t] = vec4<u32>(PAD_CODES);
 #if TRANS
+    // Item j: four rows of W (8o + p + 2i, i = 0..3, of 32-row sub-block sb) at output columns
+    // 8·oct .. 8·oct + 7 of group gl of the tile: one u32 of codes per row (see stage_kb).
     let wg = params.k / 32u;              // W's groups a row
-    let n = blk * KB + j / (BN / 32u);    // W's row: the reduction
-    let g = n0 / 32u + j % (BN / 32u);    // W's group: 32 of the output columns
-    if (j < KB_B_ITEMS && n < params.n && g < wg) {
-      st.b[t] = codes4[n * wg + g];
-      st.d[t][0] = scales[(n * wg + g) / 2u];
+    let q8 = j % 8u;
+    let oct = (j / 8u) % 4u;
+    let gl = (j / 32u) % (BN / 32u);
+    let sb = j / (32u * (BN / 32u));
+    let g = n0 / 32u + gl;                // W's group: 32 of the output columns
+    let r0 = blk * KB + sb * 32u + 8u * (q8 / 2u) + q8 % 2u;
+    if (j < KB_B_ITEMS && g < wg) {
       st.t[t] = tw_in[blk * wg + g];
+      for (var i = 0u; i < 4u; i++) {
+        let n = r0 + 2u * i;
+        st.b[t][i] = PAD_CODES;
+        st.dq[t][i] = 0u;
+        if (n < params.n) {
+          st.b[t][i] = codes4[n * wg + g][oct];
+          st.dq[t][i] = scales[(n * wg + g) / 2u];
+        }
+      }
     }
 #else
     let n = n0 + j / SUB;
@@ -441,13 +458,6 @@ fn requant(nibbles: u32, f: f32) -> i32 {
   return bitcast<i32>(pack4xI8(vec4<i32>(round((vec4<f32>(unpack4xU8(nibbles)) - 8.0) * f))));
 }
 
-// Four codes from the low 16 bits of a word (nibble i: k = i) as round((c − 8)·f), packed int8 in
-// k order.
-fn requant_in_order(c: u32, f: f32) -> i32 {
-  let v = vec4<f32>(vec4<u32>(c, c >> 4u, c >> 8u, c >> 12u) & vec4<u32>(0xFu));
-  return bitcast<i32>(pack4xI8(vec4<i32>(round((v - 8.0) * f))));
-}
-
 fn stage_kb(st: StagedKb, lid: u32) {
   for (var t = 0u; t < KB_A_PER; t++) {
     let i = lid + t * WG;
@@ -464,28 +474,34 @@ fn stage_kb(st: StagedKb, lid: u32) {
     }
   }
 #if TRANS
+  // W staged column-major like the forward's weights ([SUB][BN][32], each output column's 32
+  // reduction rows contiguous): a row-major right matrix loaded 1.8x slower on the H100 (the
+  // whole gap to the forward). Along its 32 rows a column follows dY's limb byte order
+  // (put_limbs: 8o + 0, 2, 4, 6, then 8o + 1, 3, 5, 7), so rows 8o + p + 2i (i = 0..3) are the
+  // 4 bytes of word 2o + p of the column: an item packs them for 8 columns. The 4 octs of a warp
+  // start at different columns, so its 32 stores fall in 32 banks.
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
     if (j < KB_B_ITEMS) {
-      let row = j / (BN / 32u);           // of the block's KB rows of W
-      let gl = j % (BN / 32u);
+      let q8 = j % 8u;
+      let oct = (j / 8u) % 4u;
+      let gl = (j / 32u) % (BN / 32u);
+      let sb = j / (32u * (BN / 32u));
       // The scale's half of its pair: W's groups a row are even (K % 64 == 0) and the tile starts
       // at an even group, so the half is gl's parity.
-      let d = unpack2x16float(st.d[t][0])[gl % 2u];
-      let f = select(0.0, d / st.t[t], st.t[t] > 0.0);
-      // dY's limbs are in put_limbs' byte order along N (8o + 0, 2, 4, 6, then 8o + 1, 3, 5, 7):
-      // W's row goes to the same position of its group of 32 rows.
-      let r = row % 32u;
-      let at = row - r + 8u * (r / 8u) + 4u * (r % 2u) + (r % 8u) / 2u;
-      let o = KB_B / 4u + (at * BN + gl * 32u) / 4u;
-      for (var w = 0u; w < 4u; w++) {
-        let c = st.b[t][w];                // codes k = 8w .. 8w + 7 of the group, in k order
-        smem[o + 2u * w] = requant_in_order(c, f);
-        smem[o + 2u * w + 1u] = requant_in_order(c >> 16u, f);
+      var f: vec4<f32>;
+      for (var i = 0u; i < 4u; i++) {
+        f[i] = select(0.0, unpack2x16float(st.dq[t][i])[gl % 2u] / st.t[t], st.t[t] > 0.0);
       }
-      if (row == 0u) {
-        for (var c = 0u; c < 32u; c++) {
-          kb_t[gl * 32u + c] = st.t[t];
+      let o = KB_B / 4u + (sb * BN + gl * 32u + oct * 8u) * 8u + q8;
+      for (var c = 0u; c < 8u; c++) {
+        let cc = (c + oct) % 8u;            // codes k = 8·oct + cc of the 4 rows
+        let v = (vec4<u32>(st.b[t][0], st.b[t][1], st.b[t][2], st.b[t][3]) >> vec4<u32>(4u * cc)) & vec4<u32>(0xFu);
+        smem[o + cc * 8u] = bitcast<i32>(pack4xI8(vec4<i32>(round((vec4<f32>(v) - 8.0) * f))));
+      }
+      if (sb == 0u && q8 == 0u) {
+        for (var c = 0u; c < 8u; c++) {
+          kb_t[gl * 32u + oct * 8u + c] = st.t[t];
         }
       }
     }
@@ -561,13 +577,8 @@ fn gemm_kb(
     }
     for (var limb = 0u; limb < 2u; limb++) {
       for (var s = 0u; s < SUB; s++) {
-#if TRANS
-        let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + s * 32u * BN + tj0 * 16u, false, BN);
-        let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + s * 32u * BN + tj0 * 16u + 16u, false, BN);
-#else
         let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u) * 32u, true, 32u);
         let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u + 16u) * 32u, true, 32u);
-#endif
         for (var i = 0u; i < 2u; i++) {
           let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, limb * KB_LO + (s * BM + (ti0 + i) * 16u) * 32u, false, 32u);
           r[2u * i] = subgroupMatrixMultiplyAccumulate(a, b0, r[2u * i]);
