@@ -341,6 +341,22 @@ async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, 
   };
 }
 
+interface KernelTime {
+  name: string;
+  calls: number;
+  us: number;
+}
+
+/** GPU time by kernel of what `f` records (every dispatch in its own pass), slowest first. */
+async function kernelTimes(gpu: Gpu, f: () => Promise<unknown>): Promise<KernelTime[]> {
+  const prof = gpu.startProfiling();
+  await f();
+  await gpu.sync();
+  const rows = prof.report().map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
+  gpu.stopProfiling();
+  return rows.sort((x, y) => y.us - x.us);
+}
+
 const GiB = 2 ** 30;
 
 async function main(): Promise<void> {
@@ -522,11 +538,8 @@ async function main(): Promise<void> {
   console.error(`gspo step: ${stepS.toFixed(2)} s`);
   // --profile: GPU time of one prompt's group step by kernel (every dispatch in its own pass).
   if (args.includes('--profile')) {
-    const prof = gpu.startProfiling();
-    const wall = await timed(gpu, () => gspoStep(gpu, setup, 3, 1));
-    const rows = prof.report().map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
-    gpu.stopProfiling();
-    rows.sort((x, y) => y.us - x.us);
+    let rows: KernelTime[] = [];
+    const wall = await timed(gpu, async () => (rows = await kernelTimes(gpu, () => gspoStep(gpu, setup, 3, 1))));
     const total = rows.reduce((t, r) => t + r.us, 0);
     console.error(`gspo group step (1 prompt x ${W.G}) GPU time by kernel: ${(total / 1000).toFixed(1)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches (wall ${(1000 * wall).toFixed(0)} ms profiled)`);
     for (const r of rows.slice(0, 24)) console.error(`  ${(r.us / 1000).toFixed(1).padStart(8)} ms  ${String(r.calls).padStart(6)} x ${r.name}`);
@@ -556,13 +569,7 @@ async function main(): Promise<void> {
     const tcS = await timed(gpu, () => gspoStep(gpu, setup, 7));
     await gspoStep(gpu, setup, 8, 1, false);
     const tcKeptS = await timed(gpu, () => gspoStep(gpu, setup, 9, W.prompts, false));
-    let profile: { name: string; calls: number; us: number }[] | undefined;
-    if (args.includes('--profile')) {
-      const prof = gpu.startProfiling();
-      await gspoStep(gpu, setup, 10, 1);
-      profile = prof.report().map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs })).sort((x, y) => y.us - x.us);
-      gpu.stopProfiling();
-    }
+    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, setup, 10, 1)) : undefined;
     await model.setTensorCoreGemm(false);
     const drift = await tensorCoreDrift(gpu, model, policy, lora16, { prompt: setup.prompts[0], completions: setup.completions[0] }, filler);
     result.gspoTensorCores = {

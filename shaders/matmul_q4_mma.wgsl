@@ -366,10 +366,11 @@ var<workgroup> kb_t: array<f32, BN>;
 struct StagedKb {
   a: array<vec4<u32>, KB_A_PER>,
   b: array<vec4<u32>, KB_B_PER>,
-  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block
 #if TRANS
-  dq: array<vec4<u32>, KB_B_PER>,                 // the scale pairs of the item's 4 rows
+  d: array<vec4<u32>, KB_B_PER>,                  // the scale pairs of the item's 4 rows
   t: array<f32, KB_B_PER>,                        // the group's block step
+#else
+  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block
 #endif
   sx: f32,
 }
@@ -429,11 +430,9 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
       st.t[t] = tw_in[blk * wg + g];
       for (var i = 0u; i < 4u; i++) {
         let n = r0 + 2u * i;
-        st.b[t][i] = PAD_CODES;
-        st.dq[t][i] = 0u;
-        if (n < params.n) {
+        if (n < params.n) { // rows past N keep PAD_CODES and a zero scale
           st.b[t][i] = codes4[n * wg + g][oct];
-          st.dq[t][i] = scales[(n * wg + g) / 2u];
+          st.d[t][i] = scales[(n * wg + g) / 2u];
         }
       }
     }
@@ -491,12 +490,12 @@ fn stage_kb(st: StagedKb, lid: u32) {
       // at an even group, so the half is gl's parity.
       var f: vec4<f32>;
       for (var i = 0u; i < 4u; i++) {
-        f[i] = select(0.0, unpack2x16float(st.dq[t][i])[gl % 2u] / st.t[t], st.t[t] > 0.0);
+        f[i] = select(0.0, unpack2x16float(st.d[t][i])[gl % 2u] / st.t[t], st.t[t] > 0.0);
       }
       let o = KB_B / 4u + (sb * BN + gl * 32u + oct * 8u) * 8u + q8;
       for (var c = 0u; c < 8u; c++) {
         let cc = (c + oct) % 8u;            // codes k = 8·oct + cc of the 4 rows
-        let v = (vec4<u32>(st.b[t][0], st.b[t][1], st.b[t][2], st.b[t][3]) >> vec4<u32>(4u * cc)) & vec4<u32>(0xFu);
+        let v = (st.b[t] >> vec4<u32>(4u * cc)) & vec4<u32>(0xFu);
         smem[o + cc * 8u] = bitcast<i32>(pack4xI8(vec4<i32>(round((vec4<f32>(v) - 8.0) * f))));
       }
       if (sb == 0u && q8 == 0u) {

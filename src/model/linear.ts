@@ -40,6 +40,11 @@ export class Linear {
     this.tensorCores = mma;
   }
 
+  /** Whether 4-bit GEMMs and input gradients take the tensor cores (useTensorCores). */
+  get usesTensorCores(): boolean {
+    return this.tensorCores !== null;
+  }
+
   /** `int8`: a 4-bit product of 2..8 rows may quantize x to int8 (MatmulQ4.forward; inference only). */
   forward(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, accumulate = false, int8 = false): void {
     if (w.kind !== 'q4') this.matmul.linear(rec, x, w.w, y, { accumulate });

@@ -67,9 +67,8 @@ export class Qwen3VL {
   tokenizer: Qwen3VLTokenizer | null = null;
   /** Whether `load` found the weights in the weight cache, and why a miss was not stored. */
   weightSource: { cached: boolean; cacheMessage?: string } = { cached: false };
-  /** The int8 tensor-core GEMM once made (setTensorCoreGemm), and whether the decoder uses it. */
+  /** The int8 tensor-core GEMM once made (setTensorCoreGemm). */
   private mma: MatmulQ4Mma | null = null;
-  tensorCoreGemm = false;
 
   private constructor(
     readonly gpu: Gpu,
@@ -105,7 +104,11 @@ export class Qwen3VL {
       this.mma = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE, kBlock: MMA_K_BLOCK });
     }
     this.decoder.ops.linear.useTensorCores(on ? this.mma : null);
-    this.tensorCoreGemm = on;
+  }
+
+  /** Whether the decoder's GEMMs run on the tensor cores (setTensorCoreGemm). */
+  get tensorCoreGemm(): boolean {
+    return this.decoder.ops.linear.usesTensorCores;
   }
 
   /** Read config and weights from `files` (4-bit by default; through the weight cache when given) and build the model. */
