@@ -33,6 +33,10 @@ struct Params {
   n: u32,          // rows of W (out features)
   k: u32,          // columns (in features), a multiple of 32
   accumulate: u32, // 1: add into y instead of overwriting it
+#if LORA
+  lora_r: u32,     // LoRA rank: u is [M, lora_r], B [N, lora_r]
+  lora_scale: f32, // lora_alpha / r
+#endif
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -46,6 +50,10 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> y: array<f32>;
 @group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // TRANS: block steps [N/KB, K/32]
 @group(0) @binding(10) var<storage, read_write> tw_out: array<f32>;
+#if LORA
+@group(0) @binding(11) var<storage, read> lora_u: array<f32>;       // x·Aᵀ [M, r]
+@group(0) @binding(12) var<storage, read> lora_b: array<f32>;       // lora_B [N, r]
+#endif
 
 const QMAX = 16256.0; // 127·128
 
@@ -549,6 +557,54 @@ fn scale_part(acc: ptr<function, array<f32, ACC>>, lid: u32) {
   }
 }
 
+#if LORA
+// LoRA's up product in the epilogue, acc += s·u·Bᵀ over this thread's elements: the base GEMM
+// writes y once instead of a separate f32 GEMM reading and rewriting it. u's rows and B's
+// columns of the tile go through the idle staging memory LR ranks at a time (B's rows padded
+// by one word: the lanes of a warp read 32 columns).
+const LR = 16u;
+const LRP = LR + 1u;
+
+fn lora_up(acc: ptr<function, array<f32, ACC>>, m0: u32, n0: u32, lid: u32) {
+  let r = params.lora_r;
+  let col = lid % BN;
+  for (var r0 = 0u; r0 < r; r0 += LR) {
+    for (var i = lid; i < BM * LR; i += WG) {
+      let m = m0 + i / LR;
+      let j = r0 + i % LR;
+      var v = 0.0;
+      if (m < params.m && j < r) {
+        v = lora_u[m * r + j];
+      }
+      smem[i] = bitcast<i32>(v);
+    }
+    for (var i = lid; i < BN * LR; i += WG) {
+      let n = n0 + i / LR;
+      let j = r0 + i % LR;
+      var v = 0.0;
+      if (n < params.n && j < r) {
+        v = lora_b[n * r + j];
+      }
+      smem[BM * LR + (i / LR) * LRP + i % LR] = bitcast<i32>(v);
+    }
+    workgroupBarrier();
+    var b: array<f32, LR>;
+    for (var j = 0u; j < LR; j++) {
+      b[j] = params.lora_scale * bitcast<f32>(smem[BM * LR + col * LRP + j]);
+    }
+    for (var a = 0u; a < ACC; a++) {
+      let row = lid / BN + a * (WG / BN);
+      var v = 0.0;
+      for (var j = 0u; j < LR; j++) {
+        v = fma(bitcast<f32>(smem[row * LR + j]), b[j], v);
+      }
+      (*acc)[a] += v;
+    }
+    workgroupBarrier();
+  }
+}
+#endif
+
 @compute @workgroup_size(WG)
 fn gemm_kb(
   @builtin(workgroup_id) wid: vec3u,
@@ -598,6 +654,9 @@ fn gemm_kb(
     scale_part(&acc, lid);
     workgroupBarrier();
   }
+#if LORA
+  lora_up(&acc, m0, n0, lid);
+#endif
   let n = n0 + lid % BN;
   let width = y_width();
   for (var j = 0u; j < ACC; j++) {

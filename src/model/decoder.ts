@@ -27,6 +27,7 @@ import type { Qwen3VLTextConfig } from './config';
 import { Linear } from './linear';
 import { mropeLayout } from './ropeTables';
 import { allocQ4, GEMV_MAX_ROWS, type Q4Weight } from '../ops/matmulQ4';
+import type { MmaOutput } from '../ops/matmulQ4Mma';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
 /** The adapted projections of a layer, in the order the model's LoRA list uses. */
@@ -139,6 +140,10 @@ export interface ForwardArgs {
   /** Adapters of every layer, or null for the base model. */
   lora: readonly LayerLora[] | null;
 }
+
+/** Which of loraU's buffers each projection's u takes: the projections of one input (q/k/v,
+ * gate/up) each their own, so that all their down products can precede their GEMMs. */
+export const LORA_SLOT: Record<LoraProjection, number> = { q: 0, k: 1, v: 2, o: 0, gate: 0, up: 1, down: 0 };
 
 /** A typed view of the first elements of a workspace tensor. */
 export function view(t: Tensor, shape: readonly number[], label = t.label): Tensor {
@@ -259,6 +264,20 @@ export class Decoder {
    */
   private projectShared(rec: Recorder, x: Tensor, outs: readonly Projection[], lora: LoraCall | null, accumulate: boolean, int8: boolean): void {
     const gemv = this.gemvLora(lora, x, outs);
+    const mma = gemv ? null : this.ops.linear.tensorCoreWeights(x, outs.map((o) => o.w));
+    if (mma) {
+      // On the tensor cores: x quantized once for all of outs, each adapter's down product first
+      // and its up product in the GEMM's epilogue (u is one buffer per projection: LORA_SLOT).
+      const mmaOuts = outs.map((o, i): MmaOutput => {
+        if (!lora) return { w: mma[i], y: o.y };
+        const p = lora.params[o.proj];
+        const u = lora.u(o.proj);
+        this.ops.lora.down(rec, p, { x, u });
+        return { w: mma[i], y: o.y, lora: { u, B: p.B, r: p.r, scale: loraScale(p) } };
+      });
+      this.ops.linear.forwardShared(rec, x, mmaOuts, accumulate);
+      return;
+    }
     // One adapter: its down and up after the base projection (LoraGemv.forward); decode's o_proj
     // and down_proj take the folded path in attentionBlock / mlpBlock instead.
     const single = gemv && outs.length === 1;
@@ -465,7 +484,7 @@ export class Decoder {
       this.gpu.write(b.positions, positions);
       this.ops.rope.table(rec, b.positions, b.cs);
     }
-    const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r);
+    const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r, LORA_SLOT[proj]);
     const transient = { wide: b.loraWide, parts: b.loraParts };
     this.weights.layers.forEach((w, l) => {
       const lora = a.lora ? { params: a.lora[l], u: loraU, transient } : null;
@@ -531,8 +550,9 @@ export class DecoderWorkspace {
       ...(this.gateUp ? {} : { gate: f(R * I, 'gate'), up: f(R * I, 'up') }),
       act: f(R * I, 'act'),
       cs: f(R * D, 'rope_cs'),
-      // u of up to three adapters at once (q/k/v on the LoRA GEMV path).
-      loraU: f(R * 3 * Math.max(1, rank), 'lora_u'),
+      // u of up to three adapters at once (q/k/v on the LoRA GEMV path; loraU's slots, each
+      // rounded up to 64 elements).
+      loraU: f(R * 3 * Math.max(1, rank) + 128, 'lora_u'),
       // Partial u of down_proj (one per 64 columns of act) or of o_proj (one per head), on that path.
       loraParts: f(R * Math.max(Math.ceil(I / 64), hq) * Math.max(1, rank), 'lora_parts'),
       positions: gpu.tensor([3 * R], 'i32', 'decoder.positions'),
@@ -553,7 +573,7 @@ export class DecoderWorkspace {
     const t = this.t;
     const [qRaw, kRaw, v] = this.qkv ? stacked(this.qkv, T) : [view(t.qRaw, [T, hq * D]), view(t.kRaw, [T, hkv * D]), view(t.v, [T, hkv * D])];
     const [gate, up] = this.gateUp ? stacked(this.gateUp, T) : [view(t.gate, [T, I]), view(t.up, [T, I])];
-    const uViews = new Map<number, Tensor>();
+    const uViews = new Map<string, Tensor>();
     const wideViews = new Map<number, Tensor>();
     const xn = view(t.xn, [T, H]);
     return {
@@ -571,9 +591,17 @@ export class DecoderWorkspace {
         attn: view(t.attn, [T, hq * D]),
       } satisfies AttentionBuffers,
       mlp: { xn, gate, up, act: view(t.act, [T, I]) } satisfies MlpBuffers,
-      loraU: (r: number) => {
+      /** u [T, r] of adapter slot 0..2 (LORA_SLOT): the projections of one input each have their own. */
+      loraU: (r: number, slot = 0) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);
-        return uViews.get(r) ?? uViews.set(r, view(t.loraU, [T, r])).get(r)!;
+        const key = `${r}:${slot}`;
+        let u = uViews.get(key);
+        if (!u) {
+          // Slots start on 64 elements, the storage-offset alignment of a binding.
+          const offset = slot * 64 * Math.ceil((T * r) / 64);
+          uViews.set(key, (u = new Tensor(t.loraU.buffer, [T, r], 'f32', t.loraU.label, t.loraU.byteOffset + 4 * offset)));
+        }
+        return u;
       },
       loraParts: (n: number) => {
         if (n > t.loraParts.numel) throw new ShapeError('decoder', `${n} LoRA partials above the workspace's ${t.loraParts.numel}`);

@@ -5,11 +5,12 @@
 //   dense          y (+)= x·Wᵀ + b      (the vision tower's layers with a bias: the f32 GEMM adds
 //                                        it; after a 4-bit product, shaders/vision.wgsl's bias_add)
 // With tensor cores set (useTensorCores), 4-bit products of more than GEMV_MAX_ROWS rows and the
-// input gradients take the K-blocked int8 kernels where a weight's shape suits them.
+// input gradients take the K-blocked int8 kernels where a weight's shape suits them (the decoder's
+// projections and the LM head's vocabulary chunks alike).
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from '../ops/matmul';
-import { GEMV_MAX_ROWS, MatmulQ4 } from '../ops/matmulQ4';
-import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
+import { GEMV_MAX_ROWS, MatmulQ4, type Q4Weight } from '../ops/matmulQ4';
+import type { MatmulQ4Mma, MmaOutput } from '../ops/matmulQ4Mma';
 import type { DenseWeight, LinearWeight } from './weights';
 
 const BIAS_WG = 256;
@@ -48,14 +49,40 @@ export class Linear {
   /** `int8`: a 4-bit product of 2..8 rows may quantize x to int8 (MatmulQ4.forward; inference only). */
   forward(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, accumulate = false, int8 = false): void {
     if (w.kind !== 'q4') this.matmul.linear(rec, x, w.w, y, { accumulate });
-    else if (this.tensorCores?.takesForward(w.w) && x.numel / w.w.k > GEMV_MAX_ROWS) this.tensorCores.gemm(rec, x, w.w, y, accumulate);
-    else this.q4.forward(rec, x, w.w, y, accumulate, int8);
+    else this.forwardQ4(rec, x, w.w, y, accumulate, int8);
+  }
+
+  /** forward on a 4-bit weight (the LM head's vocabulary chunks come as Q4Weight views). */
+  forwardQ4(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, int8 = false): void {
+    if (this.tensorCores?.takesForward(w) && x.numel / w.k > GEMV_MAX_ROWS) this.tensorCores.gemm(rec, x, w, y, accumulate);
+    else this.q4.forward(rec, x, w, y, accumulate, int8);
+  }
+
+  /** The 4-bit weights of `ws` when all of them take the tensor cores together on x's rows
+   * (forwardShared: one K, more than GEMV_MAX_ROWS rows), else null. */
+  tensorCoreWeights(x: Tensor, ws: readonly LinearWeight[]): Q4Weight[] | null {
+    const mma = this.tensorCores;
+    if (!mma) return null;
+    const q4 = ws.flatMap((w) => (w.kind === 'q4' && mma.takesForward(w.w) && w.w.k === ws[0].in ? [w.w] : []));
+    return q4.length === ws.length && x.numel / q4[0].k > GEMV_MAX_ROWS ? q4 : null;
+  }
+
+  /** Products of one x on the tensor cores (weights from tensorCoreWeights): x is quantized once,
+   * and each LoRA update given is added in its GEMM's epilogue. */
+  forwardShared(rec: Recorder, x: Tensor, outs: readonly MmaOutput[], accumulate = false): void {
+    if (!this.tensorCores) throw new ShapeError('linear', 'forwardShared needs the tensor cores (useTensorCores)');
+    this.tensorCores.gemmShared(rec, x, outs, accumulate);
   }
 
   backwardInput(rec: Recorder, dy: Tensor, w: LinearWeight, dx: Tensor, accumulate = false): void {
     if (w.kind !== 'q4') this.matmul.linearGradInput(rec, dy, w.w, dx, { accumulate });
-    else if (this.tensorCores?.takesInput(w.w)) this.tensorCores.backwardInput(rec, dy, w.w, dx, accumulate);
-    else this.q4.backwardInput(rec, dy, w.w, dx, accumulate);
+    else this.backwardInputQ4(rec, dy, w.w, dx, accumulate);
+  }
+
+  /** backwardInput on a 4-bit weight. */
+  backwardInputQ4(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
+    if (this.tensorCores?.takesInput(w)) this.tensorCores.backwardInput(rec, dy, w, dx, accumulate);
+    else this.q4.backwardInput(rec, dy, w, dx, accumulate);
   }
 
   /** y (+)= x·Wᵀ + b for a layer with an optional bias. */

@@ -17,6 +17,8 @@ export class TableHead implements LmHead {
   readonly hidden: number;
   /** [maxRows, largest block] f32: a 4-bit block's logits before they are copied into place. */
   private readonly scratch: Tensor | null;
+  /** q4Rows' views by weight and range. */
+  private readonly views = new Map<Q4Weight, Map<string, Q4Weight>>();
 
   constructor(
     private readonly gpu: Gpu,
@@ -48,9 +50,19 @@ export class TableHead implements LmHead {
     return { block, r0 };
   }
 
-  /** Rows [r0, r0 + n) of a 4-bit weight as a weight of its own (views, no copy). */
+  /** Rows [r0, r0 + n) of a 4-bit weight as a weight of its own (views, no copy), made once per
+   * range: the tensor-core input gradient keeps per-weight state keyed by the view. */
   private q4Rows(op: string, w: Q4Weight, r0: number, n: number): Q4Weight {
     if (r0 === 0 && n === w.n) return w;
+    let byRange = this.views.get(w);
+    if (!byRange) this.views.set(w, (byRange = new Map()));
+    const key = `${r0}:${n}`;
+    let v = byRange.get(key);
+    if (!v) byRange.set(key, (v = this.q4View(op, w, r0, n)));
+    return v;
+  }
+
+  private q4View(op: string, w: Q4Weight, r0: number, n: number): Q4Weight {
     const align = this.gpu.limits.minStorageBufferOffsetAlignment;
     const codeBytes = (r0 * w.k) / 2;
     const scaleBytes = (r0 * w.k) / 16;
@@ -70,7 +82,7 @@ export class TableHead implements LmHead {
     const { block, r0 } = this.locate(op, v0, v1);
     const n = v1 - v0;
     if (block.kind === 'q4') {
-      this.linear.q4.forward(rec, h, this.q4Rows(op, block.w, r0, n), out);
+      this.linear.forwardQ4(rec, h, this.q4Rows(op, block.w, r0, n), out);
       return;
     }
     const T = h.shape[0];
@@ -82,7 +94,7 @@ export class TableHead implements LmHead {
     const { block, r0 } = this.locate(op, v0, v1);
     const n = v1 - v0;
     if (block.kind === 'q4') {
-      this.linear.q4.backwardInput(rec, dlogits, this.q4Rows(op, block.w, r0, n), dh, true);
+      this.linear.backwardInputQ4(rec, dlogits, this.q4Rows(op, block.w, r0, n), dh, true);
       return;
     }
     const T = dh.shape[0];
@@ -109,12 +121,13 @@ export class TableHead implements LmHead {
       }
       if (T > this.maxRows) throw new ShapeError(op, `${T} rows exceed the ${this.maxRows} this head was sized for`);
       const part = new Tensor(this.scratch!.buffer, [T, block.out], 'f32', 'lm_head.scratch', this.scratch!.byteOffset);
-      this.linear.q4.forward(rec, h, block.w, part, false, int8);
+      this.linear.forwardQ4(rec, h, block.w, part, false, int8);
       for (let t = 0; t < T; t++) rec.copy(part, out, block.out * 4, t * block.out * 4, (t * this.vocab + rowStart[b]) * 4);
     });
   }
 
   release(): void {
     this.scratch?.release();
+    this.views.clear();
   }
 }

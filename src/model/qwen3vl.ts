@@ -33,8 +33,8 @@ export interface ModelOptions {
    * within about 1e-3 of the f32 kernel's. Default: where WGSL offers packed dot products. Training,
    * scoring and one-sequence decode always take f32. */
   int8Decode?: boolean;
-  /** The decoder's 4-bit GEMMs of more than 8 rows (prefill, scoring, training) and its input
-   * gradients on int8 tensor cores (setTensorCoreGemm). Default false: it needs Chromium's
+  /** The decoder's and the LM head's 4-bit GEMMs of more than 8 rows (prefill, scoring,
+   * training) and their input gradients on int8 tensor cores (setTensorCoreGemm). Default false: it needs Chromium's
    * subgroup-matrix extension and moves each product by about 5e-3 of its largest entry. */
   tensorCoreGemm?: boolean;
 }
@@ -93,9 +93,9 @@ export class Qwen3VL {
   }
 
   /**
-   * Route the decoder's 4-bit products of more than 8 rows and their input gradients through the
-   * K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the LM head and the vision tower stay on the f32
-   * kernels), or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
+   * Route the decoder's and the LM head's 4-bit products of more than 8 rows and their input
+   * gradients through the K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the vision tower stays on
+   * the f32 kernels), or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
    */
   async setTensorCoreGemm(on: boolean): Promise<void> {
     if (on && !this.mma) {

@@ -22,9 +22,9 @@ export interface MmaTile {
 export const DEFAULT_MMA_TILE: MmaTile = { rows: 64, cols: 64, threads: 128 };
 
 export interface MatmulQ4MmaOptions {
-  /** Rows of x per GEMM dispatch: the quantized copy of x is allocated once for maxRows x maxK; a
-   * call with more rows runs in slices (then maxRows must be a multiple of 64, for the slices'
-   * binding offsets). */
+  /** The quantized copy of x is allocated once for maxRows rows of maxK: a call whose x has more
+   * elements runs in slices of as many rows as fit (maxRows at widths up to maxK, fewer beyond;
+   * a multiple of 64 rows, for the slices' binding offsets). */
   maxRows: number;
   maxK: number;
   tile?: MmaTile;
@@ -39,6 +39,21 @@ export interface MatmulQ4MmaOptions {
 }
 
 export type KBlock = 32 | 64 | 128;
+
+/** LoRA's up product added in the K-blocked GEMM's epilogue: y += scale·u·Bᵀ, u [M, r], B [N, r]. */
+export interface LoraUp {
+  u: Tensor;
+  B: Tensor;
+  r: number;
+  scale: number;
+}
+
+/** One product of `gemmShared`: y (+)= x·Wᵀ (+ its LoRA update). */
+export interface MmaOutput {
+  w: Q4Weight;
+  y: Tensor;
+  lora?: LoraUp;
+}
 
 /** Why this device cannot run the int8 tensor-core GEMM, or null when it can. */
 export function mmaUnsupported(gpu: Gpu): string | null {
@@ -65,6 +80,8 @@ function tileBytes(t: MmaTile, kBlock: KBlock): number {
 export class MatmulQ4Mma {
   /** The input gradient's weight steps, by the weight's scales (stepsOf). */
   private readonly steps = new Map<Tensor, Tensor>();
+  /** The K-blocked GEMM with LoRA's up product in its epilogue, compiled on first use. */
+  private gemmLoraK: Kernel | null = null;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -74,6 +91,7 @@ export class MatmulQ4Mma {
     private readonly input: { stepsK: Kernel; gemmK: Kernel } | null,
     private readonly xq: Tensor,
     private readonly sx: Tensor,
+    private readonly defines: Record<string, number | boolean>,
     readonly tile: MmaTile,
     /** Each subgroup computes a 2x2 share of the tile, reusing fragments (see the shader). */
     readonly blocked: boolean,
@@ -125,50 +143,93 @@ export class MatmulQ4Mma {
     const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
     const input = stepsK && gemmT ? { stepsK, gemmK: gemmT } : null;
-    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock);
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, defines, tile, blocked, maxRows, maxK, kBlock);
   }
 
-  /** Whether `gemm` takes weight `w` (K within the workspace, a whole number of K blocks). */
+  /** Whether `gemm` takes weight `w` (K a whole number of K blocks; rows of K fit the workspace). */
   takesForward(w: Q4Weight): boolean {
-    return w.k <= this.maxK && w.k % this.kBlock === 0;
+    return w.k % this.kBlock === 0 && this.rowsFitting(w.k) > 0;
   }
 
-  /** Whether `backwardInput` takes weight `w` (K-blocked only; N a whole number of blocks, K of 64). */
+  /** Whether `backwardInput` takes weight `w` (K-blocked only; N a whole number of blocks, K of 64;
+   * rows of N fit the workspace). */
   takesInput(w: Q4Weight): boolean {
-    return this.input !== null && w.n <= this.maxK && w.k <= this.maxK && w.n % this.kBlock === 0 && w.k % 64 === 0;
+    return this.input !== null && w.n % this.kBlock === 0 && w.k % 64 === 0 && this.rowsFitting(w.n) > 0;
   }
 
-  /** y [M, N] (+)= x [M, K] · Wᵀ, K ≤ maxK; more than maxRows rows go through in slices. */
-  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
+  /** Rows of x of `width` per dispatch: maxRows up to maxK wide, beyond it as many whole 64-row
+   * slices as the workspace holds (0: none fits). */
+  private rowsFitting(width: number): number {
+    if (width <= this.maxK) return this.maxRows;
+    return 64 * Math.floor((this.maxRows * this.maxK) / width / 64);
+  }
+
+  /** y [M, N] (+)= x [M, K] · Wᵀ (+ LoRA's up product, K-blocked only); rows beyond the
+   * workspace go through in slices. */
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, lora?: LoraUp): void {
+    this.gemmShared(rec, x, [{ w, y, lora }], accumulate);
+  }
+
+  /** Every product of `outs` on the same x (q/k/v, gate/up): x is quantized once a slice. */
+  gemmShared(rec: Recorder, x: Tensor, outs: readonly MmaOutput[], accumulate = false): void {
     const op = 'matmulQ4Mma.gemm';
-    const m = rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n });
-    if (w.k > this.maxK) throw new ShapeError(op, `K = ${w.k} exceeds the workspace's ${this.maxK}`);
-    if (w.k % this.kBlock !== 0) throw new ShapeError(op, `K = ${w.k} is not a multiple of the K block ${this.kBlock}`);
-    for (const [r0, rows] of this.slices(m)) {
-      const xs = rowSlice(x, r0, rows, w.k);
-      const ys = rowSlice(y, r0, rows, w.n);
-      const uniforms = { m: rows, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
-      rec.dispatch(this.quantizeK, { x: xs, xq: this.xq, sx: this.sx }, grid1d((rows * w.k) / this.kBlock, 64), uniforms);
-      const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
-      rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y: ys }, grid, uniforms);
+    const k = outs[0].w.k;
+    let m = 0;
+    for (const { w, y, lora } of outs) {
+      if (w.k !== k) throw new ShapeError(op, `products of one x need one K, got ${k} and ${w.k}`);
+      m = rowsOf(op, w, { name: 'x', t: x, width: k, dim: 'K' }, { name: 'y', t: y, width: w.n });
+      if (lora) this.checkLora(op, lora, m, w.n);
     }
+    if (this.rowsFitting(k) === 0) throw new ShapeError(op, `K = ${k}: not even 64 rows fit the workspace of ${this.maxRows} x ${this.maxK}`);
+    if (k % this.kBlock !== 0) throw new ShapeError(op, `K = ${k} is not a multiple of the K block ${this.kBlock}`);
+    for (const [r0, rows] of this.slices(m, k)) {
+      const uniforms = { m: rows, n: 0, k, accumulate: accumulate ? 1 : 0 };
+      rec.dispatch(this.quantizeK, { x: rowSlice(x, r0, rows, k), xq: this.xq, sx: this.sx }, grid1d((rows * k) / this.kBlock, 64), uniforms);
+      for (const { w, y, lora } of outs) {
+        const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
+        const bindings = { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y: rowSlice(y, r0, rows, w.n) };
+        if (!lora) {
+          rec.dispatch(this.gemmK, bindings, grid, { ...uniforms, n: w.n });
+          continue;
+        }
+        const u = rowSlice(lora.u, r0, rows, lora.r);
+        rec.dispatch(this.loraKernel(), { ...bindings, lora_u: u, lora_b: lora.B }, grid, { ...uniforms, n: w.n, lora_r: lora.r, lora_scale: lora.scale });
+      }
+    }
+  }
+
+  private checkLora(op: string, l: LoraUp, m: number, n: number): void {
+    if (this.kBlock === 32) throw new ShapeError(op, "LoRA's up product in the epilogue needs a K block above 32");
+    if (!(Number.isInteger(l.r) && l.r > 0)) throw new ShapeError(op, `LoRA rank must be a positive integer, got ${l.r}`);
+    if (l.u.dtype !== 'f32' || l.u.numel !== m * l.r) throw new ShapeError(op, `LoRA u must be f32 [${m}, ${l.r}], got ${l.u.dtype} [${l.u.shape.join(', ')}]`);
+    if (l.B.dtype !== 'f32' || l.B.numel !== n * l.r) throw new ShapeError(op, `LoRA B must be f32 [${n}, ${l.r}], got ${l.B.dtype} [${l.B.shape.join(', ')}]`);
+  }
+
+  private loraKernel(): Kernel {
+    this.gemmLoraK ??= this.gpu.kernelNow({
+      name: 'matmul_q4_mma.gemm_kb+lora',
+      shader: 'matmul_q4_mma',
+      entry: 'gemm_kb',
+      defines: { ...this.defines, LORA: true },
+      uniforms: { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', lora_r: 'u32', lora_scale: 'f32' },
+    });
+    return this.gemmLoraK;
   }
 
   /**
    * dX [M, K] (+)= dY [M, N]·W, K-blocked only (blocks run along N: a weight's step is shared by
    * its group's rows in the block; those steps are computed on a weight's first call and kept).
-   * N and K ≤ maxK, N a multiple of the K block and K of 64; more than maxRows rows go through in
-   * slices.
+   * N a multiple of the K block and K of 64; rows beyond the workspace go through in slices.
    */
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
     const op = 'matmulQ4Mma.backwardInput';
     if (!this.input) throw new ShapeError(op, 'the input gradient needs a K block above 32');
     const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
-    if (w.n > this.maxK || w.k > this.maxK) throw new ShapeError(op, `[${m}, ${w.n}] x [${w.n}, ${w.k}] exceeds the workspace for widths ≤ ${this.maxK}`);
+    if (this.rowsFitting(w.n) === 0) throw new ShapeError(op, `N = ${w.n}: not even 64 rows of dY fit the workspace of ${this.maxRows} x ${this.maxK}`);
     if (w.n % this.kBlock !== 0 || w.k % 64 !== 0) throw new ShapeError(op, `N = ${w.n} must be a multiple of the K block ${this.kBlock} and K = ${w.k} of 64`);
     const all = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
     const tw = this.stepsOf(rec, w, all);
-    for (const [r0, rows] of this.slices(m)) {
+    for (const [r0, rows] of this.slices(m, w.n)) {
       const uniforms = { ...all, m: rows };
       // dY's rows are [N]: quantized as x of width N.
       rec.dispatch(this.quantizeK, { x: rowSlice(dy, r0, rows, w.n), xq: this.xq, sx: this.sx }, grid1d((rows * w.n) / this.kBlock, 64), { ...uniforms, k: w.n });
@@ -191,12 +252,14 @@ export class MatmulQ4Mma {
     return tw;
   }
 
-  /** [first row, rows] of the slices of m rows: as few as the workspace allows, of equal size
-   * rounded up to 64 rows (the slices' binding offsets; a short last slice would leave SMs idle). */
-  private slices(m: number): [number, number][] {
-    if (m <= this.maxRows) return [[0, m]];
-    if (this.maxRows % 64 !== 0) throw new ShapeError('matmulQ4Mma', `${m} rows need slices of maxRows = ${this.maxRows}, which is not a multiple of 64`);
-    const size = Math.min(this.maxRows, 64 * Math.ceil(m / Math.ceil(m / this.maxRows) / 64));
+  /** [first row, rows] of the slices of m rows of x `width` wide: as few as the workspace allows,
+   * of equal size rounded up to 64 rows (the slices' binding offsets; a short last slice would
+   * leave SMs idle). */
+  private slices(m: number, width: number): [number, number][] {
+    const cap = this.rowsFitting(width);
+    if (m <= cap) return [[0, m]];
+    if (cap % 64 !== 0) throw new ShapeError('matmulQ4Mma', `${m} rows need slices of maxRows = ${cap}, which is not a multiple of 64`);
+    const size = Math.min(cap, 64 * Math.ceil(m / Math.ceil(m / cap) / 64));
     const out: [number, number][] = [];
     for (let r0 = 0; r0 < m; r0 += size) out.push([r0, Math.min(size, m - r0)]);
     return out;
