@@ -101,7 +101,7 @@ function render(o: Side, t: Side | undefined): string {
   }
   const tc = o.gspoTensorCores;
   if (tc) {
-    add('GSPO step, decoder GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm)', tc.seconds, t?.gspo?.seconds, 's', 'time');
+    add('GSPO step, decoder and LM head GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm)', tc.seconds, t?.gspo?.seconds, 's', 'time');
     add('the same without gradient checkpointing', tc.noCheckpointingSeconds, t?.gspo?.seconds, 's', 'time');
     add('the same without gradient checkpointing: throughput', tc.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
   }
@@ -121,7 +121,7 @@ function render(o: Side, t: Side | undefined): string {
     '- Times: wall clock around the call, GPU synchronised, median after a warm-up. Decode = generate(128 tokens) − generate(1 token), 127 steps, temperature 1, no early stop; at 8 sequences our 4-bit GEMVs take x quantized to int8 per row and group of 32 (the default, ModelOptions.int8Decode: sampled log-probs within about 1e-3 to 1e-2 of the f32 forward\'s; training and scoring stay f32), 1 sequence is f32 throughout. GSPO: sequence-level ratio, loss_type grpo, ε 3e-4/4e-4, on-policy, per-prompt micro-batches of 8, clip 1.0 + AdamW; generation not included. Ours recomputes each layer in the backward (gradient_checkpointing, our default) or, in the rows that say so, keeps every layer\'s activations; PyTorch keeps activations (no gradient checkpointing, TRL\'s default).',
     '- **× (ours/PyTorch)**: above 1 means ours is faster (rates: ours/PyTorch; times: PyTorch/ours).',
     tc
-      ? `- Tensor-core rows: the decoder's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of 128; the LM head and the vision tower stay f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${driftOf(t?.drift)}`
+      ? `- Tensor-core rows: the decoder's and the LM head's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of 128; LoRA's up product in the GEMM's epilogue; the vision tower stays f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${driftOf(t?.drift)}`
       : '',
     '',
     '| measure | ours | PyTorch + PEFT | × (ours/PyTorch) |',
