@@ -558,7 +558,7 @@ async function main(): Promise<void> {
   };
   save();
   console.error(`gspo step without gradient checkpointing: ${keptS.toFixed(2)} s`);
-  // The same steps with the decoder's 4-bit GEMMs and input gradients on int8 tensor cores
+  // The same steps with the decoder's and the LM head's 4-bit GEMMs and input gradients on int8 tensor cores
   // (Qwen3VL.setTensorCoreGemm), where the GPU offers subgroup matrices; then how far that moves one
   // group's log-probs and LoRA gradients.
   const noMma = mmaUnsupported(gpu);

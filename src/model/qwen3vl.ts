@@ -106,7 +106,7 @@ export class Qwen3VL {
     this.decoder.ops.linear.useTensorCores(on ? this.mma : null);
   }
 
-  /** Whether the decoder's GEMMs run on the tensor cores (setTensorCoreGemm). */
+  /** Whether the decoder's and the LM head's GEMMs run on the tensor cores (setTensorCoreGemm). */
   get tensorCoreGemm(): boolean {
     return this.decoder.ops.linear.usesTensorCores;
   }

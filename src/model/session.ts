@@ -30,7 +30,7 @@ export interface OpenModelOptions {
   maxSamples?: number;
   /** Read the weights from this cache when it holds them, else store them there after loading. */
   cache?: CachedLoadOptions['cache'];
-  /** The decoder's GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm). */
+  /** The decoder's and the LM head's GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm). */
   tensorCoreGemm?: boolean;
 }
 

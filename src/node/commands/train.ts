@@ -11,7 +11,7 @@
 //            image_keys, ...}, "image_folder": "images/", "limit": 500, "numeric_only": true}
 // (paths relative to the working directory; without "mapping" the geo3k or MathVista layout is
 // recognised). model_name_or_path is a local folder, or a hub id when no such folder exists.
-// --tensor-cores runs the decoder's 4-bit GEMMs and input gradients on int8 tensor cores
+// --tensor-cores runs the decoder's and the LM head's 4-bit GEMMs and input gradients on int8 tensor cores
 // (ModelOptions.tensorCoreGemm; Dawn started with allow_unsafe_apis, which offers subgroup
 // matrices): faster on GPUs that have them, an error naming what is missing on the others.
 //
