@@ -33,10 +33,6 @@ struct Params {
   n: u32,          // rows of W (out features)
   k: u32,          // columns (in features), a multiple of 32
   accumulate: u32, // 1: add into y instead of overwriting it
-#if LORA
-  lora_r: u32,     // LoRA rank: u is [M, lora_r], B [N, lora_r]
-  lora_scale: f32, // lora_alpha / r
-#endif
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -50,10 +46,6 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> y: array<f32>;
 @group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // TRANS: block steps [N/KB, K/32]
 @group(0) @binding(10) var<storage, read_write> tw_out: array<f32>;
-#if LORA
-@group(0) @binding(11) var<storage, read> lora_u: array<f32>;       // x·Aᵀ [M, r]
-@group(0) @binding(12) var<storage, read> lora_b: array<f32>;       // lora_B [N, r]
-#endif
 
 const QMAX = 16256.0; // 127·128
 
@@ -62,21 +54,26 @@ fn pack_i8(v: vec4<f32>) -> u32 {
   return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
 }
 
+// Values k = 8o + 0..3 (a) and 8o + 4..7 (b) of a group at the scale 1/inv as limb words:
+// (hi of k = 8o + 0, 2, 4, 6, hi of 8o + 1, 3, 5, 7, lo of the evens, lo of the odds).
+fn limb_words(a: vec4<f32>, b: vec4<f32>, inv: f32) -> vec4<u32> {
+  let qe = round(vec4<f32>(a.x, a.z, b.x, b.z) * inv);
+  let qo = round(vec4<f32>(a.y, a.w, b.y, b.w) * inv);
+  let he = round(qe / 128.0);
+  let ho = round(qo / 128.0);
+  return vec4<u32>(pack_i8(he), pack_i8(ho), pack_i8(qe - 128.0 * he), pack_i8(qo - 128.0 * ho));
+}
+
 // The two limbs of one group of x (32 values, `v`) at the scale 1/inv, written to group gi of xq.
 fn put_limbs(gi: u32, v: array<vec4<f32>, 8>, inv: f32) {
   var hi: array<u32, 8>;
   var lo: array<u32, 8>;
   for (var o = 0u; o < 4u; o++) {
-    let a = v[2u * o];
-    let b = v[2u * o + 1u];
-    let qe = round(vec4<f32>(a.x, a.z, b.x, b.z) * inv); // k = 8o + 0, 2, 4, 6
-    let qo = round(vec4<f32>(a.y, a.w, b.y, b.w) * inv); // k = 8o + 1, 3, 5, 7
-    let he = round(qe / 128.0);
-    let ho = round(qo / 128.0);
-    hi[2u * o] = pack_i8(he);
-    hi[2u * o + 1u] = pack_i8(ho);
-    lo[2u * o] = pack_i8(qe - 128.0 * he);
-    lo[2u * o + 1u] = pack_i8(qo - 128.0 * ho);
+    let w = limb_words(v[2u * o], v[2u * o + 1u], inv);
+    hi[2u * o] = w.x;
+    hi[2u * o + 1u] = w.y;
+    lo[2u * o] = w.z;
+    lo[2u * o + 1u] = w.w;
   }
   xq[4u * gi] = vec4<u32>(hi[0], hi[1], hi[2], hi[3]);
   xq[4u * gi + 1u] = vec4<u32>(hi[4], hi[5], hi[6], hi[7]);
@@ -332,22 +329,48 @@ const SUB = {{SUB}}u;     // groups a block
 const SGM = BM / 32u;     // subgroups along M
 const KB_MAX = 127.0 / 8.0;
 
-// x's block: two limbs at the block's absmax; sx is [M, K/KB].
-@compute @workgroup_size(64)
-fn quantize_rows_kb(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
-  let i = gid.x + gid.y * nwg.x * 64u; // (row, block) index
-  if (i >= params.m * (params.k / (32u * SUB))) {
+// x's block: two limbs at the block's absmax; sx is [M, K/KB]. A lane per vec4 of x, so that a
+// subgroup reads 512 contiguous bytes (a thread per block read 512 bytes apart from its
+// neighbours'): the 8·SUB lanes of a block take its absmax by shuffles, and the lanes of each
+// pair (k = 8o + 0..3 and 8o + 4..7) swap values to pack put_limbs' byte order (k = 8o + 0, 2,
+// 4, 6, then 8o + 1, 3, 5, 7); the first lane of each quad writes the quad's hi vec4, the second
+// its lo vec4. Subgroups of exactly 32 (MatmulQ4Mma checks).
+const QL = 8u * SUB; // lanes a block
+
+@compute @workgroup_size(256)
+fn quantize_rows_kb(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(subgroup_id) sg: u32,
+  @builtin(subgroup_invocation_id) lane: u32,
+) {
+  let e = ((wid.x + wid.y * nwg.x) * 8u + sg) * 32u + lane; // x[4e .. 4e + 3]
+  let live = e < params.m * params.k / 4u;
+  var v = vec4<f32>(0.0);
+  if (live) {
+    v = x[e];
+  }
+  let a = abs(v);
+  var amax = max(max(a.x, a.y), max(a.z, a.w));
+  for (var d = 1u; d < QL; d *= 2u) {
+    amax = max(amax, subgroupShuffleXor(amax, d));
+  }
+  let inv = select(0.0, QMAX / amax, amax > 0.0);
+  let other = subgroupShuffleXor(v, 1u);
+  let odd = (lane & 1u) == 1u;
+  let w = limb_words(select(v, other, odd), select(other, v, odd), inv);
+  let wn = subgroupShuffleXor(w, 2u); // the quad's other pair
+  if (!live) {
     return;
   }
-  let g0 = i * SUB; // first group of the block (rows hold K/32 = blocks·SUB groups)
-  var amax = 0.0;
-  for (var s = 0u; s < SUB; s++) {
-    amax = max(amax, absmax(group_of_x(g0 + s)));
+  let q = 4u * (e / 8u) + (e % 8u) / 4u; // group e/8's hi vec4 of this quad; + 2 its lo vec4
+  if ((lane & 3u) == 0u) {
+    xq[q] = vec4<u32>(w.xy, wn.xy);
+  } else if ((lane & 3u) == 1u) {
+    xq[q + 2u] = vec4<u32>(w.zw, wn.zw);
   }
-  sx[i] = amax / QMAX;
-  let inv = select(0.0, QMAX / amax, amax > 0.0);
-  for (var s = 0u; s < SUB; s++) {
-    put_limbs(g0 + s, group_of_x(g0 + s), inv);
+  if (lane % QL == 0u) {
+    sx[4u * e / KB] = amax / QMAX;
   }
 }
 
@@ -557,54 +580,6 @@ fn scale_part(acc: ptr<function, array<f32, ACC>>, lid: u32) {
   }
 }
 
-#if LORA
-// LoRA's up product in the epilogue, acc += s·u·Bᵀ over this thread's elements: the base GEMM
-// writes y once instead of a separate f32 GEMM reading and rewriting it. u's rows and B's
-// columns of the tile go through the idle staging memory LR ranks at a time (B's rows padded
-// by one word: the lanes of a warp read 32 columns).
-const LR = 16u;
-const LRP = LR + 1u;
-
-fn lora_up(acc: ptr<function, array<f32, ACC>>, m0: u32, n0: u32, lid: u32) {
-  let r = params.lora_r;
-  let col = lid % BN;
-  for (var r0 = 0u; r0 < r; r0 += LR) {
-    for (var i = lid; i < BM * LR; i += WG) {
-      let m = m0 + i / LR;
-      let j = r0 + i % LR;
-      var v = 0.0;
-      if (m < params.m && j < r) {
-        v = lora_u[m * r + j];
-      }
-      smem[i] = bitcast<i32>(v);
-    }
-    for (var i = lid; i < BN * LR; i += WG) {
-      let n = n0 + i / LR;
-      let j = r0 + i % LR;
-      var v = 0.0;
-      if (n < params.n && j < r) {
-        v = lora_b[n * r + j];
-      }
-      smem[BM * LR + (i / LR) * LRP + i % LR] = bitcast<i32>(v);
-    }
-    workgroupBarrier();
-    var b: array<f32, LR>;
-    for (var j = 0u; j < LR; j++) {
-      b[j] = params.lora_scale * bitcast<f32>(smem[BM * LR + col * LRP + j]);
-    }
-    for (var a = 0u; a < ACC; a++) {
-      let row = lid / BN + a * (WG / BN);
-      var v = 0.0;
-      for (var j = 0u; j < LR; j++) {
-        v = fma(bitcast<f32>(smem[row * LR + j]), b[j], v);
-      }
-      (*acc)[a] += v;
-    }
-    workgroupBarrier();
-  }
-}
-#endif
-
 @compute @workgroup_size(WG)
 fn gemm_kb(
   @builtin(workgroup_id) wid: vec3u,
@@ -654,9 +629,6 @@ fn gemm_kb(
     scale_part(&acc, lid);
     workgroupBarrier();
   }
-#if LORA
-  lora_up(&acc, m0, n0, lid);
-#endif
   let n = n0 + lid % BN;
   let width = y_width();
   for (var j = 0u; j < ACC; j++) {

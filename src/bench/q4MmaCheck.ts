@@ -4,7 +4,7 @@
 // puts the figures beside the speed.
 import type { Gpu, Tensor } from '../gpu';
 import { allocQ4, q4Words, Q4_GROUP } from '../ops/matmulQ4';
-import type { LoraUp, MatmulQ4Mma } from '../ops/matmulQ4Mma';
+import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
 
 export interface MmaAccuracy {
   shape: string;
@@ -45,10 +45,9 @@ function f16ToNumber(h: number): number {
  * Run `mma.gemm` on random [m, k] activations (Gaussian, OUTLIERS.channels columns scaled by
  * OUTLIERS.gain) and a random Q4 weight [n, k], once overwriting y and once accumulating into a
  * random y0, and compare both with the f64 product of the dequantized weight. With `input`, the
- * same for `mma.backwardInput`: dX [m, k] = dY [m, n]·W. With `loraRank` (the forward, K-blocked),
- * both calls also add a LoRA update s·u·Bᵀ of random u [m, r] and B [n, r] in their epilogue.
+ * same for `mma.backwardInput`: dX [m, k] = dY [m, n]·W.
  */
-export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number, input = false, loraRank = 0): Promise<MmaAccuracy> {
+export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number, input = false): Promise<MmaAccuracy> {
   // The product reduces over `red` (k, or n for the input gradient) into `out` columns.
   const [red, out] = input ? [n, k] : [k, n];
   const next = rng(seed);
@@ -60,10 +59,6 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
   // f16 scales of either sign around 2^-8, as Q4 of weights of about 0.01 have.
   const halves = new Uint16Array(2 * words.scales).map(() => (next() < 0.5 ? 0x8000 : 0) | ((7 + Math.floor(next() * 3)) << 10) | Math.floor(next() * 1024));
   const y0 = new Float32Array(m * out).map(() => gaussian(next));
-  const rank = input ? 0 : loraRank;
-  const u = new Float32Array(m * rank).map(() => gaussian(next));
-  const B = new Float32Array(n * rank).map(() => gaussian(next));
-  const loraScale = 2;
 
   const w = allocQ4(gpu, n, k, 'mma-check.w');
   gpu.write(w.codes, codes);
@@ -72,18 +67,14 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
   const ty = gpu.tensor([m, out], 'f32', 'mma-check.y');
   const tacc = gpu.upload(y0, [m, out], 'f32', 'mma-check.y0');
   const rec = gpu.recorder('mma-check');
-  let lora: LoraUp | undefined;
   if (input) {
     mma.backwardInput(rec, tx, w, ty);
     mma.backwardInput(rec, tx, w, tacc, true);
   } else {
-    lora = rank ? { u: gpu.upload(u, [m, rank], 'f32', 'mma-check.u'), B: gpu.upload(B, [n, rank], 'f32', 'mma-check.B'), r: rank, scale: loraScale } : undefined;
-    mma.gemm(rec, tx, w, ty, false, lora);
-    mma.gemm(rec, tx, w, tacc, true, lora);
+    mma.gemm(rec, tx, w, ty);
+    mma.gemm(rec, tx, w, tacc, true);
   }
   await rec.submit();
-  lora?.u.release();
-  lora?.B.release();
   const got = await gpu.readF32(ty);
   const gotAcc = await gpu.readF32(tacc);
   for (const t of [tx, ty, tacc, w.codes, w.scales] as Tensor[]) t.release();
@@ -139,13 +130,8 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
           bound += 0.5 * sx * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
         }
       }
-      let up = 0;
-      for (let i = 0; i < rank; i++) {
-        ref += loraScale * u[r * rank + i] * B[j * rank + i];
-        up += Math.abs(loraScale * u[r * rank + i] * B[j * rank + i]);
-      }
-      // f32 accumulation over the scaled partials (and the LoRA terms): a few ulps on top.
-      bound += 1e-6 * (mag + up);
+      // f32 accumulation over the scaled partials: a few ulps of the magnitude on top.
+      bound += 1e-6 * mag;
       const yAcc = ref + y0[r * out + j];
       const err = Math.max(Math.abs(got[r * out + j] - ref), Math.abs(gotAcc[r * out + j] - yAcc) - 1e-6 * Math.abs(y0[r * out + j]));
       maxRef = Math.max(maxRef, Math.abs(ref));
@@ -153,5 +139,5 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
       relToMagnitude = Math.max(relToMagnitude, err / (mag || 1));
       ofBound = Math.max(ofBound, Number.isFinite(err) ? err / bound : Infinity);
     }
-  return { shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}${rank ? ` + LoRA r=${rank}` : ''}`, relToMax: maxErr / (maxRef || 1), relToMagnitude, ofBound };
+  return { shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}`, relToMax: maxErr / (maxRef || 1), relToMagnitude, ofBound };
 }

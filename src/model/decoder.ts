@@ -141,10 +141,6 @@ export interface ForwardArgs {
   lora: readonly LayerLora[] | null;
 }
 
-/** Which of loraU's buffers each projection's u takes: the projections of one input (q/k/v,
- * gate/up) each their own, so that all their down products can precede their GEMMs. */
-export const LORA_SLOT: Record<LoraProjection, number> = { q: 0, k: 1, v: 2, o: 0, gate: 0, up: 1, down: 0 };
-
 /** A typed view of the first elements of a workspace tensor. */
 export function view(t: Tensor, shape: readonly number[], label = t.label): Tensor {
   const need = shape.reduce((a, b) => a * b, 1);
@@ -266,16 +262,10 @@ export class Decoder {
     const gemv = this.gemvLora(lora, x, outs);
     const mma = gemv ? null : this.ops.linear.tensorCoreWeights(x, outs.map((o) => o.w));
     if (mma) {
-      // On the tensor cores: x quantized once for all of outs, each adapter's down product first
-      // and its up product in the GEMM's epilogue (u is one buffer per projection: LORA_SLOT).
-      const mmaOuts = outs.map((o, i): MmaOutput => {
-        if (!lora) return { w: mma[i], y: o.y };
-        const p = lora.params[o.proj];
-        const u = lora.u(o.proj);
-        this.ops.lora.down(rec, p, { x, u });
-        return { w: mma[i], y: o.y, lora: { u, B: p.B, r: p.r, scale: loraScale(p) } };
-      });
-      this.ops.linear.forwardShared(rec, x, mmaOuts, accumulate);
+      // On the tensor cores x is quantized once for all of outs. (LoRA's up product inside the
+      // GEMM's epilogue measured slower than its own f32 GEMM: it slowed the main loop by 12-20%.)
+      this.ops.linear.forwardShared(rec, x, outs.map((o, i): MmaOutput => ({ w: mma[i], y: o.y })), accumulate);
+      if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
       return;
     }
     // One adapter: its down and up after the base projection (LoraGemv.forward); decode's o_proj
@@ -484,7 +474,7 @@ export class Decoder {
       this.gpu.write(b.positions, positions);
       this.ops.rope.table(rec, b.positions, b.cs);
     }
-    const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r, LORA_SLOT[proj]);
+    const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r);
     const transient = { wide: b.loraWide, parts: b.loraParts };
     this.weights.layers.forEach((w, l) => {
       const lora = a.lora ? { params: a.lora[l], u: loraU, transient } : null;
@@ -550,9 +540,8 @@ export class DecoderWorkspace {
       ...(this.gateUp ? {} : { gate: f(R * I, 'gate'), up: f(R * I, 'up') }),
       act: f(R * I, 'act'),
       cs: f(R * D, 'rope_cs'),
-      // u of up to three adapters at once (q/k/v on the LoRA GEMV path; loraU's slots, each
-      // rounded up to 64 elements).
-      loraU: f(R * 3 * Math.max(1, rank) + 128, 'lora_u'),
+      // u of up to three adapters at once (q/k/v on the LoRA GEMV path).
+      loraU: f(R * 3 * Math.max(1, rank), 'lora_u'),
       // Partial u of down_proj (one per 64 columns of act) or of o_proj (one per head), on that path.
       loraParts: f(R * Math.max(Math.ceil(I / 64), hq) * Math.max(1, rank), 'lora_parts'),
       positions: gpu.tensor([3 * R], 'i32', 'decoder.positions'),
@@ -573,7 +562,7 @@ export class DecoderWorkspace {
     const t = this.t;
     const [qRaw, kRaw, v] = this.qkv ? stacked(this.qkv, T) : [view(t.qRaw, [T, hq * D]), view(t.kRaw, [T, hkv * D]), view(t.v, [T, hkv * D])];
     const [gate, up] = this.gateUp ? stacked(this.gateUp, T) : [view(t.gate, [T, I]), view(t.up, [T, I])];
-    const uViews = new Map<string, Tensor>();
+    const uViews = new Map<number, Tensor>();
     const wideViews = new Map<number, Tensor>();
     const xn = view(t.xn, [T, H]);
     return {
@@ -591,17 +580,9 @@ export class DecoderWorkspace {
         attn: view(t.attn, [T, hq * D]),
       } satisfies AttentionBuffers,
       mlp: { xn, gate, up, act: view(t.act, [T, I]) } satisfies MlpBuffers,
-      /** u [T, r] of adapter slot 0..2 (LORA_SLOT): the projections of one input each have their own. */
-      loraU: (r: number, slot = 0) => {
+      loraU: (r: number) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);
-        const key = `${r}:${slot}`;
-        let u = uViews.get(key);
-        if (!u) {
-          // Slots start on 64 elements, the storage-offset alignment of a binding.
-          const offset = slot * 64 * Math.ceil((T * r) / 64);
-          uViews.set(key, (u = new Tensor(t.loraU.buffer, [T, r], 'f32', t.loraU.label, t.loraU.byteOffset + 4 * offset)));
-        }
-        return u;
+        return uViews.get(r) ?? uViews.set(r, view(t.loraU, [T, r])).get(r)!;
       },
       loraParts: (n: number) => {
         if (n > t.loraParts.numel) throw new ShapeError('decoder', `${n} LoRA partials above the workspace's ${t.loraParts.numel}`);

@@ -67,8 +67,7 @@ export class Linear {
     return q4.length === ws.length && x.numel / q4[0].k > GEMV_MAX_ROWS ? q4 : null;
   }
 
-  /** Products of one x on the tensor cores (weights from tensorCoreWeights): x is quantized once,
-   * and each LoRA update given is added in its GEMM's epilogue. */
+  /** Products of one x on the tensor cores (weights from tensorCoreWeights): x is quantized once. */
   forwardShared(rec: Recorder, x: Tensor, outs: readonly MmaOutput[], accumulate = false): void {
     if (!this.tensorCores) throw new ShapeError('linear', 'forwardShared needs the tensor cores (useTensorCores)');
     this.tensorCores.gemmShared(rec, x, outs, accumulate);

@@ -21,7 +21,7 @@ import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { LORA_PROJECTIONS, LORA_SLOT, view, type AttentionBuffers, type LayerLora, type LoraProjection, type MlpBuffers, type VisualInputs } from './decoder';
+import { LORA_PROJECTIONS, view, type AttentionBuffers, type LayerLora, type LoraProjection, type MlpBuffers, type VisualInputs } from './decoder';
 import { concat, releaseVisual, type ImageBatch, type Qwen3VL } from './qwen3vl';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
@@ -250,7 +250,7 @@ export class Qwen3VLPolicy implements Policy {
       dec.weights.layers.forEach((w, l) => {
         rec.copy(b.h, hs[l]);
         const keep = layers?.[l];
-        const loraU = (proj: LoraProjection) => (keep ? view(keep.u[proj], [T, lora![l][proj].r]) : b.loraU(lora![0][proj].r, LORA_SLOT[proj]));
+        const loraU = (proj: LoraProjection) => (keep ? view(keep.u[proj], [T, lora![l][proj].r]) : b.loraU(lora![0][proj].r));
         const call = lora ? { params: lora[l], u: loraU } : null;
         dec.attentionBlock(rec, l, w, b.h, keep?.A ?? b.attn, b.cs, { kind: 'packed', cuSeqlens: cu, lse: keep?.lse }, call);
         if (keep) rec.copy(b.h, keep.hmid);

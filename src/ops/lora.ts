@@ -129,19 +129,13 @@ export class Lora {
   /** y += s·dropout(x)·Aᵀ·Bᵀ, keeping u = dropout(x)·Aᵀ. */
   forward(rec: Recorder, p: LoraParams, args: LoraForwardArgs, opts: LoraCallOptions = {}): void {
     if (opts.enabled === false) return;
-    const T = this.down(rec, p, args, opts, 'lora.forward');
-    rows('lora.forward', p, 'y', args.y, p.out, T, true);
-    this.mm.gemm(rec, { a: args.u, b: p.B, c: args.y, m: T, n: p.out, k: p.r, transB: true, alpha: loraScale(p), beta: 1 });
-  }
-
-  /** u = dropout(x)·Aᵀ alone (forward's first half), for a caller that adds s·u·Bᵀ itself (the
-   * tensor-core GEMM's epilogue); returns T. */
-  down(rec: Recorder, p: LoraParams, args: Omit<LoraForwardArgs, 'y'>, opts: LoraCallOptions = {}, op = 'lora.down'): number {
+    const op = 'lora.forward';
     const T = rows(op, p, 'x', args.x, p.in);
+    rows(op, p, 'y', args.y, p.out, T, true);
     rows(op, p, 'u', args.u, p.r, T);
     const xin = this.dropout(op, rec, p, args.x, args.xd, T, opts);
     this.mm.gemm(rec, { a: xin, b: p.A, c: args.u, m: T, n: p.r, k: p.in, transB: true });
-    return T;
+    this.mm.gemm(rec, { a: args.u, b: p.B, c: args.y, m: T, n: p.out, k: p.r, transB: true, alpha: loraScale(p), beta: 1 });
   }
 
   /** Accumulate dA and dB, and add the adapter's part of dX when `dx` is given. */

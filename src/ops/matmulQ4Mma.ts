@@ -40,19 +40,10 @@ export interface MatmulQ4MmaOptions {
 
 export type KBlock = 32 | 64 | 128;
 
-/** LoRA's up product added in the K-blocked GEMM's epilogue: y += scale·u·Bᵀ, u [M, r], B [N, r]. */
-export interface LoraUp {
-  u: Tensor;
-  B: Tensor;
-  r: number;
-  scale: number;
-}
-
-/** One product of `gemmShared`: y (+)= x·Wᵀ (+ its LoRA update). */
+/** One product of `gemmShared`: y (+)= x·Wᵀ. */
 export interface MmaOutput {
   w: Q4Weight;
   y: Tensor;
-  lora?: LoraUp;
 }
 
 /** Why this device cannot run the int8 tensor-core GEMM, or null when it can. */
@@ -80,8 +71,6 @@ function tileBytes(t: MmaTile, kBlock: KBlock): number {
 export class MatmulQ4Mma {
   /** The input gradient's weight steps, by the weight's scales (stepsOf). */
   private readonly steps = new Map<Tensor, Tensor>();
-  /** The K-blocked GEMM with LoRA's up product in its epilogue, compiled on first use. */
-  private gemmLoraK: Kernel | null = null;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -91,7 +80,6 @@ export class MatmulQ4Mma {
     private readonly input: { stepsK: Kernel; gemmK: Kernel } | null,
     private readonly xq: Tensor,
     private readonly sx: Tensor,
-    private readonly defines: Record<string, number | boolean>,
     readonly tile: MmaTile,
     /** Each subgroup computes a 2x2 share of the tile, reusing fragments (see the shader). */
     readonly blocked: boolean,
@@ -143,7 +131,7 @@ export class MatmulQ4Mma {
     const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
     const input = stepsK && gemmT ? { stepsK, gemmK: gemmT } : null;
-    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, defines, tile, blocked, maxRows, maxK, kBlock);
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock);
   }
 
   /** Whether `gemm` takes weight `w` (K a whole number of K blocks; rows of K fit the workspace). */
@@ -164,10 +152,9 @@ export class MatmulQ4Mma {
     return 64 * Math.floor((this.maxRows * this.maxK) / width / 64);
   }
 
-  /** y [M, N] (+)= x [M, K] · Wᵀ (+ LoRA's up product, K-blocked only); rows beyond the
-   * workspace go through in slices. */
-  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, lora?: LoraUp): void {
-    this.gemmShared(rec, x, [{ w, y, lora }], accumulate);
+  /** y [M, N] (+)= x [M, K] · Wᵀ; rows beyond the workspace go through in slices. */
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
+    this.gemmShared(rec, x, [{ w, y }], accumulate);
   }
 
   /** Every product of `outs` on the same x (q/k/v, gate/up): x is quantized once a slice. */
@@ -175,45 +162,20 @@ export class MatmulQ4Mma {
     const op = 'matmulQ4Mma.gemm';
     const k = outs[0].w.k;
     let m = 0;
-    for (const { w, y, lora } of outs) {
+    for (const { w, y } of outs) {
       if (w.k !== k) throw new ShapeError(op, `products of one x need one K, got ${k} and ${w.k}`);
       m = rowsOf(op, w, { name: 'x', t: x, width: k, dim: 'K' }, { name: 'y', t: y, width: w.n });
-      if (lora) this.checkLora(op, lora, m, w.n);
     }
     if (this.rowsFitting(k) === 0) throw new ShapeError(op, `K = ${k}: not even 64 rows fit the workspace of ${this.maxRows} x ${this.maxK}`);
     if (k % this.kBlock !== 0) throw new ShapeError(op, `K = ${k} is not a multiple of the K block ${this.kBlock}`);
     for (const [r0, rows] of this.slices(m, k)) {
       const uniforms = { m: rows, n: 0, k, accumulate: accumulate ? 1 : 0 };
-      rec.dispatch(this.quantizeK, { x: rowSlice(x, r0, rows, k), xq: this.xq, sx: this.sx }, grid1d((rows * k) / this.kBlock, 64), uniforms);
-      for (const { w, y, lora } of outs) {
+      rec.dispatch(this.quantizeK, { x: rowSlice(x, r0, rows, k), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * k), uniforms);
+      for (const { w, y } of outs) {
         const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
-        const bindings = { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y: rowSlice(y, r0, rows, w.n) };
-        if (!lora) {
-          rec.dispatch(this.gemmK, bindings, grid, { ...uniforms, n: w.n });
-          continue;
-        }
-        const u = rowSlice(lora.u, r0, rows, lora.r);
-        rec.dispatch(this.loraKernel(), { ...bindings, lora_u: u, lora_b: lora.B }, grid, { ...uniforms, n: w.n, lora_r: lora.r, lora_scale: lora.scale });
+        rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y: rowSlice(y, r0, rows, w.n) }, grid, { ...uniforms, n: w.n });
       }
     }
-  }
-
-  private checkLora(op: string, l: LoraUp, m: number, n: number): void {
-    if (this.kBlock === 32) throw new ShapeError(op, "LoRA's up product in the epilogue needs a K block above 32");
-    if (!(Number.isInteger(l.r) && l.r > 0)) throw new ShapeError(op, `LoRA rank must be a positive integer, got ${l.r}`);
-    if (l.u.dtype !== 'f32' || l.u.numel !== m * l.r) throw new ShapeError(op, `LoRA u must be f32 [${m}, ${l.r}], got ${l.u.dtype} [${l.u.shape.join(', ')}]`);
-    if (l.B.dtype !== 'f32' || l.B.numel !== n * l.r) throw new ShapeError(op, `LoRA B must be f32 [${n}, ${l.r}], got ${l.B.dtype} [${l.B.shape.join(', ')}]`);
-  }
-
-  private loraKernel(): Kernel {
-    this.gemmLoraK ??= this.gpu.kernelNow({
-      name: 'matmul_q4_mma.gemm_kb+lora',
-      shader: 'matmul_q4_mma',
-      entry: 'gemm_kb',
-      defines: { ...this.defines, LORA: true },
-      uniforms: { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', lora_r: 'u32', lora_scale: 'f32' },
-    });
-    return this.gemmLoraK;
   }
 
   /**
@@ -232,11 +194,17 @@ export class MatmulQ4Mma {
     for (const [r0, rows] of this.slices(m, w.n)) {
       const uniforms = { ...all, m: rows };
       // dY's rows are [N]: quantized as x of width N.
-      rec.dispatch(this.quantizeK, { x: rowSlice(dy, r0, rows, w.n), xq: this.xq, sx: this.sx }, grid1d((rows * w.n) / this.kBlock, 64), { ...uniforms, k: w.n });
+      rec.dispatch(this.quantizeK, { x: rowSlice(dy, r0, rows, w.n), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * w.n), { ...uniforms, k: w.n });
       const grid: [number, number] = [Math.ceil(w.k / this.tile.cols), Math.ceil(rows / this.tile.rows)];
       const dxs = rowSlice(dx, r0, rows, w.k);
       rec.dispatch(this.input.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, tw_in: tw, y: dxs }, grid, uniforms);
     }
+  }
+
+  /** Workgroups of the quantize dispatch for `n` values of x: quantize_rows takes a group of 32 a
+   * thread (64 threads), quantize_rows_kb a vec4 a lane (256 lanes). */
+  private quantizeGrid(n: number): [number, number] {
+    return this.kBlock === 32 ? grid1d(n / Q4_GROUP, 64) : grid1d(n / 4, 256);
   }
 
   /** A weight's steps for the input gradient (block_steps), made on its first backward and kept:

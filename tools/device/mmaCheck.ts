@@ -39,13 +39,6 @@ const DX_SHAPES: [number, number, number][] = [
   [77, 2048, 576],
 ];
 
-// [M, N, K] and rank of the forward with a LoRA update.
-const LORA_SHAPES: [[number, number, number], number][] = [
-  [[130, 129, 512], 16],
-  [[77, 200, 768], 20],
-  [[300, 515, 2048], 8],
-];
-
 const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
 const info = gpu.device.adapterInfo;
 console.log(`adapter: ${gpu.adapter.name}; features: ${[...gpu.features].join(', ')}`);
@@ -69,12 +62,9 @@ async function check(name: string, make: () => Promise<MatmulQ4Mma>): Promise<vo
       if (shape[2] % op.kBlock !== 0) continue;
       report(name, await checkQ4Mma(gpu, op, shape, 100 + i));
     }
-    // The K-blocked input gradient dX = dY·W: blocks along N; the forward with LoRA's up product
-    // in its epilogue (ranks of one pass and of two, the second partly padded).
-    if (op.kBlock > 32) {
+    // The K-blocked input gradient dX = dY·W: blocks along N.
+    if (op.kBlock > 32)
       for (const [i, shape] of DX_SHAPES.entries()) if (shape[1] % op.kBlock === 0) report(name, await checkQ4Mma(gpu, op, shape, 200 + i, true));
-      for (const [i, [shape, rank]] of LORA_SHAPES.entries()) if (shape[2] % op.kBlock === 0) report(name, await checkQ4Mma(gpu, op, shape, 300 + i, false, rank));
-    }
     op.release();
   } catch (e) {
     if (e instanceof ShapeError) {
