@@ -1,5 +1,5 @@
-// LoRA on one linear layer, composed from the GEMMs of src/ops/matmul.ts and the dropout and
-// init kernels of shaders/lora.wgsl. With x [T, in], A [r, in], B [out, r], s = lora_alpha / r
+// LoRA on one linear layer, composed from the GEMMs of src/ops/matmul.ts and the dropout, init
+// and up-product kernels of shaders/lora.wgsl. With x [T, in], A [r, in], B [out, r], s = lora_alpha / r
 // (PEFT's default scaling) and x̃ = dropout(x) (x itself when p = 0):
 //   forward   u = x̃·Aᵀ [T, r] (kept for backward),  y += s·u·Bᵀ
 //   backward  t = s·dY·B [T, r]
@@ -89,12 +89,18 @@ export interface LoraBackwardArgs {
   xd?: Tensor;
 }
 
+/** up_add's block of y (shaders/lora.wgsl): columns and rows a workgroup. */
+const UP_COLS = 128;
+const UP_ROWS = 32;
+
 export class Lora {
   private constructor(
     private readonly mm: Matmul,
     private readonly initK: Kernel,
     private readonly dropFwdK: Kernel,
     private readonly dropBwdK: Kernel,
+    /** y += scale·u·W for W = B [N, r] (forward) and W = A [r, N] (dX). */
+    private readonly up: { B: Kernel; A: Kernel },
   ) {}
 
   static async create(gpu: Gpu): Promise<Lora> {
@@ -104,13 +110,32 @@ export class Lora {
       constants: { WG },
       uniforms: { n: 'u32', seed: 'u32', scale: 'f32', threshold: 'u32' } as const,
     });
-    const [mm, init, fwd, bwd] = await Promise.all([
+    const upSpec = (trans: boolean) => ({
+      name: `lora.up_add${trans ? '[A]' : '[B]'}`,
+      shader: 'lora',
+      entry: 'up_add',
+      defines: { TRANS: trans },
+      uniforms: { rows: 'u32', cols: 'u32', r: 'u32', scale: 'f32' } as const,
+    });
+    const [mm, init, fwd, bwd, upB, upA] = await Promise.all([
       Matmul.create(gpu),
       gpu.kernel(spec('init_uniform')),
       gpu.kernel(spec('dropout_forward')),
       gpu.kernel(spec('dropout_backward_acc')),
+      gpu.kernel(upSpec(false)),
+      gpu.kernel(upSpec(true)),
     ]);
-    return new Lora(mm, init, fwd, bwd);
+    return new Lora(mm, init, fwd, bwd, { B: upB, A: upA });
+  }
+
+  /** y [T, N] += scale·u [T, r]·W: W (n, j) is B[n, j] (`w` = B [N, r]) or A[j, n] (`w` = A
+   * [r, N], `trans`). up_add where N % 4 == 0 (y as vec4s), else the GEMM. */
+  private upAdd(rec: Recorder, u: Tensor, w: Tensor, y: Tensor, T: number, N: number, r: number, scale: number, trans: boolean): void {
+    if (N % 4 === 0) {
+      rec.dispatch(trans ? this.up.A : this.up.B, { up_u: u, up_w: w, up_y: y }, [Math.ceil(N / UP_COLS), Math.ceil(T / UP_ROWS)], { rows: T, cols: N, r, scale });
+      return;
+    }
+    this.mm.gemm(rec, { a: u, b: w, c: y, m: T, n: N, k: r, transB: !trans, alpha: scale, beta: 1 });
   }
 
   /** PEFT's initialisation: A ~ U(-1/√in, 1/√in) from `seed`, B = 0 (so the adapter starts as a no-op); grads cleared. */
@@ -135,7 +160,7 @@ export class Lora {
     rows(op, p, 'u', args.u, p.r, T);
     const xin = this.dropout(op, rec, p, args.x, args.xd, T, opts);
     this.mm.gemm(rec, { a: xin, b: p.A, c: args.u, m: T, n: p.r, k: p.in, transB: true });
-    this.mm.gemm(rec, { a: args.u, b: p.B, c: args.y, m: T, n: p.out, k: p.r, transB: true, alpha: loraScale(p), beta: 1 });
+    this.upAdd(rec, args.u, p.B, args.y, T, p.out, p.r, loraScale(p), false);
   }
 
   /** Accumulate dA and dB, and add the adapter's part of dX when `dx` is given. */
@@ -155,7 +180,7 @@ export class Lora {
     this.mm.gemm(rec, { a: t, b: xin, c: p.dA, m: p.r, n: p.in, k: T, transA: true, beta: 1 });
     if (!args.dx) return;
     if (xin === args.x) {
-      this.mm.gemm(rec, { a: t, b: p.A, c: args.dx, m: T, n: p.in, k: p.r, beta: 1 });
+      this.upAdd(rec, t, p.A, args.dx, T, p.in, p.r, 1, true);
       return;
     }
     // With dropout, t·A goes through the workspace (dropout(x) is no longer needed) and only

@@ -169,6 +169,35 @@ describe('lora', () => {
     f.release();
   });
 
+  it('the up products of many rows (up_add: widths of whole vec4s, ranks in passes of 16) match f64', async () => {
+    const gpu = await testGpu();
+    const lora = await Lora.create(gpu);
+    // 3 row blocks of 32 and 3 column blocks of 128 (the last partial), for y and for dX.
+    const [t, inF, outF] = [70, 136, 260];
+    for (const [r, seed] of [[16, 40], [37, 50]] as const) {
+      const p = createLoraParams(gpu, { name: 'layers.1.mlp.down_proj', in: inF, out: outF, r, alpha: 2 * r });
+      const [x, A, B, base, g, dxBase] = [t * inF, r * inF, outF * r, t * outF, t * outF, t * inF].map((n, i) => randUniform(n, seed + i));
+      gpu.write(p.A, A);
+      gpu.write(p.B, B);
+      const tensors = [gpu.upload(x, [t, inF], 'f32', 'x'), gpu.upload(base, [t, outF], 'f32', 'y'), gpu.upload(g, [t, outF], 'f32', 'dy'), gpu.upload(dxBase, [t, inF], 'f32', 'dx'), gpu.tensor([t, r], 'f32', 'u'), gpu.tensor([t, r], 'f32', 't')];
+      const [tx, ty, tg, tdx, tu, tt] = tensors;
+      const rec = gpu.recorder();
+      lora.zeroGrad(rec, p);
+      lora.forward(rec, p, { x: tx, y: ty, u: tu });
+      lora.backward(rec, p, { x: tx, dy: tg, u: tu, dx: tdx, t: tt });
+      await rec.submit();
+      const u = matmulT(x, A, t, r, inF);
+      const y = matmulT(u, B, t, outF, r).map((v, i) => 2 * v + base[i]);
+      const tq = matmulT(g, transpose(B, outF, r), t, r, outF).map((v) => 2 * v);
+      const dx = matmulT(tq, transpose(A, r, inF), t, inF, r).map((v, i) => v + dxBase[i]);
+      // f32 sums of r products of u (itself a sum of 136 terms), values up to about 100: a few ulps.
+      expectClose(await read(gpu, ty), y, { rtol: 1e-5, atol: 1e-4, what: `y, rank ${r}` });
+      expectClose(await read(gpu, tdx), dx, { rtol: 1e-5, atol: 1e-4, what: `dX, rank ${r}` });
+      releaseLoraParams(p);
+      for (const x of tensors) x.release();
+    }
+  });
+
   it('accumulates dA and dB across two calls (two micro-batches), and zeroGrad clears them', async () => {
     const f = await fixture(30);
     const x2 = randUniform(T * IN, 31);
