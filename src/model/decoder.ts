@@ -262,8 +262,8 @@ export class Decoder {
     const gemv = this.gemvLora(lora, x, outs);
     const mma = gemv ? null : this.ops.linear.tensorCoreWeights(x, outs.map((o) => o.w));
     if (mma) {
-      // On the tensor cores x is quantized once for all of outs. (LoRA's up product inside the
-      // GEMM's epilogue measured slower than its own f32 GEMM: it slowed the main loop by 12-20%.)
+      // On the tensor cores x is quantized once for all of outs; the LoRA updates follow (in the
+      // GEMM's epilogue they slowed its main loop by 12-20% on an H100).
       this.ops.linear.forwardShared(rec, x, outs.map((o, i): MmaOutput => ({ w: mma[i], y: o.y })), accumulate);
       if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
       return;

@@ -54,17 +54,20 @@ export class Linear {
 
   /** forward on a 4-bit weight (the LM head's vocabulary chunks come as Q4Weight views). */
   forwardQ4(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, int8 = false): void {
-    if (this.tensorCores?.takesForward(w) && x.numel / w.k > GEMV_MAX_ROWS) this.tensorCores.gemm(rec, x, w, y, accumulate);
+    if (this.forwardOnTensorCores(x, w)) this.tensorCores!.gemm(rec, x, w, y, accumulate);
     else this.q4.forward(rec, x, w, y, accumulate, int8);
   }
 
+  /** Whether x·Wᵀ takes the tensor cores: set, W's shape suits them, more than GEMV_MAX_ROWS rows. */
+  private forwardOnTensorCores(x: Tensor, w: Q4Weight): boolean {
+    return !!this.tensorCores?.takesForward(w) && x.numel / w.k > GEMV_MAX_ROWS;
+  }
+
   /** The 4-bit weights of `ws` when all of them take the tensor cores together on x's rows
-   * (forwardShared: one K, more than GEMV_MAX_ROWS rows), else null. */
+   * (forwardShared: one K), else null. */
   tensorCoreWeights(x: Tensor, ws: readonly LinearWeight[]): Q4Weight[] | null {
-    const mma = this.tensorCores;
-    if (!mma) return null;
-    const q4 = ws.flatMap((w) => (w.kind === 'q4' && mma.takesForward(w.w) && w.w.k === ws[0].in ? [w.w] : []));
-    return q4.length === ws.length && x.numel / q4[0].k > GEMV_MAX_ROWS ? q4 : null;
+    const q4 = ws.flatMap((w) => (w.kind === 'q4' && w.in === ws[0].in && this.forwardOnTensorCores(x, w.w) ? [w.w] : []));
+    return q4.length === ws.length ? q4 : null;
   }
 
   /** Products of one x on the tensor cores (weights from tensorCoreWeights): x is quantized once. */
