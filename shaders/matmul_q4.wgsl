@@ -195,6 +195,37 @@ fn x_pair(w: u32, gl: u32, g0: u32, gc_max: u32) -> array<vec4<f32>, 2> {
 var<workgroup> partial: array<vec4<f32>, TPR * TG>;
 #endif
 
+// ---- one row of x as two int8 limbs (I8X2) ----------------------------------------------------
+// The f32 step above spends ~3.5 instructions a weight (unpack, offset, multiply-add), which on the
+// H100 held the LM head at 72% of the read rate. With I8X2, quantize_x2 (a dispatch before) writes
+// x per group of 32 as two int8 limbs, x ≈ s·(hi + lo/254) with s = a/127 (a: the group's largest
+// |x|), so |x − x̂| ≤ a/64516: about 1.5e-5 of the group's largest value, 500 times finer than the
+// one-limb kernel of 2..8 rows and far below the 4-bit weights' own error. A code word gives its
+// even and odd weights as bytes with a mask and a shift, and 16 packed dot products a row of W
+// take a group against both limbs: about 1 instruction a weight. Sums stay integers until one
+// conversion per group and row (|254·Σ(c − 8)·hi + Σ(c − 8)·lo| < 2^24: exact in f32).
+#if I8X2
+fn dots_i8x2(c: array<vec4<u32>, 4>, g: u32) -> vec4<f32> {
+  let b = 5u * g;
+  let h0 = xq_in[b];
+  let h1 = xq_in[b + 1u];
+  let l0 = xq_in[b + 2u];
+  let l1 = xq_in[b + 3u];
+  let sb = xq_in[b + 4u];
+  var nh = vec4<i32>(bitcast<i32>(sb.y));
+  var nl = vec4<i32>(bitcast<i32>(sb.z));
+  for (var r = 0u; r < 4u; r++) {
+    let e = c[r] & vec4<u32>(LOW_NIBBLES);                  // even weights of the 4 words
+    let o = (c[r] >> vec4<u32>(4u)) & vec4<u32>(LOW_NIBBLES); // odd weights
+    nh[r] += dot4I8Packed(e.x, h0.x) + dot4I8Packed(o.x, h0.y) + dot4I8Packed(e.y, h0.z) + dot4I8Packed(o.y, h0.w)
+           + dot4I8Packed(e.z, h1.x) + dot4I8Packed(o.z, h1.y) + dot4I8Packed(e.w, h1.z) + dot4I8Packed(o.w, h1.w);
+    nl[r] += dot4I8Packed(e.x, l0.x) + dot4I8Packed(o.x, l0.y) + dot4I8Packed(e.y, l0.z) + dot4I8Packed(o.y, l0.w)
+           + dot4I8Packed(e.z, l1.x) + dot4I8Packed(o.z, l1.y) + dot4I8Packed(e.w, l1.z) + dot4I8Packed(o.w, l1.w);
+  }
+  return bitcast<f32>(sb.x) * vec4<f32>(254i * nh + nl);
+}
+#endif
+
 @compute @workgroup_size(TPR * TG)
 fn gemv(
   @builtin(workgroup_id) wid: vec3u,
@@ -236,6 +267,9 @@ fn gemv(
       }
       for (; gl < gc; gl += TPR) {
         let next = step_at(rr, g0 + min(gl + TPR, gc - 1u));
+#if I8X2
+        acc += cur.d * dots_i8x2(cur.c, g0 + gl);
+#else
         var dots = vec4<f32>(0.0);
         for (var w = 0u; w < 4u; w++) {
           let xv = x_pair(w, gl, g0, gc_max);
@@ -244,6 +278,7 @@ fn gemv(
           dots += vec4<f32>(word_dot(cur.c[0][w], xl, xh), word_dot(cur.c[1][w], xl, xh), word_dot(cur.c[2][w], xl, xh), word_dot(cur.c[3][w], xl, xh));
         }
         acc += cur.d * dots;
+#endif
         cur = next;
       }
     }
@@ -596,28 +631,78 @@ fn quantize_x(@builtin(global_invocation_id) gid: vec3u) {
   xq_out[3u * i + 2u] = q[2];
 }
 
-// A group's 32 values of x as its 3 staged vec4s (the layout above).
-fn quantize_group(v: array<vec4<f32>, 8>) -> array<vec4<u32>, 3> {
+// The largest |v| of a group's 32 values.
+fn group_absmax(v: array<vec4<f32>, 8>) -> f32 {
   var big = vec4<f32>(0.0);
   for (var j = 0u; j < 8u; j++) {
     big = max(big, abs(v[j]));
   }
-  let a = max(max(big.x, big.y), max(big.z, big.w));
-  let inv = select(127.0 / a, 0.0, a == 0.0);
+  return max(max(big.x, big.y), max(big.z, big.w));
+}
+
+// A group's 32 int8 values q (q[2w]: weights 8w..8w+3, q[2w + 1]: 8w+4..8w+7) packed in the byte
+// order of the code words' even and odd weights (words 0-1, then 2-3), and their sum.
+struct Limb {
+  p: array<vec4<u32>, 2>,
+  sum: i32,
+}
+
+fn pack_limb(q: array<vec4<i32>, 8>) -> Limb {
   var sum = vec4<i32>(0);
   var p: array<u32, 8>;
   for (var w = 0u; w < 4u; w++) {
-    let lo = vec4<i32>(round(v[2u * w] * inv));      // weights 8w .. 8w+3 of the group
-    let hi = vec4<i32>(round(v[2u * w + 1u] * inv)); // weights 8w+4 .. 8w+7
+    let lo = q[2u * w];
+    let hi = q[2u * w + 1u];
     sum += lo + hi;
     p[2u * w] = pack4xI8Clamp(vec4<i32>(lo.x, lo.z, hi.x, hi.z));
     p[2u * w + 1u] = pack4xI8Clamp(vec4<i32>(lo.y, lo.w, hi.y, hi.w));
   }
-  return array<vec4<u32>, 3>(
-    vec4<u32>(p[0], p[1], p[2], p[3]),
-    vec4<u32>(p[4], p[5], p[6], p[7]),
-    vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * (sum.x + sum.y + sum.z + sum.w)), 0u, 0u),
-  );
+  return Limb(array<vec4<u32>, 2>(vec4<u32>(p[0], p[1], p[2], p[3]), vec4<u32>(p[4], p[5], p[6], p[7])), sum.x + sum.y + sum.z + sum.w);
+}
+
+// A group's 32 values of x as its 3 staged vec4s (the layout above).
+fn quantize_group(v: array<vec4<f32>, 8>) -> array<vec4<u32>, 3> {
+  let a = group_absmax(v);
+  let inv = select(127.0 / a, 0.0, a == 0.0);
+  var q: array<vec4<i32>, 8>;
+  for (var j = 0u; j < 8u; j++) {
+    q[j] = vec4<i32>(round(v[j] * inv));
+  }
+  let l = pack_limb(q);
+  return array<vec4<u32>, 3>(l.p[0], l.p[1], vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * l.sum), 0u, 0u));
+}
+
+// One row of x as two limbs for gemv's I8X2 (x ≈ s·(hi + lo/254), s = a/127), one thread per
+// group: xq_out[5g ..] = hi (2 vec4s), lo (2), then (s/254, −8·Σhi, −8·Σlo) as bits (the −8 of
+// the codes, as in quantize_group). |t − hi| ≤ 1/2 for t = x/s, so lo = round(254·(t − hi)) fits
+// in [−127, 127].
+@compute @workgroup_size(64)
+fn quantize_x2(@builtin(global_invocation_id) gid: vec3u) {
+  let i = gid.x;
+  if (i >= params.m * (params.k / 32u)) {
+    return;
+  }
+  var v: array<vec4<f32>, 8>;
+  for (var j = 0u; j < 8u; j++) {
+    v[j] = x[8u * i + j];
+  }
+  let a = group_absmax(v);
+  let inv = select(127.0 / a, 0.0, a == 0.0);
+  var qh: array<vec4<i32>, 8>;
+  var ql: array<vec4<i32>, 8>;
+  for (var j = 0u; j < 8u; j++) {
+    let t = v[j] * inv;
+    let h = round(t);
+    qh[j] = vec4<i32>(h);
+    ql[j] = vec4<i32>(round(254.0 * (t - h)));
+  }
+  let hi = pack_limb(qh);
+  let lo = pack_limb(ql);
+  xq_out[5u * i] = hi.p[0];
+  xq_out[5u * i + 1u] = hi.p[1];
+  xq_out[5u * i + 2u] = lo.p[0];
+  xq_out[5u * i + 3u] = lo.p[1];
+  xq_out[5u * i + 4u] = vec4<u32>(bitcast<u32>(a / (127.0 * 254.0)), bitcast<u32>(-8i * hi.sum), bitcast<u32>(-8i * lo.sum), 0u);
 }
 
 // PREQ (a define: xq_in is bound only then): x quantized by quantize_x and read from memory, no

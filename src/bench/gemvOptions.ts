@@ -57,6 +57,14 @@ export function gemvOptions(gpu: Gpu, quick: boolean): { setting: string; value:
       out.push({ setting: `${name(g)} no subgroups`, value: { gemv: g, subgroups: false } });
     }
   }
+  // One row of x in two int8 limbs (the LM head in decode): 32 lanes a row block reduced through
+  // workgroup memory (a 5-step shuffle of vec4s cost 87 µs on the H100's LM head, memory 63).
+  if (gpu.has('subgroups') && gpu.hasWgsl(DOT4_I8)) {
+    for (const groups of quick ? [2] : [1, 2, 4]) {
+      const g: GemvShape = { threadsPerRow: 32, groups, int8: true, preq: true };
+      out.push({ setting: `${name(g)} no subgroups`, value: { gemv: g, subgroups: false } });
+    }
+  }
   if (!quick) out.push({ setting: `${name({ threadsPerRow: 32, groups: 8 })} x chunk 6144`, value: { gemv: { threadsPerRow: 32, groups: 8 }, xChunk: 6144 } });
   return out;
 }

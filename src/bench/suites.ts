@@ -118,6 +118,13 @@ interface SuiteContext {
 
 const shapeMNK = (m: number, n: number, k: number) => `M${m} N${n} K${k}`;
 
+/** Calls of a memory-bound op per measured pass: the weight copies (cold L2) cycled through again
+ * until there are this many, so that the pass's own start and end are shared by enough calls (on
+ * the H100 two calls of the LM head's GEMV a pass read 72 µs a call in stream, 68 per call over a
+ * long submit). */
+const MIN_PASS_CALLS = 8;
+const passRepeats = (copies: number) => Math.ceil(MIN_PASS_CALLS / copies);
+
 /** A tensor filled on the GPU (the recorder must be submitted before use). */
 function filled(ctx: SuiteContext, rec: Recorder, shape: number[], label: string, scale = 0.05): Tensor {
   return ctx.fill.fill(rec, ctx.gpu.tensor(shape, 'f32', label), 'uniform', scale);
@@ -201,19 +208,21 @@ async function readBandwidth(ctx: SuiteContext): Promise<void> {
     const wBytes = Math.ceil(q4Bytes(n, kk) / 16) * 16;
     const copies = Math.max(1, Math.min(64, Math.floor(bytes / wBytes), Math.ceil(ctx.shapes.gemv.coldBytes / wBytes)));
     const nv = wBytes / 16;
+    const repeats = passRepeats(copies);
     // Vec4s per thread: 16 suits a large read; a small one needs more workgroups. The best counts.
     let best: { t: Timing; per: number } | undefined;
     for (const per of [1, 2, 4, 16]) {
       const tr = await ctx.measure(
         /^bandwidth\./,
         (r) => {
-          for (let c = 0; c < copies; c++) r.dispatch(k, { src, sink }, grid1d(nv, WG * per), { n_vec4: nv, per_thread: per, base: c * nv });
+          for (let i = 0; i < repeats; i++)
+            for (let c = 0; c < copies; c++) r.dispatch(k, { src, sink }, grid1d(nv, WG * per), { n_vec4: nv, per_thread: per, base: c * nv });
         },
-        { ...ctx.full, calls: copies },
+        { ...ctx.full, calls: copies * repeats },
       );
       if (!best || (tr.passMs ?? tr.ms) < (best.t.passMs ?? best.t.ms)) best = { t: tr, per };
     }
-    ctx.add(bandwidthRow(ctx.limits, 'memory', 'read (vec4 f32), the bytes of one 4-bit weight', `${n}x${kk} (${(wBytes / 2 ** 20).toPrecision(3)} MiB)`, best!.t, wBytes, { note: `${copies} copies (cold L2)`, setting: `${best!.per} vec4 per thread` }));
+    ctx.add(bandwidthRow(ctx.limits, 'memory', 'read (vec4 f32), the bytes of one 4-bit weight', `${n}x${kk} (${(wBytes / 2 ** 20).toPrecision(3)} MiB)`, best!.t, wBytes, { note: `${copies} copies (cold L2), ${copies * repeats} calls a pass`, setting: `${best!.per} vec4 per thread` }));
   }
   release(src, sink);
 }
@@ -232,16 +241,22 @@ async function gemv(ctx: SuiteContext): Promise<void> {
     const copies = Math.max(1, Math.min(64, Math.ceil(ctx.shapes.gemv.coldBytes / q4Bytes(n, k))));
     const setup = gpu.recorder('setup');
     const weights = Array.from({ length: copies }, (_, c) => randomQ4Blocks(gpu, setup, ctx.fill, n, k, `w${c}`));
+    const repeats = passRepeats(copies);
+    const calls = copies * repeats;
+    const cycle = (once: () => void) => {
+      for (let i = 0; i < repeats; i++) once();
+    };
     for (const m of ctx.shapes.gemv.rows) {
       const x = filled(ctx, setup, [m, k], 'x', 1);
       const ys = weights[0].map((b) => gpu.tensor([m, b.n], 'f32', 'y'));
       await setup.submit();
       const shape = shapeMNK(m, n, k);
-      // The int8 kernel is for 2..8 rows; one row takes the f32 kernel whatever the layout says.
-      const tries = m > 1 ? options : options.filter((o) => !o.value.gemv?.int8);
+      // One row of x takes the same two-limb kernel (quantize_x2 first) for every int8 layout:
+      // the preq ones stand for it.
+      const tries = m > 1 ? options : options.filter((o) => !o.value.gemv?.int8 || o.value.gemv.preq);
       const best = await bestOf(ctx, 'gemv', shape, tries, async (o, opts) => {
         const mm = await mmFor(o);
-        return ctx.measure(/^matmul_q4\.gemv$/, (rec) => weights.forEach((blocks) => blocks.forEach((b, i) => mm.gemv(rec, x, b, ys[i]))), { ...opts, calls: copies });
+        return ctx.measure(/^matmul_q4\.gemv$/, (rec) => cycle(() => weights.forEach((blocks) => blocks.forEach((b, i) => mm.gemv(rec, x, b, ys[i])))), { ...opts, calls });
       });
       const bytes = q4Bytes(n, k) + 4 * m * (k + n);
       const blocks = weights[0].length > 1 ? `, ${weights[0].length} row blocks` : '';
@@ -249,7 +264,7 @@ async function gemv(ctx: SuiteContext): Promise<void> {
       // (what a dispatch costs beyond its bytes when nothing waits on it).
       const mm = await mmFor(best.value);
       const own = weights.map((bs) => bs.map((b) => gpu.tensor([m, b.n], 'f32', 'y_own')));
-      const free = await ctx.measure(/^matmul_q4\.gemv$/, (rec) => weights.forEach((bs, c) => bs.forEach((b, i) => mm.gemv(rec, x, b, own[c][i]))), { ...ctx.full, calls: copies });
+      const free = await ctx.measure(/^matmul_q4\.gemv$/, (rec) => cycle(() => weights.forEach((bs, c) => bs.forEach((b, i) => mm.gemv(rec, x, b, own[c][i])))), { ...ctx.full, calls });
       release(...own.flat());
       const inStream = free.passMs === undefined ? '' : `in-stream ${(1000 * free.passMs).toPrecision(3)} µs (${(bytes / free.passMs / 1e6).toPrecision(3)} GB/s), `;
       const same = ctx.rows.find((r) => r.suite === 'memory' && r.shape.startsWith(`${n}x${k} (`));
@@ -257,7 +272,7 @@ async function gemv(ctx: SuiteContext): Promise<void> {
         same?.passMs !== undefined && best.timing.passMs !== undefined
           ? `; in stream ${(1000 * best.timing.passMs).toPrecision(3)} µs = ${(bytes / best.timing.passMs / 1e6).toPrecision(3)} GB/s, the read kernel on the same bytes ${(same.work / same.passMs / 1e6).toPrecision(3)} GB/s (${((100 * (bytes / best.timing.passMs)) / (same.work / same.passMs)).toFixed(0)}% of it)`
           : '';
-      const note = `weight copies: ${copies} (cold L2)${blocks}; with an output per copy (no barriers between calls): ${inStream}wall ${(1000 * free.wallMs).toPrecision(3)} µs${vsRead}`;
+      const note = `weight copies: ${copies} (cold L2)${blocks}, ${calls} calls a pass; with an output per copy (no barriers between calls): ${inStream}wall ${(1000 * free.wallMs).toPrecision(3)} µs${vsRead}`;
       const row = bandwidthRow(ctx.limits, 'gemv-q4', 'y = x·Wᵀ (4-bit GEMV)', shape, best.timing, bytes, { setting: best.setting, note });
       // Every copy wrote into ys: they hold the last copy's product.
       await ctx.opts.onQ4?.({ row, m, n, k, copies, x, weight: weights[copies - 1], y: ys });

@@ -72,7 +72,8 @@ export interface GemvShape {
   /** 2..8 rows of x quantized to int8 per row and group of 32 as they are staged, and multiplied
    * by packed 4-wide integer dot products (gemv_rows_i8): a fraction of the f32 kernel's
    * instructions per weight, at |x − x̂| ≤ a/254 per group with a its largest |x|. Needs WGSL's
-   * packed_4x8_integer_dot_product; not with xDirect. One row of x keeps the f32 kernel. */
+   * packed_4x8_integer_dot_product; not with xDirect. One row of x takes two limbs instead
+   * (|x − x̂| ≤ a/64516, quantize_x2 first, then gemv's I8X2 path) whatever preq says. */
   int8?: boolean;
   /** With int8: x quantized once by a dispatch of its own (quantize_x) and read from memory by
    * every workgroup, instead of quantized by each workgroup as it stages x. */
@@ -130,6 +131,8 @@ interface GemvPlan {
   persist: number;
   /** 2..8 rows of x are quantized by quantize_x first (GemvShape.preq). */
   preq: boolean;
+  /** An int8 layout: one row of x is quantized by quantize_x2 first (GemvShape.int8). */
+  int8: boolean;
 }
 
 /** Weights with at most this many rows take the small-weight layouts (BENCHMARKS.md, gemv sweeps:
@@ -164,6 +167,11 @@ const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
  * and 8.4 µs (f32 14.4, 10.3); 4096 and 2048 rows 32x8, 7.1 and 6.2 (8.4, 6.4); K = 6144 and the
  * LM head stay f32 at 2..4 rows (12.3 against 12.4; the LM head's M = 2 read 115 against 233). */
 const I8Q_HEAD: GemvShape = { threadsPerRow: 8, groups: 8, int8: true, preq: true };
+/** One row of x on the LM head (decode of one sequence) in two int8 limbs: on the H100 in stream
+ * 68.7 µs a call with quantize_x2 (63.7 without) against 83 for the best f32 layout; 32 lanes a row
+ * block reduced through workgroup memory (subgroup shuffles: 87 µs). Smaller weights keep f32 at
+ * one row: their call is a dispatch's fixed cost, which quantize_x2 would double. */
+const I8X2_HEAD: GemvShape = { threadsPerRow: 32, groups: 2, int8: true, preq: true };
 const I8Q_LARGE: GemvShape = { threadsPerRow: 16, groups: 8, int8: true, preq: true };
 const I8Q_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, int8: true, preq: true };
 const I8_MID: GemvShape = { threadsPerRow: 16, groups: 16, xChunk: 1024, int8: true };
@@ -222,8 +230,9 @@ export class MatmulQ4 {
     private readonly gatherK: Kernel,
     readonly subgroups: boolean,
     private readonly gemmTile: { m: number; n: number },
-    /** quantize_x, where WGSL has the packed 4x8 builtins. */
+    /** quantize_x and quantize_x2, where WGSL has the packed 4x8 builtins. */
     private readonly quantizeK: Kernel | null,
+    private readonly quantize2K: Kernel | null,
   ) {}
 
   /** 2..8 rows of x take the int8 layouts (when no layout is fixed); set by create. */
@@ -254,8 +263,9 @@ export class MatmulQ4 {
       gpu.kernel(spec('gather')),
     ]);
     if (opts.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
-    const quantizeK = gpu.hasWgsl(DOT4_I8) ? await gpu.kernel({ ...spec('quantize_x'), name: 'matmul_q4.gemv' }) : null;
-    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK);
+    const dot4 = gpu.hasWgsl(DOT4_I8);
+    const [quantizeK, quantize2K] = await Promise.all(['quantize_x', 'quantize_x2'].map((e) => (dot4 ? gpu.kernel({ ...spec(e), name: 'matmul_q4.gemv' }) : null)));
+    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
     for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K]) mm.plan(g, 1 << 20);
@@ -263,7 +273,7 @@ export class MatmulQ4 {
     // By default the int8 layouts where this device's workgroup memory holds them all (WebGPU's
     // default 16 KiB does not; the f32 layouts serve every call there).
     try {
-      for (const g of [I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL, I8Q_HEAD, I8Q_LARGE, I8Q_LONG_K]) mm.plan(g, 1 << 20);
+      for (const g of [I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL, I8Q_HEAD, I8Q_LARGE, I8Q_LONG_K, I8X2_HEAD]) mm.plan(g, 1 << 20);
       mm.int8 = true;
     } catch (e) {
       if (!(e instanceof ShapeError) || opts.int8) throw e;
@@ -283,6 +293,7 @@ export class MatmulQ4 {
       return n > 2048 ? I8_4K : I8_SMALL;
     }
     if (m > 1 && n <= SMALL_N && k <= 2048) return n > 4096 ? I8_FEW_MID : I8_FEW_SMALL;
+    if (m === 1 && n > SMALL_N) return I8X2_HEAD;
     return this.f32Layout(m, n, k);
   }
 
@@ -337,6 +348,10 @@ export class MatmulQ4 {
       // Profiles name every GEMV kernel matmul_q4.gemv (one op; the benchmarks and the decode
       // profile look for it).
       const name = 'matmul_q4.gemv';
+      if (M === 1 && shape.int8) {
+        // One row of x as two int8 limbs from quantize_x2, read from memory: nothing staged.
+        return { name, shader: 'matmul_q4', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, XDIRECT: 1, KC: Q4_GROUP }, defines: { ...defines, I8X2: true } };
+      }
       if (M === 1) {
         // One row of x: the columns staged per chunk are what fits beside the reduction's memory.
         const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1);
@@ -369,7 +384,7 @@ export class MatmulQ4 {
     };
     // Bad shapes and limits throw here, at planning, not at the first call.
     for (let m = 1; m <= GEMV_MAX_ROWS; m++) spec(m, false);
-    const plan = { spec, kernels: [], rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false };
+    const plan = { spec, kernels: [], rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false, int8: shape.int8 ?? false };
     byK.set(k, plan);
     return plan;
   }
@@ -432,7 +447,7 @@ export class MatmulQ4 {
       split1 = parts[0];
       split2 = parts.length > 2 ? parts[0] + parts[1] : w.n;
     }
-    const xq = plan.preq && m > 1 ? this.quantize(rec, x, m, w.k) : null;
+    const xq = plan.int8 && m === 1 ? this.quantize(rec, this.quantize2K, x, 1, w.k) : plan.preq ? this.quantize(rec, this.quantizeK, x, m, w.k) : null;
     if (!lora) {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
@@ -462,16 +477,17 @@ export class MatmulQ4 {
     });
   }
 
-  /** x [m, k] as int8 groups in this instance's scratch (quantize_x), for a PREQ layout. */
-  private quantize(rec: Recorder, x: Tensor, m: number, k: number): Tensor {
-    const words = (k * 12) / Q4_GROUP; // a row of x: 3 vec4s a group
-    if (!this.quantizeK) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
-    if (!this.xq || this.xq.numel < m * words) {
+  /** x [m, k] as int8 groups in this instance's scratch: quantize_x for a PREQ layout (3 vec4s a
+   * row and group), quantize_x2 for one row's two limbs (5). */
+  private quantize(rec: Recorder, kernel: Kernel | null, x: Tensor, m: number, k: number): Tensor {
+    const words = (k * 12) / Q4_GROUP; // 3 vec4s a group: 8 rows hold one row's 5 with room
+    if (!kernel) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
+    if (!this.xq || this.xq.numel < GEMV_MAX_ROWS * words) {
       // Sized for the most rows at this K; a smaller one is never released (calls recorded
       // before may still read it).
       this.xq = this.gpu.tensor([GEMV_MAX_ROWS * words], 'u32', 'matmul_q4.xq');
     }
-    rec.dispatch(this.quantizeK, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA });
+    rec.dispatch(kernel, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA });
     return this.xq;
   }
 

@@ -37,8 +37,10 @@ function release(...ts: Tensor[]): void {
 
 /** The most the int8 GEMV may differ from the exact product: per group of 32 of a row of x, its
  * values are off by at most half a step a/127 (a: the group's largest |x|), times Σ|w| over the
- * group's weights in that row of W (plus 0.1% for the f32 scale and rounding). */
+ * group's weights in that row of W (plus 0.1% for the f32 scale and rounding). One row of x takes
+ * two limbs: half a step of the second, a/(127·254). */
 function int8Bound(x: Float32Array, deq: Float64Array, m: number, n: number, k: number): Float64Array {
+  const halfStep = m === 1 ? 2 * 127 * 254 : 254;
   const out = new Float64Array(m * n);
   for (let i = 0; i < m; i++)
     for (let g = 0; g < k / 32; g++) {
@@ -47,7 +49,7 @@ function int8Bound(x: Float32Array, deq: Float64Array, m: number, n: number, k: 
       for (let j = 0; j < n; j++) {
         let w = 0;
         for (let l = 32 * g; l < 32 * g + 32; l++) w += Math.abs(deq[j * k + l]);
-        out[i * n + j] += (1.001 * a * w) / 254;
+        out[i * n + j] += (1.001 * a * w) / halfStep;
       }
     }
   return out;
@@ -133,7 +135,7 @@ describe('4-bit matmul', () => {
     await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 1, groups: 16, xChunk: 40 } })).rejects.toBeInstanceOf(ShapeError);
   });
 
-  it('int8 GEMV (x quantized per row and group, packed dot products) stays within its quantization bound for 2 to 8 rows, odd N and K, chunks, a persistent grid', async () => {
+  it('int8 GEMV (x quantized per row and group, packed dot products) stays within its quantization bound for 2 to 8 rows, and one row in two limbs within 1/254 of that, odd N and K, chunks, a persistent grid', async () => {
     const gpu = await testGpu();
     if (!gpu.hasWgsl(DOT4_I8)) {
       await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 8, groups: 4, int8: true } })).rejects.toBeInstanceOf(MissingFeatureError);
@@ -141,10 +143,10 @@ describe('4-bit matmul', () => {
     }
     await expect(MatmulQ4.create(gpu, { gemv: { threadsPerRow: 8, groups: 4, int8: true, xDirect: true } })).rejects.toBeInstanceOf(ShapeError);
     const layouts = [
-      [{ threadsPerRow: 8, groups: 4, int8: true }, [2, 5, 8]],
+      [{ threadsPerRow: 8, groups: 4, int8: true }, [1, 2, 5, 8]],
       [{ threadsPerRow: 4, groups: 2, int8: true, xChunk: 64, persist: 2 }, [8]],
       // x quantized by a dispatch of its own, read from memory.
-      [{ threadsPerRow: 8, groups: 2, int8: true, preq: true }, [8]],
+      [{ threadsPerRow: 8, groups: 2, int8: true, preq: true }, [1, 8]],
     ] as const;
     for (const [gemv, ms] of layouts) await checkForward(gpu, await MatmulQ4.create(gpu, { gemv }), 'gemv', ms, ` int8 ${JSON.stringify(gemv)}`, true);
   });
