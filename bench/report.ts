@@ -143,7 +143,15 @@ function targets(ours: Ours): string[] {
       '',
       `GEMV calls are judged in stream: per call, with Dawn's barriers, without the pass per dispatch of the per-kernel clock. On this stack a dispatch that does almost nothing costs ${num(1000 * tiny.passMs)} µs in stream, ` +
         `and the plain read kernel (its best threads-per-workgroup setting) takes ${num(1000 * read6k.passMs)} µs to read the ${num(read6k.work / 2 ** 20)} MiB of a 6144x2048 4-bit weight once (cold L2): ` +
-        `${num(read6k.work / read6k.passMs / 1e6)} GB/s. A single call that reads that weight cannot reach 1500 GB/s here, whatever it computes; the large weights show the GEMV's own rate.`,
+        `${num(read6k.work / read6k.passMs / 1e6)} GB/s. A single call that reads that weight cannot reach 1500 GB/s here, whatever it computes; the large weights show the GEMV's own rate. ` +
+        'Each measured pass holds at least 8 calls (the cold copies cycled), so that its own start and end are shared.',
+    );
+  }
+  if (ours.rows.some((r) => r.suite === 'gemv-q4' && r.shape.startsWith('M1 ') && r.setting?.includes('int8'))) {
+    lines.push(
+      '',
+      'One row of x with an int8 setting is x in two int8 limbs, x ≈ s·(hi + lo/254) per group of 32 (within 1.5e-5 of the group\'s largest |x|), ' +
+        "quantized by a dispatch of its own (quantize_x2) whose time is in the call's; decode of one sequence takes it on the LM head.",
     );
   }
   return [...lines, ''];

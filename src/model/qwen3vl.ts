@@ -31,7 +31,7 @@ export interface ModelOptions {
   /** Sampling 2..8 sequences quantizes the activations entering each 4-bit GEMV to int8 (per
    * row and group of 32; MatmulQ4Options.int8): 1.3-1.5x faster decode steps on an H100, logits
    * within about 1e-3 of the f32 kernel's. One sequence's LM head takes x in two int8 limbs (within
-   * 1.5e-5 of each group's largest |x|; 83 -> 69 µs a step on an H100); its other GEMVs keep f32.
+   * 1.5e-5 of each group's largest |x|; 78 -> 67 µs a step on an H100); its other GEMVs keep f32.
    * Default: where WGSL offers packed dot products. Training and scoring always take f32. */
   int8Decode?: boolean;
   /** The decoder's and the LM head's 4-bit GEMMs of more than 8 rows (prefill, scoring,

@@ -168,9 +168,10 @@ const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
  * LM head stay f32 at 2..4 rows (12.3 against 12.4; the LM head's M = 2 read 115 against 233). */
 const I8Q_HEAD: GemvShape = { threadsPerRow: 8, groups: 8, int8: true, preq: true };
 /** One row of x on the LM head (decode of one sequence) in two int8 limbs: on the H100 in stream
- * 68.7 µs a call with quantize_x2 (63.7 without) against 83 for the best f32 layout; 32 lanes a row
- * block reduced through workgroup memory (subgroup shuffles: 87 µs). Smaller weights keep f32 at
- * one row: their call is a dispatch's fixed cost, which quantize_x2 would double. */
+ * 66.8 µs a call with quantize_x2 (2.62 TB/s; ~5 µs of it the quantize) against 78.4 for the best
+ * f32 layout; 32 lanes a row block reduced through workgroup memory (subgroup shuffles: 87.5 µs;
+ * one block a workgroup: 66.4). Smaller weights keep f32 at one row: their call is a dispatch's
+ * fixed cost, which quantize_x2 would double. */
 const I8X2_HEAD: GemvShape = { threadsPerRow: 32, groups: 2, int8: true, preq: true };
 const I8Q_LARGE: GemvShape = { threadsPerRow: 16, groups: 8, int8: true, preq: true };
 const I8Q_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, int8: true, preq: true };
