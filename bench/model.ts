@@ -289,8 +289,9 @@ async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, 
   const rec = gpu.recorder('bench.lora_b');
   for (const p of params) filler.fill(rec, p.B, 'uniform', 0.02);
   await rec.submit();
-  const run = async (on: boolean) => {
-    await model.setTensorCoreGemm(on);
+  const run = async (limbs: 1 | 2 | null) => {
+    if (limbs === null) await model.setTensorCoreGemm(false);
+    else await model.setTensorCoreGemm(true, limbs);
     const fwd = await policy.forward(batch, { temperature: 1, lora: true, train: true, gradientCheckpointing: true });
     const [logps, mask] = [await gpu.readF32(fwd.logps), await gpu.readF32(fwd.mask)];
     const zero = gpu.recorder('bench.zero');
@@ -301,9 +302,15 @@ async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, 
     for (const p of params) grads.push(await gpu.readF32(p.dA), await gpu.readF32(p.dB));
     return { logps, mask, grads };
   };
-  const ref = await run(false);
-  const tc = await run(true);
+  const ref = await run(null);
+  const two = await run(2);
+  const one = await run(1);
   await model.setTensorCoreGemm(false);
+  return { two: driftOf(ref, two), one: driftOf(ref, one) };
+}
+
+/** How far `tc`'s log-probs and gradients are from `ref`'s (tensorCoreDrift). */
+function driftOf(ref: { logps: Float32Array; mask: Float32Array; grads: Float32Array[] }, tc: { logps: Float32Array; grads: Float32Array[] }) {
   let maxLogp = 0;
   let sumLogp = 0;
   let tokens = 0;
@@ -564,24 +571,27 @@ async function main(): Promise<void> {
   const noMma = mmaUnsupported(gpu);
   if (noMma) console.error(`gspo on tensor cores: skipped (${noMma})`);
   else {
-    await model.setTensorCoreGemm(true);
-    await gspoStep(gpu, setup, 6, 1); // warm-up: the tensor-core pipelines compiled
-    const tcS = await timed(gpu, () => gspoStep(gpu, setup, 7));
-    await gspoStep(gpu, setup, 8, 1, false);
-    const tcKeptS = await timed(gpu, () => gspoStep(gpu, setup, 9, W.prompts, false));
-    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, setup, 10, 1)) : undefined;
+    // Two limbs of x (the default), then one (ModelOptions.tensorCoreLimbs); the profile of a
+    // group step with two.
+    const timings = [];
+    let profile: KernelTime[] | undefined;
+    for (const [i, limbs] of ([2, 1] as const).entries()) {
+      await model.setTensorCoreGemm(true, limbs);
+      const seed = 20 + 10 * i;
+      await gspoStep(gpu, setup, seed, 1); // warm-up: the tensor-core pipelines compiled
+      const tcS = await timed(gpu, () => gspoStep(gpu, setup, seed + 1));
+      await gspoStep(gpu, setup, seed + 2, 1, false);
+      const tcKeptS = await timed(gpu, () => gspoStep(gpu, setup, seed + 3, W.prompts, false));
+      if (limbs === 2 && args.includes('--profile')) profile = await kernelTimes(gpu, () => gspoStep(gpu, setup, seed + 4, 1));
+      timings.push({ seconds: tcS, tokensPerS: allTokens / tcS, noCheckpointingSeconds: tcKeptS, noCheckpointingTokensPerS: allTokens / tcKeptS });
+      console.error(`gspo step on tensor cores, ${limbs} limb(s): ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s`);
+    }
     await model.setTensorCoreGemm(false);
     const drift = await tensorCoreDrift(gpu, model, policy, lora16, { prompt: setup.prompts[0], completions: setup.completions[0] }, filler);
-    result.gspoTensorCores = {
-      seconds: tcS,
-      tokensPerS: allTokens / tcS,
-      noCheckpointingSeconds: tcKeptS,
-      noCheckpointingTokensPerS: allTokens / tcKeptS,
-      drift,
-      profile,
-    };
+    result.gspoTensorCores = { ...timings[0], drift: drift.two, profile };
+    result.gspoTensorCoresOneLimb = { ...timings[1], drift: drift.one };
     save();
-    console.error(`gspo step on tensor cores: ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s; drift ${JSON.stringify(drift)}`);
+    console.error(`tensor-core drift: ${JSON.stringify(drift)}`);
   }
   for (const m of setup.adamw.moments) for (const t of [m.expAvg, m.expAvgSq]) t.release();
 

@@ -328,6 +328,20 @@ fn gemm(
 const SUB = {{SUB}}u;     // groups a block
 const SGM = BM / 32u;     // subgroups along M
 const KB_MAX = 127.0 / 8.0;
+// x's int8 limbs a block: 2 (about 15 bits of the block's range, as above), or 1: q = round(x / s)
+// with s = absmax / 127, 7 bits of the block's range (bf16 keeps 8 of each value's), half the
+// MMAs and half the staged bytes of x.
+const LIMBS = {{LIMBS}}u;
+const XQV = 2u * LIMBS;   // vec4<u32> of xq a (row, group): the hi limb's 2, then the lo limb's
+const QMAX_KB = select(127.0, QMAX, LIMBS == 2u);
+
+// limb_words for the K-blocked kernels: with one limb, x·inv itself is the hi limb (z, w unused).
+fn limb_words_kb(a: vec4<f32>, b: vec4<f32>, inv: f32) -> vec4<u32> {
+  if (LIMBS == 1u) {
+    return vec4<u32>(pack_i8(round(vec4<f32>(a.x, a.z, b.x, b.z) * inv)), pack_i8(round(vec4<f32>(a.y, a.w, b.y, b.w) * inv)), 0u, 0u);
+  }
+  return limb_words(a, b, inv);
+}
 
 // x's block: two limbs at the block's absmax; sx is [M, K/KB]. A lane per vec4 of x, so that a
 // subgroup reads 512 contiguous bytes (a thread per block read 512 bytes apart from its
@@ -355,22 +369,22 @@ fn quantize_rows_kb(
   for (var d = 1u; d < QL; d *= 2u) {
     amax = max(amax, subgroupShuffleXor(amax, d));
   }
-  let inv = select(0.0, QMAX / amax, amax > 0.0);
+  let inv = select(0.0, QMAX_KB / amax, amax > 0.0);
   let other = subgroupShuffleXor(v, 1u);
   let odd = (lane & 1u) == 1u;
-  let w = limb_words(select(v, other, odd), select(other, v, odd), inv);
+  let w = limb_words_kb(select(v, other, odd), select(other, v, odd), inv);
   let wn = subgroupShuffleXor(w, 2u); // the quad's other pair
   if (!live) {
     return;
   }
-  let q = 4u * (e / 8u) + (e % 8u) / 4u; // group e/8's hi vec4 of this quad; + 2 its lo vec4
+  let q = XQV * (e / 8u) + (e % 8u) / 4u; // group e/8's hi vec4 of this quad; + 2 its lo vec4
   if ((lane & 3u) == 0u) {
     xq[q] = vec4<u32>(w.xy, wn.xy);
-  } else if ((lane & 3u) == 1u) {
+  } else if ((lane & 3u) == 1u && LIMBS == 2u) {
     xq[q + 2u] = vec4<u32>(w.zw, wn.zw);
   }
   if (lane % QL == 0u) {
-    sx[4u * e / KB] = amax / QMAX;
+    sx[4u * e / KB] = amax / QMAX_KB;
   }
 }
 
@@ -380,13 +394,13 @@ const XW_IS_N = true;  // x's rows are [N]; y's are [K]
 #else
 const XW_IS_N = false;
 #endif
-const KB_A_ITEMS = BM * SUB * 4u;                 // vec4<u32> of x limbs a block
+const KB_A_ITEMS = BM * SUB * XQV;                // vec4<u32> of x limbs a block
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
 const KB_B_ITEMS = BN * SUB;                      // code vec4s (32 codes) a block (either way)
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
 // Byte offsets of the staged block (int8 elements, as subgroupMatrixLoad counts them).
 const KB_LO = BM * KB;                            // lo limbs after the hi limbs, [SUB][BM][32]
-const KB_B = 2u * BM * KB;                        // weights: [SUB][BN][32] (column-major tiles), both ways
+const KB_B = LIMBS * BM * KB;                     // weights: [SUB][BN][32] (column-major tiles), both ways
 const KB_WORDS = max(KB_B / 4u + BN * SUB * 8u, BM * PS);
 var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
 var<workgroup> kb_sx: array<f32, BM>;
@@ -439,9 +453,9 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
   var st: StagedKb;
   for (var t = 0u; t < KB_A_PER; t++) {
     let i = lid + t * WG;
-    let m = m0 + i / (SUB * 4u);
+    let m = m0 + i / (SUB * XQV);
     if (i < KB_A_ITEMS && m < params.m) {
-      st.a[t] = xq_in[(m * groups + g0) * 4u + i % (SUB * 4u)];
+      st.a[t] = xq_in[(m * groups + g0) * XQV + i % (SUB * XQV)];
     }
   }
   for (var t = 0u; t < KB_B_PER; t++) {
@@ -492,9 +506,9 @@ fn stage_kb(st: StagedKb, lid: u32) {
   for (var t = 0u; t < KB_A_PER; t++) {
     let i = lid + t * WG;
     if (i < KB_A_ITEMS) {
-      let row = i / (SUB * 4u);
-      let s = (i / 4u) % SUB;
-      let q = i % 4u;
+      let row = i / (SUB * XQV);
+      let s = (i / XQV) % SUB;
+      let q = i % XQV;
       let o = (q / 2u) * (KB_LO / 4u) + (s * BM + row) * 8u + (q % 2u) * 4u;
       let v = bitcast<vec4<i32>>(st.a[t]);
       smem[o] = v.x;
@@ -599,13 +613,13 @@ fn gemm_kb(
     if (blk + 1u < blocks) {
       st = fetch_kb(blk + 1u, m0, n0, lid);
     }
-    // R = 128·Σ hi·w8 + Σ lo·w8 in one accumulator per tile: the hi products first, scaled by
+    // R = 128·Σ hi·w8 + Σ lo·w8 (one limb: Σ hi·w8) in one accumulator per tile: the hi products first, scaled by
     // 128, then the lo products on top (the block is still staged, so its weights reload cheaply).
     var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
     for (var t = 0u; t < 4u; t++) {
       r[t] = subgroup_matrix_result<i32, 16, 16>(); // explicitly: a var in a loop body kept its sums
     }
-    for (var limb = 0u; limb < 2u; limb++) {
+    for (var limb = 0u; limb < LIMBS; limb++) {
       for (var s = 0u; s < SUB; s++) {
         let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u) * 32u, true, 32u);
         let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u + 16u) * 32u, true, 32u);
@@ -615,7 +629,7 @@ fn gemm_kb(
           r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, b1, r[2u * i + 1u]);
         }
       }
-      if (limb == 0u) {
+      if (limb == 0u && LIMBS == 2u) {
         for (var t = 0u; t < 4u; t++) {
           r[t] = subgroupMatrixScalarMultiply(r[t], 128);
         }

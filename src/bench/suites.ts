@@ -318,14 +318,14 @@ function mmaSetting(tile: MmaTile, op: MatmulQ4Mma): string {
 
 /** Builds each option that fits this device and checks it on odd shapes against the f64
  * reference (the figures become the rows' note); throws where one misses its bound. */
-async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile; kBlock?: KBlock; blocked?: boolean }[], shapes: [number, number, number][], describe: string, inputShapes: [number, number, number][] = []): Promise<MmaSet> {
+async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile; kBlock?: KBlock; blocked?: boolean; limbs?: 1 | 2 }[], shapes: [number, number, number][], describe: string, inputShapes: [number, number, number][] = []): Promise<MmaSet> {
   const { weights, rows } = ctx.shapes.gemm;
   const maxRows = Math.max(...rows, 300);
   const maxK = Math.max(...weights.flat(), 2048); // the input gradient reads rows of N
   const tiles: MmaSet['tiles'] = [];
-  for (const { tile, kBlock, blocked } of options) {
+  for (const { tile, kBlock, blocked, limbs } of options) {
     try {
-      const op = await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked, kBlock });
+      const op = await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked, kBlock, limbs });
       tiles.push({ setting: mmaSetting(tile, op), value: op });
     } catch (e) {
       // A tile this device cannot hold, or (K-blocked) no packed int8 WGSL builtins: not measured.
@@ -356,7 +356,7 @@ async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile;
  * The int8 tensor-core GEMMs in every tile this device holds: exact on the Q4 weights, and
  * K-blocked (re-rounded weights); null where the device has no int8 subgroup matrices.
  */
-async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: MmaSet } | null> {
+async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: MmaSet; oneLimb: MmaSet } | null> {
   const why = mmaUnsupported(ctx.gpu);
   if (why) {
     console.warn(`gemm: no int8 tensor-core rows: ${why}`);
@@ -379,7 +379,16 @@ async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: M
     'x as two int8 limbs per K block, weights re-rounded to int8 per column and K block (error ≤ 1/32 of the block\'s largest Q4 step); dX = dY·W the same with blocks along N',
     [[45, 256, 192], [77, 2048, 576]],
   );
-  return { exact, kBlocked };
+  // x in one int8 limb (ModelOptions.tensorCoreLimbs = 1), at the model's K block.
+  const oneLimb = await mmaSet(
+    ctx,
+    'int8 tensor cores, K-blocked, one limb',
+    kbTiles.map((tile) => ({ tile, kBlock: 128 as const, limbs: 1 as const })),
+    [[45, 96, 768], [300, 515, 2048]],
+    'x as one int8 limb per K block of 128 (a step of 1/127 of its largest |x|), weights re-rounded as in the K-blocked rows; dX the same with blocks along N',
+    [[45, 256, 192], [77, 2048, 576]],
+  );
+  return { exact, kBlocked, oneLimb };
 }
 
 /** Best GEMM tile per weight shape at the smallest M, used again by the log-prob head. */
@@ -432,10 +441,16 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
           const kb = await bestOf(ctx, 'gemm-mma-kb', shape, mma.kBlocked.tiles, run);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb', '4-bit GEMM, int8 tensor cores, K-blocked (weights re-rounded to int8)', shape, kb.timing, flops, { setting: kb.setting, note: mma.kBlocked.note }, 'int8'));
         }
+        const runDx = (op: MatmulQ4Mma, opts: MeasureOptions) => ctx.measure(/^matmul_q4_mma\./, (r) => op.backwardInput(r, dy, w, dx), opts);
         if (mma.kBlocked.tiles.length && n % kbMax === 0 && k % 64 === 0) {
-          const runDx = (op: MatmulQ4Mma, opts: MeasureOptions) => ctx.measure(/^matmul_q4_mma\./, (r) => op.backwardInput(r, dy, w, dx), opts);
           const kbDx = await bestOf(ctx, 'gemm-mma-kb-dx', shape, mma.kBlocked.tiles, runDx);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked (blocks along N)', shape, kbDx.timing, flops, { setting: kbDx.setting, note: mma.kBlocked.note }, 'int8'));
+        }
+        if (mma.oneLimb.tiles.length && n % 128 === 0 && k % 128 === 0) {
+          const fwd = await bestOf(ctx, 'gemm-mma-kb1', shape, mma.oneLimb.tiles, run);
+          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb1', '4-bit GEMM, int8 tensor cores, K-blocked, x in one limb', shape, fwd.timing, flops, { setting: fwd.setting, note: mma.oneLimb.note }, 'int8'));
+          const bwd = await bestOf(ctx, 'gemm-mma-kb1-dx', shape, mma.oneLimb.tiles, runDx);
+          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb1-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked, dY in one limb', shape, bwd.timing, flops, { setting: bwd.setting, note: mma.oneLimb.note }, 'int8'));
         }
       }
       release(x, dy, y, dx);

@@ -38,10 +38,14 @@ export interface ModelOptions {
    * training) and their input gradients on int8 tensor cores (setTensorCoreGemm). Default false: it needs Chromium's
    * subgroup-matrix extension and moves each product by about 5e-3 of its largest entry. */
   tensorCoreGemm?: boolean;
+  /** x's int8 limbs on the tensor cores (MatmulQ4MmaOptions.limbs): 2 (default; log-probs within
+   * about 0.006 of the f32 kernels' on the H100 bench, PyTorch's bf16 0.020 of its fp32) or 1
+   * (half the MMAs: about 1.4x faster products, BENCHMARKS.md gives the drift). */
+  tensorCoreLimbs?: 1 | 2;
 }
 
-/** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: 2 bytes an element, 48
- * MiB for the 2B): the trainer's default micro-batch in one. */
+/** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: a byte an element and
+ * limb, 48 MiB for the 2B with two): the trainer's default micro-batch in one. */
 const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
 /** The tensor-core GEMM's tile and K block: the fastest on an H100 at the decoder's shapes
  * (BENCHMARKS.md, gemm-q4-mma-kb). */
@@ -89,22 +93,35 @@ export class Qwen3VL {
     ]);
     const head = new TableHead(gpu, decoder.ops.linear, weights.language.lmHead, opts.maxLogitRows ?? 64);
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler);
-    if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true);
+    if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true, opts.tensorCoreLimbs);
     return model;
   }
 
   /**
    * Route the decoder's and the LM head's 4-bit products of more than 8 rows and their input
    * gradients through the K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the vision tower stays on
-   * the f32 kernels), or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
+   * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs), or back. Throws
+   * MissingFeatureError where the GPU has no subgroup matrices.
    */
-  async setTensorCoreGemm(on: boolean): Promise<void> {
-    if (on && !this.mma) {
+  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = 2): Promise<void> {
+    if (on && this.mma?.limbs !== limbs) {
       const t = this.config.text;
       const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-      this.mma = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE, kBlock: MMA_K_BLOCK });
+      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE, kBlock: MMA_K_BLOCK, limbs });
+      if (this.mma) {
+        // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
+        this.decoder.ops.linear.useTensorCores(null);
+        await this.gpu.sync();
+        this.mma.release();
+      }
+      this.mma = made;
     }
     this.decoder.ops.linear.useTensorCores(on ? this.mma : null);
+  }
+
+  /** x's int8 limbs on the tensor cores while they are in use (setTensorCoreGemm), else null. */
+  get tensorCoreLimbs(): 1 | 2 | null {
+    return this.tensorCoreGemm ? this.mma!.limbs : null;
   }
 
   /** Whether the decoder's and the LM head's GEMMs run on the tensor cores (setTensorCoreGemm). */

@@ -32,6 +32,8 @@ export interface OpenModelOptions {
   cache?: CachedLoadOptions['cache'];
   /** The decoder's and the LM head's GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm). */
   tensorCoreGemm?: boolean;
+  /** x's int8 limbs there (ModelOptions.tensorCoreLimbs). */
+  tensorCoreLimbs?: 1 | 2;
 }
 
 export interface PreparedRow {
@@ -104,7 +106,7 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   if (imagePad !== config.tokens.image) {
     throw new SessionError(`${files.location}: the tokenizer's <|image_pad|> is ${imagePad} but config.json's image_token_id is ${config.tokens.image}; tokenizer and model do not belong together`);
   }
-  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, tensorCoreGemm: opts.tensorCoreGemm });
+  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs });
   model.tokenizer = tokenizer;
   const policy = new Qwen3VLPolicy(model);
   const t = config.text;

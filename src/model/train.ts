@@ -257,6 +257,9 @@ export class Qwen3VLPolicy implements Policy {
         dec.mlpBlock(rec, w, b.h, keep?.M ?? b.mlp, call);
         const ds = visual?.deepstack[l];
         if (ds) dec.ops.embedding.deepstackAdd(rec, ds, visual!.rows, b.h);
+        // A layer a submit: the GPU runs it while the next is recorded (one submit a pass left it
+        // idle for the whole recording, tens of ms a group).
+        rec.flush();
       });
       rec.copy(b.h, hs[c.numLayers]);
       dec.ops.norms.rmsnorm(rec, b.h, dec.weights.finalNorm, b.out, c.rmsNormEps);
@@ -383,6 +386,7 @@ export class Qwen3VLPolicy implements Policy {
         loraBack('k', A.xn, bufs.dkRaw, bufs.dxn);
         loraBack('v', A.xn, bufs.dv, bufs.dxn);
         norms.rmsnormBackward(rec, bufs.dxn, s.hs[l], w.inputNorm, rstd.input, bufs.dh, true);
+        rec.flush(); // a layer a submit, as in the forward
       }
       await rec.submit();
     } finally {

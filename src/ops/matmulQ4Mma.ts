@@ -36,6 +36,10 @@ export interface MatmulQ4MmaOptions {
    * (an extra error of at most 1/32 of that block's largest Q4 step) for fewer trips. Needs a tile
    * of (rows/32)·(cols/32) subgroups of exactly 32. */
   kBlock?: KBlock;
+  /** x's int8 limbs with a K block above 32: 2 (default; x to about 1/32512 of each block's
+   * largest |x|) or 1 (to 1/254 of it, about bf16's precision for a block's largest values and
+   * coarser for its small ones): half the MMAs and half the staged bytes of x. */
+  limbs?: 1 | 2;
 }
 
 export type KBlock = 32 | 64 | 128;
@@ -62,10 +66,10 @@ export function mmaUnsupported(gpu: Gpu): string | null {
 /** Workgroup bytes of a tile: both limbs of x, the int8 weights, the i32 partials (rows padded
  * by 8 words), the scales. The K-blocked kernel stages a whole block and puts the partials in the
  * same memory afterwards. */
-function tileBytes(t: MmaTile, kBlock: KBlock): number {
+function tileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
   const part = 4 * t.rows * (t.cols + 8);
   if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + part;
-  return Math.max((2 * t.rows + t.cols) * kBlock, part) + 4 * (t.rows + t.cols);
+  return Math.max((limbs * t.rows + t.cols) * kBlock, part) + 4 * (t.rows + t.cols);
 }
 
 export class MatmulQ4Mma {
@@ -86,6 +90,7 @@ export class MatmulQ4Mma {
     readonly maxRows: number,
     readonly maxK: number,
     readonly kBlock: KBlock,
+    readonly limbs: 1 | 2,
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4MmaOptions): Promise<MatmulQ4Mma> {
@@ -98,7 +103,9 @@ export class MatmulQ4Mma {
     }
     const kBlock = opts.kBlock ?? 32;
     if (![32, 64, 128].includes(kBlock)) throw new ShapeError('matmulQ4Mma', `kBlock must be 32, 64 or 128, got ${kBlock}`);
-    const bytes = tileBytes(tile, kBlock);
+    const limbs = opts.limbs ?? 2;
+    if (limbs !== 2 && (limbs !== 1 || kBlock === 32)) throw new ShapeError('matmulQ4Mma', `limbs must be 2, or 1 with a K block above 32, got ${limbs} (K block ${kBlock})`);
+    const bytes = tileBytes(tile, kBlock, limbs);
     if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
       throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile${kBlock > 32 ? ` with K block ${kBlock}` : ''} needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
     }
@@ -117,7 +124,7 @@ export class MatmulQ4Mma {
     const blockable = threads === 128 && sg32;
     const blocked = kBlock > 32 || (opts.blocked ?? blockable);
     if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
-    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP };
+    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
     const trans = { ...defines, TRANS: true };
@@ -127,11 +134,11 @@ export class MatmulQ4Mma {
       kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'block_steps', defines: trans, uniforms }) : null,
       kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm_kb', defines: trans, uniforms }) : null,
     ]);
-    // Acquired once: the per-call paths create no buffers. 2 bytes per element (two limbs).
-    const xq = gpu.tensor([(maxRows * maxK) / 2], 'u32', 'matmul_q4_mma.xq');
+    // Acquired once: the per-call paths create no buffers. A byte per element and limb.
+    const xq = gpu.tensor([(maxRows * maxK * limbs) / 4], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
     const input = stepsK && gemmT ? { stepsK, gemmK: gemmT } : null;
-    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock);
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs);
   }
 
   /** Whether `gemm` takes weight `w` (K a whole number of K blocks; rows of K fit the workspace). */

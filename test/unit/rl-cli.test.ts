@@ -129,6 +129,12 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     const tc = await runCli(['train', '--config', configFile, '--tensor-cores', '--output-dir', join(dir, 'run')]);
     expect(tc.code).toBe(1);
     expect(tc.stderr).toMatch(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration/);
+    const limbs = await runCli(['train', '--config', configFile, '--tensor-core-limbs', '1', '--output-dir', join(dir, 'run')]);
+    expect(limbs.code).toBe(1);
+    expect(limbs.stderr).toContain('--tensor-core-limbs takes 1 or 2, with --tensor-cores');
+    const limbs3 = await runCli(['train', '--config', configFile, '--tensor-cores', '--tensor-core-limbs', '3', '--output-dir', join(dir, 'run')]);
+    expect(limbs3.code).toBe(1);
+    expect(limbs3.stderr).toContain("got '3'");
     const tcDemo = await runCli(['train', '--demo', '--tensor-cores']);
     expect(tcDemo.code).toBe(1);
     expect(tcDemo.stderr).toContain('--tensor-cores goes with --config or --resume');

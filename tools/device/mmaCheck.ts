@@ -82,7 +82,9 @@ if (!process.argv.includes('--k-blocked'))
     await check(`${tile.rows}x${tile.cols}/${tile.threads}${blocked ? ' blocked' : ''}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, blocked }));
 for (const tile of KB_TILES)
   for (const kBlock of K_BLOCKS)
-    await check(`${tile.rows}x${tile.cols}/${tile.threads} K block ${kBlock}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, kBlock }));
+    for (const limbs of [2, 1] as const)
+      await check(`${tile.rows}x${tile.cols}/${tile.threads} K block ${kBlock}${limbs === 1 ? ', one limb' : ''}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, kBlock, limbs }));
 // Calls with more rows than the workspace run in slices of maxRows (here 64: M = 77..300 in 2..5).
-await check('128x64/256 K block 128, slices of 64 rows', () => MatmulQ4Mma.create(gpu, { maxRows: 64, maxK: 6144, tile: KB_TILES[2], kBlock: 128 }));
+for (const limbs of [2, 1] as const)
+  await check(`128x64/256 K block 128${limbs === 1 ? ', one limb' : ''}, slices of 64 rows`, () => MatmulQ4Mma.create(gpu, { maxRows: 64, maxK: 6144, tile: KB_TILES[2], kBlock: 128, limbs }));
 process.exit(failed ? 1 : 0);
