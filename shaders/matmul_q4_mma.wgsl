@@ -44,8 +44,10 @@ struct Params {
 @group(0) @binding(6) var<storage, read> codes4: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read> scales: array<u32>;
 @group(0) @binding(8) var<storage, read_write> y: array<f32>;
-@group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // TRANS: block steps [N/KB, K/32]
+@group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // block steps: [N, K/KB] (forward), [N/KB, K/32] (TRANS)
 @group(0) @binding(10) var<storage, read_write> tw_out: array<f32>;
+@group(0) @binding(11) var<storage, read> w8_in: array<vec4<u32>>;     // forward: W re-rounded to int8 by requant_w, [N, K/32, 2]
+@group(0) @binding(12) var<storage, read_write> w8_out: array<vec4<u32>>;
 
 const QMAX = 16256.0; // 127·128
 
@@ -310,10 +312,11 @@ fn gemm(
 // block) of x and one per (column, block) of W, so the weights are re-rounded to int8:
 //   w8 = round((c − 8)·d_g / t), t = 8·max_g |d_g| / 127 over the block's groups,
 // an error of at most t/2 per weight (1/32 of the block's largest Q4 step) on top of Q4's own;
-// not bit-faithful to the Q4 weights, which is why it is a separate entry. x keeps two limbs, now
-// at its block's absmax. Each subgroup (exactly 32 wide) owns a 32x32 share of y (2x2 tiles) and
-// sums 128·hi·w8 + lo·w8 in one i32 accumulator per tile: |R| ≤ 128.5·127·127·KB < 2^31 for
-// KB ≤ 128.
+// not bit-faithful to the Q4 weights, which is why it is a separate entry. The forward re-rounds
+// W once per call (requant_w) and stages the int8 weights as they are. x keeps two limbs (or one,
+// LIMBS), now at its block's absmax. Each subgroup (exactly 32 wide) owns a 32x32 share of y (2x2
+// tiles) and sums 128·hi·w8 + lo·w8 in one i32 accumulator per tile: |R| ≤ 128.5·127·127·KB <
+// 2^31 for KB ≤ 128.
 // TRANS computes dX = dY·W instead (the input gradient; x is dY [M, N], y is dX [M, K]): the
 // blocks run along N, so a weight's step is per (group of K, block of N), t = 8·max_n |d[n, g]| /
 // 127, precomputed by `block_steps` (tw); W is staged column-major like the forward's weights.
@@ -322,6 +325,8 @@ fn gemm(
 // staging memory, which is free once the block's MMAs are done. On the H100 (M8192 N6144 K2048,
 // 128x64, K block 128): 3.74 ms, 55 TFLOP/s (`gemm`: 6.93 ms); the same kernel without its MMAs
 // still takes 2.4 ms, so staging and barriers, not the tensor cores, are what is left to win.
+// With one limb 2.41 ms (85 TFLOP/s), and with W re-rounded before the GEMM instead of per tile
+// 2.01 ms (in a probe; the byte copy of twice the weight bytes costs less than re-rounding them).
 // TRANS at the same shapes: 48-53 TFLOP/s (27-31 while W was staged row-major; the f32 units'
 // dinput: 21-25).
 // ---------------------------------------------------------------------------------------------
@@ -413,10 +418,10 @@ struct StagedKb {
   b: array<vec4<u32>, KB_B_PER>,
 #if TRANS
   d: array<vec4<u32>, KB_B_PER>,                  // the scale pairs of the item's 4 rows
-  t: array<f32, KB_B_PER>,                        // the group's block step
 #else
-  d: array<array<u32, (SUB + 1u) / 2u>, KB_B_PER>, // the column's SUB f16 scales of the block
+  b2: array<vec4<u32>, KB_B_PER>,                 // the item's second 16 bytes of int8 weights
 #endif
+  t: array<f32, KB_B_PER>,                        // the item's block step
   sx: f32,
 }
 
@@ -445,6 +450,38 @@ fn block_steps(@builtin(global_invocation_id) gid: vec3u) {
   tw_out[i] = dmax / KB_MAX;
 }
 
+// Forward: W re-rounded to int8 once per call, before the GEMM (each of its workgroups re-rounding
+// its tile's weights cost ~16% of the kernel on the H100: every weight was re-rounded once per
+// 128 rows of x). One thread per (row n of W, group g): the group's 32 codes as round((c − 8)·d/t)
+// with t = 8·max |d| / 127 over the SUB groups of g's block, in the staged byte order (words 2w,
+// 2w + 1: word w's even weights, then its odd ones); t of each block into tw_out [N, K/KB].
+@compute @workgroup_size(64)
+fn requant_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let groups = params.k / 32u;
+  let i = gid.x + gid.y * nwg.x * 64u; // n·G + g
+  if (i >= params.n * groups) {
+    return;
+  }
+  let first = i - i % SUB; // the block's first group
+  var dmax = 0.0;
+  for (var h = 0u; h < SUB; h++) {
+    dmax = max(dmax, abs(scale_of(first + h)));
+  }
+  let t = dmax / KB_MAX;
+  let f = select(0.0, scale_of(i) / t, dmax > 0.0);
+  let c = codes4[i];
+  var q: array<i32, 8>;
+  for (var w = 0u; w < 4u; w++) {
+    q[2u * w] = requant(c[w] & 0x0F0F0F0Fu, f);              // k = 8w + 0, 2, 4, 6
+    q[2u * w + 1u] = requant((c[w] >> 4u) & 0x0F0F0F0Fu, f); // k = 8w + 1, 3, 5, 7
+  }
+  w8_out[2u * i] = bitcast<vec4<u32>>(vec4<i32>(q[0], q[1], q[2], q[3]));
+  w8_out[2u * i + 1u] = bitcast<vec4<u32>>(vec4<i32>(q[4], q[5], q[6], q[7]));
+  if (i % SUB == 0u) {
+    tw_out[i / SUB] = t;
+  }
+}
+
 // Item j of the weights: column j / SUB, group j % SUB (a column's codes are contiguous); TRANS:
 // row blk·KB + j / (BN/32) of W, group j % (BN/32) of the tile's columns.
 fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
@@ -460,8 +497,8 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
   }
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
-    st.b[t] = vec4<u32>(PAD_CODES);
 #if TRANS
+    st.b[t] = vec4<u32>(PAD_CODES);
     // Item j: four rows of W (8o + p + 2i, i = 0..3, of 32-row sub-block sb) at output columns
     // 8·oct .. 8·oct + 7 of group gl of the tile: one u32 of codes per row (see stage_kb).
     let wg = params.k / 32u;              // W's groups a row
@@ -482,12 +519,16 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
       }
     }
 #else
+    // Rows past N stage weight 0 (a step of 0 besides).
+    st.b[t] = vec4<u32>(0u);
+    st.b2[t] = vec4<u32>(0u);
+    st.t[t] = 0.0;
     let n = n0 + j / SUB;
     if (j < KB_B_ITEMS && n < params.n) {
-      st.b[t] = codes4[n * groups + g0 + j % SUB];
-      for (var h = 0u; h < SUB / 2u; h++) {
-        st.d[t][h] = scales[(n * groups + g0) / 2u + h];
-      }
+      let at = 2u * (n * groups + g0 + j % SUB);
+      st.b[t] = w8_in[at];
+      st.b2[t] = w8_in[at + 1u];
+      st.t[t] = tw_in[n * (groups / SUB) + blk];
     }
 #endif
   }
@@ -551,30 +592,25 @@ fn stage_kb(st: StagedKb, lid: u32) {
     }
   }
 #else
+  // requant_w's int8 weights, copied.
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
     if (j < KB_B_ITEMS) {
       let col = j / SUB;
       let s = j % SUB;
-      var dmax = 0.0;
-      var d = 0.0;
-      for (var h = 0u; h < SUB / 2u; h++) {
-        let pair = unpack2x16float(st.d[t][h]);
-        dmax = max(dmax, max(abs(pair.x), abs(pair.y)));
-        if (h == s / 2u) {
-          d = pair[s % 2u];
-        }
-      }
-      let step = dmax / KB_MAX;
-      let f = select(0.0, d / step, dmax > 0.0);
       let o = KB_B / 4u + (s * BN + col) * 8u;
-      for (var w = 0u; w < 4u; w++) {
-        let c = st.b[t][w];
-        smem[o + 2u * w] = requant(c & 0x0F0F0F0Fu, f);              // k = 8w + 0, 2, 4, 6
-        smem[o + 2u * w + 1u] = requant((c >> 4u) & 0x0F0F0F0Fu, f); // k = 8w + 1, 3, 5, 7
-      }
+      let lo = bitcast<vec4<i32>>(st.b[t]);
+      let hi = bitcast<vec4<i32>>(st.b2[t]);
+      smem[o] = lo.x;
+      smem[o + 1u] = lo.y;
+      smem[o + 2u] = lo.z;
+      smem[o + 3u] = lo.w;
+      smem[o + 4u] = hi.x;
+      smem[o + 5u] = hi.y;
+      smem[o + 6u] = hi.z;
+      smem[o + 7u] = hi.w;
       if (s == 0u) {
-        kb_t[col] = step;
+        kb_t[col] = st.t[t];
       }
     }
   }

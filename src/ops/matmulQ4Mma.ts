@@ -75,6 +75,9 @@ function tileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
 export class MatmulQ4Mma {
   /** The input gradient's weight steps, by the weight's scales (stepsOf). */
   private readonly steps = new Map<Tensor, Tensor>();
+  /** The forward's int8 weights and their block steps (rounded), grown on demand. */
+  private w8: Tensor | null = null;
+  private w8Steps: Tensor | null = null;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -82,6 +85,8 @@ export class MatmulQ4Mma {
     private readonly gemmK: Kernel,
     /** K-blocked only: the input gradient's block steps and GEMM. */
     private readonly input: { stepsK: Kernel; gemmK: Kernel } | null,
+    /** K-blocked only: requant_w, W re-rounded to int8 before each forward GEMM. */
+    private readonly requantK: Kernel | null,
     private readonly xq: Tensor,
     private readonly sx: Tensor,
     readonly tile: MmaTile,
@@ -128,17 +133,18 @@ export class MatmulQ4Mma {
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
     const trans = { ...defines, TRANS: true };
-    const [quantizeK, gemmK, stepsK, gemmT] = await Promise.all([
+    const [quantizeK, gemmK, stepsK, gemmT, requantK] = await Promise.all([
       gpu.kernel({ shader: 'matmul_q4_mma', entry: `quantize_rows${suffix}`, defines, uniforms }),
       gpu.kernel({ shader: 'matmul_q4_mma', entry: `gemm${suffix}`, defines, uniforms }),
       kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'block_steps', defines: trans, uniforms }) : null,
       kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm_kb', defines: trans, uniforms }) : null,
+      kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'requant_w', defines, uniforms }) : null,
     ]);
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
     const xq = gpu.tensor([(maxRows * maxK * limbs) / 4], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
     const input = stepsK && gemmT ? { stepsK, gemmK: gemmT } : null;
-    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs);
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, requantK, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs);
   }
 
   /** Whether `gemm` takes weight `w` (K a whole number of K blocks; rows of K fit the workspace). */
@@ -180,7 +186,8 @@ export class MatmulQ4Mma {
       rec.dispatch(this.quantizeK, { x: rowSlice(x, r0, rows, k), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * k), uniforms);
       for (const { w, y } of outs) {
         const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
-        rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, y: rowSlice(y, r0, rows, w.n) }, grid, { ...uniforms, n: w.n });
+        const weights = this.requantK ? this.rounded(rec, w) : { codes4: w.codes, scales: w.scales };
+        rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, ...weights, y: rowSlice(y, r0, rows, w.n) }, grid, { ...uniforms, n: w.n });
       }
     }
   }
@@ -206,6 +213,20 @@ export class MatmulQ4Mma {
       const dxs = rowSlice(dx, r0, rows, w.k);
       rec.dispatch(this.input.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, tw_in: tw, y: dxs }, grid, uniforms);
     }
+  }
+
+  /** W re-rounded to int8 per (row, K block) by requant_w into this instance's scratch, which
+   * grows to the largest weight's N·K bytes on its first call (25 MiB for the 2B's joined gate/up). */
+  private rounded(rec: Recorder, w: Q4Weight): { w8_in: Tensor; tw_in: Tensor } {
+    const words = (w.n * w.k) / 4;
+    if (!this.w8 || this.w8.numel < words) {
+      // A smaller one is not released: calls recorded before may still read it.
+      this.w8 = this.gpu.tensor([words], 'u32', 'matmul_q4_mma.w8');
+      this.w8Steps = this.gpu.tensor([(w.n * w.k) / this.kBlock], 'f32', 'matmul_q4_mma.w8_steps');
+    }
+    const groups = (w.n * w.k) / Q4_GROUP;
+    rec.dispatch(this.requantK!, { codes4: w.codes, scales: w.scales, w8_out: this.w8, tw_out: this.w8Steps! }, grid1d(groups, 64), { m: 0, n: w.n, k: w.k, accumulate: 0 });
+    return { w8_in: this.w8, tw_in: this.w8Steps! };
   }
 
   /** Workgroups of the quantize dispatch for `n` values of x: quantize_rows takes a group of 32 a
@@ -245,6 +266,9 @@ export class MatmulQ4Mma {
     this.steps.clear();
     this.xq.release();
     this.sx.release();
+    this.w8?.release();
+    this.w8Steps?.release();
+    this.w8 = this.w8Steps = null;
   }
 }
 
