@@ -316,7 +316,7 @@ fn gemm(
 // W once per call (requant_w) and stages the int8 weights as they are. x keeps two limbs (or one,
 // LIMBS), now at its block's absmax. Each subgroup (exactly 32 wide) owns a 32x32 share of y (2x2
 // tiles) and sums 128·hi·w8 + lo·w8 in one i32 accumulator per tile: |R| ≤ 128.5·127·127·KB <
-// 2^31 for KB ≤ 128.
+// 2^31 for KB ≤ 128 (one limb: 127·127·KB, and KB = 256 is allowed, staged as two chunks of 128).
 // TRANS computes dX = dY·W instead (the input gradient; x is dY [M, N], y is dX [M, K]): the
 // blocks run along N, so a weight's step is per (group of K, block of N), t = 8·max_n |d[n, g]| /
 // 127, precomputed by `block_steps` (tw); W is staged column-major like the forward's weights.
@@ -330,7 +330,10 @@ fn gemm(
 // TRANS at the same shapes: 48-53 TFLOP/s (27-31 while W was staged row-major; the f32 units'
 // dinput: 21-25).
 // ---------------------------------------------------------------------------------------------
-const SUB = {{SUB}}u;     // groups a block
+const SUB = {{SUB}}u;     // groups a block (of the scales)
+const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
+                          // chunks of 128 (workgroup memory), its i32 sums kept across both
+const CPB = SUB / STG;    // chunks a block
 const SGM = BM / 32u;     // subgroups along M
 const KB_MAX = 127.0 / 8.0;
 // x's int8 limbs a block: 2 (about 15 bits of the block's range, as above), or 1: q = round(x / s)
@@ -354,7 +357,8 @@ fn limb_words_kb(a: vec4<f32>, b: vec4<f32>, inv: f32) -> vec4<u32> {
 // pair (k = 8o + 0..3 and 8o + 4..7) swap values to pack put_limbs' byte order (k = 8o + 0, 2,
 // 4, 6, then 8o + 1, 3, 5, 7); the first lane of each quad writes the quad's hi vec4, the second
 // its lo vec4. Subgroups of exactly 32 (MatmulQ4Mma checks).
-const QL = 8u * SUB; // lanes a block
+const QL = 8u * SUB; // lanes a block: 64 (two subgroups) for blocks of 256
+var<workgroup> q_amax: array<f32, 8>; // blocks of 256: each subgroup's absmax
 
 @compute @workgroup_size(256)
 fn quantize_rows_kb(
@@ -371,8 +375,16 @@ fn quantize_rows_kb(
   }
   let a = abs(v);
   var amax = max(max(a.x, a.y), max(a.z, a.w));
-  for (var d = 1u; d < QL; d *= 2u) {
+  for (var d = 1u; d < min(QL, 32u); d *= 2u) {
     amax = max(amax, subgroupShuffleXor(amax, d));
+  }
+  if (QL > 32u) {
+    // The block spans subgroups sg and sg ^ 1 (a block of 64 vec4s starts at an even subgroup).
+    if (lane == 0u) {
+      q_amax[sg] = amax;
+    }
+    workgroupBarrier();
+    amax = max(q_amax[sg], q_amax[sg ^ 1u]);
   }
   let inv = select(0.0, QMAX_KB / amax, amax > 0.0);
   let other = subgroupShuffleXor(v, 1u);
@@ -388,7 +400,7 @@ fn quantize_rows_kb(
   } else if ((lane & 3u) == 1u && LIMBS == 2u) {
     xq[q + 2u] = vec4<u32>(w.zw, wn.zw);
   }
-  if (lane % QL == 0u) {
+  if (e % QL == 0u) {
     sx[4u * e / KB] = amax / QMAX_KB;
   }
 }
@@ -399,14 +411,14 @@ const XW_IS_N = true;  // x's rows are [N]; y's are [K]
 #else
 const XW_IS_N = false;
 #endif
-const KB_A_ITEMS = BM * SUB * XQV;                // vec4<u32> of x limbs a block
+const KB_A_ITEMS = BM * STG * XQV;                // vec4<u32> of x limbs a chunk
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
-const KB_B_ITEMS = BN * SUB;                      // code vec4s (32 codes) a block (either way)
+const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk (either way)
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
 // Byte offsets of the staged block (int8 elements, as subgroupMatrixLoad counts them).
-const KB_LO = BM * KB;                            // lo limbs after the hi limbs, [SUB][BM][32]
-const KB_B = LIMBS * BM * KB;                     // weights: [SUB][BN][32] (column-major tiles), both ways
-const KB_WORDS = max(KB_B / 4u + BN * SUB * 8u, BM * PS);
+const KB_LO = BM * 32u * STG;                     // lo limbs after the hi limbs, [STG][BM][32]
+const KB_B = LIMBS * KB_LO;                       // weights: [STG][BN][32] (column-major tiles), both ways
+const KB_WORDS = max(KB_B / 4u + BN * STG * 8u, BM * PS);
 var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
 var<workgroup> kb_sx: array<f32, BM>;
 var<workgroup> kb_t: array<f32, BN>;
@@ -482,17 +494,19 @@ fn requant_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups)
   }
 }
 
-// Item j of the weights: column j / SUB, group j % SUB (a column's codes are contiguous); TRANS:
-// row blk·KB + j / (BN/32) of W, group j % (BN/32) of the tile's columns.
-fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
+// Chunk c (STG groups along the reduction) of block c / CPB. Item j of the weights: column j / STG,
+// group j % STG (a column's weights are contiguous); TRANS: rows of the chunk's 32-row sub-block
+// j / 32 / (BN/32) of W, group j / 32 % (BN/32) of the tile's columns (see stage_kb).
+fn fetch_kb(c: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
   let groups = x_width() / 32u;
-  let g0 = blk * SUB;
+  let g0 = c * STG;  // the chunk's first group
+  let blk = c / CPB; // its block of the scales
   var st: StagedKb;
   for (var t = 0u; t < KB_A_PER; t++) {
     let i = lid + t * WG;
-    let m = m0 + i / (SUB * XQV);
+    let m = m0 + i / (STG * XQV);
     if (i < KB_A_ITEMS && m < params.m) {
-      st.a[t] = xq_in[(m * groups + g0) * XQV + i % (SUB * XQV)];
+      st.a[t] = xq_in[(m * groups + g0) * XQV + i % (STG * XQV)];
     }
   }
   for (var t = 0u; t < KB_B_PER; t++) {
@@ -507,7 +521,7 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
     let gl = (j / 32u) % (BN / 32u);
     let sb = j / (32u * (BN / 32u));
     let g = n0 / 32u + gl;                // W's group: 32 of the output columns
-    let r0 = blk * KB + sb * 32u + 8u * (q8 / 2u) + q8 % 2u;
+    let r0 = g0 * 32u + sb * 32u + 8u * (q8 / 2u) + q8 % 2u;
     if (j < KB_B_ITEMS && g < wg) {
       st.t[t] = tw_in[blk * wg + g];
       for (var i = 0u; i < 4u; i++) {
@@ -523,9 +537,9 @@ fn fetch_kb(blk: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
     st.b[t] = vec4<u32>(0u);
     st.b2[t] = vec4<u32>(0u);
     st.t[t] = 0.0;
-    let n = n0 + j / SUB;
+    let n = n0 + j / STG;
     if (j < KB_B_ITEMS && n < params.n) {
-      let at = 2u * (n * groups + g0 + j % SUB);
+      let at = 2u * (n * groups + g0 + j % STG);
       st.b[t] = w8_in[at];
       st.b2[t] = w8_in[at + 1u];
       st.t[t] = tw_in[n * (groups / SUB) + blk];
@@ -547,8 +561,8 @@ fn stage_kb(st: StagedKb, lid: u32) {
   for (var t = 0u; t < KB_A_PER; t++) {
     let i = lid + t * WG;
     if (i < KB_A_ITEMS) {
-      let row = i / (SUB * XQV);
-      let s = (i / XQV) % SUB;
+      let row = i / (STG * XQV);
+      let s = (i / XQV) % STG;
       let q = i % XQV;
       let o = (q / 2u) * (KB_LO / 4u) + (s * BM + row) * 8u + (q % 2u) * 4u;
       let v = bitcast<vec4<i32>>(st.a[t]);
@@ -596,8 +610,8 @@ fn stage_kb(st: StagedKb, lid: u32) {
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
     if (j < KB_B_ITEMS) {
-      let col = j / SUB;
-      let s = j % SUB;
+      let col = j / STG;
+      let s = j % STG;
       let o = KB_B / 4u + (s * BN + col) * 8u;
       let lo = bitcast<vec4<i32>>(st.b[t]);
       let hi = bitcast<vec4<i32>>(st.b2[t]);
@@ -636,27 +650,30 @@ fn gemm_kb(
   @builtin(local_invocation_index) lid: u32,
   @builtin(subgroup_id) sg: u32,
 ) {
-  let blocks = x_width() / KB;
+  let chunks = x_width() / (32u * STG);
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
   let ti0 = (sg % SGM) * 2u;
   let tj0 = (sg / SGM) * 2u;
   var acc: array<f32, ACC>;
+  // R = 128·Σ hi·w8 + Σ lo·w8 (one limb: Σ hi·w8) over a block, in one accumulator per tile: the
+  // hi products first, scaled by 128, then the lo products on top (the chunk is still staged, so
+  // its weights reload cheaply; two limbs take blocks of one chunk).
+  var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
   var st = fetch_kb(0u, m0, n0, lid);
-  for (var blk = 0u; blk < blocks; blk++) {
+  for (var c = 0u; c < chunks; c++) {
     stage_kb(st, lid);
     workgroupBarrier();
-    if (blk + 1u < blocks) {
-      st = fetch_kb(blk + 1u, m0, n0, lid);
+    if (c + 1u < chunks) {
+      st = fetch_kb(c + 1u, m0, n0, lid);
     }
-    // R = 128·Σ hi·w8 + Σ lo·w8 (one limb: Σ hi·w8) in one accumulator per tile: the hi products first, scaled by
-    // 128, then the lo products on top (the block is still staged, so its weights reload cheaply).
-    var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
-    for (var t = 0u; t < 4u; t++) {
-      r[t] = subgroup_matrix_result<i32, 16, 16>(); // explicitly: a var in a loop body kept its sums
+    if (c % CPB == 0u) {
+      for (var t = 0u; t < 4u; t++) {
+        r[t] = subgroup_matrix_result<i32, 16, 16>();
+      }
     }
     for (var limb = 0u; limb < LIMBS; limb++) {
-      for (var s = 0u; s < SUB; s++) {
+      for (var s = 0u; s < STG; s++) {
         let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u) * 32u, true, 32u);
         let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u + 16u) * 32u, true, 32u);
         for (var i = 0u; i < 2u; i++) {
@@ -671,7 +688,10 @@ fn gemm_kb(
         }
       }
     }
-    workgroupBarrier();
+    workgroupBarrier(); // the chunk's MMAs are done with the staging
+    if (c % CPB != CPB - 1u) {
+      continue; // the block's next chunk adds to the same sums
+    }
     for (var t = 0u; t < 4u; t++) {
       subgroupMatrixStore(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], false, PS);
     }

@@ -379,13 +379,13 @@ async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: M
     'x as two int8 limbs per K block, weights re-rounded to int8 per column and K block (error ≤ 1/32 of the block\'s largest Q4 step); dX = dY·W the same with blocks along N',
     [[45, 256, 192], [77, 2048, 576]],
   );
-  // x in one int8 limb (ModelOptions.tensorCoreLimbs = 1), at the model's K block.
+  // x in one int8 limb (ModelOptions.tensorCoreLimbs = 1), K blocks of 128 and 256.
   const oneLimb = await mmaSet(
     ctx,
     'int8 tensor cores, K-blocked, one limb',
-    kbTiles.map((tile) => ({ tile, kBlock: 128 as const, limbs: 1 as const })),
+    kbTiles.flatMap((tile) => ([128, 256] as const).map((kBlock) => ({ tile, kBlock, limbs: 1 as const }))),
     [[45, 96, 768], [300, 515, 2048]],
-    'x as one int8 limb per K block of 128 (a step of 1/127 of its largest |x|), weights re-rounded as in the K-blocked rows; dX the same with blocks along N',
+    'x as one int8 limb per K block (a step of 1/127 of its largest |x|), weights re-rounded as in the K-blocked rows; dX the same with blocks along N',
     [[45, 256, 192], [77, 2048, 576]],
   );
   return { exact, kBlocked, oneLimb };
@@ -446,7 +446,7 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
           const kbDx = await bestOf(ctx, 'gemm-mma-kb-dx', shape, mma.kBlocked.tiles, runDx);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked (blocks along N)', shape, kbDx.timing, flops, { setting: kbDx.setting, note: mma.kBlocked.note }, 'int8'));
         }
-        if (mma.oneLimb.tiles.length && n % 128 === 0 && k % 128 === 0) {
+        if (mma.oneLimb.tiles.length && n % 256 === 0 && k % 256 === 0) {
           const fwd = await bestOf(ctx, 'gemm-mma-kb1', shape, mma.oneLimb.tiles, run);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb1', '4-bit GEMM, int8 tensor cores, K-blocked, x in one limb', shape, fwd.timing, flops, { setting: fwd.setting, note: mma.oneLimb.note }, 'int8'));
           const bwd = await bestOf(ctx, 'gemm-mma-kb1-dx', shape, mma.oneLimb.tiles, runDx);

@@ -38,9 +38,11 @@ export interface ModelOptions {
    * training) and their input gradients on int8 tensor cores (setTensorCoreGemm). Default false: it needs Chromium's
    * subgroup-matrix extension and moves each product by about 5e-3 of its largest entry. */
   tensorCoreGemm?: boolean;
-  /** x's int8 limbs on the tensor cores (MatmulQ4MmaOptions.limbs): 2 (default; log-probs within
-   * about 0.006 of the f32 kernels' on the H100 bench, PyTorch's bf16 0.020 of its fp32) or 1
-   * (half the MMAs: about 1.4x faster products, BENCHMARKS.md gives the drift). */
+  /** x's int8 limbs on the tensor cores (MatmulQ4MmaOptions.limbs): 2 (default, K blocks of 128;
+   * log-probs within 0.006 of the f32 kernels' on average on the H100 bench) or 1 (K blocks of
+   * 256, half the MMAs: 1.7x faster products, the GSPO step 1.3x; log-probs within 0.008, LoRA
+   * gradients 2.6% of their norm at the median). For scale, PyTorch's bf16 against its fp32: 0.020
+   * and 4.1% (BENCHMARKS.md). */
   tensorCoreLimbs?: 1 | 2;
 }
 
@@ -50,7 +52,8 @@ const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
 /** The tensor-core GEMM's tile and K block: the fastest on an H100 at the decoder's shapes
  * (BENCHMARKS.md, gemm-q4-mma-kb). */
 const MMA_TILE = { rows: 128, cols: 64, threads: 256 } as const;
-const MMA_K_BLOCK = 128;
+/** K blocks by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
+const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
 
 /** Most rows of full logits computed per pass (a [rows, vocab] buffer must fit one binding). */
 const LOGIT_HEADROOM = 0.85;
@@ -107,7 +110,7 @@ export class Qwen3VL {
     if (on && this.mma?.limbs !== limbs) {
       const t = this.config.text;
       const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE, kBlock: MMA_K_BLOCK, limbs });
+      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE, kBlock: MMA_K_BLOCK[limbs], limbs });
       if (this.mma) {
         // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
         this.decoder.ops.linear.useTensorCores(null);

@@ -32,9 +32,10 @@ export interface MatmulQ4MmaOptions {
    * exactly 32 wide and the tile has 128 threads), or walking the tiles one by one. */
   blocked?: boolean;
   /** K per trip of the i32 partials through workgroup memory: 32 (default) is exact on the Q4
-   * weights; 64 or 128 re-round each weight to int8 at its (column, block)'s largest scale
-   * (an extra error of at most 1/32 of that block's largest Q4 step) for fewer trips. Needs a tile
-   * of (rows/32)·(cols/32) subgroups of exactly 32. */
+   * weights; 64, 128 or 256 re-round each weight to int8 at its (column, block)'s largest scale
+   * (an extra error of at most 1/32 of that block's largest Q4 step) for fewer trips; 256 (staged
+   * as two halves of 128) takes one limb of x. Needs a tile of (rows/32)·(cols/32) subgroups of
+   * exactly 32. */
   kBlock?: KBlock;
   /** x's int8 limbs with a K block above 32: 2 (default; x to about 1/32512 of each block's
    * largest |x|) or 1 (to 1/254 of it, about bf16's precision for a block's largest values and
@@ -42,7 +43,7 @@ export interface MatmulQ4MmaOptions {
   limbs?: 1 | 2;
 }
 
-export type KBlock = 32 | 64 | 128;
+export type KBlock = 32 | 64 | 128 | 256;
 
 /** One product of `gemmShared`: y (+)= x·Wᵀ. */
 export interface MmaOutput {
@@ -69,7 +70,7 @@ export function mmaUnsupported(gpu: Gpu): string | null {
 function tileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
   const part = 4 * t.rows * (t.cols + 8);
   if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + part;
-  return Math.max((limbs * t.rows + t.cols) * kBlock, part) + 4 * (t.rows + t.cols);
+  return Math.max((limbs * t.rows + t.cols) * Math.min(kBlock, 128), part) + 4 * (t.rows + t.cols);
 }
 
 export class MatmulQ4Mma {
@@ -107,9 +108,10 @@ export class MatmulQ4Mma {
       throw new ShapeError('matmulQ4Mma', `bad tile ${JSON.stringify(tile)}`);
     }
     const kBlock = opts.kBlock ?? 32;
-    if (![32, 64, 128].includes(kBlock)) throw new ShapeError('matmulQ4Mma', `kBlock must be 32, 64 or 128, got ${kBlock}`);
+    if (![32, 64, 128, 256].includes(kBlock)) throw new ShapeError('matmulQ4Mma', `kBlock must be 32, 64, 128 or 256, got ${kBlock}`);
     const limbs = opts.limbs ?? 2;
     if (limbs !== 2 && (limbs !== 1 || kBlock === 32)) throw new ShapeError('matmulQ4Mma', `limbs must be 2, or 1 with a K block above 32, got ${limbs} (K block ${kBlock})`);
+    if (kBlock === 256 && limbs !== 1) throw new ShapeError('matmulQ4Mma', 'a K block of 256 takes x in one limb');
     const bytes = tileBytes(tile, kBlock, limbs);
     if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
       throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile${kBlock > 32 ? ` with K block ${kBlock}` : ''} needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);

@@ -30,7 +30,7 @@ const KB_TILES: MmaTile[] = [
   { rows: 64, cols: 128, threads: 256 },
   { rows: 128, cols: 64, threads: 256 },
 ];
-const K_BLOCKS: KBlock[] = [64, 128];
+const K_BLOCKS: KBlock[] = [64, 128, 256];
 // [M, N, K] of dX = dY [M, N]·W [N, K]: N a multiple of the block, K of 64, M and K odd to the tile.
 const DX_SHAPES: [number, number, number][] = [
   [1, 128, 64],
@@ -82,7 +82,7 @@ if (!process.argv.includes('--k-blocked'))
     await check(`${tile.rows}x${tile.cols}/${tile.threads}${blocked ? ' blocked' : ''}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, blocked }));
 for (const tile of KB_TILES)
   for (const kBlock of K_BLOCKS)
-    for (const limbs of [2, 1] as const)
+    for (const limbs of kBlock === 256 ? ([1] as const) : ([2, 1] as const))
       await check(`${tile.rows}x${tile.cols}/${tile.threads} K block ${kBlock}${limbs === 1 ? ', one limb' : ''}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, kBlock, limbs }));
 // Calls with more rows than the workspace run in slices of maxRows (here 64: M = 77..300 in 2..5).
 for (const limbs of [2, 1] as const)
