@@ -151,12 +151,17 @@ describe('4-bit matmul', () => {
     for (const [gemv, ms] of layouts) await checkForward(gpu, await MatmulQ4.create(gpu, { gemv }), 'gemv', ms, ` int8 ${JSON.stringify(gemv)}`, true);
   });
 
-  it('GEMV with a LoRA epilogue adds s·u·Bᵀ, u the sum of each row\'s partials, for 1 to 8 rows, f32 and int8 x', async () => {
+  it('GEMV with a LoRA epilogue adds s·u·Bᵀ, u the sum of each row\'s partials, for 1 to 8 rows, f32 and int8 x (one row: two limbs)', async () => {
     const gpu = await testGpu();
-    const mm = await MatmulQ4.create(gpu);
+    const byDefault = await MatmulQ4.create(gpu);
+    // One row takes int8 x (two limbs) on the LM head only by default: a fixed int8 layout here.
+    const oneRowInt8 = gpu.hasWgsl(DOT4_I8) ? await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 8, groups: 2, int8: true, preq: true } }) : null;
     const rec = gpu.recorder();
     const cases = [];
-    for (const [m, n, k, r, np, int8] of [[1, 67, 96, 4, 5, false], [3, 131, 160, 16, 3, false], [8, 64, 64, 16, 16, false], [8, 131, 96, 4, 7, true], [2, 5, 32, 8, 1, true]] as const) {
+    const shapes: (readonly [number, number, number, number, number, boolean])[] = [[1, 67, 96, 4, 5, false], [3, 131, 160, 16, 3, false], [8, 64, 64, 16, 16, false], [8, 131, 96, 4, 7, true], [2, 5, 32, 8, 1, true]];
+    if (oneRowInt8) shapes.push([1, 37, 128, 8, 3, true]);
+    for (const [m, n, k, r, np, int8] of shapes) {
+      const mm = m === 1 && int8 ? oneRowInt8! : byDefault;
       const seed = 7000 + 100 * m + r;
       const { w, deq } = weight(gpu, n, k, seed);
       const x = randUniform(m * k, seed + 1);
@@ -192,8 +197,8 @@ describe('4-bit matmul', () => {
       release(t.x, t.parts, t.B, t.y, w.codes, w.scales);
     }
     const { w } = weight(gpu, 8, 32, 3);
-    expect(mm.takesLora(8, w, 65, 1, false)).toBe(false); // M·r over the epilogue's 512
-    expect(mm.takesLora(8, w, 16, 96, false)).toBe(false); // down_proj's partials at 8 rows: a dispatch of their own
+    expect(byDefault.takesLora(8, w, 65, 1, false)).toBe(false); // M·r over the epilogue's 512
+    expect(byDefault.takesLora(8, w, 16, 96, false)).toBe(false); // down_proj's partials at 8 rows: a dispatch of their own
   });
 
   it('GEMM y = x·Wᵀ (and y +=) matches for one row to several tiles, odd N and K', async () => {
