@@ -42,7 +42,9 @@ export interface ModelOptions {
    * log-probs within 0.006 of the f32 kernels' on average on the H100 bench) or 1 (K blocks of
    * 256, half the MMAs: 1.7x faster products, the GSPO step 1.3x; log-probs within 0.008, LoRA
    * gradients 2.6% of their norm at the median). For scale, PyTorch's bf16 against its fp32: 0.020
-   * and 4.1% (BENCHMARKS.md). */
+   * and 4.1% (BENCHMARKS.md). Those are the random-weight bench model's; activations with strong
+   * outlier channels lose more with one limb (the kernel check, Gaussian x with 4 channels at 50x:
+   * products within 3.7e-2 of max |y| of the exact 4-bit product, two limbs 6.8e-3). */
   tensorCoreLimbs?: 1 | 2;
 }
 
