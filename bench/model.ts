@@ -11,7 +11,9 @@
 //             the GSPO loss (sequence-level ratio, loss_type 'grpo', ε 3e-4/4e-4, on-policy) and
 //             the backward (src/rl/microBatch.ts's groupStep, the trainer's path: a group of
 //             8 x 352 rows is within its default budget of 4096, one training forward); then
-//             clip + AdamW. Generation is not part of it.
+//             clip + AdamW. Generation is not part of it. Where the GPU has subgroup matrices, again
+//             on int8 tensor cores with x in two limbs and in one, and how far each moves one
+//             group's log-probs and LoRA gradients from the f32 kernels'.
 //   memory    the pool's peak (inUse + cached, weights included: every tensor comes from the pool)
 //             during the GSPO step, and during the default trainer config's step (src/rl/config.ts:
 //             one group of 8 completions, max_prompt_length 512 with a 224x224 image, 256 completion

@@ -2,7 +2,8 @@
 // (row, group of 32) into two int8 limbs, then an int8 GEMM scales each group's i32 partial into
 // f32. Needs Chromium's subgroup-matrix extension with an i8 -> i32, M16 N16 K32 configuration.
 // With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
-// per (column, block): faster, not bit-faithful to the Q4 weights (the shader states the bound).
+// per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
+// shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
 import { grid1d, MissingFeatureError, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
