@@ -616,19 +616,23 @@ fn store_group(q: array<vec4<u32>, 3>, m: u32, g: u32) {
 // xq_out[(m·k/32 + g)·3 + h] as staged (h = 0, 1 packed q; 2 scale and start).
 @compute @workgroup_size(64)
 fn quantize_x(@builtin(global_invocation_id) gid: vec3u) {
-  let groups = params.k / 32u;
   let i = gid.x;
-  if (i >= params.m * groups) {
+  if (i >= params.m * (params.k / 32u)) {
     return;
   }
+  let q = quantize_group(x_group(i));
+  xq_out[3u * i] = q[0];
+  xq_out[3u * i + 1u] = q[1];
+  xq_out[3u * i + 2u] = q[2];
+}
+
+// Group i (row-major (row, group) index) of x's 32 values.
+fn x_group(i: u32) -> array<vec4<f32>, 8> {
   var v: array<vec4<f32>, 8>;
   for (var j = 0u; j < 8u; j++) {
     v[j] = x[8u * i + j];
   }
-  let q = quantize_group(v);
-  xq_out[3u * i] = q[0];
-  xq_out[3u * i + 1u] = q[1];
-  xq_out[3u * i + 2u] = q[2];
+  return v;
 }
 
 // The largest |v| of a group's 32 values.
@@ -682,10 +686,7 @@ fn quantize_x2(@builtin(global_invocation_id) gid: vec3u) {
   if (i >= params.m * (params.k / 32u)) {
     return;
   }
-  var v: array<vec4<f32>, 8>;
-  for (var j = 0u; j < 8u; j++) {
-    v[j] = x[8u * i + j];
-  }
+  let v = x_group(i);
   let a = group_absmax(v);
   let inv = select(127.0 / a, 0.0, a == 0.0);
   var qh: array<vec4<i32>, 8>;

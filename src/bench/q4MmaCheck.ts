@@ -90,9 +90,9 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
   // The weight meeting x[., c] in output column j.
   const wAt = input ? (c: number, j: number) => deq[c * k + j] : (c: number, j: number) => deq[j * k + c];
   // The two limbs round x to a step of absmax/16256 of its group (its block where kBlock > 32),
-  // one limb to absmax/127: an error of at most half of that. Past 32, each weight is also re-rounded to a step t of
-  // 8·max|d|/127 over the scales its block shares (its column's groups in the block, or for the
-  // input gradient its group's rows in the block): at most t/2 more.
+  // one limb to absmax/127: an error of at most half of that. Past 32, each weight is also
+  // re-rounded to a step t of 8·max|d|/127 over the scales its block shares (its column's groups
+  // in the block, or for the input gradient its group's rows in the block): at most t/2 more.
   const kb = mma.kBlock;
   const blocks = red / kb;
   const step = new Float64Array(m * blocks);

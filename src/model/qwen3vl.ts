@@ -105,10 +105,10 @@ export class Qwen3VL {
   /**
    * Route the decoder's and the LM head's 4-bit products of more than 8 rows and their input
    * gradients through the K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the vision tower stays on
-   * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs), or back. Throws
-   * MissingFeatureError where the GPU has no subgroup matrices.
+   * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs; default: as last
+   * set, else 2), or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
    */
-  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = 2): Promise<void> {
+  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mma?.limbs ?? 2): Promise<void> {
     if (on && this.mma?.limbs !== limbs) {
       const t = this.config.text;
       const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
