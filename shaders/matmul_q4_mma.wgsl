@@ -44,7 +44,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read> codes4: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read> scales: array<u32>;
 @group(0) @binding(8) var<storage, read_write> y: array<f32>;
-@group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // block steps: [N, K/KB] (forward), [N/KB, K/32] (TRANS)
+@group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // W's block steps: the GEMM's [N, K/KB]; requant_wt's block_steps [N/KB, K/32]
 @group(0) @binding(10) var<storage, read_write> tw_out: array<f32>;
 @group(0) @binding(11) var<storage, read> w8_in: array<vec4<u32>>;     // forward: W re-rounded to int8 by requant_w, [N, K/32, 2]
 @group(0) @binding(12) var<storage, read_write> w8_out: array<vec4<u32>>;
@@ -317,9 +317,9 @@ fn gemm(
 // LIMBS), now at its block's absmax. Each subgroup (exactly 32 wide) owns a 32x32 share of y (2x2
 // tiles) and sums 128·hi·w8 + lo·w8 in one i32 accumulator per tile: |R| ≤ 128.5·127·127·KB <
 // 2^31 for KB ≤ 128 (one limb: 127·127·KB, and KB = 256 is allowed, staged as two chunks of 128).
-// TRANS computes dX = dY·W instead (the input gradient; x is dY [M, N], y is dX [M, K]): the
-// blocks run along N, so a weight's step is per (group of K, block of N), t = 8·max_n |d[n, g]| /
-// 127, precomputed by `block_steps` (tw); W is staged column-major like the forward's weights.
+// dX = dY·W (the input gradient) is the same GEMM on Wᵀ re-rounded by requant_wt: x is dY [M, N],
+// y is dX [M, K], and the blocks run along N, so a weight's step is per (group of K, block of N),
+// t = 8·max_n |d[n, g]| / 127 (block_steps, once per weight).
 // A whole block is staged per barrier (one 32-K step per barrier left the kernel bound by its
 // loads and barriers: without any MMA it ran as long as with them), and `part` shares the
 // staging memory, which is free once the block's MMAs are done. On the H100 (M8192 N6144 K2048,
@@ -327,8 +327,7 @@ fn gemm(
 // still takes 2.4 ms, so staging and barriers, not the tensor cores, are what is left to win.
 // With one limb 2.41 ms (85 TFLOP/s), and with W re-rounded before the GEMM instead of per tile
 // 2.01 ms (in a probe; the byte copy of twice the weight bytes costs less than re-rounding them).
-// TRANS at the same shapes: 48-53 TFLOP/s (27-31 while W was staged row-major; the f32 units'
-// dinput: 21-25).
+// dX re-rounded its tile of Wᵀ in the kernel before (52 TFLOP/s with two limbs, 83 with one).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
@@ -406,11 +405,6 @@ fn quantize_rows_kb(
 }
 
 const KB = 32u * SUB;
-#if TRANS
-const XW_IS_N = true;  // x's rows are [N]; y's are [K]
-#else
-const XW_IS_N = false;
-#endif
 const KB_A_ITEMS = BM * STG * XQV;                // vec4<u32> of x limbs a chunk
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
 const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk (either way)
@@ -427,25 +421,13 @@ var<workgroup> kb_t: array<f32, BN>;
 // these loads before the current block's MMAs are issued.
 struct StagedKb {
   a: array<vec4<u32>, KB_A_PER>,
-  b: array<vec4<u32>, KB_B_PER>,
-#if TRANS
-  d: array<vec4<u32>, KB_B_PER>,                  // the scale pairs of the item's 4 rows
-#else
-  b2: array<vec4<u32>, KB_B_PER>,                 // the item's second 16 bytes of int8 weights
-#endif
+  b: array<vec4<u32>, KB_B_PER>,                  // an item's 32 int8 weights: 16 bytes,
+  b2: array<vec4<u32>, KB_B_PER>,                 // then the next 16
   t: array<f32, KB_B_PER>,                        // the item's block step
   sx: f32,
 }
 
-// x's row length (the reduction) and y's: K and N, or N and K with TRANS.
-fn x_width() -> u32 {
-  return select(params.k, params.n, XW_IS_N);
-}
-fn y_width() -> u32 {
-  return select(params.n, params.k, XW_IS_N);
-}
-
-// TRANS: tw[b·G + g] = 8·max |d[n, g]| / 127 over the rows n of block b of N (G = K/32 groups).
+// For dX: tw[b·G + g] = 8·max |d[n, g]| / 127 over the rows n of block b of N (G = K/32 groups).
 @compute @workgroup_size(64)
 fn block_steps(@builtin(global_invocation_id) gid: vec3u) {
   let groups = params.k / 32u;
@@ -494,11 +476,49 @@ fn requant_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups)
   }
 }
 
+// Wᵀ for dX = dY·W, as requant_w lays out a weight: one thread per (column k of W, rows 32j ..
+// 32j + 31 of W, the reduction's group j), those 32 weights as round((c − 8)·d[n, g]/t) with t
+// block_steps' step of (block j / SUB, group g = k / 32) (tw_in), rows 8o + 0, 2, 4, 6 in word 2o
+// and 8o + 1, 3, 5, 7 in word 2o + 1 (dY's limb order); t into tw_out [K, N/KB] once a block.
+// N is a whole number of blocks (the host checks), so every row exists.
+@compute @workgroup_size(64)
+fn requant_wt(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let wg = params.k / 32u; // W's groups a row
+  let rg = params.n / 32u; // groups of 32 rows of W
+  let i = gid.x + gid.y * nwg.x * 64u; // k·rg + j
+  if (i >= params.k * rg) {
+    return;
+  }
+  let k = i / rg;
+  let j = i % rg;
+  let g = k / 32u;
+  let t = tw_in[(j / SUB) * wg + g];
+  let shift = 4u * (k % 8u);
+  var q: array<u32, 8>;
+  for (var o = 0u; o < 4u; o++) {
+    for (var p = 0u; p < 2u; p++) { // even rows, then odd
+      var v = vec4<f32>(0.0);
+      for (var b = 0u; b < 4u; b++) {
+        let n = 32u * j + 8u * o + 2u * b + p;
+        let word = n * (params.k / 8u) + k / 8u;
+        let c = (codes4[word / 4u][word % 4u] >> shift) & 0xFu;
+        let f = select(0.0, scale_of(n * wg + g) / t, t > 0.0);
+        v[b] = round((f32(c) - 8.0) * f);
+      }
+      q[2u * o + p] = pack4xI8(vec4<i32>(v));
+    }
+  }
+  w8_out[2u * i] = vec4<u32>(q[0], q[1], q[2], q[3]);
+  w8_out[2u * i + 1u] = vec4<u32>(q[4], q[5], q[6], q[7]);
+  if (j % SUB == 0u) {
+    tw_out[k * (rg / SUB) + j / SUB] = t;
+  }
+}
+
 // Chunk c (STG groups along the reduction) of block c / CPB. Item j of the weights: column j / STG,
-// group j % STG (a column's weights are contiguous); TRANS: rows of the chunk's 32-row sub-block
-// j / 32 / (BN/32) of W, group j / 32 % (BN/32) of the tile's columns (see stage_kb).
+// group j % STG (a column's weights are contiguous).
 fn fetch_kb(c: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
-  let groups = x_width() / 32u;
+  let groups = params.k / 32u;
   let g0 = c * STG;  // the chunk's first group
   let blk = c / CPB; // its block of the scales
   var st: StagedKb;
@@ -511,28 +531,6 @@ fn fetch_kb(c: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
   }
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
-#if TRANS
-    st.b[t] = vec4<u32>(PAD_CODES);
-    // Item j: four rows of W (8o + p + 2i, i = 0..3, of 32-row sub-block sb) at output columns
-    // 8·oct .. 8·oct + 7 of group gl of the tile: one u32 of codes per row (see stage_kb).
-    let wg = params.k / 32u;              // W's groups a row
-    let q8 = j % 8u;
-    let oct = (j / 8u) % 4u;
-    let gl = (j / 32u) % (BN / 32u);
-    let sb = j / (32u * (BN / 32u));
-    let g = n0 / 32u + gl;                // W's group: 32 of the output columns
-    let r0 = g0 * 32u + sb * 32u + 8u * (q8 / 2u) + q8 % 2u;
-    if (j < KB_B_ITEMS && g < wg) {
-      st.t[t] = tw_in[blk * wg + g];
-      for (var i = 0u; i < 4u; i++) {
-        let n = r0 + 2u * i;
-        if (n < params.n) { // rows past N keep PAD_CODES and a zero scale
-          st.b[t][i] = codes4[n * wg + g][oct];
-          st.d[t][i] = scales[(n * wg + g) / 2u];
-        }
-      }
-    }
-#else
     // Rows past N stage weight 0 (a step of 0 besides).
     st.b[t] = vec4<u32>(0u);
     st.b2[t] = vec4<u32>(0u);
@@ -544,7 +542,6 @@ fn fetch_kb(c: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
       st.b2[t] = w8_in[at + 1u];
       st.t[t] = tw_in[n * (groups / SUB) + blk];
     }
-#endif
   }
   if (lid < BM && m0 + lid < params.m) {
     st.sx = sx_in[(m0 + lid) * (groups / SUB) + blk];
@@ -572,40 +569,6 @@ fn stage_kb(st: StagedKb, lid: u32) {
       smem[o + 3u] = v.w;
     }
   }
-#if TRANS
-  // W staged column-major like the forward's weights ([SUB][BN][32], each output column's 32
-  // reduction rows contiguous): a row-major right matrix loaded 1.8x slower on the H100 (the
-  // whole gap to the forward). Along its 32 rows a column follows dY's limb byte order
-  // (put_limbs: 8o + 0, 2, 4, 6, then 8o + 1, 3, 5, 7), so rows 8o + p + 2i (i = 0..3) are the
-  // 4 bytes of word 2o + p of the column: an item packs them for 8 columns. The 4 octs of a warp
-  // start at different columns, so its 32 stores fall in 32 banks.
-  for (var t = 0u; t < KB_B_PER; t++) {
-    let j = lid + t * WG;
-    if (j < KB_B_ITEMS) {
-      let q8 = j % 8u;
-      let oct = (j / 8u) % 4u;
-      let gl = (j / 32u) % (BN / 32u);
-      let sb = j / (32u * (BN / 32u));
-      // The scale's half of its pair: W's groups a row are even (K % 64 == 0) and the tile starts
-      // at an even group, so the half is gl's parity.
-      var f: vec4<f32>;
-      for (var i = 0u; i < 4u; i++) {
-        f[i] = select(0.0, unpack2x16float(st.d[t][i])[gl % 2u] / st.t[t], st.t[t] > 0.0);
-      }
-      let o = KB_B / 4u + (sb * BN + gl * 32u + oct * 8u) * 8u + q8;
-      for (var c = 0u; c < 8u; c++) {
-        let cc = (c + oct) % 8u;            // codes k = 8·oct + cc of the 4 rows
-        let v = (st.b[t] >> vec4<u32>(4u * cc)) & vec4<u32>(0xFu);
-        smem[o + cc * 8u] = bitcast<i32>(pack4xI8(vec4<i32>(round((vec4<f32>(v) - 8.0) * f))));
-      }
-      if (sb == 0u && q8 == 0u) {
-        for (var c = 0u; c < 8u; c++) {
-          kb_t[gl * 32u + oct * 8u + c] = st.t[t];
-        }
-      }
-    }
-  }
-#else
   // requant_w's int8 weights, copied.
   for (var t = 0u; t < KB_B_PER; t++) {
     let j = lid + t * WG;
@@ -628,7 +591,6 @@ fn stage_kb(st: StagedKb, lid: u32) {
       }
     }
   }
-#endif
   if (lid < BM) {
     kb_sx[lid] = st.sx;
   }
@@ -650,7 +612,7 @@ fn gemm_kb(
   @builtin(local_invocation_index) lid: u32,
   @builtin(subgroup_id) sg: u32,
 ) {
-  let chunks = x_width() / (32u * STG);
+  let chunks = params.k / (32u * STG);
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
   let ti0 = (sg % SGM) * 2u;
@@ -700,7 +662,7 @@ fn gemm_kb(
     workgroupBarrier();
   }
   let n = n0 + lid % BN;
-  let width = y_width();
+  let width = params.n;
   for (var j = 0u; j < ACC; j++) {
     let m = m0 + lid / BN + j * (WG / BN);
     if (m < params.m && n < width) {

@@ -85,10 +85,9 @@ export class MatmulQ4Mma {
     private readonly gpu: Gpu,
     private readonly quantizeK: Kernel,
     private readonly gemmK: Kernel,
-    /** K-blocked only: the input gradient's block steps and GEMM. */
-    private readonly input: { stepsK: Kernel; gemmK: Kernel } | null,
-    /** K-blocked only: requant_w, W re-rounded to int8 before each forward GEMM. */
-    private readonly requantK: Kernel | null,
+    /** K-blocked only: requant_w (W re-rounded to int8 before each forward GEMM), and for the
+     * input gradient block_steps and requant_wt (Wᵀ the same, for the same GEMM). */
+    private readonly rounding: { w: Kernel; steps: Kernel; wt: Kernel } | null,
     private readonly xq: Tensor,
     private readonly sx: Tensor,
     readonly tile: MmaTile,
@@ -135,19 +134,17 @@ export class MatmulQ4Mma {
     const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
-    const trans = { ...defines, TRANS: true };
-    const [quantizeK, gemmK, stepsK, gemmT, requantK] = await Promise.all([
-      gpu.kernel({ shader: 'matmul_q4_mma', entry: `quantize_rows${suffix}`, defines, uniforms }),
-      gpu.kernel({ shader: 'matmul_q4_mma', entry: `gemm${suffix}`, defines, uniforms }),
-      kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'block_steps', defines: trans, uniforms }) : null,
-      kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'gemm_kb', defines: trans, uniforms }) : null,
-      kBlock > 32 ? gpu.kernel({ shader: 'matmul_q4_mma', entry: 'requant_w', defines, uniforms }) : null,
+    const kernel = (entry: string) => gpu.kernel({ shader: 'matmul_q4_mma', entry, defines, uniforms });
+    const [quantizeK, gemmK, w, steps, wt] = await Promise.all([
+      kernel(`quantize_rows${suffix}`),
+      kernel(`gemm${suffix}`),
+      ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'].map(kernel) : []),
     ]);
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
     const xq = gpu.tensor([(maxRows * maxK * limbs) / 4], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
-    const input = stepsK && gemmT ? { stepsK, gemmK: gemmT } : null;
-    return new MatmulQ4Mma(gpu, quantizeK, gemmK, input, requantK, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs);
+    const rounding = w && steps && wt ? { w, steps, wt } : null;
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, rounding, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs);
   }
 
   /** Whether `gemm` takes weight `w` (K a whole number of K blocks; rows of K fit the workspace). */
@@ -158,7 +155,7 @@ export class MatmulQ4Mma {
   /** Whether `backwardInput` takes weight `w` (K-blocked only; N a whole number of blocks, K of 64;
    * rows of N fit the workspace). */
   takesInput(w: Q4Weight): boolean {
-    return this.input !== null && w.n % this.kBlock === 0 && w.k % 64 === 0 && this.rowsFitting(w.n) > 0;
+    return this.rounding !== null && w.n % this.kBlock === 0 && w.k % 64 === 0 && this.rowsFitting(w.n) > 0;
   }
 
   /** Rows of x of `width` per dispatch: maxRows up to maxK wide, beyond it as many whole 64-row
@@ -189,7 +186,7 @@ export class MatmulQ4Mma {
       rec.dispatch(this.quantizeK, { x: rowSlice(x, r0, rows, k), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * k), uniforms);
       for (const { w, y } of outs) {
         const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
-        const weights = this.requantK ? this.rounded(rec, w) : { codes4: w.codes, scales: w.scales };
+        const weights = this.rounding ? this.rounded(rec, w, null) : { codes4: w.codes, scales: w.scales };
         rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, ...weights, y: rowSlice(y, r0, rows, w.n) }, grid, { ...uniforms, n: w.n });
       }
     }
@@ -202,25 +199,26 @@ export class MatmulQ4Mma {
    */
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
     const op = 'matmulQ4Mma.backwardInput';
-    if (!this.input) throw new ShapeError(op, 'the input gradient needs a K block above 32');
+    if (!this.rounding) throw new ShapeError(op, 'the input gradient needs a K block above 32');
     const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
     if (this.rowsFitting(w.n) === 0) throw new ShapeError(op, `N = ${w.n}: not even 64 rows of dY fit the workspace of ${this.maxRows} x ${this.maxK}`);
     if (w.n % this.kBlock !== 0 || w.k % 64 !== 0) throw new ShapeError(op, `N = ${w.n} must be a multiple of the K block ${this.kBlock} and K = ${w.k} of 64`);
     const all = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0 };
     const tw = this.stepsOf(rec, w, all);
     for (const [r0, rows] of this.slices(m, w.n)) {
-      const uniforms = { ...all, m: rows };
-      // dY's rows are [N]: quantized as x of width N.
-      rec.dispatch(this.quantizeK, { x: rowSlice(dy, r0, rows, w.n), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * w.n), { ...uniforms, k: w.n });
+      // The forward's GEMM on Wᵀ: x is dY (rows of width N, the reduction), y is dX (width K).
+      const uniforms = { m: rows, n: w.k, k: w.n, accumulate: all.accumulate };
+      rec.dispatch(this.quantizeK, { x: rowSlice(dy, r0, rows, w.n), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * w.n), uniforms);
+      const weights = this.rounded(rec, w, tw);
       const grid: [number, number] = [Math.ceil(w.k / this.tile.cols), Math.ceil(rows / this.tile.rows)];
-      const dxs = rowSlice(dx, r0, rows, w.k);
-      rec.dispatch(this.input.gemmK, { xq_in: this.xq, sx_in: this.sx, codes4: w.codes, scales: w.scales, tw_in: tw, y: dxs }, grid, uniforms);
+      rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, ...weights, y: rowSlice(dx, r0, rows, w.k) }, grid, uniforms);
     }
   }
 
-  /** W re-rounded to int8 per (row, K block) by requant_w into this instance's scratch, which
-   * grows to the largest weight's N·K bytes on its first call (25 MiB for the 2B's joined gate/up). */
-  private rounded(rec: Recorder, w: Q4Weight): { w8_in: Tensor; tw_in: Tensor } {
+  /** W re-rounded to int8 per (row, K block) by requant_w, or with `blockSteps` (block_steps' of W)
+   * Wᵀ per (column, block of N) by requant_wt, into this instance's scratch, which grows to the
+   * largest weight's N·K bytes on its first call (25 MiB for the 2B's joined gate/up). */
+  private rounded(rec: Recorder, w: Q4Weight, blockSteps: Tensor | null): { w8_in: Tensor; tw_in: Tensor } {
     const words = (w.n * w.k) / 4;
     if (!this.w8 || this.w8.numel < words) {
       // A smaller one is not released: calls recorded before may still read it.
@@ -228,7 +226,10 @@ export class MatmulQ4Mma {
       this.w8Steps = this.gpu.tensor([(w.n * w.k) / this.kBlock], 'f32', 'matmul_q4_mma.w8_steps');
     }
     const groups = (w.n * w.k) / Q4_GROUP;
-    rec.dispatch(this.requantK!, { codes4: w.codes, scales: w.scales, w8_out: this.w8, tw_out: this.w8Steps! }, grid1d(groups, 64), { m: 0, n: w.n, k: w.k, accumulate: 0 });
+    const out = { codes4: w.codes, scales: w.scales, w8_out: this.w8, tw_out: this.w8Steps! };
+    const uniforms = { m: 0, n: w.n, k: w.k, accumulate: 0 };
+    if (blockSteps) rec.dispatch(this.rounding!.wt, { ...out, tw_in: blockSteps }, grid1d(groups, 64), uniforms);
+    else rec.dispatch(this.rounding!.w, out, grid1d(groups, 64), uniforms);
     return { w8_in: this.w8, tw_in: this.w8Steps! };
   }
 
@@ -245,7 +246,7 @@ export class MatmulQ4Mma {
     if (!tw) {
       const count = (w.n / this.kBlock) * (w.k / Q4_GROUP);
       tw = this.gpu.tensor([count], 'f32', 'matmul_q4_mma.tw');
-      rec.dispatch(this.input!.stepsK, { scales: w.scales, tw_out: tw }, grid1d(count, 64), uniforms);
+      rec.dispatch(this.rounding!.steps, { scales: w.scales, tw_out: tw }, grid1d(count, 64), uniforms);
       this.steps.set(w.scales, tw);
     }
     return tw;
