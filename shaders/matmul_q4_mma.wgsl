@@ -327,7 +327,8 @@ fn gemm(
 // still takes 2.4 ms, so staging and barriers, not the tensor cores, are what is left to win.
 // With one limb 2.41 ms (85 TFLOP/s), and with W re-rounded before the GEMM instead of per tile
 // 2.01 ms (in a probe; the byte copy of twice the weight bytes costs less than re-rounding them).
-// dX re-rounded its tile of Wᵀ in the kernel before (52 TFLOP/s with two limbs, 83 with one).
+// dX re-rounded its tile of Wᵀ in the kernel before (52 TFLOP/s with two limbs, 83 with one); as
+// this GEMM on requant_wt's Wᵀ, 63 and 105 (M8192 N6144 K2048).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
@@ -480,17 +481,20 @@ fn requant_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups)
 // 32j + 31 of W, the reduction's group j), those 32 weights as round((c − 8)·d[n, g]/t) with t
 // block_steps' step of (block j / SUB, group g = k / 32) (tw_in), rows 8o + 0, 2, 4, 6 in word 2o
 // and 8o + 1, 3, 5, 7 in word 2o + 1 (dY's limb order); t into tw_out [K, N/KB] once a block.
-// N is a whole number of blocks (the host checks), so every row exists.
+// N is a whole number of blocks (the host checks), so every row exists. Neighbouring threads take
+// neighbouring columns of the same rows, so that a subgroup's reads of a row are one 16-byte run
+// (with neighbouring row groups instead, each of a subgroup's 32 reads fell on its own row: the
+// dX call at M512 N6144 K2048 took 0.39 ms on the H100, now 0.26 against the forward's 0.25).
 @compute @workgroup_size(64)
 fn requant_wt(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
   let wg = params.k / 32u; // W's groups a row
   let rg = params.n / 32u; // groups of 32 rows of W
-  let i = gid.x + gid.y * nwg.x * 64u; // k·rg + j
+  let i = gid.x + gid.y * nwg.x * 64u; // j·K + k
   if (i >= params.k * rg) {
     return;
   }
-  let k = i / rg;
-  let j = i % rg;
+  let k = i % params.k;
+  let j = i / params.k;
   let g = k / 32u;
   let t = tw_in[(j / SUB) * wg + g];
   let shift = 4u * (k % 8u);
@@ -508,8 +512,9 @@ fn requant_wt(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups
       q[2u * o + p] = pack4xI8(vec4<i32>(v));
     }
   }
-  w8_out[2u * i] = vec4<u32>(q[0], q[1], q[2], q[3]);
-  w8_out[2u * i + 1u] = vec4<u32>(q[4], q[5], q[6], q[7]);
+  let o = 2u * (k * rg + j);
+  w8_out[o] = vec4<u32>(q[0], q[1], q[2], q[3]);
+  w8_out[o + 1u] = vec4<u32>(q[4], q[5], q[6], q[7]);
   if (j % SUB == 0u) {
     tw_out[k * (rg / SUB) + j / SUB] = t;
   }
