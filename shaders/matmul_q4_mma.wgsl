@@ -46,7 +46,7 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> y: array<f32>;
 @group(0) @binding(9) var<storage, read> tw_in: array<f32>;          // W's block steps: the GEMM's [N, K/KB]; requant_wt's block_steps [N/KB, K/32]
 @group(0) @binding(10) var<storage, read_write> tw_out: array<f32>;
-@group(0) @binding(11) var<storage, read> w8_in: array<vec4<u32>>;     // forward: W re-rounded to int8 by requant_w, [N, K/32, 2]
+@group(0) @binding(11) var<storage, read> w8_in: array<vec4<u32>>;     // W re-rounded to int8 (requant_w), or Wᵀ (requant_wt): [N, K/32, 2]
 @group(0) @binding(12) var<storage, read_write> w8_out: array<vec4<u32>>;
 
 const QMAX = 16256.0; // 127·128
@@ -408,11 +408,11 @@ fn quantize_rows_kb(
 const KB = 32u * SUB;
 const KB_A_ITEMS = BM * STG * XQV;                // vec4<u32> of x limbs a chunk
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
-const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk (either way)
+const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
 // Byte offsets of the staged block (int8 elements, as subgroupMatrixLoad counts them).
 const KB_LO = BM * 32u * STG;                     // lo limbs after the hi limbs, [STG][BM][32]
-const KB_B = LIMBS * KB_LO;                       // weights: [STG][BN][32] (column-major tiles), both ways
+const KB_B = LIMBS * KB_LO;                       // weights: [STG][BN][32] (column-major tiles)
 const KB_WORDS = max(KB_B / 4u + BN * STG * 8u, BM * PS);
 var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
 var<workgroup> kb_sx: array<f32, BM>;
