@@ -328,7 +328,8 @@ fn gemm(
 // With one limb 2.41 ms (85 TFLOP/s), and with W re-rounded before the GEMM instead of per tile
 // 2.01 ms (in a probe; the byte copy of twice the weight bytes costs less than re-rounding them).
 // dX re-rounded its tile of Wᵀ in the kernel before (52 TFLOP/s with two limbs, 83 with one); as
-// this GEMM on requant_wt's Wᵀ, 63 and 105 (M8192 N6144 K2048).
+// this GEMM on requant_wt's Wᵀ, 63 and 105 (M8192 N6144 K2048); with two limbs' padded layout
+// below, forward 72 and dX 68 (tools/device/mmaSpeed.ts).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
@@ -410,10 +411,31 @@ const KB_A_ITEMS = BM * STG * XQV;                // vec4<u32> of x limbs a chun
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
 const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
-// Byte offsets of the staged block (int8 elements, as subgroupMatrixLoad counts them).
-const KB_LO = BM * 32u * STG;                     // lo limbs after the hi limbs, [STG][BM][32]
-const KB_B = LIMBS * KB_LO;                       // weights: [STG][BN][32] (column-major tiles)
-const KB_WORDS = max(KB_B / 4u + BN * STG * 8u, BM * PS);
+// The staged chunk, in bytes (int8 elements, as subgroupMatrixLoad counts them): x's rows per limb,
+// then W's rows (column-major tiles). A fragment load reads 8 rows of 16 bytes at a time. With one
+// limb, [STG][rows][32]: rows r and r + 4 of a fragment share banks. With two limbs, [rows][RS]:
+// each row the chunk's STG groups and 16 bytes of padding, so that the 8 rows cover all 32 banks.
+// On the H100 the padded layout made the two-limb kernel 9% faster (M8192 N6144 K2048: 66 -> 72
+// TFLOP/s, with the weight fragments held for both limbs; without that, 64) and the one-limb
+// kernel 8% slower (114 -> 105); 32 bytes of padding, or none, were slower still.
+// Offsets are written inline as row·RS + s·GS (no helper function: with one, the two-limb kernel
+// ran 25% slower on the H100, as if its loops over the held fragments were no longer unrolled).
+#if PADDED
+const RS = 32u * STG + 16u;                       // row stride
+const A_GS = 32u;                                 // group stride of x's rows
+const B_GS = 32u;                                 // and of W's
+const KB_LO = BM * RS;                            // the lo limb's rows
+const B_BYTES = BN * RS;
+#else
+const RS = 32u;
+const A_GS = BM * 32u;
+const B_GS = BN * 32u;
+const KB_LO = BM * 32u * STG;
+const B_BYTES = BN * 32u * STG;
+#endif
+const KB_B = LIMBS * KB_LO;                       // the weights' rows
+const KB_WORDS = max((KB_B + B_BYTES) / 4u, BM * PS);
+
 var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
 var<workgroup> kb_sx: array<f32, BM>;
 var<workgroup> kb_t: array<f32, BN>;
@@ -566,7 +588,7 @@ fn stage_kb(st: StagedKb, lid: u32) {
       let row = i / (STG * XQV);
       let s = (i / XQV) % STG;
       let q = i % XQV;
-      let o = (q / 2u) * (KB_LO / 4u) + (s * BM + row) * 8u + (q % 2u) * 4u;
+      let o = (q / 2u) * (KB_LO / 4u) + row * (RS / 4u) + s * (A_GS / 4u) + (q % 2u) * 4u;
       let v = bitcast<vec4<i32>>(st.a[t]);
       smem[o] = v.x;
       smem[o + 1u] = v.y;
@@ -580,7 +602,7 @@ fn stage_kb(st: StagedKb, lid: u32) {
     if (j < KB_B_ITEMS) {
       let col = j / STG;
       let s = j % STG;
-      let o = KB_B / 4u + (s * BN + col) * 8u;
+      let o = KB_B / 4u + col * (RS / 4u) + s * (B_GS / 4u);
       let lo = bitcast<vec4<i32>>(st.b[t]);
       let hi = bitcast<vec4<i32>>(st.b2[t]);
       smem[o] = lo.x;
@@ -624,9 +646,10 @@ fn gemm_kb(
   let tj0 = (sg / SGM) * 2u;
   var acc: array<f32, ACC>;
   // R = 128·Σ hi·w8 + Σ lo·w8 (one limb: Σ hi·w8) over a block, in one accumulator per tile: the
-  // hi products first, scaled by 128, then the lo products on top (the chunk is still staged, so
-  // its weights reload cheaply; two limbs take blocks of one chunk).
+  // hi products first, scaled by 128, then the lo products on top (two limbs take blocks of one
+  // chunk). The chunk's weight fragments are loaded once and held for both passes.
   var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
+  var bf: array<subgroup_matrix_right<i8, 16, 32>, 2u * STG>; // [2s + j]: group s, tile column tj0 + j
   var st = fetch_kb(0u, m0, n0, lid);
   for (var c = 0u; c < chunks; c++) {
     stage_kb(st, lid);
@@ -639,19 +662,25 @@ fn gemm_kb(
         r[t] = subgroup_matrix_result<i32, 16, 16>();
       }
     }
-    for (var limb = 0u; limb < LIMBS; limb++) {
-      for (var s = 0u; s < STG; s++) {
-        let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u) * 32u, true, 32u);
-        let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (s * BN + tj0 * 16u + 16u) * 32u, true, 32u);
-        for (var i = 0u; i < 2u; i++) {
-          let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, limb * KB_LO + (s * BM + (ti0 + i) * 16u) * 32u, false, 32u);
-          r[2u * i] = subgroupMatrixMultiplyAccumulate(a, b0, r[2u * i]);
-          r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, b1, r[2u * i + 1u]);
-        }
+    for (var s = 0u; s < STG; s++) {
+      for (var j = 0u; j < 2u; j++) {
+        bf[2u * s + j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (tj0 + j) * 16u * RS + s * B_GS, true, RS);
       }
-      if (limb == 0u && LIMBS == 2u) {
-        for (var t = 0u; t < 4u; t++) {
-          r[t] = subgroupMatrixScalarMultiply(r[t], 128);
+      for (var i = 0u; i < 2u; i++) {
+        let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, (ti0 + i) * 16u * RS + s * A_GS, false, RS);
+        r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
+        r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
+      }
+    }
+    if (LIMBS == 2u) {
+      for (var t = 0u; t < 4u; t++) {
+        r[t] = subgroupMatrixScalarMultiply(r[t], 128);
+      }
+      for (var s = 0u; s < STG; s++) {
+        for (var i = 0u; i < 2u; i++) {
+          let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, KB_LO + (ti0 + i) * 16u * RS + s * A_GS, false, RS);
+          r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
+          r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
         }
       }
     }

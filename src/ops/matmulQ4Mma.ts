@@ -71,7 +71,9 @@ export function mmaUnsupported(gpu: Gpu): string | null {
 function tileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
   const part = 4 * t.rows * (t.cols + 8);
   if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + part;
-  return Math.max((limbs * t.rows + t.cols) * Math.min(kBlock, 128), part) + 4 * (t.rows + t.cols);
+  // Two limbs pad each staged row (up to 128 bytes along K) by 16 bytes.
+  const row = Math.min(kBlock, 128) + (limbs === 2 ? 16 : 0);
+  return Math.max((limbs * t.rows + t.cols) * row, part) + 4 * (t.rows + t.cols);
 }
 
 export class MatmulQ4Mma {
@@ -131,7 +133,7 @@ export class MatmulQ4Mma {
     const blockable = threads === 128 && sg32;
     const blocked = kBlock > 32 || (opts.blocked ?? blockable);
     if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
-    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs };
+    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs, PADDED: limbs === 2 };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
     const kernel = (entry: string) => gpu.kernel({ shader: 'matmul_q4_mma', entry, defines, uniforms });

@@ -1,0 +1,65 @@
+// A quick A/B timer for the K-blocked int8 tensor-core GEMM (forward and dX) on a few shapes, for
+// comparing shader variants built into separate bundles in one device run (the kernel benchmark's
+// gemm suite sweeps every GEMM family and takes minutes). Wall clock over one submit of `reps`
+// back-to-back calls, median of 5 submits, per call.
+//   npm run bench:build, then on the GPU machine:
+//   source .device/gpu-env.sh && node .bench/mmaSpeed.mjs [--reps 20]
+import { createNodeGpu } from '../../src/node/gpu';
+import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
+import { Filler } from '../../src/bench/fill';
+import { randomQ4Blocks } from '../../src/bench/q4';
+
+const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2 }[] = [
+  { tile: { rows: 64, cols: 128, threads: 256 }, kBlock: 128, limbs: 2 },
+  { tile: { rows: 128, cols: 64, threads: 256 }, kBlock: 256, limbs: 1 },
+];
+// [M, N, K]: the headline shape, then a group step's (8 x 352 rows) gate/up and down.
+const SHAPES: [number, number, number][] = [
+  [8192, 6144, 2048],
+  [2816, 12288, 2048],
+  [2816, 2048, 6144],
+];
+
+const args = process.argv.slice(2);
+const at = args.indexOf('--reps');
+const reps = at >= 0 ? Number(args[at + 1]) : 20;
+const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
+const why = mmaUnsupported(gpu);
+if (why) throw new Error(why);
+const fill = await Filler.create(gpu);
+
+async function time(run: (rec: ReturnType<typeof gpu.recorder>) => void): Promise<number> {
+  const ms: number[] = [];
+  for (let i = 0; i < 6; i++) {
+    const rec = gpu.recorder('mmaSpeed');
+    for (let r = 0; r < reps; r++) run(rec);
+    const t0 = performance.now();
+    await rec.submit();
+    await gpu.device.queue.onSubmittedWorkDone();
+    if (i > 0) ms.push((performance.now() - t0) / reps);
+  }
+  return ms.sort((a, b) => a - b)[2];
+}
+
+for (const c of CONFIGS) {
+  const op = await MatmulQ4Mma.create(gpu, { maxRows: 8192, maxK: 6144, ...c });
+  const name = `${c.tile.rows}x${c.tile.cols}/${c.tile.threads} K block ${c.kBlock}, ${c.limbs} limb${c.limbs > 1 ? 's' : ''}`;
+  for (const [m, n, k] of SHAPES) {
+    const rec = gpu.recorder('setup');
+    const [w] = randomQ4Blocks(gpu, rec, fill, n, k, 'w', n);
+    const x = gpu.tensor([m, k], 'f32', 'x');
+    const dy = gpu.tensor([m, n], 'f32', 'dy');
+    fill.fill(rec, x, 'uniform', 1);
+    fill.fill(rec, dy, 'uniform', 1);
+    const y = gpu.tensor([m, n], 'f32', 'y');
+    const dx = gpu.tensor([m, k], 'f32', 'dx');
+    await rec.submit();
+    const tf = await time((r) => op.gemm(r, x, w, y));
+    const tb = await time((r) => op.backwardInput(r, dy, w, dx));
+    const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
+    console.log(`${name} M${m} N${n} K${k}: forward ${tf.toFixed(3)} ms (${tflops(tf)} TFLOP/s), dX ${tb.toFixed(3)} ms (${tflops(tb)} TFLOP/s)`);
+    for (const t of [x, dy, y, dx, w.codes, w.scales]) t.release();
+  }
+  op.release();
+}
+process.exit(0);
