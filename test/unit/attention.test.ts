@@ -461,8 +461,10 @@ describe('attention backward', () => {
 describe('attention tiles', () => {
   it('picks tiles that fit the workgroup memory budget, down to 16 KiB at head_dim 256', () => {
     const lim = (bytes: number) => ({ maxComputeWorkgroupStorageSize: bytes, maxComputeInvocationsPerWorkgroup: 256 });
-    expect(tileFor(lim(49152), 128, 'forward')).toEqual({ BO: 32, BI: 16, WG: 128, CLN: 32 });
-    expect(tileFor(lim(49152), 128, 'backward')).toEqual({ BO: 16, BI: 16, WG: 64, CLN: 32 });
+    expect(tileFor(lim(49152), 128, 'forward')).toEqual({ BO: 32, BI: 16, WG: 256, CLN: 32 });
+    expect(tileFor(lim(49152), 128, 'backward')).toEqual({ BO: 16, BI: 16, WG: 128, CLN: 32 });
+    // A device of 128 threads a workgroup keeps the forward's tile with fewer threads.
+    expect(tileFor({ maxComputeWorkgroupStorageSize: 49152, maxComputeInvocationsPerWorkgroup: 128 }, 128, 'forward')).toEqual({ BO: 32, BI: 16, WG: 128, CLN: 32 });
     expect(decodeTileFor(lim(49152), 128, 2)).toEqual({ RMAX: 2, KB: 32, DWG: 64, PCL: 32 });
     expect(decodeTileFor(lim(49152), 128, 16)).toEqual({ RMAX: 16, KB: 32, DWG: 256, PCL: 32 });
     for (const D of [1, 12, 64, 128, 256]) {
