@@ -420,19 +420,12 @@ const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
 // kernel 8% slower (114 -> 105); 32 bytes of padding, or none, were slower still.
 // Offsets are written inline as row·RS + s·GS (no helper function: with one, the two-limb kernel
 // ran 25% slower on the H100, as if its loops over the held fragments were no longer unrolled).
-#if PADDED
-const RS = 32u * STG + 16u;                       // row stride
-const A_GS = 32u;                                 // group stride of x's rows
-const B_GS = 32u;                                 // and of W's
-const KB_LO = BM * RS;                            // the lo limb's rows
-const B_BYTES = BN * RS;
-#else
-const RS = 32u;
-const A_GS = BM * 32u;
-const B_GS = BN * 32u;
-const KB_LO = BM * 32u * STG;
-const B_BYTES = BN * 32u * STG;
-#endif
+const PADDED = LIMBS == 2u;
+const RS = select(32u, 32u * STG + 16u, PADDED);  // row stride
+const A_GS = select(BM * 32u, 32u, PADDED);       // group stride of x's rows
+const B_GS = select(BN * 32u, 32u, PADDED);       // and of W's
+const KB_LO = select(BM * 32u * STG, BM * RS, PADDED); // the lo limb's rows
+const B_BYTES = select(BN * 32u * STG, BN * RS, PADDED);
 const KB_B = LIMBS * KB_LO;                       // the weights' rows
 const KB_WORDS = max((KB_B + B_BYTES) / 4u, BM * PS);
 

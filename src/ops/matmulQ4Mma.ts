@@ -133,7 +133,7 @@ export class MatmulQ4Mma {
     const blockable = threads === 128 && sg32;
     const blocked = kBlock > 32 || (opts.blocked ?? blockable);
     if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
-    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs, PADDED: limbs === 2 };
+    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
     const kernel = (entry: string) => gpu.kernel({ shader: 'matmul_q4_mma', entry, defines, uniforms });

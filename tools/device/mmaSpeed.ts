@@ -1,13 +1,15 @@
 // A quick A/B timer for the K-blocked int8 tensor-core GEMM (forward and dX) on a few shapes, for
 // comparing shader variants built into separate bundles in one device run (the kernel benchmark's
-// gemm suite sweeps every GEMM family and takes minutes). Wall clock over one submit of `reps`
-// back-to-back calls, median of 5 submits, per call.
+// gemm suite sweeps every GEMM family and takes minutes). Times are the benchmarks' (measure in
+// src/bench/harness.ts): in stream per call, after the same warm-up.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/mmaSpeed.mjs [--reps 20]
+//   source .device/gpu-env.sh && node .bench/mmaSpeed.mjs
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { Filler } from '../../src/bench/fill';
-import { randomQ4Blocks } from '../../src/bench/q4';
+import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
+import { measure } from '../../src/bench/harness';
+import type { Recorder } from '../../src/gpu';
 
 const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2 }[] = [
   { tile: { rows: 64, cols: 128, threads: 256 }, kBlock: 128, limbs: 2 },
@@ -20,25 +22,16 @@ const SHAPES: [number, number, number][] = [
   [2816, 2048, 6144],
 ];
 
-const args = process.argv.slice(2);
-const at = args.indexOf('--reps');
-const reps = at >= 0 ? Number(args[at + 1]) : 20;
-const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
+// As bench/kernels.ts: Dawn's timestamps unrounded, subgroup matrices exposed.
+const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis', 'disable-dawn-features=timestamp_quantization'] });
 const why = mmaUnsupported(gpu);
 if (why) throw new Error(why);
 const fill = await Filler.create(gpu);
 
-async function time(run: (rec: ReturnType<typeof gpu.recorder>) => void): Promise<number> {
-  const ms: number[] = [];
-  for (let i = 0; i < 6; i++) {
-    const rec = gpu.recorder('mmaSpeed');
-    for (let r = 0; r < reps; r++) run(rec);
-    const t0 = performance.now();
-    await rec.submit();
-    await gpu.device.queue.onSubmittedWorkDone();
-    if (i > 0) ms.push((performance.now() - t0) / reps);
-  }
-  return ms.sort((a, b) => a - b)[2];
+/** Per-call in-stream ms (the wall clock where the device has no timestamps). */
+async function time(run: (rec: Recorder) => void): Promise<number> {
+  const t = await measure(gpu, /^matmul_q4_mma\./, run, { maxReps: 20, gpuOnly: true });
+  return t.passMs ?? t.ms;
 }
 
 for (const c of CONFIGS) {
@@ -58,7 +51,8 @@ for (const c of CONFIGS) {
     const tb = await time((r) => op.backwardInput(r, dy, w, dx));
     const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
     console.log(`${name} M${m} N${n} K${k}: forward ${tf.toFixed(3)} ms (${tflops(tf)} TFLOP/s), dX ${tb.toFixed(3)} ms (${tflops(tb)} TFLOP/s)`);
-    for (const t of [x, dy, y, dx, w.codes, w.scales]) t.release();
+    for (const t of [x, dy, y, dx]) t.release();
+    releaseQ4([w]);
   }
   op.release();
 }
