@@ -3,6 +3,7 @@ export * from './device';
 export * from './tensor';
 export * from './kernel';
 export * from './recorder';
+export { Tape } from './tape';
 export * from './runtime';
 export * from './grid';
 export { Profiler, type KernelTiming } from './profiler';

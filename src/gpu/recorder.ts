@@ -2,11 +2,13 @@
 //
 // Bind groups and uniform blocks come from the Gpu's BindingCache (bindingCache.ts): a dispatch
 // seen before (same kernel, buffers and uniform values) records no new GPU object. Errors raised by
-// a submit are attributed to the kernels it contained.
+// a submit are attributed to the kernels it contained. A stretch recorded the same way again and
+// again (a decode step) can be captured once and replayed (tape.ts).
 import type { Gpu } from './runtime';
 import type { Kernel } from './kernel';
 import type { Profiler } from './profiler';
 import { BindingCache } from './bindingCache';
+import { Tape } from './tape';
 import { Tensor } from './tensor';
 
 export type BindingResource = Tensor | GPUBufferBinding;
@@ -27,6 +29,8 @@ export class Recorder {
   /** The current dispatch's bind-group key, one number per binding (BindingCache.key). */
   private readonly keys: number[] = [];
   private readonly maxGrid: number;
+  /** The tape being captured (capture), if any. */
+  private tape: Tape | null = null;
 
   constructor(
     private readonly gpu: Gpu,
@@ -77,6 +81,18 @@ export class Recorder {
     if (x > max || y > max || z > max) throw new Error(`${kernel.name}: grid ${x}x${y}x${z} exceeds ${max} per dimension`);
     if (x === 0 || y === 0 || z === 0) return this;
     const group = cache.lookup(kernel, keys, n) ?? cache.create(kernel, keys, n, entriesOf(kernel, bindings, slot >= 0 ? cache.slot : null));
+    const tape = this.tape;
+    if (tape) {
+      tape.entries.push({ op: 'dispatch', kernel, group, x, y, z });
+      tape.kernels.add(kernel.name);
+      // The uniform slot needs no hold: its bytes are never rewritten (bindingCache.ts).
+      for (const name in bindings) tape.bind(bindings[name].buffer);
+    }
+    return this.encode(kernel, group, x, y, z);
+  }
+
+  /** Set `kernel`'s pipeline (unless set) and `group`, and dispatch; the pass per profiler mode. */
+  private encode(kernel: Kernel, group: GPUBindGroup, x: number, y: number, z: number): this {
     this.kernels.add(kernel.name);
     const encoder = this.ensureEncoder();
     const prof = this.gpu.profiler;
@@ -86,7 +102,7 @@ export class Recorder {
       const stamps = this.stamps(prof, kernel.name);
       if (!stamps) {
         this.flush();
-        return this.dispatch(kernel, bindings, workgroups, uniforms);
+        return this.encode(kernel, group, x, y, z);
       }
       const pass = encoder.beginComputePass({ label: kernel.name, timestampWrites: stamps });
       pass.setPipeline(kernel.pipeline);
@@ -100,7 +116,7 @@ export class Recorder {
       const stamps = this.stamps(prof, 'pass');
       if (!stamps) {
         this.flush();
-        return this.dispatch(kernel, bindings, workgroups, uniforms);
+        return this.encode(kernel, group, x, y, z);
       }
       this.pass = encoder.beginComputePass({ label: this.label, timestampWrites: stamps });
     }
@@ -112,6 +128,47 @@ export class Recorder {
     pass.setBindGroup(0, group);
     pass.dispatchWorkgroups(x, y, z);
     return this;
+  }
+
+  /**
+   * Run `fn`, recording as usual, and keep what it recorded on a Tape that `replay` records again
+   * without running `fn` (tape.ts). Host state `fn` changes must go through `hostEffect`; writes
+   * of host data are refused while capturing. Release the tape when done with it.
+   */
+  capture<T>(fn: () => T): { value: T; tape: Tape } {
+    if (this.tape) throw new Error(`${this.label}: capture inside a capture`);
+    const tape = new Tape(this.gpu.pool);
+    this.tape = tape;
+    this.gpu.taping++;
+    try {
+      return { value: fn(), tape };
+    } catch (e) {
+      tape.release();
+      throw e;
+    } finally {
+      this.tape = null;
+      this.gpu.taping--;
+    }
+  }
+
+  /** Repeat `tape`'s host effects and record its commands again. */
+  replay(tape: Tape): this {
+    if (tape.released) throw new Error(`${this.label}: replay of a released tape`);
+    if (this.tape) throw new Error(`${this.label}: replay while capturing a tape`);
+    // The host effects first: one that refuses (a KV cache past its capacity) records nothing.
+    for (const f of tape.effects) f();
+    for (const e of tape.entries) {
+      if (e.op === 'dispatch') this.encode(e.kernel, e.group, e.x, e.y, e.z);
+      else if (e.op === 'copy') this.copyBuffer(e.src, e.srcOffset, e.dst, e.dstOffset, e.bytes);
+      else this.clearBuffer(e.buffer, e.offset, e.bytes);
+    }
+    return this;
+  }
+
+  /** Run `fn` now, and again on every replay of the tape being captured (host bookkeeping). */
+  hostEffect(fn: () => void): void {
+    fn();
+    this.tape?.effects.push(fn);
   }
 
   /** The next pair of timestamp queries of this submit, named `name`; null when the query set is
@@ -126,20 +183,40 @@ export class Recorder {
 
   /** Copy bytes between tensors (whole source by default). */
   copy(src: Tensor, dst: Tensor, bytes = src.byteSize, srcOffset = 0, dstOffset = 0): this {
-    this.endPass();
-    this.ensureEncoder().copyBufferToBuffer(src.buffer, src.byteOffset + srcOffset, dst.buffer, dst.byteOffset + dstOffset, bytes);
-    return this;
+    return this.copyBuffer(src.buffer, src.byteOffset + srcOffset, dst.buffer, dst.byteOffset + dstOffset, bytes);
   }
 
   /** Zero a tensor's bytes. */
   clear(t: Tensor): this {
+    return this.clearBuffer(t.buffer, t.byteOffset, Math.ceil(t.byteSize / 4) * 4);
+  }
+
+  private copyBuffer(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, bytes: number): this {
+    const tape = this.tape;
+    if (tape) {
+      tape.entries.push({ op: 'copy', src, srcOffset, dst, dstOffset, bytes });
+      tape.bind(src);
+      tape.bind(dst);
+    }
     this.endPass();
-    this.ensureEncoder().clearBuffer(t.buffer, t.byteOffset, Math.ceil(t.byteSize / 4) * 4);
+    this.ensureEncoder().copyBufferToBuffer(src, srcOffset, dst, dstOffset, bytes);
     return this;
   }
 
-  /** Raw access for readback copies. */
+  private clearBuffer(buffer: GPUBuffer, offset: number, bytes: number): this {
+    const tape = this.tape;
+    if (tape) {
+      tape.entries.push({ op: 'clear', buffer, offset, bytes });
+      tape.bind(buffer);
+    }
+    this.endPass();
+    this.ensureEncoder().clearBuffer(buffer, offset, bytes);
+    return this;
+  }
+
+  /** Raw access for readback copies (not while capturing: a tape could not repeat them). */
   encoderForCopy(): GPUCommandEncoder {
+    if (this.tape) throw new Error(`${this.label}: raw encoder access while capturing a tape`);
     this.endPass();
     return this.ensureEncoder();
   }

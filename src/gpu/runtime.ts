@@ -33,6 +33,8 @@ export class Gpu {
   readonly bindingCache: BindingCache;
   private readonly staging: GPUBuffer[] = [];
   private readonly lostListeners = new Set<(e: DeviceLostError) => void>();
+  /** Recorders capturing a Tape now (Recorder.capture): host writes are refused meanwhile. */
+  taping = 0;
   /** Objects that must live as long as the device (Dawn's instance in Node). */
   private readonly retained: unknown[] = [];
 
@@ -159,6 +161,7 @@ export class Gpu {
   }
 
   write(t: Tensor, data: TypedArray | readonly number[]): void {
+    if (this.taping) throw new Error(`write to '${t.label}' while capturing a tape: a replay would not repeat it`);
     let arr: TypedArray;
     if (Array.isArray(data)) {
       arr = t.dtype === 'f32' ? new Float32Array(data) : t.dtype === 'i32' ? new Int32Array(data) : t.dtype === 'u8' ? new Uint8Array(data) : t.dtype === 'f16' ? new Uint16Array(data) : new Uint32Array(data);

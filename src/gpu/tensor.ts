@@ -85,6 +85,8 @@ export interface PoolStats {
 export class BufferPool {
   private free = new Map<number, GPUBuffer[]>();
   private readonly sizeOf = new WeakMap<GPUBuffer, number>();
+  /** Buffers a live Tape binds, with how many tapes bind each: not released while held. */
+  private readonly held = new Map<GPUBuffer, number>();
   readonly stats: PoolStats = { inUse: 0, cached: 0, peak: 0, created: 0 };
 
   constructor(private readonly create: (bytes: number, label: string) => GPUBuffer) {}
@@ -109,11 +111,24 @@ export class BufferPool {
   release(buf: GPUBuffer): void {
     const cls = this.sizeOf.get(buf);
     if (cls === undefined) throw new Error(`buffer '${buf.label}' does not belong to this pool`);
+    if (this.held.has(buf)) throw new Error(`buffer '${buf.label}' is bound by a recorded tape: release the tape first`);
     this.stats.inUse -= cls;
     this.stats.cached += cls;
     let list = this.free.get(cls);
     if (!list) this.free.set(cls, (list = []));
     list.push(buf);
+  }
+
+  /** Keep `buf` from being released (a Tape binds it); one unhold per hold. */
+  hold(buf: GPUBuffer): void {
+    this.held.set(buf, (this.held.get(buf) ?? 0) + 1);
+  }
+
+  unhold(buf: GPUBuffer): void {
+    const n = this.held.get(buf);
+    if (n === undefined) return;
+    if (n > 1) this.held.set(buf, n - 1);
+    else this.held.delete(buf);
   }
 
   /** Destroy every cached buffer (memory pressure, or switching models). */

@@ -7,8 +7,10 @@
 // recorded into one submit. Their ids and log-probs are read back together while the GPU already
 // runs the next batch; stop ids are checked then, and tokens sampled after a sequence stopped
 // are dropped. Each row's draw depends only on (seed, row, step), so the output is the same as
-// reading back every step.
-import { Tensor, type Gpu } from '../gpu';
+// reading back every step. Every decode step binds the same tensors with the same uniforms, so the
+// first is captured on a Tape and the rest replay it: recording a step then costs its WebGPU calls
+// and none of the model's JS.
+import { Tensor, type Gpu, type Tape } from '../gpu';
 import { KvCache } from '../ops/kvCache';
 import type { Sampler, SamplingConfig } from '../ops/sampling';
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
@@ -86,6 +88,8 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const chunks = Math.min(MAX_ATTENTION_CHUNKS, Math.ceil((T + r.maxNewTokens) / KEYS_PER_CHUNK));
   const splitWs = gpu.tensor(decoder.ops.attention.splitWorkspaceShape(G, chunks), 'f32', 'generate.attention_split');
   const stop = new Set(r.stopIds);
+  // Steps 2 on record the same commands as step 1: they replay its tape (Recorder.capture).
+  let stepTape = null as Tape | null;
   try {
     const host = new Int32Array(steps.numel);
     for (let s = 0; s < r.maxNewTokens; s++) {
@@ -110,11 +114,15 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
 
     const attend = { kind: 'cached', cache, slot0: 0, count: G, split: { workspace: splitWs, chunks } } as const;
     const rng = { seed: r.seed, step: stepNumber };
-    const recordStep = (step: number, j: number) => {
-      rec.copy(steps, current, 4 * rowWords, 4 * rowWords * step);
-      const hidden = step === 0 ? last : decoder.forward(rec, ws, { ids, positions: stepPositions, attend, lora: r.lora });
+    const sample = (hidden: Tensor) => {
       head.fullLogits(rec, hidden, logits, true);
       sampler.sample(rec, logits, r.sampling, rng, { ids, logp });
+    };
+    const recordStep = (step: number, j: number) => {
+      rec.copy(steps, current, 4 * rowWords, 4 * rowWords * step);
+      if (step === 0) sample(last);
+      else if (stepTape) rec.replay(stepTape);
+      else stepTape = rec.capture(() => sample(decoder.forward(rec, ws, { ids, positions: stepPositions, attend, lora: r.lora }))).tape;
       rec.copy(ids, packed, 4 * G, 0, 8 * G * j);
       rec.copy(logp, packed, 4 * G, 0, 8 * G * j + 4 * G);
     };
@@ -155,6 +163,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
       inFlight = later;
     }
   } finally {
+    stepTape?.release();
     for (const t of [promptIds, last, logits, ids, logp, packed, steps, current, splitWs]) t.release();
     ws.release();
     cache.release();

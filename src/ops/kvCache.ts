@@ -116,9 +116,12 @@ export class KvCache {
 
   /** past += n for slots slot0 .. slot0+count-1; record once per model step, after every layer's append. */
   advance(rec: Recorder, slot0: number, count: number, n: number): void {
-    this.checkBatch('kv_advance', slot0, count, n);
+    // The CPU mirror moves on every replay of a recorded decode step too.
+    rec.hostEffect(() => {
+      this.checkBatch('kv_advance', slot0, count, n);
+      for (let s = slot0; s < slot0 + count; s++) this.past[s] += n;
+    });
     rec.dispatch(this.advanceK, { lengths_rw: this.lengths }, Math.ceil(count / FLAT_WG), this.uniforms({ rows: n, nseq: count, slot0 }));
-    for (let s = slot0; s < slot0 + count; s++) this.past[s] += n;
   }
 
   /** Copy positions [0, length) of fromSlot, every layer, into each of toSlots and set their lengths. */

@@ -101,6 +101,39 @@ describe('gpu runtime', () => {
     other.release();
   });
 
+  it('replays a captured tape: the same commands and host effects, its buffers held until released', async () => {
+    const gpu = await testGpu();
+    const ew = await Elementwise.create(gpu);
+    const x = gpu.upload([1, 2, 3], [3], 'f32', 'tape_x');
+    const y = gpu.upload([10, 20, 30], [3], 'f32', 'tape_y');
+    const z = gpu.upload([0, 0, 0], [3], 'f32', 'tape_z');
+    let effects = 0;
+    const rec = gpu.recorder('tape');
+    const step = () => {
+      ew.axpy(rec, x, y, 2); // y += 2x
+      rec.copy(y, z);
+      rec.hostEffect(() => effects++);
+      return 'done';
+    };
+    const { value, tape } = rec.capture(step);
+    expect(value).toBe('done');
+    expect(effects).toBe(1);
+    expect(tape.kernels.size).toBe(1);
+    // What the code recorded runs; each replay records it again, host effects included.
+    rec.replay(tape).replay(tape);
+    expect(effects).toBe(3);
+    await rec.submit();
+    expect([...(await gpu.readF32(z))]).toEqual([16, 32, 48]);
+    // The tape holds what it binds: releasing one of its tensors fails until the tape goes.
+    expect(() => y.release()).toThrow(/tape/);
+    tape.release();
+    expect(() => rec.replay(tape)).toThrow(/released/);
+    // Host writes cannot be captured (a replay would not repeat them); the capture fails and holds nothing.
+    expect(() => rec.capture(() => gpu.write(x, [0, 0, 0]))).toThrow(/capturing a tape/);
+    expect(gpu.taping).toBe(0);
+    for (const t of [x, y, z]) t.release();
+  });
+
   it('turns a too-large buffer into BufferAllocationError naming the buffer', async () => {
     const gpu = await testGpu();
     const n = Math.floor(gpu.limits.maxBufferSize / 4) + 1024;
