@@ -886,14 +886,18 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
 // ---------------------------------------------------------------------------------------------
 // Backward through the frozen weight: dx[m, k] (+)= Σ_n dy[m, n] W[n, k]. A workgroup of 16x16
 // threads computes a 128x64 tile of dx (8 rows m x 4 columns k per thread), stepping N 16 rows at
-// a time; the dy tile and the dequantized W tile [16 n, 64 k] are staged n-major (12 KiB, within
+// a time; the dy tile and the dequantized W tile [16 n, 64 k] are staged n-major (12.3 KiB, within
 // WebGPU's default 16). The next step's dy values and code word are loaded into registers before
 // the current step's arithmetic, so their latency hides behind it.
 // ---------------------------------------------------------------------------------------------
 const DX_TM = 128u; // rows of dy per tile
 const DX_TK = 64u;  // columns of dx per tile
 const BN = 16u;     // rows of W per step
-var<workgroup> dys: array<vec4<f32>, BN * DX_TM / 4u>; // dys[n * 32 + i][j] = dy[m0 + 4i + j, n0 + n]
+// dys's row stride in vec4s, one past DX_TM / 4: with 32, the 16 lanes staging one row m of dy
+// (n = 0..15) all stored to one bank; padded, the H100 runs dX 1.43x faster (M8192 N6144 K2048:
+// 8.44 -> 5.89 ms, 24.4 -> 35.0 TFLOP/s; tools/device/gemmSpeed.ts --f32).
+const DYS = DX_TM / 4u + 1u;
+var<workgroup> dys: array<vec4<f32>, BN * DYS>; // dys[n * DYS + i][j] = dy[m0 + 4i + j, n0 + n]
 var<workgroup> wt: array<vec4<f32>, BN * DX_TK / 4u>;  // wt[n * 16 + i][j] = W[n0 + n, k0 + 4i + j]
 
 // Thread lid's share of the step at n0: 8 values of the dy tile (128 rows x 16 columns) and, for
@@ -931,7 +935,7 @@ fn dx_store(lid: u32, st: DxStep) {
     let i = lid + r * 256u;
     let mi = i / BN;
     let ni = i % BN;
-    dys[ni * (DX_TM / 4u) + mi / 4u][mi % 4u] = st.dy[r];
+    dys[ni * DYS + mi / 4u][mi % 4u] = st.dy[r];
   }
   if (lid < BN * 8u) {
     let ni = lid / 8u;
@@ -956,8 +960,8 @@ fn dinput(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
       st = dx_load(lid, m0, k0, n0 + BN);
     }
     for (var n = 0u; n < BN; n++) {
-      let a0 = dys[n * (DX_TM / 4u) + 2u * ty];
-      let a1 = dys[n * (DX_TM / 4u) + 2u * ty + 1u];
+      let a0 = dys[n * DYS + 2u * ty];
+      let a1 = dys[n * DYS + 2u * ty + 1u];
       let b = wt[n * (DX_TK / 4u) + tx];
       acc[0] += a0.x * b;
       acc[1] += a0.y * b;

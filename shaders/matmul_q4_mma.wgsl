@@ -329,7 +329,7 @@ fn gemm(
 // 2.01 ms (in a probe; the byte copy of twice the weight bytes costs less than re-rounding them).
 // dX re-rounded its tile of Wᵀ in the kernel before (52 TFLOP/s with two limbs, 83 with one); as
 // this GEMM on requant_wt's Wᵀ, 63 and 105 (M8192 N6144 K2048); with two limbs' padded layout
-// below, forward 72 and dX 68 (tools/device/mmaSpeed.ts).
+// below, forward 72 and dX 68 (tools/device/gemmSpeed.ts).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two

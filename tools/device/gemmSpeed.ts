@@ -1,15 +1,17 @@
-// A quick A/B timer for the K-blocked int8 tensor-core GEMM (forward and dX) on a few shapes, for
-// comparing shader variants built into separate bundles in one device run (the kernel benchmark's
-// gemm suite sweeps every GEMM family and takes minutes). Times are the benchmarks' (measure in
+// A quick A/B timer for the 4-bit GEMMs (forward and dX) on a few shapes, for comparing shader
+// variants built into separate bundles in one device run (the kernel benchmark's gemm suite sweeps
+// every GEMM family and takes minutes): the K-blocked int8 tensor-core kernels by default, the f32
+// kernels (MatmulQ4's gemm and dinput) with --f32. Times are the benchmarks' (measure in
 // src/bench/harness.ts): in stream per call, after the same warm-up.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/mmaSpeed.mjs
+//   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32]
 import { createNodeGpu } from '../../src/node/gpu';
+import { MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { Filler } from '../../src/bench/fill';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { measure } from '../../src/bench/harness';
-import type { Recorder } from '../../src/gpu';
+import type { Recorder, Tensor } from '../../src/gpu';
 
 const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2 }[] = [
   { tile: { rows: 64, cols: 128, threads: 256 }, kBlock: 128, limbs: 2 },
@@ -24,19 +26,32 @@ const SHAPES: [number, number, number][] = [
 
 // As bench/kernels.ts: Dawn's timestamps unrounded, subgroup matrices exposed.
 const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis', 'disable-dawn-features=timestamp_quantization'] });
-const why = mmaUnsupported(gpu);
+const F32 = process.argv.includes('--f32');
+const why = F32 ? null : mmaUnsupported(gpu);
 if (why) throw new Error(why);
 const fill = await Filler.create(gpu);
 
 /** Per-call in-stream ms (the wall clock where the device has no timestamps). */
-async function time(run: (rec: Recorder) => void): Promise<number> {
-  const t = await measure(gpu, /^matmul_q4_mma\./, run, { maxReps: 20, gpuOnly: true });
+async function time(kernels: RegExp, run: (rec: Recorder) => void): Promise<number> {
+  const t = await measure(gpu, kernels, run, { maxReps: 20, gpuOnly: true });
   return t.passMs ?? t.ms;
 }
 
-for (const c of CONFIGS) {
-  const op = await MatmulQ4Mma.create(gpu, { maxRows: 8192, maxK: 6144, ...c });
-  const name = `${c.tile.rows}x${c.tile.cols}/${c.tile.threads} K block ${c.kBlock}, ${c.limbs} limb${c.limbs > 1 ? 's' : ''}`;
+interface Gemm {
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor): void;
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor): void;
+}
+
+const ops: { name: string; kernels: RegExp; make: () => Promise<Gemm & { release?: () => void }> }[] = F32
+  ? [{ name: 'f32 kernels', kernels: /^matmul_q4\.(gemm|dinput)$/, make: () => MatmulQ4.create(gpu) }]
+  : CONFIGS.map((c) => ({
+      name: `${c.tile.rows}x${c.tile.cols}/${c.tile.threads} K block ${c.kBlock}, ${c.limbs} limb${c.limbs > 1 ? 's' : ''}`,
+      kernels: /^matmul_q4_mma\./,
+      make: () => MatmulQ4Mma.create(gpu, { maxRows: 8192, maxK: 6144, ...c }),
+    }));
+
+for (const { name, kernels, make } of ops) {
+  const op = await make();
   for (const [m, n, k] of SHAPES) {
     const rec = gpu.recorder('setup');
     const [w] = randomQ4Blocks(gpu, rec, fill, n, k, 'w', n);
@@ -47,13 +62,13 @@ for (const c of CONFIGS) {
     const y = gpu.tensor([m, n], 'f32', 'y');
     const dx = gpu.tensor([m, k], 'f32', 'dx');
     await rec.submit();
-    const tf = await time((r) => op.gemm(r, x, w, y));
-    const tb = await time((r) => op.backwardInput(r, dy, w, dx));
+    const tf = await time(kernels, (r) => op.gemm(r, x, w, y));
+    const tb = await time(kernels, (r) => op.backwardInput(r, dy, w, dx));
     const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
     console.log(`${name} M${m} N${n} K${k}: forward ${tf.toFixed(3)} ms (${tflops(tf)} TFLOP/s), dX ${tb.toFixed(3)} ms (${tflops(tb)} TFLOP/s)`);
     for (const t of [x, dy, y, dx]) t.release();
     releaseQ4([w]);
   }
-  op.release();
+  op.release?.();
 }
 process.exit(0);
