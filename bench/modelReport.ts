@@ -4,6 +4,7 @@
 // kernel report (bench/report.ts) and this one can be regenerated independently.
 //   npx vite-node bench/modelReport.ts -- --ours model.json --torch torch_model.json [--out BENCHMARKS.md]
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { MODEL_BEGIN, MODEL_END } from './sections';
 
 interface Memory {
   what: string;
@@ -62,8 +63,6 @@ interface KernelRow {
   us: number;
 }
 
-const BEGIN = '<!-- model-benchmarks -->';
-const END = '<!-- /model-benchmarks -->';
 
 const args = process.argv.slice(2);
 const flag = (name: string) => {
@@ -117,7 +116,7 @@ function render(o: Side, t: Side | undefined): string {
     !m ? '—' : side === 'ours' ? `${f(m.poolPeakGiB)} GiB pool peak (${f(m.inUsePeakGiB)} in use)` : `${f(m.maxAllocatedGiB)} GiB allocated (${f(m.maxReservedGiB)} reserved)`;
   const within = (m: Memory | undefined) => (m?.poolPeakGiB === undefined ? '' : m.poolPeakGiB <= 6 ? ' ✅' : ' ❌');
   const out = [
-    BEGIN,
+    MODEL_BEGIN,
     '# Model benchmarks',
     '',
     o.quick ? '> **`--quick` run on a software driver: not the GPU machine\'s figures.**\n' : '',
@@ -156,7 +155,7 @@ function render(o: Side, t: Side | undefined): string {
   out.push(...decodeBreakdown(o));
   const errors = [...(o.errors ?? []), ...(t?.errors ?? [])];
   if (errors.length) out.push('Failed cases: ' + errors.map((e) => `${e.case}: ${e.error.slice(0, 200)}`).join('; '), '');
-  out.push(END);
+  out.push(MODEL_END);
   return out.filter((l, i) => l !== '' || out[i - 1] !== '').join('\n');
 }
 
@@ -204,9 +203,9 @@ function main(): void {
   const outPath = flag('out') ?? 'BENCHMARKS.md';
   const section = render(ours, torch);
   const doc = existsSync(outPath) ? readFileSync(outPath, 'utf8') : '';
-  const a = doc.indexOf(BEGIN);
-  const b = doc.indexOf(END);
-  const next = a >= 0 && b > a ? doc.slice(0, a) + section + doc.slice(b + END.length) : `${doc.trimEnd()}\n\n${section}\n`;
+  const a = doc.indexOf(MODEL_BEGIN);
+  const b = doc.indexOf(MODEL_END);
+  const next = a >= 0 && b > a ? doc.slice(0, a) + section + doc.slice(b + MODEL_END.length) : `${doc.trimEnd()}\n\n${section}\n`;
   writeFileSync(outPath, next);
   console.log(`wrote the Model section of ${outPath}`);
 }

@@ -3,9 +3,10 @@
 // measured in the same run, each PyTorch variant's time and rate, and the speed ratio.
 //   npx vite-node bench/report.ts -- --ours ours.json [--torch torch.json] [--update part.json] [--out BENCHMARKS.md]
 // --update takes a later run of some suites (--only): its rows and sweeps replace those suites'.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import type { Row } from '../src/bench/harness';
 import { cardPeak, type CardPeak } from './peaks';
+import { MODEL_BEGIN } from './sections';
 
 interface Ours {
   command: string;
@@ -231,7 +232,11 @@ function main(): void {
   const torch = torchPath ? (JSON.parse(readFileSync(torchPath, 'utf8')) as Torch) : undefined;
   if (torch && torch.quick !== ours.quick) throw new Error('one run used --quick shapes and the other did not');
   const outPath = flag('out') ?? 'BENCHMARKS.md';
-  writeFileSync(outPath, render(ours, torch));
+  // The kernel part is all before the model section (bench/modelReport.ts), which is kept with
+  // whatever follows it (notes written by hand).
+  const doc = existsSync(outPath) ? readFileSync(outPath, 'utf8') : '';
+  const model = doc.indexOf(MODEL_BEGIN);
+  writeFileSync(outPath, model >= 0 ? `${render(ours, torch).trimEnd()}\n\n${doc.slice(model)}` : render(ours, torch));
   console.log(`wrote ${outPath}`);
 }
 
