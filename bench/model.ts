@@ -475,8 +475,11 @@ async function main(): Promise<void> {
     // per dispatch); the main thread's busy time (event-loop utilisation: JS and the synchronous
     // Dawn calls that record, plus polling); the process's CPU time (every thread, a driver's
     // spin-waits included). A step whose wall time sits above its GPU time is bound by recording.
+    // Of the main thread's time, what Recorder.replay (WebGPU's calls for a replayed step) and
+    // finishing + submitting took (Gpu.hostStats), and the dispatches encoded.
     const inStream = async (G: number, n: number) => {
       const prof = gpu.startProfiling('pass');
+      const host0 = { ...gpu.hostStats };
       const cpu0 = process.cpuUsage();
       const elu0 = nodePerformance.eventLoopUtilization();
       const w0 = performance.now();
@@ -487,7 +490,16 @@ async function main(): Promise<void> {
       const mainMs = nodePerformance.eventLoopUtilization(elu0).active;
       const gpuMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
       gpu.stopProfiling();
-      return { gpuMs, cpuMs: (cpu.user + cpu.system) / 1000, mainMs, wallMs };
+      const host = gpu.hostStats;
+      return {
+        gpuMs,
+        cpuMs: (cpu.user + cpu.system) / 1000,
+        mainMs,
+        wallMs,
+        dispatches: host.dispatches - host0.dispatches,
+        replayMs: host.replayMs - host0.replayMs,
+        submitMs: host.submitMs - host0.submitMs,
+      };
     };
     for (const G of W.samples) {
       const steps = 32;
@@ -495,9 +507,9 @@ async function main(): Promise<void> {
       const a = await inStream(G, 1);
       const b = await inStream(G, steps + 1);
       const per = (k: keyof typeof a) => (b[k] - a[k]) / steps;
-      const perStep = { gpuMs: per('gpuMs'), cpuMs: per('cpuMs'), mainMs: per('mainMs'), wallMs: per('wallMs') };
+      const perStep = { gpuMs: per('gpuMs'), cpuMs: per('cpuMs'), mainMs: per('mainMs'), wallMs: per('wallMs'), dispatches: per('dispatches'), replayMs: per('replayMs'), submitMs: per('submitMs') };
       console.error(
-        `decode x${G} per step: GPU ${perStep.gpuMs.toFixed(2)} ms in stream, main thread busy ${perStep.mainMs.toFixed(2)} ms, process CPU ${perStep.cpuMs.toFixed(2)} ms, wall ${perStep.wallMs.toFixed(2)} ms`,
+        `decode x${G} per step: GPU ${perStep.gpuMs.toFixed(2)} ms in stream, main thread busy ${perStep.mainMs.toFixed(2)} ms (replay ${perStep.replayMs.toFixed(2)}, submit ${perStep.submitMs.toFixed(2)}; ${perStep.dispatches.toFixed(0)} dispatches), process CPU ${perStep.cpuMs.toFixed(2)} ms, wall ${perStep.wallMs.toFixed(2)} ms`,
       );
       (result as Record<string, unknown>)[`decodeStep${G}`] = perStep;
     }

@@ -56,6 +56,10 @@ interface DecodeStep {
   mainMs?: number;
   cpuMs: number;
   wallMs: number;
+  /** Gpu.hostStats over the step (absent from runs before they existed). */
+  dispatches?: number;
+  replayMs?: number;
+  submitMs?: number;
 }
 interface KernelRow {
   name: string;
@@ -172,11 +176,17 @@ function decodeBreakdown(o: Side): string[] {
   const out = [
     '## Where a decode step goes (`--profile`)',
     '',
-    'GPU in stream: timestamps around the passes of 32 steps as generate() records them, per step. Main thread busy: its event-loop utilisation (the JS and synchronous Dawn calls that record a step, and polling). Process CPU: user + system time of every thread over the same steps (a driver\'s spin-waits included), so it can exceed the wall time. A step is bound by recording when its wall time sits above its GPU time.',
+    'GPU in stream: timestamps around the passes of 32 steps as generate() records them, per step. Main thread busy: its event-loop utilisation (the JS and synchronous Dawn calls that record a step, and polling); of it, replay is the time in Recorder.replay (a replayed step\'s WebGPU calls) and submit the time finishing and submitting command buffers (Gpu.hostStats). Process CPU: user + system time of every thread over the same steps (a driver\'s spin-waits included), so it can exceed the wall time. A step is bound by recording when its wall time sits above its GPU time.',
     '',
-    '| sequences | GPU in stream | main thread busy | process CPU | wall (profiled run) |',
-    '|---|---|---|---|---|',
-    ...sides.filter((x) => x.step).map((x) => `| ${x.G} | ${f(x.step!.gpuMs)} ms | ${f(x.step!.mainMs)} ms | ${f(x.step!.cpuMs)} ms | ${f(x.step!.wallMs)} ms |`),
+    '| sequences | dispatches | GPU in stream | main thread busy | of it: replay | of it: submit | process CPU | wall (profiled run) |',
+    '|---|---|---|---|---|---|---|---|',
+    ...sides
+      .filter((x) => x.step)
+      .map((x) => {
+        const s = x.step!;
+        const ms = (v: number | undefined) => (v === undefined ? '—' : `${f(v)} ms`);
+        return `| ${x.G} | ${s.dispatches === undefined ? '—' : s.dispatches.toFixed(0)} | ${ms(s.gpuMs)} | ${ms(s.mainMs)} | ${ms(s.replayMs)} | ${ms(s.submitMs)} | ${ms(s.cpuMs)} | ${ms(s.wallMs)} |`;
+      }),
     '',
   ];
   const names = [...new Set(sides.flatMap((x) => (x.kernels ?? []).filter((k) => k.calls > 0).slice(0, 10).map((k) => k.name)))];

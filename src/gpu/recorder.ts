@@ -94,6 +94,7 @@ export class Recorder {
   /** Set `kernel`'s pipeline (unless set) and `group`, and dispatch; the pass per profiler mode. */
   private encode(kernel: Kernel, group: GPUBindGroup, x: number, y: number, z: number): this {
     this.kernels.add(kernel.name);
+    this.gpu.hostStats.dispatches++;
     const encoder = this.ensureEncoder();
     const prof = this.gpu.profiler;
     if (prof?.mode === 'dispatch') {
@@ -157,11 +158,13 @@ export class Recorder {
     if (this.tape) throw new Error(`${this.label}: replay while capturing a tape`);
     // The host effects first: one that refuses (a KV cache past its capacity) records nothing.
     for (const f of tape.effects) f();
+    const t0 = performance.now();
     for (const e of tape.entries) {
       if (e.op === 'dispatch') this.encode(e.kernel, e.group, e.x, e.y, e.z);
       else if (e.op === 'copy') this.copyBuffer(e.src, e.srcOffset, e.dst, e.dstOffset, e.bytes);
       else this.clearBuffer(e.buffer, e.offset, e.bytes);
     }
+    this.gpu.hostStats.replayMs += performance.now() - t0;
     return this;
   }
 
@@ -229,9 +232,11 @@ export class Recorder {
     const prof = gpu.profiler;
     const timings = this.timings;
     if (prof && timings) prof.resolve(this.encoder, timings.query, timings.names.length * 2);
+    const t0 = performance.now();
     const cmd = this.encoder.finish();
     const what = [...this.kernels].join(', ') || this.label;
     this.pending.push(gpu.guarded(what, () => gpu.device.queue.submit([cmd])));
+    gpu.hostStats.submitMs += performance.now() - t0;
     if (prof && timings) this.pending.push(prof.collect(timings.query, timings.names));
     this.encoder = null;
     this.timings = null;

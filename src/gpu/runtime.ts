@@ -35,6 +35,10 @@ export class Gpu {
   private readonly lostListeners = new Set<(e: DeviceLostError) => void>();
   /** Recorders capturing a Tape now (Recorder.capture): host writes are refused meanwhile. */
   taping = 0;
+  /** What recording costs the CPU, summed over every recorder (read differences; bench/model.ts
+   * --profile reports them a decode step): dispatches encoded, ms in Recorder.replay (WebGPU's own
+   * calls, no model code) and ms finishing and submitting command buffers. */
+  readonly hostStats = { dispatches: 0, replayMs: 0, submitMs: 0 };
   /** Objects that must live as long as the device (Dawn's instance in Node). */
   private readonly retained: unknown[] = [];
 
