@@ -67,13 +67,14 @@ interface KernelRow {
   us: number;
 }
 
-
 const args = process.argv.slice(2);
 const flag = (name: string) => {
   const i = args.indexOf(`--${name}`);
   return i >= 0 ? args[i + 1] : undefined;
 };
 const f = (v: number | undefined, d = 3) => (v === undefined || !Number.isFinite(v) ? '—' : v.toPrecision(d));
+/** f(v) ms, or a dash alone for a value the run did not record. */
+const ms = (v: number | undefined) => (v === undefined ? '—' : `${f(v)} ms`);
 /** ours/PyTorch for rates (above 1: ours is faster); PyTorch/ours for times, so that above 1 still means ours is faster. */
 const ratio = (ours: number | undefined, torch: number | undefined, kind: 'rate' | 'time') =>
   ours === undefined || torch === undefined ? '—' : `${f(kind === 'rate' ? ours / torch : torch / ours, 2)}×`;
@@ -182,11 +183,7 @@ function decodeBreakdown(o: Side): string[] {
     '|---|---|---|---|---|---|---|---|',
     ...sides
       .filter((x) => x.step)
-      .map((x) => {
-        const s = x.step!;
-        const ms = (v: number | undefined) => (v === undefined ? '—' : `${f(v)} ms`);
-        return `| ${x.G} | ${s.dispatches === undefined ? '—' : s.dispatches.toFixed(0)} | ${ms(s.gpuMs)} | ${ms(s.mainMs)} | ${ms(s.replayMs)} | ${ms(s.submitMs)} | ${ms(s.cpuMs)} | ${ms(s.wallMs)} |`;
-      }),
+      .map(({ G, step: s }) => `| ${G} | ${s!.dispatches?.toFixed(0) ?? '—'} | ${ms(s!.gpuMs)} | ${ms(s!.mainMs)} | ${ms(s!.replayMs)} | ${ms(s!.submitMs)} | ${ms(s!.cpuMs)} | ${ms(s!.wallMs)} |`),
     '',
   ];
   const names = [...new Set(sides.flatMap((x) => (x.kernels ?? []).filter((k) => k.calls > 0).slice(0, 10).map((k) => k.name)))];
