@@ -330,6 +330,10 @@ fn gemm(
 // dX re-rounded its tile of Wᵀ in the kernel before (52 TFLOP/s with two limbs, 83 with one); as
 // this GEMM on requant_wt's Wᵀ, 63 and 105 (M8192 N6144 K2048); with two limbs' padded layout
 // below, forward 72 and dX 68 (tools/device/gemmSpeed.ts).
+// Not staging at all was slower: each subgroup loading its fragments straight from storage (x and
+// the int8 weights laid out fragment by fragment, 512 contiguous bytes each, so a fragment load is
+// four whole cache lines; the partials double-buffered where two fit, one barrier a block) ran the
+// forward at 44 to 48 TFLOP/s with two limbs (64x128, 128x64; 64x64: 32) and 86 with one.
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
