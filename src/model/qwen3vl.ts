@@ -51,9 +51,10 @@ export interface ModelOptions {
 /** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: a byte an element and
  * limb, 48 MiB for the 2B with two): the trainer's default micro-batch in one. */
 const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
-/** The tensor-core GEMM's tile and K block: the fastest on an H100 at the decoder's shapes
- * (BENCHMARKS.md, gemm-q4-mma-kb). */
-const MMA_TILE = { rows: 128, cols: 64, threads: 256 } as const;
+/** The tensor-core GEMM's tile by x's limbs, the fastest on an H100 at the decoder's shapes
+ * (BENCHMARKS.md, gemm-mma-kb and gemm-mma-kb1 sweeps, M 512 to 8192): two limbs 64x128, 3-6%
+ * ahead of 128x64 at every shape, forward and dX; one limb 128x64, within 1% of 64x64 at M8192. */
+const MMA_TILE = { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } } as const;
 /** K blocks by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
 const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
 
@@ -112,7 +113,7 @@ export class Qwen3VL {
     if (on && this.mma?.limbs !== limbs) {
       const t = this.config.text;
       const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE, kBlock: MMA_K_BLOCK[limbs], limbs });
+      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs });
       if (this.mma) {
         // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
         this.decoder.ops.linear.useTensorCores(null);
