@@ -27,6 +27,10 @@ enable chromium_experimental_subgroup_matrix;
 // the hardware needs; the workgroup-level analysis cannot see that.
 diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 // requires: subgroups
+// Loads and stores take the majorness as a template argument and count offsets and strides in
+// elements of the array: words of the i32 arrays, which hold int8 matrices 4 to a word (I8W; byte
+// offsets below are divided by it). A compiler without that spelling gets the file rewritten into
+// the older one (src/gpu/subgroupMatrixSpelling.ts).
 
 struct Params {
   m: u32,          // rows of x
@@ -50,6 +54,7 @@ struct Params {
 @group(0) @binding(12) var<storage, read_write> w8_out: array<vec4<u32>>;
 
 const QMAX = 16256.0; // 127·128
+const I8W = 4u;       // int8 elements a word of an i32 array
 
 fn pack_i8(v: vec4<f32>) -> u32 {
   let b = bitcast<vec4<u32>>(vec4<i32>(v)) & vec4<u32>(0xFFu);
@@ -257,16 +262,16 @@ fn gemm(
       let tj0 = (sg / 2u) * (TILES_N / 2u);
       var bs: array<subgroup_matrix_right<i8, 16, 32>, TILES_N / 2u>;
       for (var j = 0u; j < TILES_N / 2u; j++) {
-        bs[j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&b_q, (tj0 + j) * 512u, true, 32u);
+        bs[j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&b_q, (tj0 + j) * 512u / I8W, 32u / I8W);
       }
       for (var i = 0u; i < TILES_M / 2u; i++) {
-        let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_hi, (ti0 + i) * 512u, false, 32u);
-        let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_lo, (ti0 + i) * 512u, false, 32u);
+        let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&a_hi, (ti0 + i) * 512u / I8W, 32u / I8W);
+        let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&a_lo, (ti0 + i) * 512u / I8W, 32u / I8W);
         for (var j = 0u; j < TILES_N / 2u; j++) {
           var r = subgroupMatrixMultiply<i32>(ah, bs[j]);
           r = subgroupMatrixScalarMultiply(r, 128);
           r = subgroupMatrixMultiplyAccumulate(al, bs[j], r);
-          subgroupMatrixStore(&part, (ti0 + i) * 16u * PS + (tj0 + j) * 16u, r, false, PS);
+          subgroupMatrixStore<row_major>(&part, (ti0 + i) * 16u * PS + (tj0 + j) * 16u, r, PS);
         }
       }
     }
@@ -274,13 +279,13 @@ fn gemm(
     for (var t = sg; t < TILES; t += WG / sg_size) {
       let ti = t % TILES_M;
       let tj = t / TILES_M;
-      let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_hi, ti * 512u, false, 32u);
-      let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&a_lo, ti * 512u, false, 32u);
-      let b = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&b_q, tj * 512u, true, 32u);
+      let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&a_hi, ti * 512u / I8W, 32u / I8W);
+      let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&a_lo, ti * 512u / I8W, 32u / I8W);
+      let b = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&b_q, tj * 512u / I8W, 32u / I8W);
       var r = subgroupMatrixMultiply<i32>(ah, b);
       r = subgroupMatrixScalarMultiply(r, 128);
       r = subgroupMatrixMultiplyAccumulate(al, b, r);
-      subgroupMatrixStore(&part, ti * 16u * PS + tj * 16u, r, false, PS);
+      subgroupMatrixStore<row_major>(&part, ti * 16u * PS + tj * 16u, r, PS);
     }
 #endif
     workgroupBarrier();
@@ -415,7 +420,7 @@ const KB_A_ITEMS = BM * STG * XQV;                // vec4<u32> of x limbs a chun
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
 const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
-// The staged chunk, in bytes (int8 elements, as subgroupMatrixLoad counts them): x's rows per limb,
+// The staged chunk, in bytes (int8 elements; the loads count words, I8W): x's rows per limb,
 // then W's rows (column-major tiles). A fragment load reads 8 rows of 16 bytes at a time. With one
 // limb, [STG][rows][32]: rows r and r + 4 of a fragment share banks. With two limbs, [rows][RS]:
 // each row the chunk's STG groups and 16 bytes of padding, so that the 8 rows cover all 32 banks.
@@ -661,10 +666,10 @@ fn gemm_kb(
     }
     for (var s = 0u; s < STG; s++) {
       for (var j = 0u; j < 2u; j++) {
-        bf[2u * s + j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>>(&smem, KB_B + (tj0 + j) * 16u * RS + s * B_GS, true, RS);
+        bf[2u * s + j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + (tj0 + j) * 16u * RS + s * B_GS) / I8W, RS / I8W);
       }
       for (var i = 0u; i < 2u; i++) {
-        let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, (ti0 + i) * 16u * RS + s * A_GS, false, RS);
+        let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, ((ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
         r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
         r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
       }
@@ -675,7 +680,7 @@ fn gemm_kb(
       }
       for (var s = 0u; s < STG; s++) {
         for (var i = 0u; i < 2u; i++) {
-          let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>>(&smem, KB_LO + (ti0 + i) * 16u * RS + s * A_GS, false, RS);
+          let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, (KB_LO + (ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
           r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
           r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
         }
@@ -686,7 +691,7 @@ fn gemm_kb(
       continue; // the block's next chunk adds to the same sums
     }
     for (var t = 0u; t < 4u; t++) {
-      subgroupMatrixStore(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], false, PS);
+      subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], PS);
     }
     workgroupBarrier();
     scale_part(&acc, lid);

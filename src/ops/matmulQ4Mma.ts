@@ -4,7 +4,7 @@
 // With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
 // per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
 // shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
-import { grid1d, MissingFeatureError, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
+import { grid1d, legacySubgroupMatrixSpelling, MissingFeatureError, ShaderCompileError, ShapeError, shaderSource, Tensor, type Defines, type Gpu, type Kernel, type Recorder, type UniformType } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
@@ -136,12 +136,8 @@ export class MatmulQ4Mma {
     const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
-    const kernel = (entry: string) => gpu.kernel({ shader: 'matmul_q4_mma', entry, defines, uniforms });
-    const [quantizeK, gemmK, w, steps, wt] = await Promise.all([
-      kernel(`quantize_rows${suffix}`),
-      kernel(`gemm${suffix}`),
-      ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'].map(kernel) : []),
-    ]);
+    const entries = [`quantize_rows${suffix}`, `gemm${suffix}`, ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'] : [])];
+    const [quantizeK, gemmK, w, steps, wt] = await compileAll(gpu, entries, defines, uniforms);
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
     const xq = gpu.tensor([(maxRows * maxK * limbs) / 4], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
@@ -275,6 +271,25 @@ export class MatmulQ4Mma {
     this.w8?.release();
     this.w8Steps?.release();
     this.w8 = this.w8Steps = null;
+  }
+}
+
+/** The kernels of shaders/matmul_q4_mma.wgsl for `entries`; where the compiler rejects the file's
+ * spelling of the subgroup-matrix loads and stores, the same kernels from the older spelling (an
+ * error then gives both compilers' messages). */
+async function compileAll(gpu: Gpu, entries: string[], defines: Defines, uniforms: Record<string, UniformType>): Promise<Kernel[]> {
+  const compile = (code?: string) =>
+    Promise.all(entries.map((entry) => gpu.kernel(code ? { name: `matmul_q4_mma.${entry}`, code, entry, defines, uniforms } : { shader: 'matmul_q4_mma', entry, defines, uniforms })));
+  try {
+    return await compile();
+  } catch (current) {
+    if (!(current instanceof ShaderCompileError)) throw current;
+    try {
+      return await compile(legacySubgroupMatrixSpelling(shaderSource('matmul_q4_mma')));
+    } catch (older) {
+      if (!(older instanceof ShaderCompileError)) throw older;
+      throw new ShaderCompileError(current.kernel, [...current.messages, 'and in the older spelling of the subgroup-matrix builtins:', ...older.messages]);
+    }
   }
 }
 
