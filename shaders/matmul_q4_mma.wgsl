@@ -339,6 +339,14 @@ fn gemm(
 // the int8 weights laid out fragment by fragment, 512 contiguous bytes each, so a fragment load is
 // four whole cache lines; the partials double-buffered where two fit, one barrier a block) ran the
 // forward at 44 to 48 TFLOP/s with two limbs (64x128, 128x64; 64x64: 32) and 86 with one.
+// Where the two-limb forward's 2.88 ms go (64x128, M8192 N6144 K2048, H100; each figure a build
+// with one part removed, so not additive): without the per-block epilogue (part's store and
+// scale_part, two barriers) 2.29; without the lo limb's MMAs 2.52; without the prefetch of the
+// next chunk 2.63; without any MMA 1.79. So even with no epilogue it would run at 90 TFLOP/s, and
+// the epilogue cannot go: x's and W's steps change with the block, and nothing but a trip through
+// workgroup memory scales a result matrix by row and column. 64x64 tiles with `part` in memory of
+// its own (two barriers a block instead of four) ran at 56, against 54 sharing it (and 72 at
+// 64x128, where a separate `part` does not fit in 48 KB).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
