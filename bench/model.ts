@@ -39,7 +39,7 @@ import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
-import { mmaUnsupported } from '../src/ops/matmulQ4Mma';
+import { mmaUnsupported, type MmaSteps } from '../src/ops/matmulQ4Mma';
 import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from '../src/rl/microBatch';
 import { resolveLossConfig, type ResolvedLossConfig } from '../src/rl/lossConfig';
 import type { PreparedPrompt, SamplingOptions, SequenceBatch } from '../src/rl/policy';
@@ -291,9 +291,9 @@ async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, 
   const rec = gpu.recorder('bench.lora_b');
   for (const p of params) filler.fill(rec, p.B, 'uniform', 0.02);
   await rec.submit();
-  const run = async (limbs: 1 | 2 | null) => {
+  const run = async (limbs: 1 | 2 | null, steps: MmaSteps = 'block') => {
     if (limbs === null) await model.setTensorCoreGemm(false);
-    else await model.setTensorCoreGemm(true, limbs);
+    else await model.setTensorCoreGemm(true, limbs, steps);
     const fwd = await policy.forward(batch, { temperature: 1, lora: true, train: true, gradientCheckpointing: true });
     const [logps, mask] = [await gpu.readF32(fwd.logps), await gpu.readF32(fwd.mask)];
     const zero = gpu.recorder('bench.zero');
@@ -307,8 +307,9 @@ async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, 
   const ref = await run(null);
   const two = await run(2);
   const one = await run(1);
+  const byRow = await run(2, 'row');
   await model.setTensorCoreGemm(false);
-  return { two: driftOf(ref, two), one: driftOf(ref, one) };
+  return { two: driftOf(ref, two), one: driftOf(ref, one), byRow: driftOf(ref, byRow) };
 }
 
 /** How far `tc`'s log-probs and gradients are from `ref`'s (tensorCoreDrift). */
@@ -585,25 +586,26 @@ async function main(): Promise<void> {
   const noMma = mmaUnsupported(gpu);
   if (noMma) console.error(`gspo on tensor cores: skipped (${noMma})`);
   else {
-    // Two limbs of x (the default), then one (ModelOptions.tensorCoreLimbs); the profile of a
-    // group step with two.
+    // Two limbs of x (the default), then one (ModelOptions.tensorCoreLimbs), then two with steps
+    // by row (ModelOptions.tensorCoreSteps); the profile of a group step with the default.
     const timings = [];
     let profile: KernelTime[] | undefined;
-    for (const [i, limbs] of ([2, 1] as const).entries()) {
-      await model.setTensorCoreGemm(true, limbs);
+    for (const [i, [limbs, steps]] of ([[2, 'block'], [1, 'block'], [2, 'row']] as const).entries()) {
+      await model.setTensorCoreGemm(true, limbs, steps);
       const seed = 20 + 10 * i;
       await gspoStep(gpu, setup, seed, 1); // warm-up: the tensor-core pipelines compiled
       const tcS = await timed(gpu, () => gspoStep(gpu, setup, seed + 1));
       await gspoStep(gpu, setup, seed + 2, 1, false);
       const tcKeptS = await timed(gpu, () => gspoStep(gpu, setup, seed + 3, W.prompts, false));
-      if (limbs === 2 && args.includes('--profile')) profile = await kernelTimes(gpu, () => gspoStep(gpu, setup, seed + 4, 1));
+      if (i === 0 && args.includes('--profile')) profile = await kernelTimes(gpu, () => gspoStep(gpu, setup, seed + 4, 1));
       timings.push({ seconds: tcS, tokensPerS: allTokens / tcS, noCheckpointingSeconds: tcKeptS, noCheckpointingTokensPerS: allTokens / tcKeptS });
-      console.error(`gspo step on tensor cores, ${limbs} limb(s): ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s`);
+      console.error(`gspo step on tensor cores, ${limbs} limb(s), steps by ${steps}: ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s`);
     }
     await model.setTensorCoreGemm(false);
     const drift = await tensorCoreDrift(gpu, model, policy, lora16, { prompt: setup.prompts[0], completions: setup.completions[0] }, filler);
     result.gspoTensorCores = { ...timings[0], drift: drift.two, profile };
     result.gspoTensorCoresOneLimb = { ...timings[1], drift: drift.one };
+    result.gspoTensorCoresRowSteps = { ...timings[2], drift: drift.byRow };
     save();
     console.error(`tensor-core drift: ${JSON.stringify(drift)}`);
   }

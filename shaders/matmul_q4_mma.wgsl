@@ -52,6 +52,8 @@ struct Params {
 @group(0) @binding(10) var<storage, read_write> tw_out: array<f32>;
 @group(0) @binding(11) var<storage, read> w8_in: array<vec4<u32>>;     // W re-rounded to int8 (requant_w), or Wᵀ (requant_wt): [N, K/32, 2]
 @group(0) @binding(12) var<storage, read_write> w8_out: array<vec4<u32>>;
+@group(0) @binding(13) var<storage, read> rmax_in: array<f32>;          // ROWCOL: each row's largest |x|
+@group(0) @binding(14) var<storage, read_write> rmax_out: array<f32>;
 
 const QMAX = 16256.0; // 127·128
 const I8W = 4u;       // int8 elements a word of an i32 array
@@ -342,13 +344,19 @@ fn gemm(
 // Where the two-limb forward's 2.88 ms go (64x128, M8192 N6144 K2048, H100; each figure a build
 // with one part removed, so not additive): without the per-block epilogue (part's store and
 // scale_part, two barriers) 2.29; without the lo limb's MMAs 2.52; without the prefetch of the
-// next chunk 2.63; without any MMA 1.79. So even with no epilogue it would run at 90 TFLOP/s, and
-// the epilogue cannot go: x's and W's steps change with the block, and nothing but a trip through
-// workgroup memory scales a result matrix by row and column (a probe with the hi and lo sums in
-// accumulators of their own and one epilogue after the last chunk, which would need x's and W's
-// steps to be one per row and per column, ran at 87 TFLOP/s forward and 83 dX). 64x64 tiles with
-// `part` in memory of its own (two barriers a block instead of four) ran at 56, against 54
-// sharing it (and 72 at 64x128, where a separate `part` does not fit in 48 KB).
+// next chunk 2.63; without any MMA 1.79. So even with no epilogue it would run at 90 TFLOP/s. With
+// steps per block the epilogue cannot go: nothing but a trip through workgroup memory scales a
+// result matrix by row and column. 64x64 tiles with `part` in memory of its own (two barriers a
+// block instead of four) ran at 56, against 54 sharing it (and 72 at 64x128, where a separate
+// `part` does not fit in 48 KB).
+// ROWCOL (steps 'row', two limbs, K block 128 for the staging only): one step per row of x, its
+// largest |x| over the whole of K / 16256 (row_absmax, then quantize_rows_kb), and one per
+// column of W (row_steps, once per weight: t = 8·max |d| / 127 over the row of W's groups; for dX,
+// block_steps over all of N). The bound is the block one's with the block the whole of K: x to
+// within half a step, each weight to within t/2. Σ hi·w8 and Σ lo·w8 have accumulators of their
+// own (|Σ| ≤ 127·127·K < 2^31 up to K = 133,000), so the chunks run without the epilogue and the
+// sums go through workgroup memory once, after the last chunk (hi scaled by 128 there). On the H100
+// at M8192 N6144 K2048: forward 86 TFLOP/s, dX 80 (by block: 72, 68).
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
@@ -378,6 +386,7 @@ fn limb_words_kb(a: vec4<f32>, b: vec4<f32>, inv: f32) -> vec4<u32> {
 // 4, 6, then 8o + 1, 3, 5, 7); the first lane of each quad writes the quad's hi vec4, the second
 // its lo vec4. Subgroups of exactly 32 (MatmulQ4Mma checks).
 const QL = 8u * SUB; // lanes a block: 64 (two subgroups) for blocks of 256
+
 var<workgroup> q_amax: array<f32, 8>; // blocks of 256: each subgroup's absmax
 
 @compute @workgroup_size(256)
@@ -393,6 +402,9 @@ fn quantize_rows_kb(
   if (live) {
     v = x[e];
   }
+#if ROWCOL
+  let amax = rmax_in[min(4u * e / params.k, params.m - 1u)];
+#else
   let a = abs(v);
   var amax = max(max(a.x, a.y), max(a.z, a.w));
   for (var d = 1u; d < min(QL, 32u); d *= 2u) {
@@ -406,6 +418,7 @@ fn quantize_rows_kb(
     workgroupBarrier();
     amax = max(q_amax[sg], q_amax[sg ^ 1u]);
   }
+#endif
   let inv = select(0.0, QMAX_KB / amax, amax > 0.0);
   let other = subgroupShuffleXor(v, 1u);
   let odd = (lane & 1u) == 1u;
@@ -420,8 +433,49 @@ fn quantize_rows_kb(
   } else if ((lane & 3u) == 1u && LIMBS == 2u) {
     xq[q + 2u] = vec4<u32>(w.zw, wn.zw);
   }
+#if ROWCOL
+  if ((4u * e) % params.k == 0u) {
+    sx[4u * e / params.k] = amax / QMAX_KB;
+  }
+#else
   if (e % QL == 0u) {
     sx[4u * e / KB] = amax / QMAX_KB;
+  }
+#endif
+}
+
+// ROWCOL: each row's largest |x| over the whole of K, a workgroup a row (subgroups of exactly 32).
+var<workgroup> ra_part: array<f32, 8>;
+
+@compute @workgroup_size(256)
+fn row_absmax(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sg: u32,
+  @builtin(subgroup_invocation_id) lane: u32,
+) {
+  let m = wid.x + wid.y * nwg.x;
+  if (m >= params.m) {
+    return;
+  }
+  let k4 = params.k / 4u;
+  var amax = 0.0;
+  for (var i = lid; i < k4; i += 256u) {
+    let a = abs(x[m * k4 + i]);
+    amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+  }
+  amax = subgroupMax(amax);
+  if (lane == 0u) {
+    ra_part[sg] = amax;
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    var a = 0.0;
+    for (var s = 0u; s < 8u; s++) {
+      a = max(a, ra_part[s]);
+    }
+    rmax_out[m] = a;
   }
 }
 
@@ -467,16 +521,37 @@ struct StagedKb {
 fn block_steps(@builtin(global_invocation_id) gid: vec3u) {
   let groups = params.k / 32u;
   let i = gid.x;
-  if (i >= (params.n + KB - 1u) / KB * groups) {
+#if ROWCOL
+  // One block: all of N.
+  let span = params.n;
+#else
+  let span = KB;
+#endif
+  if (i >= (params.n + span - 1u) / span * groups) {
     return;
   }
   let b = i / groups;
   let g = i % groups;
   var dmax = 0.0;
-  for (var n = b * KB; n < min(params.n, (b + 1u) * KB); n++) {
+  for (var n = b * span; n < min(params.n, (b + 1u) * span); n++) {
     dmax = max(dmax, abs(scale_of(n * groups + g)));
   }
   tw_out[i] = dmax / KB_MAX;
+}
+
+// ROWCOL, forward: tw[n] = 8·max_g |d[n, g]| / 127 over the whole row n of W (once per weight).
+@compute @workgroup_size(64)
+fn row_steps(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let groups = params.k / 32u;
+  let n = gid.x + gid.y * nwg.x * 64u;
+  if (n >= params.n) {
+    return;
+  }
+  var dmax = 0.0;
+  for (var g = 0u; g < groups; g++) {
+    dmax = max(dmax, abs(scale_of(n * groups + g)));
+  }
+  tw_out[n] = dmax / KB_MAX;
 }
 
 // Forward: W re-rounded to int8 once per call, before the GEMM (each of its workgroups re-rounding
@@ -491,12 +566,17 @@ fn requant_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups)
   if (i >= params.n * groups) {
     return;
   }
+#if ROWCOL
+  let t = tw_in[i / groups]; // row_steps'
+  let dmax = t;
+#else
   let first = i - i % SUB; // the block's first group
   var dmax = 0.0;
   for (var h = 0u; h < SUB; h++) {
     dmax = max(dmax, abs(scale_of(first + h)));
   }
   let t = dmax / KB_MAX;
+#endif
   let f = select(0.0, scale_of(i) / t, dmax > 0.0);
   let c = codes4[i];
   var q: array<i32, 8>;
@@ -506,9 +586,15 @@ fn requant_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups)
   }
   w8_out[2u * i] = bitcast<vec4<u32>>(vec4<i32>(q[0], q[1], q[2], q[3]));
   w8_out[2u * i + 1u] = bitcast<vec4<u32>>(vec4<i32>(q[4], q[5], q[6], q[7]));
+#if ROWCOL
+  if (i % groups == 0u) {
+    tw_out[i / groups] = t;
+  }
+#else
   if (i % SUB == 0u) {
     tw_out[i / SUB] = t;
   }
+#endif
 }
 
 // Wᵀ for dX = dY·W, as requant_w lays out a weight: one thread per (column k of W, rows 32j ..
@@ -530,7 +616,11 @@ fn requant_wt(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups
   let k = i % params.k;
   let j = i / params.k;
   let g = k / 32u;
+#if ROWCOL
+  let t = tw_in[g];
+#else
   let t = tw_in[(j / SUB) * wg + g];
+#endif
   let shift = 4u * (k % 8u);
   var q: array<u32, 8>;
   for (var o = 0u; o < 4u; o++) {
@@ -549,9 +639,15 @@ fn requant_wt(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups
   let o = 2u * (k * rg + j);
   w8_out[o] = vec4<u32>(q[0], q[1], q[2], q[3]);
   w8_out[o + 1u] = vec4<u32>(q[4], q[5], q[6], q[7]);
+#if ROWCOL
+  if (j == 0u) {
+    tw_out[k] = t;
+  }
+#else
   if (j % SUB == 0u) {
     tw_out[k * (rg / SUB) + j / SUB] = t;
   }
+#endif
 }
 
 // Chunk c (STG groups along the reduction) of block c / CPB. Item j of the weights: column j / STG,
@@ -579,11 +675,19 @@ fn fetch_kb(c: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
       let at = 2u * (n * groups + g0 + j % STG);
       st.b[t] = w8_in[at];
       st.b2[t] = w8_in[at + 1u];
+#if ROWCOL
+      st.t[t] = tw_in[n];
+#else
       st.t[t] = tw_in[n * (groups / SUB) + blk];
+#endif
     }
   }
   if (lid < BM && m0 + lid < params.m) {
+#if ROWCOL
+    st.sx = sx_in[m0 + lid];
+#else
     st.sx = sx_in[(m0 + lid) * (groups / SUB) + blk];
+#endif
   }
   return st;
 }
@@ -635,10 +739,10 @@ fn stage_kb(st: StagedKb, lid: u32) {
   }
 }
 
-// acc += sx·t·part over this thread's elements (column lid % BN).
-fn scale_part(acc: ptr<function, array<f32, ACC>>, lid: u32) {
+// acc += f·sx·t·part over this thread's elements (column lid % BN).
+fn scale_part(acc: ptr<function, array<f32, ACC>>, lid: u32, f: f32) {
   let col = lid % BN;
-  let sw = kb_t[col];
+  let sw = f * kb_t[col];
   for (var j = 0u; j < ACC; j++) {
     let row = lid / BN + j * (WG / BN);
     (*acc)[j] = fma(f32(smem[row * PS + col]), kb_sx[row] * sw, (*acc)[j]);
@@ -661,6 +765,11 @@ fn gemm_kb(
   // hi products first, scaled by 128, then the lo products on top (two limbs take blocks of one
   // chunk). The chunk's weight fragments are loaded once and held for both passes.
   var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
+#if ROWCOL
+  // One step per row of x and column of W over all of K: Σ hi·w8 and Σ lo·w8 in accumulators of
+  // their own (each within 127·127·K of zero), scaled once, after the last chunk.
+  var rl: array<subgroup_matrix_result<i32, 16, 16>, 4>;
+#endif
   var bf: array<subgroup_matrix_right<i8, 16, 32>, 2u * STG>; // [2s + j]: group s, tile column tj0 + j
   var st = fetch_kb(0u, m0, n0, lid);
   for (var c = 0u; c < chunks; c++) {
@@ -669,11 +778,20 @@ fn gemm_kb(
     if (c + 1u < chunks) {
       st = fetch_kb(c + 1u, m0, n0, lid);
     }
+#if ROWCOL
+    if (c == 0u) {
+      for (var t = 0u; t < 4u; t++) {
+        r[t] = subgroup_matrix_result<i32, 16, 16>();
+        rl[t] = subgroup_matrix_result<i32, 16, 16>();
+      }
+    }
+#else
     if (c % CPB == 0u) {
       for (var t = 0u; t < 4u; t++) {
         r[t] = subgroup_matrix_result<i32, 16, 16>();
       }
     }
+#endif
     for (var s = 0u; s < STG; s++) {
       for (var j = 0u; j < 2u; j++) {
         bf[2u * s + j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + (tj0 + j) * 16u * RS + s * B_GS) / I8W, RS / I8W);
@@ -684,28 +802,50 @@ fn gemm_kb(
         r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
       }
     }
+#if ROWCOL
+    let lo = &rl; // the lo sums apart, each scaled after the last chunk
+#else
+    let lo = &r;  // 128·(the block's hi sums), then the lo products on top
     if (LIMBS == 2u) {
       for (var t = 0u; t < 4u; t++) {
         r[t] = subgroupMatrixScalarMultiply(r[t], 128);
       }
+    }
+#endif
+    if (LIMBS == 2u) {
       for (var s = 0u; s < STG; s++) {
         for (var i = 0u; i < 2u; i++) {
           let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, (KB_LO + (ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
-          r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
-          r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
+          (*lo)[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], (*lo)[2u * i]);
+          (*lo)[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], (*lo)[2u * i + 1u]);
         }
       }
     }
     workgroupBarrier(); // the chunk's MMAs are done with the staging
+#if ROWCOL
+    if (c + 1u < chunks) {
+      continue; // one pass through workgroup memory, after the last chunk
+    }
+    let hi_scale = 128.0;
+#else
     if (c % CPB != CPB - 1u) {
       continue; // the block's next chunk adds to the same sums
     }
+    let hi_scale = 1.0;
+#endif
     for (var t = 0u; t < 4u; t++) {
       subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], PS);
     }
     workgroupBarrier();
-    scale_part(&acc, lid);
+    scale_part(&acc, lid, hi_scale);
     workgroupBarrier();
+#if ROWCOL
+    for (var t = 0u; t < 4u; t++) {
+      subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, rl[t], PS);
+    }
+    workgroupBarrier();
+    scale_part(&acc, lid, 1.0);
+#endif
   }
   let n = n0 + lid % BN;
   let width = params.n;

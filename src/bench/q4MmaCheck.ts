@@ -93,7 +93,8 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
   // one limb to absmax/127: an error of at most half of that. Past 32, each weight is also
   // re-rounded to a step t of 8·max|d|/127 over the scales its block shares (its column's groups
   // in the block, or for the input gradient its group's rows in the block): at most t/2 more.
-  const kb = mma.kBlock;
+  // With steps 'row' the block is the whole reduction.
+  const kb = mma.steps === 'row' ? red : mma.kBlock;
   const blocks = red / kb;
   const step = new Float64Array(m * blocks);
   for (let r = 0; r < m; r++)

@@ -3,7 +3,7 @@
 // generate (the generation half of src/rl/policy.ts's Policy; the training half is train.ts).
 import { ShapeError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
-import { MatmulQ4Mma } from '../ops/matmulQ4Mma';
+import { MatmulQ4Mma, type MmaSteps } from '../ops/matmulQ4Mma';
 import { Sampler } from '../ops/sampling';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
@@ -46,6 +46,11 @@ export interface ModelOptions {
    * outlier channels lose more with one limb (the kernel check, Gaussian x with 4 channels at 50x:
    * products within 3.7e-2 of max |y| of the exact 4-bit product, two limbs 6.8e-3). */
   tensorCoreLimbs?: 1 | 2;
+  /** Where x's and W's int8 steps change on the tensor cores (MatmulQ4MmaOptions.steps; two limbs
+   * only): 'block' (default, every K block of 128) or 'row' (one step per row of x and column of W
+   * over the whole of K: 1.2x faster products on an H100, coarser where a row's or a column's
+   * magnitude varies along K; BENCHMARKS.md gives the drift of each). */
+  tensorCoreSteps?: MmaSteps;
 }
 
 /** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: a byte an element and
@@ -99,21 +104,22 @@ export class Qwen3VL {
     ]);
     const head = new TableHead(gpu, decoder.ops.linear, weights.language.lmHead, opts.maxLogitRows ?? 64);
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler);
-    if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true, opts.tensorCoreLimbs);
+    if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true, opts.tensorCoreLimbs, opts.tensorCoreSteps);
     return model;
   }
 
   /**
    * Route the decoder's and the LM head's 4-bit products of more than 8 rows and their input
    * gradients through the K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the vision tower stays on
-   * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs; default: as last
-   * set, else 2), or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
+   * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs) and its steps by
+   * `steps` (ModelOptions.tensorCoreSteps; both default to what was last set, else 2 and 'block'),
+   * or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
    */
-  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mma?.limbs ?? 2): Promise<void> {
-    if (on && this.mma?.limbs !== limbs) {
+  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mma?.limbs ?? 2, steps: MmaSteps = this.mma?.steps ?? 'block'): Promise<void> {
+    if (on && (this.mma?.limbs !== limbs || this.mma?.steps !== steps)) {
       const t = this.config.text;
       const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs });
+      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs, steps });
       if (this.mma) {
         // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
         this.decoder.ops.linear.useTensorCores(null);
@@ -128,6 +134,11 @@ export class Qwen3VL {
   /** x's int8 limbs on the tensor cores while they are in use (setTensorCoreGemm), else null. */
   get tensorCoreLimbs(): 1 | 2 | null {
     return this.tensorCoreGemm ? this.mma!.limbs : null;
+  }
+
+  /** The tensor cores' steps while they are in use (setTensorCoreGemm), else null. */
+  get tensorCoreSteps(): MmaSteps | null {
+    return this.tensorCoreGemm ? this.mma!.steps : null;
   }
 
   /** Whether the decoder's and the LM head's GEMMs run on the tensor cores (setTensorCoreGemm). */

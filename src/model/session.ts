@@ -9,6 +9,7 @@ import { syntheticDataset } from '../data/synthetic';
 import type { DatasetRow, RgbaImage } from '../data/types';
 import type { Gpu } from '../gpu';
 import { createLoraParams, releaseLoraParams, type LoraParams } from '../ops/lora';
+import type { MmaSteps } from '../ops/matmulQ4Mma';
 import { LORA_TARGETS, type LoraSettings, type SyntheticDatasetSettings } from '../rl/config';
 import type { PreparedImage, PreparedPrompt } from '../rl/policy';
 import type { PromptSource } from '../rl/trainer';
@@ -34,6 +35,8 @@ export interface OpenModelOptions {
   tensorCoreGemm?: boolean;
   /** x's int8 limbs there (ModelOptions.tensorCoreLimbs). */
   tensorCoreLimbs?: 1 | 2;
+  /** Their int8 steps by block or by row (ModelOptions.tensorCoreSteps). */
+  tensorCoreSteps?: MmaSteps;
 }
 
 export interface PreparedRow {
@@ -106,7 +109,7 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   if (imagePad !== config.tokens.image) {
     throw new SessionError(`${files.location}: the tokenizer's <|image_pad|> is ${imagePad} but config.json's image_token_id is ${config.tokens.image}; tokenizer and model do not belong together`);
   }
-  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs });
+  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs, tensorCoreSteps: opts.tensorCoreSteps });
   model.tokenizer = tokenizer;
   const policy = new Qwen3VLPolicy(model);
   const t = config.text;

@@ -42,7 +42,15 @@ export interface MatmulQ4MmaOptions {
    * largest |x|) or 1 (to 1/254 of it, about bf16's precision for a block's largest values and
    * coarser for its small ones): half the MMAs and half the staged bytes of x. */
   limbs?: 1 | 2;
+  /** Where x's and W's int8 steps change with a K block above 32: 'block' (default: per row of x
+   * and column of W in each K block) or 'row' (one step per row of x and column of W over the
+   * whole of K; K block 128 and two limbs only): the i32 sums then run through workgroup memory
+   * once, after the last chunk, instead of once a block, for coarser steps where a row's or a
+   * column's magnitude varies along K (the shader states the bound). */
+  steps?: MmaSteps;
 }
+
+export type MmaSteps = 'block' | 'row';
 
 export type KBlock = 32 | 64 | 128 | 256;
 
@@ -78,7 +86,9 @@ function tileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
 
 export class MatmulQ4Mma {
   /** The input gradient's weight steps, by the weight's scales (stepsOf). */
-  private readonly steps = new Map<Tensor, Tensor>();
+  private readonly inputSteps = new Map<Tensor, Tensor>();
+  /** With steps 'row', the forward's weight steps, by the weight's scales (rowStepsOf). */
+  private readonly forwardSteps = new Map<Tensor, Tensor>();
   /** The forward's int8 weights and their block steps (rounded), grown on demand. */
   private w8: Tensor | null = null;
   private w8Steps: Tensor | null = null;
@@ -90,6 +100,8 @@ export class MatmulQ4Mma {
     /** K-blocked only: requant_w (W re-rounded to int8 before each forward GEMM), and for the
      * input gradient block_steps and requant_wt (Wᵀ the same, for the same GEMM). */
     private readonly rounding: { w: Kernel; steps: Kernel; wt: Kernel } | null,
+    /** steps 'row': row_absmax (x's rows before quantizing them), its output, and row_steps. */
+    private readonly rowScaling: { absmax: Kernel; amax: Tensor; steps: Kernel } | null,
     private readonly xq: Tensor,
     private readonly sx: Tensor,
     readonly tile: MmaTile,
@@ -99,6 +111,7 @@ export class MatmulQ4Mma {
     readonly maxK: number,
     readonly kBlock: KBlock,
     readonly limbs: 1 | 2,
+    readonly steps: MmaSteps,
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4MmaOptions): Promise<MatmulQ4Mma> {
@@ -114,6 +127,9 @@ export class MatmulQ4Mma {
     const limbs = opts.limbs ?? 2;
     if (limbs !== 2 && (limbs !== 1 || kBlock === 32)) throw new ShapeError('matmulQ4Mma', `limbs must be 2, or 1 with a K block above 32, got ${limbs} (K block ${kBlock})`);
     if (kBlock === 256 && limbs !== 1) throw new ShapeError('matmulQ4Mma', 'a K block of 256 takes x in one limb');
+    const rowSteps = (opts.steps ?? 'block') === 'row';
+    if (opts.steps !== undefined && opts.steps !== 'block' && opts.steps !== 'row') throw new ShapeError('matmulQ4Mma', `steps must be 'block' or 'row', got ${String(opts.steps)}`);
+    if (rowSteps && (kBlock !== 128 || limbs !== 2)) throw new ShapeError('matmulQ4Mma', `steps 'row' takes a K block of 128 and two limbs, got ${kBlock} and ${limbs}`);
     const bytes = tileBytes(tile, kBlock, limbs);
     if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
       throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile${kBlock > 32 ? ` with K block ${kBlock}` : ''} needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
@@ -133,16 +149,17 @@ export class MatmulQ4Mma {
     const blockable = threads === 128 && sg32;
     const blocked = kBlock > 32 || (opts.blocked ?? blockable);
     if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
-    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs };
+    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs, ROWCOL: rowSteps };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
-    const entries = [`quantize_rows${suffix}`, `gemm${suffix}`, ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'] : [])];
-    const [quantizeK, gemmK, w, steps, wt] = await compileAll(gpu, entries, defines, uniforms);
+    const entries = [`quantize_rows${suffix}`, `gemm${suffix}`, ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'] : []), ...(rowSteps ? ['row_absmax', 'row_steps'] : [])];
+    const [quantizeK, gemmK, w, steps, wt, absmax, rowStepsK] = await compileAll(gpu, entries, defines, uniforms);
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
     const xq = gpu.tensor([(maxRows * maxK * limbs) / 4], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
     const rounding = w && steps && wt ? { w, steps, wt } : null;
-    return new MatmulQ4Mma(gpu, quantizeK, gemmK, rounding, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs);
+    const rowsK = absmax && rowStepsK ? { absmax, amax: gpu.tensor([maxRows], 'f32', 'matmul_q4_mma.row_amax'), steps: rowStepsK } : null;
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, rounding, rowsK, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs, rowSteps ? 'row' : 'block');
   }
 
   /** Whether `gemm` takes weight `w` (K a whole number of K blocks; rows of K fit the workspace). */
@@ -181,10 +198,10 @@ export class MatmulQ4Mma {
     if (k % this.kBlock !== 0) throw new ShapeError(op, `K = ${k} is not a multiple of the K block ${this.kBlock}`);
     for (const [r0, rows] of this.slices(m, k)) {
       const uniforms = { m: rows, n: 0, k, accumulate: accumulate ? 1 : 0 };
-      rec.dispatch(this.quantizeK, { x: rowSlice(x, r0, rows, k), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * k), uniforms);
+      this.quantize(rec, rowSlice(x, r0, rows, k), rows, k, uniforms);
       for (const { w, y } of outs) {
         const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
-        const weights = this.rounding ? this.rounded(rec, w, null) : { codes4: w.codes, scales: w.scales };
+        const weights = this.rounding ? this.rounded(rec, w, this.rowScaling ? this.rowStepsOf(rec, w) : null, false) : { codes4: w.codes, scales: w.scales };
         rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, ...weights, y: rowSlice(y, r0, rows, w.n) }, grid, { ...uniforms, n: w.n });
       }
     }
@@ -206,17 +223,28 @@ export class MatmulQ4Mma {
     for (const [r0, rows] of this.slices(m, w.n)) {
       // The forward's GEMM on Wᵀ: x is dY (rows of width N, the reduction), y is dX (width K).
       const uniforms = { m: rows, n: w.k, k: w.n, accumulate: all.accumulate };
-      rec.dispatch(this.quantizeK, { x: rowSlice(dy, r0, rows, w.n), xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * w.n), uniforms);
-      const weights = this.rounded(rec, w, tw);
+      this.quantize(rec, rowSlice(dy, r0, rows, w.n), rows, w.n, uniforms);
+      const weights = this.rounded(rec, w, tw, true);
       const grid: [number, number] = [Math.ceil(w.k / this.tile.cols), Math.ceil(rows / this.tile.rows)];
       rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, ...weights, y: rowSlice(dx, r0, rows, w.k) }, grid, uniforms);
     }
   }
 
-  /** W re-rounded to int8 per (row, K block) by requant_w, or with `blockSteps` (block_steps' of W)
-   * Wᵀ per (column, block of N) by requant_wt, into this instance's scratch, which grows to the
-   * largest weight's N·K bytes on its first call (25 MiB for the 2B's joined gate/up). */
-  private rounded(rec: Recorder, w: Q4Weight, blockSteps: Tensor | null): { w8_in: Tensor; tw_in: Tensor } {
+  /** x's rows into the workspace's int8 limbs (with steps 'row', their largest |x| first). */
+  private quantize(rec: Recorder, x: Tensor, rows: number, width: number, uniforms: Record<string, number>): void {
+    if (this.rowScaling) {
+      rec.dispatch(this.rowScaling.absmax, { x, rmax_out: this.rowScaling.amax }, grid1d(rows, 1), uniforms);
+      rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx, rmax_in: this.rowScaling.amax }, this.quantizeGrid(rows * width), uniforms);
+      return;
+    }
+    rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * width), uniforms);
+  }
+
+  /** W re-rounded to int8 per (row, K block) by requant_w, or (`transposed`, with block_steps'
+   * `steps`) Wᵀ per (column, block of N) by requant_wt, into this instance's scratch, which grows
+   * to the largest weight's N·K bytes on its first call (25 MiB for the 2B's joined gate/up). With
+   * steps 'row', requant_w takes row_steps' `steps` and the blocks are the whole of K or N. */
+  private rounded(rec: Recorder, w: Q4Weight, steps: Tensor | null, transposed: boolean): { w8_in: Tensor; tw_in: Tensor } {
     const words = (w.n * w.k) / 4;
     if (!this.w8 || this.w8.numel < words) {
       // A smaller one is not released: calls recorded before may still read it.
@@ -226,8 +254,8 @@ export class MatmulQ4Mma {
     const groups = (w.n * w.k) / Q4_GROUP;
     const out = { codes4: w.codes, scales: w.scales, w8_out: this.w8, tw_out: this.w8Steps! };
     const uniforms = { m: 0, n: w.n, k: w.k, accumulate: 0 };
-    if (blockSteps) rec.dispatch(this.rounding!.wt, { ...out, tw_in: blockSteps }, grid1d(groups, 64), uniforms);
-    else rec.dispatch(this.rounding!.w, out, grid1d(groups, 64), uniforms);
+    const k = transposed ? this.rounding!.wt : this.rounding!.w;
+    rec.dispatch(k, steps ? { ...out, tw_in: steps } : out, grid1d(groups, 64), uniforms);
     return { w8_in: this.w8, tw_in: this.w8Steps! };
   }
 
@@ -240,12 +268,24 @@ export class MatmulQ4Mma {
   /** A weight's steps for the input gradient (block_steps), made on its first backward and kept:
    * the base weights are frozen, so a weight's scales must not change while this op lives. */
   private stepsOf(rec: Recorder, w: Q4Weight, uniforms: Record<string, number>): Tensor {
-    let tw = this.steps.get(w.scales);
+    let tw = this.inputSteps.get(w.scales);
     if (!tw) {
-      const count = (w.n / this.kBlock) * (w.k / Q4_GROUP);
+      const count = (this.rowScaling ? 1 : w.n / this.kBlock) * (w.k / Q4_GROUP);
       tw = this.gpu.tensor([count], 'f32', 'matmul_q4_mma.tw');
       rec.dispatch(this.rounding!.steps, { scales: w.scales, tw_out: tw }, grid1d(count, 64), uniforms);
-      this.steps.set(w.scales, tw);
+      this.inputSteps.set(w.scales, tw);
+    }
+    return tw;
+  }
+
+  /** With steps 'row', a weight's forward steps (row_steps: one per row of W), made on its first
+   * call and kept like stepsOf's. */
+  private rowStepsOf(rec: Recorder, w: Q4Weight): Tensor {
+    let tw = this.forwardSteps.get(w.scales);
+    if (!tw) {
+      tw = this.gpu.tensor([w.n], 'f32', 'matmul_q4_mma.row_steps');
+      rec.dispatch(this.rowScaling!.steps, { scales: w.scales, tw_out: tw }, grid1d(w.n, 64), { m: 0, n: w.n, k: w.k, accumulate: 0 });
+      this.forwardSteps.set(w.scales, tw);
     }
     return tw;
   }
@@ -264,8 +304,10 @@ export class MatmulQ4Mma {
   }
 
   release(): void {
-    for (const tw of this.steps.values()) tw.release();
-    this.steps.clear();
+    for (const tw of [...this.inputSteps.values(), ...this.forwardSteps.values()]) tw.release();
+    this.inputSteps.clear();
+    this.forwardSteps.clear();
+    this.rowScaling?.amax.release();
     this.xq.release();
     this.sx.release();
     this.w8?.release();

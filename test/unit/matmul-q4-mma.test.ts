@@ -33,19 +33,19 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
     mma.release();
   });
 
-  it('the K-blocked variant, y = x·Wᵀ and dX = dY·W, stays within its bound (two-limb x per block, weights re-rounded to int8)', async () => {
-    for (const kBlock of [64, 128] as const) {
-      const mma = await MatmulQ4Mma.create(gpu, { maxRows: 130, maxK: 768, tile: { rows: 64, cols: 64, threads: 128 }, kBlock });
+  it('the K-blocked variant, y = x·Wᵀ and dX = dY·W, stays within its bound (two-limb x per block or per row, weights re-rounded to int8)', async () => {
+    for (const [kBlock, steps] of [[64, 'block'], [128, 'block'], [128, 'row']] as const) {
+      const mma = await MatmulQ4Mma.create(gpu, { maxRows: 130, maxK: 768, tile: { rows: 64, cols: 64, threads: 128 }, kBlock, steps });
       for (const [i, shape] of ([[1, 1, 256], [45, 96, 768], [130, 129, 512]] as [number, number, number][]).entries()) {
         const a = await checkQ4Mma(gpu, mma, shape, 17 + i);
-        expect(a.ofBound, `K block ${kBlock} ${a.shape}: error over the bound`).toBeLessThanOrEqual(1);
-        expect(a.relToMax, `K block ${kBlock} ${a.shape}: error over max |y|`).toBeLessThan(1e-2);
+        expect(a.ofBound, `K block ${kBlock}, steps by ${steps}, ${a.shape}: error over the bound`).toBeLessThanOrEqual(1);
+        expect(a.relToMax, `K block ${kBlock}, steps by ${steps}, ${a.shape}: error over max |y|`).toBeLessThan(1e-2);
       }
       // dX = dY·W: blocks along N.
       for (const [i, shape] of ([[1, 128, 64], [45, 256, 192], [130, 384, 320]] as [number, number, number][]).entries()) {
         const a = await checkQ4Mma(gpu, mma, shape, 27 + i, true);
-        expect(a.ofBound, `K block ${kBlock} ${a.shape}: error over the bound`).toBeLessThanOrEqual(1);
-        expect(a.relToMax, `K block ${kBlock} ${a.shape}: error over max |y|`).toBeLessThan(1e-2);
+        expect(a.ofBound, `K block ${kBlock}, steps by ${steps}, ${a.shape}: error over the bound`).toBeLessThanOrEqual(1);
+        expect(a.relToMax, `K block ${kBlock}, steps by ${steps}, ${a.shape}: error over max |y|`).toBeLessThan(1e-2);
       }
       mma.release();
     }
@@ -60,6 +60,7 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
     for (const t of [x, y, w.codes, w.scales]) t.release();
     mma.release();
     await expect(MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 512, tile: { rows: 64, cols: 128, threads: 128 }, kBlock: 128 })).rejects.toThrow(/needs 256 threads/);
+    await expect(MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 512, tile: { rows: 64, cols: 64, threads: 128 }, kBlock: 64, steps: 'row' })).rejects.toThrow(/steps 'row' takes a K block of 128 and two limbs/);
   });
 
   it('runs more rows than its workspace in slices of maxRows (a multiple of 64), and refuses slices of another size', async () => {

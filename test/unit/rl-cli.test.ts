@@ -135,6 +135,11 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     const limbs3 = await runCli(['train', '--config', configFile, '--tensor-cores', '--tensor-core-limbs', '3', '--output-dir', join(dir, 'run')]);
     expect(limbs3.code).toBe(1);
     expect(limbs3.stderr).toContain("got '3'");
+    const steps = await runCli(['train', '--config', configFile, '--tensor-cores', '--tensor-core-limbs', '1', '--tensor-core-steps', 'row', '--output-dir', join(dir, 'run')]);
+    expect(steps.code).toBe(1);
+    expect(steps.stderr).toContain("--tensor-core-steps takes block or row (row with two limbs), with --tensor-cores (got 'row' with one limb)");
+    const stepsBare = await runCli(['train', '--config', configFile, '--tensor-core-steps', 'block', '--output-dir', join(dir, 'run')]);
+    expect(stepsBare.stderr).toContain("(got 'block' without --tensor-cores)");
     const tcDemo = await runCli(['train', '--demo', '--tensor-cores']);
     expect(tcDemo.code).toBe(1);
     expect(tcDemo.stderr).toContain('--tensor-cores goes with --config or --resume');

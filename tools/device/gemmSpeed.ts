@@ -7,14 +7,15 @@
 //   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32]
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
-import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
+import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaSteps, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { Filler } from '../../src/bench/fill';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { measure } from '../../src/bench/harness';
 import type { Recorder, Tensor } from '../../src/gpu';
 
-const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2 }[] = [
+const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2; steps?: MmaSteps }[] = [
   { tile: { rows: 64, cols: 128, threads: 256 }, kBlock: 128, limbs: 2 },
+  { tile: { rows: 64, cols: 128, threads: 256 }, kBlock: 128, limbs: 2, steps: 'row' },
   { tile: { rows: 128, cols: 64, threads: 256 }, kBlock: 256, limbs: 1 },
 ];
 // [M, N, K]: the headline shape, then a group step's (8 x 352 rows) gate/up and down.
@@ -45,7 +46,7 @@ interface Gemm {
 const ops: { name: string; kernels: RegExp; make: () => Promise<Gemm & { release?: () => void }> }[] = F32
   ? [{ name: 'f32 kernels', kernels: /^matmul_q4\.(gemm|dinput)$/, make: () => MatmulQ4.create(gpu) }]
   : CONFIGS.map((c) => ({
-      name: `${c.tile.rows}x${c.tile.cols}/${c.tile.threads} K block ${c.kBlock}, ${c.limbs} limb${c.limbs > 1 ? 's' : ''}`,
+      name: `${c.tile.rows}x${c.tile.cols}/${c.tile.threads} K block ${c.kBlock}, ${c.limbs} limb${c.limbs > 1 ? 's' : ''}${c.steps === 'row' ? ', steps by row' : ''}`,
       kernels: /^matmul_q4_mma\./,
       make: () => MatmulQ4Mma.create(gpu, { maxRows: 8192, maxK: 6144, ...c }),
     }));

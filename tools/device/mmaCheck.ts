@@ -84,7 +84,10 @@ for (const tile of KB_TILES)
   for (const kBlock of K_BLOCKS)
     for (const limbs of kBlock === 256 ? ([1] as const) : ([2, 1] as const))
       await check(`${tile.rows}x${tile.cols}/${tile.threads} K block ${kBlock}${limbs === 1 ? ', one limb' : ''}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, kBlock, limbs }));
+// One step per row of x and column of W over the whole of K.
+for (const tile of KB_TILES) await check(`${tile.rows}x${tile.cols}/${tile.threads} K block 128, steps by row`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, kBlock: 128, steps: 'row' }));
 // Calls with more rows than the workspace run in slices of maxRows (here 64: M = 77..300 in 2..5).
 for (const limbs of [2, 1] as const)
   await check(`128x64/256 K block 128${limbs === 1 ? ', one limb' : ''}, slices of 64 rows`, () => MatmulQ4Mma.create(gpu, { maxRows: 64, maxK: 6144, tile: KB_TILES[2], kBlock: 128, limbs }));
+await check('64x128/256 K block 128, steps by row, slices of 64 rows', () => MatmulQ4Mma.create(gpu, { maxRows: 64, maxK: 6144, tile: KB_TILES[1], kBlock: 128, steps: 'row' }));
 process.exit(failed ? 1 : 0);

@@ -15,7 +15,9 @@
 // (ModelOptions.tensorCoreGemm; Dawn started with allow_unsafe_apis, which offers subgroup
 // matrices): faster on GPUs that have them, an error naming what is missing on the others.
 // --tensor-core-limbs 1 takes x there in one int8 limb instead of two (ModelOptions.tensorCoreLimbs:
-// about 1.4x faster products, coarser log-probs; BENCHMARKS.md gives both).
+// about 1.4x faster products, coarser log-probs; BENCHMARKS.md gives both). --tensor-core-steps row
+// (two limbs) keeps one int8 step per row of x and column of W over the whole of K instead of one
+// per block of 128 (ModelOptions.tensorCoreSteps: about 1.2x faster products).
 //
 // Checkpoints go to DIR (default runs/<timestamp>) in the format of src/rl/checkpoint.ts:
 // DIR/step-NNNNNNNN/{checkpoint.json,tensors.safetensors}, each written to a temporary folder and
@@ -34,6 +36,7 @@ import { createNodeSandbox } from '../../rewards/sandboxNode';
 import { hubFiles } from '../../model/hub';
 import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
+import type { MmaSteps } from '../../ops/matmulQ4Mma';
 import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { resolveConfig, type TrainConfig, type TrainConfigInput } from '../../rl/config';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
@@ -43,7 +46,7 @@ import { createNodeGpu } from '../gpu';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--tensor-cores [--tensor-core-limbs 1|2]]';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row]]';
 
 /** Prompts from a local parquet/JSON/JSONL file (the config file's "data" entry). */
 export interface FileDataSpec {
@@ -157,10 +160,10 @@ export async function loadFileRows(spec: FileDataSpec, warn: (line: string) => v
 }
 
 /** Qwen3-VL from model_name_or_path with fresh adapters; prompts from `rows`, or the config's dataset. */
-export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly DatasetRow[]; warn: (line: string) => void; tensorCoreGemm?: boolean; tensorCoreLimbs?: 1 | 2 }): PolicyFactory {
+export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly DatasetRow[]; warn: (line: string) => void; tensorCoreGemm?: boolean; tensorCoreLimbs?: 1 | 2; tensorCoreSteps?: MmaSteps }): PolicyFactory {
   return async (gpu, config) => {
     opts.warn(`loading ${config.model_name_or_path}`);
-    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs });
+    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs, tensorCoreSteps: opts.tensorCoreSteps });
     session.attachLora(config.lora);
     return { policy: session.policy, data: session.promptSource(opts.rows ?? configRows(config.dataset)) };
   };
@@ -199,6 +202,11 @@ export async function run(args: CliArgs): Promise<void> {
   const limbs = args.optStr('tensor-core-limbs');
   if (limbs !== undefined && !(tensorCoreGemm && (limbs === '1' || limbs === '2'))) throw new Error(`--tensor-core-limbs takes 1 or 2, with --tensor-cores (got '${limbs}'${tensorCoreGemm ? '' : ' without --tensor-cores'})`);
   const tensorCoreLimbs = limbs === undefined ? undefined : (Number(limbs) as 1 | 2);
+  const stepsBy = args.optStr('tensor-core-steps');
+  if (stepsBy !== undefined && !(tensorCoreGemm && (stepsBy === 'block' || (stepsBy === 'row' && tensorCoreLimbs !== 1)))) {
+    throw new Error(`--tensor-core-steps takes block or row (row with two limbs), with --tensor-cores (got '${stepsBy}'${tensorCoreGemm ? (tensorCoreLimbs === 1 ? ' with one limb' : '') : ' without --tensor-cores'})`);
+  }
+  const tensorCoreSteps = stepsBy as MmaSteps | undefined;
   const gpu = await createNodeGpu({ driver: args.optStr('driver'), dawnFlags: tensorCoreGemm ? ['enable-dawn-features=allow_unsafe_apis'] : [] });
   if (args.bool('demo')) {
     const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
@@ -207,7 +215,7 @@ export async function run(args: CliArgs): Promise<void> {
     warn(`demo: held-out reward ${result.before.reward.toFixed(3)} -> ${result.after.reward.toFixed(3)}, accuracy ${result.before.accuracy.toFixed(3)} -> ${result.after.accuracy.toFixed(3)}, format ${result.before.format.toFixed(3)} -> ${result.after.format.toFixed(3)} over ${result.evalRows} rows after ${result.steps} steps; checkpoints in ${outDir}`);
     return;
   }
-  const { state } = await trainRun(gpu, qwen3vlFactory({ quant, rows, warn, tensorCoreGemm, tensorCoreLimbs }), {
+  const { state } = await trainRun(gpu, qwen3vlFactory({ quant, rows, warn, tensorCoreGemm, tensorCoreLimbs, tensorCoreSteps }), {
     config,
     steps,
     metricsFile: args.optStr('metrics'),
