@@ -127,8 +127,9 @@ export class MatmulQ4Mma {
     const limbs = opts.limbs ?? 2;
     if (limbs !== 2 && (limbs !== 1 || kBlock === 32)) throw new ShapeError('matmulQ4Mma', `limbs must be 2, or 1 with a K block above 32, got ${limbs} (K block ${kBlock})`);
     if (kBlock === 256 && limbs !== 1) throw new ShapeError('matmulQ4Mma', 'a K block of 256 takes x in one limb');
-    const rowSteps = (opts.steps ?? 'block') === 'row';
-    if (opts.steps !== undefined && opts.steps !== 'block' && opts.steps !== 'row') throw new ShapeError('matmulQ4Mma', `steps must be 'block' or 'row', got ${String(opts.steps)}`);
+    const steps: MmaSteps = opts.steps ?? 'block';
+    if (steps !== 'block' && steps !== 'row') throw new ShapeError('matmulQ4Mma', `steps must be 'block' or 'row', got ${String(steps)}`);
+    const rowSteps = steps === 'row';
     if (rowSteps && (kBlock !== 128 || limbs !== 2)) throw new ShapeError('matmulQ4Mma', `steps 'row' takes a K block of 128 and two limbs, got ${kBlock} and ${limbs}`);
     const bytes = tileBytes(tile, kBlock, limbs);
     if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
@@ -153,13 +154,13 @@ export class MatmulQ4Mma {
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
     const entries = [`quantize_rows${suffix}`, `gemm${suffix}`, ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'] : []), ...(rowSteps ? ['row_absmax', 'row_steps'] : [])];
-    const [quantizeK, gemmK, w, steps, wt, absmax, rowStepsK] = await compileAll(gpu, entries, defines, uniforms);
+    const [quantizeK, gemmK, w, blockSteps, wt, absmax, rowStepsK] = await compileAll(gpu, entries, defines, uniforms);
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
     const xq = gpu.tensor([(maxRows * maxK * limbs) / 4], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
-    const rounding = w && steps && wt ? { w, steps, wt } : null;
-    const rowsK = absmax && rowStepsK ? { absmax, amax: gpu.tensor([maxRows], 'f32', 'matmul_q4_mma.row_amax'), steps: rowStepsK } : null;
-    return new MatmulQ4Mma(gpu, quantizeK, gemmK, rounding, rowsK, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs, rowSteps ? 'row' : 'block');
+    const rounding = w && blockSteps && wt ? { w, steps: blockSteps, wt } : null;
+    const rowScaling = absmax && rowStepsK ? { absmax, amax: gpu.tensor([maxRows], 'f32', 'matmul_q4_mma.row_amax'), steps: rowStepsK } : null;
+    return new MatmulQ4Mma(gpu, quantizeK, gemmK, rounding, rowScaling, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs, steps);
   }
 
   /** Whether `gemm` takes weight `w` (K a whole number of K blocks; rows of K fit the workspace). */
@@ -232,12 +233,9 @@ export class MatmulQ4Mma {
 
   /** x's rows into the workspace's int8 limbs (with steps 'row', their largest |x| first). */
   private quantize(rec: Recorder, x: Tensor, rows: number, width: number, uniforms: Record<string, number>): void {
-    if (this.rowScaling) {
-      rec.dispatch(this.rowScaling.absmax, { x, rmax_out: this.rowScaling.amax }, grid1d(rows, 1), uniforms);
-      rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx, rmax_in: this.rowScaling.amax }, this.quantizeGrid(rows * width), uniforms);
-      return;
-    }
-    rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx }, this.quantizeGrid(rows * width), uniforms);
+    const rs = this.rowScaling;
+    if (rs) rec.dispatch(rs.absmax, { x, rmax_out: rs.amax }, grid1d(rows, 1), uniforms);
+    rec.dispatch(this.quantizeK, { x, xq: this.xq, sx: this.sx, ...(rs ? { rmax_in: rs.amax } : {}) }, this.quantizeGrid(rows * width), uniforms);
   }
 
   /** W re-rounded to int8 per (row, K block) by requant_w, or (`transposed`, with block_steps'
