@@ -112,10 +112,11 @@ export class Qwen3VL {
    * Route the decoder's and the LM head's 4-bit products of more than 8 rows and their input
    * gradients through the K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the vision tower stays on
    * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs) and its steps by
-   * `steps` (ModelOptions.tensorCoreSteps; both default to what was last set, else 2 and 'block'),
-   * or back. Throws MissingFeatureError where the GPU has no subgroup matrices.
+   * `steps` (ModelOptions.tensorCoreSteps; both default to what was last set, else 2 and 'block';
+   * one limb takes steps by block), or back. Throws MissingFeatureError where the GPU has no
+   * subgroup matrices.
    */
-  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mma?.limbs ?? 2, steps: MmaSteps = this.mma?.steps ?? 'block'): Promise<void> {
+  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mma?.limbs ?? 2, steps: MmaSteps = limbs === 2 ? (this.mma?.steps ?? 'block') : 'block'): Promise<void> {
     if (on && (this.mma?.limbs !== limbs || this.mma?.steps !== steps)) {
       const t = this.config.text;
       const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
