@@ -28,10 +28,11 @@ interface Side {
   decode?: { samples: number; msPerStep: number; tokensPerS: number }[];
   gspo?: { prompts: number; completionsPerPrompt: number; promptTokens: number; completionTokens: number; seconds: number; tokensPerS: number; memory: Memory };
   gspoNoCheckpointing?: { seconds: number; tokensPerS: number; memory: Memory };
-  gspoTensorCores?: { seconds: number; tokensPerS: number; noCheckpointingSeconds: number; noCheckpointingTokensPerS: number; drift: Drift };
+  gspoTensorCores?: TensorCoreRun;
   /** The same with x in one int8 limb (ModelOptions.tensorCoreLimbs = 1). */
-  gspoTensorCoresOneLimb?: { seconds: number; tokensPerS: number; noCheckpointingSeconds: number; noCheckpointingTokensPerS: number; drift: Drift };
-  gspoTensorCoresRowSteps?: { seconds: number; tokensPerS: number; noCheckpointingSeconds: number; noCheckpointingTokensPerS: number; drift: Drift };
+  gspoTensorCoresOneLimb?: TensorCoreRun;
+  /** Two limbs with steps by row (ModelOptions.tensorCoreSteps = 'row'). */
+  gspoTensorCoresRowSteps?: TensorCoreRun;
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   /** PyTorch only: bf16 against fp32 on the same weights (torch_model.py's drift). */
   drift?: Drift;
@@ -51,6 +52,14 @@ interface Drift {
   gradOfMaxWorst: number;
   gradNormMedian: number;
   gradNormWorst: number;
+}
+/** One tensor-core setting's GSPO step (bench/model.ts), with and without gradient checkpointing. */
+interface TensorCoreRun {
+  seconds: number;
+  tokensPerS: number;
+  noCheckpointingSeconds: number;
+  noCheckpointingTokensPerS: number;
+  drift: Drift;
 }
 interface DecodeStep {
   gpuMs: number;
@@ -106,24 +115,20 @@ function render(o: Side, t: Side | undefined): string {
     add('GSPO step without gradient checkpointing (as PyTorch runs it)', k.seconds, t?.gspo?.seconds, 's', 'time');
     add('GSPO step without gradient checkpointing: throughput', k.tokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
   }
-  const tc = o.gspoTensorCores;
-  if (tc) {
-    add('GSPO step, decoder and LM head GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm)', tc.seconds, t?.gspo?.seconds, 's', 'time');
-    add('the same without gradient checkpointing', tc.noCheckpointingSeconds, t?.gspo?.seconds, 's', 'time');
-    add('the same without gradient checkpointing: throughput', tc.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
-  }
-  const one = o.gspoTensorCoresOneLimb;
-  if (one) {
-    add('GSPO step on int8 tensor cores, x in one limb (ModelOptions.tensorCoreLimbs = 1)', one.seconds, t?.gspo?.seconds, 's', 'time');
-    add('the same without gradient checkpointing', one.noCheckpointingSeconds, t?.gspo?.seconds, 's', 'time');
-    add('the same without gradient checkpointing: throughput', one.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
-  }
-  const byRow = o.gspoTensorCoresRowSteps;
-  if (byRow) {
-    add("GSPO step on int8 tensor cores, two limbs, steps by row (ModelOptions.tensorCoreSteps = 'row')", byRow.seconds, t?.gspo?.seconds, 's', 'time');
-    add('the same without gradient checkpointing', byRow.noCheckpointingSeconds, t?.gspo?.seconds, 's', 'time');
-    add('the same without gradient checkpointing: throughput', byRow.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
-  }
+  // Each tensor-core setting: its step, then without gradient checkpointing, time and throughput.
+  const tensorCoreRows = (label: string, run: TensorCoreRun | undefined) => {
+    if (!run) return;
+    add(label, run.seconds, t?.gspo?.seconds, 's', 'time');
+    add('the same without gradient checkpointing', run.noCheckpointingSeconds, t?.gspo?.seconds, 's', 'time');
+    add('the same without gradient checkpointing: throughput', run.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
+  };
+  const [tc, one, byRow] = [o.gspoTensorCores, o.gspoTensorCoresOneLimb, o.gspoTensorCoresRowSteps];
+  tensorCoreRows('GSPO step, decoder and LM head GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm)', tc);
+  tensorCoreRows('GSPO step on int8 tensor cores, x in one limb (ModelOptions.tensorCoreLimbs = 1)', one);
+  tensorCoreRows("GSPO step on int8 tensor cores, two limbs, steps by row (ModelOptions.tensorCoreSteps = 'row')", byRow);
+  // A setting's drift beside the default's: log-probs, then gradients as a share of their norm.
+  const driftBrief = (what: string, run: TensorCoreRun | undefined) =>
+    run ? ` ${what}: log-probs ${f(run.drift.logpMeanAbs, 2)} on average (at most ${f(run.drift.logpMaxAbs, 2)}), gradients ${f(100 * run.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * run.drift.gradNormWorst, 2)}%).` : '';
   const mem = (m: Memory | undefined, side: 'ours' | 'torch') =>
     !m ? '—' : side === 'ours' ? `${f(m.poolPeakGiB)} GiB pool peak (${f(m.inUsePeakGiB)} in use)` : `${f(m.maxAllocatedGiB)} GiB allocated (${f(m.maxReservedGiB)} reserved)`;
   const within = (m: Memory | undefined) => (m?.poolPeakGiB === undefined ? '' : m.poolPeakGiB <= 6 ? ' ✅' : ' ❌');
@@ -140,7 +145,7 @@ function render(o: Side, t: Side | undefined): string {
     '- Times: wall clock around the call, GPU synchronised, median after a warm-up. Decode = generate(128 tokens) − generate(1 token), 127 steps, temperature 1, no early stop; at 8 sequences our 4-bit GEMVs take x quantized to int8 per row and group of 32 (the default, ModelOptions.int8Decode: sampled log-probs within about 1e-3 to 1e-2 of the f32 forward\'s; training and scoring stay f32); at 1 sequence the GEMVs are f32 but the LM head\'s, whose x is in two int8 limbs (within 1.5e-5 of each group\'s largest |x|). GSPO: sequence-level ratio, loss_type grpo, ε 3e-4/4e-4, on-policy, per-prompt micro-batches of 8, clip 1.0 + AdamW; generation not included. Ours recomputes each layer in the backward (gradient_checkpointing, our default) or, in the rows that say so, keeps every layer\'s activations; PyTorch keeps activations (no gradient checkpointing, TRL\'s default).',
     '- **× (ours/PyTorch)**: above 1 means ours is faster (rates: ours/PyTorch; times: PyTorch/ours).',
     tc
-      ? `- Tensor-core rows: the decoder's and the LM head's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of K, 128 with x in two int8 limbs and 256 with one; the vision tower stays f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${one ? ` With x in one limb: log-probs ${f(one.drift.logpMeanAbs, 2)} on average (at most ${f(one.drift.logpMaxAbs, 2)}), gradients ${f(100 * one.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * one.drift.gradNormWorst, 2)}%).` : ''}${byRow ? ` With two limbs and one step per row of x and column of W over the whole of K: log-probs ${f(byRow.drift.logpMeanAbs, 2)} on average (at most ${f(byRow.drift.logpMaxAbs, 2)}), gradients ${f(100 * byRow.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * byRow.drift.gradNormWorst, 2)}%).` : ''}${driftOf(t?.drift)}`
+      ? `- Tensor-core rows: the decoder's and the LM head's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of K, 128 with x in two int8 limbs and 256 with one; the vision tower stays f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${driftBrief('With x in one limb', one)}${driftBrief('With two limbs and one step per row of x and column of W over the whole of K', byRow)}${driftOf(t?.drift)}`
       : '',
     '',
     '| measure | ours | PyTorch + PEFT | × (ours/PyTorch) |',
