@@ -356,7 +356,11 @@ fn gemm(
 // within half a step, each weight to within t/2. Σ hi·w8 and Σ lo·w8 have accumulators of their
 // own (|Σ| ≤ 127·127·K < 2^31 up to K = 133,000), so the chunks run without the epilogue and the
 // sums go through workgroup memory once, after the last chunk (hi scaled by 128 there). On the H100
-// at M8192 N6144 K2048: forward 86 TFLOP/s, dX 80 (by block: 72, 68).
+// at M8192 N6144 K2048: forward 86 TFLOP/s, dX 80 (by block: 72, 68); 88 with the steps staged
+// once instead of with every chunk. Tried and slower there: chunks of 64 in two staging buffers
+// (one barrier a chunk, no wait for the slowest subgroup's MMAs): 81.5; 128x64 tiles: 82; 64x64:
+// 57. With one limb, 128x128 tiles (512 threads, the partials through memory in two halves of
+// rows): 108 against 112 at 128x64.
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
@@ -502,7 +506,7 @@ const B_BYTES = select(BN * 32u * STG, BN * RS, PADDED);
 const KB_B = LIMBS * KB_LO;                       // the weights' rows
 const KB_WORDS = max((KB_B + B_BYTES) / 4u, BM * PS);
 
-var<workgroup> smem: array<i32, KB_WORDS>;        // the staged block, then `part` (i32, stride PS)
+var<workgroup> smem: array<i32, KB_WORDS>;        // the staged chunk, then `part` (i32, stride PS)
 var<workgroup> kb_sx: array<f32, BM>;
 var<workgroup> kb_t: array<f32, BN>;
 
@@ -675,20 +679,16 @@ fn fetch_kb(c: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
       let at = 2u * (n * groups + g0 + j % STG);
       st.b[t] = w8_in[at];
       st.b2[t] = w8_in[at + 1u];
-#if ROWCOL
-      st.t[t] = tw_in[n];
-#else
+#if !ROWCOL
       st.t[t] = tw_in[n * (groups / SUB) + blk];
 #endif
     }
   }
+#if !ROWCOL
   if (lid < BM && m0 + lid < params.m) {
-#if ROWCOL
-    st.sx = sx_in[m0 + lid];
-#else
     st.sx = sx_in[(m0 + lid) * (groups / SUB) + blk];
-#endif
   }
+#endif
   return st;
 }
 
@@ -729,14 +729,18 @@ fn stage_kb(st: StagedKb, lid: u32) {
       smem[o + 5u] = hi.y;
       smem[o + 6u] = hi.z;
       smem[o + 7u] = hi.w;
+#if !ROWCOL
       if (s == 0u) {
         kb_t[col] = st.t[t];
       }
+#endif
     }
   }
+#if !ROWCOL
   if (lid < BM) {
     kb_sx[lid] = st.sx;
   }
+#endif
 }
 
 // acc += f·sx·t·part over this thread's elements (column lid % BN).
@@ -771,6 +775,15 @@ fn gemm_kb(
   var rl: array<subgroup_matrix_result<i32, 16, 16>, 4>;
 #endif
   var bf: array<subgroup_matrix_right<i8, 16, 32>, 2u * STG>; // [2s + j]: group s, tile column tj0 + j
+#if ROWCOL
+  // The steps hold for all of K: staged once, before chunk 0's barrier.
+  if (lid < BN && n0 + lid < params.n) {
+    kb_t[lid] = tw_in[n0 + lid];
+  }
+  if (lid < BM && m0 + lid < params.m) {
+    kb_sx[lid] = sx_in[m0 + lid];
+  }
+#endif
   var st = fetch_kb(0u, m0, n0, lid);
   for (var c = 0u; c < chunks; c++) {
     stage_kb(st, lid);

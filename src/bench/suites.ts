@@ -12,7 +12,7 @@ import { KvCache } from '../ops/kvCache';
 import { LogProb } from '../ops/logprob';
 import { Matmul } from '../ops/matmul';
 import { DEFAULT_GEMM, MatmulQ4, type GemmShape, type MatmulQ4Options, type Q4Weight } from '../ops/matmulQ4';
-import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../ops/matmulQ4Mma';
+import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaSteps, type MmaTile } from '../ops/matmulQ4Mma';
 import { checkQ4Mma, OUTLIERS, type MmaAccuracy } from './q4MmaCheck';
 import { gemvOptions } from './gemvOptions';
 import { Norms } from '../ops/norms';
@@ -260,19 +260,12 @@ async function gemv(ctx: SuiteContext): Promise<void> {
       });
       const bytes = q4Bytes(n, k) + 4 * m * (k + n);
       const blocks = weights[0].length > 1 ? `, ${weights[0].length} row blocks` : '';
-      // The same calls writing one output per copy: no barrier between them, so launches overlap
-      // (what a dispatch costs beyond its bytes when nothing waits on it).
-      const mm = await mmFor(best.value);
-      const own = weights.map((bs) => bs.map((b) => gpu.tensor([m, b.n], 'f32', 'y_own')));
-      const free = await ctx.measure(/^matmul_q4\.gemv$/, (rec) => cycle(() => weights.forEach((bs, c) => bs.forEach((b, i) => mm.gemv(rec, x, b, own[c][i])))), { ...ctx.full, calls });
-      release(...own.flat());
-      const inStream = free.passMs === undefined ? '' : `in-stream ${(1000 * free.passMs).toPrecision(3)} µs (${(bytes / free.passMs / 1e6).toPrecision(3)} GB/s), `;
       const same = ctx.rows.find((r) => r.suite === 'memory' && r.shape.startsWith(`${n}x${k} (`));
       const vsRead =
         same?.passMs !== undefined && best.timing.passMs !== undefined
           ? `; in stream ${(1000 * best.timing.passMs).toPrecision(3)} µs = ${(bytes / best.timing.passMs / 1e6).toPrecision(3)} GB/s, the read kernel on the same bytes ${(same.work / same.passMs / 1e6).toPrecision(3)} GB/s (${((100 * (bytes / best.timing.passMs)) / (same.work / same.passMs)).toFixed(0)}% of it)`
           : '';
-      const note = `weight copies: ${copies} (cold L2)${blocks}, ${calls} calls a pass; with an output per copy (no barriers between calls): ${inStream}wall ${(1000 * free.wallMs).toPrecision(3)} µs${vsRead}`;
+      const note = `weight copies: ${copies} (cold L2)${blocks}, ${calls} calls a pass${vsRead}`;
       const row = bandwidthRow(ctx.limits, 'gemv-q4', 'y = x·Wᵀ (4-bit GEMV)', shape, best.timing, bytes, { setting: best.setting, note });
       // Every copy wrote into ys: they hold the last copy's product.
       await ctx.opts.onQ4?.({ row, m, n, k, copies, x, weight: weights[copies - 1], y: ys });
@@ -312,20 +305,20 @@ interface MmaSet {
 }
 
 function mmaSetting(tile: MmaTile, op: MatmulQ4Mma): string {
-  const how = op.kBlock > 32 ? `, K block ${op.kBlock}` : op.blocked ? ', 2x2 blocks' : '';
+  const how = op.kBlock > 32 ? `, K block ${op.kBlock}${op.steps === 'row' ? ', steps by row' : ''}` : op.blocked ? ', 2x2 blocks' : '';
   return `${tile.rows}x${tile.cols}, ${tile.threads} threads${how}`;
 }
 
 /** Builds each option that fits this device and checks it on odd shapes against the f64
  * reference (the figures become the rows' note); throws where one misses its bound. */
-async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile; kBlock?: KBlock; blocked?: boolean; limbs?: 1 | 2 }[], shapes: [number, number, number][], describe: string, inputShapes: [number, number, number][] = []): Promise<MmaSet> {
+async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile; kBlock?: KBlock; blocked?: boolean; limbs?: 1 | 2; steps?: MmaSteps }[], shapes: [number, number, number][], describe: string, inputShapes: [number, number, number][] = []): Promise<MmaSet> {
   const { weights, rows } = ctx.shapes.gemm;
   const maxRows = Math.max(...rows, 300);
   const maxK = Math.max(...weights.flat(), 2048); // the input gradient reads rows of N
   const tiles: MmaSet['tiles'] = [];
-  for (const { tile, kBlock, blocked, limbs } of options) {
+  for (const { tile, kBlock, blocked, limbs, steps } of options) {
     try {
-      const op = await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked, kBlock, limbs });
+      const op = await MatmulQ4Mma.create(ctx.gpu, { maxRows, maxK, tile, blocked, kBlock, limbs, steps });
       tiles.push({ setting: mmaSetting(tile, op), value: op });
     } catch (e) {
       // A tile this device cannot hold, or (K-blocked) no packed int8 WGSL builtins: not measured.
@@ -356,7 +349,7 @@ async function mmaSet(ctx: SuiteContext, what: string, options: { tile: MmaTile;
  * The int8 tensor-core GEMMs in every tile this device holds: exact on the Q4 weights, and
  * K-blocked (re-rounded weights); null where the device has no int8 subgroup matrices.
  */
-async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: MmaSet; oneLimb: MmaSet } | null> {
+async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: MmaSet; byRow: MmaSet; oneLimb: MmaSet } | null> {
   const why = mmaUnsupported(ctx.gpu);
   if (why) {
     console.warn(`gemm: no int8 tensor-core rows: ${why}`);
@@ -379,6 +372,15 @@ async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: M
     'x as two int8 limbs per K block, weights re-rounded to int8 per column and K block (error ≤ 1/32 of the block\'s largest Q4 step); dX = dY·W the same with blocks along N',
     [[45, 256, 192], [77, 2048, 576]],
   );
+  // One step per row of x and column of W over the whole of K (ModelOptions.tensorCoreSteps = 'row').
+  const byRow = await mmaSet(
+    ctx,
+    'int8 tensor cores, K-blocked, steps by row',
+    kbTiles.map((tile) => ({ tile, kBlock: 128 as const, steps: 'row' as const })),
+    [[45, 96, 768], [300, 515, 2048]],
+    'x as two int8 limbs at one step per row over all of K, weights re-rounded to int8 at one step per column; dX the same with one step per group of K over all of N',
+    [[45, 256, 192], [77, 2048, 576]],
+  );
   // x in one int8 limb (ModelOptions.tensorCoreLimbs = 1), K blocks of 128 and 256.
   const oneLimb = await mmaSet(
     ctx,
@@ -388,7 +390,7 @@ async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: M
     'x as one int8 limb per K block (a step of 1/127 of its largest |x|), weights re-rounded as in the K-blocked rows; dX the same with blocks along N',
     [[45, 256, 192], [77, 2048, 576]],
   );
-  return { exact, kBlocked, oneLimb };
+  return { exact, kBlocked, byRow, oneLimb };
 }
 
 /** Best GEMM tile per weight shape at the smallest M, used again by the log-prob head. */
@@ -445,6 +447,12 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
         if (mma.kBlocked.tiles.length && n % kbMax === 0 && k % 64 === 0) {
           const kbDx = await bestOf(ctx, 'gemm-mma-kb-dx', shape, mma.kBlocked.tiles, runDx);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked (blocks along N)', shape, kbDx.timing, flops, { setting: kbDx.setting, note: mma.kBlocked.note }, 'int8'));
+        }
+        if (mma.byRow.tiles.length && n % 128 === 0 && k % 128 === 0) {
+          const fwd = await bestOf(ctx, 'gemm-mma-kbr', shape, mma.byRow.tiles, run);
+          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kbr', '4-bit GEMM, int8 tensor cores, K-blocked, steps by row', shape, fwd.timing, flops, { setting: fwd.setting, note: mma.byRow.note }, 'int8'));
+          const bwd = await bestOf(ctx, 'gemm-mma-kbr-dx', shape, mma.byRow.tiles, runDx);
+          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kbr-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked, steps by row', shape, bwd.timing, flops, { setting: bwd.setting, note: mma.byRow.note }, 'int8'));
         }
         if (mma.oneLimb.tiles.length && n % 256 === 0 && k % 256 === 0) {
           const fwd = await bestOf(ctx, 'gemm-mma-kb1', shape, mma.oneLimb.tiles, run);

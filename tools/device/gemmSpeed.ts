@@ -4,7 +4,7 @@
 // kernels (MatmulQ4's gemm and dinput) with --f32. Times are the benchmarks' (measure in
 // src/bench/harness.ts): in stream per call, after the same warm-up.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32]
+//   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32] [--only TEXT]
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaSteps, type MmaTile } from '../../src/ops/matmulQ4Mma';
@@ -43,6 +43,9 @@ interface Gemm {
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor): void;
 }
 
+// --only TEXT: the settings whose name contains TEXT.
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : undefined;
 const ops: { name: string; kernels: RegExp; make: () => Promise<Gemm & { release?: () => void }> }[] = F32
   ? [{ name: 'f32 kernels', kernels: /^matmul_q4\.(gemm|dinput)$/, make: () => MatmulQ4.create(gpu) }]
   : CONFIGS.map((c) => ({
@@ -52,6 +55,7 @@ const ops: { name: string; kernels: RegExp; make: () => Promise<Gemm & { release
     }));
 
 for (const { name, kernels, make } of ops) {
+  if (only !== undefined && !name.includes(only)) continue;
   const op = await make();
   for (const [m, n, k] of SHAPES) {
     const rec = gpu.recorder('setup');

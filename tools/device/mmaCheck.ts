@@ -2,7 +2,7 @@
 // adapter's subgroup-matrix configurations, then every tile on odd shapes against the f64
 // reference (src/bench/q4MmaCheck.ts). Exits non-zero when a tile fails.
 //   npm run bench:build (bundled beside the benchmarks), then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/mmaCheck.mjs [--k-blocked]
+//   source .device/gpu-env.sh && node .bench/mmaCheck.mjs [--k-blocked] [--only TEXT]
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { checkQ4Mma, type MmaAccuracy } from '../../src/bench/q4MmaCheck';
@@ -55,7 +55,11 @@ function report(name: string, a: MmaAccuracy): void {
   failed ||= !ok;
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
 }
+// --only TEXT: the checks whose name contains TEXT.
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : undefined;
 async function check(name: string, make: () => Promise<MatmulQ4Mma>): Promise<void> {
+  if (only !== undefined && !name.includes(only)) return;
   try {
     const op = await make();
     for (const [i, shape] of SHAPES.entries()) {
