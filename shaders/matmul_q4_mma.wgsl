@@ -360,7 +360,11 @@ fn gemm(
 // once instead of with every chunk. Tried and slower there: chunks of 64 in two staging buffers
 // (one barrier a chunk, no wait for the slowest subgroup's MMAs): 81.5; 128x64 tiles: 82; 64x64:
 // 57. With one limb, 128x128 tiles (512 threads, the partials through memory in two halves of
-// rows): 108 against 112 at 128x64.
+// rows): 108 against 112 at 128x64. The staging stores are what costs most beside the MMAs: with
+// stage_kb's stores skipped (the loads kept) it ran at 104, with only x's skipped at 96. Two ways
+// to make them cheaper did not pay: each lane writing its vec4's words in its own order, so that
+// every scalar store covers 32 banks (the vector indexed by a variable): 64; the lo limb's rows
+// 64 bytes further, so that hi and lo 16-byte stores of a row fall in distinct banks: no change.
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
