@@ -520,8 +520,10 @@ struct StagedKb {
   a: array<vec4<u32>, KB_A_PER>,
   b: array<vec4<u32>, KB_B_PER>,                  // an item's 32 int8 weights: 16 bytes,
   b2: array<vec4<u32>, KB_B_PER>,                 // then the next 16
-  t: array<f32, KB_B_PER>,                        // the item's block step
+#if !ROWCOL
+  t: array<f32, KB_B_PER>,                        // the item's block step (ROWCOL: staged once, in gemm_kb)
   sx: f32,
+#endif
 }
 
 // For dX: tw[b·G + g] = 8·max |d[n, g]| / 127 over the rows n of block b of N (G = K/32 groups).
@@ -677,7 +679,9 @@ fn fetch_kb(c: u32, m0: u32, n0: u32, lid: u32) -> StagedKb {
     // Rows past N stage weight 0 (a step of 0 besides).
     st.b[t] = vec4<u32>(0u);
     st.b2[t] = vec4<u32>(0u);
+#if !ROWCOL
     st.t[t] = 0.0;
+#endif
     let n = n0 + j / STG;
     if (j < KB_B_ITEMS && n < params.n) {
       let at = 2u * (n * groups + g0 + j % STG);
