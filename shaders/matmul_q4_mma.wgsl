@@ -357,14 +357,17 @@ fn gemm(
 // own (|Σ| ≤ 127·127·K < 2^31 up to K = 133,000), so the chunks run without the epilogue and the
 // sums go through workgroup memory once, after the last chunk (hi scaled by 128 there). On the H100
 // at M8192 N6144 K2048: forward 86 TFLOP/s, dX 80 (by block: 72, 68); 88 with the steps staged
-// once instead of with every chunk. Tried and slower there: chunks of 64 in two staging buffers
-// (one barrier a chunk, no wait for the slowest subgroup's MMAs): 81.5; 128x64 tiles: 82; 64x64:
-// 57. With one limb, 128x128 tiles (512 threads, the partials through memory in two halves of
-// rows): 108 against 112 at 128x64. The staging stores are what costs most beside the MMAs: with
-// stage_kb's stores skipped (the loads kept) it ran at 104, with only x's skipped at 96. Two ways
-// to make them cheaper did not pay: each lane writing its vec4's words in its own order, so that
-// every scalar store covers 32 banks (the vector indexed by a variable): 64; the lo limb's rows
-// 64 bytes further, so that hi and lo 16-byte stores of a row fall in distinct banks: no change.
+// once instead of with every chunk; 101, dX 97, with fewer registers a thread: each group's two
+// weight fragments multiplied into both limbs' sums at once (2 fragments live, not 8) and the
+// epilogue after the loop (acc not carried through it). Tried and slower there: chunks of 64 in
+// two staging buffers (one barrier a chunk, no wait for the slowest subgroup's MMAs): 81.5 (at
+// 86); 128x64 tiles: 93.5 (at 101); 64x64: 68. With one limb, 128x128 tiles (512 threads, the
+// partials through memory in two halves of rows): 108 against 112 at 128x64. At 88, the staging
+// stores cost most beside the MMAs: with stage_kb's stores skipped (the loads kept) it ran at 104,
+// with only x's skipped at 96. Two ways to make them cheaper did not pay: each lane writing its
+// vec4's words in its own order, so that every scalar store covers 32 banks (the vector indexed by
+// a variable): 64; the lo limb's rows 64 bytes further, so that hi and lo 16-byte stores of a row
+// fall in distinct banks: no change.
 // ---------------------------------------------------------------------------------------------
 const SUB = {{SUB}}u;     // groups a block (of the scales)
 const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
@@ -773,17 +776,18 @@ fn gemm_kb(
   let ti0 = (sg % SGM) * 2u;
   let tj0 = (sg / SGM) * 2u;
   var acc: array<f32, ACC>;
-  // R = 128·Σ hi·w8 + Σ lo·w8 (one limb: Σ hi·w8) over a block, in one accumulator per tile: the
-  // hi products first, scaled by 128, then the lo products on top (two limbs take blocks of one
-  // chunk). The chunk's weight fragments are loaded once and held for both passes.
+  // Steps by block: R = 128·Σ hi·w8 + Σ lo·w8 (one limb: Σ hi·w8) over a block, in one accumulator
+  // per tile: the hi products first, scaled by 128, then the lo products on top (two limbs take
+  // blocks of one chunk). The chunk's weight fragments are loaded once and held for both passes.
   var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
 #if ROWCOL
-  // One step per row of x and column of W over all of K: Σ hi·w8 and Σ lo·w8 in accumulators of
-  // their own (each within 127·127·K of zero), scaled once, after the last chunk.
+  // Steps by row: Σ hi·w8 (r) and Σ lo·w8 (rl) over all of K in accumulators of their own (each
+  // within 127·127·K of zero), scaled once, after the loop.
   var rl: array<subgroup_matrix_result<i32, 16, 16>, 4>;
-#endif
-  var bf: array<subgroup_matrix_right<i8, 16, 32>, 2u * STG>; // [2s + j]: group s, tile column tj0 + j
-#if ROWCOL
+  for (var t = 0u; t < 4u; t++) {
+    r[t] = subgroup_matrix_result<i32, 16, 16>();
+    rl[t] = subgroup_matrix_result<i32, 16, 16>();
+  }
   // The steps hold for all of K: staged once, before chunk 0's barrier.
   if (lid < BN && n0 + lid < params.n) {
     kb_t[lid] = tw_in[n0 + lid];
@@ -791,6 +795,8 @@ fn gemm_kb(
   if (lid < BM && m0 + lid < params.m) {
     kb_sx[lid] = sx_in[m0 + lid];
   }
+#else
+  var bf: array<subgroup_matrix_right<i8, 16, 32>, 2u * STG>; // [2s + j]: group s, tile column tj0 + j
 #endif
   var st = fetch_kb(0u, m0, n0, lid);
   for (var c = 0u; c < chunks; c++) {
@@ -800,10 +806,18 @@ fn gemm_kb(
       st = fetch_kb(c + 1u, m0, n0, lid);
     }
 #if ROWCOL
-    if (c == 0u) {
-      for (var t = 0u; t < 4u; t++) {
-        r[t] = subgroup_matrix_result<i32, 16, 16>();
-        rl[t] = subgroup_matrix_result<i32, 16, 16>();
+    // Each group's two weight fragments serve both limbs at once: two fragments live instead of
+    // steps by block's 2·STG (fewer registers a thread; see ROWCOL above).
+    for (var s = 0u; s < STG; s++) {
+      let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + tj0 * 16u * RS + s * B_GS) / I8W, RS / I8W);
+      let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + (tj0 + 1u) * 16u * RS + s * B_GS) / I8W, RS / I8W);
+      for (var i = 0u; i < 2u; i++) {
+        let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, ((ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
+        r[2u * i] = subgroupMatrixMultiplyAccumulate(ah, b0, r[2u * i]);
+        r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(ah, b1, r[2u * i + 1u]);
+        let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, (KB_LO + (ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
+        rl[2u * i] = subgroupMatrixMultiplyAccumulate(al, b0, rl[2u * i]);
+        rl[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(al, b1, rl[2u * i + 1u]);
       }
     }
 #else
@@ -812,7 +826,6 @@ fn gemm_kb(
         r[t] = subgroup_matrix_result<i32, 16, 16>();
       }
     }
-#endif
     for (var s = 0u; s < STG; s++) {
       for (var j = 0u; j < 2u; j++) {
         bf[2u * s + j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + (tj0 + j) * 16u * RS + s * B_GS) / I8W, RS / I8W);
@@ -823,51 +836,48 @@ fn gemm_kb(
         r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
       }
     }
-#if ROWCOL
-    let lo = &rl; // the lo sums apart, each scaled after the last chunk
-#else
-    let lo = &r;  // 128·(the block's hi sums), then the lo products on top
     if (LIMBS == 2u) {
+      // 128·(the block's hi sums), then the lo products on top.
       for (var t = 0u; t < 4u; t++) {
         r[t] = subgroupMatrixScalarMultiply(r[t], 128);
       }
-    }
-#endif
-    if (LIMBS == 2u) {
       for (var s = 0u; s < STG; s++) {
         for (var i = 0u; i < 2u; i++) {
           let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, (KB_LO + (ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
-          (*lo)[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], (*lo)[2u * i]);
-          (*lo)[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], (*lo)[2u * i + 1u]);
+          r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
+          r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
         }
       }
     }
+#endif
     workgroupBarrier(); // the chunk's MMAs are done with the staging
-#if ROWCOL
-    if (c + 1u < chunks) {
-      continue; // one pass through workgroup memory, after the last chunk
-    }
-    let hi_scale = 128.0;
-#else
+#if !ROWCOL
     if (c % CPB != CPB - 1u) {
       continue; // the block's next chunk adds to the same sums
     }
-    let hi_scale = 1.0;
-#endif
     for (var t = 0u; t < 4u; t++) {
       subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], PS);
     }
     workgroupBarrier();
-    scale_part(&acc, lid, hi_scale);
-    workgroupBarrier();
-#if ROWCOL
-    for (var t = 0u; t < 4u; t++) {
-      subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, rl[t], PS);
-    }
-    workgroupBarrier();
     scale_part(&acc, lid, 1.0);
+    workgroupBarrier();
 #endif
   }
+#if ROWCOL
+  // One pass through workgroup memory for each sum, after the loop (inside it, acc would be
+  // carried through every chunk in registers).
+  for (var t = 0u; t < 4u; t++) {
+    subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], PS);
+  }
+  workgroupBarrier();
+  scale_part(&acc, lid, 128.0);
+  workgroupBarrier();
+  for (var t = 0u; t < 4u; t++) {
+    subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, rl[t], PS);
+  }
+  workgroupBarrier();
+  scale_part(&acc, lid, 1.0);
+#endif
   let n = n0 + lid % BN;
   let width = params.n;
   for (var j = 0u; j < ACC; j++) {
