@@ -348,7 +348,11 @@ fn gemm(
 // steps per block the epilogue cannot go: nothing but a trip through workgroup memory scales a
 // result matrix by row and column. 64x64 tiles with `part` in memory of its own (two barriers a
 // block instead of four) ran at 56, against 54 sharing it (and 72 at 64x128, where a separate
-// `part` does not fit in 48 KB).
+// `part` does not fit in 48 KB). The next chunk's loads are issued after this chunk's MMAs, not
+// before them: their registers are then not held through the MMAs, and their latency still hides
+// behind the barriers, the epilogue and the other workgroups' MMAs. Two limbs by block 72.6 -> 76
+// TFLOP/s, dX 68.7 -> 72; one limb 113 -> 118, dX 108 -> 113; steps by row 101 -> 107, dX 95 ->
+// 100, although they have no epilogue a chunk to hide behind.
 // ROWCOL (steps 'row', two limbs, K block 128 for the staging only): one step per row of x, its
 // largest |x| over the whole of K / 16256 (row_absmax, then quantize_rows_kb), and one per
 // column of W (row_steps, once per weight: t = 8·max |d| / 127 over the row of W's groups; for dX,
@@ -359,9 +363,10 @@ fn gemm(
 // at M8192 N6144 K2048: forward 86 TFLOP/s, dX 80 (by block: 72, 68); 88 with the steps staged
 // once instead of with every chunk; 101, dX 97, with fewer registers a thread: each group's two
 // weight fragments multiplied into both limbs' sums at once (2 fragments live, not 8) and the
-// epilogue after the loop (acc not carried through it). Tried and slower there: chunks of 64 in
-// two staging buffers (one barrier a chunk, no wait for the slowest subgroup's MMAs): 81.5 (at
-// 86); 128x64 tiles: 93.5 (at 101); 64x64: 68. With one limb, 128x128 tiles (512 threads, the
+// epilogue after the loop (acc not carried through it); 107, dX 100, with the next chunk's loads
+// after the MMAs (above). Tried and slower there: chunks of 64 in two staging buffers (one barrier
+// a chunk, no wait for the slowest subgroup's MMAs): 81.5 (at 86); 128x64 tiles: 93.5 (at 101);
+// 64x64: 68. With one limb, 128x128 tiles (512 threads, the
 // partials through memory in two halves of rows): 108 against 112 at 128x64. At 88, the staging
 // stores cost most beside the MMAs: with stage_kb's stores skipped (the loads kept) it ran at 104,
 // with only x's skipped at 96. Two ways to make them cheaper did not pay: each lane writing its
@@ -517,8 +522,8 @@ var<workgroup> smem: array<i32, KB_WORDS>;        // the staged chunk, then `par
 var<workgroup> kb_sx: array<f32, BM>;
 var<workgroup> kb_t: array<f32, BN>;
 
-// What one thread loads for a block: kept raw until `stage_kb`, so that no arithmetic waits on
-// these loads before the current block's MMAs are issued.
+// What one thread loads for a chunk, issued after the previous chunk's MMAs and kept raw until
+// `stage_kb`, so that nothing waits on these loads before the barriers that follow those MMAs.
 struct StagedKb {
   a: array<vec4<u32>, KB_A_PER>,
   b: array<vec4<u32>, KB_B_PER>,                  // an item's 32 int8 weights: 16 bytes,
@@ -802,9 +807,6 @@ fn gemm_kb(
   for (var c = 0u; c < chunks; c++) {
     stage_kb(st, lid);
     workgroupBarrier();
-    if (c + 1u < chunks) {
-      st = fetch_kb(c + 1u, m0, n0, lid);
-    }
 #if ROWCOL
     // Each group's two weight fragments serve both limbs at once: two fragments live instead of
     // steps by block's 2·STG (fewer registers a thread; see ROWCOL above).
@@ -850,6 +852,9 @@ fn gemm_kb(
       }
     }
 #endif
+    if (c + 1u < chunks) {
+      st = fetch_kb(c + 1u, m0, n0, lid); // after the MMAs (see the K-blocked comment above)
+    }
     workgroupBarrier(); // the chunk's MMAs are done with the staging
 #if !ROWCOL
     if (c % CPB != CPB - 1u) {
