@@ -448,18 +448,16 @@ async function gemm(ctx: SuiteContext): Promise<GemmShape> {
           const kbDx = await bestOf(ctx, 'gemm-mma-kb-dx', shape, mma.kBlocked.tiles, runDx);
           ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked (blocks along N)', shape, kbDx.timing, flops, { setting: kbDx.setting, note: mma.kBlocked.note }, 'int8'));
         }
-        if (mma.byRow.tiles.length && n % 128 === 0 && k % 128 === 0) {
-          const fwd = await bestOf(ctx, 'gemm-mma-kbr', shape, mma.byRow.tiles, run);
-          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kbr', '4-bit GEMM, int8 tensor cores, K-blocked, steps by row', shape, fwd.timing, flops, { setting: fwd.setting, note: mma.byRow.note }, 'int8'));
-          const bwd = await bestOf(ctx, 'gemm-mma-kbr-dx', shape, mma.byRow.tiles, runDx);
-          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kbr-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked, steps by row', shape, bwd.timing, flops, { setting: bwd.setting, note: mma.byRow.note }, 'int8'));
-        }
-        if (mma.oneLimb.tiles.length && n % 256 === 0 && k % 256 === 0) {
-          const fwd = await bestOf(ctx, 'gemm-mma-kb1', shape, mma.oneLimb.tiles, run);
-          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb1', '4-bit GEMM, int8 tensor cores, K-blocked, x in one limb', shape, fwd.timing, flops, { setting: fwd.setting, note: mma.oneLimb.note }, 'int8'));
-          const bwd = await bestOf(ctx, 'gemm-mma-kb1-dx', shape, mma.oneLimb.tiles, runDx);
-          ctx.add(flopRow(ctx.limits, 'gemm-q4-mma-kb1-dx', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked, dY in one limb', shape, bwd.timing, flops, { setting: bwd.setting, note: mma.oneLimb.note }, 'int8'));
-        }
+        // A set's forward and dX rows (suites gemm-q4-KEY, gemm-q4-KEY-dx), where N and K are whole K blocks.
+        const forwardAndDx = async (set: MmaSet, block: number, key: string, what: string, whatDx: string) => {
+          if (!set.tiles.length || n % block !== 0 || k % block !== 0) return;
+          for (const [suffix, label, runOne] of [['', what, run], ['-dx', whatDx, runDx]] as const) {
+            const best = await bestOf(ctx, `gemm-${key}${suffix}`, shape, set.tiles, runOne);
+            ctx.add(flopRow(ctx.limits, `gemm-q4-${key}${suffix}`, label, shape, best.timing, flops, { setting: best.setting, note: set.note }, 'int8'));
+          }
+        };
+        await forwardAndDx(mma.byRow, 128, 'mma-kbr', '4-bit GEMM, int8 tensor cores, K-blocked, steps by row', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked, steps by row');
+        await forwardAndDx(mma.oneLimb, 256, 'mma-kb1', '4-bit GEMM, int8 tensor cores, K-blocked, x in one limb', 'dX = dY·W (4-bit), int8 tensor cores, K-blocked, dY in one limb');
       }
       release(x, dy, y, dx);
     }

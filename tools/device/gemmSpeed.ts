@@ -5,6 +5,7 @@
 // src/bench/harness.ts): in stream per call, after the same warm-up.
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32] [--only TEXT]
+import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaSteps, type MmaTile } from '../../src/ops/matmulQ4Mma';
@@ -27,7 +28,8 @@ const SHAPES: [number, number, number][] = [
 
 // As bench/kernels.ts: Dawn's timestamps unrounded, subgroup matrices exposed.
 const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis', 'disable-dawn-features=timestamp_quantization'] });
-const F32 = process.argv.includes('--f32');
+const args = parseArgs(process.argv.slice(2));
+const F32 = args.bool('f32');
 const why = F32 ? null : mmaUnsupported(gpu);
 if (why) throw new Error(why);
 const fill = await Filler.create(gpu);
@@ -44,8 +46,7 @@ interface Gemm {
 }
 
 // --only TEXT: the settings whose name contains TEXT.
-const onlyAt = process.argv.indexOf('--only');
-const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : undefined;
+const only = args.optStr('only');
 const ops: { name: string; kernels: RegExp; make: () => Promise<Gemm & { release?: () => void }> }[] = F32
   ? [{ name: 'f32 kernels', kernels: /^matmul_q4\.(gemm|dinput)$/, make: () => MatmulQ4.create(gpu) }]
   : CONFIGS.map((c) => ({

@@ -3,6 +3,7 @@
 // reference (src/bench/q4MmaCheck.ts). Exits non-zero when a tile fails.
 //   npm run bench:build (bundled beside the benchmarks), then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/mmaCheck.mjs [--k-blocked] [--only TEXT]
+import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { checkQ4Mma, type MmaAccuracy } from '../../src/bench/q4MmaCheck';
@@ -55,9 +56,9 @@ function report(name: string, a: MmaAccuracy): void {
   failed ||= !ok;
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
 }
+const args = parseArgs(process.argv.slice(2));
 // --only TEXT: the checks whose name contains TEXT.
-const onlyAt = process.argv.indexOf('--only');
-const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : undefined;
+const only = args.optStr('only');
 async function check(name: string, make: () => Promise<MatmulQ4Mma>): Promise<void> {
   if (only !== undefined && !name.includes(only)) return;
   try {
@@ -80,7 +81,7 @@ async function check(name: string, make: () => Promise<MatmulQ4Mma>): Promise<vo
   }
 }
 // --k-blocked: the K-blocked variant only.
-if (!process.argv.includes('--k-blocked'))
+if (!args.bool('k-blocked'))
   for (const tile of TILES)
     for (const blocked of [true, false])
     await check(`${tile.rows}x${tile.cols}/${tile.threads}${blocked ? ' blocked' : ''}`, () => MatmulQ4Mma.create(gpu, { maxRows: 300, maxK: 6144, tile, blocked }));
