@@ -8,8 +8,9 @@
 //           TRANS_B  B is stored [N, K] (op(B) = Bᵀ), else [K, N]; the Linear layer y = x·Wᵀ
 //                    with W [out, in] is TRANS_B
 //           BIAS     add bias[col] after the product (Linear layers with a bias)
-// Batched form: workgroup_id.z selects the batch; stride_a/b/c are the element distances
-// between consecutive batches (0 broadcasts one operand over the batch).
+// Batched form: workgroup_id.z selects the batch; stride_a/b/c/bias are the element distances
+// between consecutive batches (0 broadcasts one operand over the batch): the vision tower's q, k
+// and v are one batched product of three weights and three biases over the same x.
 //
 // Backward of the Linear layer y = x·Wᵀ is the same kernel: dX = dY·W (no transposes) and
 // dW = dYᵀ·X (TRANS_A); beta = 1 accumulates into an existing gradient.
@@ -37,6 +38,7 @@ struct Params {
   stride_a: u32,
   stride_b: u32,
   stride_c: u32,
+  stride_bias: u32,
   alpha: f32,
   beta: f32,
 }
@@ -185,7 +187,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid3: v
         v += params.beta * c[idx];
       }
 #if BIAS
-      v += bias[col];
+      v += bias[wid.z * params.stride_bias + col];
 #endif
       c[idx] = v;
     }

@@ -154,6 +154,10 @@ export interface FusedWeight {
   parts: readonly LinearWeight[];
 }
 
+/** Forwards of at least this many rows (prefill, scoring) submit once a layer; a decode step's
+ * few rows keep one submit for the whole step (each costs several µs of host time). */
+const FLUSH_MIN_ROWS = 64;
+
 /** Joined weights already made, by first part: a second Decoder over the same weights shares them. */
 const fusedOf = new WeakMap<LinearWeight, FusedWeight>();
 
@@ -482,6 +486,8 @@ export class Decoder {
       this.mlpBlock(rec, w, b.h, b.mlp, lora, a.attend.kind === 'cached');
       const ds = a.visual?.deepstack[l];
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
+      // A prefill submits each layer: the GPU starts on it while the next is recorded.
+      if (T >= FLUSH_MIN_ROWS) rec.flush();
     });
     if (a.attend.kind === 'cached') a.attend.cache.advance(rec, a.attend.slot0, a.attend.count, T / a.attend.count);
     this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);

@@ -148,7 +148,11 @@ describe('matmul: GEMM', () => {
     expect(tileOf(1, 45056, 8)).toBe('wide');
     expect(tileOf(2816, 6144, 2048)).toBe('large');
     expect(tileOf(2816, 6144, 16)).toBe('square');
-    expect(tileOf(784, 1024, 1024)).toBe('square');
+    // 112 blocks of 128x64 (the vision tower's q/k/v/proj at a 448x448 image) take the big block;
+    // 64 do not; a batch counts its items' blocks.
+    expect(tileOf(784, 1024, 1024)).toBe('large');
+    expect(tileOf(196, 2048, 4096)).toBe('square');
+    expect(tileOf(196, 2048, 4096, 2)).toBe('large');
     expect(tileOf(65, 65, 65)).toBe('square');
   });
 
@@ -257,6 +261,40 @@ describe('matmul: GEMM', () => {
       expect(s[off + h * strideC + T * ldc]).toBe(7);
     }
     for (const t of [tq, tk, ts, tw, tout]) t.release();
+  });
+
+  it('batched with a bias per item over one broadcast x (the vision tower\'s joined q/k/v): both big tiles, C items apart by a padded stride', async () => {
+    const gpu = await testGpu();
+    const mm = await Matmul.create(gpu);
+    const [m, n, k, batch] = [70, 67, 40, 3];
+    const x = randUniform(m * k, 21);
+    const w = randUniform(batch * n * k, 22);
+    const bias = randUniform(batch * n, 23);
+    const strideC = m * n + 13;
+    const tx = gpu.upload(x, [m, k], 'f32', 'x');
+    const tw = gpu.upload(w, [batch, n, k], 'f32', 'w');
+    const tb = gpu.upload(bias, [batch, n], 'f32', 'bias');
+    for (const tile of ['square', 'large'] as const) {
+      const tc = gpu.upload(new Float32Array(batch * strideC).fill(7), [batch * strideC], 'f32', 'c');
+      const rec = gpu.recorder();
+      mm.gemm(rec, { a: tx, b: tw, c: tc, m, n, k, transB: true, batch, strideA: 0, strideB: n * k, strideC, bias: tb, strideBias: n, tile });
+      await rec.submit();
+      const c = await read(gpu, tc);
+      for (let i = 0; i < batch; i++) {
+        const r = refGemm({ a: x, b: w.subarray(i * n * k, (i + 1) * n * k), c: [], m, n, k, transA: false, transB: true, alpha: 1, beta: 0, bias: bias.subarray(i * n, (i + 1) * n) });
+        expectWithin(c.subarray(i * strideC, i * strideC + m * n), r.want, r.scale, 1e-5, `${tile} item ${i}`);
+        // The padding between items is untouched.
+        expect(c.subarray(i * strideC + m * n, (i + 1) * strideC).every((v) => v === 7)).toBe(true);
+      }
+      tc.release();
+    }
+    const rec = gpu.recorder();
+    const tc = gpu.tensor([batch * strideC], 'f32', 'c');
+    // Too few biases for three items n apart; a bias stride without a batch of biases.
+    expect(() => mm.gemm(rec, { a: tx, b: tw, c: tc, m, n, k, transB: true, batch, strideA: 0, strideC, bias: tb, strideBias: n + 1 })).toThrow(/bias has 201 elements, expected 203/);
+    expect(() => mm.gemm(rec, { a: tx, b: tw, c: tc, m, n, k, transB: true, batch, strideA: 0, strideC, bias: tb })).toThrow(/expected n = 67/);
+    await rec.submit();
+    for (const t of [tx, tw, tb, tc]) t.release();
   });
 
   it('refuses bad shapes and dtypes with ShapeError naming the op', async () => {

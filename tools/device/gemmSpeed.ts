@@ -1,10 +1,11 @@
 // A quick A/B timer for the 4-bit GEMMs (forward and dX) on a few shapes, for comparing shader
 // variants built into separate bundles in one device run (the kernel benchmark's gemm suite sweeps
 // every GEMM family and takes minutes): the K-blocked int8 tensor-core kernels by default, the f32
-// kernels (MatmulQ4's gemm and dinput) with --f32. Times are the benchmarks' (measure in
-// src/bench/harness.ts): in stream per call, after the same warm-up.
+// kernels (MatmulQ4's gemm and dinput) with --f32, and with --dense the dense f32 GEMM (Matmul, the
+// vision tower's layers) on a 448x448 image's shapes in each block shape. Times are the
+// benchmarks' (measure in src/bench/harness.ts): in stream per call, after the same warm-up.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32] [--only TEXT]
+//   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32 | --dense] [--only TEXT]
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
@@ -12,6 +13,7 @@ import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaSteps, type MmaTile }
 import { Filler } from '../../src/bench/fill';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { measure } from '../../src/bench/harness';
+import { GEMM_TILES, Matmul, tileOf, type GemmTile } from '../../src/ops/matmul';
 import type { Recorder, Tensor } from '../../src/gpu';
 
 const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2; steps?: MmaSteps }[] = [
@@ -30,7 +32,8 @@ const SHAPES: [number, number, number][] = [
 const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis', 'disable-dawn-features=timestamp_quantization'] });
 const args = parseArgs(process.argv.slice(2));
 const F32 = args.bool('f32');
-const why = F32 ? null : mmaUnsupported(gpu);
+const DENSE = args.bool('dense');
+const why = F32 || DENSE ? null : mmaUnsupported(gpu);
 if (why) throw new Error(why);
 const fill = await Filler.create(gpu);
 
@@ -47,6 +50,40 @@ interface Gemm {
 
 // --only TEXT: the settings whose name contains TEXT.
 const only = args.optStr('only');
+
+// [M, N, K, batch, bias]: a 448x448 image's vision tower (784 patches, 196 after the merge): q, k
+// and v as three products or one batched, the output projection, fc1, fc2; the mergers' fc1, fc2.
+const DENSE_SHAPES: [number, number, number, number, boolean][] = [
+  [784, 1024, 1024, 1, true],
+  [784, 1024, 1024, 3, true],
+  [784, 4096, 1024, 1, true],
+  [784, 1024, 4096, 1, true],
+  [196, 4096, 4096, 1, true],
+  [196, 2048, 4096, 1, true],
+];
+if (DENSE) {
+  const mm = await Matmul.create(gpu);
+  for (const [m, n, k, batch, withBias] of DENSE_SHAPES) {
+    const rec = gpu.recorder('setup');
+    const x = gpu.tensor([m, k], 'f32', 'x');
+    const w = gpu.tensor([batch, n, k], 'f32', 'w');
+    const b = gpu.tensor([batch, n], 'f32', 'b');
+    const y = gpu.tensor([batch, m, n], 'f32', 'y');
+    for (const t of [x, w, b]) fill.fill(rec, t, 'uniform', 1);
+    await rec.submit();
+    const line: string[] = [];
+    for (const tile of Object.keys(GEMM_TILES) as GemmTile[]) {
+      if (tile === 'tall' || tile === 'wide' || (only !== undefined && !tile.includes(only))) continue;
+      const ms = await time(/^matmul\.gemm/, (r) =>
+        mm.gemm(r, { a: x, b: w, c: y, m, n, k, transB: true, batch, strideA: 0, strideB: n * k, strideC: m * n, bias: withBias ? b : undefined, strideBias: n, tile }),
+      );
+      line.push(`${tile} ${ms.toFixed(4)} ms (${((2 * m * n * k * batch) / ms / 1e9).toFixed(1)} TFLOP/s)`);
+    }
+    console.log(`dense M${m} N${n} K${k}${batch > 1 ? ` x${batch}` : ''}${withBias ? ' +bias' : ''} (default ${tileOf(m, n, k)}): ${line.join(', ')}`);
+    for (const t of [x, w, b, y]) t.release();
+  }
+  process.exit(0);
+}
 const ops: { name: string; kernels: RegExp; make: () => Promise<Gemm & { release?: () => void }> }[] = F32
   ? [{ name: 'f32 kernels', kernels: /^matmul_q4\.(gemm|dinput)$/, make: () => MatmulQ4.create(gpu) }]
   : CONFIGS.map((c) => ({
