@@ -26,8 +26,12 @@ const blockCols = (t: GemmTile) => GEMM_TILES[t].tx * GEMM_TILES[t].tn;
 const LARGE_MIN_BLOCKS = 96;
 const LARGE_MIN_K = 256;
 /** A product with fewer blocks of C than this and a long K is split along K (LoRA's rank-r
- * products: [T, 2048]·[2048, 16] is 11 blocks of 256x16, each walking all of K). */
-const SPLIT_BELOW_BLOCKS = 128;
+ * products: [T, 2048]·[2048, 16] is 11 blocks of 256x16, each walking all of K), into at most
+ * SPLIT_MAX_BLOCKS. H100 (`gemmSpeed --dense`): the vision mergers' [196, 2048] over K 4096 (64
+ * blocks) in 8 chunks 0.388 -> 0.199 ms; [784, 1024] (112 blocks) over K 1024 in 4 chunks of 256
+ * lost (0.105 -> 0.123 ms), over K 4096 in 4 gained 5%: below 96 blocks only. */
+const SPLIT_BELOW_BLOCKS = 96;
+const SPLIT_MAX_BLOCKS = 512;
 /** Shortest K chunk worth a workgroup of its own. */
 const SPLIT_MIN_K = 256;
 
@@ -142,7 +146,8 @@ export class Matmul {
     }
     if (m === 0 || n === 0 || batch === 0) return;
     const tile = g.tile ?? tileOf(m, n, k, batch);
-    const split = batch === 1 && !g.bias && C.ld === n ? splitOf(m, n, k, tile) : 1;
+    // A bias rides on the first K chunk's partial, so it must not be scaled: alpha 1 only.
+    const split = batch === 1 && (!g.bias || (g.alpha ?? 1) === 1) && C.ld === n ? splitOf(m, n, k, tile) : 1;
     if (split > 1) {
       this.splitK(rec, { ...g, tile }, A, B, C, transA, transB, split);
       return;
@@ -153,7 +158,8 @@ export class Matmul {
   /**
    * C = alpha·op(A)·op(B) + beta·C as S products over K chunks into partials P [S, m, n], then
    * C = alpha·ones[1, S]·P + beta·C: S times the workgroups for a C of few blocks. Deterministic
-   * (a fixed order of sums, no atomics).
+   * (a fixed order of sums, no atomics). A bias (alpha 1) is added by the first chunk's product:
+   * the chunks take biases [bias, 0, ..., 0] from a scratch copy.
    */
   private splitK(rec: Recorder, g: GemmArgs & { tile: GemmTile }, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, S: number): void {
     const { m, n } = g;
@@ -163,14 +169,21 @@ export class Matmul {
     const Ak = { ...A, cols: transA ? A.cols : kc, rows: transA ? kc : A.rows, stride: transA ? kc * A.ld : kc };
     const Bk = { ...B, rows: transB ? B.rows : kc, cols: transB ? kc : B.cols, stride: transB ? kc : kc * B.ld };
     const P: Operand = { what: 'partials', t: part, rows: m, cols: n, ld: n, offset: 0, stride: m * n };
-    this.run(rec, { ...g, k: kc, alpha: 1, beta: 0 }, g.tile, Ak, Bk, P, transA, transB, S);
+    let biases: Tensor | undefined;
+    if (g.bias) {
+      biases = this.gpu.tensor([S, n], 'f32', 'matmul.split_k_bias');
+      rec.clear(biases);
+      rec.copy(g.bias, biases, 4 * n);
+    }
+    this.run(rec, { ...g, k: kc, alpha: 1, beta: 0, bias: biases, strideBias: n }, g.tile, Ak, Bk, P, transA, transB, S);
     let ones = this.ones.get(S);
     if (!ones) this.ones.set(S, (ones = this.gpu.upload(new Float32Array(S).fill(1), [S], 'f32', `matmul.ones${S}`)));
     const O: Operand = { what: 'ones', t: ones, rows: 1, cols: S, ld: S, offset: 0, stride: S };
     const Pk: Operand = { what: 'partials', t: part, rows: S, cols: m * n, ld: m * n, offset: 0, stride: S * m * n };
     const Cflat: Operand = { what: 'C', t: C.t, rows: 1, cols: m * n, ld: m * n, offset: C.offset, stride: m * n };
-    this.run(rec, { ...g, m: 1, n: m * n, k: S }, 'wide', O, Pk, Cflat, false, false, 1);
+    this.run(rec, { ...g, m: 1, n: m * n, k: S, bias: undefined }, 'wide', O, Pk, Cflat, false, false, 1);
     part.release();
+    biases?.release();
   }
 
   private run(rec: Recorder, g: GemmArgs, tile: GemmTile, A: Operand, B: Operand, C: Operand, transA: boolean, transB: boolean, batch: number): void {
@@ -232,13 +245,16 @@ export class Matmul {
 }
 
 /** The block shape for C [m, n] over k: thin sides get thin blocks; long products the big block
- * when it still fills the GPU. A short K (LoRA's u·Bᵀ, K = r) is bound by C's bytes: more, smaller
+ * when it still fills the GPU, or when split along K (H100, the vision mergers' [196, 2048] over
+ * K 4096: 0.199 ms in 8 chunks of 128x64 blocks, 0.374 unsplit in 64x64). A short K (LoRA's u·Bᵀ, K = r) is bound by C's bytes: more, smaller
  * blocks (H100, [2816, 2048] over K 16: 31 µs in 64x64 blocks, 45 µs in 128x64). */
 export function tileOf(m: number, n: number, k: number, batch = 1): GemmTile {
   if (n <= 16 && m >= 256) return 'tall';
   if (m <= 16 && n >= 256) return 'wide';
-  const large = batch * Math.ceil(m / blockRows('large')) * Math.ceil(n / blockCols('large')) >= LARGE_MIN_BLOCKS;
-  return large && k >= LARGE_MIN_K ? 'large' : 'square';
+  if (k < LARGE_MIN_K) return 'square';
+  if (batch * Math.ceil(m / blockRows('large')) * Math.ceil(n / blockCols('large')) >= LARGE_MIN_BLOCKS) return 'large';
+  // Fewer blocks: the big block still, where the product is split along K (gemm's splitOf).
+  return batch === 1 && splitOf(m, n, k, 'large') > 1 ? 'large' : 'square';
 }
 
 /** How many K chunks a product [m, n] over k takes: 1 unless C has few blocks and K is long. */
@@ -246,7 +262,7 @@ function splitOf(m: number, n: number, k: number, tile: GemmTile): number {
   const blocks = Math.ceil(m / blockRows(tile)) * Math.ceil(n / blockCols(tile));
   if (blocks >= SPLIT_BELOW_BLOCKS) return 1;
   for (const s of [8, 4, 2]) {
-    if (k % s === 0 && k / s >= SPLIT_MIN_K && blocks * s <= 4 * SPLIT_BELOW_BLOCKS) return s;
+    if (k % s === 0 && k / s >= SPLIT_MIN_K && blocks * s <= SPLIT_MAX_BLOCKS) return s;
   }
   return 1;
 }

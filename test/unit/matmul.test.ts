@@ -149,14 +149,17 @@ describe('matmul: GEMM', () => {
     expect(tileOf(2816, 6144, 2048)).toBe('large');
     expect(tileOf(2816, 6144, 16)).toBe('square');
     // 112 blocks of 128x64 (the vision tower's q/k/v/proj at a 448x448 image) take the big block;
-    // 64 do not; a batch counts its items' blocks.
+    // 64 over a K that splits take it too (split in 8), over a short K not; a batch counts its
+    // items' blocks, and is never split.
     expect(tileOf(784, 1024, 1024)).toBe('large');
-    expect(tileOf(196, 2048, 4096)).toBe('square');
+    expect(tileOf(196, 2048, 4096)).toBe('large');
+    expect(tileOf(196, 2048, 384)).toBe('square');
+    expect(tileOf(196, 1024, 4096, 2)).toBe('square');
     expect(tileOf(196, 2048, 4096, 2)).toBe('large');
     expect(tileOf(65, 65, 65)).toBe('square');
   });
 
-  it('split along K when C has few blocks and K is long (LoRA rank-r shapes): all four transposes, alpha/beta, an offset C', async () => {
+  it('split along K when C has few blocks and K is long (LoRA rank-r shapes): all four transposes, alpha/beta, a bias (added once), an offset C', async () => {
     const gpu = await testGpu();
     const mm = await Matmul.create(gpu);
     // [37, 16] over K 2048: one block of C, split in 8 chunks of 256; [16, 70] over K 1536: two
@@ -175,19 +178,22 @@ describe('matmul: GEMM', () => {
           const a = randUniform(m * k, seed);
           const b = randUniform(k * n, seed + 1);
           const c = randUniform(m * n, seed + 2);
+          // A bias with alpha 1 (the chunks' first partial carries it); with alpha 0.5 the product is not split.
+          const bias = transA ? randUniform(n, seed + 3) : undefined;
           const off = 13; // C as a view 13 elements into a larger buffer
           const ta = gpu.upload(a, transA ? [k, m] : [m, k], 'f32', 'a');
           const tb = gpu.upload(b, transB ? [n, k] : [k, n], 'f32', 'b');
           const tc = gpu.upload(Float32Array.from([...new Array(off).fill(9), ...c, 9]), [off + m * n + 1], 'f32', 'c');
+          const tbias = bias ? gpu.upload(bias, [n], 'f32', 'bias') : undefined;
           const rec = gpu.recorder();
-          mm.gemm(rec, { a: ta, b: tb, c: tc, m, n, k, transA, transB, alpha, beta, offsetC: off });
+          mm.gemm(rec, { a: ta, b: tb, c: tc, m, n, k, transA, transB, alpha, beta, offsetC: off, bias: tbias });
           await rec.submit();
           const got = await read(gpu, tc);
-          const { want, scale } = refGemm({ a, b, c, m, n, k, transA, transB, alpha, beta });
+          const { want, scale } = refGemm({ a, b, c, m, n, k, transA, transB, alpha, beta, bias });
           const what = `split-K M=${m} N=${n} K=${k} ${transA ? 'Aᵀ' : 'A'}·${transB ? 'Bᵀ' : 'B'}`;
           expectWithin(got.slice(off, off + m * n), want, scale, 1e-5, what);
           expect([...got.slice(0, off), got[off + m * n]], `${what}: outside C untouched`).toEqual([...new Array(off).fill(9), 9]);
-          for (const t of [ta, tb, tc]) t.release();
+          for (const t of [ta, tb, tc, tbias]) t?.release();
         }
       }
     }
