@@ -129,8 +129,19 @@ function tileBytes(pass: 'forward' | 'backward', headDim: number, [BO, BI, WG]: 
  * The largest tile whose workgroup memory and thread count fit the budget (the device's limits
  * unless a smaller budget is given).
  */
-export function tileFor(lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroupStorageSize' | 'maxComputeInvocationsPerWorkgroup'>, headDim: number, pass: 'forward' | 'backward'): Tile {
-  for (const t of pass === 'forward' ? FORWARD_TILES : BACKWARD_TILES) {
+export function tileFor(
+  lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroupStorageSize' | 'maxComputeInvocationsPerWorkgroup'>,
+  headDim: number,
+  pass: 'forward' | 'backward',
+  preferred?: readonly [number, number, number],
+): Tile {
+  if (preferred) {
+    const [BO, BI, WG] = preferred;
+    if (![BO, BI, WG].every((x) => Number.isInteger(x) && x > 0) || WG % BO !== 0 || BI % (WG / BO) !== 0 || WG < BI) {
+      throw new ShapeError('attention', `tile [${preferred.join(', ')}]: WG / BO must divide BI, with WG ≥ BI`);
+    }
+  }
+  for (const t of [...(preferred ? [preferred] : []), ...(pass === 'forward' ? FORWARD_TILES : BACKWARD_TILES)]) {
     const [BO, BI, WG] = t;
     if (tileBytes(pass, headDim, t) > lim.maxComputeWorkgroupStorageSize || WG > lim.maxComputeInvocationsPerWorkgroup) continue;
     const CLN = Math.min(WG, Math.max(WG / BO, Math.min(32, floorPow2(vec4s(headDim).NV))));
@@ -157,6 +168,10 @@ export function decodeTileFor(lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroup
 export interface AttentionOptions {
   /** Workgroup memory budget in bytes (default: the device's limit); smaller budgets pick smaller tiles. */
   workgroupBytes?: number;
+  /** The forward's tile [BO, BI, WG] where it fits the budget, else tileFor's pick (the vision
+   * tower's shapes prefer another than the decoder's; benchmarks compare them). WG / BO must
+   * divide BI, with WG ≥ BI. */
+  forwardTile?: readonly [number, number, number];
 }
 
 /** Decode kernels for one row bound: unsplit and split. */
@@ -195,7 +210,7 @@ export class Attention {
       maxComputeWorkgroupStorageSize: Math.min(gpu.limits.maxComputeWorkgroupStorageSize, opts.workgroupBytes ?? Infinity),
       maxComputeInvocationsPerWorkgroup: gpu.limits.maxComputeInvocationsPerWorkgroup,
     };
-    const ft = tileFor(lim, headDim, 'forward');
+    const ft = tileFor(lim, headDim, 'forward', opts.forwardTile);
     const bt = tileFor(lim, headDim, 'backward');
     const spec = (entry: string, name: string, defines: Record<string, number | boolean>) => ({
       name: `attention.${name}`,

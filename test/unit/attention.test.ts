@@ -477,6 +477,10 @@ describe('attention tiles', () => {
       expect(decodeTileFor(lim(16384), D, 8).RMAX).toBe(8);
     }
     expect(tileFor(lim(16384), 256, 'forward').BO).toBeLessThan(32);
+    // A preferred tile (the vision tower's) where it fits, else the usual pick; a malformed one is refused.
+    expect(tileFor(lim(49152), 64, 'forward', [32, 16, 128])).toEqual({ BO: 32, BI: 16, WG: 128, CLN: 16 });
+    expect(tileFor(lim(16384), 128, 'forward', [32, 16, 128])).toEqual(tileFor(lim(16384), 128, 'forward'));
+    expect(() => tileFor(lim(49152), 64, 'forward', [32, 2, 128])).toThrow(/must divide BI/);
   });
 
   it('small tiles (8 KiB budget) match the f64 reference, forward and backward: packed 20+17, GQA 4/2, D=64', async () => {
