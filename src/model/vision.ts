@@ -69,13 +69,16 @@ interface JoinedQkv {
 /** Joined weights already made, by the block's q: a second tower over the same weights shares them. */
 const joinedQkvOf = new WeakMap<DenseWeight, JoinedQkv>();
 
-/** Join each block's q, k and v where all three are f32 with biases (joinedQkvOf); null elsewhere. */
+/** Join each block's q, k and v where all three are f32 with biases (joinedQkvOf) and each part's
+ * view starts on the storage offset alignment; null elsewhere. */
 async function joinQkv(gpu: Gpu, blocks: VisionWeights['blocks'], hidden: number): Promise<(JoinedQkv | null)[]> {
   const rec = gpu.recorder('vision.join_qkv');
   const own: Tensor[] = [];
+  const aligned = (4 * hidden * hidden) % gpu.limits.minStorageBufferOffsetAlignment === 0;
   const joined = blocks.map((b, i) => {
     const known = joinedQkvOf.get(b.q);
     if (known) return known;
+    if (!aligned) return null;
     const parts = [b.q, b.k, b.v];
     const ws: Tensor[] = [];
     const bs: Tensor[] = [];

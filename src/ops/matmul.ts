@@ -246,8 +246,9 @@ export class Matmul {
 
 /** The block shape for C [m, n] over k: thin sides get thin blocks; long products the big block
  * when it still fills the GPU, or when split along K (H100, the vision mergers' [196, 2048] over
- * K 4096: 0.199 ms in 8 chunks of 128x64 blocks, 0.374 unsplit in 64x64). A short K (LoRA's u·Bᵀ, K = r) is bound by C's bytes: more, smaller
- * blocks (H100, [2816, 2048] over K 16: 31 µs in 64x64 blocks, 45 µs in 128x64). */
+ * K 4096: 0.199 ms in 8 chunks of 128x64 blocks, 0.374 unsplit in 64x64). A short K (LoRA's u·Bᵀ,
+ * K = r) is bound by C's bytes: more, smaller blocks (H100, [2816, 2048] over K 16: 31 µs in 64x64
+ * blocks, 45 µs in 128x64). */
 export function tileOf(m: number, n: number, k: number, batch = 1): GemmTile {
   if (n <= 16 && m >= 256) return 'tall';
   if (m <= 16 && n >= 256) return 'wide';
