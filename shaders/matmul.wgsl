@@ -21,7 +21,7 @@
 // (in workgroup memory and in C). K advances BK at a time through two workgroup tiles stored
 // k-major; the next step's elements are fetched into registers before the current tiles are
 // multiplied, so global latency hides behind the arithmetic. Shapes (src/ops/matmul.ts picks):
-// 128x64 (8x4 each) for large products, 64x64 (4x4) where 128x64 leaves SMs idle, 256x16 and
+// 64x128 (8x4 each) for large products, 64x64 (4x4) where 64x128 leaves SMs idle, 256x16 and
 // 16x256 for LoRA's rank-r sides. Out-of-range elements of edge tiles load as zero, so any M, N,
 // K works.
 

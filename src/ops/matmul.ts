@@ -6,8 +6,12 @@ import { ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type
 
 /** Block shapes of C a workgroup computes (shaders/matmul.wgsl: TX x TY invocations, TM x TN each). */
 export const GEMM_TILES = {
-  /** 128x64, 8x4 per invocation: the most arithmetic per byte of workgroup memory read. */
-  large: { tx: 16, ty: 16, tm: 8, tn: 4 },
+  /** 64x128, 8x4 per invocation: the most arithmetic per byte of workgroup memory read. A warp's
+   * 32 lanes share a row of invocations (TX 32), so B's reads and C's writes are 32 adjacent
+   * columns: 3-5% faster than 128x64 on 16x16 invocations (H100, `gemmSpeed --dense`: [8192, 6144]
+   * over K 2048 28.5 -> 29.6 TFLOP/s, the vision shapes 15.7 -> 16.5 to 19.9 -> 20.7); 8x8 per
+   * invocation spills (2 TFLOP/s). */
+  large: { tx: 32, ty: 8, tm: 8, tn: 4 },
   /** 64x64, 4x4: twice the workgroups of `large` where that one would leave SMs idle. */
   square: { tx: 16, ty: 16, tm: 4, tn: 4 },
   /** 256x16: C of few columns (LoRA's x·Aᵀ [T, r], dYᵀ·u [out, r]); a 64-wide block wastes 3/4. */
@@ -19,16 +23,17 @@ export type GemmTile = keyof typeof GEMM_TILES;
 const blockRows = (t: GemmTile) => GEMM_TILES[t].ty * GEMM_TILES[t].tm;
 const blockCols = (t: GemmTile) => GEMM_TILES[t].tx * GEMM_TILES[t].tn;
 /** `large` when it makes at least this many blocks (batch items included) and K is at least
- * LARGE_MIN_K, else `square`. H100 (`node .bench/gemmSpeed.mjs --dense`, in stream, bias added):
- * [2048, 6144] over K 2048 27 TFLOP/s against 24; the vision tower's [784, 1024] (112 blocks)
- * over K 1024 15.7 against 13.1 and over K 4096 17.1 against 14.1; [196, 4096] (128 blocks) over
- * K 4096 16.9 against 14.0; [196, 2048] (64 blocks) over K 4096 8.5 against 8.8. */
+ * LARGE_MIN_K, else `square`. H100 (`node .bench/gemmSpeed.mjs --dense`, in stream, bias added;
+ * measured on 128x64 blocks, whose counts are the same within 8%): [2048, 6144] over K 2048 27
+ * TFLOP/s against 24; the vision tower's [784, 1024] (104 blocks) over K 1024 15.7 against 13.1
+ * and over K 4096 17.1 against 14.1; [196, 4096] (128 blocks) over K 4096 16.9 against 14.0;
+ * [196, 2048] (64 blocks) over K 4096 8.5 against 8.8. */
 const LARGE_MIN_BLOCKS = 96;
 const LARGE_MIN_K = 256;
 /** A product with fewer blocks of C than this and a long K is split along K (LoRA's rank-r
  * products: [T, 2048]·[2048, 16] is 11 blocks of 256x16, each walking all of K), into at most
  * SPLIT_MAX_BLOCKS. H100 (`gemmSpeed --dense`): the vision mergers' [196, 2048] over K 4096 (64
- * blocks) in 8 chunks 0.388 -> 0.199 ms; [784, 1024] (112 blocks) over K 1024 in 4 chunks of 256
+ * blocks) in 8 chunks 0.388 -> 0.199 ms; [784, 1024] (104 blocks) over K 1024 in 4 chunks of 256
  * lost (0.105 -> 0.123 ms), over K 4096 in 4 gained 5%: below 96 blocks only. */
 const SPLIT_BELOW_BLOCKS = 96;
 const SPLIT_MAX_BLOCKS = 512;
@@ -246,7 +251,7 @@ export class Matmul {
 
 /** The block shape for C [m, n] over k: thin sides get thin blocks; long products the big block
  * when it still fills the GPU, or when split along K (H100, the vision mergers' [196, 2048] over
- * K 4096: 0.199 ms in 8 chunks of 128x64 blocks, 0.374 unsplit in 64x64). A short K (LoRA's u·Bᵀ,
+ * K 4096: 0.199 ms in 8 chunks of the big blocks, 0.374 unsplit in 64x64). A short K (LoRA's u·Bᵀ,
  * K = r) is bound by C's bytes: more, smaller blocks (H100, [2816, 2048] over K 16: 31 µs in 64x64
  * blocks, 45 µs in 128x64). */
 export function tileOf(m: number, n: number, k: number, batch = 1): GemmTile {

@@ -51,9 +51,12 @@ interface Gemm {
 // --only TEXT: the settings whose name contains TEXT.
 const only = args.optStr('only');
 
-// [M, N, K, batch, bias]: a 448x448 image's vision tower (784 patches, 196 after the merge): q, k
-// and v as three products or one batched, the output projection, fc1, fc2; the mergers' fc1, fc2.
+// [M, N, K, batch, bias]: two large products for scale, then a 448x448 image's vision tower (784
+// patches, 196 after the merge): q, k and v as three products or one batched, the output
+// projection, fc1, fc2; the mergers' fc1, fc2.
 const DENSE_SHAPES: [number, number, number, number, boolean][] = [
+  [8192, 6144, 2048, 1, false],
+  [2048, 2048, 2048, 1, false],
   [784, 1024, 1024, 1, true],
   [784, 1024, 1024, 3, true],
   [784, 4096, 1024, 1, true],
