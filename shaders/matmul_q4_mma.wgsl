@@ -366,8 +366,8 @@ fn gemm(
 // epilogue after the loop (acc not carried through it); 107, dX 100, with the next chunk's loads
 // after the MMAs (above). Tried and slower there: chunks of 64 in two staging buffers (one barrier
 // a chunk, no wait for the slowest subgroup's MMAs): 81.5 (at 86); 128x64 tiles: 93.5 (at 101);
-// 64x64: 68. With one limb, 128x128 tiles (512 threads, the
-// partials through memory in two halves of rows): 108 against 112 at 128x64. At 88, the staging
+// 64x64: 68. With one limb, 128x128 tiles (512 threads, the partials through memory in two halves
+// of rows): 108 against 112 at 128x64. At 88, the staging
 // stores cost most beside the MMAs: with stage_kb's stores skipped (the loads kept) it ran at 104,
 // with only x's skipped at 96. Two ways to make them cheaper did not pay: each lane writing its
 // vec4's words in its own order, so that every scalar store covers 32 banks (the vector indexed by
