@@ -25,6 +25,7 @@ struct Params {
   lora_r: u32,     // LORA: the adapter's rank,
   lora_np: u32,    // partials of u per row of x,
   lora_s: f32,     // and its scale alpha / r
+  k_chunk: u32,    // gemm: K per chunk of a split along K (k: unsplit); split_sum: the same
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -41,6 +42,7 @@ struct Params {
 @group(0) @binding(11) var<storage, read> lora_b: array<f32>;     // LORA: lora_B.weight [n, lora_r]
 @group(0) @binding(12) var<storage, read> xq_in: array<vec4<u32>>;        // PREQ: quantize_x's output
 @group(0) @binding(13) var<storage, read_write> xq_out: array<vec4<u32>>; // quantize_x: [m, k / 32, 3]
+@group(0) @binding(14) var<storage, read> parts: array<f32>; // split_sum: gemm's partials [S, m, n]
 
 fn scale_of(s: u32) -> f32 {
   return unpack2x16float(scales[s >> 1u])[s & 1u];
@@ -795,6 +797,11 @@ fn gemv_rows_i8(
 // tile and the dequantized W tile in workgroup memory, k-major, so that per k a thread reads
 // GTM/4 + GTN/4 vec4s and does GTM·GTN multiply-adds. (Loading the next step into registers
 // before the current step's arithmetic, as dinput does, made it 6% slower on the H100.)
+// y may be a joined weight's parts stored apart (split1, split2: out_at, as gemv_rows stores them).
+// Split along K (a y of few tiles over a long K, where the tiles alone leave SMs idle): grid z is
+// the chunk, K [z·k_chunk, (z+1)·k_chunk), and chunk z writes its own partial [m, n] at z·m·n of
+// y (accumulate 0); split_sum then adds the partials in chunk order (deterministic, no atomics)
+// into y, parts apart.
 // ---------------------------------------------------------------------------------------------
 const MAX_GT = 8u;
 override GTM: u32 = 4u;  // rows of y per thread: 4 or 8
@@ -813,8 +820,10 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
   let n0 = wid.x * 16u * GTN;
   let groups = params.k / 32u;
   let xrow = params.k / 4u;
+  let kb = wid.z * params.k_chunk;
+  let ke = min(params.k, kb + params.k_chunk);
   var acc: array<array<vec4<f32>, MAX_GT / 4u>, MAX_GT>;
-  for (var k0 = 0u; k0 < params.k; k0 += GBK) {
+  for (var k0 = kb; k0 < ke; k0 += GBK) {
     // x tile: 16·GTM rows x GBK/4 vec4s, stored transposed.
     for (var r = 0u; r < GTM * GBK / 64u; r++) {
       let i = lid + r * 256u;
@@ -873,7 +882,10 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
     for (var j = 0u; j < GTN; j++) {
       let n = n0 + tx * GTN + j;
       if (m < params.m && n < params.n) {
-        let o = m * params.n + n;
+        var o = (wid.z * params.m + m) * params.n + n;
+        if (params.k_chunk >= params.k) {
+          o = out_at(m, n);
+        }
         var v = acc[i][j / 4u][j % 4u];
         if (params.accumulate != 0u) {
           v += y[o];
@@ -882,6 +894,28 @@ fn gemm(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid:
       }
     }
   }
+}
+
+// The sum of a split GEMM's partials: y at element i = (row, column) of [m, n] (its part's place,
+// out_at) (+)= Σ_z parts[z·m·n + i], z over ceil(k / k_chunk) chunks in order. Grid: flat group
+// id = wid.x + wid.y * nwg.x, 256 elements per group.
+@compute @workgroup_size(256)
+fn split_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let total = params.m * params.n;
+  if (i >= total) {
+    return;
+  }
+  let chunks = (params.k + params.k_chunk - 1u) / params.k_chunk;
+  var v = parts[i];
+  for (var z = 1u; z < chunks; z++) {
+    v += parts[z * total + i];
+  }
+  let o = out_at(i / params.n, i % params.n);
+  if (params.accumulate != 0u) {
+    v += y[o];
+  }
+  y[o] = v;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -164,6 +164,9 @@ export class Gpu {
     return t;
   }
 
+  /** A queue write: it lands before any recorder's next submit, so `t` must not be a pool buffer
+   * that work recorded but not yet submitted still uses (scratch released as it was recorded, such
+   * as a split GEMM's partials, goes back to the pool at once). */
   write(t: Tensor, data: TypedArray | readonly number[]): void {
     if (this.taping) throw new Error(`write to '${t.label}' while capturing a tape: a replay would not repeat it`);
     let arr: TypedArray;

@@ -21,6 +21,33 @@ export const Q4_GROUP = 32;
 /** Most rows of x the GEMV takes; more rows go to the GEMM. */
 export const GEMV_MAX_ROWS = 8;
 
+const SPLIT_SUM_WG = 256;
+/** A GEMM is split along K into the most chunks (1, 2, 4 or 8) that keep its tiles times chunks
+ * within SPLIT_MAX_TILES and each chunk at least SPLIT_MIN_K long. H100 (`node .bench/gemmSpeed.mjs
+ * --split`, 128x64 tiles, in stream): a prefill of 512 rows has k_proj's [512, 1024] over K 2048
+ * (64 tiles) 183 -> 90 µs in 8 chunks, q_proj's and o_proj's [512, 2048] (128 tiles) 185 -> 155 µs
+ * in 4, down_proj's [512, 2048] over K 6144 610 -> 418 µs in 4, gate's [512, 6144] (384 tiles) 421
+ * µs whole; [1024, 2048] (256 tiles) 295 -> 287 µs in 2, 512 tiles and more lose when split (3-8%).
+ * On a GPU of fewer SMs the split costs the partials' traffic, a few percent of such a GEMM. */
+const SPLIT_MAX_TILES = 512;
+const SPLIT_MIN_K = 256;
+
+/** K chunks for a 4-bit GEMM of `tiles` tiles of y over K (MatmulQ4Options.gemmSplit overrides). */
+export function gemmSplitOf(tiles: number, k: number): number {
+  for (const s of [8, 4, 2]) if (tiles * s <= SPLIT_MAX_TILES && k / s >= SPLIT_MIN_K) return s;
+  return 1;
+}
+
+/** The uniforms split1, split2 of a joined weight's output widths (at most 3, summing to n), or
+ * of one output. */
+function splitsOf(op: string, parts: readonly number[] | undefined, n: number): [number, number] {
+  if (!parts) return [n, n];
+  if (parts.length < 1 || parts.length > 3 || parts.some((p) => !Number.isInteger(p) || p < 1) || parts.reduce((a, p) => a + p, 0) !== n) {
+    throw new ShapeError(op, `parts [${parts.join(', ')}] must be 1 to 3 positive widths summing to N = ${n}`);
+  }
+  return [parts[0], parts.length > 2 ? parts[0] + parts[1] : n];
+}
+
 const DX_TILE_M = 128; // dX output tile: rows
 const DX_TILE_K = 64; // dX output tile: columns
 const GATHER_WG = 256;
@@ -114,6 +141,8 @@ export interface MatmulQ4Options {
    * fits)·M floats, zeroed by WebGPU at each workgroup's start; a longer K is walked in chunks. */
   xChunk?: number;
   gemm?: GemmShape;
+  /** K chunks of every GEMM (1: never split). Default: by shape (gemmSplitOf). */
+  gemmSplit?: number;
   /** 2..8 rows of x through the int8 kernel where it was faster (GemvShape.int8; default: where
    * WGSL offers packed_4x8_integer_dot_product). Off: every call in f32. */
   int8?: boolean;
@@ -181,7 +210,7 @@ const I8_SMALL: GemvShape = { threadsPerRow: 32, groups: 4, int8: true };
 const I8_FEW_MID: GemvShape = { threadsPerRow: 16, groups: 16, int8: true };
 const I8_FEW_SMALL: GemvShape = { threadsPerRow: 32, groups: 8, int8: true };
 
-const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
+const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', k_chunk: 'u32' } as const;
 /** Workgroup memory of the LoRA epilogue (shaders/matmul_q4.wgsl: lora_u and lora_fold). */
 const LORA_BYTES = 3 * 512 * 4;
 /** Most rows of x times rank the epilogue holds (LORA_MAX). */
@@ -229,11 +258,14 @@ export class MatmulQ4 {
     private readonly gemmK: Kernel,
     private readonly dinputK: Kernel,
     private readonly gatherK: Kernel,
+    private readonly splitSumK: Kernel,
     readonly subgroups: boolean,
     private readonly gemmTile: { m: number; n: number },
     /** quantize_x and quantize_x2, where WGSL has the packed 4x8 builtins. */
     private readonly quantizeK: Kernel | null,
     private readonly quantize2K: Kernel | null,
+    /** MatmulQ4Options.gemmSplit. */
+    private readonly gemmSplit: number | undefined,
   ) {}
 
   /** 2..8 rows of x take the int8 layouts (when no layout is fixed); set by create. */
@@ -258,15 +290,18 @@ export class MatmulQ4 {
       throw new ShapeError('matmulQ4.gemv', `xChunk must be a positive multiple of ${Q4_GROUP}, got ${xChunk}`);
     }
     const spec = (entry: string, constants?: Record<string, number>) => ({ shader: 'matmul_q4', entry, uniforms: GEMV_UNIFORMS, constants });
-    const [gemmK, dinputK, gatherK] = await Promise.all([
+    const gemmSplit = opts.gemmSplit;
+    if (gemmSplit !== undefined && (!Number.isInteger(gemmSplit) || gemmSplit < 1)) throw new ShapeError('matmulQ4.gemm', `gemmSplit must be a positive integer, got ${gemmSplit}`);
+    const [gemmK, dinputK, gatherK, splitSumK] = await Promise.all([
       gpu.kernel(spec('gemm', { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK })),
       gpu.kernel(spec('dinput')),
       gpu.kernel(spec('gather')),
+      gpu.kernel({ ...spec('split_sum'), name: 'matmul_q4.gemm' }),
     ]);
     if (opts.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
     const dot4 = gpu.hasWgsl(DOT4_I8);
     const [quantizeK, quantize2K] = await Promise.all(['quantize_x', 'quantize_x2'].map((e) => (dot4 ? gpu.kernel({ ...spec(e), name: 'matmul_q4.gemv' }) : null)));
-    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K);
+    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, splitSumK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K, gemmSplit);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
     for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K]) mm.plan(g, 1 << 20);
@@ -440,20 +475,13 @@ export class MatmulQ4 {
     const plan = this.plan(this.layoutFor(m, w.n, w.k, int8), w.k);
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
-    let [split1, split2] = [w.n, w.n];
-    if (parts) {
-      if (parts.length < 1 || parts.length > 3 || parts.some((p) => !Number.isInteger(p) || p < 1) || parts.reduce((a, p) => a + p, 0) !== w.n) {
-        throw new ShapeError(op, `parts [${parts.join(', ')}] must be 1 to 3 positive widths summing to N = ${w.n}`);
-      }
-      split1 = parts[0];
-      split2 = parts.length > 2 ? parts[0] + parts[1] : w.n;
-    }
+    const [split1, split2] = splitsOf(op, parts, w.n);
     const xq = plan.int8 && m === 1 ? this.quantize(rec, this.quantize2K, x, 1, w.k) : plan.preq ? this.quantize(rec, this.quantizeK, x, m, w.k) : null;
     if (!lora) {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
       if (xq) bind.xq_in = xq;
-      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, lora_r: 0, lora_np: 0, lora_s: 0 });
+      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, k_chunk: w.k });
       return;
     }
     const { B, r, scale, perRow } = lora;
@@ -475,6 +503,7 @@ export class MatmulQ4 {
       lora_r: r,
       lora_np: perRow,
       lora_s: scale,
+      k_chunk: w.k,
     });
   }
 
@@ -488,7 +517,7 @@ export class MatmulQ4 {
       // before may still read it).
       this.xq = this.gpu.tensor([GEMV_MAX_ROWS * words], 'u32', 'matmul_q4.xq');
     }
-    rec.dispatch(kernel, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA });
+    rec.dispatch(kernel, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA, k_chunk: k });
     return this.xq;
   }
 
@@ -514,22 +543,30 @@ export class MatmulQ4 {
     return kernel;
   }
 
-  /** y [M, N] (+)= x [M, K] · Wᵀ for any M, tiled (64x64 by default). */
-  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
+  /** y [M, N] (+)= x [M, K] · Wᵀ for any M, tiled (128x64 by default); a y of few tiles over a
+   * long K is split along K (gemmSplitOf) and its partials summed by split_sum. `parts`: as gemv's,
+   * a joined weight's outputs stored apart. */
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, parts?: readonly number[]): void {
     const op = 'matmulQ4.gemm';
     this.checkWeight(op, w);
     const m = this.rowsOf(op, x, w.k);
     this.checkF32(op, 'x', x, m, w.k);
     this.checkF32(op, 'y', y, m, w.n);
-    rec.dispatch(this.gemmK, { codes: w.codes, scales: w.scales, x, y }, [Math.ceil(w.n / this.gemmTile.n), Math.ceil(m / this.gemmTile.m)], {
-      m,
-      n: w.n,
-      k: w.k,
-      accumulate: accumulate ? 1 : 0,
-      split1: w.n,
-      split2: w.n,
-      ...NO_LORA,
-    });
+    const tiles: [number, number] = [Math.ceil(w.n / this.gemmTile.n), Math.ceil(m / this.gemmTile.m)];
+    const S = this.gemmSplit ?? gemmSplitOf(tiles[0] * tiles[1], w.k);
+    // Chunks of whole groups; the last may be shorter (S need not divide K / 32).
+    const kChunk = Q4_GROUP * Math.ceil(w.k / Q4_GROUP / S);
+    const chunks = Math.ceil(w.k / kChunk);
+    const [split1, split2] = splitsOf(op, parts, w.n);
+    const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, k_chunk: kChunk };
+    if (chunks === 1) {
+      rec.dispatch(this.gemmK, { codes: w.codes, scales: w.scales, x, y }, tiles, uniforms);
+      return;
+    }
+    const part = this.gpu.tensor([chunks, m, w.n], 'f32', 'matmul_q4.split_k');
+    rec.dispatch(this.gemmK, { codes: w.codes, scales: w.scales, x, y: part }, [...tiles, chunks], { ...uniforms, accumulate: 0 });
+    rec.dispatch(this.splitSumK, { parts: part, y }, grid1d(m * w.n, SPLIT_SUM_WG), uniforms);
+    part.release();
   }
 
   /** dx [M, K] (+)= dy [M, N] · W: the gradient of x·Wᵀ with respect to x. */
@@ -547,6 +584,7 @@ export class MatmulQ4 {
       split1: w.n,
       split2: w.n,
       ...NO_LORA,
+      k_chunk: w.k,
     });
   }
 
@@ -566,6 +604,7 @@ export class MatmulQ4 {
       split1: w.n,
       split2: w.n,
       ...NO_LORA,
+      k_chunk: w.k,
     });
   }
 }

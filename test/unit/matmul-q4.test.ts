@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { finiteDifferences, randNormal, randUniform } from '../helpers/reference';
 import { dequantizeRef, matmulAB, matmulABt, quantizeRef } from '../helpers/q4-reference';
-import { allocQ4, DOT4_I8, MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
+import { allocQ4, DOT4_I8, gemmSplitOf, MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
 import { MissingFeatureError, ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
 const MS_GEMV = [1, 2, 3, 4, 5, 6, 7, 8];
@@ -74,10 +74,14 @@ async function checkForward(gpu: Gpu, mm: MatmulQ4, product: Product, ms: readon
         const tx = gpu.upload(x, [m, k], 'f32', 'x');
         const ty = gpu.tensor([m, n], 'f32', 'y');
         const tacc = gpu.upload(y0, [m, n], 'f32', 'y_acc');
-        mm[product](rec, tx, w, ty);
-        mm[product](rec, tx, w, tacc, true);
         cases.push({ m, n, k, w, deq, x, y0, tx, ty, tacc });
       }
+  // Recorded after every upload: a split GEMM's scratch goes back to the pool as it is recorded,
+  // and a queue write before the submit must not land in it.
+  for (const { w, tx, ty, tacc } of cases) {
+    mm[product](rec, tx, w, ty);
+    mm[product](rec, tx, w, tacc, true);
+  }
   await rec.submit();
   for (const { m, n, k, w, deq, x, y0, tx, ty, tacc } of cases) {
     const { y, mag } = matmulABt(x, deq, m, n, k);
@@ -221,11 +225,37 @@ describe('4-bit matmul', () => {
     }
   });
 
-  it('GEMV of a joined weight writes each part\'s rows apart ([M, n_s] one after another), with and without accumulate', async () => {
+  it('GEMM split along K (2, 3 and 5 chunks, the last shorter where they do not divide K) sums its partials, with and without accumulate', async () => {
     const gpu = await testGpu();
-    const mm = await MatmulQ4.create(gpu);
+    for (const gemmSplit of [2, 3, 5]) {
+      const mm = await MatmulQ4.create(gpu, { gemmSplit });
+      await checkForward(gpu, mm, 'gemm', [3, 130], ` split ${gemmSplit}`);
+    }
+    await expect(MatmulQ4.create(gpu, { gemmSplit: 0 })).rejects.toThrow(/gemmSplit/);
+  });
+
+  it('splits a GEMM of few tiles over a long K: the most of 8, 4, 2 chunks within 512 workgroups and chunks of K ≥ 256', () => {
+    // A 512-token prefill's products in 128x64 tiles: k/v_proj (64 tiles), q/o_proj (128), down_proj (128
+    // over K 6144), gate/up_proj (384); then 1024 rows of q_proj, a long prompt and a short K.
+    expect(gemmSplitOf(64, 2048)).toBe(8);
+    expect(gemmSplitOf(128, 2048)).toBe(4);
+    expect(gemmSplitOf(128, 6144)).toBe(4);
+    expect(gemmSplitOf(384, 2048)).toBe(1);
+    expect(gemmSplitOf(256, 2048)).toBe(2);
+    expect(gemmSplitOf(512, 6144)).toBe(1);
+    expect(gemmSplitOf(16, 512)).toBe(2);
+    expect(gemmSplitOf(16, 256)).toBe(1);
+  });
+
+  it.each([
+    ['GEMV', 'gemv', [[3, [8, 5, 9]], [8, [12, 4]], [2, [7]]]],
+    ['GEMM', 'gemm', [[9, [8, 5, 9]], [130, [70, 3]], [20, [7]]]],
+    ['GEMM split along K', 'gemm split', [[9, [8, 5, 9]], [130, [70, 3]]]],
+  ] as const)('%s of a joined weight writes each part\'s rows apart ([M, n_s] one after another), with and without accumulate', async (_, product, shapes) => {
+    const gpu = await testGpu();
+    const mm = await MatmulQ4.create(gpu, product === 'gemm split' ? { gemmSplit: 2 } : {});
     const k = 96;
-    for (const [m, parts] of [[3, [8, 5, 9]], [8, [12, 4]], [2, [7]]] as const) {
+    for (const [m, parts] of shapes) {
       const n = parts.reduce((a, p) => a + p, 0);
       const { w, deq } = weight(gpu, n, k, 40 + m);
       const x = randUniform(m * k, 41 + m);
@@ -234,8 +264,13 @@ describe('4-bit matmul', () => {
       const ty = gpu.tensor([m * n], 'f32', 'y');
       const tacc = gpu.upload(y0, [m * n], 'f32', 'y_acc');
       const rec = gpu.recorder();
-      mm.gemv(rec, tx, w, ty, false, { parts });
-      mm.gemv(rec, tx, w, tacc, true, { parts });
+      if (product === 'gemv') {
+        mm.gemv(rec, tx, w, ty, false, { parts });
+        mm.gemv(rec, tx, w, tacc, true, { parts });
+      } else {
+        mm.gemm(rec, tx, w, ty, false, parts);
+        mm.gemm(rec, tx, w, tacc, true, parts);
+      }
       await rec.submit();
       const { y, mag } = matmulABt(x, deq, m, n, k);
       // Part s holds columns [c0, c0 + width) of every row, row-major, after the earlier parts.
@@ -251,7 +286,9 @@ describe('4-bit matmul', () => {
       release(tx, ty, tacc, w.codes, w.scales);
     }
     const { w } = weight(gpu, 10, 32, 1);
-    expect(() => mm.gemv(gpu.recorder(), gpu.tensor([2, 32], 'f32', 'x'), w, gpu.tensor([20], 'f32', 'y'), false, { parts: [4, 5] })).toThrow(ShapeError);
+    const [x, y] = [gpu.tensor([2, 32], 'f32', 'x'), gpu.tensor([20], 'f32', 'y')];
+    if (product === 'gemv') expect(() => mm.gemv(gpu.recorder(), x, w, y, false, { parts: [4, 5] })).toThrow(ShapeError);
+    else expect(() => mm.gemm(gpu.recorder(), x, w, y, false, [4, 5])).toThrow(ShapeError);
   });
 
   it('GEMV spans several workgroups and a K that is many groups', async () => {

@@ -1,11 +1,13 @@
 // A quick A/B timer for the 4-bit GEMMs (forward and dX) on a few shapes, for comparing shader
 // variants built into separate bundles in one device run (the kernel benchmark's gemm suite sweeps
 // every GEMM family and takes minutes): the K-blocked int8 tensor-core kernels by default, the f32
-// kernels (MatmulQ4's gemm and dinput) with --f32, and with --dense the dense f32 GEMM (Matmul, the
-// vision tower's layers) on a 448x448 image's shapes in each block shape. Times are the
-// benchmarks' (measure in src/bench/harness.ts): in stream per call, after the same warm-up.
+// kernels (MatmulQ4's gemm and dinput) with --f32, with --dense the dense f32 GEMM (Matmul, the
+// vision tower's layers) on a 448x448 image's shapes in each block shape, and with --split the f32
+// 4-bit GEMM at prefill's row counts in 1 to 8 K chunks (MatmulQ4Options.gemmSplit) beside its
+// default. Times are the benchmarks' (measure in src/bench/harness.ts): in stream per call, after
+// the same warm-up.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32 | --dense] [--only TEXT]
+//   source .device/gpu-env.sh && node .bench/gemmSpeed.mjs [--f32 | --dense | --split] [--only TEXT]
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
@@ -33,7 +35,8 @@ const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe
 const args = parseArgs(process.argv.slice(2));
 const F32 = args.bool('f32');
 const DENSE = args.bool('dense');
-const why = F32 || DENSE ? null : mmaUnsupported(gpu);
+const SPLIT = args.bool('split');
+const why = F32 || DENSE || SPLIT ? null : mmaUnsupported(gpu);
 if (why) throw new Error(why);
 const fill = await Filler.create(gpu);
 
@@ -84,6 +87,42 @@ if (DENSE) {
     }
     console.log(`dense M${m} N${n} K${k}${batch > 1 ? ` x${batch}` : ''}${withBias ? ' +bias' : ''} (default ${tileOf(m, n, k)}): ${line.join(', ')}`);
     for (const t of [x, w, b, y]) t.release();
+  }
+  process.exit(0);
+}
+// --split: the decoder's 4-bit weights [N, K] at a prompt's rows: q and o, k and v, gate and up,
+// down; then q/k/v and gate/up joined.
+const SPLIT_ROWS = [128, 256, 512, 1024, 2048];
+const SPLIT_WEIGHTS: [number, number][] = [
+  [2048, 2048],
+  [1024, 2048],
+  [6144, 2048],
+  [2048, 6144],
+  [4096, 2048],
+  [12288, 2048],
+];
+if (SPLIT) {
+  const variants = await Promise.all([undefined, 1, 2, 3, 4, 6, 8].map(async (gemmSplit) => ({ gemmSplit, mm: await MatmulQ4.create(gpu, { gemmSplit }) })));
+  for (const [n, k] of SPLIT_WEIGHTS) {
+    const rec = gpu.recorder('setup');
+    const [w] = randomQ4Blocks(gpu, rec, fill, n, k, 'w', n);
+    await rec.submit();
+    for (const m of SPLIT_ROWS) {
+      if (only !== undefined && !`M${m} N${n} K${k}`.includes(only)) continue;
+      const x = gpu.tensor([m, k], 'f32', 'x');
+      const y = gpu.tensor([m, n], 'f32', 'y');
+      const r0 = gpu.recorder('setup');
+      fill.fill(r0, x, 'uniform', 1);
+      await r0.submit();
+      const line: string[] = [];
+      for (const { gemmSplit, mm } of variants) {
+        const ms = await time(/^matmul_q4\.gemm$/, (r) => mm.gemm(r, x, w, y));
+        line.push(`${gemmSplit ?? 'default'} ${(1000 * ms).toFixed(1)} µs (${((2 * m * n * k) / ms / 1e9).toFixed(1)})`);
+      }
+      console.log(`split M${m} N${n} K${k} (${Math.ceil(n / 64) * Math.ceil(m / 128)} tiles; chunks, µs, TFLOP/s): ${line.join(', ')}`);
+      for (const t of [x, y]) t.release();
+    }
+    releaseQ4([w]);
   }
   process.exit(0);
 }
