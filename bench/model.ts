@@ -431,22 +431,30 @@ async function main(): Promise<void> {
     };
     save();
     console.error(`prefill: ${prefillS.toFixed(3)} s (vision ${visionS.toFixed(3)} s)`);
-    // --profile: the vision tower's GPU time in stream and by kernel (a pass per dispatch).
+    // --profile: the GPU time of the vision tower, and of the whole prefill, in stream and by
+    // kernel (a pass per dispatch).
     if (args.includes('--profile')) {
-      const encode = async (mode: 'pass' | 'dispatch') => {
-        const prof = gpu.startProfiling(mode);
+      const profile = async (what: string, work: () => Promise<void>) => {
+        const run = async (mode: 'pass' | 'dispatch') => {
+          const prof = gpu.startProfiling(mode);
+          await work();
+          await gpu.sync();
+          const r = prof.report();
+          gpu.stopProfiling();
+          return r;
+        };
+        const inStreamMs = (await run('pass')).reduce((t, k) => t + k.totalMs, 0);
+        const rows = (await run('dispatch')).map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
+        console.error(`${what} GPU time: ${inStreamMs.toFixed(2)} ms in stream; by kernel ${(rows.reduce((t, r) => t + r.us, 0) / 1000).toFixed(2)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches`);
+        for (const r of rows.slice(0, 10)) console.error(`  ${r.us.toFixed(0).padStart(6)} us  ${String(r.calls).padStart(4)} x ${r.name}`);
+        return { inStreamMs, kernels: rows };
+      };
+      result.visionProfile = await profile('vision tower', async () => {
         const v = await model.encodeImages(prompt.inputIds, image);
         await gpu.sync();
         for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
-        const r = prof.report();
-        gpu.stopProfiling();
-        return r;
-      };
-      const inStreamMs = (await encode('pass')).reduce((t, k) => t + k.totalMs, 0);
-      const rows = (await encode('dispatch')).map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
-      console.error(`vision tower GPU time: ${inStreamMs.toFixed(2)} ms in stream; by kernel ${(rows.reduce((t, r) => t + r.us, 0) / 1000).toFixed(2)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches`);
-      for (const r of rows.slice(0, 10)) console.error(`  ${r.us.toFixed(0).padStart(6)} us  ${String(r.calls).padStart(4)} x ${r.name}`);
-      result.visionProfile = { inStreamMs, kernels: rows };
+      });
+      result.prefillProfile = await profile('prefill (vision included)', async () => void (await gen(1, 1)));
     }
   }
 

@@ -39,6 +39,14 @@ const SPLIT_BELOW_BLOCKS = 96;
 const SPLIT_MAX_BLOCKS = 512;
 /** Shortest K chunk worth a workgroup of its own. */
 const SPLIT_MIN_K = 256;
+/** C of 16 columns or rows (`tall`: LoRA's x·Aᵀ [T, r], dYᵀ·u [out, r], dY·B [T, r]; `wide`: its
+ * dA = tᵀ·x [r, in]) holds few blocks and tiny partials: up to 64 chunks of at least 32, within
+ * SPLIT_THIN_BLOCKS workgroups. H100 (`gemmSpeed --split`, in stream): [512, 16] over K 2048 35.5
+ * -> 21.9 µs in 64 chunks, over K 6144 74 -> 27 µs; [2816, 16] over K 2048 35.8 -> 31.3 µs in 16;
+ * [8192, 16] over 2048 best in 8; [16, 2048] over K 2816 37.8 -> 28.4 µs in 32, over K 8192 88 ->
+ * 54 µs; [16, 6144] over K 2816 best in 8. */
+const SPLIT_THIN_BLOCKS = 256;
+const SPLIT_THIN_MIN_K = 32;
 
 export interface GemmArgs {
   /** op(A) is [m, k]: A is stored [m, k], or [k, m] when transA. */
@@ -76,6 +84,9 @@ export interface GemmArgs {
   strideBias?: number;
   /** Block shape; default chosen from m, n (tileOf). Tests and benchmarks set it. */
   tile?: GemmTile;
+  /** K chunks (a divisor of k; one product, C's rows ld = n, bias only with alpha 1); default by
+   * shape (splitOf). Tests and benchmarks set it. */
+  split?: number;
 }
 
 export interface LinearOptions {
@@ -152,7 +163,11 @@ export class Matmul {
     if (m === 0 || n === 0 || batch === 0) return;
     const tile = g.tile ?? tileOf(m, n, k, batch);
     // A bias rides on the first K chunk's partial, so it must not be scaled: alpha 1 only.
-    const split = batch === 1 && (!g.bias || (g.alpha ?? 1) === 1) && C.ld === n ? splitOf(m, n, k, tile) : 1;
+    const splittable = batch === 1 && (!g.bias || (g.alpha ?? 1) === 1) && C.ld === n;
+    if (g.split !== undefined && (!Number.isInteger(g.split) || g.split < 1 || k % g.split !== 0 || (g.split > 1 && !splittable))) {
+      throw new ShapeError('gemm', `split ${g.split} must divide K = ${k}, for one product with C's rows n apart and a bias only at alpha 1`);
+    }
+    const split = g.split ?? (splittable ? splitOf(m, n, k, tile) : 1);
     if (split > 1) {
       this.splitK(rec, { ...g, tile }, A, B, C, transA, transB, split);
       return;
@@ -266,6 +281,10 @@ export function tileOf(m: number, n: number, k: number, batch = 1): GemmTile {
 /** How many K chunks a product [m, n] over k takes: 1 unless C has few blocks and K is long. */
 function splitOf(m: number, n: number, k: number, tile: GemmTile): number {
   const blocks = Math.ceil(m / blockRows(tile)) * Math.ceil(n / blockCols(tile));
+  if (tile === 'tall' || tile === 'wide') {
+    for (const s of [64, 32, 16, 8, 4, 2]) if (k % s === 0 && k / s >= SPLIT_THIN_MIN_K && blocks * s <= SPLIT_THIN_BLOCKS) return s;
+    return 1;
+  }
   if (blocks >= SPLIT_BELOW_BLOCKS) return 1;
   for (const s of [8, 4, 2]) {
     if (k % s === 0 && k / s >= SPLIT_MIN_K && blocks * s <= SPLIT_MAX_BLOCKS) return s;

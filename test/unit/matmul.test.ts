@@ -199,6 +199,26 @@ describe('matmul: GEMM', () => {
     }
   });
 
+  it('takes a K split from the caller (benchmarks): a divisor of K, on one product only', async () => {
+    const gpu = await testGpu();
+    const mm = await Matmul.create(gpu);
+    const [m, n, k] = [70, 20, 96];
+    const a = randUniform(m * k, 31);
+    const b = randUniform(n * k, 32);
+    const [ta, tb, tc] = [gpu.upload(a, [m, k], 'f32', 'a'), gpu.upload(b, [n, k], 'f32', 'b'), gpu.tensor([m, n], 'f32', 'c')];
+    for (const split of [1, 3, 32]) {
+      const rec = gpu.recorder();
+      mm.gemm(rec, { a: ta, b: tb, c: tc, m, n, k, transB: true, split });
+      await rec.submit();
+      const { want, scale } = refGemm({ a, b, c: new Float32Array(m * n), m, n, k, transA: false, transB: true, alpha: 1, beta: 0 });
+      expectWithin(await read(gpu, tc), want, scale, 1e-5, `split ${split}`);
+    }
+    const rec = gpu.recorder();
+    expect(() => mm.gemm(rec, { a: ta, b: tb, c: tc, m, n, k, transB: true, split: 5 })).toThrow(/split 5 must divide/);
+    expect(() => mm.gemm(rec, { a: ta, b: tb, c: tc, m, n: n / 2, k, transB: true, batch: 2, strideA: 0, strideC: (m * n) / 2, strideB: (n / 2) * k, split: 2 })).toThrow(/one product/);
+    for (const t of [ta, tb, tc]) t.release();
+  });
+
   it('adds a bias, and beta = 0 never reads C (NaN there stays out)', async () => {
     const gpu = await testGpu();
     const mm = await Matmul.create(gpu);

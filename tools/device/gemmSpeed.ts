@@ -16,6 +16,7 @@ import { Filler } from '../../src/bench/fill';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { measure } from '../../src/bench/harness';
 import { GEMM_TILES, Matmul, tileOf, type GemmTile } from '../../src/ops/matmul';
+import { createLoraParams, Lora } from '../../src/ops/lora';
 import type { Recorder, Tensor } from '../../src/gpu';
 
 const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2; steps?: MmaSteps }[] = [
@@ -101,7 +102,58 @@ const SPLIT_WEIGHTS: [number, number][] = [
   [4096, 2048],
   [12288, 2048],
 ];
+// --split also times LoRA's thin products x·Aᵀ [T, r] over K = in, in each block shape and K chunks.
+const THIN_SHAPES: [number, number, number][] = [
+  [512, 16, 2048],
+  [512, 16, 6144],
+  [2816, 16, 2048],
+  [2816, 16, 6144],
+  [8192, 16, 2048],
+];
 if (SPLIT) {
+  const mm = await Matmul.create(gpu);
+  const lora = await Lora.create(gpu);
+  for (const [m, n, k] of THIN_SHAPES) {
+    const rec = gpu.recorder('setup');
+    const x = gpu.tensor([m, k], 'f32', 'x');
+    const a = gpu.tensor([n, k], 'f32', 'a');
+    const u = gpu.tensor([m, n], 'f32', 'u');
+    for (const t of [x, a]) fill.fill(rec, t, 'uniform', 1);
+    await rec.submit();
+    const line: string[] = [];
+    for (const tile of ['tall', 'square'] as const)
+      for (const split of [undefined, 1, 4, 8, 16, 32, 64]) {
+        const ms = await time(/^matmul\.gemm/, (r) => mm.gemm(r, { a: x, b: a, c: u, m, n, k, transB: true, tile, split }));
+        line.push(`${tile}/${split ?? 'default'} ${(1000 * ms).toFixed(1)}`);
+      }
+    console.log(`thin M${m} N${n} K${k} (µs): ${line.join(', ')}`);
+    // The adapter's up product into y [T, out] for out = K (q_proj-like), in stream.
+    const p = createLoraParams(gpu, { name: 'lora', in: k, out: k, r: n, alpha: 2 * n });
+    const y = gpu.tensor([m, k], 'f32', 'y');
+    const r1 = gpu.recorder('setup');
+    for (const t of [p.A, p.B]) fill.fill(r1, t, 'uniform', 1);
+    await r1.submit();
+    const up = await time(/^lora\.up_add/, (r) => lora.forward(r, p, { x, y, u }));
+    console.log(`  lora up_add [${m}, ${n}]·[${n}, ${k}]: ${(1000 * up).toFixed(1)} µs (${((8 * m * k) / up / 1e6).toFixed(0)} GB/s of y read and written)`);
+    for (const t of [x, a, u, y, p.A, p.B, p.dA, p.dB]) t.release();
+  }
+  // LoRA's dA = tᵀ·x [r, in] over K = T rows (C of 16 rows: the wide block).
+  for (const [m, n, k] of [[16, 2048, 512], [16, 2048, 2816], [16, 6144, 2816], [16, 2048, 8192]]) {
+    const rec = gpu.recorder('setup');
+    const t = gpu.tensor([k, m], 'f32', 't');
+    const x = gpu.tensor([k, n], 'f32', 'x');
+    const dA = gpu.tensor([m, n], 'f32', 'dA');
+    for (const v of [t, x]) fill.fill(rec, v, 'uniform', 1);
+    await rec.submit();
+    const line: string[] = [];
+    for (const split of [undefined, 1, 4, 8, 16, 32, 64]) {
+      const ms = await time(/^matmul\.gemm/, (r) => mm.gemm(r, { a: t, b: x, c: dA, m, n, k, transA: true, beta: 1, tile: 'wide', split }));
+      line.push(`wide/${split ?? 'default'} ${(1000 * ms).toFixed(1)}`);
+    }
+    console.log(`thin M${m} N${n} K${k} tᵀ·x (µs): ${line.join(', ')}`);
+    for (const v of [t, x, dA]) v.release();
+  }
+
   const variants = await Promise.all([undefined, 1, 2, 3, 4, 6, 8].map(async (gemmSplit) => ({ gemmSplit, mm: await MatmulQ4.create(gpu, { gemmSplit }) })));
   for (const [n, k] of SPLIT_WEIGHTS) {
     const rec = gpu.recorder('setup');
