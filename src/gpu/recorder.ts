@@ -32,6 +32,12 @@ export class Recorder {
   /** The tape being captured (capture), if any. */
   private tape: Tape | null = null;
 
+  /** Whether a tape is being captured: scratch released as it is recorded (a split GEMM's
+   * partials) cannot be used then, as the tape holds every buffer it binds. */
+  get capturing(): boolean {
+    return this.tape !== null;
+  }
+
   constructor(
     private readonly gpu: Gpu,
     readonly label = 'recorder',

@@ -210,7 +210,7 @@ export class Qwen3VL {
       throw new ShapeError('qwen3vl', `the prompt has ${rows.length} image tokens, but its ${images.gridThw.length} image(s) make ${need} features`);
     }
     const patches = images.gridThw.reduce((a, [t, h, w]) => a + t * h * w, 0);
-    const pixels = this.gpu.upload(images.pixelValues, [patches, images.pixelValues.length / Math.max(1, patches)], 'f32', 'pixel_values');
+    const pixels = await this.gpu.uploadMapped(images.pixelValues, [patches, images.pixelValues.length / Math.max(1, patches)], 'f32', 'pixel_values');
     const rowsT = this.gpu.upload(Uint32Array.from(rows), [rows.length], 'u32', 'image rows');
     const rec = this.gpu.recorder('vision');
     let f: VisionFeatures;

@@ -85,7 +85,7 @@ export interface GemmArgs {
   /** Block shape; default chosen from m, n (tileOf). Tests and benchmarks set it. */
   tile?: GemmTile;
   /** K chunks (a divisor of k; one product, C's rows ld = n, bias only with alpha 1); default by
-   * shape (splitOf). Tests and benchmarks set it. */
+   * shape (splitOf; never while a tape is captured). Tests and benchmarks set it. */
   split?: number;
 }
 
@@ -163,9 +163,9 @@ export class Matmul {
     if (m === 0 || n === 0 || batch === 0) return;
     const tile = g.tile ?? tileOf(m, n, k, batch);
     // A bias rides on the first K chunk's partial, so it must not be scaled: alpha 1 only.
-    const splittable = batch === 1 && (!g.bias || (g.alpha ?? 1) === 1) && C.ld === n;
+    const splittable = batch === 1 && (!g.bias || (g.alpha ?? 1) === 1) && C.ld === n && !rec.capturing;
     if (g.split !== undefined && (!Number.isInteger(g.split) || g.split < 1 || k % g.split !== 0 || (g.split > 1 && !splittable))) {
-      throw new ShapeError('gemm', `split ${g.split} must divide K = ${k}, for one product with C's rows n apart and a bias only at alpha 1`);
+      throw new ShapeError('gemm', `split ${g.split} must divide K = ${k}, for one product with C's rows n apart, a bias only at alpha 1 and no tape being captured`);
     }
     const split = g.split ?? (splittable ? splitOf(m, n, k, tile) : 1);
     if (split > 1) {

@@ -553,7 +553,8 @@ export class MatmulQ4 {
     this.checkF32(op, 'x', x, m, w.k);
     this.checkF32(op, 'y', y, m, w.n);
     const tiles: [number, number] = [Math.ceil(w.n / this.gemmTile.n), Math.ceil(m / this.gemmTile.m)];
-    const S = this.gemmSplit ?? gemmSplitOf(tiles[0] * tiles[1], w.k);
+    // Not while a tape is captured: it would hold the partials' scratch, released as recorded.
+    const S = rec.capturing ? 1 : (this.gemmSplit ?? gemmSplitOf(tiles[0] * tiles[1], w.k));
     // Chunks of whole groups; the last may be shorter (S need not divide K / 32).
     const kChunk = Q4_GROUP * Math.ceil(w.k / Q4_GROUP / S);
     const chunks = Math.ceil(w.k / kChunk);

@@ -134,6 +134,22 @@ describe('gpu runtime', () => {
     for (const t of [x, y, z]) t.release();
   });
 
+  it('uploads through a reused write-mapped staging buffer: the data arrives, odd byte counts and views included', async () => {
+    const gpu = await testGpu();
+    const big = randUniform(70_000, 5);
+    for (let round = 0; round < 3; round++) {
+      // A view into a larger array: only its own bytes are copied.
+      const view = big.subarray(round, 60_000 + round);
+      const t = await gpu.uploadMapped(view, [view.length], 'f32', 'pixels');
+      expect(await gpu.readF32(t)).toEqual(view);
+      t.release();
+    }
+    const bytes = Uint8Array.from([1, 2, 3, 4, 5]);
+    const u = await gpu.uploadMapped(bytes, [5], 'u8', 'odd');
+    expect((await gpu.read(u)).slice(0, 5)).toEqual(bytes);
+    await expect(gpu.uploadMapped(new Float32Array(9), [8], 'f32', 'short')).rejects.toThrow(BufferAllocationError);
+  });
+
   it('turns a too-large buffer into BufferAllocationError naming the buffer', async () => {
     const gpu = await testGpu();
     const n = Math.floor(gpu.limits.maxBufferSize / 4) + 1024;
