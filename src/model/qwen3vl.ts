@@ -343,6 +343,8 @@ export function splitImages(batch: ImageBatch, keys: readonly string[]): Prepare
 
 /** The images' patches back to back, as the processor concatenates them. */
 export function concat(parts: Float32Array[]): Float32Array {
+  // One image (the common prompt): its own array, not a copy of megabytes.
+  if (parts.length === 1) return parts[0];
   const out = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
   let at = 0;
   for (const p of parts) {

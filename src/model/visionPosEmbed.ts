@@ -49,11 +49,22 @@ export function posEmbedInterpolation(gridThw: readonly (readonly [number, numbe
             for (let ic = 0; ic < mergeSize; ic++) {
               const r = br * mergeSize + ir;
               const c = bc * mergeSize + ic;
-              const [rl, rh, dh] = [rows.lo[r] * side, rows.hi[r] * side, rows.frac[r]];
-              const [cl, ch, dw] = [cols.lo[c], cols.hi[c], cols.frac[c]];
-              out.set([rl + cl, rl + ch, rh + cl, rh + ch], 8 * k);
-              weights.set([(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw], 8 * k + 4);
-              k++;
+              // Written element by element: array literals here cost about 1 ms a 448x448 image.
+              const rl = rows.lo[r] * side;
+              const rh = rows.hi[r] * side;
+              const dh = rows.frac[r];
+              const cl = cols.lo[c];
+              const ch = cols.hi[c];
+              const dw = cols.frac[c];
+              const o = 8 * k++;
+              out[o] = rl + cl;
+              out[o + 1] = rl + ch;
+              out[o + 2] = rh + cl;
+              out[o + 3] = rh + ch;
+              weights[o + 4] = (1 - dh) * (1 - dw);
+              weights[o + 5] = (1 - dh) * dw;
+              weights[o + 6] = dh * (1 - dw);
+              weights[o + 7] = dh * dw;
             }
           }
         }
