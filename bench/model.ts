@@ -456,6 +456,41 @@ async function main(): Promise<void> {
       });
       result.prefillProfile = await profile('prefill (vision included)', async () => void (await gen(1, 1)));
     }
+    // The vision tower on int8 tensor cores (ModelOptions.visionTensorCores), where offered: its
+    // time, the prefill's, its GPU time in stream, and how far its features move from the f32
+    // tower's (relative RMS of the merged embeds, then of each deepstack feature).
+    if (!mmaUnsupported(gpu)) {
+      const features = async () => {
+        const v = await model.encodeImages(prompt.inputIds, image);
+        const out = await Promise.all([v.embeds, ...v.deepstack].map((t) => gpu.readF32(t)));
+        for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
+        return out;
+      };
+      const ref = await features();
+      await model.setVisionTensorCores(true);
+      const got = await features();
+      const relRms = got.map((g, i) => {
+        let num = 0;
+        let den = 0;
+        g.forEach((x, j) => ((num += (x - ref[i][j]) ** 2), (den += ref[i][j] ** 2)));
+        return Math.sqrt(num / den);
+      });
+      const tcVisionS = await seconds(gpu, W.reps, async () => {
+        const v = await model.encodeImages(prompt.inputIds, image);
+        for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
+      });
+      const tcPrefillS = await seconds(gpu, W.reps, () => gen(1, 1));
+      const prof = gpu.startProfiling('pass');
+      const v = await model.encodeImages(prompt.inputIds, image);
+      await gpu.sync();
+      for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
+      const inStreamMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
+      gpu.stopProfiling();
+      await model.setVisionTensorCores(false);
+      result.visionTensorCores = { visionS: tcVisionS, prefillS: tcPrefillS, tokensPerS: W.promptLen / tcPrefillS, inStreamMs, relRms };
+      save();
+      console.error(`vision on tensor cores: ${(1000 * tcVisionS).toFixed(1)} ms (${inStreamMs.toFixed(2)} ms GPU in stream), prefill ${(1000 * tcPrefillS).toFixed(1)} ms; features' relative RMS against f32 ${relRms.map((r) => r.toExponential(2)).join(', ')}`);
+    }
   }
 
   // (b) decode: the difference between 128 new tokens and 1 is 127 decode steps.

@@ -36,6 +36,10 @@ interface Side {
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   /** PyTorch only: bf16 against fp32 on the same weights (torch_model.py's drift). */
   drift?: Drift;
+  /** Ours: the vision tower on int8 tensor cores (ModelOptions.visionTensorCores). */
+  visionTensorCores?: { visionS: number; prefillS: number; tokensPerS: number; inStreamMs: number; relRms: number[] };
+  /** PyTorch only: its vision features in bf16 against fp32, relative RMS (merged embeds, then deepstack). */
+  visionDrift?: { relRms: number[] };
   errors?: { case: string; error: string }[];
   decodeStep1?: DecodeStep;
   decodeStep8?: DecodeStep;
@@ -100,6 +104,11 @@ function render(o: Side, t: Side | undefined): string {
     add(`prefill, ${p.tokens} tokens with that image (vision included), generate(1 token)`, p.tokensPerS, tp?.tokensPerS, 'tok/s', 'rate');
     add('prefill without the vision tower', p.lmTokensPerS, tp?.lmTokensPerS, 'tok/s', 'rate');
   }
+  const vt = o.visionTensorCores;
+  if (vt) {
+    add('vision tower on int8 tensor cores (ModelOptions.visionTensorCores)', 1000 * vt.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
+    add('prefill with it', vt.tokensPerS, tp?.tokensPerS, 'tok/s', 'rate');
+  }
   for (const d of o.decode ?? []) {
     const td = t?.decode?.find((x) => x.samples === d.samples);
     add(`decode, ${d.samples} sequence(s): tokens/s`, d.tokensPerS, td?.tokensPerS, 'tok/s', 'rate');
@@ -146,6 +155,9 @@ function render(o: Side, t: Side | undefined): string {
     '- **× (ours/PyTorch)**: above 1 means ours is faster (rates: ours/PyTorch; times: PyTorch/ours).',
     tc
       ? `- Tensor-core rows: the decoder's and the LM head's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of K, 128 with x in two int8 limbs and 256 with one; the vision tower stays f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${driftBrief('With x in one limb', one)}${driftBrief('With two limbs and one step per row of x and column of W over the whole of K', byRow)}${driftOf(t?.drift)}`
+      : '',
+    vt
+      ? `- Vision tensor-core rows: the tower's dense products but the patch embedding on the same kernel, its f32 weights rounded to int8 once per (row, block of 128 along K), x in two limbs (${f(vt.inStreamMs)} ms of GPU time in stream). Its features move from the f32 tower's by ${vt.relRms.map((r) => f(r, 2)).join(', ')} relative RMS (merged embeds, then the deepstack features)${t?.visionDrift?.relRms.length ? `; PyTorch's bf16 tower moves them from its fp32 by ${t.visionDrift.relRms.map((r) => f(r, 2)).join(', ')}` : ''}.`
       : '',
     '',
     '| measure | ours | PyTorch + PEFT | × (ours/PyTorch) |',

@@ -291,10 +291,25 @@ def main():
             logp.sum().backward()
             return logp.detach().float(), [q.grad.detach().float().clone() for _, q in loras]
 
+        def features():
+            # The vision tower's outputs on the prefill's 448x448 image: (merged embeds, deepstack
+            # features), as a tuple or as a model output, by transformers' version.
+            with torch.no_grad():
+                dtype = next(visual.parameters()).dtype
+                out = visual(prompt["pixel_values"].to(dtype), grid_thw=prompt["image_grid_thw"])
+            if not isinstance(out, tuple):
+                out = (getattr(out, "pooler_output", None), getattr(out, "deepstack_features", None))
+            main, deep = out[0], out[1]
+            return [t.detach().float() for t in [main, *(deep or [])] if t is not None]
+
         model.train()
+        f16 = features()
         lp16, g16 = run(b["pixel_values"])
         model = model.float()
+        f32 = features()
         lp32, g32 = run(b["pixel_values"].float())
+        RESULT["visionDrift"] = {"what": "vision features, bf16 against fp32: relative RMS (merged embeds, then deepstack)",
+                                 "relRms": [((a - r).norm() / r.norm()).item() for a, r in zip(f16, f32)]}
         d = (lp16 - lp32).abs()
         norm = sorted(((a - r).norm() / r.norm()).item() for a, r in zip(g16, g32))
         of_max = sorted(((a - r).abs().max() / r.abs().max()).item() for a, r in zip(g16, g32))
@@ -308,7 +323,7 @@ def main():
     section("gspo", gspo)
     section("defaultConfig", default_config)
     section("drift", drift)
-    print(json.dumps({k: RESULT.get(k) for k in ["prefill", "decode", "gspo", "defaultConfig", "drift", "errors"]}, indent=1))
+    print(json.dumps({k: RESULT.get(k) for k in ["prefill", "decode", "gspo", "defaultConfig", "drift", "visionDrift", "errors"]}, indent=1))
 
 
 T0 = time.perf_counter()

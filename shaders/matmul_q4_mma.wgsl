@@ -615,6 +615,37 @@ fn requant_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups)
 #endif
 }
 
+// An f32 weight W [N, K] (x binds it) rounded to int8 once, in requant_w's layout, for products
+// with an f32 weight (the vision tower's): one thread per (row n, group g), its 32 weights as
+// round(w / t) with t = max |w| / 127 over the SUB groups of g's block; t into tw_out [N, K/KB].
+@compute @workgroup_size(64)
+fn quantize_w(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let groups = params.k / 32u;
+  let i = gid.x + gid.y * nwg.x * 64u; // n·G + g
+  if (i >= params.n * groups) {
+    return;
+  }
+  let first = i - i % SUB;
+  var wmax = vec4<f32>(0.0);
+  for (var v = 8u * first; v < 8u * (first + SUB); v++) {
+    wmax = max(wmax, abs(x[v]));
+  }
+  let t = max(max(wmax.x, wmax.y), max(wmax.z, wmax.w)) / 127.0;
+  let f = select(0.0, 1.0 / t, t > 0.0);
+  var q: array<i32, 8>;
+  for (var w = 0u; w < 4u; w++) {
+    let a = x[8u * i + 2u * w];      // k = 8w + 0 .. 3
+    let b = x[8u * i + 2u * w + 1u]; // k = 8w + 4 .. 7
+    q[2u * w] = bitcast<i32>(pack4xI8(vec4<i32>(round(vec4<f32>(a.x, a.z, b.x, b.z) * f))));      // k = 8w + 0, 2, 4, 6
+    q[2u * w + 1u] = bitcast<i32>(pack4xI8(vec4<i32>(round(vec4<f32>(a.y, a.w, b.y, b.w) * f)))); // k = 8w + 1, 3, 5, 7
+  }
+  w8_out[2u * i] = bitcast<vec4<u32>>(vec4<i32>(q[0], q[1], q[2], q[3]));
+  w8_out[2u * i + 1u] = bitcast<vec4<u32>>(vec4<i32>(q[4], q[5], q[6], q[7]));
+  if (i % SUB == 0u) {
+    tw_out[i / SUB] = t;
+  }
+}
+
 // Wᵀ for dX = dY·W, as requant_w lays out a weight: one thread per (column k of W, rows 32j ..
 // 32j + 31 of W, the reduction's group j), those 32 weights as round((c − 8)·d[n, g]/t) with t
 // block_steps' step of (block j / SUB, group g = k / 32) (tw_in), rows 8o + 0, 2, 4, 6 in word 2o

@@ -96,13 +96,7 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
   // With steps 'row' the block is the whole reduction.
   const kb = mma.steps === 'row' ? red : mma.kBlock;
   const blocks = red / kb;
-  const step = new Float64Array(m * blocks);
-  for (let r = 0; r < m; r++)
-    for (let b = 0; b < blocks; b++) {
-      let a = 0;
-      for (let c = 0; c < kb; c++) a = Math.max(a, Math.abs(x[r * red + b * kb + c]));
-      step[r * blocks + b] = a / (mma.limbs === 2 ? 16256 : 127);
-    }
+  const step = xSteps(mma, x, m, red, kb);
   const wstep = new Float64Array(out * blocks);
   if (kb > Q4_GROUP)
     for (let j = 0; j < out; j++)
@@ -111,6 +105,40 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
         for (let c = b * kb; c < (b + 1) * kb; c += input ? 1 : Q4_GROUP) d = Math.max(d, Math.abs(input ? scale(c, j) : scale(j, c)));
         wstep[j * blocks + b] = (8 * d) / 127;
       }
+  return compare({ x, y0, got, gotAcc, m, red, out, kb, step, wstep, wAt, shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}` });
+}
+
+/** x's rounding step per (row, K block of kb): half of it is x's error (two limbs or one). */
+function xSteps(mma: MatmulQ4Mma, x: Float32Array, m: number, red: number, kb: number): Float64Array {
+  const blocks = red / kb;
+  const step = new Float64Array(m * blocks);
+  for (let r = 0; r < m; r++)
+    for (let b = 0; b < blocks; b++) {
+      let a = 0;
+      for (let c = 0; c < kb; c++) a = Math.max(a, Math.abs(x[r * red + b * kb + c]));
+      step[r * blocks + b] = a / (mma.limbs === 2 ? 16256 : 127);
+    }
+  return step;
+}
+
+/** The GEMM's results (`got`, and `gotAcc` on top of y0) against the f64 product, and against the
+ * bound x's step and the weights' step `wstep` per (output column, K block) allow. */
+function compare(a: {
+  x: Float32Array;
+  y0: Float32Array;
+  got: Float32Array;
+  gotAcc: Float32Array;
+  m: number;
+  red: number;
+  out: number;
+  kb: number;
+  step: Float64Array;
+  wstep: Float64Array;
+  wAt: (c: number, j: number) => number;
+  shape: string;
+}): MmaAccuracy {
+  const { x, y0, got, gotAcc, m, red, out, kb, step, wstep, wAt } = a;
+  const blocks = red / kb;
   let maxRef = 0;
   let maxErr = 0;
   let relToMagnitude = 0;
@@ -140,5 +168,41 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
       relToMagnitude = Math.max(relToMagnitude, err / (mag || 1));
       ofBound = Math.max(ofBound, Number.isFinite(err) ? err / bound : Infinity);
     }
-  return { shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}`, relToMax: maxErr / (maxRef || 1), relToMagnitude, ofBound };
+  return { shape: a.shape, relToMax: maxErr / (maxRef || 1), relToMagnitude, ofBound };
+}
+
+/**
+ * `mma.quantizeDense` then `mma.gemmInt8` on a random f32 weight [n, k] (Gaussian, 0.02) and the
+ * same activations as checkQ4Mma, against the f64 product with the f32 weight: each weight is
+ * rounded to a step of its (row, K block)'s largest |w| / 127.
+ */
+export async function checkInt8Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number): Promise<MmaAccuracy> {
+  const next = rng(seed);
+  const x = new Float32Array(m * k).map(() => gaussian(next));
+  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * k));
+  for (let r = 0; r < m; r++) for (const c of outliers) x[r * k + c] *= OUTLIERS.gain;
+  const w = new Float32Array(n * k).map(() => 0.02 * gaussian(next));
+  const y0 = new Float32Array(m * n).map(() => gaussian(next));
+  const tw = gpu.upload(w, [n, k], 'f32', 'int8-check.w');
+  const tx = gpu.upload(x, [m, k], 'f32', 'int8-check.x');
+  const ty = gpu.tensor([m, n], 'f32', 'int8-check.y');
+  const tacc = gpu.upload(y0, [m, n], 'f32', 'int8-check.y0');
+  const rec = gpu.recorder('int8-check');
+  const w8 = mma.quantizeDense(rec, tw, n, k, 'int8-check.w');
+  mma.gemmInt8(rec, tx, [{ w: w8, y: ty }]);
+  mma.gemmInt8(rec, tx, [{ w: w8, y: tacc }], true);
+  await rec.submit();
+  const got = await gpu.readF32(ty);
+  const gotAcc = await gpu.readF32(tacc);
+  for (const t of [tw, tx, ty, tacc, w8.w8, w8.steps]) t.release();
+  const kb = mma.kBlock;
+  const blocks = k / kb;
+  const wstep = new Float64Array(n * blocks);
+  for (let j = 0; j < n; j++)
+    for (let b = 0; b < blocks; b++) {
+      let d = 0;
+      for (let c = b * kb; c < (b + 1) * kb; c++) d = Math.max(d, Math.abs(w[j * k + c]));
+      wstep[j * blocks + b] = d / 127;
+    }
+  return compare({ x, y0, got, gotAcc, m, red: k, out: n, kb, step: xSteps(mma, x, m, k, kb), wstep, wAt: (c, j) => w[j * k + c], shape: `int8 W M${m} N${n} K${k}` });
 }

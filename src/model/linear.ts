@@ -95,7 +95,13 @@ export class Linear {
     }
     this.q4.forward(rec, x, d.w, y, accumulate);
     if (!d.b) return;
-    if (d.b.numel !== d.out || y.numel % d.out !== 0) throw new ShapeError('dense', `bias [${d.b.shape.join(', ')}] does not fit y [${y.shape.join(', ')}] of ${d.out} columns`);
-    rec.dispatch(this.biasAdd, { bias: d.b, x: y }, grid1d(y.numel, BIAS_WG), { n: y.numel, width: d.out, rows: 1 });
+    if (d.b.numel !== d.out) throw new ShapeError('dense', `bias [${d.b.shape.join(', ')}] of a layer of ${d.out} outputs`);
+    this.addBias(rec, y, d.b);
+  }
+
+  /** y [rows, width] += b [width] on every row (after a product that has no bias of its own). */
+  addBias(rec: Recorder, y: Tensor, b: Tensor): void {
+    if (y.numel % b.numel !== 0) throw new ShapeError('dense', `bias [${b.shape.join(', ')}] does not fit y [${y.shape.join(', ')}]`);
+    rec.dispatch(this.biasAdd, { bias: b, x: y }, grid1d(y.numel, BIAS_WG), { n: y.numel, width: b.numel, rows: 1 });
   }
 }

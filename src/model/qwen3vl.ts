@@ -51,6 +51,11 @@ export interface ModelOptions {
    * over the whole of K: 1.2x faster products on an H100, coarser where a row's or a column's
    * magnitude varies along K; BENCHMARKS.md gives the drift of each). */
   tensorCoreSteps?: MmaSteps;
+  /** The vision tower's dense products (all but the patch embedding) on int8 tensor cores
+   * (setVisionTensorCores): its f32 weights rounded to int8 per (row, block of 128 along K) once,
+   * x in two int8 limbs. Default false: it needs Chromium's subgroup-matrix extension, and moves
+   * the image features (BENCHMARKS.md gives by how much). */
+  visionTensorCores?: boolean;
 }
 
 /** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: a byte an element and
@@ -62,6 +67,9 @@ const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
 const MMA_TILE = { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } } as const;
 /** K blocks by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
 const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
+/** Patches the vision tower's tensor-core GEMM quantizes per dispatch: a 448x448 image's 784 fit;
+ * more go through in slices. */
+const VISION_MMA_ROWS = 1024;
 
 /** Most rows of full logits computed per pass (a [rows, vocab] buffer must fit one binding). */
 const LOGIT_HEADROOM = 0.85;
@@ -85,6 +93,8 @@ export class Qwen3VL {
   weightSource: { cached: boolean; cacheMessage?: string } = { cached: false };
   /** The int8 tensor-core GEMM once made (setTensorCoreGemm). */
   private mma: MatmulQ4Mma | null = null;
+  /** The vision tower's, once made (setVisionTensorCores). */
+  private visionMma: MatmulQ4Mma | null = null;
 
   private constructor(
     readonly gpu: Gpu,
@@ -105,7 +115,27 @@ export class Qwen3VL {
     const head = new TableHead(gpu, decoder.ops.linear, weights.language.lmHead, opts.maxLogitRows ?? 64);
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler);
     if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true, opts.tensorCoreLimbs, opts.tensorCoreSteps);
+    if (opts.visionTensorCores) await model.setVisionTensorCores(true);
     return model;
+  }
+
+  /**
+   * Run the vision tower's dense products on int8 tensor cores (ModelOptions.visionTensorCores:
+   * two limbs of x, K blocks of 128), or back on the f32 GEMM. Throws MissingFeatureError where
+   * the GPU has no subgroup matrices.
+   */
+  async setVisionTensorCores(on: boolean): Promise<void> {
+    if (on && !this.visionMma) {
+      const v = this.config.vision;
+      const maxK = Math.max(v.hiddenSize, v.intermediateSize, v.hiddenSize * v.spatialMergeSize ** 2);
+      this.visionMma = await MatmulQ4Mma.create(this.gpu, { maxRows: VISION_MMA_ROWS, maxK, tile: MMA_TILE[2], kBlock: MMA_K_BLOCK[2], limbs: 2 });
+    }
+    await this.vision.useTensorCores(on ? this.visionMma : null);
+  }
+
+  /** Whether the vision tower's dense products run on the tensor cores (setVisionTensorCores). */
+  get visionTensorCores(): boolean {
+    return this.vision.usesTensorCores;
   }
 
   /**

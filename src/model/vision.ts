@@ -25,6 +25,7 @@ import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
+import type { Int8Weight, MatmulQ4Mma } from '../ops/matmulQ4Mma';
 import { Norms } from '../ops/norms';
 import { QuantizeQ4 } from '../ops/quantizeQ4';
 import { Rope } from '../ops/rope';
@@ -131,6 +132,53 @@ export class VisionTower {
     private readonly qkv: readonly (JoinedQkv | null)[],
   ) {}
 
+  /** The dense products on int8 tensor cores (useTensorCores): the op, and each f32 weight's int8
+   * copy by its tensor. */
+  private tensorCores: { mma: MatmulQ4Mma; int8: Map<Tensor, Int8Weight> } | null = null;
+
+  /**
+   * Run the tower's f32 dense products (all but the patch embedding) on int8 tensor cores through
+   * `mma` (K-blocked, steps by block; the caller owns it), or, with null, on the f32 GEMM again.
+   * Each weight is rounded to int8 per (row, K block) once here (a byte a weight, beside the f32
+   * copy; |w − q·t| ≤ t/2 with t the block's largest |w| / 127); x takes mma's limbs.
+   */
+  async useTensorCores(mma: MatmulQ4Mma | null): Promise<void> {
+    const old = this.tensorCores;
+    this.tensorCores = null;
+    if (old) {
+      // Work recorded with the old copies may still be in flight.
+      await this.gpu.sync();
+      for (const w of old.int8.values()) [w.w8, w.steps].forEach((t) => t.release());
+    }
+    if (!mma) return;
+    const int8 = new Map<Tensor, Int8Weight>();
+    const rec = this.gpu.recorder('vision.int8');
+    const add = (d: DenseWeight) => {
+      if (d.kind === 'f32' && d.in % mma.kBlock === 0) int8.set(d.w, mma.quantizeDense(rec, d.w, d.out, d.in, d.w.label));
+    };
+    const w = this.weights;
+    for (const b of w.blocks) [b.q, b.k, b.v, b.proj, b.fc1, b.fc2].forEach(add);
+    for (const m of [w.merger, ...w.deepstackMergers]) [m.fc1, m.fc2].forEach(add);
+    await rec.submit();
+    this.tensorCores = { mma, int8 };
+  }
+
+  /** Whether the dense products run on the tensor cores (useTensorCores). */
+  get usesTensorCores(): boolean {
+    return this.tensorCores !== null;
+  }
+
+  /** y (+)= x·Wᵀ + b: on the tensor cores where W has an int8 copy, else Linear.dense. */
+  private dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
+    const w8 = d.kind === 'f32' ? this.tensorCores?.int8.get(d.w) : undefined;
+    if (!w8) {
+      this.ops.linear.dense(rec, x, d, y, accumulate);
+      return;
+    }
+    this.tensorCores!.mma.gemmInt8(rec, x, [{ w: w8, y }], accumulate);
+    if (d.b) this.ops.linear.addBias(rec, y, d.b);
+  }
+
   static async create(gpu: Gpu, config: Qwen3VLConfig, weights: VisionWeights, opts: VisionTowerOptions = {}): Promise<VisionTower> {
     const v = config.vision;
     checkVisionWeights(v, weights);
@@ -211,10 +259,10 @@ export class VisionTower {
     const merger = (m: PatchMergerWeights, label: string): Tensor => {
       if (m.postShuffleNorm) ops.norms.layernorm(rec, x.reshape([M, unit * H]), m.norm.w, m.norm.b, merge1, LN_EPS);
       else ops.norms.layernorm(rec, x, m.norm.w, m.norm.b, merge1.reshape([N, H]), LN_EPS);
-      ops.linear.dense(rec, merge1, m.fc1, merge2);
+      this.dense(rec, merge1, m.fc1, merge2);
       ops.act.geluErf(rec, merge2, merge1);
       const out = gpu.tensor([M, v.outHiddenSize], 'f32', `vision ${label}`);
-      ops.linear.dense(rec, merge1, m.fc2, out);
+      this.dense(rec, merge1, m.fc2, out);
       return out;
     };
 
@@ -222,17 +270,23 @@ export class VisionTower {
     w.blocks.forEach((b, i) => {
       ops.norms.layernorm(rec, x, b.norm1.w, b.norm1.b, xn, LN_EPS);
       const joined = this.qkv[i];
-      if (joined) {
+      const tc = this.tensorCores;
+      const int8 = tc && [b.q, b.k, b.v].map((d) => (d.kind === 'f32' ? tc.int8.get(d.w) : undefined));
+      if (tc && int8 && int8.every((w8) => w8)) {
+        // One quantized x for the three products, then their biases.
+        tc.mma.gemmInt8(rec, xn, [q, k, vv].map((y, p) => ({ w: int8[p]!, y })));
+        [b.q, b.k, b.v].forEach((d, p) => d.b && ops.linear.addBias(rec, [q, k, vv][p], d.b));
+      } else if (joined) {
         ops.linear.matmul.gemm(rec, { a: xn, b: joined.w, c: qkv, m: N, n: H, k: H, transB: true, batch: 3, strideA: 0, strideB: H * H, strideC: qkvStride, bias: joined.b, strideBias: H });
       } else {
-        ops.linear.dense(rec, xn, b.q, q);
-        ops.linear.dense(rec, xn, b.k, k);
-        ops.linear.dense(rec, xn, b.v, vv);
+        this.dense(rec, xn, b.q, q);
+        this.dense(rec, xn, b.k, k);
+        this.dense(rec, xn, b.v, vv);
       }
       ops.rope.apply(rec, cs, q, heads);
       ops.rope.apply(rec, cs, k, heads);
       ops.attn.forward(rec, { q, k, v: vv, o, cuSeqlens, causal: false, scale: 1 / Math.sqrt(H / heads) });
-      ops.linear.dense(rec, o, b.proj, x, true);
+      this.dense(rec, o, b.proj, x, true);
       ops.norms.layernorm(rec, x, b.norm2.w, b.norm2.b, xn, LN_EPS);
       for (let r0 = 0; r0 < N; r0 += chunk) {
         // A short last chunk leaves stale rows in the workspaces; GELU runs over them harmlessly
@@ -258,12 +312,12 @@ export class VisionTower {
   /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views (aligned by the chunk size) for 4-bit. */
   private denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
     const bias = d.b ?? undefined;
-    if (d.kind === 'f32') {
+    if (d.kind === 'f32' && !this.tensorCores?.int8.has(d.w)) {
       this.ops.linear.matmul.gemm(rec, { a: x, b: d.w, c: y, m, n: d.out, k: d.in, transB: true, offsetA: xRow * d.in, offsetC: yRow * d.out, beta: accumulate ? 1 : 0, bias });
       return;
     }
     const rows = (t: Tensor, r0: number, width: number) => new Tensor(t.buffer, [m, width], 'f32', t.label, t.byteOffset + 4 * r0 * width);
-    this.ops.linear.dense(rec, rows(x, xRow, d.in), d, rows(y, yRow, d.out), accumulate);
+    this.dense(rec, rows(x, xRow, d.in), d, rows(y, yRow, d.out), accumulate);
   }
 
   /**
@@ -326,6 +380,8 @@ export class VisionTower {
   /** Give back the tensors the tower made (not the weights: releaseVisionWeights does that). */
   release(): void {
     this.ops.rope.release();
+    for (const w of this.tensorCores?.int8.values() ?? []) [w.w8, w.steps].forEach((t) => t.release());
+    this.tensorCores = null;
   }
 }
 

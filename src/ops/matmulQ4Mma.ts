@@ -60,6 +60,22 @@ export interface MmaOutput {
   y: Tensor;
 }
 
+/** An f32 weight [n, k] rounded to int8 per (row, K block) once (quantizeDense): the int8 values
+ * in the layout the K-blocked GEMM stages, and each block's step t (w ≈ q·t, t = max |w| / 127).
+ * The caller owns the tensors. */
+export interface Int8Weight {
+  w8: Tensor;
+  steps: Tensor;
+  n: number;
+  k: number;
+}
+
+/** One product of `gemmInt8`: y (+)= x·Wᵀ. */
+export interface Int8Output {
+  w: Int8Weight;
+  y: Tensor;
+}
+
 /** Why this device cannot run the int8 tensor-core GEMM, or null when it can. */
 export function mmaUnsupported(gpu: Gpu): string | null {
   if (!gpu.has(SUBGROUP_MATRIX)) return `no '${SUBGROUP_MATRIX}' feature on this adapter (Dawn offers it only with enable-dawn-features=allow_unsafe_apis)`;
@@ -99,7 +115,7 @@ export class MatmulQ4Mma {
     private readonly gemmK: Kernel,
     /** K-blocked only: requant_w (W re-rounded to int8 before each forward GEMM), and for the
      * input gradient block_steps and requant_wt (Wᵀ the same, for the same GEMM). */
-    private readonly rounding: { w: Kernel; steps: Kernel; wt: Kernel } | null,
+    private readonly rounding: { w: Kernel; steps: Kernel; wt: Kernel; dense: Kernel | null } | null,
     /** steps 'row': row_absmax (x's rows before quantizing them), its output, and row_steps. */
     private readonly rowScaling: { absmax: Kernel; amax: Tensor; steps: Kernel } | null,
     private readonly xq: Tensor,
@@ -153,12 +169,15 @@ export class MatmulQ4Mma {
     const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs, ROWCOL: rowSteps };
     const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
-    const entries = [`quantize_rows${suffix}`, `gemm${suffix}`, ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'] : []), ...(rowSteps ? ['row_absmax', 'row_steps'] : [])];
-    const [quantizeK, gemmK, w, blockSteps, wt, absmax, rowStepsK] = await compileAll(gpu, entries, defines, uniforms);
+    // quantize_w (f32 weights to int8, quantizeDense) where the steps are per block.
+    const entries = [`quantize_rows${suffix}`, `gemm${suffix}`, ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'] : []), ...(rowSteps ? ['row_absmax', 'row_steps'] : kBlock > 32 ? ['quantize_w'] : [])];
+    const [quantizeK, gemmK, w, blockSteps, wt, ...rest] = await compileAll(gpu, entries, defines, uniforms);
+    const [absmax, rowStepsK] = rowSteps ? rest : [];
+    const dense = !rowSteps && kBlock > 32 ? rest[0] : null;
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
     const xq = gpu.tensor([(maxRows * maxK * limbs) / 4], 'u32', 'matmul_q4_mma.xq');
     const sx = gpu.tensor([(maxRows * maxK) / Q4_GROUP], 'f32', 'matmul_q4_mma.sx');
-    const rounding = w && blockSteps && wt ? { w, steps: blockSteps, wt } : null;
+    const rounding = w && blockSteps && wt ? { w, steps: blockSteps, wt, dense } : null;
     const rowScaling = absmax && rowStepsK ? { absmax, amax: gpu.tensor([maxRows], 'f32', 'matmul_q4_mma.row_amax'), steps: rowStepsK } : null;
     return new MatmulQ4Mma(gpu, quantizeK, gemmK, rounding, rowScaling, xq, sx, tile, blocked, maxRows, maxK, kBlock, limbs, steps);
   }
@@ -189,23 +208,55 @@ export class MatmulQ4Mma {
   /** Every product of `outs` on the same x (q/k/v, gate/up): x is quantized once a slice. */
   gemmShared(rec: Recorder, x: Tensor, outs: readonly MmaOutput[], accumulate = false): void {
     const op = 'matmulQ4Mma.gemm';
-    const k = outs[0].w.k;
-    let m = 0;
-    for (const { w, y } of outs) {
-      if (w.k !== k) throw new ShapeError(op, `products of one x need one K, got ${k} and ${w.k}`);
-      m = rowsOf(op, w, { name: 'x', t: x, width: k, dim: 'K' }, { name: 'y', t: y, width: w.n });
+    const m = outs.map(({ w, y }) => rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
+    const products = outs.map(({ w, y }) => ({
+      n: w.n,
+      k: w.k,
+      y,
+      weights: () => (this.rounding ? this.rounded(rec, w, this.rowScaling ? this.rowStepsOf(rec, w) : null, false) : { codes4: w.codes, scales: w.scales }),
+    }));
+    this.run(rec, op, x, m, products, accumulate);
+  }
+
+  /** y (+)= x·Wᵀ for weights rounded to int8 by quantizeDense, every product of `outs` on one x. */
+  gemmInt8(rec: Recorder, x: Tensor, outs: readonly Int8Output[], accumulate = false): void {
+    const op = 'matmulQ4Mma.gemmInt8';
+    if (!this.rounding?.dense) throw new ShapeError(op, "int8 weights need a K block above 32 and steps 'block'");
+    const m = outs.map(({ w, y }) => f32Rows(op, x, w.k, y, w.n))[0];
+    for (const { w } of outs) {
+      if (w.w8.numel !== (w.n * w.k) / 4 || w.steps.numel !== (w.n * w.k) / this.kBlock) throw new ShapeError(op, `an int8 weight [${w.n}, ${w.k}] needs ${(w.n * w.k) / 4} words and ${(w.n * w.k) / this.kBlock} steps (K block ${this.kBlock})`);
     }
+    this.run(rec, op, x, m, outs.map(({ w, y }) => ({ n: w.n, k: w.k, y, weights: () => ({ w8_in: w.w8, tw_in: w.steps }) })), accumulate);
+  }
+
+  /** x's rows quantized once a slice, then each product's GEMM on them (`weights` binds W). */
+  private run(rec: Recorder, op: string, x: Tensor, m: number, products: readonly { n: number; k: number; y: Tensor; weights: () => Record<string, Tensor> }[], accumulate: boolean): void {
+    const k = products[0].k;
+    if (products.some((p) => p.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${products.map((p) => p.k).join(', ')}`);
     if (this.rowsFitting(k) === 0) throw new ShapeError(op, `K = ${k}: not even 64 rows fit the workspace of ${this.maxRows} x ${this.maxK}`);
     if (k % this.kBlock !== 0) throw new ShapeError(op, `K = ${k} is not a multiple of the K block ${this.kBlock}`);
     for (const [r0, rows] of this.slices(m, k)) {
       const uniforms = { m: rows, n: 0, k, accumulate: accumulate ? 1 : 0 };
       this.quantize(rec, rowSlice(x, r0, rows, k), rows, k, uniforms);
-      for (const { w, y } of outs) {
-        const grid: [number, number] = [Math.ceil(w.n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
-        const weights = this.rounding ? this.rounded(rec, w, this.rowScaling ? this.rowStepsOf(rec, w) : null, false) : { codes4: w.codes, scales: w.scales };
-        rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, ...weights, y: rowSlice(y, r0, rows, w.n) }, grid, { ...uniforms, n: w.n });
+      for (const { n, y, weights } of products) {
+        const grid: [number, number] = [Math.ceil(n / this.tile.cols), Math.ceil(rows / this.tile.rows)];
+        rec.dispatch(this.gemmK, { xq_in: this.xq, sx_in: this.sx, ...weights(), y: rowSlice(y, r0, rows, n) }, grid, { ...uniforms, n });
       }
     }
+  }
+
+  /** An f32 weight W [n, k] (nn.Linear's [out, in]) rounded to int8 per (row, K block), for
+   * gemmInt8: |w − q·t| ≤ t/2 with t = max |w| / 127 over the block. K a multiple of the K block. */
+  quantizeDense(rec: Recorder, w: Tensor, n: number, k: number, label: string): Int8Weight {
+    const op = 'matmulQ4Mma.quantizeDense';
+    const kernel = this.rounding?.dense;
+    if (!kernel) throw new ShapeError(op, "int8 weights need a K block above 32 and steps 'block'");
+    if (w.dtype !== 'f32' || w.numel !== n * k) throw new ShapeError(op, `${label} must be f32 [${n}, ${k}], got ${w.dtype} [${w.shape.join(', ')}]`);
+    if (!Number.isInteger(n) || n < 1 || k % this.kBlock !== 0 || k < this.kBlock) throw new ShapeError(op, `${label}: K = ${k} must be a positive multiple of the K block ${this.kBlock}`);
+    const out = { w8: this.gpu.tensor([(n * k) / 4], 'u32', `${label}.int8`), steps: this.gpu.tensor([(n * k) / this.kBlock], 'f32', `${label}.int8_steps`), n, k };
+    const groups = (n * k) / Q4_GROUP;
+    rec.dispatch(kernel, { x: w, w8_out: out.w8, tw_out: out.steps }, grid1d(groups, 64), { m: 0, n, k, accumulate: 0 });
+    return out;
   }
 
   /**
@@ -337,6 +388,15 @@ async function compileAll(gpu: Gpu, entries: string[], defines: Defines, uniform
 function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {
   if (r0 === 0 && rows * width === t.numel) return t;
   return new Tensor(t.buffer, [rows, width], t.dtype, t.label, t.byteOffset + 4 * r0 * width);
+}
+
+/** The rows M of an f32 product x [M, k] -> y [M, n], after checking dtypes and shapes. */
+function f32Rows(op: string, x: Tensor, k: number, y: Tensor, n: number): number {
+  if (x.dtype !== 'f32' || y.dtype !== 'f32') throw new ShapeError(op, `x and y must be f32, got ${x.dtype} and ${y.dtype}`);
+  if (x.shape[x.shape.length - 1] !== k) throw new ShapeError(op, `x [${x.shape.join(', ')}] must end in K = ${k}`);
+  const m = x.numel / k;
+  if (y.numel !== m * n) throw new ShapeError(op, `y must be [${m}, ${n}], got [${y.shape.join(', ')}]`);
+  return m;
 }
 
 /** The rows M of a product's input [M, in.width] and output [M, out.width] on Q4 weight `w`,

@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
-import { checkQ4Mma } from '../../src/bench/q4MmaCheck';
+import { checkInt8Mma, checkQ4Mma } from '../../src/bench/q4MmaCheck';
 import { MissingFeatureError } from '../../src/gpu';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { MODELS, modelFiles } from '../helpers/modelFixtures';
@@ -51,6 +51,18 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
     }
   });
 
+  it('f32 weights rounded to int8 once (quantizeDense, gemmInt8: the vision tower\'s products) stay within their bound; steps by row refuse them', async () => {
+    const mma = await MatmulQ4Mma.create(gpu, { maxRows: 130, maxK: 768, tile: { rows: 64, cols: 64, threads: 128 }, kBlock: 128 });
+    for (const [i, shape] of ([[1, 1, 128], [45, 96, 768], [130, 129, 512]] as [number, number, number][]).entries()) {
+      const a = await checkInt8Mma(gpu, mma, shape, 47 + i);
+      expect(a.ofBound, `${a.shape}: error over the rounding bound`).toBeLessThanOrEqual(1);
+    }
+    mma.release();
+    const byRow = await MatmulQ4Mma.create(gpu, { maxRows: 130, maxK: 768, tile: { rows: 64, cols: 64, threads: 128 }, kBlock: 128, steps: 'row' });
+    expect(() => byRow.quantizeDense(gpu.recorder(), gpu.tensor([128, 128], 'f32', 'w'), 128, 128, 'w')).toThrow(/steps 'block'/);
+    byRow.release();
+  });
+
   it('refuses a K that is not a multiple of its K block, and a tile without a subgroup per 32x32', async () => {
     const mma = await MatmulQ4Mma.create(gpu, { maxRows: 4, maxK: 512, tile: { rows: 64, cols: 64, threads: 128 }, kBlock: 128 });
     const x = gpu.tensor([4, 96], 'f32', 'x');
@@ -83,11 +95,15 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
 // Where the GPU has no subgroup matrices (software Vulkan), asking the model for tensor-core GEMMs
 // fails with the reason and leaves it on the f32 kernels.
 describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgroup matrices', () => {
-  it('Qwen3VL.setTensorCoreGemm(true) throws MissingFeatureError naming the feature; the model stays on the f32 kernels', async () => {
+  it('Qwen3VL.setTensorCoreGemm(true) and setVisionTensorCores(true) throw MissingFeatureError naming the feature; the model stays on the f32 kernels', async () => {
     const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
     await expect(model.setTensorCoreGemm(true)).rejects.toThrow(MissingFeatureError);
     await expect(model.setTensorCoreGemm(true)).rejects.toThrow(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration|'subgroups'/);
     expect(model.tensorCoreGemm).toBe(false);
     await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { tensorCoreGemm: true })).rejects.toThrow(MissingFeatureError);
+    // The vision tower's likewise.
+    await expect(model.setVisionTensorCores(true)).rejects.toThrow(MissingFeatureError);
+    expect(model.visionTensorCores).toBe(false);
+    await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { visionTensorCores: true })).rejects.toThrow(MissingFeatureError);
   });
 });

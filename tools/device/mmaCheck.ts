@@ -1,12 +1,13 @@
 // The int8 tensor-core GEMM's check on a real GPU (software Vulkan has no subgroup matrices): the
 // adapter's subgroup-matrix configurations, then every tile on odd shapes against the f64
-// reference (src/bench/q4MmaCheck.ts). Exits non-zero when a tile fails.
+// reference (src/bench/q4MmaCheck.ts), the K-blocked ones on f32 weights rounded to int8 too.
+// Exits non-zero when a tile fails.
 //   npm run bench:build (bundled beside the benchmarks), then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/mmaCheck.mjs [--k-blocked] [--only TEXT]
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
-import { checkQ4Mma, type MmaAccuracy } from '../../src/bench/q4MmaCheck';
+import { checkInt8Mma, checkQ4Mma, type MmaAccuracy } from '../../src/bench/q4MmaCheck';
 import { ShapeError } from '../../src/gpu';
 
 const TILES: MmaTile[] = [
@@ -70,6 +71,9 @@ async function check(name: string, make: () => Promise<MatmulQ4Mma>): Promise<vo
     // The K-blocked input gradient dX = dY·W: blocks along N.
     if (op.kBlock > 32)
       for (const [i, shape] of DX_SHAPES.entries()) if (shape[1] % op.kBlock === 0) report(name, await checkQ4Mma(gpu, op, shape, 200 + i, true));
+    // f32 weights rounded to int8 once (quantizeDense, gemmInt8: the vision tower's), steps by block.
+    if (op.kBlock > 32 && op.steps === 'block')
+      for (const [i, shape] of SHAPES.entries()) if (shape[2] % op.kBlock === 0) report(name, await checkInt8Mma(gpu, op, shape, 300 + i));
     op.release();
   } catch (e) {
     if (e instanceof ShapeError) {
