@@ -37,6 +37,8 @@ export interface OpenModelOptions {
   tensorCoreLimbs?: 1 | 2;
   /** Their int8 steps by block or by row (ModelOptions.tensorCoreSteps). */
   tensorCoreSteps?: MmaSteps;
+  /** The vision tower's dense products on int8 tensor cores (ModelOptions.visionTensorCores). */
+  visionTensorCores?: boolean;
 }
 
 export interface PreparedRow {
@@ -109,7 +111,7 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   if (imagePad !== config.tokens.image) {
     throw new SessionError(`${files.location}: the tokenizer's <|image_pad|> is ${imagePad} but config.json's image_token_id is ${config.tokens.image}; tokenizer and model do not belong together`);
   }
-  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs, tensorCoreSteps: opts.tensorCoreSteps });
+  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs, tensorCoreSteps: opts.tensorCoreSteps, visionTensorCores: opts.visionTensorCores });
   model.tokenizer = tokenizer;
   const policy = new Qwen3VLPolicy(model);
   const t = config.text;

@@ -122,13 +122,16 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     const none = await runCli(['train', '--resume', join(tmpdir(), 'vlrl-no-such-run')]);
     expect(none.code).toBe(1);
     expect(none.stderr).toMatch(/no checkpoint there/);
-    // --tensor-cores on a GPU without subgroup matrices (software Vulkan): refused with the reason.
+    // --tensor-cores and --vision-tensor-cores on a GPU without subgroup matrices (software Vulkan): refused with the reason.
     const dir = mkdtempSync(join(tmpdir(), 'vlrl-train-tc-'));
     const configFile = join(dir, 'config.json');
     writeFileSync(configFile, JSON.stringify({ model_name_or_path: tinyModelFolder(join(dir, 'model')), dataset: { tasks: ['counting'], count: 2, seed: 0, size: 128 }, num_generations: 2, per_device_train_batch_size: 2, max_completion_length: 2, max_steps: 1 }));
     const tc = await runCli(['train', '--config', configFile, '--tensor-cores', '--output-dir', join(dir, 'run')]);
     expect(tc.code).toBe(1);
     expect(tc.stderr).toMatch(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration/);
+    const vtc = await runCli(['train', '--config', configFile, '--vision-tensor-cores', '--output-dir', join(dir, 'run')]);
+    expect(vtc.code).toBe(1);
+    expect(vtc.stderr).toMatch(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration/);
     const limbs = await runCli(['train', '--config', configFile, '--tensor-core-limbs', '1', '--output-dir', join(dir, 'run')]);
     expect(limbs.code).toBe(1);
     expect(limbs.stderr).toContain('--tensor-core-limbs takes 1 or 2, with --tensor-cores');
