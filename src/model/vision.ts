@@ -309,7 +309,7 @@ export class VisionTower {
     return { embeds, deepstack };
   }
 
-  /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views (aligned by the chunk size) for 4-bit. */
+  /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views (aligned by the chunk size) for 4-bit and the tensor cores. */
   private denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
     const bias = d.b ?? undefined;
     if (d.kind === 'f32' && !this.tensorCores?.int8.has(d.w)) {
