@@ -357,14 +357,25 @@ interface KernelTime {
   us: number;
 }
 
-/** GPU time by kernel of what `f` records (every dispatch in its own pass), slowest first. */
-async function kernelTimes(gpu: Gpu, f: () => Promise<unknown>): Promise<KernelTime[]> {
-  const prof = gpu.startProfiling();
+/** The profiler's report of what `f` records: every dispatch in its own pass, or the passes as recorded. */
+async function profiled(gpu: Gpu, mode: 'pass' | 'dispatch', f: () => Promise<unknown>) {
+  const prof = gpu.startProfiling(mode);
   await f();
   await gpu.sync();
-  const rows = prof.report().map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
+  const r = prof.report();
   gpu.stopProfiling();
+  return r;
+}
+
+/** GPU time by kernel of what `f` records (every dispatch in its own pass), slowest first. */
+async function kernelTimes(gpu: Gpu, f: () => Promise<unknown>): Promise<KernelTime[]> {
+  const rows = (await profiled(gpu, 'dispatch', f)).map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
   return rows.sort((x, y) => y.us - x.us);
+}
+
+/** The GPU time in stream (ms) of what `f` records: its passes as the engine records them. */
+async function gpuMsInStream(gpu: Gpu, f: () => Promise<unknown>): Promise<number> {
+  return (await profiled(gpu, 'pass', f)).reduce((t, k) => t + k.totalMs, 0);
 }
 
 const GiB = 2 ** 30;
@@ -415,11 +426,13 @@ async function main(): Promise<void> {
   const gen = (G: number, n: number) => model.generate(prompt, G, sampling(n), { stopIds: [] });
   let visionS = NaN;
   let prefillS = NaN;
+  /** The image through the tower, its outputs given back. */
+  const encode = async () => {
+    const v = await model.encodeImages(prompt.inputIds, image);
+    for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
+  };
   if (runs('prefill')) {
-    visionS = await seconds(gpu, W.reps, async () => {
-      const v = await model.encodeImages(prompt.inputIds, image);
-      for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
-    });
+    visionS = await seconds(gpu, W.reps, encode);
     prefillS = await seconds(gpu, W.reps, () => gen(1, 1));
     result.prefill = {
       tokens: W.promptLen,
@@ -434,27 +447,15 @@ async function main(): Promise<void> {
     // --profile: the GPU time of the vision tower, and of the whole prefill, in stream and by
     // kernel (a pass per dispatch).
     if (args.includes('--profile')) {
-      const profile = async (what: string, work: () => Promise<void>) => {
-        const run = async (mode: 'pass' | 'dispatch') => {
-          const prof = gpu.startProfiling(mode);
-          await work();
-          await gpu.sync();
-          const r = prof.report();
-          gpu.stopProfiling();
-          return r;
-        };
-        const inStreamMs = (await run('pass')).reduce((t, k) => t + k.totalMs, 0);
-        const rows = (await run('dispatch')).map((k) => ({ name: k.name, calls: k.calls, us: 1000 * k.totalMs }));
+      const profile = async (what: string, work: () => Promise<unknown>) => {
+        const inStreamMs = await gpuMsInStream(gpu, work);
+        const rows = await kernelTimes(gpu, work);
         console.error(`${what} GPU time: ${inStreamMs.toFixed(2)} ms in stream; by kernel ${(rows.reduce((t, r) => t + r.us, 0) / 1000).toFixed(2)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches`);
         for (const r of rows.slice(0, 10)) console.error(`  ${r.us.toFixed(0).padStart(6)} us  ${String(r.calls).padStart(4)} x ${r.name}`);
         return { inStreamMs, kernels: rows };
       };
-      result.visionProfile = await profile('vision tower', async () => {
-        const v = await model.encodeImages(prompt.inputIds, image);
-        await gpu.sync();
-        for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
-      });
-      result.prefillProfile = await profile('prefill (vision included)', async () => void (await gen(1, 1)));
+      result.visionProfile = await profile('vision tower', encode);
+      result.prefillProfile = await profile('prefill (vision included)', () => gen(1, 1));
     }
     // The vision tower on int8 tensor cores (ModelOptions.visionTensorCores), where offered: its
     // time, the prefill's, its GPU time in stream, and how far its features move from the f32
@@ -475,17 +476,9 @@ async function main(): Promise<void> {
         g.forEach((x, j) => ((num += (x - ref[i][j]) ** 2), (den += ref[i][j] ** 2)));
         return Math.sqrt(num / den);
       });
-      const tcVisionS = await seconds(gpu, W.reps, async () => {
-        const v = await model.encodeImages(prompt.inputIds, image);
-        for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
-      });
+      const tcVisionS = await seconds(gpu, W.reps, encode);
       const tcPrefillS = await seconds(gpu, W.reps, () => gen(1, 1));
-      const prof = gpu.startProfiling('pass');
-      const v = await model.encodeImages(prompt.inputIds, image);
-      await gpu.sync();
-      for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
-      const inStreamMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
-      gpu.stopProfiling();
+      const inStreamMs = await gpuMsInStream(gpu, encode);
       await model.setVisionTensorCores(false);
       result.visionTensorCores = { visionS: tcVisionS, prefillS: tcPrefillS, tokensPerS: W.promptLen / tcPrefillS, inStreamMs, relRms };
       save();
@@ -507,14 +500,7 @@ async function main(): Promise<void> {
   // --profile: GPU time per decode step by kernel (timestamps around every dispatch), the
   // difference between 17 new tokens and 1 as above.
   if (runs('decode') && args.includes('--profile')) {
-    const byKernel = async (G: number, n: number) => {
-      const prof = gpu.startProfiling();
-      await gen(G, n);
-      await gpu.sync();
-      const r = new Map(prof.report().map((k) => [k.name, k]));
-      gpu.stopProfiling();
-      return r;
-    };
+    const byKernel = async (G: number, n: number) => new Map((await profiled(gpu, 'dispatch', () => gen(G, n))).map((k) => [k.name, k]));
     // The same difference in 'pass' mode: the GPU time of a step as the engine records it (no pass
     // per dispatch); the main thread's busy time (event-loop utilisation: JS and the synchronous
     // Dawn calls that record, plus polling); the process's CPU time (every thread, a driver's

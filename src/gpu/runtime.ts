@@ -182,8 +182,7 @@ export class Gpu {
     }
     const bytes = Math.ceil(data.byteLength / 4) * 4;
     if (bytes === 0) return t;
-    const i = this.uploadStaging.findIndex((b) => b.size >= bytes && b.size <= 4 * bytes);
-    const buf = i >= 0 ? this.uploadStaging.splice(i, 1)[0] : this.device.createBuffer({ label: 'upload', size: bytes, usage: GPUBufferUsage.MAP_WRITE | GPUBufferUsage.COPY_SRC, mappedAtCreation: true });
+    const buf = takeFitting(this.uploadStaging, bytes) ?? this.device.createBuffer({ label: 'upload', size: bytes, usage: GPUBufferUsage.MAP_WRITE | GPUBufferUsage.COPY_SRC, mappedAtCreation: true });
     new Uint8Array(buf.getMappedRange(0, bytes)).set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
     buf.unmap();
     const enc = this.device.createCommandEncoder({ label: `upload ${label}` });
@@ -307,9 +306,7 @@ export class Gpu {
   }
 
   private acquireStaging(bytes: number): GPUBuffer {
-    const i = this.staging.findIndex((b) => b.size >= bytes && b.size <= 4 * bytes);
-    if (i >= 0) return this.staging.splice(i, 1)[0];
-    return this.createBuffer(Math.max(bytes, 256), 'readback', GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+    return takeFitting(this.staging, bytes) ?? this.createBuffer(Math.max(bytes, 256), 'readback', GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
   }
 
   /** Start collecting GPU times (needs timestamp-query): per kernel, or per pass (Profiler's modes). */
@@ -331,4 +328,10 @@ export class Gpu {
     for (const p of this.profilers.values()) p.destroy();
     this.device.destroy();
   }
+}
+
+/** A kept staging buffer of `bytes` to 4·`bytes` (a larger one would idle its memory), taken out of `list`. */
+function takeFitting(list: GPUBuffer[], bytes: number): GPUBuffer | undefined {
+  const i = list.findIndex((b) => b.size >= bytes && b.size <= 4 * bytes);
+  return i >= 0 ? list.splice(i, 1)[0] : undefined;
 }

@@ -271,11 +271,11 @@ export class VisionTower {
       ops.norms.layernorm(rec, x, b.norm1.w, b.norm1.b, xn, LN_EPS);
       const joined = this.qkv[i];
       const tc = this.tensorCores;
-      const int8 = tc && [b.q, b.k, b.v].map((d) => (d.kind === 'f32' ? tc.int8.get(d.w) : undefined));
-      if (tc && int8 && int8.every((w8) => w8)) {
+      const parts = [{ d: b.q, y: q }, { d: b.k, y: k }, { d: b.v, y: vv }].map((p) => ({ ...p, w: p.d.kind === 'f32' ? tc?.int8.get(p.d.w) : undefined }));
+      if (tc && parts.every((p) => p.w)) {
         // One quantized x for the three products, then their biases.
-        tc.mma.gemmInt8(rec, xn, [q, k, vv].map((y, p) => ({ w: int8[p]!, y })));
-        [b.q, b.k, b.v].forEach((d, p) => d.b && ops.linear.addBias(rec, [q, k, vv][p], d.b));
+        tc.mma.gemmInt8(rec, xn, parts.map((p) => ({ w: p.w!, y: p.y })));
+        for (const p of parts) if (p.d.b) ops.linear.addBias(rec, p.y, p.d.b);
       } else if (joined) {
         ops.linear.matmul.gemm(rec, { a: xn, b: joined.w, c: qkv, m: N, n: H, k: H, transB: true, batch: 3, strideA: 0, strideB: H * H, strideC: qkvStride, bias: joined.b, strideBias: H });
       } else {

@@ -222,7 +222,7 @@ export class MatmulQ4Mma {
   gemmInt8(rec: Recorder, x: Tensor, outs: readonly Int8Output[], accumulate = false): void {
     const op = 'matmulQ4Mma.gemmInt8';
     if (!this.rounding?.dense) throw new ShapeError(op, "int8 weights need a K block above 32 and steps 'block'");
-    const m = outs.map(({ w, y }) => f32Rows(op, x, w.k, y, w.n))[0];
+    const m = outs.map(({ w, y }) => f32Rows(op, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
     for (const { w } of outs) {
       if (w.w8.numel !== (w.n * w.k) / 4 || w.steps.numel !== (w.n * w.k) / this.kBlock) throw new ShapeError(op, `an int8 weight [${w.n}, ${w.k}] needs ${(w.n * w.k) / 4} words and ${(w.n * w.k) / this.kBlock} steps (K block ${this.kBlock})`);
     }
@@ -390,24 +390,26 @@ function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {
   return new Tensor(t.buffer, [rows, width], t.dtype, t.label, t.byteOffset + 4 * r0 * width);
 }
 
-/** The rows M of an f32 product x [M, k] -> y [M, n], after checking dtypes and shapes. */
-function f32Rows(op: string, x: Tensor, k: number, y: Tensor, n: number): number {
-  if (x.dtype !== 'f32' || y.dtype !== 'f32') throw new ShapeError(op, `x and y must be f32, got ${x.dtype} and ${y.dtype}`);
-  if (x.shape[x.shape.length - 1] !== k) throw new ShapeError(op, `x [${x.shape.join(', ')}] must end in K = ${k}`);
-  const m = x.numel / k;
-  if (y.numel !== m * n) throw new ShapeError(op, `y must be [${m}, ${n}], got [${y.shape.join(', ')}]`);
-  return m;
+interface Operand {
+  name: string;
+  t: Tensor;
+  width: number;
 }
 
-/** The rows M of a product's input [M, in.width] and output [M, out.width] on Q4 weight `w`,
- * after checking the weight's buffers, the f32 dtypes and the shapes. */
-function rowsOf(op: string, w: Q4Weight, input: { name: string; t: Tensor; width: number; dim: string }, out: { name: string; t: Tensor; width: number }): number {
-  checkQ4Shape(op, w.n, w.k);
-  const words = q4Words(w.n, w.k);
-  if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+/** The rows M of a product's f32 input [M, in.width] and output [M, out.width], after checking
+ * the dtypes and shapes. */
+function f32Rows(op: string, input: Operand & { dim: string }, out: Operand): number {
   if (input.t.dtype !== 'f32' || out.t.dtype !== 'f32') throw new ShapeError(op, `${input.name} and ${out.name} must be f32, got ${input.t.dtype} and ${out.t.dtype}`);
   if (input.t.shape[input.t.shape.length - 1] !== input.width) throw new ShapeError(op, `${input.name} [${input.t.shape.join(', ')}] must end in ${input.dim} = ${input.width}`);
   const m = input.t.numel / input.width;
   if (out.t.numel !== m * out.width) throw new ShapeError(op, `${out.name} must be [${m}, ${out.width}], got [${out.t.shape.join(', ')}]`);
   return m;
+}
+
+/** f32Rows for a product on Q4 weight `w`, after checking the weight's buffers. */
+function rowsOf(op: string, w: Q4Weight, input: Operand & { dim: string }, out: Operand): number {
+  checkQ4Shape(op, w.n, w.k);
+  const words = q4Words(w.n, w.k);
+  if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+  return f32Rows(op, input, out);
 }
