@@ -6,7 +6,10 @@
 //   Hq = G·Hkv; q head h reads kv head h / G (the G query heads of a group are adjacent).
 //   lse[t, h] = log Σ_j exp(scale·q·k_j) over the keys row t attends to (natural log).
 //   cu_seqlens u32 [nseq + 1]: sequences packed along T, sequence s = rows [cu[s], cu[s+1]),
-//     cu[0] = 0, cu[nseq] = T. Rows attend only within their sequence (causal or not).
+//     cu[0] = 0, cu[nseq] = T. Rows attend only within their sequence (causal or not), except
+//     with a shared prefix (prefix_len P > 0, training on G completions of one prompt): sequence
+//     0 is the prompt [0, P), and the rows of every later sequence also attend to all of it, as
+//     if each completion followed its own copy of the prompt (which is computed once).
 //   KV cache (one tensor per layer for k and one for v): [slots, cap, Hkv·D]; lengths u32 [slots]
 //     holds how many positions of each slot are filled ("past").
 //   Cached batches: count sequences (slots slot0 .. slot0+count-1) with n new rows each,
@@ -44,7 +47,8 @@ struct Params {
   cap: u32,      // cache capacity (positions per slot)
   dst_slot: u32, // kv_copy's destination slot
   splits: u32,   // SPLIT: chunks of each cached sequence's own keys
-  prefix_len: u32,    // positions [0, prefix_len) of every slot of a cached batch live in prefix_slot
+  prefix_len: u32,    // cached: positions [0, prefix_len) of every slot of a cached batch live in
+                      // prefix_slot; varlen: the shared prompt, rows [0, prefix_len) = sequence 0
   prefix_slot: u32,
   prefix_splits: u32, // SPLIT: chunks of that shared prefix (0: each sequence's chunks cover it)
   fold_r: u32,   // FOLD: rank of the o_proj adapter whose down product the combine starts
@@ -98,17 +102,25 @@ fn seq_of(t: u32) -> u32 {
   return lo;
 }
 
-// Keys [lo, hi) that packed query row t attends to. Monotone in t, so a tile's key range is
-// [keys(first row).x, keys(last row).y).
+// Keys [lo, hi) of its own sequence that packed query row t attends to. Monotone in t, so a
+// tile's own key range is [keys(first row).x, keys(last row).y).
 fn varlen_keys(t: u32) -> vec2u {
   let s = seq_of(t);
   return vec2u(cu_seqlens[s], select(cu_seqlens[s + 1u], t + 1u, params.causal != 0u));
 }
 
-// Queries [lo, hi) that attend to packed key row j (the transpose of varlen_keys).
+// Whether row t attends to key j, given its own key range: j in it, or j in the shared prefix
+// (prefix_len > 0) and t after it.
+fn sees(t: u32, j: u32, own: vec2u) -> bool {
+  return (j >= own.x && j < own.y) || (t >= params.prefix_len && j < params.prefix_len);
+}
+
+// Queries [lo, hi) that attend to packed key row j (the transpose of varlen_keys and sees): a
+// key of the shared prefix is seen by every row after it too, up to T.
 fn varlen_queries(j: u32) -> vec2u {
   let s = seq_of(j);
-  return vec2u(select(cu_seqlens[s], j, params.causal != 0u), cu_seqlens[s + 1u]);
+  let end = select(cu_seqlens[s + 1u], params.rows, j < params.prefix_len);
+  return vec2u(select(cu_seqlens[s], j, params.causal != 0u), end);
 }
 
 // Element d of row rho (token rho / G, query head hk·G + rho % G) of sequence b in a
@@ -148,6 +160,30 @@ const RPT: u32 = BO * CLN / WG;         // output phase: owned rows per lane
 // Tile staging: every load of a tile is issued into registers before any is stored, so that a
 // lane has SPT loads in flight rather than one at a time.
 const SPT: u32 = (BI * NV + WG - 1u) / WG;
+
+// The key tiles of a query tile whose own keys are [lo, hi): those, after the shared prefix's
+// [0, prefix_len) when the tile's rows see it apart from their own keys (lo is 0 when the tile
+// holds rows of the prompt, whose own range then covers the prefix). Walk with
+//   var kw = key_walk(lo, hi); loop { if (kw.j0 >= hi) { break; } ...; kw = key_next(kw, lo, hi); }
+// and take keys below kw.end only, so that no key counts twice.
+struct KeyWalk {
+  j0: u32,     // first key of the tile
+  end: u32,    // the end of the current range (prefix_len in the prefix, else hi)
+  in_pre: bool,
+}
+
+fn key_walk(lo: u32, hi: u32) -> KeyWalk {
+  let pre = params.prefix_len > 0u && lo >= params.prefix_len;
+  return KeyWalk(select(lo, 0u, pre), select(hi, params.prefix_len, pre), pre);
+}
+
+fn key_next(kw: KeyWalk, lo: u32, hi: u32) -> KeyWalk {
+  let j = kw.j0 + BI;
+  if (kw.in_pre && j >= params.prefix_len) {
+    return KeyWalk(lo, hi, false);
+  }
+  return KeyWalk(j, kw.end, kw.in_pre);
+}
 
 var<workgroup> own_a: array<vec4f, BO * DSV>;  // q (forward, dq); k (dk/dv)
 var<workgroup> own_b: array<vec4f, BO * DSV>;  // dO (dq); v (dk/dv)
@@ -221,8 +257,6 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
   let tile_hi = past + t_last + 1u;
 #else
   let keys = varlen_keys(t);
-  let lo = keys.x;
-  let hi = keys.y;
   let tile_lo = varlen_keys(rho0 / G).x;
   let tile_hi = varlen_keys(t_last).y;
 #endif
@@ -236,7 +270,15 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
   var m = NEG;    // running max of row sr (the same in its LPR lanes)
   var lsum = 0.0; // this lane's share of row sr's running sum
   var acc: array<vec4f, RPT * CPT>;
-  for (var j0 = tile_lo; j0 < tile_hi; j0 += BI) {
+#if CACHED
+  var kw = KeyWalk(tile_lo, tile_hi, false);
+#else
+  var kw = key_walk(tile_lo, tile_hi);
+#endif
+  loop {
+    if (kw.j0 >= tile_hi) { break; }
+    let j0 = kw.j0;
+    let j_end = kw.end;
     workgroupBarrier(); // the previous tile's readers are done with in_a, in_b, pt, red, row_f
     var ka: array<vec4f, SPT>;
     var va: array<vec4f, SPT>;
@@ -244,12 +286,12 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
       let e = min(lid + WG * i, BI * NV - 1u);
       let c = e / NV;
 #if CACHED
-      let base = kv_row(slot, min(j0 + c, tile_hi - 1u)) * kstride + hk * D;
+      let base = kv_row(slot, min(j0 + c, j_end - 1u)) * kstride + hk * D;
 #else
-      let base = min(j0 + c, tile_hi - 1u) * kstride + hk * D;
+      let base = min(j0 + c, j_end - 1u) * kstride + hk * D;
 #endif
-      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < tile_hi);
-      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < tile_hi);
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < j_end);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < j_end);
     }
     for (var i = 0u; i < SPT; i++) {
       let e = lid + WG * i;
@@ -267,7 +309,12 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
     var mx = NEG;
     for (var i = 0u; i < KPT; i++) {
       let j = j0 + sx + LPR * i;
-      s[i] = select(NEG, s[i] * params.scale, valid && j >= lo && j < hi);
+#if CACHED
+      let seen = j >= lo && j < hi;
+#else
+      let seen = j < j_end && sees(t, j, keys);
+#endif
+      s[i] = select(NEG, s[i] * params.scale, valid && seen);
       mx = max(mx, s[i]);
     }
     red[lid] = mx;
@@ -297,6 +344,7 @@ fn attn_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
         }
       }
     }
+    kw = key_next(kw, tile_lo, tile_hi);
   }
 
   // Row sums: the LPR lanes' shares.
@@ -367,16 +415,20 @@ fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
   let row_delta = row_stats[2u * st + 1u];
 
   var acc: array<vec4f, RPT * CPT>;
-  for (var j0 = tile_lo; j0 < tile_hi; j0 += BI) {
+  var kw = key_walk(tile_lo, tile_hi);
+  loop {
+    if (kw.j0 >= tile_hi) { break; }
+    let j0 = kw.j0;
+    let j_end = kw.end;
     workgroupBarrier();
     var ka: array<vec4f, SPT>;
     var va: array<vec4f, SPT>;
     for (var i = 0u; i < SPT; i++) {
       let e = min(lid + WG * i, BI * NV - 1u);
       let c = e / NV;
-      let base = min(j0 + c, tile_hi - 1u) * kstride + hk * D;
-      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < tile_hi);
-      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < tile_hi);
+      let base = min(j0 + c, j_end - 1u) * kstride + hk * D;
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < j_end);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < j_end);
     }
     store_inner(lid, ka, va);
     workgroupBarrier();
@@ -386,7 +438,7 @@ fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
     for (var i = 0u; i < KPT; i++) {
       let j = j0 + sx + LPR * i;
       let ds = exp(s[i] * params.scale - row_lse) * (dp[i] - row_delta);
-      pt[(sx + LPR * i) * BO + sr] = select(0.0, ds, valid && j >= keys.x && j < keys.y);
+      pt[(sx + LPR * i) * BO + sr] = select(0.0, ds, valid && j < j_end && sees(rho_c / G, j, keys));
     }
     workgroupBarrier();
     for (var c = 0u; c < BI; c++) {
@@ -398,6 +450,7 @@ fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
         }
       }
     }
+    kw = key_next(kw, tile_lo, tile_hi);
   }
 
   for (var i = 0u; i < RPT; i++) {
@@ -431,7 +484,8 @@ fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_ind
   let kvalid = j < T;
   let queries = varlen_queries(min(j, T - 1u));
   let tile_lo = varlen_queries(j0).x * G;
-  let tile_hi = varlen_queries(min(j0 + BO, T) - 1u).y * G;
+  // Not monotone with a shared prefix: the prefix's keys are seen up to T.
+  let tile_hi = max(varlen_queries(j0).y, varlen_queries(min(j0 + BO, T) - 1u).y) * G;
   let kstride = params.hkv * D;
 
   for (var e = lid; e < BO * NV; e += WG) {

@@ -8,12 +8,16 @@
 //                 visual token), so no two threads touch one element. Its backward is the
 //                 identity on dst's gradient; the gradient w.r.t. src (frozen vision features)
 //                 is not needed, so there is no backward kernel.
+//   sum_rows      dst[p.row, :] += Σ_j src[positions[j], :]  the rows a gather read several times
+//                 (training's shared prompt row predicts every completion's first token) summed
+//                 back into it, in order: the backward of a gather with a repeated index.
 // One thread per output element. Grids are 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
 
 struct Params {
-  n: u32,      // elements written: ids·width (gather) or positions·width (scatter)
+  n: u32,      // elements written: ids·width (gather) or positions·width (scatter); sum_rows: positions
   width: u32,  // row width
   rows: u32,   // rows of the table (gather) or of dst (scatter), for bounds
+  row: u32,    // sum_rows: the row of dst
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -60,4 +64,18 @@ fn scatter_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
 #else
   dst[k] = src[i];
 #endif
+}
+
+// One thread per column of the row; p.n: the source rows in positions.
+@compute @workgroup_size(WG)
+fn sum_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = flat_index(wid, nwg, lid);
+  if (c >= p.width) {
+    return;
+  }
+  var v = dst[p.row * p.width + c];
+  for (var j = 0u; j < p.n; j++) {
+    v += src[positions[j] * p.width + c];
+  }
+  dst[p.row * p.width + c] = v;
 }

@@ -112,7 +112,7 @@ interface LoraGemvCall {
 
 /** How the attention block attends: over its own rows, or through the KV cache. */
 export type AttendMode =
-  | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor }
+  | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor; sharedPrefix?: number }
   | { kind: 'cached'; cache: KvCache; slot0: number; count: number; split?: AttentionSplit };
 
 /** Visual rows of the sequence: image embeddings and DeepStack features, one row per <|image_pad|>. */
@@ -394,7 +394,7 @@ export class Decoder {
       this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
     }
     if (attend.kind === 'packed') {
-      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale });
+      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
       this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
       return;
     }

@@ -151,10 +151,11 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   // Decoder workspace per row: h, out, xn; q_raw, q, attn; k_raw, k, v; gate, up, act; rope; LoRA u.
   const workspaceRow = (3 * H + 3 * q + 3 * kv + 3 * I + D + r) * f;
   const generationBytes = L * 2 * G * (P + C) * kv * f + Math.max(P, G) * workspaceRow;
-  // A micro-batch: the group in as few even chunks of whole sequences as the budget allows (src/rl/microBatch.ts).
-  const perChunk = Math.max(1, Math.min(G, Math.floor(work.microBatchTokens / (P + C))));
+  // A micro-batch: the prompt once, then the group's completions in as few even chunks as the
+  // budget allows (src/rl/microBatch.ts, src/model/train.ts).
+  const perChunk = Math.max(1, Math.min(G, Math.floor((work.microBatchTokens - P) / C)));
   const seqs = Math.ceil(G / Math.ceil(G / perChunk));
-  const T = seqs * (P + C);
+  const T = P + seqs * C;
   const N = seqs * C;
   const saved = (L + 1) * T * H * f + T * D * f + 2 * N * H * f;
   // train.ts's backward: 7 rows of H, 6 of q, 6 of kv, 6 of I, the attention's statistics, 8 LoRA rows.

@@ -1,10 +1,16 @@
 // The training half of src/rl/policy.ts's Policy for Qwen3-VL: per-token log-probs and entropies
 // of G completions of one prompt, and the backward of a loss on them into the LoRA parameters.
 //
-// Layout: the G sequences prompt+completion_i are packed row by row ([T, hidden], T = Σ lengths;
-// attention stays inside each through cu_seqlens). The rows that predict completion tokens are
-// gathered into a [G, maxLen] grid (padding rows point outside the packed rows, so they gather
-// zeros and scatter nowhere) before the final norm's output meets the LM head.
+// Layout: the prompt once, then the G completions, packed row by row ([T, hidden], T = P + Σ
+// completion lengths). Attention keeps each completion inside itself and the prompt through
+// cu_seqlens and the shared prefix (src/ops/attention.ts): the result is that of G sequences
+// prompt + completion_i, but the prompt's rows are computed once instead of G times (at the
+// default 8 x (512 + 256), 2,560 rows instead of 6,144). Causal attention makes the prompt's rows
+// independent of what follows, and in the backward the prompt's rows receive the sum of what every
+// completion sends them. The rows that predict completion tokens are gathered into a [G, maxLen]
+// grid (padding rows point outside the packed rows, so they gather zeros and scatter nowhere)
+// before the final norm's output meets the LM head; the prompt's last row predicts every
+// completion's first token, so its gradient is the sum of theirs (Embedding.sumRows).
 //
 // Memory is bounded by recomputation (activation checkpointing per layer, the default): the
 // forward keeps only each layer's input h_l [T, hidden]; the backward reruns layer l from h_l,
@@ -28,19 +34,23 @@ import { concat, releaseVisual, type ImageBatch, type Qwen3VL } from './qwen3vl'
 export interface PackedBatch {
   /** Token ids of all sequences, back to back [T]. */
   ids: Int32Array;
-  /** [3, T] M-RoPE positions, each sequence's own (spec B4). */
+  /** [3, T] M-RoPE positions: the prompt's (spec B4), then each completion's, as after the prompt. */
   positions: Int32Array;
-  /** [G + 1] row offsets of the sequences. */
+  /** [G + 2] row offsets of the sequences: the prompt, then the G completions. */
   cuSeqlens: Uint32Array;
+  /** Rows every completion attends to as its own prompt: P, or 0 when no completion has a token. */
+  sharedPrefix: number;
   /** [G·maxLen]: the packed row whose next-token distribution scores completion token j of sequence i (0xffffffff: padding). */
   predictRows: Uint32Array;
+  /** predictRows without the first tokens' row (the prompt's last, repeated): the backward's scatter. */
+  scatterRows: Uint32Array;
+  /** The grid entries of the first tokens, whose gradients the prompt's last row sums. */
+  firstTokens: Uint32Array;
   /** [G·maxLen]: that token (0 on padding). */
   targets: Uint32Array;
   /** [G·maxLen]: 1 on completion tokens. */
   mask: Float32Array;
   maxLen: number;
-  /** Packed rows of the image tokens, sequence after sequence (the prompt's visual rows repeated G times). */
-  visualRows: Uint32Array;
 }
 
 const PAD_ROW = 0xffffffff;
@@ -81,52 +91,44 @@ function releaseActivations(a: LayerActivations): void {
 }
 
 /**
- * Pack `completions` after one prompt. The prompt's positions are its rope index (spec B4); a
- * completion token at cache position p gets p + ropeDelta on all three axes, exactly as during
- * sampling, whatever the token is (a sampled <|image_pad|> is text here, not an image slot).
+ * Pack `completions` after one prompt, which comes once. The prompt's positions are its rope
+ * index (spec B4); a completion token at cache position p gets p + ropeDelta on all three axes,
+ * exactly as during sampling, whatever the token is (a sampled <|image_pad|> is text here, not an
+ * image slot).
  */
-export function packBatch(
-  promptIds: Int32Array,
-  completions: readonly (readonly number[])[],
-  imageTokenId: number,
-  prompt: { positions: Int32Array; ropeDelta: number },
-): PackedBatch {
+export function packBatch(promptIds: Int32Array, completions: readonly (readonly number[])[], prompt: { positions: Int32Array; ropeDelta: number }): PackedBatch {
   const G = completions.length;
   if (G < 1) throw new ShapeError('train.pack', 'no completions');
   const P = promptIds.length;
+  if (P < 1) throw new ShapeError('train.pack', 'empty prompt');
   const maxLen = Math.max(1, ...completions.map((c) => c.length));
-  const T = completions.reduce((a, c) => a + P + c.length, 0);
+  const T = completions.reduce((a, c) => a + c.length, P);
   const ids = new Int32Array(T);
   const positions = new Int32Array(3 * T);
-  const cuSeqlens = new Uint32Array(G + 1);
+  const cuSeqlens = new Uint32Array(G + 2);
   const predictRows = new Uint32Array(G * maxLen).fill(PAD_ROW);
   const targets = new Uint32Array(G * maxLen);
   const mask = new Float32Array(G * maxLen);
-  const promptVisual: number[] = [];
-  promptIds.forEach((id, i) => id === imageTokenId && promptVisual.push(i));
-  const visualRows = new Uint32Array(G * promptVisual.length);
-  let off = 0;
+  const firstTokens: number[] = [];
+  ids.set(promptIds);
+  for (let a = 0; a < 3; a++) positions.set(prompt.positions.subarray(a * P, (a + 1) * P), a * T);
+  let off = P;
+  cuSeqlens[1] = P;
   completions.forEach((c, i) => {
-    const seq = new Int32Array(P + c.length);
-    seq.set(promptIds);
-    seq.set(c, P);
-    ids.set(seq, off);
-    const n = seq.length;
-    for (let a = 0; a < 3; a++) {
-      positions.set(prompt.positions.subarray(a * P, (a + 1) * P), a * T + off);
-      for (let j = 0; j < c.length; j++) positions[a * T + off + P + j] = P + j + prompt.ropeDelta;
-    }
-    cuSeqlens[i] = off;
+    ids.set(c, off);
+    for (let a = 0; a < 3; a++) for (let j = 0; j < c.length; j++) positions[a * T + off + j] = P + j + prompt.ropeDelta;
     c.forEach((tok, j) => {
-      predictRows[i * maxLen + j] = off + P + j - 1;
+      predictRows[i * maxLen + j] = j === 0 ? P - 1 : off + j - 1;
       targets[i * maxLen + j] = tok;
       mask[i * maxLen + j] = 1;
     });
-    promptVisual.forEach((r, j) => (visualRows[i * promptVisual.length + j] = off + r));
-    off += n;
+    if (c.length > 0) firstTokens.push(i * maxLen);
+    off += c.length;
+    cuSeqlens[i + 2] = off;
   });
-  cuSeqlens[G] = T;
-  return { ids, positions, cuSeqlens, predictRows, targets, mask, maxLen, visualRows };
+  const scatterRows = predictRows.slice();
+  for (const e of firstTokens) scatterRows[e] = PAD_ROW;
+  return { ids, positions, cuSeqlens, sharedPrefix: T > P ? P : 0, predictRows, scatterRows, firstTokens: Uint32Array.from(firstTokens), targets, mask, maxLen };
 }
 
 /** What a `train` forward keeps for the backward (released by it). */
@@ -142,7 +144,9 @@ interface Saved {
   layers: LayerActivations[] | null;
   ids: Tensor;
   cu: Tensor;
-  predictRows: Tensor;
+  /** PackedBatch.scatterRows and firstTokens. */
+  scatterRows: Tensor;
+  firstTokens: Tensor | null;
   targets: Tensor;
   /** Final-norm outputs of the predicting rows [G·maxLen, hidden]. */
   hsel: Tensor;
@@ -177,30 +181,6 @@ export class Qwen3VLPolicy implements Policy {
     return this.logprob;
   }
 
-  /** The prompt's images through the vision tower, repeated for every packed sequence. */
-  private async visualFor(prompt: PreparedPrompt, rows: Uint32Array, G: number): Promise<VisualInputs | null> {
-    if (prompt.images.length === 0) return null;
-    const images: ImageBatch = { pixelValues: concat(prompt.images.map((i) => i.pixelValues)), gridThw: prompt.images.map((i) => i.gridThw) };
-    const one = await this.model.encodeImages(prompt.inputIds, images);
-    const gpu = this.model.gpu;
-    const J = one.rows.numel;
-    const H = this.model.config.text.hiddenSize;
-    const repeat = (t: Tensor, label: string) => {
-      const out = gpu.tensor([G * J, H], 'f32', label);
-      const rec = gpu.recorder('visual.repeat');
-      for (let i = 0; i < G; i++) rec.copy(t, out, J * H * 4, 0, i * J * H * 4);
-      rec.flush();
-      return out;
-    };
-    const visual: VisualInputs = {
-      rows: gpu.upload(rows, [rows.length], 'u32', 'visual rows'),
-      embeds: repeat(one.embeds, 'visual.embeds'),
-      deepstack: one.deepstack.map((d, j) => repeat(d, `visual.deepstack${j}`)),
-    };
-    releaseVisual(one);
-    return visual;
-  }
-
   async forward(batch: SequenceBatch, opts: ForwardOptions): Promise<TrainingForward> {
     const { model } = this;
     const gpu = model.gpu;
@@ -208,23 +188,24 @@ export class Qwen3VLPolicy implements Policy {
     if (opts.train && this.saved) throw new ShapeError('train', 'a training forward is pending its backward');
     for (const t of this.outputs) t.release();
     this.outputs = [];
-    const packed = packBatch(
-      batch.prompt.inputIds,
-      batch.completions,
-      model.config.tokens.image,
-      model.positions(batch.prompt.inputIds, batch.prompt.images.map((i) => i.gridThw)),
-    );
+    const { prompt } = batch;
+    const packed = packBatch(prompt.inputIds, batch.completions, model.positions(prompt.inputIds, prompt.images.map((i) => i.gridThw)));
     const G = batch.completions.length;
     const T = packed.ids.length;
     const N = G * packed.maxLen;
     const lora = opts.lora ? layerAdapters(model.lora) : null;
     const rank = lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
     const logprob = await this.logprobFor(N);
-    const visual = await this.visualFor(batch.prompt, packed.visualRows, G);
+    // The prompt's rows come first, so its image rows are those of the prompt alone.
+    const images: ImageBatch = { pixelValues: concat(prompt.images.map((i) => i.pixelValues)), gridThw: prompt.images.map((i) => i.gridThw) };
+    const visual = prompt.images.length > 0 ? await model.encodeImages(prompt.inputIds, images) : null;
     const ws = model.decoder.workspace(T, rank);
     const ids = gpu.upload(Uint32Array.from(packed.ids), [T], 'u32', 'train.ids');
-    const cu = gpu.upload(packed.cuSeqlens, [G + 1], 'u32', 'train.cu_seqlens');
+    const cu = gpu.upload(packed.cuSeqlens, [G + 2], 'u32', 'train.cu_seqlens');
+    const attend = { kind: 'packed', cuSeqlens: cu, sharedPrefix: packed.sharedPrefix } as const;
     const predictRows = gpu.upload(packed.predictRows, [N], 'u32', 'train.predict_rows');
+    const scatterRows = gpu.upload(packed.scatterRows, [N], 'u32', 'train.scatter_rows');
+    const firstTokens = packed.firstTokens.length > 0 ? gpu.upload(packed.firstTokens, [packed.firstTokens.length], 'u32', 'train.first_tokens') : null;
     const targets = gpu.upload(packed.targets, [N], 'u32', 'train.targets');
     const mask = gpu.upload(packed.mask, [G, packed.maxLen], 'f32', 'train.mask');
     const hsel = gpu.tensor([N, c.hiddenSize], 'f32', 'train.hsel');
@@ -239,7 +220,7 @@ export class Qwen3VLPolicy implements Policy {
     const dec = model.decoder;
     let final: Tensor;
     if (!opts.train) {
-      final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend: { kind: 'packed', cuSeqlens: cu }, visual: visual ?? undefined, lora });
+      final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora });
     } else {
       // The decoder's own loop, keeping each layer's input.
       const b = ws.views(T);
@@ -252,7 +233,7 @@ export class Qwen3VLPolicy implements Policy {
         const keep = layers?.[l];
         const loraU = (proj: LoraProjection) => (keep ? view(keep.u[proj], [T, lora![l][proj].r]) : b.loraU(lora![0][proj].r));
         const call = lora ? { params: lora[l], u: loraU } : null;
-        dec.attentionBlock(rec, l, w, b.h, keep?.A ?? b.attn, b.cs, { kind: 'packed', cuSeqlens: cu, lse: keep?.lse }, call);
+        dec.attentionBlock(rec, l, w, b.h, keep?.A ?? b.attn, b.cs, { ...attend, lse: keep?.lse }, call);
         if (keep) rec.copy(b.h, keep.hmid);
         dec.mlpBlock(rec, w, b.h, keep?.M ?? b.mlp, call);
         const ds = visual?.deepstack[l];
@@ -272,7 +253,8 @@ export class Qwen3VLPolicy implements Policy {
 
     // The workspace goes back to the pool now: the backward keeps only what it reads (peak memory).
     ws.release();
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, cs, hs, layers, ids, cu, predictRows, targets, hsel, logp, entropy, stats, mask, visual };
+    predictRows.release();
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual };
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     this.outputs = [logp, entropy, mask];
@@ -282,7 +264,8 @@ export class Qwen3VLPolicy implements Policy {
   private releaseSaved(s: Saved): void {
     s.cs?.release();
     for (const a of s.layers ?? []) releaseActivations(a);
-    for (const t of [...s.hs, s.ids, s.cu, s.predictRows, s.targets, s.hsel, s.stats]) t.release();
+    for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
+    s.firstTokens?.release();
     if (s.visual) releaseVisual(s.visual);
   }
 
@@ -297,7 +280,7 @@ export class Qwen3VLPolicy implements Policy {
     const c = model.config.text;
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I, rmsNormEps: eps } = c;
     const T = s.batch.ids.length;
-    const N = s.predictRows.numel;
+    const N = s.targets.numel;
     if (gradLogps.numel !== N || (gradEntropy && gradEntropy.numel !== N)) {
       throw new ShapeError('train.backward', `gradients must have ${N} elements ([G, maxLen]), got ${gradLogps.numel}`);
     }
@@ -335,7 +318,8 @@ export class Qwen3VLPolicy implements Policy {
       rec.clear(bufs.dsel);
       logprob.backward(rec, model.head, s.hsel, s.targets, s.temperature, s.stats, gradLogps.reshape([N]), gradEntropy ? gradEntropy.reshape([N]) : null, bufs.dsel);
       rec.clear(bufs.dout);
-      embedding.scatterRows(rec, bufs.dsel, s.predictRows, bufs.dout);
+      embedding.scatterRows(rec, bufs.dsel, s.scatterRows, bufs.dout);
+      if (s.firstTokens) embedding.sumRows(rec, bufs.dsel, s.firstTokens, bufs.dout, s.batch.sharedPrefix - 1);
       norms.rmsnorm(rec, s.hs[c.numLayers], dec.weights.finalNorm, bufs.hcur, eps, bufs.rstdFinal);
       norms.rmsnormBackward(rec, bufs.dout, s.hs[c.numLayers], dec.weights.finalNorm, bufs.rstdFinal, bufs.dh, false);
 
@@ -353,7 +337,7 @@ export class Qwen3VLPolicy implements Policy {
           // Recompute the layer from its input, keeping what its backward reads.
           const call = ad ? { params: ad, u: uOf } : null;
           rec.copy(s.hs[l], bufs.hcur);
-          dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: layer.lse }, call);
+          dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: layer.lse, sharedPrefix: s.batch.sharedPrefix }, call);
           rec.copy(bufs.hcur, layer.hmid);
           dec.mlpBlock(rec, w, bufs.hcur, M, call);
         }
@@ -372,7 +356,7 @@ export class Qwen3VLPolicy implements Policy {
         linear.backwardInput(rec, bufs.dh, w.o, bufs.dattn);
         loraBack('o', A.attn, bufs.dh, bufs.dattn);
         attention.backward(rec, {
-          q: A.q, k: A.k, v: A.v, o: A.attn, lse: layer.lse, dout: bufs.dattn, cuSeqlens: s.cu,
+          q: A.q, k: A.k, v: A.v, o: A.attn, lse: layer.lse, dout: bufs.dattn, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
           causal: true, scale: dec.scale, rowStats: bufs.rowStats, dq: bufs.dq, dk: bufs.dk, dv: bufs.dv,
         });
         rope.applyBackward(rec, cs, bufs.dq, hq);

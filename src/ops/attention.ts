@@ -6,6 +6,10 @@
 // (natural log of the softmax denominator of the scaled scores); cuSeqlens u32 [nseq + 1] with
 // cu[0] = 0 and cu[nseq] = T (a single sequence is [0, T]). Query head h uses kv head
 // floor(h / (Hq / Hkv)), as in transformers' repeat_kv. D is any head dim from 1 to 256.
+// Shared prefix (training G completions of one prompt): with sharedPrefix P, sequence 0 must be
+// the prompt, rows [0, P) (cu[1] = P), and every later sequence, a completion, attends to it as
+// well as to itself: the result is that of G sequences prompt + completion_i, with the prompt's
+// rows computed once, and dk, dv of the prompt summed over every completion that reads it.
 // Memory is O(T·D) in every pass; no [T x T] matrix exists.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { UNIFORMS, ZERO_UNIFORMS, type KvCache } from './kvCache';
@@ -36,6 +40,8 @@ export interface AttentionForwardArgs {
   lse?: Tensor;
   causal: boolean;
   scale: number;
+  /** Rows of a prompt shared by the other sequences (the header says how); 0 or absent: none. */
+  sharedPrefix?: number;
 }
 
 export interface AttentionBackwardArgs {
@@ -54,6 +60,8 @@ export interface AttentionBackwardArgs {
   dq: Tensor;
   dk: Tensor;
   dv: Tensor;
+  /** As in the forward. */
+  sharedPrefix?: number;
 }
 
 /**
@@ -305,6 +313,16 @@ export class Attention {
     return { T, nseq: cuSeqlens.numel - 1 };
   }
 
+  /** A shared prefix's row count (0: none); it must leave rows for other sequences after it. */
+  private checkPrefix(op: string, prefix: number | undefined, T: number, nseq: number): number {
+    const p = prefix ?? 0;
+    if (p === 0) return 0;
+    if (!Number.isInteger(p) || p < 0 || p >= T || nseq < 2) {
+      throw new ShapeError(op, `sharedPrefix ${p} must be the rows of sequence 0 of 2 or more, within T = ${T}`);
+    }
+    return p;
+  }
+
   private uniforms(u: Partial<Record<keyof typeof UNIFORMS, number>>): Record<string, number> {
     return { ...ZERO_UNIFORMS, hq: this.config.hq, hkv: this.config.hkv, ...u };
   }
@@ -315,13 +333,14 @@ export class Attention {
     const { hq, hkv, headDim: D } = this.config;
     this.expect('attention_fwd', a.o, T, hq * D);
     if (a.lse) this.expect('attention_fwd', a.lse, T, hq);
+    const prefix = this.checkPrefix('attention_fwd', a.sharedPrefix, T, nseq);
     const bindings: Record<string, Tensor> = { ...this.views({ q: a.q, k: a.k, v: a.v }), o: a.o, cu_seqlens: a.cuSeqlens };
     if (a.lse) bindings.lse = a.lse;
     rec.dispatch(
       a.lse ? this.fwdLse : this.fwd,
       bindings,
       [Math.ceil((T * this.group) / this.forwardTile.BO), hkv],
-      this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale }),
+      this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix }),
     );
   }
 
@@ -409,7 +428,8 @@ export class Attention {
     this.expect(op, a.dq, T, hq * D);
     this.expect(op, a.dk, T, hkv * D);
     this.expect(op, a.dv, T, hkv * D);
-    const u = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale });
+    const prefix = this.checkPrefix(op, a.sharedPrefix, T, nseq);
+    const u = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix });
     rec.dispatch(this.prep, { o: a.o, dout: a.dout, lse: a.lse, row_stats: a.rowStats }, grid1d(T * hq, FLAT_WG), u);
     const common = { ...this.views({ q: a.q, k: a.k, v: a.v, dout: a.dout }), row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
     rec.dispatch(this.dqK, { ...common, dq: a.dq }, [Math.ceil((T * this.group) / this.backwardTile.BO), hkv], u);

@@ -13,6 +13,7 @@ export class Embedding {
     private readonly gatherK: Kernel,
     private readonly scatterK: Kernel,
     private readonly addK: Kernel,
+    private readonly sumK: Kernel,
   ) {}
 
   static async create(gpu: Gpu): Promise<Embedding> {
@@ -22,10 +23,15 @@ export class Embedding {
       entry,
       defines,
       constants: { WG },
-      uniforms: { n: 'u32', width: 'u32', rows: 'u32' } as const,
+      uniforms: { n: 'u32', width: 'u32', rows: 'u32', row: 'u32' } as const,
     });
-    const [g, s, a] = await Promise.all([gpu.kernel(spec('embed_gather')), gpu.kernel(spec('scatter_rows')), gpu.kernel(spec('scatter_rows', { ACCUMULATE: true }, 'embedding.deepstack_add'))]);
-    return new Embedding(g, s, a);
+    const [g, s, a, sum] = await Promise.all([
+      gpu.kernel(spec('embed_gather')),
+      gpu.kernel(spec('scatter_rows')),
+      gpu.kernel(spec('scatter_rows', { ACCUMULATE: true }, 'embedding.deepstack_add')),
+      gpu.kernel(spec('sum_rows')),
+    ]);
+    return new Embedding(g, s, a, sum);
   }
 
   /** out[t] = table[ids[t]]: table [vocab, width] f32, ids [T] u32, out [T, width]. Ids ≥ vocab give zeros. */
@@ -36,7 +42,7 @@ export class Embedding {
     checkIndices(op, 'ids', ids);
     checkRows(op, 'out', out, ids.numel, width);
     const n = ids.numel * width;
-    rec.dispatch(this.gatherK, { table, ids, out }, grid1d(n, WG), { n, width, rows });
+    rec.dispatch(this.gatherK, { table, ids, out }, grid1d(n, WG), { n, width, rows, row: 0 });
   }
 
   /** hidden[positions[j]] = src[j]: image embeddings [J, width] into their placeholder rows (positions ≥ T are skipped). */
@@ -52,13 +58,29 @@ export class Embedding {
     this.scatter('deepstack_add', this.addK, rec, features, positions, hidden);
   }
 
+  /**
+   * dst[row] += Σ_j src[positions[j]], in order: the backward of a gather that read one row
+   * several times (scatterRows needs distinct positions). src [N, width], dst [rows, width].
+   */
+  sumRows(rec: Recorder, src: Tensor, positions: Tensor, dst: Tensor, row: number): void {
+    const op = 'sum_rows';
+    if (dst.dtype !== 'f32' || dst.shape.length !== 2) throw new ShapeError(op, `dst must be f32 [rows, width], got ${dst.dtype} [${dst.shape.join(', ')}]`);
+    const [rows, width] = dst.shape;
+    checkIndices(op, 'positions', positions);
+    if (src.dtype !== 'f32' || src.shape.length !== 2 || src.shape[1] !== width) {
+      throw new ShapeError(op, `src must be f32 [N, ${width}], got ${src.dtype} [${src.shape.join(', ')}]`);
+    }
+    if (!Number.isInteger(row) || row < 0 || row >= rows) throw new ShapeError(op, `row ${row} outside dst's ${rows} rows`);
+    rec.dispatch(this.sumK, { src, positions, dst }, grid1d(width, WG), { n: positions.numel, width, rows, row });
+  }
+
   private scatter(op: string, kernel: Kernel, rec: Recorder, src: Tensor, positions: Tensor, dst: Tensor): void {
     if (dst.dtype !== 'f32' || dst.shape.length !== 2) throw new ShapeError(op, `hidden must be f32 [T, width], got ${dst.dtype} [${dst.shape.join(', ')}]`);
     const [rows, width] = dst.shape;
     checkIndices(op, 'positions', positions);
     checkRows(op, 'features', src, positions.numel, width);
     const n = positions.numel * width;
-    rec.dispatch(kernel, { src, positions, dst }, grid1d(n, WG), { n, width, rows });
+    rec.dispatch(kernel, { src, positions, dst }, grid1d(n, WG), { n, width, rows, row: 0 });
   }
 }
 

@@ -13,7 +13,11 @@ import { RlLoss, type RlLossBuffers, type RlLossResult } from '../ops/rlLoss';
 import { groupLoss, type GroupLossArgs } from './groupLoss';
 import type { Policy, SequenceBatch } from './policy';
 
-/** Packed rows a training forward holds by default: the default config's group (8 x 768) in two of 4 x 768. */
+/**
+ * Packed rows a training forward holds by default. The prompt is packed once before its
+ * completions (src/model/train.ts), so the default config's group, 512 + 8 x 256 = 2,560 rows,
+ * takes one forward.
+ */
 export const DEFAULT_MICRO_BATCH_TOKENS = 4096;
 
 export interface GroupStepArgs {
@@ -21,7 +25,7 @@ export interface GroupStepArgs {
   temperature: number;
   /** groupLoss's inputs; every [G·T] array uses T = the longest completion (at least 1). */
   loss: Omit<GroupLossArgs, 'fwd'>;
-  /** Most packed rows (prompt + completion tokens) per training forward; a longer sequence goes alone. */
+  /** Most packed rows (the prompt once, then completion tokens) per training forward; a longer completion goes alone. */
   tokenBudget: number;
   /** Recompute layers in the backward (TrainConfig.gradient_checkpointing; default true). */
   gradientCheckpointing?: boolean;
@@ -75,7 +79,8 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
   const G = batch.completions.length;
   const T = Math.max(1, ...batch.completions.map((c) => c.length));
   const P = batch.prompt.inputIds.length;
-  const chunks = sequenceChunks(batch.completions.map((c) => P + c.length), a.tokenBudget);
+  // Each forward packs the prompt once, then its completions.
+  const chunks = sequenceChunks(batch.completions.map((c) => c.length), Math.max(1, a.tokenBudget - P));
   const sub = ([g0, g1]: [number, number]): SequenceBatch => ({ prompt: batch.prompt, completions: batch.completions.slice(g0, g1) });
 
   if (chunks.length === 1) {

@@ -59,7 +59,7 @@ export interface TrainerOptions {
   saveCheckpoint?: (c: Checkpoint) => Promise<void>;
   /** Continue from here instead of initialising the adapters. */
   resume?: Checkpoint;
-  /** Most packed rows (prompt + completion tokens) per training forward (default DEFAULT_MICRO_BATCH_TOKENS): peak memory against one extra no-grad forward of a larger group. */
+  /** Most packed rows (the prompt once, then completion tokens) per training forward (default DEFAULT_MICRO_BATCH_TOKENS): peak memory against one extra no-grad forward of a larger group. */
   microBatchTokens?: number;
 }
 

@@ -13,31 +13,41 @@ interface Dims {
 
 type Arr = ArrayLike<number>;
 
+/**
+ * The keys packed row t (of sequence s) attends to: its own sequence's (causal or not), after the
+ * shared prompt's [0, prefix) for the rows of every sequence but the prompt's.
+ */
+function keysOf(t: number, s: number, cu: number[], causal: boolean, prefix: number): number[] {
+  const keys: number[] = [];
+  if (prefix > 0 && s > 0) for (let j = 0; j < prefix; j++) keys.push(j);
+  for (let j = cu[s]; j < (causal ? t + 1 : cu[s + 1]); j++) keys.push(j);
+  return keys;
+}
+
 /** f64 reference forward over packed sequences: o [T, Hq·D], lse [T, Hq]. */
-function cpuForward(q: Arr, k: Arr, v: Arr, { hq, hkv, D }: Dims, cu: number[], causal: boolean, scale: number) {
+function cpuForward(q: Arr, k: Arr, v: Arr, { hq, hkv, D }: Dims, cu: number[], causal: boolean, scale: number, prefix = 0) {
   const T = cu[cu.length - 1];
   const G = hq / hkv;
   const o = new Float64Array(T * hq * D);
   const lse = new Float64Array(T * hq);
   for (let s = 0; s + 1 < cu.length; s++) {
     for (let t = cu[s]; t < cu[s + 1]; t++) {
-      const hi = causal ? t + 1 : cu[s + 1];
+      const keys = keysOf(t, s, cu, causal, prefix);
       for (let h = 0; h < hq; h++) {
         const kh = Math.floor(h / G);
-        const sc: number[] = [];
-        for (let j = cu[s]; j < hi; j++) {
+        const sc = keys.map((j) => {
           let dot = 0;
           for (let d = 0; d < D; d++) dot += q[(t * hq + h) * D + d] * k[(j * hkv + kh) * D + d];
-          sc.push(dot * scale);
-        }
+          return dot * scale;
+        });
         const m = Math.max(...sc);
         let l = 0;
         for (const x of sc) l += Math.exp(x - m);
         lse[t * hq + h] = m + Math.log(l);
-        for (let j = cu[s]; j < hi; j++) {
-          const p = Math.exp(sc[j - cu[s]] - m) / l;
+        keys.forEach((j, i) => {
+          const p = Math.exp(sc[i] - m) / l;
           for (let d = 0; d < D; d++) o[(t * hq + h) * D + d] += p * v[(j * hkv + kh) * D + d];
-        }
+        });
       }
     }
   }
@@ -45,7 +55,7 @@ function cpuForward(q: Arr, k: Arr, v: Arr, { hq, hkv, D }: Dims, cu: number[], 
 }
 
 /** f64 reference backward (analytic), row by row: O(T·D) memory like the kernels. */
-function cpuBackward(q: Arr, k: Arr, v: Arr, dout: Arr, { hq, hkv, D }: Dims, cu: number[], causal: boolean, scale: number) {
+function cpuBackward(q: Arr, k: Arr, v: Arr, dout: Arr, { hq, hkv, D }: Dims, cu: number[], causal: boolean, scale: number, prefix = 0) {
   const T = cu[cu.length - 1];
   const G = hq / hkv;
   const dq = new Float64Array(T * hq * D);
@@ -53,39 +63,38 @@ function cpuBackward(q: Arr, k: Arr, v: Arr, dout: Arr, { hq, hkv, D }: Dims, cu
   const dv = new Float64Array(T * hkv * D);
   for (let s = 0; s + 1 < cu.length; s++) {
     for (let t = cu[s]; t < cu[s + 1]; t++) {
-      const lo = cu[s];
-      const hi = causal ? t + 1 : cu[s + 1];
+      const keys = keysOf(t, s, cu, causal, prefix);
       for (let h = 0; h < hq; h++) {
         const kh = Math.floor(h / G);
         const qi = (t * hq + h) * D;
-        const p = new Float64Array(hi - lo);
-        const dp = new Float64Array(hi - lo);
+        const p = new Float64Array(keys.length);
+        const dp = new Float64Array(keys.length);
         let m = -Infinity;
-        for (let j = lo; j < hi; j++) {
+        keys.forEach((j, i) => {
           let dot = 0;
           let dd = 0;
           for (let d = 0; d < D; d++) {
             dot += q[qi + d] * k[(j * hkv + kh) * D + d];
             dd += dout[qi + d] * v[(j * hkv + kh) * D + d];
           }
-          p[j - lo] = dot * scale;
-          dp[j - lo] = dd;
+          p[i] = dot * scale;
+          dp[i] = dd;
           m = Math.max(m, dot * scale);
-        }
+        });
         let l = 0;
         for (let i = 0; i < p.length; i++) l += (p[i] = Math.exp(p[i] - m));
         let delta = 0;
         for (let i = 0; i < p.length; i++) delta += (p[i] /= l) * dp[i];
-        for (let j = lo; j < hi; j++) {
-          const pj = p[j - lo];
-          const ds = pj * (dp[j - lo] - delta) * scale;
+        keys.forEach((j, i) => {
+          const pj = p[i];
+          const ds = pj * (dp[i] - delta) * scale;
           const kj = (j * hkv + kh) * D;
           for (let d = 0; d < D; d++) {
             dq[qi + d] += ds * k[kj + d];
             dk[kj + d] += ds * q[qi + d];
             dv[kj + d] += pj * dout[qi + d];
           }
-        }
+        });
       }
     }
   }
@@ -103,7 +112,7 @@ async function read(gpu: Gpu, t: Tensor): Promise<Float32Array> {
 }
 
 /** Uploads packed random q, k, v, runs the forward (with lse) and returns inputs and outputs. */
-async function runForward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions) {
+async function runForward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions, sharedPrefix = 0) {
   const { hq, hkv, D } = dims;
   const cu = cuFor(lengths);
   const T = cu[cu.length - 1];
@@ -121,7 +130,7 @@ async function runForward(gpu: Gpu, dims: Dims, lengths: number[], causal: boole
     lse: gpu.tensor([T, hq], 'f32', 'lse'),
   };
   const rec = gpu.recorder();
-  att.forward(rec, { ...t, causal, scale });
+  att.forward(rec, { ...t, causal, scale, sharedPrefix });
   await rec.submit();
   return { att, cu, T, scale, q, k, v, t, o: await read(gpu, t.o), lse: await read(gpu, t.lse) };
 }
@@ -379,8 +388,8 @@ describe('attention over a KV cache', () => {
 });
 
 /** Runs forward (for o, lse) then backward on the GPU with dout = w; returns the gradients. */
-async function runBackward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions) {
-  const f = await runForward(gpu, dims, lengths, causal, seed, opts);
+async function runBackward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions, sharedPrefix = 0) {
+  const f = await runForward(gpu, dims, lengths, causal, seed, opts, sharedPrefix);
   const { hq, hkv, D } = dims;
   const T = f.T;
   const w = randUniform(T * hq * D, seed + 3);
@@ -392,7 +401,7 @@ async function runBackward(gpu: Gpu, dims: Dims, lengths: number[], causal: bool
     dv: gpu.tensor([T, hkv * D], 'f32', 'dv'),
   };
   const rec = gpu.recorder();
-  f.att.backward(rec, { ...f.t, ...t, causal, scale: f.scale });
+  f.att.backward(rec, { ...f.t, ...t, causal, scale: f.scale, sharedPrefix });
   await rec.submit();
   const out = { dq: await read(gpu, t.dq), dk: await read(gpu, t.dk), dv: await read(gpu, t.dv) };
   releaseAll(t);
@@ -456,6 +465,98 @@ describe('attention backward', () => {
     expectClose(r.lse, fwd.lse, { rtol: 1e-5, atol: 1e-5, what: 'lse, T=2048' });
     for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, T=2048` });
   }, 120_000);
+});
+
+describe('attention with a shared prefix (a prompt, then its completions)', () => {
+  // [prompt, completion lengths...], dims, causal, workgroup budget. With G = 2 a 32-row tile
+  // holds 16 tokens, so tiles straddle the prompt's end and the completions' boundaries.
+  const cases: [string, Dims, number[], boolean, number?][] = [
+    ['prompt 20, completions 7+1+13, GQA 4/2, D=16', { hq: 4, hkv: 2, D: 16 }, [20, 7, 1, 13], true],
+    ['prompt 37, completions 40+3+25, GQA 4/2, D=128', { hq: 4, hkv: 2, D: 128 }, [37, 40, 3, 25], true],
+    ['prompt 1, completions 1+1, GQA 2/1, D=8', { hq: 2, hkv: 1, D: 8 }, [1, 1, 1], true],
+    ['prompt 9, completions 5+17, small tiles (8 KiB), GQA 4/2, D=64', { hq: 4, hkv: 2, D: 64 }, [9, 5, 17], true, 8192],
+    ['bidirectional: prompt 6, completions 4+5, GQA 2/1, D=8', { hq: 2, hkv: 1, D: 8 }, [6, 4, 5], false],
+  ];
+  for (const [name, dims, lengths, causal, budget] of cases) {
+    it(`matches the f64 reference, forward and backward: ${name}`, async () => {
+      const gpu = await testGpu();
+      const r = await runBackward(gpu, dims, lengths, causal, 11 * dims.D + lengths.length, budget ? { workgroupBytes: budget } : undefined, lengths[0]);
+      const fwd = cpuForward(r.q, r.k, r.v, dims, r.cu, causal, r.scale, lengths[0]);
+      expectClose(r.o, fwd.o, { rtol: 1e-4, atol: 1e-5, what: `o ${name}` });
+      expectClose(r.lse, fwd.lse, { rtol: 1e-5, atol: 1e-5, what: `lse ${name}` });
+      const ref = cpuBackward(r.q, r.k, r.v, r.w, dims, r.cu, causal, r.scale, lengths[0]);
+      for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 2e-5, what: `${g} ${name}` });
+    });
+  }
+
+  it('equals the kernels on every completion after its own copy of the prompt, the prompt\'s dk and dv summed over the copies', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 16 };
+    const { hq, hkv, D } = dims;
+    const P = 19;
+    const comp = [6, 14, 1];
+    const shared = await runBackward(gpu, dims, [P, ...comp], true, 5, undefined, P);
+    // The same rows laid out as prompt + completion_i, sequence after sequence.
+    const Tc = comp.reduce((a, n) => a + P + n, 0);
+    const rowsOf = (i: number) => {
+      const first = P + comp.slice(0, i).reduce((a, n) => a + n, 0);
+      return [...Array.from({ length: P }, (_, j) => j), ...Array.from({ length: comp[i] }, (_, j) => first + j)];
+    };
+    const layout = comp.flatMap((_, i) => rowsOf(i)); // copy row -> shared row
+    const pick = (src: Float32Array, width: number) => {
+      const out = new Float32Array(Tc * width);
+      layout.forEach((r, i) => out.set(src.subarray(r * width, (r + 1) * width), i * width));
+      return out;
+    };
+    // A later copy of a prompt row (it gets no dO here, so that the prompt's gradient counts once).
+    const laterCopy = (i: number) => layout[i] < P && i >= P + comp[0];
+    const dout = pick(shared.w, hq * D);
+    layout.forEach((_, i) => laterCopy(i) && dout.fill(0, i * hq * D, (i + 1) * hq * D));
+    const att = shared.att;
+    const cu = [0];
+    for (const n of comp) cu.push(cu[cu.length - 1] + P + n);
+    const t = {
+      q: gpu.upload(pick(shared.q, hq * D), [Tc, hq * D], 'f32', 'q'),
+      k: gpu.upload(pick(shared.k, hkv * D), [Tc, hkv * D], 'f32', 'k'),
+      v: gpu.upload(pick(shared.v, hkv * D), [Tc, hkv * D], 'f32', 'v'),
+      cuSeqlens: gpu.upload(new Uint32Array(cu), [cu.length], 'u32', 'cu'),
+      o: gpu.tensor([Tc, hq * D], 'f32', 'o'),
+      lse: gpu.tensor([Tc, hq], 'f32', 'lse'),
+      dout: gpu.upload(dout, [Tc, hq * D], 'f32', 'dout'),
+      rowStats: gpu.tensor(Attention.rowStatsShape(Tc, hq), 'f32', 'row_stats'),
+      dq: gpu.tensor([Tc, hq * D], 'f32', 'dq'),
+      dk: gpu.tensor([Tc, hkv * D], 'f32', 'dk'),
+      dv: gpu.tensor([Tc, hkv * D], 'f32', 'dv'),
+    };
+    const rec = gpu.recorder();
+    att.forward(rec, { ...t, causal: true, scale: shared.scale });
+    att.backward(rec, { ...t, causal: true, scale: shared.scale });
+    await rec.submit();
+    const [o, dq, dk, dv] = await Promise.all([t.o, t.dq, t.dk, t.dv].map((x) => read(gpu, x)));
+    // o: every copy of a row equals the shared row; dq likewise, but for the later copies of the
+    // prompt, which get no dO here.
+    layout.forEach((r, i) => {
+      expectClose(o.subarray(i * hq * D, (i + 1) * hq * D), shared.o.subarray(r * hq * D, (r + 1) * hq * D), { rtol: 1e-5, atol: 1e-6, what: `o of copy row ${i}` });
+      if (!laterCopy(i)) expectClose(dq.subarray(i * hq * D, (i + 1) * hq * D), shared.dq.subarray(r * hq * D, (r + 1) * hq * D), { rtol: 1e-4, atol: 1e-5, what: `dq of copy row ${i}` });
+    });
+    // dk, dv of a shared row: the sum over its copies.
+    for (const [got, want, what] of [[dk, shared.dk, 'dk'], [dv, shared.dv, 'dv']] as const) {
+      const sum = new Float64Array(want.length);
+      layout.forEach((r, i) => {
+        for (let d = 0; d < hkv * D; d++) sum[r * hkv * D + d] += got[i * hkv * D + d];
+      });
+      expectClose(want, sum, { rtol: 1e-4, atol: 1e-5, what: `${what} vs the copies' sum` });
+    }
+    releaseAll(t);
+  });
+
+  it('rejects a prefix that is not the first of two or more sequences', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 2, hkv: 1, D: 8 };
+    await expect(runForward(gpu, dims, [4], true, 1, undefined, 2)).rejects.toThrow(ShapeError);
+    await expect(runForward(gpu, dims, [4, 3], true, 1, undefined, 7)).rejects.toThrow(/sharedPrefix 7/);
+    await expect(runForward(gpu, dims, [4, 3], true, 1, undefined, 1.5)).rejects.toThrow(ShapeError);
+  });
 });
 
 describe('attention tiles', () => {

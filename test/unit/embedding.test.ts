@@ -52,6 +52,28 @@ describe('embedding', () => {
     }
   });
 
+  it('sums rows a gather read several times back into one row, adding to what it holds (the shared prompt row)', async () => {
+    const gpu = await testGpu();
+    const emb = await Embedding.create(gpu);
+    for (const width of [1, 3, 300]) {
+      const src = randNormal(7 * width, width + 9);
+      const dst = randNormal(4 * width, width + 10);
+      const sources = [0, 3, 3, 6];
+      const ts = gpu.upload(src, [7, width], 'f32', 'src');
+      const tp = gpu.upload(Uint32Array.from(sources), [sources.length], 'u32', 'sources');
+      const td = gpu.upload(dst, [4, width], 'f32', 'dst');
+      const rec = gpu.recorder();
+      emb.sumRows(rec, ts, tp, td, 2);
+      await rec.submit();
+      const want = Float64Array.from(dst);
+      for (const j of sources) for (let c = 0; c < width; c++) want[2 * width + c] += src[j * width + c];
+      expectClose(await gpu.readF32(td), want, { rtol: 1e-6, atol: 1e-6, what: `sum_rows width ${width}` });
+      expect(() => emb.sumRows(rec, ts, tp, td, 4)).toThrow(/sum_rows: row 4/);
+      expect(() => emb.sumRows(rec, gpu.tensor([7, width + 1], 'f32', 'wide'), tp, td, 0)).toThrow(ShapeError);
+      [ts, tp, td].forEach((t) => t.release());
+    }
+  });
+
   it('rejects mismatched shapes and dtypes with ShapeError naming the op', async () => {
     const gpu = await testGpu();
     const emb = await Embedding.create(gpu);

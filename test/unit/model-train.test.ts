@@ -8,7 +8,7 @@ import { uploadAdapter } from '../../src/adapter/upload';
 import { toFloat32, toInt32 } from '../../src/model/dtype';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { nodeDirFiles, nodeFileSource, readAllTensors } from '../../src/model/safetensors';
-import { Qwen3VLPolicy } from '../../src/model/train';
+import { packBatch, Qwen3VLPolicy } from '../../src/model/train';
 import type { PreparedPrompt } from '../../src/rl/policy';
 import { testGpu } from '../helpers/gpu';
 import { MODELS, modelDir, modelFiles } from '../helpers/modelFixtures';
@@ -77,5 +77,57 @@ describe.each(MODELS)('%s training path', (m) => {
     }
     console.log(`${m}: with and without checkpointing, gradients differ by at most ${worstApart.toExponential(2)} of the tensor's largest entry`);
     console.log(`${m}: worst LoRA gradient error relative to the tensor's largest entry: ${worst.toExponential(2)}`);
+  });
+});
+
+describe('packed group: the prompt once, then the completions', () => {
+  it('lays out ids, positions, sequences and the predicting rows', () => {
+    const prompt = { positions: Int32Array.from([0, 1, 2, 0, 1, 1, 0, 1, 2]), ropeDelta: -1 };
+    const p = packBatch(Int32Array.from([10, 11, 12]), [[20, 21], [], [30]], prompt);
+    expect(Array.from(p.ids)).toEqual([10, 11, 12, 20, 21, 30]);
+    expect(Array.from(p.cuSeqlens)).toEqual([0, 3, 5, 5, 6]);
+    expect(p.sharedPrefix).toBe(3);
+    // Each axis: the prompt's, then cache position + rope delta (3 + j - 1).
+    expect(Array.from(p.positions)).toEqual([0, 1, 2, 2, 3, 2, 0, 1, 1, 2, 3, 2, 0, 1, 2, 2, 3, 2]);
+    const PAD = 0xffffffff;
+    expect(p.maxLen).toBe(2);
+    expect(Array.from(p.predictRows)).toEqual([2, 3, PAD, PAD, 2, PAD]);
+    expect(Array.from(p.scatterRows)).toEqual([PAD, 3, PAD, PAD, PAD, PAD]);
+    expect(Array.from(p.firstTokens)).toEqual([0, 4]);
+    expect(Array.from(p.targets)).toEqual([20, 21, 0, 0, 30, 0]);
+    expect(Array.from(p.mask)).toEqual([1, 1, 0, 0, 1, 0]);
+    expect(packBatch(Int32Array.from([10]), [[]], { positions: Int32Array.from([0, 0, 0]), ropeDelta: 0 }).sharedPrefix).toBe(0);
+  });
+
+  it.each(MODELS)('%s: a group of 3 gives the log-probs of each completion alone, and the sum of their LoRA gradients', async (m) => {
+    const gpu = await testGpu();
+    const model = await Qwen3VL.load(gpu, modelFiles(m), { quant: 'none' });
+    const params = uploadAdapter(gpu, await importPeft(nodeDirFiles(`${modelDir(m)}/lora`)), model.config.text.numLayers);
+    model.attachLora(params);
+    const prompt = await fixturePrompt(`${modelDir(m)}/lora`);
+    const policy = new Qwen3VLPolicy(model);
+    const completions = [[5, 9, 14, 3, 3], [7], [21, 2, 8]];
+    const run = async (group: number[][]) => {
+      const rec = gpu.recorder();
+      for (const p of params) model.decoder.ops.lora.zeroGrad(rec, p);
+      await rec.submit();
+      const fwd = await policy.forward({ prompt, completions: group }, { temperature: 0.9, lora: true, train: true });
+      const logps = await gpu.readF32(fwd.logps);
+      await policy.backward(fwd.mask);
+      const grads = await Promise.all(params.flatMap((p) => [gpu.readF32(p.dA), gpu.readF32(p.dB)]));
+      return { logps, maxLen: fwd.maxLen, grads };
+    };
+    const group = await run(completions);
+    const sum = group.grads.map((g) => new Float64Array(g.length));
+    for (const [i, c] of completions.entries()) {
+      const one = await run([c]);
+      expectClose(one.logps.subarray(0, c.length), group.logps.subarray(i * group.maxLen, i * group.maxLen + c.length), { rtol: 0, atol: 1e-5, what: `${m} log-probs of completion ${i}` });
+      one.grads.forEach((g, k) => g.forEach((v, e) => (sum[k][e] += v)));
+    }
+    group.grads.forEach((g, k) => {
+      const scale = Math.max(...sum[k].map(Math.abs));
+      expect(scale).toBeGreaterThan(0);
+      expectClose(g, sum[k], { rtol: 0, atol: 1e-5 * scale, what: `${m} gradient ${k}: the group's against the sum of single completions'` });
+    });
   });
 });

@@ -35,7 +35,7 @@ describe('sequenceChunks', () => {
   it('packs consecutive sequences up to the budget, a longer one alone, in even chunks', () => {
     expect(sequenceChunks([5, 5, 5, 5], 10)).toEqual([[0, 2], [2, 4]]);
     expect(sequenceChunks([5, 12, 3, 3], 10)).toEqual([[0, 1], [1, 2], [2, 4]]);
-    // As even as the budget allows: 4 + 4 of the default config's 8 x 768 rows, not 5 + 3.
+    // As even as the budget allows: 4 + 4 of 8 x 768 rows, not 5 + 3.
     expect(sequenceChunks(new Array(8).fill(768), 4096)).toEqual([[0, 4], [4, 8]]);
     expect(sequenceChunks([5, 5], Infinity)).toEqual([[0, 2]]);
     expect(() => sequenceChunks([5], 0)).toThrow(RangeError);
@@ -91,7 +91,7 @@ describe('micro-batched group step (tiny-a)', () => {
     const P = prompt.inputIds.length;
     const whole = await run(Infinity);
     {
-      const split = await run(2 * P + 12); // three chunks of one or two sequences
+      const split = await run(P + 12); // the prompt and 12 completion tokens: chunks of 7 + 3, 9 and 5
       expect(split.result.loss).toBeCloseTo(whole.result.loss, 6);
       let worst = 0;
       whole.grads.forEach((want, i) => {
