@@ -9,8 +9,9 @@
 //   gspo      one optimizer step on a fixed synthetic batch: 8 prompts (a short prompt with one
 //             224x224 image) x 8 completions of 256 random tokens; per prompt the training forward,
 //             the GSPO loss (sequence-level ratio, loss_type 'grpo', ε 3e-4/4e-4, on-policy) and
-//             the backward (src/rl/microBatch.ts's groupStep, the trainer's path: a group of
-//             8 x 352 rows is within its default budget of 4096, one training forward); then
+//             the backward (src/rl/microBatch.ts's groupStep, the trainer's path: a group packs
+//             its prompt once, 96 + 8 x 256 rows, within the default budget of 4096: one training
+//             forward); then
 //             clip + AdamW. Generation is not part of it. Where the GPU has subgroup matrices, again
 //             on int8 tensor cores with x in two limbs and in one, and how far each moves one
 //             group's log-probs and LoRA gradients from the f32 kernels'.
@@ -18,8 +19,8 @@
 //             during the GSPO step, and during the default trainer config's step (src/rl/config.ts:
 //             one group of 8 completions, max_prompt_length 512 with a 224x224 image, 256 completion
 //             tokens, LoRA r=8), generation of its 8 completions included, then the pool trimmed
-//             and the step as the trainer runs it (8 x 768 rows: two micro-batches of 4
-//             sequences). The largest live buffers
+//             and the step as the trainer runs it (512 + 8 x 256 rows: one training forward).
+//             The largest live buffers
 //             at the peak of buffers in use are listed by label (layer numbers folded into '#').
 //
 //   npm run bench:build
