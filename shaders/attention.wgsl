@@ -10,7 +10,8 @@
 //     with a shared prefix (prefix_len P > 0, training on G completions of one prompt): sequence
 //     0 is the prompt [0, P), and the rows of every later sequence also attend to all of it, as
 //     if each completion followed its own copy of the prompt (which is computed once).
-//   KV cache (one tensor per layer for k and one for v): [slots, cap, Hkv·D]; lengths u32 [slots]
+//   KV cache (one tensor per layer for k and one for v): position j of slot s at row s·cap + j of
+//     [rows, Hkv·D] (cap: the slot stride, src/ops/kvCache.ts); lengths u32 [slots]
 //     holds how many positions of each slot are filled ("past").
 //   Cached batches: count sequences (slots slot0 .. slot0+count-1) with n new rows each,
 //     q [count·n, Hq·D]; new row i of a slot sits at position past + i and attends to [0, past + i].
@@ -44,7 +45,7 @@ struct Params {
   scale: f32,
   nseq: u32,     // varlen: sequences in cu_seqlens; cached and cache ops: count of slots
   slot0: u32,    // first slot of a cached batch; the source slot of kv_copy
-  cap: u32,      // cache capacity (positions per slot)
+  cap: u32,      // cache slot stride in rows (its capacity, less a prefix stored in slot 0 alone)
   dst_slot: u32, // kv_copy's destination slot
   splits: u32,   // SPLIT: chunks of each cached sequence's own keys
   prefix_len: u32,    // cached: positions [0, prefix_len) of every slot of a cached batch live in

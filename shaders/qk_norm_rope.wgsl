@@ -6,7 +6,7 @@
 // with (cos, sin) from the rope table [T, D/2, 2] (src/ops/rope.ts), as rmsnorm_fwd then rope_apply.
 // With CACHE (generation), k and v go straight into the KV cache instead of k (kv_append's
 // dispatch): rows are `count` slots of `n` new rows each, row t at position lengths[slot] + t % n
-// of slot slot0 + t / n (cache layout [slots, cap, Hkv·D], src/ops/kvCache.ts); v's heads take
+// of slot slot0 + t / n (row slot·cap + position of the cache, src/ops/kvCache.ts); v's heads take
 // workgroups of their own after the k heads (a copy, no norm).
 // With LORA (decode with a transient adapter), q_raw, k_raw and v are the base projections and
 // each value read takes its LoRA update s·u·Bᵀ here (u [T, 3r]: the q, k, v parts of

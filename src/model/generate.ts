@@ -65,7 +65,8 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const out: GeneratedSequence[] = Array.from({ length: G }, () => ({ tokens: [], logps: [], terminated: false }));
   if (r.maxNewTokens === 0) return out;
 
-  const cache = await KvCache.create(gpu, { layers: c.numLayers, slots: G, capacity: T + r.maxNewTokens, hkv: c.numKvHeads, headDim: c.headDim });
+  // The prompt's positions are stored once, in slot 0, and shared by every sample (share below).
+  const cache = await KvCache.create(gpu, { layers: c.numLayers, slots: G, capacity: T + r.maxNewTokens, hkv: c.numKvHeads, headDim: c.headDim, prefix: T });
   const ws = decoder.workspace(Math.max(T, G), p.loraRank);
   const promptIds = gpu.upload(Uint32Array.from(r.inputIds), [T], 'u32', 'generate.prompt_ids');
   const last = gpu.tensor([G, c.hiddenSize], 'f32', 'generate.last_hidden');

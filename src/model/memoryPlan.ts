@@ -124,7 +124,7 @@ export interface TrainingMemory {
   weightsBytes: number;
   /** LoRA A and B on q/k/v/o/gate/up/down of every layer, their gradients and AdamW's two moments. */
   loraBytes: number;
-  /** Sampling: the f32 KV cache of G sequences of prompt + completion, and the decoder's prefill workspace. */
+  /** Sampling: the f32 KV cache of the prompt once and G completions, and the decoder's prefill workspace. */
   generationBytes: number;
   /** One micro-batch's training forward/backward: saved layer inputs, the backward's per-layer workspaces, the LM head's logit chunks. */
   trainingBytes: number;
@@ -150,7 +150,7 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   const loraBytes = 4 * L * projections.reduce((a, [i, o]) => a + r * (i + o) * f, 0);
   // Decoder workspace per row: h, out, xn; q_raw, q, attn; k_raw, k, v; gate, up, act; rope; LoRA u.
   const workspaceRow = (3 * H + 3 * q + 3 * kv + 3 * I + D + r) * f;
-  const generationBytes = L * 2 * G * (P + C) * kv * f + Math.max(P, G) * workspaceRow;
+  const generationBytes = L * 2 * (P + G * C) * kv * f + Math.max(P, G) * workspaceRow;
   // A micro-batch: the prompt once, then the group's completions in as few even chunks as the
   // budget allows (src/rl/microBatch.ts, src/model/train.ts).
   const perChunk = Math.max(1, Math.min(G, Math.floor((work.microBatchTokens - P) / C)));

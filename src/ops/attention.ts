@@ -373,7 +373,7 @@ export class Attention {
     const prefix = cache.prefixOf(b.slot0, b.count);
     const rps = n * this.group;
     const kv = { ...this.views({ q, k: cache.k[layer], v: cache.v[layer] }), lengths: cache.lengths };
-    const common = { rows: n, nseq: b.count, slot0: b.slot0, cap: cache.config.capacity, causal: 1, scale: b.scale, prefix_len: prefix.length, prefix_slot: prefix.from };
+    const common = { rows: n, nseq: b.count, slot0: b.slot0, cap: cache.stride, causal: 1, scale: b.scale, prefix_len: prefix.length, prefix_slot: prefix.from };
     const own = this.decode.find((d) => rps <= d.rows && d.rows <= DECODE_MAX_ROWS);
     if (!own) {
       // Prefill-sized batches have enough rows to fill the GPU unsplit: `split` is not needed.

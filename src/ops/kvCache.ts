@@ -1,6 +1,6 @@
-// The KV cache for generation: per layer one k and one v tensor [slots, capacity, Hkv·D] (f32,
-// rows after RoPE), and lengths u32 [slots] on the GPU with the number of filled positions of
-// each slot ("past"). The lengths live on the GPU so that whole decode steps can be recorded
+// The KV cache for generation: per layer one k and one v tensor [slots·capacity, Hkv·D] (f32,
+// rows after RoPE; position j of slot s at row s·capacity + j), and lengths u32 [slots] on the GPU
+// with the number of filled positions of each slot ("past"). The lengths live on the GPU so that whole decode steps can be recorded
 // ahead without a CPU round trip; `past` mirrors them on the CPU (they change only through this
 // class) for bounds checks.
 //
@@ -12,6 +12,11 @@
 // of slot 0, fork(rec, 0, [1, ..., G-1], promptLen) gives every sampled completion a copy of the
 // prompt; share(rec, 0, [0, ..., G-1], promptLen) gives it without copying: the prompt's positions
 // of those slots stay in slot 0, where attention reads them once for the whole batch.
+// A cache made with a prefix P (KvCacheConfig.prefix, for a prompt that will be shared) stores no
+// rows for the positions [0, P) of slots past 0: position j of slot s sits at row s·stride + j with
+// stride = capacity − P, so the buffers hold P + slots·stride rows instead of slots·capacity (the
+// default group, 512 + 8 x 256 rows instead of 8 x 768). Those slots must then read [0, P) through
+// share before they take a position of their own, and cannot fork.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 
 const NO_PREFIX = { from: 0, length: 0 };
@@ -22,6 +27,8 @@ export interface KvCacheConfig {
   capacity: number;
   hkv: number;
   headDim: number;
+  /** Positions [0, prefix) stored in slot 0 alone, for the other slots to share (default 0: none). */
+  prefix?: number;
 }
 
 const FLAT_WG = 256;
@@ -31,6 +38,9 @@ export class KvCache {
   readonly past: number[];
   /** Positions [0, length) of every slot in `slots` are stored in slot `from` (see share). */
   private shared: { from: number; length: number; slots: Set<number> } | null = null;
+
+  /** Rows between the starts of two consecutive slots (the kernels' `cap`): capacity − prefix. */
+  readonly stride: number;
 
   private constructor(
     readonly config: KvCacheConfig,
@@ -43,13 +53,15 @@ export class KvCache {
     private readonly advanceK: Kernel,
   ) {
     this.past = new Array<number>(config.slots).fill(0);
+    this.stride = config.capacity - (config.prefix ?? 0);
   }
 
   static async create(gpu: Gpu, config: KvCacheConfig): Promise<KvCache> {
-    const { layers, slots, capacity, hkv, headDim } = config;
-    for (const [name, v] of Object.entries(config)) {
+    const { layers, slots, capacity, hkv, headDim, prefix = 0 } = config;
+    for (const [name, v] of Object.entries({ layers, slots, capacity, hkv, headDim })) {
       if (!Number.isInteger(v) || v < 1) throw new ShapeError('kv_cache', `${name} must be a positive integer, got ${v}`);
     }
+    if (!Number.isInteger(prefix) || prefix < 0 || prefix >= capacity) throw new ShapeError('kv_cache', `prefix must be an integer in [0, capacity ${capacity}), got ${prefix}`);
     const spec = (entry: string) => ({
       name: `attention.${entry}`,
       shader: 'attention',
@@ -61,7 +73,7 @@ export class KvCache {
     const [appendK, copyK, setK, advanceK] = await Promise.all(
       ['kv_append', 'kv_copy', 'kv_set_lengths', 'kv_advance'].map((e) => gpu.kernel(spec(e))),
     );
-    const shape = [slots, capacity, hkv * headDim];
+    const shape = [prefix + slots * (capacity - prefix), hkv * headDim];
     const k: Tensor[] = [];
     const v: Tensor[] = [];
     for (let l = 0; l < layers; l++) {
@@ -85,6 +97,9 @@ export class KvCache {
     for (let s = slot0; s < slot0 + count; s++) {
       if (this.past[s] + n > capacity) {
         throw new ShapeError(op, `slot ${s} holds ${this.past[s]} positions; ${n} more exceed its capacity ${capacity}`);
+      }
+      if (n > 0 && s !== 0 && this.past[s] < (this.config.prefix ?? 0)) {
+        throw new ShapeError(op, `slot ${s} has no rows of its own for positions below ${this.config.prefix}: share slot 0's first`);
       }
     }
   }
@@ -126,6 +141,7 @@ export class KvCache {
 
   /** Copy positions [0, length) of fromSlot, every layer, into each of toSlots and set their lengths. */
   fork(rec: Recorder, fromSlot: number, toSlots: readonly number[], length: number): void {
+    if (this.config.prefix) throw new ShapeError('kv_fork', `a cache made with a prefix (${this.config.prefix}) shares its slot 0, it does not copy it`);
     this.checkBatch('kv_fork', fromSlot, 1, 0);
     this.checkOwns('kv_fork', fromSlot);
     if (!Number.isInteger(length) || length < 0 || length > this.past[fromSlot]) {
@@ -156,6 +172,10 @@ export class KvCache {
     this.checkOwns('kv_share', fromSlot);
     if (!Number.isInteger(length) || length < 0 || length > this.past[fromSlot]) {
       throw new ShapeError('kv_share', `length ${length} outside the ${this.past[fromSlot]} positions of slot ${fromSlot}`);
+    }
+    const prefix = this.config.prefix ?? 0;
+    if (prefix > 0 && (fromSlot !== 0 || length < prefix)) {
+      throw new ShapeError('kv_share', `a cache made with a prefix shares at least its ${prefix} positions of slot 0, not ${length} of slot ${fromSlot}`);
     }
     for (const to of toSlots) this.checkBatch('kv_share', to, 1, 0);
     if (this.shared && this.shared.slots.size > 0) throw new ShapeError('kv_share', `slots [${[...this.shared.slots].join(', ')}] still share a prefix`);
@@ -204,7 +224,7 @@ export class KvCache {
   }
 
   private uniforms(u: Partial<Record<keyof typeof UNIFORMS, number>>): Record<string, number> {
-    return { ...ZERO_UNIFORMS, hkv: this.config.hkv, cap: this.config.capacity, ...u };
+    return { ...ZERO_UNIFORMS, hkv: this.config.hkv, cap: this.stride, ...u };
   }
 
   release(): void {

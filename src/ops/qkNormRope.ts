@@ -113,7 +113,7 @@ export class QkNormRope {
       v_cache: cache.v[a.layer],
       lengths: cache.lengths,
     };
-    const uniforms = { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n, slot0: a.slot0, cap: cache.config.capacity, r: 0, sq: 0, sk: 0, sv: 0 };
+    const uniforms = { rows: T, hq: a.hq, hkv: a.hkv, half: a.qWeight.numel / 2, eps: a.eps, n, slot0: a.slot0, cap: cache.stride, r: 0, sq: 0, sk: 0, sv: 0 };
     if (lora) {
       const D = a.qWeight.numel;
       const { r } = lora.q;

@@ -352,6 +352,42 @@ describe('attention over a KV cache', () => {
     cache.release();
   });
 
+  it('a cache made with a prefix stores the prompt once: P + slots·(capacity − P) rows, the same attention, no fork', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 16 };
+    const { hkv, D } = dims;
+    const scale = 0.4;
+    const slots = 8;
+    const P = 37;
+    const all = Array.from({ length: slots }, (_, s) => s);
+    const att = await Attention.create(gpu, { hq: dims.hq, hkv, headDim: D });
+    const cache = await KvCache.create(gpu, { layers: 2, slots, capacity: 48, hkv, headDim: D, prefix: P });
+    expect(cache.k[0].shape).toEqual([P + slots * 11, hkv * D]);
+    expect(cache.stride).toBe(11);
+    const workspace = gpu.tensor(att.splitWorkspaceShape(3 * slots, 64), 'f32', 'split_workspace');
+    const { step, inherit, check } = cachedRun(gpu, att, cache, dims, scale, workspace, 900);
+    await step(0, 1, P); // the prompt, into slot 0
+    // Before the share, no slot but 0 has rows for positions below P.
+    expect(() => cache.append(gpu.recorder(), 0, gpu.tensor([1, hkv * D], 'f32', 'k'), gpu.tensor([1, hkv * D], 'f32', 'v'), 3, 1)).toThrow(/slot 3 has no rows of its own for positions below 37/);
+    expect(() => cache.fork(gpu.recorder(), 0, [1], P)).toThrow(/does not copy it/);
+    expect(() => cache.share(gpu.recorder(), 0, all, P - 1)).toThrow(/at least its 37 positions of slot 0/);
+    const rec = gpu.recorder();
+    cache.share(rec, 0, all, P);
+    await rec.submit();
+    inherit(0, all.slice(1));
+    // Up to a slot's capacity (11 positions of its own), unsplit and split, some a sub-range.
+    for (const chunks of [undefined, 1, 2, 7]) await step(0, slots, 1, chunks);
+    await step(2, 3, 2, 5);
+    await step(0, slots, 2, 4);
+    await step(7, 1, 3, 3);
+    await step(0, 7, 3, 64);
+    expect(cache.past).toEqual([46, 46, 48, 48, 48, 46, 46, 46]);
+    check();
+    expect(() => cache.append(gpu.recorder(), 0, gpu.tensor([1, hkv * D], 'f32', 'k'), gpu.tensor([1, hkv * D], 'f32', 'v'), 2, 1)).toThrow(/slot 2 holds 48 positions; 1 more exceed its capacity 48/);
+    workspace.release();
+    cache.release();
+  });
+
   it('decode with one kv head per query head and D=64 (vision-size heads), T=1 prompt', async () => {
     const gpu = await testGpu();
     const dims = { hq: 3, hkv: 3, D: 64 };
