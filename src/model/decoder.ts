@@ -411,9 +411,22 @@ export class Decoder {
    * h += down(silu(gate(n))·up(n)), n = rms(h). On the LoRA GEMV path the gate/up updates go
    * straight into the SwiGLU (b.gate and b.up then keep the base projections only).
    */
-  mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, int8 = false): void {
+  /**
+   * h += down_proj(SwiGLU(gate_proj(n), up_proj(n))), n = rms(h)·w. `int8`: decode's int8 x;
+   * `output` false stops before down_proj, after the down adapter's u = act·Aᵀ: a training
+   * backward's recompute has the layer's output and reads only what comes before it (down_proj
+   * is a quarter of the layer's products).
+   */
+  mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, opts: { int8?: boolean; output?: boolean } = {}): void {
+    const { int8 = false, output = true } = opts;
     const outs: Projection[] = [{ w: w.gate, y: b.gate, proj: 'gate' }, { w: w.up, y: b.up, proj: 'up' }];
     const gemv = this.normProject(rec, h, w.postAttentionNorm, b.xn, b.rstd, outs, lora, int8);
+    if (!output) {
+      if (gemv) throw new ShapeError('decoder.mlp', 'a block without its output keeps u for a backward: not on the LoRA GEMV path');
+      this.ops.act.swiglu(rec, b.gate, b.up, b.act);
+      if (lora) this.ops.lora.down(rec, lora.params.down, b.act, lora.u('down'));
+      return;
+    }
     // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
     const downP = lora?.params.down;
     const perRow = downP ? LoraGemv.foldParts(downP) : 0;
@@ -487,7 +500,7 @@ export class Decoder {
     this.weights.layers.forEach((w, l) => {
       const lora = a.lora ? { params: a.lora[l], u: loraU, transient } : null;
       this.attentionBlock(rec, l, w, b.h, b.attn, b.cs, a.attend, lora);
-      this.mlpBlock(rec, w, b.h, b.mlp, lora, a.attend.kind === 'cached');
+      this.mlpBlock(rec, w, b.h, b.mlp, lora, { int8: a.attend.kind === 'cached' });
       const ds = a.visual?.deepstack[l];
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
       // A prefill submits each layer: the GPU starts on it while the next is recorded.

@@ -339,7 +339,7 @@ export class Qwen3VLPolicy implements Policy {
           rec.copy(s.hs[l], bufs.hcur);
           dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: layer.lse, sharedPrefix: s.batch.sharedPrefix }, call);
           rec.copy(bufs.hcur, layer.hmid);
-          dec.mlpBlock(rec, w, bufs.hcur, M, call);
+          dec.mlpBlock(rec, w, bufs.hcur, M, call, { output: false }); // h_{l+1} is saved
         }
 
         // MLP block: dh is the gradient of the layer's output.

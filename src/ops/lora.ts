@@ -158,9 +158,22 @@ export class Lora {
     const T = rows(op, p, 'x', args.x, p.in);
     rows(op, p, 'y', args.y, p.out, T, true);
     rows(op, p, 'u', args.u, p.r, T);
-    const xin = this.dropout(op, rec, p, args.x, args.xd, T, opts);
-    this.mm.gemm(rec, { a: xin, b: p.A, c: args.u, m: T, n: p.r, k: p.in, transB: true });
+    this.downProduct(op, rec, p, args.x, args.u, T, args.xd, opts);
     this.upAdd(rec, args.u, p.B, args.y, T, p.out, p.r, loraScale(p), false);
+  }
+
+  /** u = x̃·Aᵀ alone: the forward's first half, for a recompute that needs u but not y. */
+  down(rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, xd?: Tensor, opts: LoraCallOptions = {}): void {
+    if (opts.enabled === false) return;
+    const op = 'lora.down';
+    const T = rows(op, p, 'x', x, p.in);
+    rows(op, p, 'u', u, p.r, T);
+    this.downProduct(op, rec, p, x, u, T, xd, opts);
+  }
+
+  private downProduct(op: string, rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, T: number, xd: Tensor | undefined, opts: LoraCallOptions): void {
+    const xin = this.dropout(op, rec, p, x, xd, T, opts);
+    this.mm.gemm(rec, { a: xin, b: p.A, c: u, m: T, n: p.r, k: p.in, transB: true });
   }
 
   /** Accumulate dA and dB, and add the adapter's part of dX when `dx` is given. */

@@ -130,7 +130,15 @@ describe('lora', () => {
     expectClose(await read(f.gpu, f.tu, T * R), u, { ...TOL, what: 'u' });
     expectClose(await read(f.gpu, f.ty), delta.map((v, i) => v + f.base[i]), { ...TOL, what: 'y' });
 
+    // down: u alone (a recompute's), y untouched.
     f.gpu.write(f.ty, f.base);
+    f.gpu.write(f.tu, new Float32Array(T * R));
+    const down = f.gpu.recorder();
+    f.lora.down(down, f.p, f.tx, f.tu);
+    await down.submit();
+    expectClose(await read(f.gpu, f.tu, T * R), u, { ...TOL, what: 'u from down' });
+    expect(await read(f.gpu, f.ty)).toEqual(f.base);
+
     const off = f.gpu.recorder();
     f.lora.forward(off, f.p, { x: f.tx, y: f.ty, u: f.tu }, { enabled: false });
     f.lora.backward(off, f.p, { x: f.tx, dy: f.ty, u: f.tu, t: f.tt }, { enabled: false });
