@@ -122,6 +122,7 @@ describe('model panel: the hub path (fake huggingface.co, SwiftShader)', () => {
     expect(await error.isHidden()).toBe(true);
     const total = JSON.parse(readFileSync(join(MODEL_DIR, 'model.safetensors.index.json'), 'utf8')).metadata.total_size as number;
     expect(await p.getByTestId('model-download-size').textContent()).toBe(formatBytes(total));
+    expect(await p.getByTestId('model-training-bytes').textContent()).toMatch(/^about [\d.]+ [KMG]iB of GPU memory at its peak$/);
     await recordProgress();
     const loadedText = `document.querySelector('[data-testid="model-loaded"]').textContent.startsWith('Loaded:') || ${errorShown}`;
     await submit('org/tiny', 'Load model', loadedText, LONG);

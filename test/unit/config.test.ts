@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { applyGenerationConfig, ConfigError, parseQwen3VLConfig } from '../../src/model/config';
-import { memoryPlan, planProblems } from '../../src/model/memoryPlan';
+import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory } from '../../src/model/memoryPlan';
 import { canonicalWeightName, checkTensorShape, expectedShape, expectedWeights, WeightShapeError } from '../../src/model/weightShapes';
 
 const fixture = (name: string) => readFileSync(new URL(`../fixtures/model-io/configs/${name}`, import.meta.url), 'utf8');
@@ -126,6 +126,22 @@ describe('memoryPlan', () => {
     expect(plan.kvCacheBytesPerToken).toBe(28 * 2 * 8 * 128 * 4);
     const f16Vision = memoryPlan(c, { visionDtype: 'f16' });
     expect(plan.totalBytes - f16Vision.totalBytes).toBe(part('vision.matrices').bytes / 2);
+  });
+
+  it("estimates a default training step's peak near the H100 measurement, the prompt counted once", () => {
+    const c = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
+    const plan = memoryPlan(c);
+    const t = trainingMemory(c, plan);
+    // bench/model.ts's default-config run (BENCHMARKS.md, session 19): 4.09 GiB of buffers in use
+    // at the peak, weights included (its tower f32, as here).
+    expect(t.peakBytes / 2 ** 30).toBeGreaterThan(0.9 * 4.09);
+    expect(t.peakBytes / 2 ** 30).toBeLessThan(1.1 * 4.09);
+    expect(t.peakBytes).toBe(t.weightsBytes + t.loraBytes + Math.max(t.generationBytes, t.trainingBytes));
+    // One micro-batch of the prompt and all 8 completions (512 + 8 x 256 rows within 4096); with
+    // a budget of 1024 rows, 2 completions a forward: fewer rows, less memory.
+    const small = trainingMemory(c, plan, { ...DEFAULT_TRAINING_WORK, microBatchTokens: 1024 });
+    expect(small.trainingBytes).toBeLessThan(t.trainingBytes / 2);
+    expect(small.generationBytes).toBe(t.generationBytes);
   });
 
   it('plans an untied lm_head and reports the limits it exceeds', () => {

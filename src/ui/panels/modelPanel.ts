@@ -9,7 +9,7 @@ import { DEMO_MODEL_URL_PATH } from '../../data/demo';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
 import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
-import { memoryPlan, planProblems, type MemoryPlan } from '../../model/memoryPlan';
+import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type MemoryPlan } from '../../model/memoryPlan';
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource } from '../../worker/api';
 import { proxy } from '../../worker/client';
@@ -110,6 +110,8 @@ async function inspect(model: Inspectable, limits: { maxBufferSize: number; maxS
 function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
   const t = r.config.text;
   const kv = r.plan.kvCacheBytesPerToken * PLAN_CONTEXT_TOKENS;
+  const w = DEFAULT_TRAINING_WORK;
+  const training = trainingMemory(r.config, r.plan, w);
   return h(
     'div',
     {},
@@ -124,6 +126,8 @@ function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
       h('dd', { 'data-testid': 'model-gpu-bytes' }, formatBytes(r.plan.totalBytes)),
       h('dt', {}, `KV cache for ${PLAN_CONTEXT_TOKENS} tokens`),
       h('dd', {}, formatBytes(kv)),
+      h('dt', {}, `Training at the default config (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
+      h('dd', { 'data-testid': 'model-training-bytes' }, `about ${formatBytes(training.peakBytes)} of GPU memory at its peak`),
       h('dt', {}, 'Largest buffer'),
       h('dd', {}, `${formatBytes(r.plan.largestBuffer.bytes)} (${r.plan.largestBuffer.name})`),
     ),
