@@ -19,7 +19,8 @@
 //             during the GSPO step, and during the default trainer config's step (src/rl/config.ts:
 //             one group of 8 completions, max_prompt_length 512 with a 224x224 image, 256 completion
 //             tokens, LoRA r=8), generation of its 8 completions included, then the pool trimmed
-//             and the step as the trainer runs it (512 + 8 x 256 rows: one training forward).
+//             and the step as the trainer runs it (512 + 8 x 256 rows: one training forward); the
+//             second such RL step, timed (the first compiles its pipelines and fills the pool).
 //             The largest live buffers
 //             at the peak of buffers in use are listed by label (layer numbers folded into '#').
 //
@@ -656,10 +657,17 @@ async function main(): Promise<void> {
   model.attachLora(lora8);
   for (const p of lora16) for (const t of [p.A, p.B, p.dA, p.dB]) t.release();
   const def = await stepSetup(gpu, policy, lora8, { prompts: 1, G: d.G, completion: d.completion, prompt: d.prompt, image: d.image }, 3);
+  const rlStep = async (step: number) => {
+    gpu.pool.trim(); // as the trainer does before generating and after (src/rl/trainer.ts)
+    const gen = await timed(gpu, () => model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] }));
+    gpu.pool.trim();
+    return { gen, step: await timed(gpu, () => gspoStep(gpu, def, step)) };
+  };
+  // One RL step first, as a run's first (the r=8 pipelines compiled, the pool holding the step's
+  // buffers), then the measured one: the steady state of a training run.
+  await rlStep(1);
   watch.reset();
-  const genS = await timed(gpu, () => model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] }));
-  gpu.pool.trim(); // as the trainer does after generating: the KV cache and decode workspaces go back to the device
-  const defStepS = await timed(gpu, () => gspoStep(gpu, def, 1));
+  const { gen: genS, step: defStepS } = await rlStep(2);
   result.defaultConfig = {
     config: `src/rl/config.ts defaults: num_generations ${d.G}, per_device_train_batch_size ${d.G}, max_prompt_length ${d.prompt} (filled, one ${d.image}x${d.image} image), max_completion_length ${d.completion}, LoRA r=${d.rank}`,
     generateS: genS,

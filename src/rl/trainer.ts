@@ -214,9 +214,11 @@ export class Trainer {
     let trainedTokens = 0;
     for (let mb = 0; mb < c.gradient_accumulation_steps; mb++) {
       if (this.microStep % (this.plan.stepsPerGeneration * c.num_iterations) === 0) {
+        // Give the memory the pool keeps for reuse back to the device before generating and after
+        // (the last step's training buffers, then the KV caches and decode workspaces), so that a
+        // step's peak is the larger of generation's and training's, not their sum.
+        gpu.pool.trim();
         this.pending = await this.generate();
-        // The KV caches and decode workspaces went back to the pool: give their memory to the
-        // device, so that the step's peak is the larger of generation's and training's, not their sum.
         gpu.pool.trim();
         generated.push(...this.pending.groups.map((g) => g.rollout));
         this.samples = this.pending.groups.slice(0, c.num_completions_to_print).map((g) => rolloutSample(this.step + 1, g.rollout));
