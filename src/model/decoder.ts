@@ -409,13 +409,10 @@ export class Decoder {
 
   /**
    * h += down(silu(gate(n))·up(n)), n = rms(h). On the LoRA GEMV path the gate/up updates go
-   * straight into the SwiGLU (b.gate and b.up then keep the base projections only).
-   */
-  /**
-   * h += down_proj(SwiGLU(gate_proj(n), up_proj(n))), n = rms(h)·w. `int8`: decode's int8 x;
-   * `output` false stops before down_proj, after the down adapter's u = act·Aᵀ: a training
-   * backward's recompute has the layer's output and reads only what comes before it (down_proj
-   * is a quarter of the layer's products).
+   * straight into the SwiGLU (b.gate and b.up then keep the base projections only). `int8`:
+   * decode's int8 x. `output` false stops before down_proj, after the down adapter's u = act·Aᵀ:
+   * a training backward's recompute has the layer's output and reads only what comes before it
+   * (down_proj is a quarter of the layer's products).
    */
   mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, opts: { int8?: boolean; output?: boolean } = {}): void {
     const { int8 = false, output = true } = opts;

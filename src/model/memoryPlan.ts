@@ -12,6 +12,7 @@
 // with the adapter's maxBufferSize and maxStorageBufferBindingSize.
 import type { Qwen3VLConfig } from './config';
 import { expectedWeights } from './weightShapes';
+import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 
 export type PlanDtype = 'q4' | 'f16' | 'f32';
 
@@ -114,11 +115,11 @@ export interface TrainingWork {
   promptTokens: number;
   completionTokens: number;
   loraRank: number;
-  /** Packed rows per training forward (src/rl/microBatch.ts's DEFAULT_MICRO_BATCH_TOKENS). */
+  /** Packed rows per training forward (default: src/rl/microBatch.ts's DEFAULT_MICRO_BATCH_TOKENS). */
   microBatchTokens: number;
 }
 
-export const DEFAULT_TRAINING_WORK: TrainingWork = { generations: 8, promptTokens: 512, completionTokens: 256, loraRank: 8, microBatchTokens: 4096 };
+export const DEFAULT_TRAINING_WORK: TrainingWork = { generations: 8, promptTokens: 512, completionTokens: 256, loraRank: 8, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS };
 
 export interface TrainingMemory {
   weightsBytes: number;

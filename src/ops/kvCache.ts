@@ -1,8 +1,8 @@
 // The KV cache for generation: per layer one k and one v tensor [slots·capacity, Hkv·D] (f32,
-// rows after RoPE; position j of slot s at row s·capacity + j), and lengths u32 [slots] on the GPU
-// with the number of filled positions of each slot ("past"). The lengths live on the GPU so that whole decode steps can be recorded
-// ahead without a CPU round trip; `past` mirrors them on the CPU (they change only through this
-// class) for bounds checks.
+// rows after RoPE; position j of slot s at row s·capacity + j), and lengths u32 [slots] on the
+// GPU with the number of filled positions of each slot ("past"). The lengths live on the GPU so
+// that whole decode steps can be recorded ahead without a CPU round trip; `past` mirrors them on
+// the CPU (they change only through this class) for bounds checks.
 //
 // One model step over slots [slot0, slot0 + count), n new rows each:
 //   for each layer: cache.append(rec, layer, k, v, slot0, count)   // rows at [past, past + n)
@@ -39,6 +39,8 @@ export class KvCache {
   /** Positions [0, length) of every slot in `slots` are stored in slot `from` (see share). */
   private shared: { from: number; length: number; slots: Set<number> } | null = null;
 
+  /** KvCacheConfig.prefix: positions of slot 0 that no other slot stores (0: none). */
+  readonly prefix: number;
   /** Rows between the starts of two consecutive slots (the kernels' `cap`): capacity − prefix. */
   readonly stride: number;
 
@@ -53,7 +55,8 @@ export class KvCache {
     private readonly advanceK: Kernel,
   ) {
     this.past = new Array<number>(config.slots).fill(0);
-    this.stride = config.capacity - (config.prefix ?? 0);
+    this.prefix = config.prefix ?? 0;
+    this.stride = config.capacity - this.prefix;
   }
 
   static async create(gpu: Gpu, config: KvCacheConfig): Promise<KvCache> {
@@ -98,8 +101,8 @@ export class KvCache {
       if (this.past[s] + n > capacity) {
         throw new ShapeError(op, `slot ${s} holds ${this.past[s]} positions; ${n} more exceed its capacity ${capacity}`);
       }
-      if (n > 0 && s !== 0 && this.past[s] < (this.config.prefix ?? 0)) {
-        throw new ShapeError(op, `slot ${s} has no rows of its own for positions below ${this.config.prefix}: share slot 0's first`);
+      if (n > 0 && s !== 0 && this.past[s] < this.prefix) {
+        throw new ShapeError(op, `slot ${s} has no rows of its own for positions below ${this.prefix}: share slot 0's first`);
       }
     }
   }
@@ -141,7 +144,7 @@ export class KvCache {
 
   /** Copy positions [0, length) of fromSlot, every layer, into each of toSlots and set their lengths. */
   fork(rec: Recorder, fromSlot: number, toSlots: readonly number[], length: number): void {
-    if (this.config.prefix) throw new ShapeError('kv_fork', `a cache made with a prefix (${this.config.prefix}) shares its slot 0, it does not copy it`);
+    if (this.prefix) throw new ShapeError('kv_fork', `a cache made with a prefix (${this.prefix}) shares its slot 0, it does not copy it`);
     this.checkBatch('kv_fork', fromSlot, 1, 0);
     this.checkOwns('kv_fork', fromSlot);
     if (!Number.isInteger(length) || length < 0 || length > this.past[fromSlot]) {
@@ -173,9 +176,8 @@ export class KvCache {
     if (!Number.isInteger(length) || length < 0 || length > this.past[fromSlot]) {
       throw new ShapeError('kv_share', `length ${length} outside the ${this.past[fromSlot]} positions of slot ${fromSlot}`);
     }
-    const prefix = this.config.prefix ?? 0;
-    if (prefix > 0 && (fromSlot !== 0 || length < prefix)) {
-      throw new ShapeError('kv_share', `a cache made with a prefix shares at least its ${prefix} positions of slot 0, not ${length} of slot ${fromSlot}`);
+    if (this.prefix > 0 && (fromSlot !== 0 || length < this.prefix)) {
+      throw new ShapeError('kv_share', `a cache made with a prefix shares at least its ${this.prefix} positions of slot 0, not ${length} of slot ${fromSlot}`);
     }
     for (const to of toSlots) this.checkBatch('kv_share', to, 1, 0);
     if (this.shared && this.shared.slots.size > 0) throw new ShapeError('kv_share', `slots [${[...this.shared.slots].join(', ')}] still share a prefix`);
