@@ -38,6 +38,7 @@ import { createLoraParams, Lora, type LoraParams } from '../src/ops/lora';
 import { RlLoss } from '../src/ops/rlLoss';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../src/model/config';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
+import { setProducts } from '../src/model/products';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
@@ -630,7 +631,8 @@ async function main(): Promise<void> {
     const timings = [];
     let profile: KernelTime[] | undefined;
     for (const [i, [limbs, steps]] of ([[2, 'block'], [1, 'block'], [2, 'row']] as const).entries()) {
-      await model.setTensorCoreGemm(true, limbs, steps);
+      if (steps === 'block') await setProducts(model, limbs === 2 ? 'int8' : 'int8-one-limb'); // as the app sets them
+      else await model.setTensorCoreGemm(true, limbs, steps);
       const seed = 20 + 10 * i;
       await gspoStep(gpu, setup, seed, 1); // warm-up: the tensor-core pipelines compiled
       const tcS = await timed(gpu, () => gspoStep(gpu, setup, seed + 1));
@@ -675,6 +677,18 @@ async function main(): Promise<void> {
     memory: memory('default trainer config: generation + training step of one group'),
   };
   save();
+  // The same on int8 tensor cores, the app's setting where the browser offers them
+  // (src/model/products.ts): a warm-up step with their pipelines compiled, then the measured one.
+  if (!noMma) {
+    await setProducts(model, 'int8');
+    await rlStep(3);
+    watch.reset();
+    const tc = await rlStep(4);
+    result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, memory: memory('default trainer config on int8 tensor cores: generation + training step of one group') };
+    await setProducts(model, 'f32');
+    save();
+    console.error(`default config on tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
+  }
 
   const rows: [string, string][] = [
     ['weights on the GPU', `${(weightBytes / GiB).toFixed(2)} GiB`],

@@ -34,6 +34,8 @@ interface Side {
   /** Two limbs with steps by row (ModelOptions.tensorCoreSteps = 'row'). */
   gspoTensorCoresRowSteps?: TensorCoreRun;
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
+  /** The same on int8 tensor cores, two limbs (the app's setting where they are offered). */
+  defaultConfigTensorCores?: { generateS: number; stepS: number; memory: Memory };
   /** PyTorch only: bf16 against fp32 on the same weights (torch_model.py's drift). */
   drift?: Drift;
   /** Ours: the vision tower on int8 tensor cores (ModelOptions.visionTensorCores). */
@@ -129,6 +131,11 @@ function render(o: Side, t: Side | undefined): string {
     add('default trainer config (under Memory): generating its group of completions', dc.generateS, t?.defaultConfig?.generateS, 's', 'time');
     add('default trainer config: the training step of that group (ours with gradient checkpointing)', dc.stepS, t?.defaultConfig?.stepS, 's', 'time');
   }
+  const dt = o.defaultConfigTensorCores;
+  if (dt) {
+    add("default trainer config on int8 tensor cores, two limbs (the app's setting where offered): generating the group", dt.generateS, t?.defaultConfig?.generateS, 's', 'time');
+    add('the same: the training step of that group', dt.stepS, t?.defaultConfig?.stepS, 's', 'time');
+  }
   // Each tensor-core setting: its step, then without gradient checkpointing, time and throughput.
   const tensorCoreRows = (label: string, run: TensorCoreRun | undefined) => {
     if (!run) return;
@@ -176,6 +183,7 @@ function render(o: Side, t: Side | undefined): string {
     `| GSPO step above (LoRA r=16) | ${mem(g?.memory, 'ours')}${within(g?.memory)} | ${mem(t?.gspo?.memory, 'torch')} |`,
     `| GSPO step without gradient checkpointing (every layer's activations kept) | ${mem(k?.memory, 'ours')} | ${mem(t?.gspo?.memory, 'torch')} |`,
     `| default trainer config: generation of 8 x 256 then the step of that group (LoRA r=8) | ${mem(o.defaultConfig?.memory, 'ours')}${within(o.defaultConfig?.memory)} | ${mem(t?.defaultConfig?.memory, 'torch')} |`,
+    ...(dt ? [`| the same on int8 tensor cores, two limbs | ${mem(dt.memory, 'ours')}${within(dt.memory)} | ${mem(t?.defaultConfig?.memory, 'torch')} |`] : []),
     '',
     `Ours counts every buffer of the engine's pool (weights included); "in use" excludes freed buffers the pool keeps for reuse. Default config: ${o.defaultConfig?.config ?? '—'}.`,
     '',

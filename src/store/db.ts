@@ -7,6 +7,7 @@ import type { CheckpointRecord, MetricRecord, RunRecord, SamplesRecord } from '.
 import type { AdapterModule } from '../adapter/peft';
 import type { EvalRun } from '../eval/records';
 import type { SavedAdapter } from './adapters';
+import type { Products } from '../model/products';
 
 export const DB_NAME = 'vlrl';
 export const DB_VERSION = 3;
@@ -64,4 +65,14 @@ export async function rememberAdapter(seen: SeenAdapter): Promise<void> {
 
 export async function lastAdapter(): Promise<SeenAdapter | undefined> {
   return (await (await openStore()).get('meta', 'lastAdapter')) as SeenAdapter | undefined;
+}
+
+/** The products setting the user last chose in this browser (the Model panel). */
+export async function rememberProducts(products: Products): Promise<void> {
+  await (await openStore()).put('meta', products, 'products');
+}
+
+export async function storedProducts(): Promise<Products | undefined> {
+  const v = await (await openStore()).get('meta', 'products');
+  return v === 'f32' || v === 'int8' || v === 'int8-one-limb' ? v : undefined;
 }

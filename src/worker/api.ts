@@ -10,6 +10,7 @@ import type { DatasetRow } from '../data/types';
 import type { EvalProgress } from '../eval/runner';
 import type { AnswerFormat, EvalRun } from '../eval/records';
 import type { LoadProgress } from '../model/loader';
+import type { Products } from '../model/products';
 import type { RewardTerm } from '../rewards/registry';
 import type { SamplingOptions } from '../rl/policy';
 import type { PoolStats } from '../gpu/tensor';
@@ -33,6 +34,18 @@ export interface LoadedModel {
   cached: boolean;
   /** Why the weights could not be cached after a download (e.g. too little storage), if so. */
   cacheMessage?: string;
+  /** Where its large products run (ProductsState.current). */
+  products: Products;
+  /** Why the tensor cores chosen for it could not start (it runs on the f32 units then), if so. */
+  productsMessage?: string;
+}
+
+/** Where the model's large 4-bit products run (src/model/products.ts) and what this GPU allows. */
+export interface ProductsState {
+  /** The loaded model's setting; with none loaded, the one the next load takes. */
+  current: Products;
+  /** Why the tensor-core settings cannot run on this GPU, or null when they can. */
+  unsupported: string | null;
 }
 
 export interface EvalRequest {
@@ -91,6 +104,11 @@ export interface EngineApi extends TrainerApi {
   gpuInfo(): Promise<SeenAdapter>;
   /** Read and upload a model (4-bit); byte progress through `onProgress`. Replaces any loaded model. */
   loadModel(source: ModelSource, onProgress?: (p: LoadProgress) => void): Promise<LoadedModel>;
+  /** The products setting and whether this GPU offers the tensor cores. */
+  products(): Promise<ProductsState>;
+  /** Run the loaded model's products (and later loads') this way, remembered in this browser;
+   * refused while a training run is running or paused, or an eval runs. */
+  setProducts(products: Products): Promise<ProductsState>;
   /** The prompts of the next training run or eval (structured-cloned: images as pixel arrays); null: the config's synthetic set. */
   setDataset(rows: DatasetRow[] | null): Promise<{ rows: number }>;
   /** Greedy or sampled completions of held-out rows, scored; records as src/eval describes them. */

@@ -13,12 +13,13 @@ import { Gpu } from '../gpu/runtime';
 import { hubFiles } from '../model/hub';
 import { releaseLoraParams } from '../ops/lora';
 import { blobSource, MissingFileError, pickedFiles, type ModelFiles } from '../model/safetensors';
+import { defaultProducts, productsOf, setProducts, tensorCoresUnsupported, type Products } from '../model/products';
 import { configRows, openModel, type ModelSession, type OpenModelOptions } from '../model/session';
 import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '../model/weightCache';
 import { createBrowserSandbox } from '../rewards/sandboxBrowser';
 import type { Policy } from '../rl/policy';
-import { rememberAdapter, type SeenAdapter } from '../store/db';
-import type { EngineApi, ModelSource } from './api';
+import { rememberAdapter, rememberProducts, storedProducts, type SeenAdapter } from '../store/db';
+import type { EngineApi, ModelSource, ProductsState } from './api';
 import { createTrainerApi } from './trainerApi';
 
 let gpu: Promise<Gpu> | null = null;
@@ -94,6 +95,25 @@ let rows: DatasetRow[] | null = null;
 let evalAbort: AbortController | null = null;
 const sandbox = createBrowserSandbox();
 
+/** The products setting loads take: the stored choice where this GPU can run it, else the device's default. */
+async function productsSetting(g: Gpu): Promise<Products> {
+  const stored = await storedProducts().catch(() => undefined);
+  if (stored && (stored === 'f32' || tensorCoresUnsupported(g) === null)) return stored;
+  return defaultProducts(g);
+}
+
+async function productsState(): Promise<ProductsState> {
+  const g = await device();
+  return { current: session ? productsOf(session.model) : await productsSetting(g), unsupported: tensorCoresUnsupported(g) };
+}
+
+/** Refuses to change the model under a training run or an eval. */
+async function requireIdle(what: string): Promise<void> {
+  const state = await trainer.trainingState();
+  if (state.state === 'running' || state.state === 'paused') throw new Error(`run ${state.runId} is ${state.state}; stop it before ${what}`);
+  if (evalAbort) throw new Error(`an eval is running; cancel it or let it finish before ${what}`);
+}
+
 function requireSession(): ModelSession {
   if (!session) throw new Error('no model loaded: call loadModel first');
   return session;
@@ -131,17 +151,35 @@ const api: EngineApi = {
     return seen;
   },
   async loadModel(source, onProgress) {
-    const state = await trainer.trainingState();
-    if (state.state === 'running' || state.state === 'paused') throw new Error(`run ${state.runId} is ${state.state}; stop it before loading another model`);
+    await requireIdle('loading another model');
     const g = await device();
     const files = filesOf(source);
     session = null;
     const cache = await cacheOf(source, files);
-    session = await openModel(g, files, { onProgress: onProgress && ((p) => onProgress({ ...p })), cache });
+    const opened = await openModel(g, files, { onProgress: onProgress && ((p) => onProgress({ ...p })), cache });
+    let productsMessage: string | undefined;
+    try {
+      await setProducts(opened.model, await productsSetting(g));
+    } catch (e) {
+      // Offered but failing (a driver that cannot build the kernels): the f32 units still serve.
+      await setProducts(opened.model, 'f32');
+      productsMessage = e instanceof Error ? e.message : String(e);
+    }
+    session = opened;
     location = files.location;
     const t = session.model.config.text;
     const { cached, cacheMessage } = session.model.weightSource;
-    return { location, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage };
+    return { location, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, products: productsOf(session.model), productsMessage };
+  },
+  products: productsState,
+  async setProducts(products) {
+    await requireIdle('changing where the products run');
+    const g = await device();
+    const why = tensorCoresUnsupported(g);
+    if (products !== 'f32' && why) throw new Error(`the tensor cores are not available on this GPU: ${why}`);
+    if (session) await setProducts(session.model, products);
+    await rememberProducts(products);
+    return productsState();
   },
   async setDataset(given) {
     rows = given;
@@ -194,8 +232,7 @@ const api: EngineApi = {
   },
   async applyAdapter(adapter) {
     const s = requireSession();
-    const state = await trainer.trainingState();
-    if (state.state === 'running' || state.state === 'paused') throw new Error(`run ${state.runId} is ${state.state}; stop it before applying another adapter`);
+    await requireIdle('applying another adapter');
     validateAgainstModel(adapter, s.model.config);
     const old = s.model.lora;
     s.model.attachLora(uploadAdapter(s.model.gpu, adapter, s.model.config.text.numLayers));

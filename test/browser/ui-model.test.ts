@@ -3,7 +3,8 @@
 // loads with byte progress and, loaded again, comes from the weight cache with no safetensors
 // request; a missing repo (404), a gated one (401), another architecture and a model too large for
 // the adapter's buffer limits each get a plain message naming the repo, the last two before any
-// weight is fetched.
+// weight is fetched. Without subgroup matrices the products run on the f32 units, the tensor-core
+// settings shown disabled with the reason.
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from 'playwright-core';
@@ -130,6 +131,14 @@ describe('model panel: the hub path (fake huggingface.co, SwiftShader)', () => {
     expect(await error.isHidden()).toBe(true);
     expect(await p.getByTestId('model-loaded').textContent()).toMatch(/^Loaded: org\/tiny@main \(3 layers, hidden 64, vocabulary 1024\)/);
     expect(await p.getByTestId('model-cache').textContent()).toMatch(/not cached before this load: downloaded and quantized; stored/);
+    // SwiftShader offers no subgroup matrices: the products stay on the f32 units, the tensor-core
+    // settings are listed but disabled, and the note says why.
+    expect(await p.getByTestId('model-loaded').textContent()).toMatch(/Products: f32 units \(exact 4-bit products\)\.$/);
+    const products = p.getByLabel('Matrix products (prefill, scoring, training)');
+    expect(await products.inputValue()).toBe('f32');
+    expect(await products.isEnabled()).toBe(true);
+    expect(await products.locator('option:disabled').evaluateAll((o) => o.map((x) => (x as HTMLOptionElement).value))).toEqual(['int8', 'int8-one-limb']);
+    expect(await p.getByTestId('products-note').textContent()).toMatch(/Tensor cores: not offered by this browser on this GPU \(no 'chromium-experimental-subgroup-matrix' feature/);
     const safetensorsGets = () => requests.filter((r) => /^GET org\/tiny \S+\.safetensors bytes=/.test(r)).length;
     const coldGets = safetensorsGets();
     expect(coldGets).toBeGreaterThan(0);

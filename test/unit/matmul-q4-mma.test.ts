@@ -8,6 +8,7 @@ import { MatmulQ4Mma, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
 import { checkInt8Mma, checkQ4Mma } from '../../src/bench/q4MmaCheck';
 import { MissingFeatureError } from '../../src/gpu';
 import { Qwen3VL } from '../../src/model/qwen3vl';
+import { defaultProducts, PRODUCTS, productsOf, setProducts, tensorCoresUnsupported } from '../../src/model/products';
 import { MODELS, modelFiles } from '../helpers/modelFixtures';
 
 const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe', dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
@@ -105,5 +106,18 @@ describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgrou
     await expect(model.setVisionTensorCores(true)).rejects.toThrow(MissingFeatureError);
     expect(model.visionTensorCores).toBe(false);
     await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { visionTensorCores: true })).rejects.toThrow(MissingFeatureError);
+  });
+
+  it("the app's products setting: f32 by default, the int8 settings refused with the reason, the model left on f32", async () => {
+    const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
+    expect(tensorCoresUnsupported(gpu)).toBe(unsupported);
+    expect(defaultProducts(gpu)).toBe('f32');
+    for (const p of ['int8', 'int8-one-limb'] as const) {
+      await expect(setProducts(model, p)).rejects.toThrow(MissingFeatureError);
+      expect(productsOf(model)).toBe('f32');
+    }
+    await setProducts(model, 'f32');
+    expect(productsOf(model)).toBe('f32');
+    expect(PRODUCTS.map((p) => p.value).sort()).toEqual(['f32', 'int8', 'int8-one-limb']);
   });
 });

@@ -3,15 +3,17 @@
 // GPU (src/model/memoryPlan.ts) against this adapter's limits before anything large is fetched;
 // load it in the engine worker with byte progress and time left. A plan that cannot fit is refused
 // before the download (from config.json alone). Whether the weights came from the browser's weight
-// cache is stated after each load.
+// cache is stated after each load. Where the large products run (f32 units or int8 tensor cores,
+// src/model/products.ts) is chosen here: the tensor cores by default where the browser offers them.
 import type { Remote } from 'comlink';
 import { DEMO_MODEL_URL_PATH } from '../../data/demo';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
 import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
+import { PRODUCTS, type Products } from '../../model/products';
 import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type MemoryPlan } from '../../model/memoryPlan';
 import { pickedFiles } from '../../model/safetensors';
-import type { EngineApi, ModelSource } from '../../worker/api';
+import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
 import { proxy } from '../../worker/client';
 import { loadedModel } from '../appState';
 import { h } from '../dom';
@@ -160,6 +162,38 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const loaded = h('p', { 'data-testid': 'model-loaded' }, 'No model loaded.');
   const cache = h('p', { class: 'muted', 'data-testid': 'model-cache', 'aria-live': 'polite' }, 'Cache: a loaded model is kept in this browser, and its next load reads no files.');
 
+  const products = select(PRODUCTS, 'f32');
+  products.disabled = true;
+  const productsNote = h('small', { class: 'hint', 'data-testid': 'products-note', 'aria-live': 'polite' }, 'Checking what this GPU offers…');
+  products.id = 'model-products';
+  productsNote.id = 'model-products-note';
+  products.setAttribute('aria-describedby', productsNote.id);
+  const productsField = h('div', { class: 'field' }, h('label', { for: products.id }, 'Matrix products (prefill, scoring, training)'), products, productsNote);
+  let productsState: ProductsState | null = null;
+  const showProducts = (state: ProductsState, message?: string) => {
+    productsState = state;
+    products.value = state.current;
+    for (const option of products.options) option.disabled = option.value !== 'f32' && state.unsupported !== null;
+    products.disabled = busy;
+    const about = PRODUCTS.find((p) => p.value === state.current)?.about ?? '';
+    const offered = state.unsupported === null ? '' : ` Tensor cores: not offered by this browser on this GPU (${state.unsupported}); Chromium exposes them to pages with unsafe WebGPU features enabled (chrome://flags/#enable-unsafe-webgpu).`;
+    productsNote.textContent = `${message ? `${message} ` : ''}${about}${offered}`;
+  };
+  engine.products().then(
+    (state) => showProducts(state),
+    (e: unknown) => (productsNote.textContent = `Not checked: the GPU is unavailable: ${e instanceof Error ? e.message : String(e)}.`),
+  );
+  products.addEventListener('change', () => {
+    const want = products.value as Products;
+    products.disabled = true;
+    engine.setProducts(want).then(
+      (state) => showProducts(state),
+      (e: unknown) => {
+        if (productsState) showProducts(productsState, `Not changed: ${e instanceof Error ? e.message : String(e)}.`);
+      },
+    );
+  });
+
   let picked: File[] = [];
   filesInput.addEventListener('change', () => (picked = [...(filesInput.files ?? [])]));
   folderInput.addEventListener('change', () => (picked = [...(folderInput.files ?? [])]));
@@ -206,6 +240,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     busy = on;
     if (on) focusedBefore = document.activeElement;
     for (const el of [check, load, choice]) el.toggleAttribute('disabled', on);
+    if (productsState) products.disabled = on;
     // Disabling the pressed button drops keyboard focus to <body>: give it back.
     if (!on && focusedBefore instanceof HTMLElement && document.activeElement === document.body) focusedBefore.focus();
   };
@@ -243,6 +278,9 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         cache.textContent = info.cached
           ? 'Cache: loaded from this browser\'s weight cache (no download, no quantization).'
           : `Cache: not cached before this load: downloaded and quantized${info.cacheMessage ? `; not stored: ${info.cacheMessage}` : '; stored in this browser for the next load'}.`;
+        const ran = PRODUCTS.find((p) => p.value === info.products)?.label ?? info.products;
+        loaded.textContent += ` Products: ${ran}${info.productsMessage ? ` (the tensor cores could not start: ${info.productsMessage})` : ''}.`;
+        if (productsState) showProducts({ ...productsState, current: info.products });
         loadedModel.set(info);
         const mem = await engine.gpuMemory();
         if (mem) status.setMemory(`${formatBytes(mem.inUse)} (pool peak ${formatBytes(mem.peak)})`);
@@ -266,6 +304,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     repoField,
     tokenField,
     filesField,
+    productsField,
     h('div', { class: 'row' }, check, load, progress, progressText),
     error,
     report,
