@@ -670,11 +670,13 @@ async function main(): Promise<void> {
   await rlStep(1);
   watch.reset();
   const { gen: genS, step: defStepS } = await rlStep(2);
+  const defProfile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 5)) : undefined;
   result.defaultConfig = {
     config: `src/rl/config.ts defaults: num_generations ${d.G}, per_device_train_batch_size ${d.G}, max_prompt_length ${d.prompt} (filled, one ${d.image}x${d.image} image), max_completion_length ${d.completion}, LoRA r=${d.rank}`,
     generateS: genS,
     stepS: defStepS,
     memory: memory('default trainer config: generation + training step of one group'),
+    profile: defProfile,
   };
   save();
   // The same on int8 tensor cores, the app's setting where the browser offers them
@@ -684,7 +686,9 @@ async function main(): Promise<void> {
     await rlStep(3);
     watch.reset();
     const tc = await rlStep(4);
-    result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, memory: memory('default trainer config on int8 tensor cores: generation + training step of one group') };
+    const mem = memory('default trainer config on int8 tensor cores: generation + training step of one group');
+    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 6)) : undefined;
+    result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, memory: mem, profile };
     await setProducts(model, 'f32');
     save();
     console.error(`default config on tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);

@@ -91,9 +91,10 @@ export class Qwen3VL {
   tokenizer: Qwen3VLTokenizer | null = null;
   /** Whether `load` found the weights in the weight cache, and why a miss was not stored. */
   weightSource: { cached: boolean; cacheMessage?: string } = { cached: false };
-  /** The int8 tensor-core GEMM once made (setTensorCoreGemm). */
+  /** The int8 tensor-core GEMM while in use (setTensorCoreGemm), and its last settings. */
   private mma: MatmulQ4Mma | null = null;
-  /** The vision tower's, once made (setVisionTensorCores). */
+  private mmaSettings: { limbs: 1 | 2; steps: MmaSteps } = { limbs: 2, steps: 'block' };
+  /** The vision tower's while in use (setVisionTensorCores). */
   private visionMma: MatmulQ4Mma | null = null;
 
   private constructor(
@@ -131,6 +132,11 @@ export class Qwen3VL {
       this.visionMma = await MatmulQ4Mma.create(this.gpu, { maxRows: VISION_MMA_ROWS, maxK, tile: MMA_TILE[2], kBlock: MMA_K_BLOCK[2], limbs: 2 });
     }
     await this.vision.useTensorCores(on ? this.visionMma : null);
+    if (!on && this.visionMma) {
+      // Its workspace back to the pool (useTensorCores waited for work in flight).
+      this.visionMma.release();
+      this.visionMma = null;
+    }
   }
 
   /** Whether the vision tower's dense products run on the tensor cores (setVisionTensorCores). */
@@ -143,23 +149,30 @@ export class Qwen3VL {
    * gradients through the K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the vision tower stays on
    * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs) and its steps by
    * `steps` (ModelOptions.tensorCoreSteps; both default to what was last set, else 2 and 'block';
-   * one limb takes steps by block), or back. Throws MissingFeatureError where the GPU has no
-   * subgroup matrices.
+   * one limb takes steps by block), or back, which releases its workspace and the weights' int8
+   * steps. Throws MissingFeatureError where the GPU has no subgroup matrices.
    */
-  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mma?.limbs ?? 2, steps: MmaSteps = limbs === 2 ? (this.mma?.steps ?? 'block') : 'block'): Promise<void> {
-    if (on && (this.mma?.limbs !== limbs || this.mma?.steps !== steps)) {
-      const t = this.config.text;
-      const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-      const made = await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs, steps });
-      if (this.mma) {
-        // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
-        this.decoder.ops.linear.useTensorCores(null);
-        await this.gpu.sync();
-        this.mma.release();
-      }
-      this.mma = made;
+  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mmaSettings.limbs, steps: MmaSteps = limbs === 2 ? this.mmaSettings.steps : 'block'): Promise<void> {
+    const keep = on && this.mma?.limbs === limbs && this.mma.steps === steps;
+    const made = on && !keep ? await this.makeMma(limbs, steps) : null;
+    if (this.mma && !keep) {
+      // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
+      this.decoder.ops.linear.useTensorCores(null);
+      await this.gpu.sync();
+      this.mma.release();
+      this.mma = null;
     }
-    this.decoder.ops.linear.useTensorCores(on ? this.mma : null);
+    if (made) {
+      this.mma = made;
+      this.mmaSettings = { limbs, steps };
+    }
+    this.decoder.ops.linear.useTensorCores(this.mma);
+  }
+
+  private makeMma(limbs: 1 | 2, steps: MmaSteps): Promise<MatmulQ4Mma> {
+    const t = this.config.text;
+    const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
+    return MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs, steps });
   }
 
   /** x's int8 limbs on the tensor cores while they are in use (setTensorCoreGemm), else null. */
