@@ -296,7 +296,13 @@ export class MatmulQ4Mma {
   private rounded(rec: Recorder, w: Q4Weight, steps: Tensor | null, transposed: boolean): { w8_in: Tensor; tw_in: Tensor } {
     const words = (w.n * w.k) / 4;
     if (!this.w8 || this.w8.numel < words) {
-      // A smaller one is not released: calls recorded before may still read it.
+      // The smaller one goes back to the pool now: calls recorded before still read it, and the
+      // queue orders them before any later use of its buffer (as a split GEMM's scratch); not
+      // while a tape is captured, whose replays would read it again.
+      if (!rec.capturing) {
+        this.w8?.release();
+        this.w8Steps?.release();
+      }
       this.w8 = this.gpu.tensor([words], 'u32', 'matmul_q4_mma.w8');
       this.w8Steps = this.gpu.tensor([(w.n * w.k) / this.kBlock], 'f32', 'matmul_q4_mma.w8_steps');
     }
