@@ -53,6 +53,9 @@ struct Params {
   prefix_slot: u32,
   prefix_splits: u32, // SPLIT: chunks of that shared prefix (0: each sequence's chunks cover it)
   fold_r: u32,   // FOLD: rank of the o_proj adapter whose down product the combine starts
+  dkv_splits: u32, // DKV_SPLIT: chunks of the queries each shared-prefix key tile walks
+  dkv_rows: u32,   // DKV_SPLIT and dkv_sum: key rows of those tiles (the prefix, to a whole tile)
+  dkv_tile0: u32,  // bwd_dkv: its first key tile (those before are DKV_SPLIT's)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -76,6 +79,7 @@ struct Params {
 @group(0) @binding(16) var<storage, read_write> v_cache: array<f32>;
 @group(0) @binding(17) var<storage, read_write> lengths_rw: array<u32>;
 // SPLIT partial results [splits, count·n·Hq, D + 2]: unnormalised output, running max m, sum l.
+// DKV_SPLIT partial dK and dV [dkv_splits, 2, dkv_rows, Hkv·D].
 @group(0) @binding(18) var<storage, read_write> part: array<f32>;
 // ALIGNED (D % 4 == 0): the same q, k, v and dO buffers read as vec4s (a quarter of the load
 // instructions when staging tiles); the kernels that use these do not use the f32 views.
@@ -469,14 +473,21 @@ fn attn_bwd_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
   }
 }
 
-// Grid (ceil(T / BO), Hkv): owned rows are keys, inner rows the query rows (token, head of the
-// group) that attend to them.
+// Grid (ceil(T / BO) − dkv_tile0, Hkv): owned rows are keys, inner rows the query rows (token,
+// head of the group) that attend to them. DKV_SPLIT (grid (dkv_rows / BO, Hkv, dkv_splits)): the
+// shared prefix's key tiles, whose queries run to T (a walk many times an own tile's, which left
+// the GPU to a few long workgroups at the end), each over chunk wid.z of its queries, the
+// partials summed in order by attn_dkv_sum.
 @compute @workgroup_size(WG)
 fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let G = params.hq / params.hkv;
   let hk = wid.y;
   let T = params.rows;
+#if DKV_SPLIT
   let j0 = wid.x * BO;
+#else
+  let j0 = (wid.x + params.dkv_tile0) * BO;
+#endif
   let sr = lid / LPR;
   let sx = lid % LPR;
   let or0 = (lid / CLN) * RPT;
@@ -484,9 +495,14 @@ fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_ind
   let j = j0 + sr;
   let kvalid = j < T;
   let queries = varlen_queries(min(j, T - 1u));
-  let tile_lo = varlen_queries(j0).x * G;
+  var tile_lo = varlen_queries(j0).x * G;
   // Not monotone with a shared prefix: the prefix's keys are seen up to T.
-  let tile_hi = max(varlen_queries(j0).y, varlen_queries(min(j0 + BO, T) - 1u).y) * G;
+  var tile_hi = max(varlen_queries(j0).y, varlen_queries(min(j0 + BO, T) - 1u).y) * G;
+#if DKV_SPLIT
+  let size = ((tile_hi - tile_lo + params.dkv_splits - 1u) / params.dkv_splits + BI - 1u) / BI * BI;
+  tile_lo = min(tile_lo + wid.z * size, tile_hi);
+  tile_hi = min(tile_lo + size, tile_hi);
+#endif
   let kstride = params.hkv * D;
 
   for (var e = lid; e < BO * NV; e += WG) {
@@ -546,13 +562,21 @@ fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_ind
     let jr = j0 + or0 + i;
     if (jr < T) {
       let base = jr * kstride + hk * D;
+#if DKV_SPLIT
+      let n = params.dkv_rows * kstride;
+#endif
       for (var jj = 0u; jj < CPT; jj++) {
         let col = oc + CLN * jj;
         for (var e = 0u; e < 4u; e++) {
           let d = 4u * col + e;
           if (col < NV && d < D) {
+#if DKV_SPLIT
+            part[2u * wid.z * n + base + d] = dk_acc[i * CPT + jj][e] * params.scale;
+            part[(2u * wid.z + 1u) * n + base + d] = dv_acc[i * CPT + jj][e];
+#else
             dk[base + d] = dk_acc[i * CPT + jj][e] * params.scale;
             dv[base + d] = dv_acc[i * CPT + jj][e];
+#endif
           }
         }
       }
@@ -560,6 +584,23 @@ fn attn_bwd_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_ind
   }
 }
 #endif
+
+// dK and dV of the shared prefix's key rows [0, dkv_rows): the sums of DKV_SPLIT's partials in
+// chunk order (deterministic). Grid: flat group id = wid.x + wid.y * nwg.x, FLAT_WG elements each.
+@compute @workgroup_size(FLAT_WG)
+fn attn_dkv_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.x + wid.y * nwg.x) * FLAT_WG + lid;
+  let n = params.dkv_rows * params.hkv * D;
+  if (i >= n) { return; }
+  var sk = 0.0;
+  var sv = 0.0;
+  for (var z = 0u; z < params.dkv_splits; z++) {
+    sk += part[2u * z * n + i];
+    sv += part[(2u * z + 1u) * n + i];
+  }
+  dk[i] = sk;
+  dv[i] = sv;
+}
 
 #if DECODE
 // ---------------------------------------------------------------------------------------------

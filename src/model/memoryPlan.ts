@@ -12,6 +12,7 @@
 // with the adapter's maxBufferSize and maxStorageBufferBindingSize.
 import type { Qwen3VLConfig } from './config';
 import { expectedWeights } from './weightShapes';
+import { dkvSplitsOf } from '../ops/dkvSplits';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 
 export type PlanDtype = 'q4' | 'f16' | 'f32';
@@ -162,7 +163,10 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   // train.ts's backward: 7 rows of H, 6 of q, 6 of kv, 6 of I, the attention's statistics, 8 LoRA rows.
   const backward = T * (7 * H + 6 * q + 6 * kv + 6 * I + 3 * hq + hkv + 2 + 8 * r) * f;
   const logits = N * Math.min(8192, V) * f;
-  const trainingBytes = saved + backward + logits;
+  // The attention backward's dK/dV partials of the prompt's keys (src/ops/attention.ts): per query
+  // chunk, two [prompt rows to a whole 16-row tile, Hkv·D].
+  const dkvPart = 2 * dkvSplitsOf(T, P, seqs + 1) * Math.min(T, Math.ceil(P / 16) * 16) * kv * f;
+  const trainingBytes = saved + backward + logits + dkvPart;
   return {
     weightsBytes: plan.totalBytes,
     loraBytes,

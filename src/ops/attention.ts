@@ -12,6 +12,7 @@
 // rows computed once, and dk, dv of the prompt summed over every completion that reads it.
 // Memory is O(T·D) in every pass; no [T x T] matrix exists.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { dkvSplitsOf } from './dkvSplits';
 import { UNIFORMS, ZERO_UNIFORMS, type KvCache } from './kvCache';
 
 /** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
@@ -204,6 +205,9 @@ export class Attention {
     private readonly prep: Kernel,
     private readonly dqK: Kernel,
     private readonly dkvK: Kernel,
+    /** The shared prefix's dK/dV, its key tiles' queries in chunks (DKV_SPLIT), and their sum. */
+    private readonly dkvSplitK: Kernel,
+    private readonly dkvSumK: Kernel,
   ) {}
 
   static async create(gpu: Gpu, config: AttentionConfig, opts: AttentionOptions = {}): Promise<Attention> {
@@ -257,12 +261,14 @@ export class Attention {
         gpu.kernel(spec('attn_bwd_prep', 'bwd_prep', {})),
         gpu.kernel(spec('attn_bwd_dq', 'bwd_dq', tiled(bt))),
         gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv', tiled(bt))),
+        gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv_split', tiled(bt, { DKV_SPLIT: true }))),
+        gpu.kernel(spec('attn_dkv_sum', 'dkv_sum', {})),
       ]),
       Promise.all(decodeSpecs.map(([p, s]) => Promise.all([gpu.kernel(p), gpu.kernel(s)]))),
     ]);
-    const [fwd, fwdLse, fwdCached, combine, combineFold, prep, dqK, dkvK] = main;
+    const [fwd, fwdLse, fwdCached, combine, combineFold, prep, dqK, dkvK, dkvSplitK, dkvSumK] = main;
     const decode = decodeKernels.map(([plain, split], i) => ({ rows: tiles[i].RMAX, plain, split }));
-    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, combineFold, prep, dqK, dkvK);
+    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, combineFold, prep, dqK, dkvK, dkvSplitK, dkvSumK);
   }
 
   /** Shape of the backward's workspace for T rows. */
@@ -432,7 +438,23 @@ export class Attention {
     const u = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix });
     rec.dispatch(this.prep, { o: a.o, dout: a.dout, lse: a.lse, row_stats: a.rowStats }, grid1d(T * hq, FLAT_WG), u);
     const common = { ...this.views({ q: a.q, k: a.k, v: a.v, dout: a.dout }), row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
-    rec.dispatch(this.dqK, { ...common, dq: a.dq }, [Math.ceil((T * this.group) / this.backwardTile.BO), hkv], u);
-    rec.dispatch(this.dkvK, { ...common, dk: a.dk, dv: a.dv }, [Math.ceil(T / this.backwardTile.BO), hkv], u);
+    const BO = this.backwardTile.BO;
+    rec.dispatch(this.dqK, { ...common, dq: a.dq }, [Math.ceil((T * this.group) / BO), hkv], u);
+    const splits = dkvSplitsOf(T, prefix, nseq);
+    const tiles = Math.ceil(T / BO);
+    if (splits === 1 || rec.capturing) {
+      rec.dispatch(this.dkvK, { ...common, dk: a.dk, dv: a.dv }, [tiles, hkv], u);
+      return;
+    }
+    // The prefix's key tiles in query chunks, their partials summed; the other tiles as usual.
+    const prefixTiles = Math.ceil(prefix / BO);
+    const rows = Math.min(T, prefixTiles * BO);
+    const su = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix, dkv_splits: splits, dkv_rows: rows, dkv_tile0: prefixTiles });
+    const part = this.gpu.tensor([2 * splits * rows * hkv * D], 'f32', 'attention.dkv_part');
+    rec.dispatch(this.dkvSplitK, { ...common, part }, [prefixTiles, hkv, splits], su);
+    rec.dispatch(this.dkvSumK, { part, dk: a.dk, dv: a.dv }, grid1d(rows * hkv * D, FLAT_WG), su);
+    if (tiles > prefixTiles) rec.dispatch(this.dkvK, { ...common, dk: a.dk, dv: a.dv }, [tiles - prefixTiles, hkv], su);
+    // Back to the pool as recorded: the queue orders these dispatches before any later use.
+    part.release();
   }
 }

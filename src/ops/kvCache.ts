@@ -250,6 +250,9 @@ export const UNIFORMS = {
   prefix_slot: 'u32',
   prefix_splits: 'u32',
   fold_r: 'u32',
+  dkv_splits: 'u32',
+  dkv_rows: 'u32',
+  dkv_tile0: 'u32',
 } as const;
 
 export const ZERO_UNIFORMS: Record<keyof typeof UNIFORMS, number> = {
@@ -267,4 +270,7 @@ export const ZERO_UNIFORMS: Record<keyof typeof UNIFORMS, number> = {
   prefix_slot: 0,
   prefix_splits: 0,
   fold_r: 0,
+  dkv_splits: 0,
+  dkv_rows: 0,
+  dkv_tile0: 0,
 };

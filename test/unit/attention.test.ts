@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, finiteDifferences, randUniform } from '../helpers/reference';
+import { dkvSplitsOf } from '../../src/ops/dkvSplits';
 import { Attention, decodeTileFor, tileFor, type AttentionOptions } from '../../src/ops/attention';
 import { KvCache } from '../../src/ops/kvCache';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
@@ -584,6 +585,15 @@ describe('attention with a shared prefix (a prompt, then its completions)', () =
       expectClose(want, sum, { rtol: 1e-4, atol: 1e-5, what: `${what} vs the copies' sum` });
     }
     releaseAll(t);
+  });
+
+  it("walks a prefix key tile's queries in chunks about an own tile's walk long, at most 8", () => {
+    expect(dkvSplitsOf(2560, 512, 9)).toBe(8); // the default config: 512 + 8 x 256
+    expect(dkvSplitsOf(2144, 96, 9)).toBe(8); // the benchmark's group: 96 + 8 x 256
+    expect(dkvSplitsOf(41, 20, 4)).toBe(4);
+    expect(dkvSplitsOf(1024, 512, 3)).toBe(3); // two completions of 256
+    expect(dkvSplitsOf(300, 0, 2)).toBe(1); // no prefix
+    expect(dkvSplitsOf(20, 20, 1)).toBe(1); // only the prompt
   });
 
   it('rejects a prefix that is not the first of two or more sequences', async () => {

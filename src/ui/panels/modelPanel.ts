@@ -164,35 +164,10 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
 
   const products = select(PRODUCTS, 'f32');
   products.disabled = true;
-  const productsNote = h('small', { class: 'hint', 'data-testid': 'products-note', 'aria-live': 'polite' }, 'Checking what this GPU offers…');
-  products.id = 'model-products';
-  productsNote.id = 'model-products-note';
-  products.setAttribute('aria-describedby', productsNote.id);
-  const productsField = h('div', { class: 'field' }, h('label', { for: products.id }, 'Matrix products (prefill, scoring, training)'), products, productsNote);
-  let productsState: ProductsState | null = null;
-  const showProducts = (state: ProductsState, message?: string) => {
-    productsState = state;
-    products.value = state.current;
-    for (const option of products.options) option.disabled = option.value !== 'f32' && state.unsupported !== null;
-    products.disabled = busy;
-    const about = PRODUCTS.find((p) => p.value === state.current)?.about ?? '';
-    const offered = state.unsupported === null ? '' : ` Tensor cores: not offered by this browser on this GPU (${state.unsupported}); Chromium exposes them to pages with unsafe WebGPU features enabled (chrome://flags/#enable-unsafe-webgpu).`;
-    productsNote.textContent = `${message ? `${message} ` : ''}${about}${offered}`;
-  };
-  engine.products().then(
-    (state) => showProducts(state),
-    (e: unknown) => (productsNote.textContent = `Not checked: the GPU is unavailable: ${e instanceof Error ? e.message : String(e)}.`),
-  );
-  products.addEventListener('change', () => {
-    const want = products.value as Products;
-    products.disabled = true;
-    engine.setProducts(want).then(
-      (state) => showProducts(state),
-      (e: unknown) => {
-        if (productsState) showProducts(productsState, `Not changed: ${e instanceof Error ? e.message : String(e)}.`);
-      },
-    );
-  });
+  const productsField = field('Matrix products (prefill, scoring, training)', products, 'Checking what this GPU offers…');
+  const productsNote = productsField.querySelector('small')!;
+  productsNote.dataset.testid = 'products-note';
+  productsNote.setAttribute('aria-live', 'polite');
 
   let picked: File[] = [];
   filesInput.addEventListener('change', () => (picked = [...(filesInput.files ?? [])]));
@@ -235,6 +210,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   };
 
   let busy = false;
+  let productsState: ProductsState | null = null;
   let focusedBefore: Element | null = null;
   const setBusy = (on: boolean) => {
     busy = on;
@@ -244,6 +220,29 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     // Disabling the pressed button drops keyboard focus to <body>: give it back.
     if (!on && focusedBefore instanceof HTMLElement && document.activeElement === document.body) focusedBefore.focus();
   };
+
+  const showProducts = (state: ProductsState, message?: string) => {
+    productsState = state;
+    products.value = state.current;
+    for (const option of products.options) option.disabled = option.value !== 'f32' && state.unsupported !== null;
+    products.disabled = busy;
+    const about = PRODUCTS.find((p) => p.value === state.current)?.about ?? '';
+    const offered = state.unsupported === null ? '' : ` Tensor cores: not offered by this browser on this GPU (${state.unsupported}); Chromium exposes them to pages with unsafe WebGPU features enabled (chrome://flags/#enable-unsafe-webgpu).`;
+    productsNote.textContent = `${message ? `${message} ` : ''}${about}${offered}`;
+  };
+  engine.products().then(
+    (state) => showProducts(state),
+    (e: unknown) => (productsNote.textContent = `Not checked: the GPU is unavailable: ${e instanceof Error ? e.message : String(e)}.`),
+  );
+  products.addEventListener('change', () => {
+    products.disabled = true;
+    engine.setProducts(products.value as Products).then(
+      (state) => showProducts(state),
+      (e: unknown) => {
+        if (productsState) showProducts(productsState, `Not changed: ${e instanceof Error ? e.message : String(e)}.`);
+      },
+    );
+  });
 
   check.addEventListener('click', () => {
     if (busy) return;
