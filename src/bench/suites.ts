@@ -13,7 +13,7 @@ import { LogProb } from '../ops/logprob';
 import { Matmul } from '../ops/matmul';
 import { DEFAULT_GEMM, MatmulQ4, type GemmShape, type MatmulQ4Options, type Q4Weight } from '../ops/matmulQ4';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaSteps, type MmaTile } from '../ops/matmulQ4Mma';
-import { checkQ4Mma, OUTLIERS, type MmaAccuracy } from './q4MmaCheck';
+import { checkQ4Mma, OUTLIERS, type MmaAccuracy } from '../ops/matmulQ4MmaCheck';
 import { gemvOptions } from './gemvOptions';
 import { Norms } from '../ops/norms';
 import { Rope } from '../ops/rope';

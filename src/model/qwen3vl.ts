@@ -1,9 +1,10 @@
 // Qwen3-VL on the engine: load a checkpoint (config.json, generation_config.json, safetensors),
 // encode images with the vision tower, run the decoder and the LM head for full logits, and
 // generate (the generation half of src/rl/policy.ts's Policy; the training half is train.ts).
-import { ShapeError, type Gpu, type Tensor } from '../gpu';
+import { ShapeError, TensorCoreCheckError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
 import { MatmulQ4Mma, type MmaSteps } from '../ops/matmulQ4Mma';
+import { checkQ4Mma } from '../ops/matmulQ4MmaCheck';
 import { Sampler } from '../ops/sampling';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
@@ -129,7 +130,7 @@ export class Qwen3VL {
     if (on && !this.visionMma) {
       const v = this.config.vision;
       const maxK = Math.max(v.hiddenSize, v.intermediateSize, v.hiddenSize * v.spatialMergeSize ** 2);
-      this.visionMma = await MatmulQ4Mma.create(this.gpu, { maxRows: VISION_MMA_ROWS, maxK, tile: MMA_TILE[2], kBlock: MMA_K_BLOCK[2], limbs: 2 });
+      this.visionMma = await checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { maxRows: VISION_MMA_ROWS, maxK, tile: MMA_TILE[2], kBlock: MMA_K_BLOCK[2], limbs: 2 }));
     }
     await this.vision.useTensorCores(on ? this.visionMma : null);
     if (!on && this.visionMma) {
@@ -169,10 +170,10 @@ export class Qwen3VL {
     this.decoder.ops.linear.useTensorCores(this.mma);
   }
 
-  private makeMma(limbs: 1 | 2, steps: MmaSteps): Promise<MatmulQ4Mma> {
+  private async makeMma(limbs: 1 | 2, steps: MmaSteps): Promise<MatmulQ4Mma> {
     const t = this.config.text;
     const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-    return MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs, steps });
+    return checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs, steps }));
   }
 
   /** x's int8 limbs on the tensor cores while they are in use (setTensorCoreGemm), else null. */
@@ -395,4 +396,24 @@ export function concat(parts: Float32Array[]): Float32Array {
     at += p.length;
   }
   return out;
+}
+
+/**
+ * `mma`, once its forward and its input gradient have each matched the f64 product on a small
+ * random product (activations with outlier channels) within their rounding bound. Otherwise it is
+ * released and TensorCoreCheckError thrown: where a driver offers the extension but computes
+ * wrongly, the model stays on the f32 kernels instead of training on wrong products.
+ */
+async function checked(gpu: Gpu, mma: MatmulQ4Mma): Promise<MatmulQ4Mma> {
+  const kb = mma.kBlock;
+  const k = Math.floor(Math.min(mma.maxK, 512) / kb) * kb;
+  const checks = k === 0 ? [] : ([[[70, 96, k], false], [[70, kb, 128], true]] as const); // k 0: no weight reaches it
+  for (const [shape, input] of checks) {
+    const a = await checkQ4Mma(gpu, mma, [...shape], 17, input);
+    if (!(a.ofBound <= 1)) {
+      mma.release();
+      throw new TensorCoreCheckError(`${input ? 'input gradient' : 'forward'} ${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`);
+    }
+  }
+  return mma;
 }

@@ -1,11 +1,11 @@
 // The int8 tensor-core 4-bit GEMM against dequantize-then-f64. Needs a GPU with Chromium's
 // subgroup-matrix extension and an i8 -> i32 M16 N16 K32 configuration: software Vulkan has none,
 // so here the test skips and says why; on the GPU machine tools/device/mmaCheck.ts runs the same
-// check (src/bench/q4MmaCheck.ts) and the gemm benchmark suite runs it before timing.
+// check (src/ops/matmulQ4MmaCheck.ts) and the gemm benchmark suite runs it before timing.
 import { describe, expect, it } from 'vitest';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
-import { checkInt8Mma, checkQ4Mma } from '../../src/bench/q4MmaCheck';
+import { checkInt8Mma, checkQ4Mma } from '../../src/ops/matmulQ4MmaCheck';
 import { MissingFeatureError } from '../../src/gpu';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { defaultProducts, PRODUCTS, productsOf, setProducts, tensorCoresUnsupported } from '../../src/model/products';

@@ -1,13 +1,13 @@
 // The int8 tensor-core GEMM's check on a real GPU (software Vulkan has no subgroup matrices): the
 // adapter's subgroup-matrix configurations, then every tile on odd shapes against the f64
-// reference (src/bench/q4MmaCheck.ts), the K-blocked ones on f32 weights rounded to int8 too.
+// reference (src/ops/matmulQ4MmaCheck.ts), the K-blocked ones on f32 weights rounded to int8 too.
 // Exits non-zero when a tile fails.
 //   npm run bench:build (bundled beside the benchmarks), then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/mmaCheck.mjs [--k-blocked] [--only TEXT]
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
-import { checkInt8Mma, checkQ4Mma, type MmaAccuracy } from '../../src/bench/q4MmaCheck';
+import { checkInt8Mma, checkQ4Mma, type MmaAccuracy } from '../../src/ops/matmulQ4MmaCheck';
 import { ShapeError } from '../../src/gpu';
 
 const TILES: MmaTile[] = [

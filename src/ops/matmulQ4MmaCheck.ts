@@ -1,10 +1,10 @@
 // Accuracy of the int8 tensor-core 4-bit GEMM (src/ops/matmulQ4Mma.ts) against dequantize-then-
 // f64 on the CPU, on activations shaped like Qwen's: Gaussian with a few outlier channels. Run by
-// the unit test (where the device has subgroup matrices) and by the gemm benchmark suite, which
-// puts the figures beside the speed.
+// the unit test (where the device has subgroup matrices), by the gemm benchmark suite, which
+// puts the figures beside the speed, and by Qwen3VL before it routes products through a new one.
 import type { Gpu, Tensor } from '../gpu';
-import { allocQ4, q4Words, Q4_GROUP } from '../ops/matmulQ4';
-import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
+import { allocQ4, q4Words, Q4_GROUP } from './matmulQ4';
+import type { MatmulQ4Mma } from './matmulQ4Mma';
 
 export interface MmaAccuracy {
   shape: string;
