@@ -30,6 +30,11 @@ export const PRODUCTS: readonly { value: Products; label: string; about: string 
   },
 ];
 
+/** Whether `v` (a stored value) is one of the settings. */
+export function isProducts(v: unknown): v is Products {
+  return PRODUCTS.some((p) => p.value === v);
+}
+
 /** Why this device cannot run the int8 settings, or null when it can. */
 export function tensorCoresUnsupported(gpu: Gpu): string | null {
   return mmaUnsupported(gpu);

@@ -435,7 +435,8 @@ export class Attention {
     this.expect(op, a.dk, T, hkv * D);
     this.expect(op, a.dv, T, hkv * D);
     const prefix = this.checkPrefix(op, a.sharedPrefix, T, nseq);
-    const u = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix });
+    const layout = { rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix };
+    const u = this.uniforms(layout);
     rec.dispatch(this.prep, { o: a.o, dout: a.dout, lse: a.lse, row_stats: a.rowStats }, grid1d(T * hq, FLAT_WG), u);
     const common = { ...this.views({ q: a.q, k: a.k, v: a.v, dout: a.dout }), row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
     const BO = this.backwardTile.BO;
@@ -449,7 +450,7 @@ export class Attention {
     // The prefix's key tiles in query chunks, their partials summed; the other tiles as usual.
     const prefixTiles = Math.ceil(prefix / BO);
     const rows = Math.min(T, prefixTiles * BO);
-    const su = this.uniforms({ rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix, dkv_splits: splits, dkv_rows: rows, dkv_tile0: prefixTiles });
+    const su = this.uniforms({ ...layout, dkv_splits: splits, dkv_rows: rows, dkv_tile0: prefixTiles });
     const part = this.gpu.tensor([2 * splits * rows * hkv * D], 'f32', 'attention.dkv_part');
     rec.dispatch(this.dkvSplitK, { ...common, part }, [prefixTiles, hkv, splits], su);
     rec.dispatch(this.dkvSumK, { part, dk: a.dk, dv: a.dv }, grid1d(rows * hkv * D, FLAT_WG), su);

@@ -424,19 +424,24 @@ describe('attention over a KV cache', () => {
   });
 });
 
-/** Runs forward (for o, lse) then backward on the GPU with dout = w; returns the gradients. */
-async function runBackward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions, sharedPrefix = 0) {
-  const f = await runForward(gpu, dims, lengths, causal, seed, opts, sharedPrefix);
-  const { hq, hkv, D } = dims;
-  const T = f.T;
-  const w = randUniform(T * hq * D, seed + 3);
-  const t = {
+/** The backward's tensors for T rows: dout uploaded from `w`, the workspace and the gradients. */
+function backwardTensors(gpu: Gpu, { hq, hkv, D }: Dims, T: number, w: Float32Array) {
+  return {
     dout: gpu.upload(w, [T, hq * D], 'f32', 'dout'),
     rowStats: gpu.tensor(Attention.rowStatsShape(T, hq), 'f32', 'row_stats'),
     dq: gpu.tensor([T, hq * D], 'f32', 'dq'),
     dk: gpu.tensor([T, hkv * D], 'f32', 'dk'),
     dv: gpu.tensor([T, hkv * D], 'f32', 'dv'),
   };
+}
+
+/** Runs forward (for o, lse) then backward on the GPU with dout = w; returns the gradients. */
+async function runBackward(gpu: Gpu, dims: Dims, lengths: number[], causal: boolean, seed: number, opts?: AttentionOptions, sharedPrefix = 0) {
+  const f = await runForward(gpu, dims, lengths, causal, seed, opts, sharedPrefix);
+  const { hq, D } = dims;
+  const T = f.T;
+  const w = randUniform(T * hq * D, seed + 3);
+  const t = backwardTensors(gpu, dims, T, w);
   const rec = gpu.recorder();
   f.att.backward(rec, { ...f.t, ...t, causal, scale: f.scale, sharedPrefix });
   await rec.submit();
@@ -559,11 +564,7 @@ describe('attention with a shared prefix (a prompt, then its completions)', () =
       cuSeqlens: gpu.upload(new Uint32Array(cu), [cu.length], 'u32', 'cu'),
       o: gpu.tensor([Tc, hq * D], 'f32', 'o'),
       lse: gpu.tensor([Tc, hq], 'f32', 'lse'),
-      dout: gpu.upload(dout, [Tc, hq * D], 'f32', 'dout'),
-      rowStats: gpu.tensor(Attention.rowStatsShape(Tc, hq), 'f32', 'row_stats'),
-      dq: gpu.tensor([Tc, hq * D], 'f32', 'dq'),
-      dk: gpu.tensor([Tc, hkv * D], 'f32', 'dk'),
-      dv: gpu.tensor([Tc, hkv * D], 'f32', 'dv'),
+      ...backwardTensors(gpu, dims, Tc, dout),
     };
     const rec = gpu.recorder();
     att.forward(rec, { ...t, causal: true, scale: shared.scale });
