@@ -26,12 +26,15 @@
 //
 //   npm run bench:build
 //   node .bench/model.mjs [--quick] [--json FILE] [--only prefill|decode|memory] [--vision-q4]
+//     [--samples 1,4,8] (decode's numbers of sequences) [--profile] (GPU time by kernel)
+//     [--ablate] (with --profile: what each compiled kernel costs a decode step in stream)
+//     [--subsets] (with --ablate: decode's GEMVs and other kernels, alone and together)
 // --quick shrinks the model and the work for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
 import { writeFileSync } from 'node:fs';
 import { performance as nodePerformance } from 'node:perf_hooks';
-import type { Gpu } from '../src/gpu';
+import type { Gpu, Kernel } from '../src/gpu';
 import { createNodeGpu } from '../src/node/gpu';
 import { AdamW } from '../src/ops/adamw';
 import { createLoraParams, Lora, type LoraParams } from '../src/ops/lora';
@@ -111,10 +114,17 @@ function configJson(): unknown {
   };
 }
 
+/** --samples 1,4,8: the decode section's numbers of sequences (default 1 and 8, as PyTorch's). */
+const samplesFlag = (() => {
+  const i = args.indexOf('--samples');
+  return i >= 0 ? args[i + 1].split(',').map(Number) : undefined;
+})();
+
 /** The work; bench/torch_model.py uses the same numbers (keep them in step). */
-const W = QUICK
+const W0 = QUICK
   ? { promptLen: 48, promptImage: 64, newTokens: 8, samples: [1, 8], reps: 2, prompts: 2, G: 4, completion: 16, trainPrompt: 24, trainImage: 64, rank: 16, defaults: { prompt: 48, image: 64, G: 4, completion: 16, rank: 8 } }
   : { promptLen: 512, promptImage: 448, newTokens: 128, samples: [1, 8], reps: 3, prompts: 8, G: 8, completion: 256, trainPrompt: 96, trainImage: 224, rank: 16, defaults: { prompt: 512, image: 224, G: 8, completion: 256, rank: 8 } };
+const W = { ...W0, samples: samplesFlag ?? W0.samples };
 
 /** A seeded generator (src/data/random.ts's Mulberry32): the same synthetic batch on every run. */
 function rng(seed: number): () => number {
@@ -564,6 +574,62 @@ async function main(): Promise<void> {
       console.error(`decode x${G} GPU time per step by kernel: ${(total / 1000).toFixed(2)} ms in ${rows.reduce((t, r) => t + r.calls, 0)} dispatches`);
       for (const r of rows.slice(0, 14)) console.error(`  ${r.us.toFixed(0).padStart(6)} us  ${r.calls.toFixed(0).padStart(4)} x ${r.name}`);
       (result as Record<string, unknown>)[`decodeProfile${G}`] = rows;
+    }
+    // What each kernel costs a step in stream: the step's GPU time in stream less its time with
+    // that kernel's dispatches left out (Gpu.startProfiling's omit; the outputs are then wrong,
+    // the times are not). A pass per dispatch adds several µs to every dispatch; this does not.
+    // Kernels here are compiled variants (one name covers several: a GEMV's layouts and M).
+    const perStepInStream = async (G: number, omit: ReadonlySet<Kernel>, shrink: ReadonlySet<Kernel> = new Set()) => {
+      const steps = 16;
+      const run = async (n: number) => {
+        const prof = gpu.startProfiling('pass', omit, shrink);
+        await gen(G, n);
+        await gpu.sync();
+        const ms = prof.report().reduce((t, k) => t + k.totalMs, 0);
+        const calls = new Map([...prof.dispatched].map(([k, d]) => [k, d]));
+        gpu.stopProfiling();
+        return { ms, calls };
+      };
+      const one = [await run(1), await run(1), await run(1)];
+      const all = [await run(steps + 1), await run(steps + 1), await run(steps + 1)];
+      const perStep = new Map<Kernel, { calls: number; grid: number[] }>();
+      for (const [k, d] of all[0].calls) {
+        const calls = (d.calls - (one[0].calls.get(k)?.calls ?? 0)) / steps;
+        if (calls > 0) perStep.set(k, { calls, grid: d.grid });
+      }
+      return { ms: (median(all.map((r) => r.ms)) - median(one.map((r) => r.ms))) / steps, perStep };
+    };
+    for (const G of args.includes('--ablate') ? W.samples : []) {
+      const full = await perStepInStream(G, new Set());
+      const rows: { name: string; id: number; calls: number; grid: string; us: number; aloneUs: number }[] = [];
+      for (const [k, d] of full.perStep) {
+        const without = await perStepInStream(G, new Set([k]));
+        const alone = await perStepInStream(G, new Set([...full.perStep.keys()].filter((o) => o !== k)));
+        rows.push({ name: k.name, id: k.id, calls: d.calls, grid: d.grid.join('x'), us: 1000 * (full.ms - without.ms), aloneUs: 1000 * alone.ms });
+      }
+      rows.sort((a, b) => b.us - a.us);
+      console.error(`decode x${G} in stream: ${full.ms.toFixed(3)} ms a step; what each compiled kernel's dispatches cost it (the step less the step without them; their time alone):`);
+      for (const r of rows) console.error(`  ${r.us.toFixed(0).padStart(6)} us ${r.aloneUs.toFixed(0).padStart(6)} us  ${r.calls.toFixed(0).padStart(3)} x ${r.name}#${r.id} (grid ${r.grid})`);
+      (result as Record<string, unknown>)[`decodeInStream${G}`] = { fullMs: full.ms, byKernel: rows };
+      if (!args.includes('--subsets')) continue;
+      // --subsets: the GEMVs (their quantize dispatches and the LM head's included) and the
+      // other kernels, each set alone and both together; then with one set's dispatches cut to a
+      // single workgroup each (their code runs, their data barely moves).
+      const kernels = [...full.perStep.keys()];
+      const gemvs = kernels.filter((k) => k.name === 'matmul_q4.gemv');
+      const others = kernels.filter((k) => k.name !== 'matmul_q4.gemv');
+      const keep = async (kept: Kernel[], small: Kernel[] = []) => 1000 * (await perStepInStream(G, new Set(kernels.filter((o) => !kept.includes(o))), new Set(small))).ms;
+      const subsets = {
+        gemvsAloneUs: await keep(gemvs),
+        othersAloneUs: await keep(others),
+        allUs: 1000 * full.ms,
+        othersAsOneWorkgroupUs: await keep(kernels, others),
+        othersAloneAsOneWorkgroupUs: await keep(others, others),
+        gemvsAsOneWorkgroupUs: await keep(kernels, gemvs),
+        gemvsAloneAsOneWorkgroupUs: await keep(gemvs, gemvs),
+      };
+      console.error(`  subsets (us a step): ${JSON.stringify(subsets)}`);
+      (result as Record<string, unknown>)[`decodeSubsets${G}`] = subsets;
     }
   }
   save();

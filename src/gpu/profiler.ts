@@ -2,7 +2,11 @@
 // dispatch runs in its own compute pass with begin/end timestamps and totals accumulate per kernel
 // name; in 'pass' mode dispatches share passes as usual (Dawn's barriers between dependent ones),
 // each pass is stamped and counted under the name 'pass': the time of a stream of kernels without
-// the cost of a pass per kernel.
+// the cost of a pass per kernel. A 'pass' profiler counts the dispatches of each kernel, and can
+// omit some kernels': the stream's time with them, less its time without them, is what they cost
+// in stream (their share of a decode step, which a pass per dispatch overstates by several µs a
+// dispatch).
+import type { Kernel } from './kernel';
 
 export interface KernelTiming {
   name: string;
@@ -17,6 +21,12 @@ export class Profiler {
   private readonly totals = new Map<string, { calls: number; ns: number }>();
   private readonly resolveBuf: GPUBuffer;
   private readonly readBufs: GPUBuffer[] = [];
+  /** Kernels whose dispatches are not recorded while this profiler is attached ('pass' mode). */
+  omit: ReadonlySet<Kernel> = new Set();
+  /** Kernels dispatched as one workgroup while this profiler is attached ('pass' mode). */
+  shrink: ReadonlySet<Kernel> = new Set();
+  /** 'pass' mode: the dispatches recorded of each kernel, and the grid of its first. */
+  readonly dispatched = new Map<Kernel, { calls: number; grid: [number, number, number] }>();
 
   constructor(
     private readonly device: GPUDevice,
@@ -75,6 +85,7 @@ export class Profiler {
 
   reset(): void {
     this.totals.clear();
+    this.dispatched.clear();
   }
 
   destroy(): void {

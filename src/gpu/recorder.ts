@@ -99,10 +99,17 @@ export class Recorder {
 
   /** Set `kernel`'s pipeline (unless set) and `group`, and dispatch; the pass per profiler mode. */
   private encode(kernel: Kernel, group: GPUBindGroup, x: number, y: number, z: number): this {
+    const prof = this.gpu.profiler;
+    if (prof?.mode === 'pass') {
+      if (prof.omit.has(kernel)) return this;
+      if (prof.shrink.has(kernel)) x = y = z = 1;
+      const d = prof.dispatched.get(kernel);
+      if (d) d.calls++;
+      else prof.dispatched.set(kernel, { calls: 1, grid: [x, y, z] });
+    }
     this.kernels.add(kernel.name);
     this.gpu.hostStats.dispatches++;
     const encoder = this.ensureEncoder();
-    const prof = this.gpu.profiler;
     if (prof?.mode === 'dispatch') {
       // One pass per dispatch so each gets its own begin/end timestamps.
       this.endPass();

@@ -309,12 +309,17 @@ export class Gpu {
     return takeFitting(this.staging, bytes) ?? this.createBuffer(Math.max(bytes, 256), 'readback', GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
   }
 
-  /** Start collecting GPU times (needs timestamp-query): per kernel, or per pass (Profiler's modes). */
-  startProfiling(mode: 'dispatch' | 'pass' = 'dispatch'): Profiler {
+  /** Start collecting GPU times (needs timestamp-query): per kernel, or per pass (Profiler's modes);
+   * in 'pass' mode the dispatches of the kernels in `omit` are left out (a measurement only: what
+   * they would have written is not). */
+  startProfiling(mode: 'dispatch' | 'pass' = 'dispatch', omit: ReadonlySet<Kernel> = new Set(), shrink: ReadonlySet<Kernel> = new Set()): Profiler {
+    if (mode === 'dispatch' && omit.size + shrink.size > 0) throw new Error('startProfiling: omit and shrink are for pass mode');
     this.require('timestamp-query', 'per-kernel GPU timing');
     let p = this.profilers.get(mode);
     if (!p) this.profilers.set(mode, (p = new Profiler(this.device, undefined, mode)));
     p.reset();
+    p.omit = omit;
+    p.shrink = shrink;
     this.profiler = p;
     return p;
   }

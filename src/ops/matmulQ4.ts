@@ -187,14 +187,17 @@ const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, unro
 const MANY_MID: GemvShape = { threadsPerRow: 16, groups: 16, unrolled: true };
 const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
 
-/** The int8 kernel's layouts (H100 sweeps at M = 2 and 8 in stream, BENCHMARKS.md). M = 8, x
- * quantized by a dispatch of its own (preq; the quantize dispatch included) where staging cost
- * the large weights most: LM head 8x8, 101 µs (staged 150, f32 232); 12288 rows 16x8, 15.3 (staged
- * 8x32 17.8, f32 28.0); K = 6144 64x4, 12.4 (staged 20.8, f32 25.2). Staged: 6144 rows 16x16 with
- * 1024 columns, 13.6 (f32 18.6); 4096 rows 16x8, 12.5 (16.4); 2048x2048 32x4, 10.4 (13.4) (preq
- * gained under 1 µs there, not worth a dispatch a call). M = 2: 12288 and 6144 rows 16x16, 11.2
- * and 8.4 µs (f32 14.4, 10.3); 4096 and 2048 rows 32x8, 7.1 and 6.2 (8.4, 6.4); K = 6144 and the
- * LM head stay f32 at 2..4 rows (12.3 against 12.4; the LM head's M = 2 read 115 against 233). */
+/** The int8 kernel's layouts. 2..8 rows of x on the decoder's weights all take one layout, 32
+ * lanes x 4 row blocks with x quantized by a dispatch of its own (quantize_x, preq), though the
+ * sweeps (BENCHMARKS.md, each shape alone in stream) favoured a layout per shape: interleaved with
+ * a decode step's other kernels, four GEMV variants cost far more than each alone (BENCHMARKS.md,
+ * 'What a decode step's kernels cost in stream'), and fewer distinct kernels cost less. On the H100, GPU
+ * time of a decode step in stream (`node .bench/model.mjs --only decode --samples 2,4,8 --profile`)
+ * with the per-shape layouts 3.44 / 3.83 / 4.55 ms at 2 / 4 / 8 sequences, with this one 2.94 /
+ * 3.27 / 3.76 ms (16 lanes x 8 blocks everywhere: 3.06 / 3.65 / 3.90; staged x, no quantize
+ * dispatch: 4.76 at 8). M = 8 on the LM head, preq 8x8: 101 µs (staged 150, f32 232); at 2..4
+ * rows it stays f32 (its M = 2 read 115 against 233 int8). */
+const I8Q_ROWS: GemvShape = { threadsPerRow: 32, groups: 4, int8: true, preq: true };
 const I8Q_HEAD: GemvShape = { threadsPerRow: 8, groups: 8, int8: true, preq: true };
 /** One row of x on the LM head (decode of one sequence) in two int8 limbs: on the H100 in stream
  * 66.8 µs a call with quantize_x2 (2.62 TB/s; ~5 µs of it the quantize) against 78.4 for the best
@@ -202,13 +205,6 @@ const I8Q_HEAD: GemvShape = { threadsPerRow: 8, groups: 8, int8: true, preq: tru
  * one block a workgroup: 66.4). Smaller weights keep f32 at one row: their call is a dispatch's
  * fixed cost, which quantize_x2 would double. */
 const I8X2_HEAD: GemvShape = { threadsPerRow: 32, groups: 2, int8: true, preq: true };
-const I8Q_LARGE: GemvShape = { threadsPerRow: 16, groups: 8, int8: true, preq: true };
-const I8Q_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, int8: true, preq: true };
-const I8_MID: GemvShape = { threadsPerRow: 16, groups: 16, xChunk: 1024, int8: true };
-const I8_4K: GemvShape = { threadsPerRow: 16, groups: 8, int8: true };
-const I8_SMALL: GemvShape = { threadsPerRow: 32, groups: 4, int8: true };
-const I8_FEW_MID: GemvShape = { threadsPerRow: 16, groups: 16, int8: true };
-const I8_FEW_SMALL: GemvShape = { threadsPerRow: 32, groups: 8, int8: true };
 
 const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', k_chunk: 'u32' } as const;
 /** Workgroup memory of the LoRA epilogue (shaders/matmul_q4.wgsl: lora_u and lora_fold). */
@@ -309,7 +305,7 @@ export class MatmulQ4 {
     // By default the int8 layouts where this device's workgroup memory holds them all (WebGPU's
     // default 16 KiB does not; the f32 layouts serve every call there).
     try {
-      for (const g of [I8_MID, I8_4K, I8_SMALL, I8_FEW_MID, I8_FEW_SMALL, I8Q_HEAD, I8Q_LARGE, I8Q_LONG_K, I8X2_HEAD]) mm.plan(g, 1 << 20);
+      for (const g of [I8Q_ROWS, I8Q_HEAD, I8X2_HEAD]) mm.plan(g, 1 << 20);
       mm.int8 = true;
     } catch (e) {
       if (!(e instanceof ShapeError) || opts.int8) throw e;
@@ -321,16 +317,9 @@ export class MatmulQ4 {
   private layoutFor(m: number, n: number, k: number, int8: boolean): GemvShape {
     if (this.fixed) return this.fixed;
     if (!(int8 && this.int8)) return this.f32Layout(m, n, k);
-    if (m > 4) {
-      if (n > SMALL_N) return I8Q_HEAD;
-      if (n > 8192) return I8Q_LARGE;
-      if (k > 2048) return I8Q_LONG_K;
-      if (n > 4096) return I8_MID;
-      return n > 2048 ? I8_4K : I8_SMALL;
-    }
-    if (m > 1 && n <= SMALL_N && k <= 2048) return n > 4096 ? I8_FEW_MID : I8_FEW_SMALL;
-    if (m === 1 && n > SMALL_N) return I8X2_HEAD;
-    return this.f32Layout(m, n, k);
+    if (m === 1) return n > SMALL_N ? I8X2_HEAD : this.f32Layout(m, n, k);
+    if (n > SMALL_N) return m > 4 ? I8Q_HEAD : this.f32Layout(m, n, k);
+    return I8Q_ROWS;
   }
 
   private f32Layout(m: number, n: number, k: number): GemvShape {
