@@ -90,6 +90,11 @@ struct Params {
 // FOLD: o_proj's lora_A [fold_r, Hq·D] and the partials of its down product [rows, Hq, fold_r].
 @group(0) @binding(23) var<storage, read> a_fold: array<f32>;
 @group(0) @binding(24) var<storage, read_write> fold_parts: array<f32>;
+#if QUANT
+// QUANT (with FOLD): the merged rows also as int8 groups for o_proj's 4-bit GEMV.
+@group(0) @binding(25) var<storage, read_write> xq: array<vec4<u32>>;
+#include int8_groups
+#endif
 
 // Cache row of position j of slot `slot`: a shared prefix is stored once, in prefix_slot.
 fn kv_row(slot: u32, j: u32) -> u32 {
@@ -806,7 +811,8 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 // A chunk with no keys has l = 0 and m = NEG: its weight is 0.
 // FOLD also starts o_proj's LoRA down product on the merged row (i = row·Hq + head): partial j is
 // Σ_d A[j, head·D + d]·o[i, d], so the LoRA GEMV's PARTS up after o_proj's GEMV sums Hq of them
-// (one dispatch fewer a layer in decode, which is bound by recording dispatches).
+// (one dispatch fewer a layer in decode, which is bound by recording dispatches). QUANT (with
+// FOLD) also writes the merged rows as int8 groups, o_proj's GEMV's x without its quantize dispatch.
 const CDL: u32 = 32u;
 const CSG: u32 = FLAT_WG / CDL;
 const CDT: u32 = (D + CDL - 1u) / CDL; // elements of d per lane
@@ -868,6 +874,23 @@ fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
     var s = 0.0;
     for (var d = 0u; d < D; d++) { s += a_fold[arow + d] * fo_sh[d]; }
     fold_parts[i * params.fold_r + lid] = s;
+  }
+#endif
+#if QUANT
+  // The merged row as int8 groups of 32 (D a multiple of 32), the last threads one each: o is
+  // [rows, Hq·D] row-major, so row i's groups are numbers i·D/32 .. of o's.
+  let qg = FLAT_WG - 1u - lid;
+  if (qg < D / 32u) {
+    var v: array<vec4<f32>, 8>;
+    for (var j = 0u; j < 8u; j++) {
+      let c = 32u * qg + 4u * j;
+      v[j] = vec4f(fo_sh[c], fo_sh[c + 1u], fo_sh[c + 2u], fo_sh[c + 3u]);
+    }
+    let qv = quantize_group(v);
+    let at = 3u * (i * (D / 32u) + qg);
+    xq[at] = qv[0];
+    xq[at + 1u] = qv[1];
+    xq[at + 2u] = qv[2];
   }
 #endif
 }

@@ -14,6 +14,8 @@
 // xn = h·rsqrt(mean(h²) + eps)·w. Since u = rsqrt(mean(h²) + eps)·Σ h·(w·A), the sums of squares
 // and the products are taken in one pass over k and reduced together; every workgroup also writes
 // its slice of its row of xn for the base projections: the norm's own dispatch is saved.
+// With QUANT (NORM and VEC4, k a multiple of 32) it also writes the normed rows as int8 groups for
+// the int8 GEMV after it (shaders/int8_groups.wgsl); FOLD with QUANT writes act so for down_proj's.
 // With FOLD (SWIGLU only), the same dispatch starts the down_proj adapter's down product on act:
 // each workgroup's UP_WG columns of act (one row: n_0 % UP_WG == 0) times those columns of
 // A_fold [r, n_0] give parts [rows, n_0 / UP_WG, r]; with PARTS, lora_up (one adapter) sums a
@@ -55,6 +57,10 @@ struct Params {
 @group(0) @binding(15) var<storage, read_write> xn: array<{{ELEM}}>;
 @group(0) @binding(16) var<storage, read> a_fold: array<f32>;
 @group(0) @binding(17) var<storage, read_write> parts: array<f32>;
+#if QUANT
+@group(0) @binding(18) var<storage, read_write> xq: array<vec4<u32>>;
+#include int8_groups
+#endif
 
 const WG: u32 = 256u;
 const UP_WG: u32 = 64u;
@@ -157,12 +163,34 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
   if (lid == 0u) {
     u[t * width + e] = tot[0] * rstd;
   }
+#if QUANT
+  // This workgroup's whole groups of 32 (8 vec4s) of the normed row, a thread each: the values, as
+  // below, and the group as int8 (xq, quantize_x's layout in matmul_q4.wgsl) for the 4-bit GEMV
+  // after, which then needs no quantize dispatch of its own.
+  let groups = kw / 8u;
+  let per = (groups + width - 1u) / width;
+  let g_end = min(groups, (e + 1u) * per);
+  for (var g = e * per + lid; g < g_end; g += WG) {
+    var v: array<vec4<f32>, 8>;
+    for (var j = 0u; j < 8u; j++) {
+      let kk = 8u * g + j;
+      v[j] = (x[xr + kk] * rstd) * norm_w[kk];
+      xn[xr + kk] = v[j];
+    }
+    let q = quantize_group(v);
+    let at = 3u * (t * groups + g);
+    xq[at] = q[0];
+    xq[at + 1u] = q[1];
+    xq[at + 2u] = q[2];
+  }
+#else
   // This workgroup's slice of the normed row, as rmsnorm_fwd: (h·rstd)·w.
   let chunk = (kw + width - 1u) / width;
   let end = min(kw, (e + 1u) * chunk);
   for (var kk = e * chunk + lid; kk < end; kk += WG) {
     xn[xr + kk] = (x[xr + kk] * rstd) * norm_w[kk];
   }
+#endif
 #else
   if (lid == 0u) {
     u[t * width + e] = tot[0];
@@ -266,6 +294,23 @@ fn lora_up(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
     }
     parts[flat * p.r + lid] = s; // [row][e0 % n0 / UP_WG][lid]: flat = row·(n0 / UP_WG) + ...
   }
+#if QUANT
+  // This workgroup's act as int8 groups of 32 for down_proj's GEMV, the last threads one each
+  // (the fold's threads are the first r): groups never straddle rows (n0 % UP_WG == 0).
+  let qg = UP_WG - 1u - lid;
+  if (qg < UP_WG / 32u && e0 < p.rows * p.n0) {
+    var v: array<vec4<f32>, 8>;
+    for (var j = 0u; j < 8u; j++) {
+      let c = 32u * qg + 4u * j;
+      v[j] = vec4f(fold_sh[c], fold_sh[c + 1u], fold_sh[c + 2u], fold_sh[c + 3u]);
+    }
+    let q = quantize_group(v);
+    let at = 3u * (e0 / 32u + qg);
+    xq[at] = q[0];
+    xq[at + 1u] = q[1];
+    xq[at + 2u] = q[2];
+  }
+#endif
 #endif
 #else
 #if PARTS

@@ -575,7 +575,6 @@ fn store_rows(blk: u32, tg: u32, lane: u32, lid: u32, a: array<vec4<f32>, 8>) {
 // for the whole call and every workgroup reads it from memory: each workgroup quantizing all of x
 // cost the large weights more than the extra dispatch (K = 6144: 8 x 192 groups a workgroup).
 
-const I8_BIAS = 0x4B400000i;  // 1.5·2^23 as f32 bits: an integer n, |n| < 2^22, added is the float 1.5·2^23 + n
 const I8_BIAS_F = 12582912.0; // 1.5·2^23
 const LOW_NIBBLES = 0x0F0F0F0Fu;
 
@@ -637,46 +636,7 @@ fn x_group(i: u32) -> array<vec4<f32>, 8> {
   return v;
 }
 
-// The largest |v| of a group's 32 values.
-fn group_absmax(v: array<vec4<f32>, 8>) -> f32 {
-  var big = vec4<f32>(0.0);
-  for (var j = 0u; j < 8u; j++) {
-    big = max(big, abs(v[j]));
-  }
-  return max(max(big.x, big.y), max(big.z, big.w));
-}
-
-// A group's 32 int8 values q (q[2w]: weights 8w..8w+3, q[2w + 1]: 8w+4..8w+7) packed in the byte
-// order of the code words' even and odd weights (words 0-1, then 2-3), and their sum.
-struct Limb {
-  p: array<vec4<u32>, 2>,
-  sum: i32,
-}
-
-fn pack_limb(q: array<vec4<i32>, 8>) -> Limb {
-  var sum = vec4<i32>(0);
-  var p: array<u32, 8>;
-  for (var w = 0u; w < 4u; w++) {
-    let lo = q[2u * w];
-    let hi = q[2u * w + 1u];
-    sum += lo + hi;
-    p[2u * w] = pack4xI8Clamp(vec4<i32>(lo.x, lo.z, hi.x, hi.z));
-    p[2u * w + 1u] = pack4xI8Clamp(vec4<i32>(lo.y, lo.w, hi.y, hi.w));
-  }
-  return Limb(array<vec4<u32>, 2>(vec4<u32>(p[0], p[1], p[2], p[3]), vec4<u32>(p[4], p[5], p[6], p[7])), sum.x + sum.y + sum.z + sum.w);
-}
-
-// A group's 32 values of x as its 3 staged vec4s (the layout above).
-fn quantize_group(v: array<vec4<f32>, 8>) -> array<vec4<u32>, 3> {
-  let a = group_absmax(v);
-  let inv = select(127.0 / a, 0.0, a == 0.0);
-  var q: array<vec4<i32>, 8>;
-  for (var j = 0u; j < 8u; j++) {
-    q[j] = vec4<i32>(round(v[j] * inv));
-  }
-  let l = pack_limb(q);
-  return array<vec4<u32>, 3>(l.p[0], l.p[1], vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * l.sum), 0u, 0u));
-}
+#include int8_groups
 
 // One row of x as two limbs for gemv's I8X2 (x ≈ s·(hi + lo/254), s = a/127), one thread per
 // group: xq_out[5g ..] = hi (2 vec4s), lo (2), then (s/254, −8·Σhi, −8·Σlo) as bits (the −8 of

@@ -23,7 +23,9 @@ export type Defines = Record<string, string | number | boolean>;
 /**
  * A small template step, enough for one file per op family:
  *  - `#if NAME` / `#else` / `#endif` keep or drop lines by a define's truthiness (nesting allowed);
- *  - `{{NAME}}` is replaced by the define's value.
+ *  - `{{NAME}}` is replaced by the define's value;
+ *  - `#include NAME` (where active) inserts shaders/NAME.wgsl, preprocessed with the same defines:
+ *    code that two op families share (compiler messages then count lines of the whole text).
  * Everything else is plain WGSL. Numeric knobs that need no code change are better passed as
  * pipeline-overridable constants (`override`), which do not multiply the shader text.
  */
@@ -34,6 +36,12 @@ export function preprocess(source: string, defines: Defines = {}): string {
   const lines = source.split('\n');
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
+    const inc = /^\s*#include\s+(\w+)\s*$/.exec(line);
+    if (inc) {
+      if (active()) out.push(preprocess(shaderSource(inc[1]), defines));
+      else out.push('');
+      continue;
+    }
     const m = /^\s*#(if|else|endif)\b\s*(!?)(\w*)/.exec(line);
     if (m) {
       if (m[1] === 'if') {

@@ -222,6 +222,8 @@ export class Decoder {
   readonly scale: number;
   /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
   private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
+  /** The normed rows as int8 groups between a norm's LoRA down dispatch and the GEMV (quantizedRows). */
+  private xq: Tensor | null = null;
 
   private constructor(
     readonly gpu: Gpu,
@@ -293,9 +295,25 @@ export class Decoder {
       this.projectShared(rec, n, outs, lora, false, int8);
       return null;
     }
-    this.ops.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm, eps: this.config.rmsNormEps, out: n });
-    this.baseProjections(rec, n, outs, false, int8);
+    const joined = this.joined(outs);
+    const xq = joined && this.ops.loraGemv.quantizes(gemv.ps) ? this.quantizedInput(n.shape[0], joined.w, int8) : undefined;
+    this.ops.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm, eps: this.config.rmsNormEps, out: n, quantized: xq });
+    this.baseProjections(rec, n, outs, false, int8, xq);
     return gemv;
+  }
+
+  /**
+   * Where the GEMV of `rows` rows on w takes x as int8 groups, which the kernel before it (a
+   * norm's LoRA down, the SwiGLU, the attention combine) can write as it writes x: the scratch
+   * that carries them, saving the GEMV's quantize dispatch. Else undefined.
+   */
+  private quantizedInput(rows: number, w: LinearWeight, int8: boolean): Tensor | undefined {
+    if (!int8 || w.kind !== 'q4' || !this.ops.linear.q4.takesQuantizedX(rows, w.w, true)) return undefined;
+    // One for every such input (each GEMV reads it before the next kernel writes it again), sized
+    // once for the widest; never released: calls recorded before (a decode tape) may read it.
+    const words = LoraGemv.quantizedWords(GEMV_MAX_ROWS, Math.max(this.config.hiddenSize, this.config.intermediateSize));
+    this.xq ??= this.gpu.tensor([words], 'u32', 'decoder.xq');
+    return this.xq;
   }
 
   /**
@@ -303,14 +321,14 @@ export class Decoder {
    * GEMV into their back-to-back outputs, each part's rows written apart (a one-row decode step
    * is bound by recording its dispatches; at 8 rows the joined weight also reads faster).
    */
-  private baseProjections(rec: Recorder, x: Tensor, outs: readonly Projection[], accumulate: boolean, int8: boolean): void {
+  private baseProjections(rec: Recorder, x: Tensor, outs: readonly Projection[], accumulate: boolean, int8: boolean, xq?: Tensor): void {
     const rows = x.shape[0];
     const joined = outs.length > 1 ? this.joined(outs) : null;
     if (joined?.w.kind === 'q4') {
       // One product for all: the GEMV reads the weights once; the GEMM has more tiles to spread
       // (H100, 512 rows: q/k/v 335 -> 285 µs, gate/up 842 -> 787; gemmSpeed --split).
       const parts = rows > 1 ? joined.widths : undefined;
-      if (rows <= GEMV_MAX_ROWS) this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, { parts, int8 });
+      if (rows <= GEMV_MAX_ROWS) this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, { parts, int8, xq });
       else this.ops.linear.q4.gemm(rec, x, joined.w.w, joined.y, accumulate, parts);
       return;
     }
@@ -321,13 +339,14 @@ export class Decoder {
    * y += x·Wᵀ + s·u·Bᵀ for adapter p, u [rows, r] left as `perRow` partials a row by the kernel
    * before (the folds): inside the 4-bit GEMV's epilogue where it fits, else one dispatch after it.
    */
-  private foldedProject(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, p: LoraParams, parts: Tensor, perRow: number, int8: boolean): void {
+  private foldedProject(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, p: LoraParams, parts: Tensor, perRow: number, int8: boolean, xq?: Tensor): void {
     const q4 = this.ops.linear.q4;
     if (w.kind === 'q4' && q4.takesLora(x.shape[0], w.w, p.r, perRow, int8)) {
-      q4.gemv(rec, x, w.w, y, true, { int8, lora: { B: p.B, r: p.r, scale: loraScale(p), parts, perRow } });
+      q4.gemv(rec, x, w.w, y, true, { int8, lora: { B: p.B, r: p.r, scale: loraScale(p), parts, perRow }, xq });
       return;
     }
-    this.ops.linear.forward(rec, x, w, y, true, int8);
+    if (xq && w.kind === 'q4') q4.gemv(rec, x, w.w, y, true, { int8, xq });
+    else this.ops.linear.forward(rec, x, w, y, true, int8);
     this.ops.loraGemv.upFromParts(rec, p, parts, perRow, y);
   }
 
@@ -402,8 +421,9 @@ export class Decoder {
     // after the base projection one dispatch finishes the update.
     const oP = lora?.params.o;
     const fold = gemv && oP && LoraGemv.takesParts(oP) ? { A: oP.A, r: oP.r, parts: lora!.transient!.parts(T * hq * oP.r) } : undefined;
-    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold });
-    if (folded) this.foldedProject(rec, b.attn, w.o, h, oP!, fold!.parts, hq, int8);
+    const xq = fold && attend.split && attention.foldQuantizes ? this.quantizedInput(T, w.o, int8) : undefined;
+    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: fold && { ...fold, quantized: xq } });
+    if (folded) this.foldedProject(rec, b.attn, w.o, h, oP!, fold!.parts, hq, int8, xq);
     else this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
   }
 
@@ -428,9 +448,10 @@ export class Decoder {
     const downP = lora?.params.down;
     const perRow = downP ? LoraGemv.foldParts(downP) : 0;
     const fold = gemv && downP && LoraGemv.canFold(gemv.ps[0], downP) ? { p: downP, parts: lora!.transient!.parts(h.shape[0] * perRow * downP.r) } : undefined;
-    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold);
+    const xq = fold && this.ops.loraGemv.foldQuantizes(gemv!.ps[0]) ? this.quantizedInput(h.shape[0], w.down, int8) : undefined;
+    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { ...fold, quantized: xq });
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-    if (fold) this.foldedProject(rec, b.act, w.down, h, fold.p, fold.parts, perRow, int8);
+    if (fold) this.foldedProject(rec, b.act, w.down, h, fold.p, fold.parts, perRow, int8, xq);
     else this.project(rec, w.down, b.act, h, lora, 'down', true, int8);
   }
 

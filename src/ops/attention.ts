@@ -13,6 +13,7 @@
 // Memory is O(T·D) in every pass; no [T x T] matrix exists.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { dkvSplitsOf } from './dkvSplits';
+import { DOT4_I8 } from './matmulQ4';
 import { UNIFORMS, ZERO_UNIFORMS, type KvCache } from './kvCache';
 
 /** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
@@ -22,6 +23,9 @@ export interface AttentionFold {
   r: number;
   /** Receives [rows, Hq, r] partials (summed by LoraGemv.upFromParts with Hq of them a row). */
   parts: Tensor;
+  /** Receives the merged rows also as int8 groups, the form MatmulQ4.gemv's `xq` takes (u32, 3
+   * vec4s a group of 32; where Attention.foldQuantizes). */
+  quantized?: Tensor;
 }
 
 export interface AttentionConfig {
@@ -202,6 +206,8 @@ export class Attention {
     private readonly decode: readonly DecodeKernels[],
     private readonly combine: Kernel,
     private readonly combineFold: Kernel,
+    /** combineFold that also writes the merged rows as int8 groups (packed dot products, D % 32 = 0). */
+    private readonly combineFoldQuant: Kernel | null,
     private readonly prep: Kernel,
     private readonly dqK: Kernel,
     private readonly dkvK: Kernel,
@@ -258,6 +264,7 @@ export class Attention {
         gpu.kernel(spec('attn_fwd', 'fwd_cached', tiled(ft, { CACHED: true }))),
         gpu.kernel(spec('attn_split_combine', 'split_combine', {})),
         gpu.kernel(spec('attn_split_combine', 'split_combine_fold', { FOLD: true })),
+        gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0 ? gpu.kernel(spec('attn_split_combine', 'split_combine_fold_quant', { FOLD: true, QUANT: true })) : null,
         gpu.kernel(spec('attn_bwd_prep', 'bwd_prep', {})),
         gpu.kernel(spec('attn_bwd_dq', 'bwd_dq', tiled(bt))),
         gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv', tiled(bt))),
@@ -266,9 +273,14 @@ export class Attention {
       ]),
       Promise.all(decodeSpecs.map(([p, s]) => Promise.all([gpu.kernel(p), gpu.kernel(s)]))),
     ]);
-    const [fwd, fwdLse, fwdCached, combine, combineFold, prep, dqK, dkvK, dkvSplitK, dkvSumK] = main;
+    const [fwd, fwdLse, fwdCached, combine, combineFold, combineFoldQuant, prep, dqK, dkvK, dkvSplitK, dkvSumK] = main;
     const decode = decodeKernels.map(([plain, split], i) => ({ rows: tiles[i].RMAX, plain, split }));
-    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, combineFold, prep, dqK, dkvK, dkvSplitK, dkvSumK);
+    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, combineFold, combineFoldQuant, prep, dqK, dkvK, dkvSplitK, dkvSumK);
+  }
+
+  /** Whether a split decode's combine can also leave its merged rows as int8 groups (AttentionFold.quantized). */
+  get foldQuantizes(): boolean {
+    return this.combineFoldQuant !== null;
   }
 
   /** Shape of the backward's workspace for T rows. */
@@ -417,7 +429,12 @@ export class Attention {
     const u = this.uniforms({ ...common, splits: ownChunks, prefix_splits: prefixChunks, fold_r: f?.r ?? 0 });
     rec.dispatch(kernel.split, { ...kv, part: ws }, [1, hkv, tasks], u);
     const grid = grid1d(rows * hq * FLAT_WG, FLAT_WG);
-    if (f) rec.dispatch(this.combineFold, { part: ws, o, a_fold: f.A, fold_parts: f.parts }, grid, u);
+    if (f?.quantized) {
+      if (!this.combineFoldQuant) throw new ShapeError(op, 'fold.quantized needs packed dot products in WGSL and D a multiple of 32 (foldQuantizes)');
+      const words = (rows * hq * D * 12) / 32;
+      if (f.quantized.dtype !== 'u32' || f.quantized.numel < words) throw new ShapeError(op, `fold.quantized must hold ${words} u32, got ${f.quantized.numel} ${f.quantized.dtype}`);
+      rec.dispatch(this.combineFoldQuant, { part: ws, o, a_fold: f.A, fold_parts: f.parts, xq: f.quantized }, grid, u);
+    } else if (f) rec.dispatch(this.combineFold, { part: ws, o, a_fold: f.A, fold_parts: f.parts }, grid, u);
     else rec.dispatch(this.combine, { part: ws, o }, grid, u);
     return f !== undefined;
   }

@@ -7,6 +7,7 @@
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { loraScale, type LoraParams } from './lora';
+import { DOT4_I8, Q4_GROUP } from './matmulQ4';
 
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */
 export const LORA_GEMV_MAX_ROWS = 8;
@@ -19,6 +20,10 @@ export interface LoraInputNorm {
   eps: number;
   /** [rows, in]: receives the normed rows. */
   out: Tensor;
+  /** Receives the normed rows also as int8 groups, the form MatmulQ4.gemv's `xq` takes (u32,
+   * LoraGemv.quantizedWords; in a multiple of 32 and of 4, r of 4): the GEMV after needs no
+   * quantize dispatch. Where WGSL lacks packed 4x8 integer dot products, LoraGemv.quantizes is false. */
+  quantized?: Tensor;
 }
 
 /** The kernels for one element width: scalar, or vec4 (in and r multiples of 4); by adapter count - 1. */
@@ -26,12 +31,16 @@ interface Family {
   down: readonly Kernel[];
   /** down with the input's RMSNorm first. */
   downNorm: readonly Kernel[];
+  /** downNorm that also writes the normed rows as int8 groups (vec4 only, with packed dot products). */
+  downNormQuant: readonly Kernel[] | null;
   up: readonly Kernel[];
   swiglu: Kernel;
   /** swiglu that also leaves the down_proj adapter's partial u (FOLD). */
   swigluFold: Kernel;
   /** up of one adapter from those partials (PARTS). */
   upParts: Kernel;
+  /** swigluFold that also writes act as int8 groups (with packed dot products). */
+  swigluFoldQuant: Kernel | null;
 }
 
 /** The down_proj adapter whose down product the SwiGLU dispatch starts, and where its partials go. */
@@ -39,6 +48,9 @@ export interface LoraFold {
   p: LoraParams;
   /** [rows, in / 64, r] at least (LoraGemv.foldParts a row). */
   parts: Tensor;
+  /** Receives act also as int8 groups, the form MatmulQ4.gemv's `xq` takes for down_proj's GEMV
+   * (u32, LoraGemv.quantizedWords; where LoraGemv.foldQuantizes). */
+  quantized?: Tensor;
 }
 
 export class LoraGemv {
@@ -49,7 +61,7 @@ export class LoraGemv {
 
   static async create(gpu: Gpu): Promise<LoraGemv> {
     const family = async (vec4: boolean): Promise<Family> => {
-      const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'swiglu' | 'swiglu_fold' | 'parts' = '') => ({
+      const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'norm_quant' | 'swiglu' | 'swiglu_fold' | 'swiglu_fold_quant' | 'parts' = '') => ({
         name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${variant ? `_${variant}` : ''}${vec4 ? '_vec4' : ''}`,
         shader: 'lora_gemv',
         entry,
@@ -57,9 +69,10 @@ export class LoraGemv {
           ADAPTERS: adapters,
           SECOND: adapters >= 2,
           THIRD: adapters >= 3,
-          NORM: variant === 'norm',
-          SWIGLU: variant === 'swiglu' || variant === 'swiglu_fold',
-          FOLD: variant === 'swiglu_fold',
+          NORM: variant === 'norm' || variant === 'norm_quant',
+          QUANT: variant === 'norm_quant' || variant === 'swiglu_fold_quant',
+          SWIGLU: variant === 'swiglu' || variant === 'swiglu_fold' || variant === 'swiglu_fold_quant',
+          FOLD: variant === 'swiglu_fold' || variant === 'swiglu_fold_quant',
           PARTS: variant === 'parts',
           VEC4: vec4,
           W: vec4 ? 4 : 1,
@@ -67,16 +80,20 @@ export class LoraGemv {
         },
         uniforms: UNIFORMS,
       });
-      const all = (entry: string, variant: '' | 'norm' = '') => Promise.all([1, 2, 3].map((n) => gpu.kernel(spec(entry, n, variant))));
-      const [down, downNorm, up, swiglu, swigluFold, upParts] = await Promise.all([
+      const all = (entry: string, variant: '' | 'norm' | 'norm_quant' = '') => Promise.all([1, 2, 3].map((n) => gpu.kernel(spec(entry, n, variant))));
+      const dot4 = gpu.hasWgsl(DOT4_I8);
+      const [down, downNorm, downNormQuant, swigluFoldQuant, up, swiglu, swigluFold, upParts] = await Promise.all([
         all('lora_down'),
         all('lora_down', 'norm'),
+        vec4 && dot4 ? all('lora_down', 'norm_quant') : null,
+        // u, B x2, gate, up, act, A_fold, parts and xq: 9 storage buffers (WebGPU's default is 8).
+        dot4 && gpu.limits.maxStorageBuffersPerShaderStage >= 9 ? gpu.kernel(spec('lora_up', 2, 'swiglu_fold_quant')) : null,
         all('lora_up'),
         gpu.kernel(spec('lora_up', 2, 'swiglu')),
         gpu.kernel(spec('lora_up', 2, 'swiglu_fold')),
         gpu.kernel(spec('lora_up', 1, 'parts')),
       ]);
-      return { down, downNorm, up, swiglu, swigluFold, upParts };
+      return { down, downNorm, downNormQuant, up, swiglu, swigluFold, upParts, swigluFoldQuant };
     };
     const [scalar, vec4] = await Promise.all([family(false), family(true)]);
     return new LoraGemv(scalar, vec4);
@@ -84,6 +101,23 @@ export class LoraGemv {
 
   private family(p: LoraParams): Family {
     return p.in % 4 === 0 && p.r % 4 === 0 ? this.vec4 : this.scalar;
+  }
+
+  /** Whether down's norm can also leave the normed rows as int8 groups (LoraInputNorm.quantized)
+   * for adapters `ps` (in a multiple of 32, the vec4 kernels, packed dot products in WGSL). */
+  quantizes(ps: readonly LoraParams[]): boolean {
+    return ps[0].in % Q4_GROUP === 0 && this.family(ps[0]).downNormQuant !== null;
+  }
+
+  /** Whether upSwiglu's fold can also leave act as int8 groups (LoraFold.quantized): packed dot
+   * products in WGSL, and 9 storage buffers a stage. */
+  foldQuantizes(gateP: LoraParams): boolean {
+    return this.family(gateP).swigluFoldQuant !== null;
+  }
+
+  /** u32 words of `rows` rows of `cols` values as int8 groups (3 vec4s a group of 32). */
+  static quantizedWords(rows: number, cols: number): number {
+    return (rows * cols * 12) / Q4_GROUP;
   }
 
   /** Whether `rows` rows take this path. */
@@ -157,6 +191,13 @@ export class LoraGemv {
       bind.norm_w = norm.weight;
       bind.xn = norm.out;
       kernel = f.downNorm[ps.length - 1];
+      if (norm.quantized) {
+        if (!this.quantizes(ps)) throw new ShapeError('lora_gemv', `${ps[0].name}: cannot quantize the normed rows here (in ${ps[0].in}, r ${ps[0].r}, or no packed dot products)`);
+        const words = LoraGemv.quantizedWords(rows, ps[0].in);
+        if (norm.quantized.dtype !== 'u32' || norm.quantized.numel < words) throw new ShapeError('lora_gemv', `norm.quantized must hold ${words} u32, got ${norm.quantized.numel} ${norm.quantized.dtype}`);
+        bind.xq = norm.quantized;
+        kernel = f.downNormQuant![ps.length - 1];
+      }
     }
     rec.dispatch(kernel, bind, [ps.length * ps[0].r, rows], this.uniforms(ps, rows, norm?.eps ?? 0));
   }
@@ -199,7 +240,16 @@ export class LoraGemv {
     }
     if (!LoraGemv.canFold(gateP, fold.p)) throw new ShapeError('lora_gemv', `${fold.p.name} cannot fold into the SwiGLU of ${gateP.name}`);
     this.checkParts(fold.p, fold.parts, rows * LoraGemv.foldParts(fold.p) * fold.p.r);
-    rec.dispatch(f.swigluFold, { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act, a_fold: fold.p.A, parts: fold.parts }, grid, this.uniforms(ps, rows, 0));
+    const bind: Record<string, Tensor> = { u_in: u, b0: gateP.B, b1: upP.B, y0: gate, y1: up, act, a_fold: fold.p.A, parts: fold.parts };
+    let kernel = f.swigluFold;
+    if (fold.quantized) {
+      if (!this.foldQuantizes(gateP)) throw new ShapeError('lora_gemv', `${gateP.name}: cannot quantize act here (packed dot products and 9 storage buffers a stage needed)`);
+      const words = LoraGemv.quantizedWords(rows, gateP.out);
+      if (fold.quantized.dtype !== 'u32' || fold.quantized.numel < words) throw new ShapeError('lora_gemv', `fold.quantized must hold ${words} u32, got ${fold.quantized.numel} ${fold.quantized.dtype}`);
+      bind.xq = fold.quantized;
+      kernel = f.swigluFoldQuant!;
+    }
+    rec.dispatch(kernel, bind, grid, this.uniforms(ps, rows, 0));
   }
 
   private checkParts(p: LoraParams, parts: Tensor, need: number): void {

@@ -226,6 +226,9 @@ export interface GemvCall {
   int8?: boolean;
   /** An adapter's up product added as y is stored. */
   lora?: GemvLora;
+  /** x already as int8 groups (LoraGemv's norm leaves it so), for a call that takes it
+   * (takesQuantizedX): no quantize dispatch. x is still checked and bound. */
+  xq?: Tensor;
 }
 const NONE: GemvCall = {};
 const INT8: GemvCall = { int8: true };
@@ -454,7 +457,7 @@ export class MatmulQ4 {
    * `lora`: the GEMV also adds an adapter's up product from partials of u (GemvLora).
    */
   gemv(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, call: GemvCall = NONE): void {
-    const { parts, int8 = false, lora } = call;
+    const { parts, int8 = false, lora, xq: given } = call;
     const op = 'matmulQ4.gemv';
     this.checkWeight(op, w);
     const m = this.rowsOf(op, x, w.k);
@@ -465,7 +468,9 @@ export class MatmulQ4 {
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
     const [split1, split2] = splitsOf(op, parts, w.n);
-    const xq = plan.int8 && m === 1 ? this.quantize(rec, this.quantize2K, x, 1, w.k) : plan.preq ? this.quantize(rec, this.quantizeK, x, m, w.k) : null;
+    if (given && !(plan.preq && m > 1)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}]) does not take x as int8 groups (takesQuantizedX)`);
+    if (given && (given.dtype !== 'u32' || given.numel < (m * w.k * 12) / Q4_GROUP)) throw new ShapeError(op, `xq must hold ${(m * w.k * 12) / Q4_GROUP} u32, got ${given.numel} ${given.dtype}`);
+    const xq = given ?? (plan.int8 && m === 1 ? this.quantize(rec, this.quantize2K, x, 1, w.k) : plan.preq ? this.quantize(rec, this.quantizeK, x, m, w.k) : null);
     if (!lora) {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
@@ -508,6 +513,12 @@ export class MatmulQ4 {
     }
     rec.dispatch(kernel, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA, k_chunk: k });
     return this.xq;
+  }
+
+  /** Whether a gemv of m rows on weight w (int8 allowed) reads x as int8 groups that the caller
+   * may give ready-made (GemvCall.xq: 3 vec4s a row and group of 32, quantize_x's layout). */
+  takesQuantizedX(m: number, w: Q4Weight, int8: boolean): boolean {
+    return m > 1 && m <= GEMV_MAX_ROWS && this.plan(this.layoutFor(m, w.n, w.k, int8), w.k).preq;
   }
 
   /** Whether gemv can add a rank-r adapter's update, from `perRow` partials of u a row, to m rows

@@ -4,6 +4,8 @@ import { expectClose, finiteDifferences, randUniform } from '../helpers/referenc
 import { dkvSplitsOf } from '../../src/ops/dkvSplits';
 import { Attention, decodeTileFor, tileFor, type AttentionOptions } from '../../src/ops/attention';
 import { KvCache } from '../../src/ops/kvCache';
+import { allocQ4, MatmulQ4 } from '../../src/ops/matmulQ4';
+import { quantizeRef } from '../helpers/q4-reference';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
 interface Dims {
@@ -708,6 +710,55 @@ describe('attention tiles', () => {
       for (const t of [q, tA, o, o2, parts]) t.release();
     }
     for (const t of [k0, v0, k1, v1, workspace]) t.release();
+    cache.release();
+  });
+
+  it('split decode with an o_proj fold writes the merged rows as int8 groups too: the 4-bit GEMV given them writes what it writes quantizing o itself, bit for bit (D 32; D 16 refuses)', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 32 };
+    const { hq, hkv, D } = dims;
+    const att = await Attention.create(gpu, { hq, hkv, headDim: D });
+    const narrow = await Attention.create(gpu, { hq, hkv, headDim: 16 });
+    expect(narrow.foldQuantizes).toBe(false);
+    if (!att.foldQuantizes) return; // no packed dot products in this WGSL
+    const cache = await KvCache.create(gpu, { layers: 1, slots: 3, capacity: 32, hkv, headDim: D });
+    const workspace = gpu.tensor(att.splitWorkspaceShape(3, 4), 'f32', 'split_workspace');
+    const rec = gpu.recorder();
+    const k0 = gpu.upload(randUniform(3 * 20 * hkv * D, 811), [3 * 20, hkv * D], 'f32', 'k');
+    const v0 = gpu.upload(randUniform(3 * 20 * hkv * D, 812), [3 * 20, hkv * D], 'f32', 'v');
+    cache.append(rec, 0, k0, v0, 0, 3);
+    cache.advance(rec, 0, 3, 20);
+    await rec.submit();
+    const r = 8;
+    const q = gpu.upload(randUniform(3 * hq * D, 813), [3, hq * D], 'f32', 'q');
+    const tA = gpu.upload(randUniform(r * hq * D, 814), [r, hq * D], 'f32', 'A');
+    const [o, o2] = [gpu.tensor([3, hq * D], 'f32', 'o'), gpu.tensor([3, hq * D], 'f32', 'o2')];
+    const [parts, parts2] = [gpu.tensor([3 * hq * r], 'f32', 'parts'), gpu.tensor([3 * hq * r], 'f32', 'parts2')];
+    const xq = gpu.tensor([(3 * hq * D * 12) / 32], 'u32', 'xq');
+    const split = { workspace, chunks: 4 };
+    const rec2 = gpu.recorder();
+    expect(att.forwardCached(rec2, q, cache, 0, o, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts, quantized: xq } })).toBe(true);
+    expect(att.forwardCached(rec2, q, cache, 0, o2, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts: parts2 } })).toBe(true);
+    await rec2.submit();
+    expect([...(await read(gpu, o))]).toEqual([...(await read(gpu, o2))]);
+    expect([...(await read(gpu, parts))]).toEqual([...(await read(gpu, parts2))]);
+    // o_proj's GEMV on o: given the groups, and quantizing o itself.
+    const mm = await MatmulQ4.create(gpu);
+    const n = 40;
+    const wq = quantizeRef(randUniform(n * hq * D, 815, -0.1, 0.1), n, hq * D);
+    const w = allocQ4(gpu, n, hq * D, 'w');
+    gpu.write(w.codes, wq.codes);
+    gpu.write(w.scales, wq.scales);
+    const [y, y2] = [gpu.tensor([3, n], 'f32', 'y'), gpu.tensor([3, n], 'f32', 'y2')];
+    const rec3 = gpu.recorder();
+    mm.gemv(rec3, o, w, y, false, { int8: true, xq });
+    mm.gemv(rec3, o, w, y2, false, { int8: true });
+    await rec3.submit();
+    const given = await read(gpu, y);
+    expect([...given]).toEqual([...(await read(gpu, y2))]);
+    expect(Math.max(...given.map(Math.abs))).toBeGreaterThan(0);
+    expect(() => att.forwardCached(gpu.recorder(), q, cache, 0, o, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts, quantized: gpu.tensor([8], 'u32', 'small') } })).toThrow(ShapeError);
+    for (const t of [k0, v0, q, tA, o, o2, parts, parts2, xq, y, y2, w.codes, w.scales, workspace]) t.release();
     cache.release();
   });
 

@@ -3,7 +3,8 @@
 // down_proj's (shaders/attention.wgsl and lora_gemv.wgsl, FOLD), each finished by one dispatch
 // after its base GEMV. The sampled tokens' log-probs must equal the log-softmax of the packed
 // forward's logits (the LoRA GEMMs, no folds) over the prompt and those tokens; with int8 x in
-// decode's GEMVs (the default), within the quantization's reach of them.
+// decode's GEMVs (the default), within the quantization's reach of them, x then quantized by the
+// kernels that write it.
 import { describe, expect, it } from 'vitest';
 import { ALIGNED, alignedConfig } from '../helpers/alignedModel';
 import { testGpu } from '../helpers/gpu';
@@ -36,14 +37,28 @@ describe('decode with folded LoRA down products', () => {
     if (!gpu.hasWgsl(DOT4_I8)) return;
     const model = await adaptedModel(gpu, undefined);
     let largest = 0;
+    const kernels = new Set<string>();
     for (const G of [1, 3]) {
-      for (const [g, s] of (await samplesVsForward(model, G)).entries()) {
+      // The kernels the 3 samples dispatch, where the profiler can watch them.
+      const prof = G === 3 && gpu.has('timestamp-query') ? gpu.startProfiling('pass') : null;
+      const samples = await samplesVsForward(model, G);
+      if (prof) for (const k of prof.dispatched.keys()) kernels.add(k.name);
+      gpu.stopProfiling();
+      for (const [g, s] of samples.entries()) {
         expectClose(s.got, s.want, { rtol: 0, atol: G === 1 ? 2e-4 : 2e-2, what: `G ${G}, sample ${g}` });
         if (G > 1) largest = Math.max(largest, ...s.got.map((v, j) => Math.abs(v - s.want[j])));
       }
     }
     // The quantization shows: the 3 samples did take the int8 kernel.
     expect(largest).toBeGreaterThan(1e-5);
+    // Every decoder GEMV's x left as int8 groups by the kernel that writes x (no quantize dispatch):
+    // q/k/v's and gate/up's by the norms' LoRA down dispatches, o_proj's by the attention combine,
+    // down_proj's by the SwiGLU where the device binds its 9 storage buffers.
+    if (gpu.has('timestamp-query')) {
+      const swiglu = gpu.limits.maxStorageBuffersPerShaderStage >= 9 ? ['lora_gemv.lora_up_x2_swiglu_fold_quant_vec4'] : [];
+      const quant = ['attention.split_combine_fold_quant', 'lora_gemv.lora_down_x2_norm_quant_vec4', 'lora_gemv.lora_down_x3_norm_quant_vec4', ...swiglu];
+      expect([...kernels].filter((k) => k.includes('_quant')).sort()).toEqual(quant.sort());
+    }
   });
 });
 

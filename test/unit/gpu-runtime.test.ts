@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { Elementwise } from '../../src/ops/elementwise';
-import { BufferAllocationError, DeviceLostError, MissingFeatureError, ShaderCompileError, requestDevice, requestAdapter } from '../../src/gpu';
+import { BufferAllocationError, DeviceLostError, MissingFeatureError, ShaderCompileError, requestDevice, requestAdapter, type Kernel } from '../../src/gpu';
 import { createNodeGpu } from '../../src/node/gpu';
 import { sizeClass, Tensor } from '../../src/gpu/tensor';
 import { preprocess } from '../../src/gpu/shaders';
@@ -189,6 +189,43 @@ describe('gpu runtime', () => {
     expect((await gpu.readF32(y))[7]).toBeCloseTo(3 * (await gpu.readF32(x))[7], 5);
   });
 
+  it("counts each kernel's dispatches in 'pass' mode, and can leave a kernel out or run it as one workgroup (what a kernel costs in stream)", async () => {
+    const gpu = await testGpu();
+    if (!gpu.has('timestamp-query')) return;
+    const ew = await Elementwise.create(gpu);
+    const n = 4096;
+    const xs = randUniform(n, 5);
+    const x = gpu.upload(xs, [n], 'f32', 'x');
+    const y = gpu.zeros([n], 'f32', 'y');
+    const run = async (omit?: ReadonlySet<Kernel>, shrink?: ReadonlySet<Kernel>) => {
+      const prof = gpu.startProfiling('pass', omit, shrink);
+      const rec = gpu.recorder();
+      for (let i = 0; i < 3; i++) ew.axpy(rec, x, y, 1);
+      await rec.submit();
+      gpu.stopProfiling();
+      return prof;
+    };
+    const prof = await run();
+    const [[axpy, seen]] = [...prof.dispatched];
+    expect(axpy.name).toBe('elementwise.axpy');
+    expect(seen.calls).toBe(3);
+    expect(seen.grid[0]).toBeGreaterThan(1);
+    expect(prof.report().map((r) => r.name)).toEqual(['pass']);
+    // Left out: y keeps the first run's 3x, and nothing is counted.
+    expect((await run(new Set([axpy]))).dispatched.size).toBe(0);
+    let got = await gpu.readF32(y);
+    expect(got[0]).toBeCloseTo(3 * xs[0], 5);
+    expect(got[n - 1]).toBeCloseTo(3 * xs[n - 1], 5);
+    // One workgroup: only its elements grow.
+    await run(undefined, new Set([axpy]));
+    got = await gpu.readF32(y);
+    expect(got[0]).toBeCloseTo(6 * xs[0], 5);
+    expect(got[n - 1]).toBeCloseTo(3 * xs[n - 1], 5);
+    expect(() => gpu.startProfiling('dispatch', new Set([axpy]))).toThrow(/pass mode/);
+    x.release();
+    y.release();
+  });
+
   it('reports device loss to the caller as DeviceLostError, and refuses work afterwards', async () => {
     const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe' }); // its own device: this one is destroyed
     const seen: DeviceLostError[] = [];
@@ -205,5 +242,10 @@ describe('gpu runtime', () => {
     const src = 'a\n#if F16\nenable f16;\n#else\nx {{N}}\n#endif\nb';
     expect(preprocess(src, { N: 3 }).split('\n').filter((l) => l)).toEqual(['a', 'x 3', 'b']);
     expect(preprocess(src, { F16: true, N: 1 }).split('\n').filter((l) => l)).toEqual(['a', 'enable f16;', 'b']);
+    // #include inserts a shader file where active, preprocessed with the same defines.
+    const inc = '#if Q\n#include int8_groups\n#endif\nfn f() {}';
+    expect(preprocess(inc, { Q: true })).toContain('fn quantize_group(');
+    expect(preprocess(inc, {})).not.toContain('quantize_group');
+    expect(() => preprocess('#include no_such_file', {})).toThrow(/no shader file/);
   });
 });

@@ -2,15 +2,17 @@
 // reference of y + s·x·Aᵀ·Bᵀ, and against src/ops/lora.ts's two GEMMs on the same inputs (u from the
 // down dispatch); two or
 // three adapters on one input in one call, the input's RMSNorm inside the down dispatch, and the
-// gate/up pair fused with SwiGLU (and down_proj's down product folded into it); scalar and vec4
-// kernels (in and r multiples of 4) both.
+// gate/up pair fused with SwiGLU (and down_proj's down product folded into it), the normed rows
+// also as int8 groups for the 4-bit GEMV after; scalar and vec4 kernels (in and r multiples of 4).
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { createLoraParams, Lora, loraScale } from '../../src/ops/lora';
 import { LoraGemv } from '../../src/ops/loraGemv';
 import { Norms } from '../../src/ops/norms';
-import { ShapeError } from '../../src/gpu';
+import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
+import { allocQ4, MatmulQ4 } from '../../src/ops/matmulQ4';
+import { quantizeRef } from '../helpers/q4-reference';
 
 describe('lora gemv', () => {
   it.each([
@@ -68,6 +70,26 @@ function loraRef(x: Float32Array, A: Float32Array, B: Float32Array, y0: Float32A
     }
   }
   return want;
+}
+
+/** A 4-bit GEMV of x [rows, k] given its int8 groups xq, and the same GEMV quantizing x itself:
+ * both outputs (the first call must read xq: MatmulQ4.takesQuantizedX). */
+async function gemvGivenAndSelfQuantized(gpu: Gpu, mm: MatmulQ4, x: Tensor, xq: Tensor): Promise<[Float32Array, Float32Array]> {
+  const [rows, k] = x.shape;
+  const n = 70;
+  const q = quantizeRef(randUniform(n * k, 112, -0.1, 0.1), n, k);
+  const w = allocQ4(gpu, n, k, 'w');
+  gpu.write(w.codes, q.codes);
+  gpu.write(w.scales, q.scales);
+  expect(mm.takesQuantizedX(rows, w, true)).toBe(true);
+  const [y, y2] = [gpu.tensor([rows, n], 'f32', 'y'), gpu.tensor([rows, n], 'f32', 'y2')];
+  const rec = gpu.recorder();
+  mm.gemv(rec, x, w, y, false, { int8: true, xq });
+  mm.gemv(rec, x, w, y2, false, { int8: true });
+  await rec.submit();
+  const out: [Float32Array, Float32Array] = [await gpu.readF32(y), await gpu.readF32(y2)];
+  for (const t of [y, y2, w.codes, w.scales]) t.release();
+  return out;
 }
 
 const maxAbs = (v: ArrayLike<number>) => Array.from(v).reduce((m, x) => Math.max(m, Math.abs(x)), 0);
@@ -175,6 +197,20 @@ describe('lora gemv, adapters sharing an input', () => {
     expectClose(await gpu.readF32(tact), act, { rtol: 1e-5, atol: 1e-5 * maxAbs(act), what: 'act' });
     const want = loraRef(Float32Array.from(await gpu.readF32(tact)), Ad, Bd, h0, rows, I, out, r, loraScale(down));
     expectClose(await gpu.readF32(th), want, { rtol: 1e-5, atol: 1e-5 * maxAbs(want), what: 'h + down_proj update' });
+    if (op.foldQuantizes(gu[0].p) && rows > 1) {
+      // act also as int8 groups: the same act, and down_proj's GEMV given them writes what it
+      // writes quantizing act itself, bit for bit.
+      const [tact2, xq] = [gpu.tensor([rows, I], 'f32', 'act2'), gpu.tensor([LoraGemv.quantizedWords(rows, I)], 'u32', 'xq')];
+      const rec2 = gpu.recorder();
+      op.upSwiglu(rec2, gu[0].p, gu[1].p, u, gu[0].y, gu[1].y, tact2, { p: down, parts, quantized: xq });
+      await rec2.submit();
+      expect(await gpu.readF32(tact2)).toEqual(await gpu.readF32(tact));
+      const [given, self] = await gemvGivenAndSelfQuantized(gpu, await MatmulQ4.create(gpu), tact2, xq);
+      expect(given).toEqual(self);
+      expect(maxAbs(given)).toBeGreaterThan(0);
+      tact2.release();
+      xq.release();
+    }
     // Shapes a 64-column workgroup cannot fold: another rank, or widths off the multiple.
     expect(LoraGemv.canFold(gu[0].p, createLoraParams(gpu, { name: 'r', in: I, out, r: r === 2 ? 4 : 2, alpha: 1 }))).toBe(false);
     expect(LoraGemv.canFold(gu[0].p, createLoraParams(gpu, { name: 'o', in: I, out: out + 1, r, alpha: 1 }))).toBe(false);
@@ -230,6 +266,45 @@ describe('lora gemv, adapters sharing an input', () => {
     expectClose(await gpu.readF32(xn), xnRef, { rtol: 1e-5, atol: 1e-6 * maxAbs(xnRef), what: 'normed rows vs f64' });
     expectClose(await gpu.readF32(u), uRef, { rtol: 1e-5, atol: 1e-5 * maxAbs(uRef), what: 'u vs f64' });
     for (const t of [th, tw, xn, xn2, u, u2, ...ps.flatMap((p) => [p.A, p.B, p.dA, p.dB])]) t.release();
+  });
+
+  it.each([
+    { rows: 2, inF: 96, r: 4, adapters: 2 },
+    { rows: 8, inF: 512, r: 8, adapters: 3 },
+    { rows: 5, inF: 64, r: 16, adapters: 3 },
+  ])('the normed rows also as int8 groups: the 4-bit GEMV given them writes what it writes quantizing them itself, bit for bit ($rows rows, in $inF, r $r, $adapters adapters)', async ({ rows, inF, r, adapters }) => {
+    const gpu = await testGpu();
+    const [op, mm] = await Promise.all([LoraGemv.create(gpu), MatmulQ4.create(gpu)]);
+    const ps = Array.from({ length: adapters }, (_, g) => {
+      const p = createLoraParams(gpu, { name: `p${g}`, in: inF, out: 4, r, alpha: r });
+      gpu.write(p.A, randUniform(r * inF, 120 + g));
+      return p;
+    });
+    const th = gpu.upload(randUniform(rows * inF, 110, -2, 2), [rows, inF], 'f32', 'h');
+    const tw = gpu.upload(randUniform(inF, 111, 0.5, 1.5), [inF], 'f32', 'norm_w');
+    const [xn, xn2] = [gpu.tensor([rows, inF], 'f32', 'xn'), gpu.tensor([rows, inF], 'f32', 'xn2')];
+    const [u, u2] = [gpu.tensor([rows, adapters * r], 'f32', 'u'), gpu.tensor([rows, adapters * r], 'f32', 'u2')];
+    const xq = gpu.tensor([LoraGemv.quantizedWords(rows, inF)], 'u32', 'xq');
+    if (!op.quantizes(ps)) {
+      // No packed dot products in this WGSL: the norm refuses to quantize.
+      expect(() => op.down(gpu.recorder(), ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: xq })).toThrow(ShapeError);
+      return;
+    }
+    const rec = gpu.recorder();
+    op.down(rec, ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: xq });
+    op.down(rec, ps, th, u2, { weight: tw, eps: 1e-6, out: xn2 });
+    await rec.submit();
+    expect(await gpu.readF32(xn)).toEqual(await gpu.readF32(xn2));
+    expect(await gpu.readF32(u)).toEqual(await gpu.readF32(u2));
+    const [given, self] = await gemvGivenAndSelfQuantized(gpu, mm, xn, xq);
+    expect(given).toEqual(self);
+    expect(maxAbs(given)).toBeGreaterThan(0);
+    // Too few words, or a call that reads f32 x, are refused.
+    expect(() => op.down(gpu.recorder(), ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: gpu.tensor([4], 'u32', 'small') })).toThrow(ShapeError);
+    const w = allocQ4(gpu, 8, inF, 'w8');
+    expect(mm.takesQuantizedX(rows, w, false)).toBe(false);
+    expect(() => mm.gemv(gpu.recorder(), xn, w, gpu.tensor([rows, 8], 'f32', 'y8'), false, { xq })).toThrow(ShapeError);
+    for (const t of [th, tw, xn, xn2, u, u2, xq, w.codes, w.scales, ...ps.flatMap((p) => [p.A, p.B, p.dA, p.dB])]) t.release();
   });
 
   it('rejects groups it cannot take in one call', async () => {
