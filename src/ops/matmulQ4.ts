@@ -188,7 +188,8 @@ const MANY_MID: GemvShape = { threadsPerRow: 16, groups: 16, unrolled: true };
 const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
 
 /** The int8 kernel's layouts. 2..8 rows of x on the decoder's weights all take one layout, 32
- * lanes x 4 row blocks with x quantized by a dispatch of its own (quantize_x, preq), though the
+ * lanes x 4 row blocks with x read as int8 groups (preq: quantized by a dispatch of its own, or
+ * given by the kernel that wrote x, GemvCall.xq), though the
  * sweeps (BENCHMARKS.md, each shape alone in stream) favoured a layout per shape: interleaved with
  * a decode step's other kernels, four GEMV variants cost far more than each alone (BENCHMARKS.md,
  * 'What a decode step's kernels cost in stream'), and fewer distinct kernels cost less. On the H100, GPU
