@@ -1,6 +1,7 @@
-// Groups of 32 f32 values as int8, the form the 4-bit GEMV's int8 kernels read (included by
-// matmul_q4.wgsl, which quantizes x itself, and by lora_gemv.wgsl, whose normed rows can leave x
-// quantized for the GEMV after it). Needs WGSL's packed_4x8_integer_dot_product (pack4xI8Clamp).
+// Groups of 32 f32 values as int8, the form the 4-bit GEMV's int8 kernels read: included by
+// matmul_q4.wgsl, which quantizes x itself, and by lora_gemv.wgsl and attention.wgsl, whose
+// kernels can leave the x they write quantized for the GEMV after them. Needs WGSL's
+// packed_4x8_integer_dot_product (pack4xI8Clamp).
 
 const I8_BIAS = 0x4B400000i;  // 1.5·2^23 as f32 bits: an integer n, |n| < 2^22, added is the float 1.5·2^23 + n
 

@@ -5,7 +5,7 @@
 // the cost of a pass per kernel. A 'pass' profiler counts the dispatches of each kernel, and can
 // omit some kernels': the stream's time with them, less its time without them, is what they cost
 // in stream (their share of a decode step, which a pass per dispatch overstates by several µs a
-// dispatch).
+// dispatch); or run them as one workgroup each (their code runs, their data barely moves).
 import type { Kernel } from './kernel';
 
 export interface KernelTiming {

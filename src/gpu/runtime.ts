@@ -310,8 +310,8 @@ export class Gpu {
   }
 
   /** Start collecting GPU times (needs timestamp-query): per kernel, or per pass (Profiler's modes);
-   * in 'pass' mode the dispatches of the kernels in `omit` are left out (a measurement only: what
-   * they would have written is not). */
+   * in 'pass' mode the dispatches of the kernels in `omit` are left out and those in `shrink` run
+   * as one workgroup (measurements only: what they would have written is not). */
   startProfiling(mode: 'dispatch' | 'pass' = 'dispatch', omit: ReadonlySet<Kernel> = new Set(), shrink: ReadonlySet<Kernel> = new Set()): Profiler {
     if (mode === 'dispatch' && omit.size + shrink.size > 0) throw new Error('startProfiling: omit and shrink are for pass mode');
     this.require('timestamp-query', 'per-kernel GPU timing');

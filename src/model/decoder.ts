@@ -26,7 +26,7 @@ import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
 import { Linear } from './linear';
 import { mropeLayout } from './ropeTables';
-import { allocQ4, GEMV_MAX_ROWS, type Q4Weight } from '../ops/matmulQ4';
+import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, type Q4Weight } from '../ops/matmulQ4';
 import type { MmaOutput } from '../ops/matmulQ4Mma';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
@@ -222,7 +222,7 @@ export class Decoder {
   readonly scale: number;
   /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
   private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
-  /** The normed rows as int8 groups between a norm's LoRA down dispatch and the GEMV (quantizedRows). */
+  /** A GEMV's x as int8 groups, from the kernel that writes x to the GEMV (quantizedInput). */
   private xq: Tensor | null = null;
 
   private constructor(
@@ -311,7 +311,7 @@ export class Decoder {
     if (!int8 || w.kind !== 'q4' || !this.ops.linear.q4.takesQuantizedX(rows, w.w, true)) return undefined;
     // One for every such input (each GEMV reads it before the next kernel writes it again), sized
     // once for the widest; never released: calls recorded before (a decode tape) may read it.
-    const words = LoraGemv.quantizedWords(GEMV_MAX_ROWS, Math.max(this.config.hiddenSize, this.config.intermediateSize));
+    const words = int8GroupWords(GEMV_MAX_ROWS, Math.max(this.config.hiddenSize, this.config.intermediateSize));
     this.xq ??= this.gpu.tensor([words], 'u32', 'decoder.xq');
     return this.xq;
   }

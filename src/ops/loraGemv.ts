@@ -7,7 +7,7 @@
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { loraScale, type LoraParams } from './lora';
-import { DOT4_I8, Q4_GROUP } from './matmulQ4';
+import { DOT4_I8, int8GroupWords, Q4_GROUP } from './matmulQ4';
 
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */
 export const LORA_GEMV_MAX_ROWS = 8;
@@ -21,7 +21,7 @@ export interface LoraInputNorm {
   /** [rows, in]: receives the normed rows. */
   out: Tensor;
   /** Receives the normed rows also as int8 groups, the form MatmulQ4.gemv's `xq` takes (u32,
-   * LoraGemv.quantizedWords; in a multiple of 32 and of 4, r of 4): the GEMV after needs no
+   * int8GroupWords; in a multiple of 32 and of 4, r of 4): the GEMV after needs no
    * quantize dispatch. Where WGSL lacks packed 4x8 integer dot products, LoraGemv.quantizes is false. */
   quantized?: Tensor;
 }
@@ -49,7 +49,7 @@ export interface LoraFold {
   /** [rows, in / 64, r] at least (LoraGemv.foldParts a row). */
   parts: Tensor;
   /** Receives act also as int8 groups, the form MatmulQ4.gemv's `xq` takes for down_proj's GEMV
-   * (u32, LoraGemv.quantizedWords; where LoraGemv.foldQuantizes). */
+   * (u32, int8GroupWords; where LoraGemv.foldQuantizes). */
   quantized?: Tensor;
 }
 
@@ -115,10 +115,6 @@ export class LoraGemv {
     return this.family(gateP).swigluFoldQuant !== null;
   }
 
-  /** u32 words of `rows` rows of `cols` values as int8 groups (3 vec4s a group of 32). */
-  static quantizedWords(rows: number, cols: number): number {
-    return (rows * cols * 12) / Q4_GROUP;
-  }
 
   /** Whether `rows` rows take this path. */
   static fits(rows: number): boolean {
@@ -193,7 +189,7 @@ export class LoraGemv {
       kernel = f.downNorm[ps.length - 1];
       if (norm.quantized) {
         if (!this.quantizes(ps)) throw new ShapeError('lora_gemv', `${ps[0].name}: cannot quantize the normed rows here (in ${ps[0].in}, r ${ps[0].r}, or no packed dot products)`);
-        const words = LoraGemv.quantizedWords(rows, ps[0].in);
+        const words = int8GroupWords(rows, ps[0].in);
         if (norm.quantized.dtype !== 'u32' || norm.quantized.numel < words) throw new ShapeError('lora_gemv', `norm.quantized must hold ${words} u32, got ${norm.quantized.numel} ${norm.quantized.dtype}`);
         bind.xq = norm.quantized;
         kernel = f.downNormQuant![ps.length - 1];
@@ -244,7 +240,7 @@ export class LoraGemv {
     let kernel = f.swigluFold;
     if (fold.quantized) {
       if (!this.foldQuantizes(gateP)) throw new ShapeError('lora_gemv', `${gateP.name}: cannot quantize act here (packed dot products and 9 storage buffers a stage needed)`);
-      const words = LoraGemv.quantizedWords(rows, gateP.out);
+      const words = int8GroupWords(rows, gateP.out);
       if (fold.quantized.dtype !== 'u32' || fold.quantized.numel < words) throw new ShapeError('lora_gemv', `fold.quantized must hold ${words} u32, got ${fold.quantized.numel} ${fold.quantized.dtype}`);
       bind.xq = fold.quantized;
       kernel = f.swigluFoldQuant!;

@@ -110,6 +110,12 @@ export interface GemvShape {
 /** The WGSL language extension the int8 GEMV needs. */
 export const DOT4_I8 = 'packed_4x8_integer_dot_product';
 
+/** u32 words of `rows` rows of `cols` values as int8 groups, the form the int8 GEMV of 2 to 8 rows
+ * reads x in (shaders/int8_groups.wgsl: 3 vec4s a group of 32). */
+export function int8GroupWords(rows: number, cols: number): number {
+  return (rows * cols * 12) / Q4_GROUP;
+}
+
 /** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
  * head and stacked 172032x2048 weight (1.97 TB/s; BENCHMARKS.md). Weights of at most SMALL_N rows
  * take other layouts unless the caller fixes one. */
@@ -470,7 +476,7 @@ export class MatmulQ4 {
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
     const [split1, split2] = splitsOf(op, parts, w.n);
     if (given && !(plan.preq && m > 1)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}]) does not take x as int8 groups (takesQuantizedX)`);
-    if (given && (given.dtype !== 'u32' || given.numel < (m * w.k * 12) / Q4_GROUP)) throw new ShapeError(op, `xq must hold ${(m * w.k * 12) / Q4_GROUP} u32, got ${given.numel} ${given.dtype}`);
+    if (given && (given.dtype !== 'u32' || given.numel < int8GroupWords(m, w.k))) throw new ShapeError(op, `xq must hold ${int8GroupWords(m, w.k)} u32, got ${given.numel} ${given.dtype}`);
     const xq = given ?? (plan.int8 && m === 1 ? this.quantize(rec, this.quantize2K, x, 1, w.k) : plan.preq ? this.quantize(rec, this.quantizeK, x, m, w.k) : null);
     if (!lora) {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
@@ -505,7 +511,7 @@ export class MatmulQ4 {
   /** x [m, k] as int8 groups in this instance's scratch: quantize_x for a PREQ layout (3 vec4s a
    * row and group), quantize_x2 for one row's two limbs (5). */
   private quantize(rec: Recorder, kernel: Kernel | null, x: Tensor, m: number, k: number): Tensor {
-    const words = (k * 12) / Q4_GROUP; // 3 vec4s a group: 8 rows hold one row's 5 with room
+    const words = int8GroupWords(1, k); // 3 vec4s a group: 8 rows hold one row's 5 with room
     if (!kernel) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
     if (!this.xq || this.xq.numel < GEMV_MAX_ROWS * words) {
       // Sized for the most rows at this K; a smaller one is never released (calls recorded

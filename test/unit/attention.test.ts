@@ -4,7 +4,7 @@ import { expectClose, finiteDifferences, randUniform } from '../helpers/referenc
 import { dkvSplitsOf } from '../../src/ops/dkvSplits';
 import { Attention, decodeTileFor, tileFor, type AttentionOptions } from '../../src/ops/attention';
 import { KvCache } from '../../src/ops/kvCache';
-import { allocQ4, MatmulQ4 } from '../../src/ops/matmulQ4';
+import { allocQ4, int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
 import { quantizeRef } from '../helpers/q4-reference';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
@@ -734,7 +734,7 @@ describe('attention tiles', () => {
     const tA = gpu.upload(randUniform(r * hq * D, 814), [r, hq * D], 'f32', 'A');
     const [o, o2] = [gpu.tensor([3, hq * D], 'f32', 'o'), gpu.tensor([3, hq * D], 'f32', 'o2')];
     const [parts, parts2] = [gpu.tensor([3 * hq * r], 'f32', 'parts'), gpu.tensor([3 * hq * r], 'f32', 'parts2')];
-    const xq = gpu.tensor([(3 * hq * D * 12) / 32], 'u32', 'xq');
+    const xq = gpu.tensor([int8GroupWords(3, hq * D)], 'u32', 'xq');
     const split = { workspace, chunks: 4 };
     const rec2 = gpu.recorder();
     expect(att.forwardCached(rec2, q, cache, 0, o, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts, quantized: xq } })).toBe(true);

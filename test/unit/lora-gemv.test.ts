@@ -11,7 +11,7 @@ import { createLoraParams, Lora, loraScale } from '../../src/ops/lora';
 import { LoraGemv } from '../../src/ops/loraGemv';
 import { Norms } from '../../src/ops/norms';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
-import { allocQ4, MatmulQ4 } from '../../src/ops/matmulQ4';
+import { allocQ4, int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
 import { quantizeRef } from '../helpers/q4-reference';
 
 describe('lora gemv', () => {
@@ -200,7 +200,7 @@ describe('lora gemv, adapters sharing an input', () => {
     if (op.foldQuantizes(gu[0].p) && rows > 1) {
       // act also as int8 groups: the same act, and down_proj's GEMV given them writes what it
       // writes quantizing act itself, bit for bit.
-      const [tact2, xq] = [gpu.tensor([rows, I], 'f32', 'act2'), gpu.tensor([LoraGemv.quantizedWords(rows, I)], 'u32', 'xq')];
+      const [tact2, xq] = [gpu.tensor([rows, I], 'f32', 'act2'), gpu.tensor([int8GroupWords(rows, I)], 'u32', 'xq')];
       const rec2 = gpu.recorder();
       op.upSwiglu(rec2, gu[0].p, gu[1].p, u, gu[0].y, gu[1].y, tact2, { p: down, parts, quantized: xq });
       await rec2.submit();
@@ -284,7 +284,7 @@ describe('lora gemv, adapters sharing an input', () => {
     const tw = gpu.upload(randUniform(inF, 111, 0.5, 1.5), [inF], 'f32', 'norm_w');
     const [xn, xn2] = [gpu.tensor([rows, inF], 'f32', 'xn'), gpu.tensor([rows, inF], 'f32', 'xn2')];
     const [u, u2] = [gpu.tensor([rows, adapters * r], 'f32', 'u'), gpu.tensor([rows, adapters * r], 'f32', 'u2')];
-    const xq = gpu.tensor([LoraGemv.quantizedWords(rows, inF)], 'u32', 'xq');
+    const xq = gpu.tensor([int8GroupWords(rows, inF)], 'u32', 'xq');
     if (!op.quantizes(ps)) {
       // No packed dot products in this WGSL: the norm refuses to quantize.
       expect(() => op.down(gpu.recorder(), ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: xq })).toThrow(ShapeError);
