@@ -242,8 +242,15 @@ fn gather_u(lid: u32, t: u32) {
   let stride = UP_WG / p.r;
   let j = lid % p.r;
   var s = 0.0;
-  for (var w = lid / p.r; w < np; w += stride) {
-    s += parts[(t * np + w) * p.r + j];
+  // Eight partials in flight a round (down_proj's 96 a row at r = 16 took 24 rounds of L2 latency
+  // one at a time); past the last, a cached reload of it weighted 0.
+  for (var w0 = lid / p.r; w0 < np; w0 += 8u * stride) {
+    var v: array<f32, 8>;
+    for (var h = 0u; h < 8u; h++) {
+      let w = w0 + h * stride;
+      v[h] = select(0.0, parts[(t * np + min(w, np - 1u)) * p.r + j], w < np);
+    }
+    s += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
   }
   fold_sh[lid] = s;
   workgroupBarrier();

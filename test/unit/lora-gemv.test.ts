@@ -307,6 +307,35 @@ describe('lora gemv, adapters sharing an input', () => {
     for (const t of [th, tw, xn, xn2, u, u2, xq, w.codes, w.scales, ...ps.flatMap((p) => [p.A, p.B, p.dA, p.dB])]) t.release();
   });
 
+  it.each([
+    { rows: 8, np: 96, out: 128, r: 16 },
+    { rows: 3, np: 101, out: 64, r: 4 },
+    { rows: 1, np: 7, out: 64, r: 64 },
+  ])('upFromParts: y += s·(Σ partials)·Bᵀ, rounds of partials past the last masked ($rows rows, $np partials a row, out $out, r $r)', async ({ rows, np, out, r }) => {
+    const gpu = await testGpu();
+    const op = await LoraGemv.create(gpu);
+    const p = createLoraParams(gpu, { name: 'down', in: 64, out, r, alpha: 3 });
+    const B = randUniform(out * r, 130);
+    gpu.write(p.B, B);
+    const parts = randUniform(rows * np * r, 131);
+    const y0 = randUniform(rows * out, 132);
+    const [tparts, ty] = [gpu.upload(parts, [rows * np * r], 'f32', 'parts'), gpu.upload(y0, [rows, out], 'f32', 'y')];
+    const rec = gpu.recorder();
+    op.upFromParts(rec, p, tparts, np, ty);
+    await rec.submit();
+    const want = new Float64Array(rows * out);
+    for (let t = 0; t < rows; t++) {
+      const u = Array.from({ length: r }, (_, j) => {
+        let acc = 0;
+        for (let q = 0; q < np; q++) acc += parts[(t * np + q) * r + j];
+        return acc;
+      });
+      for (let c = 0; c < out; c++) want[t * out + c] = y0[t * out + c] + loraScale(p) * u.reduce((a, uj, j) => a + uj * B[c * r + j], 0);
+    }
+    expectClose(await gpu.readF32(ty), want, { rtol: 1e-5, atol: 1e-5 * maxAbs(want), what: 'y' });
+    for (const t of [tparts, ty, p.A, p.B, p.dA, p.dB]) t.release();
+  });
+
   it('rejects groups it cannot take in one call', async () => {
     const gpu = await testGpu();
     const op = await LoraGemv.create(gpu);
