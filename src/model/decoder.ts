@@ -311,7 +311,8 @@ export class Decoder {
     if (!int8 || w.kind !== 'q4' || !this.ops.linear.q4.takesQuantizedX(rows, w.w, true)) return undefined;
     // One for every such input (each GEMV reads it before the next kernel writes it again), sized
     // once for the widest; never released: calls recorded before (a decode tape) may read it.
-    const words = int8GroupWords(GEMV_MAX_ROWS, Math.max(this.config.hiddenSize, this.config.intermediateSize));
+    const { hiddenSize, intermediateSize, numHeads, headDim } = this.config;
+    const words = int8GroupWords(GEMV_MAX_ROWS, Math.max(hiddenSize, intermediateSize, numHeads * headDim));
     this.xq ??= this.gpu.tensor([words], 'u32', 'decoder.xq');
     return this.xq;
   }
