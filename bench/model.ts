@@ -386,9 +386,20 @@ async function kernelTimes(gpu: Gpu, f: () => Promise<unknown>): Promise<KernelT
   return rows.sort((x, y) => y.us - x.us);
 }
 
-/** The GPU time in stream (ms) of what `f` records: its passes as the engine records them. */
+/** The GPU time in stream (ms) of what `f` records (its passes as the engine records them), and
+ * the dispatches of each kernel; those of `omit` left out, those of `shrink` as one workgroup. */
+async function passProfile(gpu: Gpu, f: () => Promise<unknown>, omit: ReadonlySet<Kernel> = new Set(), shrink: ReadonlySet<Kernel> = new Set()) {
+  const prof = gpu.startProfiling('pass', omit, shrink);
+  await f();
+  await gpu.sync();
+  const r = { ms: prof.report().reduce((t, k) => t + k.totalMs, 0), dispatched: new Map(prof.dispatched) };
+  gpu.stopProfiling();
+  return r;
+}
+
+/** The GPU time in stream (ms) of what `f` records. */
 async function gpuMsInStream(gpu: Gpu, f: () => Promise<unknown>): Promise<number> {
-  return (await profiled(gpu, 'pass', f)).reduce((t, k) => t + k.totalMs, 0);
+  return (await passProfile(gpu, f)).ms;
 }
 
 const GiB = 2 ** 30;
@@ -581,20 +592,12 @@ async function main(): Promise<void> {
     // Kernels here are compiled variants (one name covers several: a GEMV's layouts and M).
     const perStepInStream = async (G: number, omit: ReadonlySet<Kernel>, shrink: ReadonlySet<Kernel> = new Set()) => {
       const steps = 16;
-      const run = async (n: number) => {
-        const prof = gpu.startProfiling('pass', omit, shrink);
-        await gen(G, n);
-        await gpu.sync();
-        const ms = prof.report().reduce((t, k) => t + k.totalMs, 0);
-        const calls = new Map([...prof.dispatched].map(([k, d]) => [k, d]));
-        gpu.stopProfiling();
-        return { ms, calls };
-      };
+      const run = (n: number) => passProfile(gpu, () => gen(G, n), omit, shrink);
       const one = [await run(1), await run(1), await run(1)];
       const all = [await run(steps + 1), await run(steps + 1), await run(steps + 1)];
       const perStep = new Map<Kernel, { calls: number; grid: number[] }>();
-      for (const [k, d] of all[0].calls) {
-        const calls = (d.calls - (one[0].calls.get(k)?.calls ?? 0)) / steps;
+      for (const [k, d] of all[0].dispatched) {
+        const calls = (d.calls - (one[0].dispatched.get(k)?.calls ?? 0)) / steps;
         if (calls > 0) perStep.set(k, { calls, grid: d.grid });
       }
       return { ms: (median(all.map((r) => r.ms)) - median(one.map((r) => r.ms))) / steps, perStep };

@@ -13,7 +13,7 @@
 // Memory is O(T·D) in every pass; no [T x T] matrix exists.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { dkvSplitsOf } from './dkvSplits';
-import { DOT4_I8, int8GroupWords } from './matmulQ4';
+import { checkInt8Groups, DOT4_I8 } from './matmulQ4';
 import { UNIFORMS, ZERO_UNIFORMS, type KvCache } from './kvCache';
 
 /** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
@@ -431,8 +431,7 @@ export class Attention {
     const grid = grid1d(rows * hq * FLAT_WG, FLAT_WG);
     if (f?.quantized) {
       if (!this.combineFoldQuant) throw new ShapeError(op, 'fold.quantized needs packed dot products in WGSL and D a multiple of 32 (foldQuantizes)');
-      const words = int8GroupWords(rows, hq * D);
-      if (f.quantized.dtype !== 'u32' || f.quantized.numel < words) throw new ShapeError(op, `fold.quantized must hold ${words} u32, got ${f.quantized.numel} ${f.quantized.dtype}`);
+      checkInt8Groups(op, 'fold.quantized', f.quantized, rows, hq * D);
       rec.dispatch(this.combineFoldQuant, { part: ws, o, a_fold: f.A, fold_parts: f.parts, xq: f.quantized }, grid, u);
     } else if (f) rec.dispatch(this.combineFold, { part: ws, o, a_fold: f.A, fold_parts: f.parts }, grid, u);
     else rec.dispatch(this.combine, { part: ws, o }, grid, u);

@@ -7,7 +7,7 @@
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { loraScale, type LoraParams } from './lora';
-import { DOT4_I8, int8GroupWords, Q4_GROUP } from './matmulQ4';
+import { checkInt8Groups, DOT4_I8, Q4_GROUP } from './matmulQ4';
 
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */
 export const LORA_GEMV_MAX_ROWS = 8;
@@ -189,8 +189,7 @@ export class LoraGemv {
       kernel = f.downNorm[ps.length - 1];
       if (norm.quantized) {
         if (!this.quantizes(ps)) throw new ShapeError('lora_gemv', `${ps[0].name}: cannot quantize the normed rows here (in ${ps[0].in}, r ${ps[0].r}, or no packed dot products)`);
-        const words = int8GroupWords(rows, ps[0].in);
-        if (norm.quantized.dtype !== 'u32' || norm.quantized.numel < words) throw new ShapeError('lora_gemv', `norm.quantized must hold ${words} u32, got ${norm.quantized.numel} ${norm.quantized.dtype}`);
+        checkInt8Groups('lora_gemv', 'norm.quantized', norm.quantized, rows, ps[0].in);
         bind.xq = norm.quantized;
         kernel = f.downNormQuant![ps.length - 1];
       }
@@ -240,8 +239,7 @@ export class LoraGemv {
     let kernel = f.swigluFold;
     if (fold.quantized) {
       if (!this.foldQuantizes(gateP)) throw new ShapeError('lora_gemv', `${gateP.name}: cannot quantize act here (packed dot products and 9 storage buffers a stage needed)`);
-      const words = int8GroupWords(rows, gateP.out);
-      if (fold.quantized.dtype !== 'u32' || fold.quantized.numel < words) throw new ShapeError('lora_gemv', `fold.quantized must hold ${words} u32, got ${fold.quantized.numel} ${fold.quantized.dtype}`);
+      checkInt8Groups('lora_gemv', 'fold.quantized', fold.quantized, rows, gateP.out);
       bind.xq = fold.quantized;
       kernel = f.swigluFoldQuant!;
     }

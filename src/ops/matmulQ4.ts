@@ -116,6 +116,12 @@ export function int8GroupWords(rows: number, cols: number): number {
   return (rows * cols * 12) / Q4_GROUP;
 }
 
+/** Throws ShapeError unless t (named `what` in op's message) holds `rows` rows of `cols` values as int8 groups. */
+export function checkInt8Groups(op: string, what: string, t: Tensor, rows: number, cols: number): void {
+  const words = int8GroupWords(rows, cols);
+  if (t.dtype !== 'u32' || t.numel < words) throw new ShapeError(op, `${what} must hold ${words} u32 (${rows} rows of ${cols} as int8 groups), got ${t.numel} ${t.dtype}`);
+}
+
 /** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
  * head and stacked 172032x2048 weight (1.97 TB/s; BENCHMARKS.md). Weights of at most SMALL_N rows
  * take other layouts unless the caller fixes one. */
@@ -233,11 +239,15 @@ export interface GemvCall {
   int8?: boolean;
   /** An adapter's up product added as y is stored. */
   lora?: GemvLora;
-  /** x already as int8 groups (LoraGemv's norm leaves it so), for a call that takes it
-   * (takesQuantizedX): no quantize dispatch. x is still checked and bound. */
+  /** x already as int8 groups (the kernel that wrote x left them: a norm's LoRA down, the SwiGLU,
+   * the attention combine), for a call that takes them (takesQuantizedX): no quantize dispatch.
+   * x is still checked and bound. */
   xq?: Tensor;
 }
 const NONE: GemvCall = {};
+
+/** Whether a call of m rows on a plan reads x as int8 groups (quantize_x's; one row takes two limbs instead). */
+const readsGroups = (plan: GemvPlan, m: number) => plan.preq && m > 1;
 const INT8: GemvCall = { int8: true };
 
 /** A LoRA update the GEMV adds as it stores y: y += s·u·Bᵀ, with u [M, r] the sum of `perRow`
@@ -475,8 +485,10 @@ export class MatmulQ4 {
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
     const [split1, split2] = splitsOf(op, parts, w.n);
-    if (given && !(plan.preq && m > 1)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}]) does not take x as int8 groups (takesQuantizedX)`);
-    if (given && (given.dtype !== 'u32' || given.numel < int8GroupWords(m, w.k))) throw new ShapeError(op, `xq must hold ${int8GroupWords(m, w.k)} u32, got ${given.numel} ${given.dtype}`);
+    if (given) {
+      if (!readsGroups(plan, m)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}]) does not take x as int8 groups (takesQuantizedX)`);
+      checkInt8Groups(op, 'xq', given, m, w.k);
+    }
     const xq = given ?? (plan.int8 && m === 1 ? this.quantize(rec, this.quantize2K, x, 1, w.k) : plan.preq ? this.quantize(rec, this.quantizeK, x, m, w.k) : null);
     if (!lora) {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
@@ -525,7 +537,7 @@ export class MatmulQ4 {
   /** Whether a gemv of m rows on weight w (int8 allowed) reads x as int8 groups that the caller
    * may give ready-made (GemvCall.xq: 3 vec4s a row and group of 32, quantize_x's layout). */
   takesQuantizedX(m: number, w: Q4Weight, int8: boolean): boolean {
-    return m > 1 && m <= GEMV_MAX_ROWS && this.plan(this.layoutFor(m, w.n, w.k, int8), w.k).preq;
+    return m <= GEMV_MAX_ROWS && readsGroups(this.plan(this.layoutFor(m, w.n, w.k, int8), w.k), m);
   }
 
   /** Whether gemv can add a rank-r adapter's update, from `perRow` partials of u a row, to m rows
