@@ -13,7 +13,7 @@
 // Memory is O(T·D) in every pass; no [T x T] matrix exists.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { dkvSplitsOf } from './dkvSplits';
-import { checkInt8Groups, DOT4_I8 } from './matmulQ4';
+import { checkWrittenInt8Groups, DOT4_I8 } from './matmulQ4';
 import { UNIFORMS, ZERO_UNIFORMS, type KvCache } from './kvCache';
 
 /** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
@@ -23,8 +23,8 @@ export interface AttentionFold {
   r: number;
   /** Receives [rows, Hq, r] partials (summed by LoraGemv.upFromParts with Hq of them a row). */
   parts: Tensor;
-  /** Receives the merged rows also as int8 groups, the form MatmulQ4.gemv's `xq` takes (u32, 3
-   * vec4s a group of 32; where Attention.foldQuantizes). */
+  /** Receives the merged rows (2 to 8) also as int8 groups, the form MatmulQ4.gemv's `xq` takes
+   * (u32, int8GroupWords; where Attention.foldQuantizes). */
   quantized?: Tensor;
 }
 
@@ -431,7 +431,7 @@ export class Attention {
     const grid = grid1d(rows * hq * FLAT_WG, FLAT_WG);
     if (f?.quantized) {
       if (!this.combineFoldQuant) throw new ShapeError(op, 'fold.quantized needs packed dot products in WGSL and D a multiple of 32 (foldQuantizes)');
-      checkInt8Groups(op, 'fold.quantized', f.quantized, rows, hq * D);
+      checkWrittenInt8Groups(op, 'fold.quantized', f.quantized, rows, hq * D);
       rec.dispatch(this.combineFoldQuant, { part: ws, o, a_fold: f.A, fold_parts: f.parts, xq: f.quantized }, grid, u);
     } else if (f) rec.dispatch(this.combineFold, { part: ws, o, a_fold: f.A, fold_parts: f.parts }, grid, u);
     else rec.dispatch(this.combine, { part: ws, o }, grid, u);

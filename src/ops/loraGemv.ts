@@ -7,7 +7,7 @@
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { loraScale, type LoraParams } from './lora';
-import { checkInt8Groups, DOT4_I8, Q4_GROUP } from './matmulQ4';
+import { checkWrittenInt8Groups, DOT4_I8, Q4_GROUP } from './matmulQ4';
 
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */
 export const LORA_GEMV_MAX_ROWS = 8;
@@ -20,8 +20,8 @@ export interface LoraInputNorm {
   eps: number;
   /** [rows, in]: receives the normed rows. */
   out: Tensor;
-  /** Receives the normed rows also as int8 groups, the form MatmulQ4.gemv's `xq` takes (u32,
-   * int8GroupWords; in a multiple of 32 and of 4, r of 4): the GEMV after needs no
+  /** Receives the normed rows (2 to 8) also as int8 groups, the form MatmulQ4.gemv's `xq` takes
+   * (u32, int8GroupWords; in a multiple of 32 and of 4, r of 4): the GEMV after needs no
    * quantize dispatch. Where WGSL lacks packed 4x8 integer dot products, LoraGemv.quantizes is false. */
   quantized?: Tensor;
 }
@@ -48,8 +48,8 @@ export interface LoraFold {
   p: LoraParams;
   /** [rows, in / 64, r] at least (LoraGemv.foldParts a row). */
   parts: Tensor;
-  /** Receives act also as int8 groups, the form MatmulQ4.gemv's `xq` takes for down_proj's GEMV
-   * (u32, int8GroupWords; where LoraGemv.foldQuantizes). */
+  /** Receives act (2 to 8 rows) also as int8 groups, the form MatmulQ4.gemv's `xq` takes for
+   * down_proj's GEMV (u32, int8GroupWords; where LoraGemv.foldQuantizes). */
   quantized?: Tensor;
 }
 
@@ -189,7 +189,7 @@ export class LoraGemv {
       kernel = f.downNorm[ps.length - 1];
       if (norm.quantized) {
         if (!this.quantizes(ps)) throw new ShapeError('lora_gemv', `${ps[0].name}: cannot quantize the normed rows here (in ${ps[0].in}, r ${ps[0].r}, or no packed dot products)`);
-        checkInt8Groups('lora_gemv', 'norm.quantized', norm.quantized, rows, ps[0].in);
+        checkWrittenInt8Groups('lora_gemv', 'norm.quantized', norm.quantized, rows, ps[0].in);
         bind.xq = norm.quantized;
         kernel = f.downNormQuant![ps.length - 1];
       }
@@ -239,7 +239,7 @@ export class LoraGemv {
     let kernel = f.swigluFold;
     if (fold.quantized) {
       if (!this.foldQuantizes(gateP)) throw new ShapeError('lora_gemv', `${gateP.name}: cannot quantize act here (packed dot products and 9 storage buffers a stage needed)`);
-      checkInt8Groups('lora_gemv', 'fold.quantized', fold.quantized, rows, gateP.out);
+      checkWrittenInt8Groups('lora_gemv', 'fold.quantized', fold.quantized, rows, gateP.out);
       bind.xq = fold.quantized;
       kernel = f.swigluFoldQuant!;
     }

@@ -110,16 +110,24 @@ export interface GemvShape {
 /** The WGSL language extension the int8 GEMV needs. */
 export const DOT4_I8 = 'packed_4x8_integer_dot_product';
 
-/** u32 words of `rows` rows of `cols` values as int8 groups, the form the int8 GEMV of 2 to 8 rows
- * reads x in (shaders/int8_groups.wgsl: 3 vec4s a group of 32). */
+/** u32 words of `rows` rows of `cols` values as int8 groups, the form the int8 GEMV reads x in
+ * (shaders/int8_groups.wgsl): 2 to 8 rows in one limb, 3 vec4s a row and group of 32; one row in
+ * two limbs, 5 vec4s a group. */
 export function int8GroupWords(rows: number, cols: number): number {
-  return (rows * cols * 12) / Q4_GROUP;
+  return ((rows === 1 ? 20 : rows * 12) * cols) / Q4_GROUP;
 }
 
 /** Throws ShapeError unless t (named `what` in op's message) holds `rows` rows of `cols` values as int8 groups. */
 export function checkInt8Groups(op: string, what: string, t: Tensor, rows: number, cols: number): void {
   const words = int8GroupWords(rows, cols);
   if (t.dtype !== 'u32' || t.numel < words) throw new ShapeError(op, `${what} must hold ${words} u32 (${rows} rows of ${cols} as int8 groups), got ${t.numel} ${t.dtype}`);
+}
+
+/** checkInt8Groups for a kernel that writes the groups as it writes x (shaders/int8_groups.wgsl,
+ * store_xq_group): one limb, so 2 to 8 rows (one row's groups are two limbs). */
+export function checkWrittenInt8Groups(op: string, what: string, t: Tensor, rows: number, cols: number): void {
+  if (rows < 2) throw new ShapeError(op, `${what}: one row of x as int8 groups is two limbs, which this kernel does not write`);
+  checkInt8Groups(op, what, t, rows, cols);
 }
 
 /** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
@@ -187,6 +195,12 @@ const SMALL_FEW_ROWS: GemvShape = { threadsPerRow: 64, groups: 4 };
 const LARGE_ROWS: GemvShape = { threadsPerRow: 8, groups: 32 };
 const MID_ROWS: GemvShape = { threadsPerRow: 16, groups: 16 };
 const SMALL_MANY: GemvShape = { threadsPerRow: 64, groups: 2, xDirect: true };
+/** One row of x on at most SMALL_N rows (f32 x) takes SMALL_MANY on at most 2048 rows or a K over
+ * 2048, MID_8K on more than 8192 rows and this between. H100 in stream, cold weights
+ * (`node .bench/gemvOneRow.mjs`), against 64 lanes x 4 row blocks staging x (before): 2048x2048
+ * 5.60 µs (5.78), 4096x2048 6.93 (7.40), 12288x2048 11.71 (14.11), 2048x6144 9.83 (11.08); a
+ * decode step of one sequence 2.42 -> 2.34 ms of GPU time. */
+const ONE_MID: GemvShape = { threadsPerRow: 32, groups: 4 };
 /** Joined q/k/v (4096 rows) and gate/up (12288) weights, K = 2048 (H100 sweeps at M = 2 and 8, in
  * stream), and the other layouts again for 5..8 rows, workgroups sized to about one per SM. M = 2:
  * 4096 rows 32 lanes x 8 blocks, 7.8 µs (16x16: 10.0); 12288 rows 16x8, 14.5 (15.7). M = 8: 4096
@@ -215,8 +229,7 @@ const I8Q_HEAD: GemvShape = { threadsPerRow: 8, groups: 8, int8: true, preq: tru
 /** One row of x on the LM head (decode of one sequence) in two int8 limbs: on the H100 in stream
  * 66.8 µs a call with quantize_x2 (2.62 TB/s; ~5 µs of it the quantize) against 78.4 for the best
  * f32 layout; 32 lanes a row block reduced through workgroup memory (subgroup shuffles: 87.5 µs;
- * one block a workgroup: 66.4). Smaller weights keep f32 at one row: their call is a dispatch's
- * fixed cost, which quantize_x2 would double. */
+ * one block a workgroup: 66.4). */
 const I8X2_HEAD: GemvShape = { threadsPerRow: 32, groups: 2, int8: true, preq: true };
 
 const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', k_chunk: 'u32' } as const;
@@ -239,15 +252,16 @@ export interface GemvCall {
   int8?: boolean;
   /** An adapter's up product added as y is stored. */
   lora?: GemvLora;
-  /** x already as int8 groups (the kernel that wrote x left them: a norm's LoRA down, the SwiGLU,
-   * the attention combine), for a call that takes them (takesQuantizedX): no quantize dispatch.
-   * x is still checked and bound. */
+  /** x already as int8 groups (int8GroupWords' layout: left by the kernel that wrote x, a norm's
+   * LoRA down, the SwiGLU or the attention combine, or by quantizeX), for a call that takes them
+   * (takesQuantizedX): no quantize dispatch. x is still checked and bound. */
   xq?: Tensor;
 }
 const NONE: GemvCall = {};
 
-/** Whether a call of m rows on a plan reads x as int8 groups (quantize_x's; one row takes two limbs instead). */
-const readsGroups = (plan: GemvPlan, m: number) => plan.preq && m > 1;
+/** Whether a call of m rows on a plan reads x as int8 groups (quantize_x's; one row takes two limbs,
+ * quantize_x2's, on every int8 layout). */
+const readsGroups = (plan: GemvPlan, m: number) => plan.int8 && (m === 1 || plan.preq);
 const INT8: GemvCall = { int8: true };
 
 /** A LoRA update the GEMV adds as it stores y: y += s·u·Bᵀ, with u [M, r] the sum of `perRow`
@@ -320,7 +334,7 @@ export class MatmulQ4 {
     const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, splitSumK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K, gemmSplit);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
-    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K]) mm.plan(g, 1 << 20);
+    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K, ONE_MID]) mm.plan(g, 1 << 20);
     if (opts.gemv || opts.int8 === false || !gpu.hasWgsl(DOT4_I8)) return mm;
     // By default the int8 layouts where this device's workgroup memory holds them all (WebGPU's
     // default 16 KiB does not; the f32 layouts serve every call there).
@@ -337,6 +351,8 @@ export class MatmulQ4 {
   private layoutFor(m: number, n: number, k: number, int8: boolean): GemvShape {
     if (this.fixed) return this.fixed;
     if (!(int8 && this.int8)) return this.f32Layout(m, n, k);
+    // One row takes f32 x but on the LM head: two int8 limbs on the decoder's weights, even given
+    // by the kernel before (GemvCall.xq), cost more in a decode step than f32 (BENCHMARKS.md).
     if (m === 1) return n > SMALL_N ? I8X2_HEAD : this.f32Layout(m, n, k);
     if (n > SMALL_N) return m > 4 ? I8Q_HEAD : this.f32Layout(m, n, k);
     return I8Q_ROWS;
@@ -356,7 +372,9 @@ export class MatmulQ4 {
       if (n > 4096) return MID_ROWS;
       return n > 2048 ? FEW_4K : SMALL_FEW_ROWS;
     }
-    return n > SMALL_N ? DEFAULT_GEMV : SMALL_FEW_ROWS;
+    if (n > SMALL_N) return DEFAULT_GEMV;
+    if (k > 2048 || n <= 2048) return SMALL_MANY;
+    return n > 8192 ? MID_8K : ONE_MID;
   }
 
   /** The plan of a layout for K columns: lanes per row block are capped at the groups a row has
@@ -523,19 +541,35 @@ export class MatmulQ4 {
   /** x [m, k] as int8 groups in this instance's scratch: quantize_x for a PREQ layout (3 vec4s a
    * row and group), quantize_x2 for one row's two limbs (5). */
   private quantize(rec: Recorder, kernel: Kernel | null, x: Tensor, m: number, k: number): Tensor {
-    const words = int8GroupWords(1, k); // 3 vec4s a group: 8 rows hold one row's 5 with room
-    if (!kernel) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
-    if (!this.xq || this.xq.numel < GEMV_MAX_ROWS * words) {
+    const words = int8GroupWords(GEMV_MAX_ROWS, k); // holds one row's two limbs too
+    if (!this.xq || this.xq.numel < words) {
       // Sized for the most rows at this K; a smaller one is never released (calls recorded
       // before may still read it).
-      this.xq = this.gpu.tensor([GEMV_MAX_ROWS * words], 'u32', 'matmul_q4.xq');
+      this.xq = this.gpu.tensor([words], 'u32', 'matmul_q4.xq');
     }
-    rec.dispatch(kernel, { x, xq_out: this.xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA, k_chunk: k });
+    this.quantizeInto(rec, kernel, x, this.xq, m, k);
     return this.xq;
   }
 
+  private quantizeInto(rec: Recorder, kernel: Kernel | null, x: Tensor, xq: Tensor, m: number, k: number): void {
+    if (!kernel) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
+    rec.dispatch(kernel, { x, xq_out: xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA, k_chunk: k });
+  }
+
+  /** x [m, k] (1 to 8 rows, k a multiple of 32) into xq as int8 groups (int8GroupWords' layout), for
+   * gemv calls that take them (GemvCall.xq): one quantize dispatch for several products of x. */
+  quantizeX(rec: Recorder, x: Tensor, xq: Tensor): void {
+    const op = 'matmulQ4.quantizeX';
+    const k = x.shape[x.shape.length - 1];
+    const m = x.numel / k;
+    if (m < 1 || m > GEMV_MAX_ROWS || k % Q4_GROUP !== 0) throw new ShapeError(op, `takes 1 to ${GEMV_MAX_ROWS} rows of a multiple of ${Q4_GROUP} columns, got [${x.shape.join(', ')}]`);
+    this.checkF32(op, 'x', x, m, k);
+    checkInt8Groups(op, 'xq', xq, m, k);
+    this.quantizeInto(rec, m === 1 ? this.quantize2K : this.quantizeK, x, xq, m, k);
+  }
+
   /** Whether a gemv of m rows on weight w (int8 allowed) reads x as int8 groups that the caller
-   * may give ready-made (GemvCall.xq: 3 vec4s a row and group of 32, quantize_x's layout). */
+   * may give ready-made (GemvCall.xq, int8GroupWords' layout). */
   takesQuantizedX(m: number, w: Q4Weight, int8: boolean): boolean {
     return m <= GEMV_MAX_ROWS && readsGroups(this.plan(this.layoutFor(m, w.n, w.k, int8), w.k), m);
   }

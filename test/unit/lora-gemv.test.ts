@@ -3,16 +3,17 @@
 // down dispatch); two or
 // three adapters on one input in one call, the input's RMSNorm inside the down dispatch, and the
 // gate/up pair fused with SwiGLU (and down_proj's down product folded into it), the normed rows
-// also as int8 groups for the 4-bit GEMV after; scalar and vec4 kernels (in and r multiples of 4).
+// also as int8 groups for the 4-bit GEMV after (2 to 8 rows; one row's would be two limbs, which
+// they refuse); scalar and vec4 kernels (in and r multiples of 4).
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { createLoraParams, Lora, loraScale } from '../../src/ops/lora';
 import { LoraGemv } from '../../src/ops/loraGemv';
 import { Norms } from '../../src/ops/norms';
-import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
+import { ShapeError } from '../../src/gpu';
 import { allocQ4, int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
-import { quantizeRef } from '../helpers/q4-reference';
+import { gemvGivenAndSelfQuantized } from '../helpers/int8Groups';
 
 describe('lora gemv', () => {
   it.each([
@@ -70,26 +71,6 @@ function loraRef(x: Float32Array, A: Float32Array, B: Float32Array, y0: Float32A
     }
   }
   return want;
-}
-
-/** A 4-bit GEMV of x [rows, k] given its int8 groups xq, and the same GEMV quantizing x itself:
- * both outputs (the first call must read xq: MatmulQ4.takesQuantizedX). */
-async function gemvGivenAndSelfQuantized(gpu: Gpu, mm: MatmulQ4, x: Tensor, xq: Tensor): Promise<[Float32Array, Float32Array]> {
-  const [rows, k] = x.shape;
-  const n = 70;
-  const q = quantizeRef(randUniform(n * k, 112, -0.1, 0.1), n, k);
-  const w = allocQ4(gpu, n, k, 'w');
-  gpu.write(w.codes, q.codes);
-  gpu.write(w.scales, q.scales);
-  expect(mm.takesQuantizedX(rows, w, true)).toBe(true);
-  const [y, y2] = [gpu.tensor([rows, n], 'f32', 'y'), gpu.tensor([rows, n], 'f32', 'y2')];
-  const rec = gpu.recorder();
-  mm.gemv(rec, x, w, y, false, { int8: true, xq });
-  mm.gemv(rec, x, w, y2, false, { int8: true });
-  await rec.submit();
-  const out: [Float32Array, Float32Array] = [await gpu.readF32(y), await gpu.readF32(y2)];
-  for (const t of [y, y2, w.codes, w.scales]) t.release();
-  return out;
 }
 
 const maxAbs = (v: ArrayLike<number>) => Array.from(v).reduce((m, x) => Math.max(m, Math.abs(x)), 0);
@@ -197,7 +178,10 @@ describe('lora gemv, adapters sharing an input', () => {
     expectClose(await gpu.readF32(tact), act, { rtol: 1e-5, atol: 1e-5 * maxAbs(act), what: 'act' });
     const want = loraRef(Float32Array.from(await gpu.readF32(tact)), Ad, Bd, h0, rows, I, out, r, loraScale(down));
     expectClose(await gpu.readF32(th), want, { rtol: 1e-5, atol: 1e-5 * maxAbs(want), what: 'h + down_proj update' });
-    if (op.foldQuantizes(gu[0].p) && rows > 1) {
+    if (op.foldQuantizes(gu[0].p) && rows === 1) {
+      // One row's int8 groups are two limbs, which the fold does not write.
+      expect(() => op.upSwiglu(gpu.recorder(), gu[0].p, gu[1].p, u, gu[0].y, gu[1].y, tact, { p: down, parts, quantized: gpu.tensor([int8GroupWords(1, I)], 'u32', 'xq1') })).toThrow(ShapeError);
+    } else if (op.foldQuantizes(gu[0].p)) {
       // act also as int8 groups: the same act, and down_proj's GEMV given them writes what it
       // writes quantizing act itself, bit for bit.
       const [tact2, xq] = [gpu.tensor([rows, I], 'f32', 'act2'), gpu.tensor([int8GroupWords(rows, I)], 'u32', 'xq')];
@@ -205,7 +189,7 @@ describe('lora gemv, adapters sharing an input', () => {
       op.upSwiglu(rec2, gu[0].p, gu[1].p, u, gu[0].y, gu[1].y, tact2, { p: down, parts, quantized: xq });
       await rec2.submit();
       expect(await gpu.readF32(tact2)).toEqual(await gpu.readF32(tact));
-      const [given, self] = await gemvGivenAndSelfQuantized(gpu, await MatmulQ4.create(gpu), tact2, xq);
+      const [given, self] = await gemvGivenAndSelfQuantized(gpu, tact2, xq);
       expect(given).toEqual(self);
       expect(maxAbs(given)).toBeGreaterThan(0);
       tact2.release();
@@ -272,7 +256,8 @@ describe('lora gemv, adapters sharing an input', () => {
     { rows: 2, inF: 96, r: 4, adapters: 2 },
     { rows: 8, inF: 512, r: 8, adapters: 3 },
     { rows: 5, inF: 64, r: 16, adapters: 3 },
-  ])('the normed rows also as int8 groups: the 4-bit GEMV given them writes what it writes quantizing them itself, bit for bit ($rows rows, in $inF, r $r, $adapters adapters)', async ({ rows, inF, r, adapters }) => {
+    { rows: 1, inF: 96, r: 4, adapters: 3 },
+  ])('the normed rows also as int8 groups: the 4-bit GEMV given them writes what it writes quantizing them itself, bit for bit; one row refused ($rows rows, in $inF, r $r, $adapters adapters)', async ({ rows, inF, r, adapters }) => {
     const gpu = await testGpu();
     const [op, mm] = await Promise.all([LoraGemv.create(gpu), MatmulQ4.create(gpu)]);
     const ps = Array.from({ length: adapters }, (_, g) => {
@@ -290,13 +275,18 @@ describe('lora gemv, adapters sharing an input', () => {
       expect(() => op.down(gpu.recorder(), ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: xq })).toThrow(ShapeError);
       return;
     }
+    if (rows === 1) {
+      // One row's int8 groups are two limbs, which the norm does not write.
+      expect(() => op.down(gpu.recorder(), ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: xq })).toThrow(ShapeError);
+      return;
+    }
     const rec = gpu.recorder();
     op.down(rec, ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: xq });
     op.down(rec, ps, th, u2, { weight: tw, eps: 1e-6, out: xn2 });
     await rec.submit();
     expect(await gpu.readF32(xn)).toEqual(await gpu.readF32(xn2));
     expect(await gpu.readF32(u)).toEqual(await gpu.readF32(u2));
-    const [given, self] = await gemvGivenAndSelfQuantized(gpu, mm, xn, xq);
+    const [given, self] = await gemvGivenAndSelfQuantized(gpu, xn, xq);
     expect(given).toEqual(self);
     expect(maxAbs(given)).toBeGreaterThan(0);
     // Too few words, or a call that reads f32 x, are refused.

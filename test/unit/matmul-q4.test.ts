@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { finiteDifferences, randNormal, randUniform } from '../helpers/reference';
 import { dequantizeRef, matmulAB, matmulABt, quantizeRef } from '../helpers/q4-reference';
-import { allocQ4, DOT4_I8, gemmSplitOf, MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
+import { allocQ4, DOT4_I8, gemmSplitOf, int8GroupWords, MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
 import { MissingFeatureError, ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
 const MS_GEMV = [1, 2, 3, 4, 5, 6, 7, 8];
@@ -155,10 +155,57 @@ describe('4-bit matmul', () => {
     for (const [gemv, ms] of layouts) await checkForward(gpu, await MatmulQ4.create(gpu, { gemv }), 'gemv', ms, ` int8 ${JSON.stringify(gemv)}`, true);
   });
 
+  it('one row given x in two limbs (GemvCall.xq, from quantizeX) writes, bit for bit, what the layout writes quantizing x itself, within the two-limb bound: two int8 layouts and the LM head\'s by default; the decoder\'s weights stay f32', async () => {
+    const gpu = await testGpu();
+    const byDefault = await MatmulQ4.create(gpu);
+    const small = weight(gpu, 70, 64, 1);
+    if (!gpu.hasWgsl(DOT4_I8)) {
+      expect(byDefault.takesQuantizedX(1, small.w, true)).toBe(false);
+      return;
+    }
+    // One row on at most 16384 rows of W takes f32 x by default, int8 allowed or not.
+    expect(byDefault.takesQuantizedX(1, small.w, true)).toBe(false);
+    // [n, k, the instance]: fixed two-limb layouts, and the default on more rows than 16384.
+    const shapes = [
+      [70, 64, await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 32, groups: 1, int8: true, preq: true } })],
+      [70, 2080, await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 64, groups: 1, int8: true, preq: true } })],
+      [16400, 64, byDefault],
+    ] as const;
+    const rec = gpu.recorder();
+    const cases = [];
+    for (const [n, k, mm] of shapes) {
+      const { w, deq } = weight(gpu, n, k, n + k);
+      const x = randUniform(k, n + k + 1);
+      x.fill(0, 0, 32); // an all-zero group: scale 0
+      const tx = gpu.upload(x, [1, k], 'f32', 'x');
+      const xq = gpu.tensor([int8GroupWords(1, k)], 'u32', 'xq');
+      const [given, self] = [gpu.tensor([1, n], 'f32', 'y'), gpu.tensor([1, n], 'f32', 'y2')];
+      expect(mm.takesQuantizedX(1, w, true)).toBe(true);
+      mm.quantizeX(rec, tx, xq);
+      mm.gemv(rec, tx, w, given, false, { int8: true, xq });
+      mm.gemv(rec, tx, w, self, false, { int8: true });
+      cases.push({ n, k, w, deq, x, tx, xq, given, self });
+    }
+    await rec.submit();
+    for (const { n, k, w, deq, x, tx, xq, given, self } of cases) {
+      const { y, mag } = matmulABt(x, deq, 1, n, k);
+      const got = await gpu.readF32(given);
+      expectMatmulClose(got, y, mag, `given two limbs N=${n} K=${k}`, int8Bound(x, deq, 1, n, k));
+      expect([...got]).toEqual([...(await gpu.readF32(self))]);
+      release(tx, xq, given, self, w.codes, w.scales);
+    }
+    // xq too small for x's two limbs, or a row count quantizeX does not take.
+    const x = gpu.tensor([1, 64], 'f32', 'x');
+    const fixed = shapes[0][2];
+    expect(() => fixed.gemv(gpu.recorder(), x, small.w, gpu.tensor([1, 70], 'f32', 'y'), false, { int8: true, xq: gpu.tensor([int8GroupWords(1, 64) - 1], 'u32', 'short') })).toThrow(ShapeError);
+    expect(() => fixed.quantizeX(gpu.recorder(), x, gpu.tensor([int8GroupWords(1, 64) - 1], 'u32', 'short'))).toThrow(ShapeError);
+    expect(() => fixed.quantizeX(gpu.recorder(), gpu.tensor([9, 64], 'f32', 'x9'), gpu.tensor([int8GroupWords(8, 128)], 'u32', 'big'))).toThrow(ShapeError);
+  });
+
   it('GEMV with a LoRA epilogue adds s·u·Bᵀ, u the sum of each row\'s partials, for 1 to 8 rows, f32 and int8 x (one row: two limbs)', async () => {
     const gpu = await testGpu();
     const byDefault = await MatmulQ4.create(gpu);
-    // One row takes int8 x (two limbs) on the LM head only by default: a fixed int8 layout here.
+    // One row takes int8 x (two limbs) by default on the LM head, or given them: a fixed int8 layout here.
     const oneRowInt8 = gpu.hasWgsl(DOT4_I8) ? await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 8, groups: 2, int8: true, preq: true } }) : null;
     const rec = gpu.recorder();
     const cases = [];
