@@ -886,7 +886,11 @@ fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
       let c = 32u * qg + 4u * j;
       v[j] = vec4f(fo_sh[c], fo_sh[c + 1u], fo_sh[c + 2u], fo_sh[c + 3u]);
     }
-    store_xq_group(i * (D / 32u) + qg, v);
+    let qv = quantize_group(v);
+    let at = 3u * (i * (D / 32u) + qg);
+    xq[at] = qv[0];
+    xq[at + 1u] = qv[1];
+    xq[at + 2u] = qv[2];
   }
 #endif
 }

@@ -1,7 +1,7 @@
 // Groups of 32 f32 values as int8, the form the 4-bit GEMV's int8 kernels read: included by
-// matmul_q4.wgsl, which quantizes x itself, and (with QUANT, beside their `xq` binding) by
-// lora_gemv.wgsl and attention.wgsl, whose kernels can leave the x they write quantized for the
-// GEMV after them. Needs WGSL's packed_4x8_integer_dot_product (pack4xI8Clamp).
+// matmul_q4.wgsl, which quantizes x itself, and by lora_gemv.wgsl and attention.wgsl, whose
+// kernels can leave the x they write quantized for the GEMV after them. Needs WGSL's
+// packed_4x8_integer_dot_product (pack4xI8Clamp).
 
 const I8_BIAS = 0x4B400000i;  // 1.5·2^23 as f32 bits: an integer n, |n| < 2^22, added is the float 1.5·2^23 + n
 
@@ -46,14 +46,3 @@ fn quantize_group(v: array<vec4<f32>, 8>) -> array<vec4<u32>, 3> {
   let l = pack_limb(q);
   return array<vec4<u32>, 3>(l.p[0], l.p[1], vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * l.sum), 0u, 0u));
 }
-
-#if QUANT
-// Group i (numbered row-major over the rows' groups) of the x a kernel writes, into its `xq` for
-// the int8 GEMV of 2 to 8 rows after it: one limb, 3 vec4s a group (matmulQ4.ts, int8GroupWords).
-fn store_xq_group(i: u32, v: array<vec4<f32>, 8>) {
-  let q = quantize_group(v);
-  xq[3u * i] = q[0];
-  xq[3u * i + 1u] = q[1];
-  xq[3u * i + 2u] = q[2];
-}
-#endif

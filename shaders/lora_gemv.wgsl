@@ -165,8 +165,8 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
   }
 #if QUANT
   // This workgroup's whole groups of 32 (8 vec4s) of the normed row, a thread each: the values, as
-  // below, and the group as int8 (xq, int8_groups.wgsl's store_xq_group) for the 4-bit GEMV after,
-  // which then needs no quantize dispatch of its own.
+  // below, and the group as int8 (xq, quantize_x's layout in matmul_q4.wgsl) for the 4-bit GEMV
+  // after, which then needs no quantize dispatch of its own.
   let groups = kw / 8u;
   let per = (groups + width - 1u) / width;
   let g_end = min(groups, (e + 1u) * per);
@@ -177,7 +177,11 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
       v[j] = (x[xr + kk] * rstd) * norm_w[kk];
       xn[xr + kk] = v[j];
     }
-    store_xq_group(t * groups + g, v);
+    let q = quantize_group(v);
+    let at = 3u * (t * groups + g);
+    xq[at] = q[0];
+    xq[at + 1u] = q[1];
+    xq[at + 2u] = q[2];
   }
 #else
   // This workgroup's slice of the normed row, as rmsnorm_fwd: (h·rstd)·w.
@@ -307,7 +311,11 @@ fn lora_up(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
       let c = 32u * qg + 4u * j;
       v[j] = vec4f(fold_sh[c], fold_sh[c + 1u], fold_sh[c + 2u], fold_sh[c + 3u]);
     }
-    store_xq_group(e0 / 32u + qg, v);
+    let q = quantize_group(v);
+    let at = 3u * (e0 / 32u + qg);
+    xq[at] = q[0];
+    xq[at + 1u] = q[1];
+    xq[at + 2u] = q[2];
   }
 #endif
 #endif

@@ -123,8 +123,8 @@ export function checkInt8Groups(op: string, what: string, t: Tensor, rows: numbe
   if (t.dtype !== 'u32' || t.numel < words) throw new ShapeError(op, `${what} must hold ${words} u32 (${rows} rows of ${cols} as int8 groups), got ${t.numel} ${t.dtype}`);
 }
 
-/** checkInt8Groups for a kernel that writes the groups as it writes x (shaders/int8_groups.wgsl,
- * store_xq_group): one limb, so 2 to 8 rows (one row's groups are two limbs). */
+/** checkInt8Groups for a kernel that writes the groups as it writes x (quantize_group of
+ * shaders/int8_groups.wgsl): one limb, so 2 to 8 rows (one row's groups are two limbs). */
 export function checkWrittenInt8Groups(op: string, what: string, t: Tensor, rows: number, cols: number): void {
   if (rows < 2) throw new ShapeError(op, `${what}: one row of x as int8 groups is two limbs, which this kernel does not write`);
   checkInt8Groups(op, what, t, rows, cols);

@@ -1,6 +1,6 @@
-// The 4-bit GEMV at one row of x (decode of one sequence) on the decoder's weights, every layout
-// matmulQ4.ts chooses among: f32 x, and x in two int8 limbs given ready-made (GemvCall.xq, as the
-// kernel before the GEMV writes it in decode) or quantized by the GEMV's own quantize_x2 dispatch.
+// The 4-bit GEMV at one row of x (decode of one sequence) on the decoder's weights: f32 x in the
+// layouts matmulQ4.ts chooses among (the default first), and x in two int8 limbs, given ready-made
+// (GemvCall.xq) or quantized by the GEMV's own quantize_x2 dispatch.
 // In stream per call (src/bench/harness.ts's measure), the weight's copies cycled past L2.
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/gemvOneRow.mjs [--quick]
@@ -39,7 +39,7 @@ const gpu = await createNodeGpu({ dawnFlags: ['disable-dawn-features=timestamp_q
 const fill = await Filler.create(gpu);
 const f32s = await Promise.all(F32.map((g) => MatmulQ4.create(gpu, g ? { gemv: g } : { int8: false })));
 const i8s = await Promise.all(I8X2.map((g) => MatmulQ4.create(gpu, { gemv: g })));
-const byDefault = await MatmulQ4.create(gpu);
+const quantizer = await MatmulQ4.create(gpu);
 const us = (ms: number) => (1000 * ms).toFixed(2);
 
 // The list twice: the first pass runs while the GPU's clocks rise; the second is printed.
@@ -54,7 +54,7 @@ for (const pass of QUICK ? [1] : [0, 1]) {
     // x in two limbs, as the kernel before the GEMV writes them in decode.
     const xq = gpu.tensor([int8GroupWords(1, k)], 'u32', 'xq');
     const q = gpu.recorder('quantize');
-    byDefault.quantizeX(q, x, xq);
+    quantizer.quantizeX(q, x, xq);
     await q.submit();
     const t = async (f: (r: Recorder, c: number) => void) => {
       const m = await measure(gpu, /./, (r) => ws.forEach((_, c) => f(r, c)), { maxReps: 12, gpuOnly: true, calls: copies });
@@ -67,7 +67,6 @@ for (const pass of QUICK ? [1] : [0, 1]) {
       const given = await t((r, c) => mm.gemv(r, x, ws[c], y, false, { xq }));
       parts.push(`i8x2 ${name(I8X2[i])} given ${given} (own quantize ${own})`);
     }
-    parts.push(`the default with x given ${await t((r, c) => byDefault.gemv(r, x, ws[c], y, false, { int8: true, xq }))}`);
     if (pass === 1) console.log(`${n}x${k} (${(q4Bytes(n, k) / 2 ** 20).toFixed(2)} MiB, ${copies} copies), µs a call in stream: ${parts.join('; ')}`);
     ws.forEach((w) => releaseQ4([w]));
     for (const tt of [x, y, xq]) tt.release();
