@@ -735,10 +735,15 @@ async function main(): Promise<void> {
     return { gen, step: await timed(gpu, () => gspoStep(gpu, def, step)) };
   };
   // One RL step first, as a run's first (the r=8 pipelines compiled, the pool holding the step's
-  // buffers), then the measured one: the steady state of a training run.
+  // buffers), then the medians of three more: the steady state of a training run (one step's wall
+  // time moved with the host by up to a fifth between runs of the same code).
+  const rlSteps = async (first: number) => {
+    const runs = [await rlStep(first), await rlStep(first + 1), await rlStep(first + 2)];
+    return { gen: median(runs.map((r) => r.gen)), step: median(runs.map((r) => r.step)) };
+  };
   await rlStep(1);
   watch.reset();
-  const { gen: genS, step: defStepS } = await rlStep(2);
+  const { gen: genS, step: defStepS } = await rlSteps(2);
   const defProfile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 5)) : undefined;
   result.defaultConfig = {
     config: `src/rl/config.ts defaults: num_generations ${d.G}, per_device_train_batch_size ${d.G}, max_prompt_length ${d.prompt} (filled, one ${d.image}x${d.image} image), max_completion_length ${d.completion}, LoRA r=${d.rank}`,
@@ -752,11 +757,11 @@ async function main(): Promise<void> {
   // (src/model/products.ts): a warm-up step with their pipelines compiled, then the measured one.
   if (!noMma) {
     await setProducts(model, 'int8');
-    await rlStep(3);
+    await rlStep(6);
     watch.reset();
-    const tc = await rlStep(4);
+    const tc = await rlSteps(7);
     const mem = memory('default trainer config on int8 tensor cores: generation + training step of one group');
-    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 6)) : undefined;
+    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 10)) : undefined;
     result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, memory: mem, profile };
     await setProducts(model, 'f32');
     save();
