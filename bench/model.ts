@@ -754,7 +754,7 @@ async function main(): Promise<void> {
   };
   save();
   // The same on int8 tensor cores, the app's setting where the browser offers them
-  // (src/model/products.ts): a warm-up step with their pipelines compiled, then the measured one.
+  // (src/model/products.ts): a warm-up step with their pipelines compiled, then the medians of three.
   if (!noMma) {
     await setProducts(model, 'int8');
     await rlStep(6);

@@ -507,7 +507,7 @@ export class MatmulQ4 {
       if (!readsGroups(plan, m)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}]) does not take x as int8 groups (takesQuantizedX)`);
       checkInt8Groups(op, 'xq', given, m, w.k);
     }
-    const xq = given ?? (plan.int8 && m === 1 ? this.quantize(rec, this.quantize2K, x, 1, w.k) : plan.preq ? this.quantize(rec, this.quantizeK, x, m, w.k) : null);
+    const xq = given ?? (readsGroups(plan, m) ? this.quantize(rec, x, m, w.k) : null);
     if (!lora) {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
@@ -538,20 +538,22 @@ export class MatmulQ4 {
     });
   }
 
-  /** x [m, k] as int8 groups in this instance's scratch: quantize_x for a PREQ layout (3 vec4s a
-   * row and group), quantize_x2 for one row's two limbs (5). */
-  private quantize(rec: Recorder, kernel: Kernel | null, x: Tensor, m: number, k: number): Tensor {
+  /** x [m, k] as int8 groups in this instance's scratch (quantizeInto). */
+  private quantize(rec: Recorder, x: Tensor, m: number, k: number): Tensor {
     const words = int8GroupWords(GEMV_MAX_ROWS, k); // holds one row's two limbs too
     if (!this.xq || this.xq.numel < words) {
       // Sized for the most rows at this K; a smaller one is never released (calls recorded
       // before may still read it).
       this.xq = this.gpu.tensor([words], 'u32', 'matmul_q4.xq');
     }
-    this.quantizeInto(rec, kernel, x, this.xq, m, k);
+    this.quantizeInto(rec, x, this.xq, m, k);
     return this.xq;
   }
 
-  private quantizeInto(rec: Recorder, kernel: Kernel | null, x: Tensor, xq: Tensor, m: number, k: number): void {
+  /** x [m, k] into xq as int8 groups: quantize_x for 2 to 8 rows (3 vec4s a row and group),
+   * quantize_x2 for one row's two limbs (5). */
+  private quantizeInto(rec: Recorder, x: Tensor, xq: Tensor, m: number, k: number): void {
+    const kernel = m === 1 ? this.quantize2K : this.quantizeK;
     if (!kernel) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
     rec.dispatch(kernel, { x, xq_out: xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA, k_chunk: k });
   }
@@ -565,7 +567,7 @@ export class MatmulQ4 {
     if (m < 1 || m > GEMV_MAX_ROWS || k % Q4_GROUP !== 0) throw new ShapeError(op, `takes 1 to ${GEMV_MAX_ROWS} rows of a multiple of ${Q4_GROUP} columns, got [${x.shape.join(', ')}]`);
     this.checkF32(op, 'x', x, m, k);
     checkInt8Groups(op, 'xq', xq, m, k);
-    this.quantizeInto(rec, m === 1 ? this.quantize2K : this.quantizeK, x, xq, m, k);
+    this.quantizeInto(rec, x, xq, m, k);
   }
 
   /** Whether a gemv of m rows on weight w (int8 allowed) reads x as int8 groups that the caller
