@@ -62,6 +62,11 @@ export function kernelKey(spec: KernelSpec): string {
 
 let kernelCount = 0;
 
+/** The name a kernel goes by in errors and profiles. */
+export function kernelName(spec: KernelSpec): string {
+  return spec.name ?? `${spec.shader ?? 'inline'}.${spec.entry}`;
+}
+
 function kernelCode(name: string, spec: KernelSpec, enables: readonly string[]): string {
   let code: string;
   try {
@@ -97,7 +102,7 @@ function kernelOf(name: string, spec: KernelSpec, code: string, pipeline: GPUCom
  * if the shader or pipeline was invalid (a dispatch of it then also fails its submit).
  */
 export function compileKernelNow(device: GPUDevice, spec: KernelSpec, enables: readonly string[]): { kernel: Kernel; verdict: Promise<ShaderCompileError | null> } {
-  const name = spec.name ?? `${spec.shader ?? 'inline'}.${spec.entry}`;
+  const name = kernelName(spec);
   const code = kernelCode(name, spec, enables);
   device.pushErrorScope('validation');
   const module = device.createShaderModule({ code, label: name });
@@ -107,7 +112,7 @@ export function compileKernelNow(device: GPUDevice, spec: KernelSpec, enables: r
 }
 
 export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables: readonly string[]): Promise<Kernel> {
-  const name = spec.name ?? `${spec.shader ?? 'inline'}.${spec.entry}`;
+  const name = kernelName(spec);
   const code = kernelCode(name, spec, enables);
   device.pushErrorScope('validation'); // the compiler's messages are read below; keep them off the console
   const module = device.createShaderModule({ code, label: name });
@@ -128,4 +133,44 @@ export async function compileKernel(device: GPUDevice, spec: KernelSpec, enables
   const err = await device.popErrorScope();
   if (err) throw new ShaderCompileError(name, [err.message]);
   return kernelOf(name, spec, code, pipeline);
+}
+
+/**
+ * A kernel compiled when first used (its first dispatch, or a first look at its pipeline or
+ * bindings), through `compile`. Ops name at creation every kernel they may dispatch, and a session
+ * compiles only those it runs: loading a model for generation skips the training kernels, which
+ * on a software GPU (SwiftShader compiles a kernel in 0.1 to 4 s) is most of the load.
+ */
+export class KernelOnUse implements Kernel {
+  private compiled: Kernel | null = null;
+
+  constructor(
+    readonly name: string,
+    private readonly compile: () => Kernel,
+  ) {}
+
+  private get kernel(): Kernel {
+    return (this.compiled ??= this.compile());
+  }
+  get id(): number {
+    return this.kernel.id;
+  }
+  get pipeline(): GPUComputePipeline {
+    return this.kernel.pipeline;
+  }
+  get layout(): GPUBindGroupLayout {
+    return this.kernel.layout;
+  }
+  get bindings(): ReadonlyMap<string, number> {
+    return this.kernel.bindings;
+  }
+  get uniformVar(): string | undefined {
+    return this.kernel.uniformVar;
+  }
+  get uniformFields(): readonly [string, UniformType][] {
+    return this.kernel.uniformFields;
+  }
+  get uniformBytes(): number {
+    return this.kernel.uniformBytes;
+  }
 }

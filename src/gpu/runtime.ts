@@ -10,7 +10,7 @@ import {
   MissingFeatureError,
   ShaderCompileError,
 } from './errors';
-import { compileKernel, compileKernelNow, kernelKey, type Kernel, type KernelSpec } from './kernel';
+import { compileKernel, compileKernelNow, kernelKey, kernelName, KernelOnUse, type Kernel, type KernelSpec } from './kernel';
 import { Profiler } from './profiler';
 import { BindingCache } from './bindingCache';
 import { Recorder } from './recorder';
@@ -101,9 +101,10 @@ export class Gpu {
   /** Run `fn` inside validation and out-of-memory error scopes and rethrow what they caught, typed. */
   async guarded<T>(what: string, fn: () => T): Promise<T> {
     if (this.lostError) throw this.lostError;
-    if (this.pendingCompiles.size) await Promise.all(this.pendingCompiles);
-    const late = this.lateCompileErrors.shift();
-    if (late) throw late;
+    const known = this.lateCompileErrors.shift();
+    if (known) throw known;
+    // `fn` runs now, not after the verdicts of kernels still compiling: a submit deferred behind
+    // them would land after queue writes the caller makes next, which must follow it.
     this.device.pushErrorScope('validation');
     this.device.pushErrorScope('out-of-memory');
     let result: T;
@@ -113,6 +114,10 @@ export class Gpu {
       // Both pops are issued now, synchronously: an await between them would let another caller's
       // push land in between and pair the scopes wrongly.
       const [oom, val] = await Promise.all([this.device.popErrorScope(), this.device.popErrorScope()]);
+      // A kernel that failed to compile explains a failed submit better than the submit's error.
+      if (this.pendingCompiles.size) await Promise.all(this.pendingCompiles);
+      const late = this.lateCompileErrors.shift();
+      if (late) throw late;
       if (oom) throw new GpuOutOfMemoryError(what, oom.message);
       if (val) throw new GpuValidationError(what, val.message);
     }
@@ -245,6 +250,15 @@ export class Gpu {
       );
     }
     return k;
+  }
+
+  /**
+   * The kernel for `spec`, compiled at its first use by `kernelNow` (KernelOnUse): what ops take
+   * for the kernels they may dispatch. A compile error surfaces as ShaderCompileError from the
+   * submit after that first use.
+   */
+  kernelOnUse(spec: KernelSpec): Kernel {
+    return new KernelOnUse(kernelName(spec), () => this.kernelNow(spec));
   }
 
   /**

@@ -26,12 +26,8 @@ export class Linear {
   ) {}
 
   static async create(gpu: Gpu, opts: { int8?: boolean } = {}): Promise<Linear> {
-    const [matmul, q4, biasAdd] = await Promise.all([
-      Matmul.create(gpu),
-      MatmulQ4.create(gpu, { int8: opts.int8 }),
-      gpu.kernel({ shader: 'vision', entry: 'bias_add', constants: { WG: BIAS_WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } }),
-    ]);
-    return new Linear(matmul, q4, biasAdd);
+    const biasAdd = gpu.kernelOnUse({ shader: 'vision', entry: 'bias_add', constants: { WG: BIAS_WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } });
+    return new Linear(await Matmul.create(gpu), await MatmulQ4.create(gpu, { int8: opts.int8 }), biasAdd);
   }
 
   /** Route 4-bit GEMMs and input gradients through `mma` (a K-blocked MatmulQ4Mma), or, with

@@ -87,7 +87,7 @@ export class PosEmbedAdd {
 
   static async create(gpu: Gpu): Promise<PosEmbedAdd> {
     return new PosEmbedAdd(
-      await gpu.kernel({ shader: 'vision', entry: 'pos_embed_add', constants: { WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } }),
+      gpu.kernelOnUse({ shader: 'vision', entry: 'pos_embed_add', constants: { WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } }),
     );
   }
 

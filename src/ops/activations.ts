@@ -15,7 +15,7 @@ export class Activations {
 
   static async create(gpu: Gpu): Promise<Activations> {
     const spec = (entry: string) => ({ shader: 'activations', entry, constants: { WG }, uniforms: { n: 'u32' } as const });
-    const ks = await Promise.all(['swiglu_fwd', 'swiglu_bwd', 'gelu_tanh_fwd', 'gelu_erf_fwd'].map((e) => gpu.kernel(spec(e))));
+    const ks = ['swiglu_fwd', 'swiglu_bwd', 'gelu_tanh_fwd', 'gelu_erf_fwd'].map((e) => gpu.kernelOnUse(spec(e)));
     return new Activations(ks[0], ks[1], ks[2], ks[3]);
   }
 

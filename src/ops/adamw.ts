@@ -73,24 +73,13 @@ export class AdamW {
     if (maxGradNorm !== undefined && maxGradNorm !== null && !(maxGradNorm > 0)) {
       throw new ShapeError('adamw', `maxGradNorm must be > 0 or null, got ${maxGradNorm}`);
     }
-    const [sumK, clipK, stepK] = await Promise.all([
-      gpu.kernel({ shader: 'adamw', entry: 'sumsq_partial', uniforms: { n: 'u32', offset: 'u32' } }),
-      gpu.kernel({ shader: 'adamw', entry: 'clip_coef', uniforms: { count: 'u32', max_norm: 'f32', clip: 'u32' } }),
-      gpu.kernel({
-        shader: 'adamw',
-        entry: 'adamw_step',
-        uniforms: {
-          n: 'u32',
-          lr: 'f32',
-          beta1: 'f32',
-          beta2: 'f32',
-          eps: 'f32',
-          weight_decay: 'f32',
-          step_size: 'f32',
-          bc2_sqrt: 'f32',
-        },
-      }),
-    ]);
+    const sumK = gpu.kernelOnUse({ shader: 'adamw', entry: 'sumsq_partial', uniforms: { n: 'u32', offset: 'u32' } });
+    const clipK = gpu.kernelOnUse({ shader: 'adamw', entry: 'clip_coef', uniforms: { count: 'u32', max_norm: 'f32', clip: 'u32' } });
+    const stepK = gpu.kernelOnUse({
+      shader: 'adamw',
+      entry: 'adamw_step',
+      uniforms: { n: 'u32', lr: 'f32', beta1: 'f32', beta2: 'f32', eps: 'f32', weight_decay: 'f32', step_size: 'f32', bc2_sqrt: 'f32' },
+    });
     return new AdamW(gpu, params, config, sumK, clipK, stepK);
   }
 

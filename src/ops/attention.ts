@@ -230,13 +230,8 @@ export class Attention {
     };
     const ft = tileFor(lim, headDim, 'forward', opts.forwardTile);
     const bt = tileFor(lim, headDim, 'backward');
-    const spec = (entry: string, name: string, defines: Record<string, number | boolean>) => ({
-      name: `attention.${name}`,
-      shader: 'attention',
-      entry,
-      defines: { D: headDim, ...defines },
-      uniforms: UNIFORMS,
-    });
+    const k = (entry: string, name: string, defines: Record<string, number | boolean>) =>
+      gpu.kernelOnUse({ name: `attention.${name}`, shader: 'attention', entry, defines: { D: headDim, ...defines }, uniforms: UNIFORMS });
     const ALIGNED = headDim % 4 === 0;
     const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ TILED: true, ALIGNED, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
     // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence,
@@ -252,30 +247,29 @@ export class Attention {
     };
     const bounds = [...new Set([G, DECODE_MAX_ROWS, PREFIX_MAX_ROWS].filter((r) => r <= PREFIX_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))].sort((x, y) => x - y);
     const tiles = bounds.map(fits).filter((d): d is DecodeTile => d !== null);
-    const decodeSpecs = tiles.map((d) => {
+    const decode = tiles.map((d) => {
       const defs = { DECODE: true, ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
       // Named as the cached forward they stand for (profiles and benchmarks match these names).
-      return [spec('attn_decode', 'fwd_cached', defs), spec('attn_decode', 'fwd_cached_split', { ...defs, SPLIT: true })];
+      return { rows: d.RMAX, plain: k('attn_decode', 'fwd_cached', defs), split: k('attn_decode', 'fwd_cached_split', { ...defs, SPLIT: true }) };
     });
-    const [main, decodeKernels] = await Promise.all([
-      Promise.all([
-        gpu.kernel(spec('attn_fwd', 'fwd', tiled(ft))),
-        gpu.kernel(spec('attn_fwd', 'fwd_lse', tiled(ft, { LSE: true }))),
-        gpu.kernel(spec('attn_fwd', 'fwd_cached', tiled(ft, { CACHED: true }))),
-        gpu.kernel(spec('attn_split_combine', 'split_combine', {})),
-        gpu.kernel(spec('attn_split_combine', 'split_combine_fold', { FOLD: true })),
-        gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0 ? gpu.kernel(spec('attn_split_combine', 'split_combine_fold_quant', { FOLD: true, QUANT: true })) : null,
-        gpu.kernel(spec('attn_bwd_prep', 'bwd_prep', {})),
-        gpu.kernel(spec('attn_bwd_dq', 'bwd_dq', tiled(bt))),
-        gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv', tiled(bt))),
-        gpu.kernel(spec('attn_bwd_dkv', 'bwd_dkv_split', tiled(bt, { DKV_SPLIT: true }))),
-        gpu.kernel(spec('attn_dkv_sum', 'dkv_sum', {})),
-      ]),
-      Promise.all(decodeSpecs.map(([p, s]) => Promise.all([gpu.kernel(p), gpu.kernel(s)]))),
-    ]);
-    const [fwd, fwdLse, fwdCached, combine, combineFold, combineFoldQuant, prep, dqK, dkvK, dkvSplitK, dkvSumK] = main;
-    const decode = decodeKernels.map(([plain, split], i) => ({ rows: tiles[i].RMAX, plain, split }));
-    return new Attention(gpu, config, ft, bt, fwd, fwdLse, fwdCached, decode, combine, combineFold, combineFoldQuant, prep, dqK, dkvK, dkvSplitK, dkvSumK);
+    return new Attention(
+      gpu,
+      config,
+      ft,
+      bt,
+      k('attn_fwd', 'fwd', tiled(ft)),
+      k('attn_fwd', 'fwd_lse', tiled(ft, { LSE: true })),
+      k('attn_fwd', 'fwd_cached', tiled(ft, { CACHED: true })),
+      decode,
+      k('attn_split_combine', 'split_combine', {}),
+      k('attn_split_combine', 'split_combine_fold', { FOLD: true }),
+      gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0 ? k('attn_split_combine', 'split_combine_fold_quant', { FOLD: true, QUANT: true }) : null,
+      k('attn_bwd_prep', 'bwd_prep', {}),
+      k('attn_bwd_dq', 'bwd_dq', tiled(bt)),
+      k('attn_bwd_dkv', 'bwd_dkv', tiled(bt)),
+      k('attn_bwd_dkv', 'bwd_dkv_split', tiled(bt, { DKV_SPLIT: true })),
+      k('attn_dkv_sum', 'dkv_sum', {}),
+    );
   }
 
   /** Whether a split decode's combine can also leave its merged rows as int8 groups (AttentionFold.quantized). */

@@ -16,8 +16,7 @@ export class Elementwise {
       constants: { WG },
       uniforms: { n: 'u32', alpha: 'f32' } as const,
     });
-    const [a, s] = await Promise.all([gpu.kernel(spec('axpy')), gpu.kernel(spec('scale'))]);
-    return new Elementwise(a, s);
+    return new Elementwise(gpu.kernelOnUse(spec('axpy')), gpu.kernelOnUse(spec('scale')));
   }
 
   private check(name: string, x: Tensor, y: Tensor): void {

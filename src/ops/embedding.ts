@@ -25,13 +25,12 @@ export class Embedding {
       constants: { WG },
       uniforms: { n: 'u32', width: 'u32', rows: 'u32', row: 'u32' } as const,
     });
-    const [g, s, a, sum] = await Promise.all([
-      gpu.kernel(spec('embed_gather')),
-      gpu.kernel(spec('scatter_rows')),
-      gpu.kernel(spec('scatter_rows', { ACCUMULATE: true }, 'embedding.deepstack_add')),
-      gpu.kernel(spec('sum_rows')),
-    ]);
-    return new Embedding(g, s, a, sum);
+    return new Embedding(
+      gpu.kernelOnUse(spec('embed_gather')),
+      gpu.kernelOnUse(spec('scatter_rows')),
+      gpu.kernelOnUse(spec('scatter_rows', { ACCUMULATE: true }, 'embedding.deepstack_add')),
+      gpu.kernelOnUse(spec('sum_rows')),
+    );
   }
 
   /** out[t] = table[ids[t]]: table [vocab, width] f32, ids [T] u32, out [T, width]. Ids ≥ vocab give zeros. */

@@ -73,9 +73,7 @@ export class KvCache {
       defines: { D: headDim, B: 4 },
       uniforms: UNIFORMS,
     });
-    const [appendK, copyK, setK, advanceK] = await Promise.all(
-      ['kv_append', 'kv_copy', 'kv_set_lengths', 'kv_advance'].map((e) => gpu.kernel(spec(e))),
-    );
+    const [appendK, copyK, setK, advanceK] = ['kv_append', 'kv_copy', 'kv_set_lengths', 'kv_advance'].map((e) => gpu.kernelOnUse(spec(e)));
     const shape = [prefix + slots * (capacity - prefix), hkv * headDim];
     const k: Tensor[] = [];
     const v: Tensor[] = [];

@@ -52,11 +52,9 @@ export class LogProb {
     if (maxTokens > gpu.limits.maxComputeWorkgroupsPerDimension) {
       throw new ShapeError('logprob', `maxTokens ${maxTokens} exceeds the grid limit ${gpu.limits.maxComputeWorkgroupsPerDimension}`);
     }
-    const [statsK, gradK, gradEntropyK] = await Promise.all([
-      gpu.kernel({ shader: 'logprob', entry: 'chunk_stats', uniforms: STATS_UNIFORMS }),
-      gpu.kernel({ shader: 'logprob', entry: 'chunk_grad', uniforms: GRAD_UNIFORMS }),
-      gpu.kernel({ name: 'logprob.chunk_grad_entropy', shader: 'logprob', entry: 'chunk_grad', defines: { ENTROPY: true }, uniforms: GRAD_UNIFORMS }),
-    ]);
+    const statsK = gpu.kernelOnUse({ shader: 'logprob', entry: 'chunk_stats', uniforms: STATS_UNIFORMS });
+    const gradK = gpu.kernelOnUse({ shader: 'logprob', entry: 'chunk_grad', uniforms: GRAD_UNIFORMS });
+    const gradEntropyK = gpu.kernelOnUse({ name: 'logprob.chunk_grad_entropy', shader: 'logprob', entry: 'chunk_grad', defines: { ENTROPY: true }, uniforms: GRAD_UNIFORMS });
     // Acquired once: the per-call paths create no buffers.
     const work = gpu.tensor([maxTokens * chunk], 'f32', 'logprob.chunk');
     const state = gpu.tensor([maxTokens, 4], 'f32', 'logprob.state');

@@ -117,15 +117,10 @@ export class Lora {
       defines: { TRANS: trans },
       uniforms: { rows: 'u32', cols: 'u32', r: 'u32', scale: 'f32' } as const,
     });
-    const [mm, init, fwd, bwd, upB, upA] = await Promise.all([
-      Matmul.create(gpu),
-      gpu.kernel(spec('init_uniform')),
-      gpu.kernel(spec('dropout_forward')),
-      gpu.kernel(spec('dropout_backward_acc')),
-      gpu.kernel(upSpec(false)),
-      gpu.kernel(upSpec(true)),
-    ]);
-    return new Lora(mm, init, fwd, bwd, { B: upB, A: upA });
+    return new Lora(await Matmul.create(gpu), gpu.kernelOnUse(spec('init_uniform')), gpu.kernelOnUse(spec('dropout_forward')), gpu.kernelOnUse(spec('dropout_backward_acc')), {
+      B: gpu.kernelOnUse(upSpec(false)),
+      A: gpu.kernelOnUse(upSpec(true)),
+    });
   }
 
   /** y [T, N] += scale·u [T, r]·W: W (n, j) is B[n, j] (`w` = B [N, r]) or A[j, n] (`w` = A

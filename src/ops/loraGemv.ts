@@ -60,7 +60,7 @@ export class LoraGemv {
   ) {}
 
   static async create(gpu: Gpu): Promise<LoraGemv> {
-    const family = async (vec4: boolean): Promise<Family> => {
+    const family = (vec4: boolean): Family => {
       const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'norm_quant' | 'swiglu' | 'swiglu_fold' | 'swiglu_fold_quant' | 'parts' = '') => ({
         name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${variant ? `_${variant}` : ''}${vec4 ? '_vec4' : ''}`,
         shader: 'lora_gemv',
@@ -80,22 +80,21 @@ export class LoraGemv {
         },
         uniforms: UNIFORMS,
       });
-      const all = (entry: string, variant: '' | 'norm' | 'norm_quant' = '') => Promise.all([1, 2, 3].map((n) => gpu.kernel(spec(entry, n, variant))));
+      const all = (entry: string, variant: '' | 'norm' | 'norm_quant' = '') => [1, 2, 3].map((n) => gpu.kernelOnUse(spec(entry, n, variant)));
       const dot4 = gpu.hasWgsl(DOT4_I8);
-      const [down, downNorm, downNormQuant, swigluFoldQuant, up, swiglu, swigluFold, upParts] = await Promise.all([
-        all('lora_down'),
-        all('lora_down', 'norm'),
-        vec4 && dot4 ? all('lora_down', 'norm_quant') : null,
+      return {
+        down: all('lora_down'),
+        downNorm: all('lora_down', 'norm'),
+        downNormQuant: vec4 && dot4 ? all('lora_down', 'norm_quant') : null,
+        up: all('lora_up'),
+        swiglu: gpu.kernelOnUse(spec('lora_up', 2, 'swiglu')),
+        swigluFold: gpu.kernelOnUse(spec('lora_up', 2, 'swiglu_fold')),
+        upParts: gpu.kernelOnUse(spec('lora_up', 1, 'parts')),
         // u, B x2, gate, up, act, A_fold, parts and xq: 9 storage buffers (WebGPU's default is 8).
-        dot4 && gpu.limits.maxStorageBuffersPerShaderStage >= 9 ? gpu.kernel(spec('lora_up', 2, 'swiglu_fold_quant')) : null,
-        all('lora_up'),
-        gpu.kernel(spec('lora_up', 2, 'swiglu')),
-        gpu.kernel(spec('lora_up', 2, 'swiglu_fold')),
-        gpu.kernel(spec('lora_up', 1, 'parts')),
-      ]);
-      return { down, downNorm, downNormQuant, up, swiglu, swigluFold, upParts, swigluFoldQuant };
+        swigluFoldQuant: dot4 && gpu.limits.maxStorageBuffersPerShaderStage >= 9 ? gpu.kernelOnUse(spec('lora_up', 2, 'swiglu_fold_quant')) : null,
+      };
     };
-    const [scalar, vec4] = await Promise.all([family(false), family(true)]);
+    const [scalar, vec4] = [family(false), family(true)];
     return new LoraGemv(scalar, vec4);
   }
 

@@ -110,24 +110,13 @@ interface Operand {
 export class Matmul {
   /** Vectors of ones [S], by S: the sum of S split-K partials is ones·P. */
   private readonly ones = new Map<number, Tensor>();
-  /** Compiled variants by variantKey + tile; `square` ones at create, the others on first use. */
+  /** Variants by variantKey + tile, each compiled on first use. */
   private readonly kernels = new Map<string, Kernel>();
 
   private constructor(private readonly gpu: Gpu) {}
 
   static async create(gpu: Gpu): Promise<Matmul> {
-    const mm = new Matmul(gpu);
-    const eager: Promise<void>[] = [];
-    for (const transA of [false, true]) {
-      for (const transB of [false, true]) {
-        for (const bias of [false, true]) {
-          const spec = kernelSpec(transA, transB, bias, 'square');
-          eager.push(gpu.kernel(spec).then((k) => void mm.kernels.set(kernelId(transA, transB, bias, 'square'), k)));
-        }
-      }
-    }
-    await Promise.all(eager);
-    return mm;
+    return new Matmul(gpu);
   }
 
   private kernel(transA: boolean, transB: boolean, bias: boolean, tile: GemmTile): Kernel {

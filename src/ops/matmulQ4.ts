@@ -322,15 +322,13 @@ export class MatmulQ4 {
     const spec = (entry: string, constants?: Record<string, number>) => ({ shader: 'matmul_q4', entry, uniforms: GEMV_UNIFORMS, constants });
     const gemmSplit = opts.gemmSplit;
     if (gemmSplit !== undefined && (!Number.isInteger(gemmSplit) || gemmSplit < 1)) throw new ShapeError('matmulQ4.gemm', `gemmSplit must be a positive integer, got ${gemmSplit}`);
-    const [gemmK, dinputK, gatherK, splitSumK] = await Promise.all([
-      gpu.kernel(spec('gemm', { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK })),
-      gpu.kernel(spec('dinput')),
-      gpu.kernel(spec('gather')),
-      gpu.kernel({ ...spec('split_sum'), name: 'matmul_q4.gemm' }),
-    ]);
+    const gemmK = gpu.kernelOnUse(spec('gemm', { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK }));
+    const dinputK = gpu.kernelOnUse(spec('dinput'));
+    const gatherK = gpu.kernelOnUse(spec('gather'));
+    const splitSumK = gpu.kernelOnUse({ ...spec('split_sum'), name: 'matmul_q4.gemm' });
     if (opts.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
     const dot4 = gpu.hasWgsl(DOT4_I8);
-    const [quantizeK, quantize2K] = await Promise.all(['quantize_x', 'quantize_x2'].map((e) => (dot4 ? gpu.kernel({ ...spec(e), name: 'matmul_q4.gemv' }) : null)));
+    const [quantizeK, quantize2K] = ['quantize_x', 'quantize_x2'].map((e) => (dot4 ? gpu.kernelOnUse({ ...spec(e), name: 'matmul_q4.gemv' }) : null));
     const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, splitSumK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K, gemmSplit);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).

@@ -23,15 +23,15 @@ export class Norms {
 
   static async create(gpu: Gpu): Promise<Norms> {
     const spec = (entry: string, defines: Record<string, boolean> = {}, wg = WG) => ({ shader: 'norms', entry, defines, constants: { WG: wg }, uniforms: UNIFORMS });
-    const ks = await Promise.all([
-      gpu.kernel(spec('rmsnorm_fwd')),
-      gpu.kernel(spec('rmsnorm_fwd', { SAVE_RSTD: true })),
-      gpu.kernel(spec('rmsnorm_bwd')),
-      gpu.kernel(spec('rmsnorm_bwd', { ACCUMULATE: true })),
-      gpu.kernel(spec('layernorm_fwd')),
-      gpu.kernel(spec('rmsnorm_fwd_vec4', {}, VEC4_WG)),
-      gpu.kernel(spec('rmsnorm_fwd_vec4', { SAVE_RSTD: true }, VEC4_WG)),
-    ]);
+    const ks = [
+      gpu.kernelOnUse(spec('rmsnorm_fwd')),
+      gpu.kernelOnUse(spec('rmsnorm_fwd', { SAVE_RSTD: true })),
+      gpu.kernelOnUse(spec('rmsnorm_bwd')),
+      gpu.kernelOnUse(spec('rmsnorm_bwd', { ACCUMULATE: true })),
+      gpu.kernelOnUse(spec('layernorm_fwd')),
+      gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', {}, VEC4_WG)),
+      gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', { SAVE_RSTD: true }, VEC4_WG)),
+    ];
     return new Norms(ks[0], ks[1], ks[2], ks[3], ks[4], ks[5], ks[6]);
   }
 

@@ -60,14 +60,9 @@ export class QkNormRope {
       uniforms: UNIFORMS,
     });
     const fits = (buffers: number) => gpu.limits.maxStorageBuffersPerShaderStage >= buffers;
-    const withLora = fits(CACHE_LORA_STORAGE_BUFFERS);
-    const [plain, cache, scalar, vec4] = await Promise.all([
-      gpu.kernel(spec(false)),
-      fits(CACHE_STORAGE_BUFFERS) ? gpu.kernel(spec(true)) : null,
-      withLora ? gpu.kernel(spec(true, true)) : null,
-      withLora ? gpu.kernel(spec(true, true, true)) : null,
-    ]);
-    return new QkNormRope(plain, cache, scalar && vec4 ? { scalar, vec4 } : null);
+    const cache = fits(CACHE_STORAGE_BUFFERS) ? gpu.kernelOnUse(spec(true)) : null;
+    const lora = fits(CACHE_LORA_STORAGE_BUFFERS) ? { scalar: gpu.kernelOnUse(spec(true, true)), vec4: gpu.kernelOnUse(spec(true, true, true)) } : null;
+    return new QkNormRope(gpu.kernelOnUse(spec(false)), cache, lora);
   }
 
   /** Whether applyToCache runs on this device (with the q/k/v LoRA updates inside when `lora`). */

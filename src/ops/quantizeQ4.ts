@@ -18,8 +18,7 @@ export class QuantizeQ4 {
       constants: { SRC: SRC_CODE[f] },
       uniforms: { n: 'u32', k: 'u32', first: 'u32' } as const,
     });
-    const [f32, f16, bf16] = await Promise.all((['f32', 'f16', 'bf16'] as const).map((f) => gpu.kernel(spec(f))));
-    return new QuantizeQ4({ f32, f16, bf16 });
+    return new QuantizeQ4({ f32: gpu.kernelOnUse(spec('f32')), f16: gpu.kernelOnUse(spec('f16')), bf16: gpu.kernelOnUse(spec('bf16')) });
   }
 
   /**

@@ -150,7 +150,7 @@ export class RlLoss {
 
   static async create(gpu: Gpu): Promise<RlLoss> {
     const spec = (entry: string) => ({ shader: 'rl_loss', entry, uniforms: UNIFORMS });
-    const [a, s, f, g] = await Promise.all(['advantages', 'seq_pass', 'finalize', 'scale_grad'].map((e) => gpu.kernel(spec(e))));
+    const [a, s, f, g] = ['advantages', 'seq_pass', 'finalize', 'scale_grad'].map((e) => gpu.kernelOnUse(spec(e)));
     return new RlLoss(a, s, f, g);
   }
 

@@ -34,9 +34,8 @@ export class Rope {
 
   static async create(gpu: Gpu, layout: RopeLayout): Promise<Rope> {
     const spec = (entry: string) => ({ shader: 'rope', entry, constants: { WG }, uniforms: UNIFORMS });
-    const [t, a] = await Promise.all([gpu.kernel(spec('rope_table')), gpu.kernel(spec('rope_apply'))]);
     const slots = gpu.upload(layout.slots, [layout.half, 4], 'u32', 'rope slots');
-    return new Rope(layout, slots, t, a);
+    return new Rope(layout, slots, gpu.kernelOnUse(spec('rope_table')), gpu.kernelOnUse(spec('rope_apply')));
   }
 
   /** cs[t, j] = (cos, sin) of positions[axis_j, t]·inv_freq_j. positions: [axes, T] u32 or i32. */

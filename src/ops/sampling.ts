@@ -51,7 +51,7 @@ export class Sampler {
   }
 
   static async create(gpu: Gpu): Promise<Sampler> {
-    const [kernel, chunksK, finishK] = await Promise.all(['sample', 'sample_chunks', 'sample_finish'].map((entry) => gpu.kernel({ shader: 'sampling', entry, uniforms: UNIFORMS })));
+    const [kernel, chunksK, finishK] = ['sample', 'sample_chunks', 'sample_finish'].map((entry) => gpu.kernelOnUse({ shader: 'sampling', entry, uniforms: UNIFORMS }));
     return new Sampler(gpu, kernel, chunksK, finishK);
   }
 

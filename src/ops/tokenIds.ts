@@ -8,7 +8,7 @@ export class TokenIds {
   private constructor(private readonly kernel: Kernel) {}
 
   static async create(gpu: Gpu): Promise<TokenIds> {
-    return new TokenIds(await gpu.kernel({ shader: 'token_ids', entry: 'shift_ids', constants: { WG }, uniforms: { n: 'u32', first: 'u32' } }));
+    return new TokenIds(gpu.kernelOnUse({ shader: 'token_ids', entry: 'shift_ids', constants: { WG }, uniforms: { n: 'u32', first: 'u32' } }));
   }
 
   /** out[i] = ids[i] − first (u32, wrapping): ids [n] u32 or i32, out [n] u32. */

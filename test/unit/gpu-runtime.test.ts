@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { Elementwise } from '../../src/ops/elementwise';
-import { BufferAllocationError, DeviceLostError, MissingFeatureError, ShaderCompileError, requestDevice, requestAdapter, type Kernel } from '../../src/gpu';
+import { BufferAllocationError, DeviceLostError, KernelOnUse, MissingFeatureError, ShaderCompileError, requestDevice, requestAdapter, type Kernel } from '../../src/gpu';
 import { createNodeGpu } from '../../src/node/gpu';
 import { sizeClass, Tensor } from '../../src/gpu/tensor';
 import { preprocess } from '../../src/gpu/shaders';
@@ -62,6 +62,48 @@ describe('gpu runtime', () => {
     gpu.kernelNow({ name: 'now_broken', code: '@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }', entry: 'main' });
     await expect(gpu.recorder().dispatch(k, { o: out }, 1).submit()).rejects.toThrow(/now_broken/);
     out.release();
+  });
+
+  it('compiles a kernel named with kernelOnUse at its first use, once; a broken one fails the submit after that use', async () => {
+    const gpu = await testGpu();
+    const spec = { name: 'on_use_ok', code: '@group(0) @binding(0) var<storage, read_write> o: array<u32>;\n@compute @workgroup_size(1) fn main() { o[0] = 9u; }', entry: 'main' };
+    let compiles = 0;
+    const k = new KernelOnUse(spec.name, () => {
+      compiles++;
+      return gpu.kernelNow(spec);
+    });
+    expect(k.name).toBe('on_use_ok');
+    expect(compiles).toBe(0);
+    const out = gpu.tensor([1], 'u32', 'on_use_out');
+    await gpu.recorder().dispatch(k, { o: out }, 1).submit();
+    await gpu.recorder().dispatch(k, { o: out }, 1).submit();
+    expect(compiles).toBe(1);
+    expect(k.id).toBe(gpu.kernelNow(spec).id);
+    expect([...(await gpu.read(out))]).toEqual([9]);
+    // Named but not used: nothing compiled, so nothing fails.
+    const broken = gpu.kernelOnUse({ name: 'on_use_broken', code: '@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }', entry: 'main' });
+    expect(broken.name).toBe('on_use_broken');
+    await gpu.recorder().dispatch(k, { o: out }, 1).submit();
+    void broken.pipeline; // its first use
+    await expect(gpu.recorder().dispatch(k, { o: out }, 1).submit()).rejects.toThrow(/on_use_broken/);
+    out.release();
+  });
+
+  it('submits at flush while a kernel first used there is still being checked: a queue write made next lands after it', async () => {
+    const gpu = await testGpu();
+    const copy = gpu.kernelOnUse({
+      name: 'on_use_copy',
+      code: '@group(0) @binding(0) var<storage, read> a: array<u32>;\n@group(0) @binding(1) var<storage, read_write> b: array<u32>;\n@compute @workgroup_size(1) fn main() { b[0] = a[0]; }',
+      entry: 'main',
+    });
+    const a = gpu.upload(new Uint32Array([1]), [1], 'u32', 'on_use_a');
+    const b = gpu.tensor([1], 'u32', 'on_use_b');
+    const done = gpu.recorder().dispatch(copy, { a, b }, 1).submit();
+    gpu.write(a, new Uint32Array([2]));
+    await done;
+    expect([...(await gpu.read(b))]).toEqual([1]);
+    a.release();
+    b.release();
   });
 
   it('reuses a bind group only for the same buffer range and uniform values', async () => {
