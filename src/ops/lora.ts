@@ -117,10 +117,11 @@ export class Lora {
       defines: { TRANS: trans },
       uniforms: { rows: 'u32', cols: 'u32', r: 'u32', scale: 'f32' } as const,
     });
-    return new Lora(await Matmul.create(gpu), gpu.kernelOnUse(spec('init_uniform')), gpu.kernelOnUse(spec('dropout_forward')), gpu.kernelOnUse(spec('dropout_backward_acc')), {
-      B: gpu.kernelOnUse(upSpec(false)),
-      A: gpu.kernelOnUse(upSpec(true)),
-    });
+    const init = gpu.kernelOnUse(spec('init_uniform'));
+    const dropout = gpu.kernelOnUse(spec('dropout_forward'));
+    const dropoutBackward = gpu.kernelOnUse(spec('dropout_backward_acc'));
+    const upAdd = { B: gpu.kernelOnUse(upSpec(false)), A: gpu.kernelOnUse(upSpec(true)) };
+    return new Lora(await Matmul.create(gpu), init, dropout, dropoutBackward, upAdd);
   }
 
   /** y [T, N] += scale·u [T, r]·W: W (n, j) is B[n, j] (`w` = B [N, r]) or A[j, n] (`w` = A
