@@ -8,6 +8,8 @@ import type { Row } from '../src/bench/harness';
 import { cardPeak, type CardPeak } from './peaks';
 import { MODEL_BEGIN } from './sections';
 
+const SWEEPS_PATH = 'bench/results/option-sweeps.md';
+
 interface Ours {
   command: string;
   adapter: { name: string; description: string };
@@ -207,12 +209,18 @@ function render(ours: Ours, torch: Torch | undefined): string {
   out.push('', '## Floors and targets', '', ...targets(ours), '## Results', '');
   const suites = [...new Set(ours.rows.map((r) => r.suite))];
   for (const s of suites) out.push(...suiteTable(s, ours.rows.filter((r) => r.suite === s), torch, peak));
-  out.push('## Option sweeps', '', 'In-stream ms (where the device has timestamps) of every option tried, fewer repetitions than the tables above; the tables report the best, measured again.', '');
-  const defaults: Record<string, RegExp> = { gemv: /^(TPR8 TG16|TPR64 TG4|TPR32 TG8)( no subgroups)?$/, gemm: /^GTM8 GTN4 GBK16$/ };
-  for (const [name, entries] of Object.entries(ours.sweeps)) out.push(...sweepTable(name, entries, defaults[name]));
+  out.push(`The in-stream time of every option tried for each shape (the sweeps behind the "setting" column) is in \`${SWEEPS_PATH}\`.`, '');
   if (torch?.errors.length) {
     out.push('## PyTorch cases that failed', '', ...torch.errors.map((e) => `- ${e.case}: \`${e.error.replace(/\s+/g, ' ').slice(0, 300)}\``), '');
   }
+  return out.join('\n');
+}
+
+/** The option sweeps, a file of their own: many rows, read only when a setting is questioned. */
+function renderSweeps(ours: Ours): string {
+  const out = ['# Option sweeps of the kernel benchmarks', '', 'Written by `bench/report.ts` with BENCHMARKS.md\'s kernel tables (the same run). In-stream ms (where the device has timestamps) of every option tried, fewer repetitions than those tables; the tables report the best, measured again.', ''];
+  const defaults: Record<string, RegExp> = { gemv: /^(TPR8 TG16|TPR64 TG4|TPR32 TG8)( no subgroups)?$/, gemm: /^GTM8 GTN4 GBK16$/ };
+  for (const [name, entries] of Object.entries(ours.sweeps)) out.push(...sweepTable(name, entries, defaults[name]));
   return out.join('\n');
 }
 
@@ -240,7 +248,8 @@ function main(): void {
   const doc = existsSync(outPath) ? readFileSync(outPath, 'utf8') : '';
   const model = doc.indexOf(MODEL_BEGIN);
   writeFileSync(outPath, model >= 0 ? `${render(ours, torch).trimEnd()}\n\n${doc.slice(model)}` : render(ours, torch));
-  console.log(`wrote ${outPath}`);
+  writeFileSync(SWEEPS_PATH, `${renderSweeps(ours).trimEnd()}\n`);
+  console.log(`wrote ${outPath} and ${SWEEPS_PATH}`);
 }
 
 main();
