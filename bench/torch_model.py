@@ -35,6 +35,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true", help="the shrunk model and work of bench/model.ts --quick")
 ap.add_argument("--json", help="write the results here")
 ap.add_argument("--only", help="comma-separated sections: prefill,decode,gspo,defaultConfig,drift")
+ap.add_argument("--size", default="2b", choices=["2b", "4b", "8b"], help="the published Qwen3-VL-{2B,4B,8B}-Instruct shapes")
 args = ap.parse_args()
 
 DEV = torch.device("cuda")
@@ -47,21 +48,33 @@ if args.quick:
     VISION = dict(depth=2, hidden_size=64, num_heads=2, intermediate_size=128, out_hidden_size=128,
                   num_position_embeddings=64, deepstack_visual_indexes=[0])
     TOK = dict(image=4000, video=4001, start=3998, end=3999, bos=4002, eos=4003)
+    TIED = True
     W = dict(promptLen=48, promptImage=64, newTokens=8, samples=[1, 8], reps=2, prompts=2, G=4, completion=16,
              trainPrompt=24, trainImage=64, rank=16, defaults=dict(prompt=48, image=64, G=4, completion=16, rank=8))
 else:
-    TEXT = dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                intermediate_size=6144, vocab_size=151936, mrope_section=[24, 20, 20])
-    VISION = dict(depth=24, hidden_size=1024, num_heads=16, intermediate_size=4096, out_hidden_size=2048,
-                  num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17])
+    # The shapes of Qwen3-VL-{2B,4B,8B}-Instruct's published config.json files (bench/model.ts SIZES).
+    TEXT, VISION, TIED = {
+        "2b": (dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                    intermediate_size=6144, vocab_size=151936, mrope_section=[24, 20, 20]),
+               dict(depth=24, hidden_size=1024, num_heads=16, intermediate_size=4096, out_hidden_size=2048,
+                    num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17]), True),
+        "4b": (dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                    intermediate_size=9728, vocab_size=151936, mrope_section=[24, 20, 20]),
+               dict(depth=24, hidden_size=1024, num_heads=16, intermediate_size=4096, out_hidden_size=2560,
+                    num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17]), True),
+        "8b": (dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                    intermediate_size=12288, vocab_size=151936, mrope_section=[24, 20, 20]),
+               dict(depth=27, hidden_size=1152, num_heads=16, intermediate_size=4304, out_hidden_size=4096,
+                    num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24]), False),
+    }[args.size]
     TOK = dict(image=151655, video=151656, start=151652, end=151653, bos=151643, eos=151645)
     W = dict(promptLen=512, promptImage=448, newTokens=128, samples=[1, 8], reps=2, prompts=8, G=8, completion=256,
              trainPrompt=96, trainImage=224, rank=16, defaults=dict(prompt=512, image=224, G=8, completion=256, rank=8))
 
 LORA_TARGETS = r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 RESULT = {"tool": "pytorch", "command": "python3 bench/torch_model.py " + " ".join(
-    a for a in ["--quick" if args.quick else "", f"--json {args.json}" if args.json else ""] if a),
-    "quick": args.quick, "work": W, "errors": []}
+    a for a in ["--quick" if args.quick else "", f"--size {args.size}", f"--json {args.json}" if args.json else ""] if a),
+    "quick": args.quick, "size": args.size, "work": W, "errors": []}
 
 
 def save():
@@ -76,7 +89,7 @@ def build_config():
 
     t = dict(TEXT)
     section = t.pop("mrope_section")
-    text = dict(**t, hidden_act="silu", max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    text = dict(**t, hidden_act="silu", max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=TIED,
                 attention_bias=False, bos_token_id=TOK["bos"], eos_token_id=TOK["eos"], pad_token_id=TOK["bos"],
                 rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": section,
                                  "mrope_interleaved": True})
@@ -84,7 +97,7 @@ def build_config():
                   temporal_patch_size=2)
     cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=TOK["image"],
                         video_token_id=TOK["video"], vision_start_token_id=TOK["start"],
-                        vision_end_token_id=TOK["end"], tie_word_embeddings=True)
+                        vision_end_token_id=TOK["end"], tie_word_embeddings=TIED)
     cfg._attn_implementation = "sdpa"
     return cfg
 
