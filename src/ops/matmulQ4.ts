@@ -187,6 +187,10 @@ interface GemvPlan {
 /** Weights with at most this many rows take the small-weight layouts (BENCHMARKS.md, gemv sweeps:
  * on the H100, 64 lanes per row block call a 2048x2048 weight in 6 µs against 24 for the default). */
 const SMALL_N = 16384;
+/** Weights with more rows than this are vocabulary-sized (the LM head): the int8 layouts' head
+ * variants are for them; every decoder weight (the 8B's joined gate/up has 24,576 rows) takes the
+ * decoder's, whose x the kernel before writes (2 to 8 rows) or which read f32 x (one row). */
+const HEAD_N = 65536;
 const SMALL_FEW_ROWS: GemvShape = { threadsPerRow: 64, groups: 4 };
 /** 2..8 rows of x (gemv_rows; BENCHMARKS.md, gemv sweeps at M = 2 and 8 on the H100): the LM head
  * wants many rows of W per workgroup sharing each staged x; a long K, 64 lanes and 16 rows;
@@ -351,8 +355,8 @@ export class MatmulQ4 {
     if (!(int8 && this.int8)) return this.f32Layout(m, n, k);
     // One row takes f32 x but on the LM head: two int8 limbs on the decoder's weights, even given
     // by the kernel before (GemvCall.xq), cost more in a decode step than f32 (BENCHMARKS.md).
-    if (m === 1) return n > SMALL_N ? I8X2_HEAD : this.f32Layout(m, n, k);
-    if (n > SMALL_N) return m > 4 ? I8Q_HEAD : this.f32Layout(m, n, k);
+    if (m === 1) return n > HEAD_N ? I8X2_HEAD : this.f32Layout(m, n, k);
+    if (n > HEAD_N) return m > 4 ? I8Q_HEAD : this.f32Layout(m, n, k);
     return I8Q_ROWS;
   }
 

@@ -1,0 +1,51 @@
+// Decode on a model whose joined gate/up weight has more rows than the small-weight layouts take
+// (2 x 8256 > 16384), as the 4B's (2 x 9728) and the 8B's (2 x 12288) do. Such a weight is still a
+// decoder weight, not the LM head: one sequence's GEMVs take f32 x, so the kernel before them must
+// not be asked for int8 groups (it writes them for 2 to 8 rows only). The sampled tokens' log-probs
+// equal the log-softmax of the packed forward's logits with the adapter.
+import { describe, expect, it } from 'vitest';
+import { alignedConfig } from '../helpers/alignedModel';
+import { testGpu } from '../helpers/gpu';
+import { expectClose } from '../helpers/reference';
+import { Filler } from '../../src/bench/fill';
+import type { Qwen3VLConfig } from '../../src/model/config';
+import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
+import { Qwen3VL } from '../../src/model/qwen3vl';
+import { randomWeights } from '../../src/model/randomWeights';
+import { createLoraParams } from '../../src/ops/lora';
+
+const I = 8256;
+const config: Qwen3VLConfig = { ...alignedConfig, text: { ...alignedConfig.text, intermediateSize: I } };
+const { hiddenSize: H, vocabSize: VOCAB } = config.text;
+const KV = config.text.numKvHeads * config.text.headDim;
+
+describe('decode with a joined gate/up weight wider than the small-weight layouts', () => {
+  it('1 and 3 samples with an adapter: log-probs match the packed forward', async () => {
+    const gpu = await testGpu();
+    const filler = await Filler.create(gpu);
+    const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
+    const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: 3 });
+    const r = 4;
+    const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [I, H], up: [I, H], down: [H, I] } as const;
+    const lora = Array.from({ length: config.text.numLayers }, (_, l) => LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
+    const rec = gpu.recorder();
+    for (const p of lora) for (const t of [p.A, p.B]) filler.fill(rec, t, 'uniform', 0.3);
+    await rec.submit();
+    model.attachLora(lora);
+    const prompt = { id: 'p', inputIds: Int32Array.from({ length: 9 }, (_, i) => (53 * i + 7) % 480), images: [] };
+    for (const G of [1, 3]) {
+      const samples = await model.generate(prompt, G, { temperature: 1, topP: 1, topK: 0, maxNewTokens: 3, seed: 5 }, { stopIds: [] });
+      expect(samples).toHaveLength(G);
+      for (const [g, s] of samples.entries()) {
+        const logits = await model.logits(Int32Array.from([...prompt.inputIds, ...s.tokens]), undefined, { lora: true });
+        const want = s.tokens.map((tok, j) => {
+          const row = logits.subarray((prompt.inputIds.length - 1 + j) * VOCAB, (prompt.inputIds.length + j) * VOCAB);
+          const m = Math.max(...row);
+          return row[tok] - m - Math.log(row.reduce((a, x) => a + Math.exp(x - m), 0));
+        });
+        // Three samples take int8 x in the GEMVs by default (the quantization's reach); one takes f32.
+        expectClose([...s.samplingLogps], want, { rtol: 0, atol: G === 1 ? 2e-4 : 3e-2, what: `G ${G}, sample ${g}` });
+      }
+    }
+  });
+});
