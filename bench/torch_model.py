@@ -35,6 +35,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true", help="the shrunk model and work of bench/model.ts --quick")
 ap.add_argument("--json", help="write the results here")
 ap.add_argument("--only", help="comma-separated sections: prefill,decode,gspo,defaultConfig,drift")
+ap.add_argument("--gradient-checkpointing", action="store_true",
+                help="the default config's training step with gradient checkpointing (TRL's gradient_checkpointing=True), as ours runs it")
 ap.add_argument("--size", default="2b", choices=["2b", "4b", "8b"], help="the published Qwen3-VL-{2B,4B,8B}-Instruct shapes")
 args = ap.parse_args()
 
@@ -73,7 +75,8 @@ else:
 
 LORA_TARGETS = r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 RESULT = {"tool": "pytorch", "command": "python3 bench/torch_model.py " + " ".join(
-    a for a in ["--quick" if args.quick else "", f"--size {args.size}", f"--json {args.json}" if args.json else ""] if a),
+    a for a in ["--quick" if args.quick else "", f"--size {args.size}",
+              "--gradient-checkpointing" if args.gradient_checkpointing else "", f"--json {args.json}" if args.json else ""] if a),
     "quick": args.quick, "size": args.size, "work": W, "errors": []}
 
 
@@ -274,6 +277,10 @@ def main():
         opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-5)
         batches = step_batch(1, d["G"], d["prompt"], d["image"], d["completion"], g)
 
+        if args.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+
         def rl_step():
             model.eval()
             gen = timed(lambda: generate(model, p, d["G"], d["completion"]))
@@ -287,7 +294,7 @@ def main():
         gen_s, step_s = rl_step()
         RESULT["defaultConfig"] = {"generateS": gen_s, "stepS": step_s,
                                    "memory": memory("default trainer config: generation + training step of one group, "
-                                                    "no gradient checkpointing")}
+                                                    + ("gradient checkpointing" if args.gradient_checkpointing else "no gradient checkpointing"))}
 
     def drift():
         """How far bf16 moves one group's completion log-probs and d(sum of log-probs)/d(LoRA) from
