@@ -52,6 +52,7 @@ import { resolveLossConfig, type ResolvedLossConfig } from '../src/rl/lossConfig
 import type { PreparedPrompt, SamplingOptions, SequenceBatch } from '../src/rl/policy';
 import { Filler } from '../src/bench/fill';
 import { Rng } from '../src/data/random';
+import modelSizes from './model-sizes.json';
 
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
@@ -76,24 +77,9 @@ const SIZE = (() => {
   return v;
 })();
 
-/** The shapes of Qwen3-VL-{2B,4B,8B}-Instruct's config.json files as published; bench/torch_model.py holds the same table. */
-const SIZES = {
-  '2b': {
-    text: { hidden_size: 2048, num_hidden_layers: 28, num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128, intermediate_size: 6144, vocab_size: 151936, mrope_section: [24, 20, 20] },
-    vision: { depth: 24, hidden_size: 1024, num_heads: 16, intermediate_size: 4096, out_hidden_size: 2048, num_position_embeddings: 2304, deepstack_visual_indexes: [5, 11, 17] },
-    tied: true,
-  },
-  '4b': {
-    text: { hidden_size: 2560, num_hidden_layers: 36, num_attention_heads: 32, num_key_value_heads: 8, head_dim: 128, intermediate_size: 9728, vocab_size: 151936, mrope_section: [24, 20, 20] },
-    vision: { depth: 24, hidden_size: 1024, num_heads: 16, intermediate_size: 4096, out_hidden_size: 2560, num_position_embeddings: 2304, deepstack_visual_indexes: [5, 11, 17] },
-    tied: true,
-  },
-  '8b': {
-    text: { hidden_size: 4096, num_hidden_layers: 36, num_attention_heads: 32, num_key_value_heads: 8, head_dim: 128, intermediate_size: 12288, vocab_size: 151936, mrope_section: [24, 20, 20] },
-    vision: { depth: 27, hidden_size: 1152, num_heads: 16, intermediate_size: 4304, out_hidden_size: 4096, num_position_embeddings: 2304, deepstack_visual_indexes: [8, 16, 24] },
-    tied: false,
-  },
-} as const;
+/** The shapes of Qwen3-VL-{2B,4B,8B}-Instruct's config.json files as published (spec B1; read by
+ * bench/torch_model.py and tools/full_size_parity.py too). */
+const SIZES = modelSizes;
 
 /** Training memory targets by size: a 2B trains in 6 GB, a 4B in 8, an 8B in 12 (to fit a 16 GB consumer GPU beside the browser). */
 const MEMORY_TARGET_GIB = { '2b': 6, '4b': 8, '8b': 12 } as const;

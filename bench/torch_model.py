@@ -25,6 +25,7 @@ warm-up, as bench/model.ts times ours.
 import argparse
 import datetime
 import json
+import os
 import statistics
 import time
 import traceback
@@ -54,21 +55,10 @@ if args.quick:
     W = dict(promptLen=48, promptImage=64, newTokens=8, samples=[1, 8], reps=2, prompts=2, G=4, completion=16,
              trainPrompt=24, trainImage=64, rank=16, defaults=dict(prompt=48, image=64, G=4, completion=16, rank=8))
 else:
-    # The shapes of Qwen3-VL-{2B,4B,8B}-Instruct's published config.json files (bench/model.ts SIZES).
-    TEXT, VISION, TIED = {
-        "2b": (dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                    intermediate_size=6144, vocab_size=151936, mrope_section=[24, 20, 20]),
-               dict(depth=24, hidden_size=1024, num_heads=16, intermediate_size=4096, out_hidden_size=2048,
-                    num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17]), True),
-        "4b": (dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                    intermediate_size=9728, vocab_size=151936, mrope_section=[24, 20, 20]),
-               dict(depth=24, hidden_size=1024, num_heads=16, intermediate_size=4096, out_hidden_size=2560,
-                    num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17]), True),
-        "8b": (dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                    intermediate_size=12288, vocab_size=151936, mrope_section=[24, 20, 20]),
-               dict(depth=27, hidden_size=1152, num_heads=16, intermediate_size=4304, out_hidden_size=4096,
-                    num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24]), False),
-    }[args.size]
+    # The shapes of Qwen3-VL-{2B,4B,8B}-Instruct's published config.json files (one table for every bench).
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "model-sizes.json")) as f:
+        _spec = json.load(f)[args.size]
+    TEXT, VISION, TIED = _spec["text"], _spec["vision"], _spec["tied"]
     TOK = dict(image=151655, video=151656, start=151652, end=151653, bos=151643, eos=151645)
     W = dict(promptLen=512, promptImage=448, newTokens=128, samples=[1, 8], reps=2, prompts=8, G=8, completion=256,
              trainPrompt=96, trainImage=224, rank=16, defaults=dict(prompt=512, image=224, G=8, completion=256, rank=8))

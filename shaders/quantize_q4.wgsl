@@ -40,6 +40,22 @@ fn round_to_f16(v: f32) -> f32 {
   return round(v / step) * step;
 }
 
+// round(v / d), ties to even, exactly. WGSL lets a division be off by 2.5 ulp (NVIDIA's is), which
+// moves quotients that sit exactly on a half (common: bf16 weights over f16 scales) to the wrong
+// side; the division only picks the neighbour k, and v against (k + 0.5)·d, exact in f32 since d
+// has 11 significant bits and k + 0.5 at most 6, decides.
+fn round_div(v: f32, d: f32) -> f32 {
+  let k = floor(v / d);
+  let past = (v - (k + 0.5) * d) * sign(d);
+  if (past > 0.0) {
+    return k + 1.0;
+  }
+  if (past < 0.0) {
+    return k;
+  }
+  return select(k + 1.0, k, k % 2.0 == 0.0);
+}
+
 // Quantize group s of the source (flat index n*G + g): write its four code words, return its f16
 // scale.
 fn quantize_group(s: u32) -> f32 {
@@ -57,7 +73,7 @@ fn quantize_group(s: u32) -> f32 {
   for (var i = 0u; i < 32u; i++) {
     var c = 8u;
     if (d != 0.0) {
-      c = u32(clamp(round(v[i] / d) + 8.0, 0.0, 15.0));
+      c = u32(clamp(round_div(v[i], d) + 8.0, 0.0, 15.0));
     }
     words[i / 8u] |= c << (4u * (i % 8u));
   }

@@ -72,11 +72,7 @@ describe('quantize to 4 bits on the GPU', () => {
           expect(d === scaleOf(group), `scale of group ${s}: ${d} vs ${scaleOf(group)}`).toBe(true);
           for (let i = 0; i < 32; i++) {
             const c = codeAt(got, s * 32 + i);
-            const expected = codeOf(group[i], d);
-            // Near a rounding tie the GPU's division (not exactly rounded) may go either way.
-            const t = group[i] / d;
-            const nearTie = Math.abs(Math.abs(t - Math.trunc(t)) - 0.5) < 1e-5;
-            if (c !== expected) expect(nearTie && Math.abs(c - expected) === 1, `group ${s} code ${i}: ${c} vs ${expected} (w/d = ${t})`).toBe(true);
+            expect(c, `group ${s} code ${i} (w/d = ${group[i] / d})`).toBe(codeOf(group[i], d));
           }
         }
         // The all-zero group and the positive extreme.
@@ -85,6 +81,25 @@ describe('quantize to 4 bits on the GPU', () => {
       }
     });
   }
+
+  it('rounds quotients that sit exactly on a half to even, for either sign of the scale', async () => {
+    const gpu = await testGpu();
+    const q = await QuantizeQ4.create(gpu);
+    // Two groups of bf16-exact values: extreme 1 (scale -0.125) and -1 (scale 0.125); the others at
+    // (j + 0.5)·0.125, every quotient a tie, where a division that is not exactly rounded may land
+    // on either side.
+    const w = new Float32Array(64);
+    for (const [g, m] of [[0, 1], [1, -1]] as const) {
+      w[32 * g] = m;
+      for (let i = 1; i < 32; i++) w[32 * g + i] = (((i % 16) - 8) + 0.5) * 0.125 * (i < 16 ? 1 : -1);
+    }
+    const { words, values } = encode(w, 'bf16');
+    const got = await quantizeOnGpu(gpu, q, words, 'bf16', 1, 64);
+    for (let s = 0; s < 2; s++) {
+      const d = scaleAt(got, s);
+      for (let i = 0; i < 32; i++) expect(codeAt(got, 32 * s + i), `group ${s} code ${i} (w/d = ${values[32 * s + i] / d})`).toBe(codeOf(values[32 * s + i], d));
+    }
+  });
 
   it('has a relative RMS error of about 0.085 on Gaussian weights, below the scale+offset form at equal size', async () => {
     const gpu = await testGpu();
