@@ -1,4 +1,3 @@
-import { createServer, type Server } from 'node:http';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +7,7 @@ import { presetTerms, scoreSamples } from '../../src/rewards/registry';
 import { CustomRewardSandbox, type SandboxPort } from '../../src/rewards/sandbox';
 import { createNodeSandbox, spawnNodeSandbox } from '../../src/rewards/sandboxNode';
 import { BROWSER_BLOCKED_GLOBALS, browserWorkerSource, makeCaller, rewardScript } from '../../src/rewards/sandboxWorker';
+import { countingServer } from '../helpers/countingServer';
 
 const TIME_LIMIT_MS = 400;
 const sandbox = createNodeSandbox({ timeLimitMs: TIME_LIMIT_MS });
@@ -339,26 +339,3 @@ describe('browser worker source', () => {
     expect(() => load('return (', 'body')).toThrow(SyntaxError);
   });
 });
-
-interface CountingServer {
-  url: string;
-  requests: string[];
-  close(): Promise<void>;
-}
-
-/** An HTTP server on 127.0.0.1 that records every request it gets. */
-async function countingServer(): Promise<CountingServer> {
-  const requests: string[] = [];
-  const server: Server = createServer((req, res) => {
-    requests.push(req.url ?? '');
-    res.end('export default 1;');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (!address || typeof address === 'string') throw new Error('no port');
-  return {
-    url: `http://127.0.0.1:${address.port}/`,
-    requests,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
