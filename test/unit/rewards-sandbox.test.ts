@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { CONTENT_SECURITY_POLICY, HUB_CONNECT_SOURCES } from '../../src/rewards/contentSecurityPolicy';
 import { presetTerms, scoreSamples } from '../../src/rewards/registry';
 import { CustomRewardSandbox, type SandboxPort } from '../../src/rewards/sandbox';
 import { createNodeSandbox, spawnNodeSandbox } from '../../src/rewards/sandboxNode';
@@ -337,5 +338,22 @@ describe('browser worker source', () => {
     expect(load('return this === undefined ? 1 : 0', 'body')('', '', undefined, undefined)).toBe(1);
     expect(load('answer.length * 0.5 // trailing comment', 'expression')('', 'ab', undefined, undefined)).toBe(1);
     expect(() => load('return (', 'body')).toThrow(SyntaxError);
+  });
+});
+
+describe('Content-Security-Policy', () => {
+  it('allows only the app, the hub (connect-src) and local data; no eval, no remote script, font or image', () => {
+    const directives = new Map(CONTENT_SECURITY_POLICY.split(';').map((d) => {
+      const [name, ...sources] = d.trim().split(/\s+/);
+      return [name, sources] as const;
+    }));
+    expect(directives.get('default-src')).toEqual(["'self'"]);
+    expect(directives.get('connect-src')).toEqual(["'self'", ...HUB_CONNECT_SOURCES]);
+    for (const [name, sources] of directives) {
+      if (name === 'connect-src') continue;
+      for (const source of sources) expect(["'self'", "'none'", "'wasm-unsafe-eval'", "'unsafe-inline'", 'blob:', 'data:'], `${name} ${source}`).toContain(source);
+      if (name !== 'style-src') expect(sources, name).not.toContain("'unsafe-inline'");
+    }
+    expect(directives.get('script-src')).not.toContain('data:');
   });
 });
