@@ -2,6 +2,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { resolveConfig } from 'vite';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CONTENT_SECURITY_POLICY, HUB_CONNECT_SOURCES } from '../../src/rewards/contentSecurityPolicy';
 import { presetTerms, scoreSamples } from '../../src/rewards/registry';
@@ -355,5 +356,13 @@ describe('Content-Security-Policy', () => {
       if (name !== 'style-src') expect(sources, name).not.toContain("'unsafe-inline'");
     }
     expect(directives.get('script-src')).not.toContain('data:');
+  });
+
+  it('is sent by the dev and preview servers that vite.config.ts configures', async () => {
+    for (const preview of [false, true]) {
+      const config = await resolveConfig({ logLevel: 'silent' }, 'serve', 'production', 'production', preview);
+      expect(config.server.headers?.['Content-Security-Policy'], `preview ${preview}`).toBe(CONTENT_SECURITY_POLICY);
+      expect(config.preview.headers?.['Content-Security-Policy'], `preview ${preview}`).toBe(CONTENT_SECURITY_POLICY);
+    }
   });
 });
