@@ -158,8 +158,8 @@ export const BROWSER_BLOCKED_GLOBALS = [
   'setTimeout', 'setInterval', 'queueMicrotask', 'requestAnimationFrame',
 ] as const;
 
-/** Where the browser worker's loaded reward is handed over (then deleted). */
-const BROWSER_SLOT = '__vlrlReward';
+/** The global a loaded reward script stores its function in (read, then deleted, by the harness). */
+const REWARD_SLOT = '__vlrlReward';
 
 /**
  * Source of the dedicated Web Worker (loaded from a Blob URL). Everything it needs is captured
@@ -181,7 +181,7 @@ export function browserWorkerSource(): string {
   const SyntaxErrorType = self.SyntaxError;
   const createUrl = self.URL.createObjectURL.bind(self.URL);
   const revokeUrl = self.URL.revokeObjectURL.bind(self.URL);
-  const slot = ${JSON.stringify(BROWSER_SLOT)};
+  const slot = ${JSON.stringify(REWARD_SLOT)};
   stripGlobals(self.URL, ['createObjectURL']);
   stripGlobals(self, ${JSON.stringify(BROWSER_BLOCKED_GLOBALS)});
   const compileAs = (source, form) => {
@@ -229,7 +229,7 @@ export function nodeWorkerSource(): string {
   const call = vm.runInContext(${JSON.stringify(`(${makeCaller.toString()})()`)}, context);
   const compileAs = (source, form) => {
     // Only compiling may throw the SyntaxError that sends the source on to its next form.
-    const script = new vm.Script(rewardScript(source, form, 'globalThis.${BROWSER_SLOT}'), { filename: 'reward.js' });
+    const script = new vm.Script(rewardScript(source, form, 'globalThis.${REWARD_SLOT}'), { filename: 'reward.js' });
     const reward = script.runInContext(context);
     if (typeof reward !== 'function') throw new TypeError('the source did not load as a reward function');
     return call(reward, form === 'expression');
