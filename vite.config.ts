@@ -1,7 +1,10 @@
 import { defineConfig } from 'vite';
+import { cspPlugin } from './src/rewards/contentSecurityPolicy';
 
 // The app is a static site; the engine runs in a module Web Worker.
 export default defineConfig({
+  // The Content-Security-Policy: a header from the dev and preview servers, a <meta> tag in the page.
+  plugins: [cspPlugin()],
   worker: { format: 'es' },
   // Pre-bundled up front: a dependency the dev server discovers late (the worker imports some only
   // when a model loads) makes it reload the page, which would drop a running session.

@@ -1,8 +1,12 @@
 // Host side of the custom-reward sandbox: user JavaScript runs in a separate worker (a Blob-URL
 // Web Worker in the browser, a worker_threads Worker in Node; see sandboxBrowser.ts and
-// sandboxNode.ts), one batch per round trip, with a time limit per sample. Whatever the user code
-// does (throws, loops, returns a non-number, fails to compile, kills its worker), every sample
-// gets a defined reward (0) and a message saying why; nothing is thrown at the caller.
+// sandboxNode.ts). Every batch of every term gets a fresh worker, stopped when the batch ends, so
+// nothing user code does (changing builtins, closing its worker, leaving work queued) reaches
+// another term or a later batch; batches of different terms run side by side. Each sample has a
+// time limit. What the worker reports is checked here, in a realm user code never runs in:
+// whatever user code does (throws, loops, returns a non-number or a non-finite one, fails to
+// compile, kills its worker), every sample gets a defined reward (0) and a message saying why;
+// nothing is thrown at the caller.
 import type { RunRequest, SandboxItem, WorkerMessage } from './sandboxWorker';
 
 export type { SandboxItem } from './sandboxWorker';
@@ -10,7 +14,8 @@ export type { SandboxItem } from './sandboxWorker';
 /** A started worker, as the host needs it; one per environment (browser, Node). */
 export interface SandboxPort {
   post(request: RunRequest): void;
-  onMessage(handler: (message: WorkerMessage) => void): void;
+  /** Every message the worker posts, unchecked (the host validates each one). */
+  onMessage(handler: (message: unknown) => void): void;
   /** The worker died or could not start (Node: 'error' or 'exit'). */
   onFailure(handler: (reason: string) => void): void;
   terminate(): void;
@@ -30,7 +35,7 @@ export interface CustomRewardEvaluator {
 }
 
 export interface SandboxOptions {
-  /** Milliseconds one sample may run before its worker is terminated and replaced. */
+  /** Milliseconds one sample may run before its worker is stopped (the rest go to a fresh one). */
   timeLimitMs?: number;
   /** Milliseconds a fresh worker may take to start. */
   startLimitMs?: number;
@@ -39,11 +44,10 @@ export interface SandboxOptions {
 export const DEFAULT_TIME_LIMIT_MS = 1000;
 export const DEFAULT_START_LIMIT_MS = 15_000;
 
-type Event = { kind: 'message'; message: WorkerMessage } | { kind: 'failure'; reason: string };
+type Event = { kind: 'message'; message: unknown } | { kind: 'failure'; reason: string };
 
 interface LiveWorker {
   port: SandboxPort;
-  ready: boolean;
   /** Where the worker's events go; replaced for each wait. */
   sink: (event: Event) => void;
 }
@@ -54,12 +58,25 @@ type PassEnd =
   | { kind: 'compile-error'; message: string }
   /** No worker could be started; `reason` says why. */
   | { kind: 'unavailable'; reason: string }
-  /** The sample at `at` hung or crashed the worker; `reason` says which. */
+  /** The sample at `at` hung, crashed the worker or broke the protocol; `reason` says which. */
   | { kind: 'stopped'; at: number; reason: string };
 
+/** The item message for sample `at` of request `id`, checked field by field; null if malformed. */
+function itemOf(message: unknown, id: number, at: number): CustomRewardResult | null {
+  const m = message as Partial<Extract<WorkerMessage, { type: 'item' }>>;
+  if (m.id !== id || m.at !== at) return null;
+  if (typeof m.error === 'string') return { value: 0, error: m.error.slice(0, 400) };
+  if (m.error !== null || typeof m.value !== 'number') return null;
+  // Number.isFinite of this realm: user code cannot have replaced it.
+  return Number.isFinite(m.value) ? { value: m.value, error: null } : { value: 0, error: `returned ${m.value}, not a finite number` };
+}
+
+const typeOf = (message: unknown): unknown =>
+  typeof message === 'object' && message !== null ? (message as { type?: unknown }).type : undefined;
+
 export class CustomRewardSandbox implements CustomRewardEvaluator {
-  private worker: LiveWorker | null = null;
-  private queue: Promise<unknown> = Promise.resolve();
+  /** Workers of the batches in flight, for dispose(). */
+  private readonly live = new Set<LiveWorker>();
   private nextId = 1;
   private disposed = false;
   private restartCount = 0;
@@ -71,25 +88,24 @@ export class CustomRewardSandbox implements CustomRewardEvaluator {
     this.startLimitMs = options.startLimitMs ?? DEFAULT_START_LIMIT_MS;
   }
 
-  /** Workers replaced after a time-out or crash so far. */
+  /** Workers replaced inside a batch after a time-out, crash or protocol breach so far. */
   get restarts(): number {
     return this.restartCount;
   }
 
-  /** Rewards for many samples in one round trip; batches queue behind each other. */
+  /** Rewards for many samples in one round trip, in a worker of this batch's own. */
   evaluate(source: string, items: readonly SandboxItem[]): Promise<CustomRewardResult[]> {
     if (this.disposed) return Promise.reject(new Error('custom reward sandbox: used after dispose()'));
-    const run = this.queue.then(() => this.evaluateAll(source, items));
-    this.queue = run.catch(() => undefined);
-    return run;
+    return this.evaluateAll(source, items);
   }
 
-  /** Stops the worker; a batch in flight ends at once, its unfinished samples marked as such. */
+  /** Stops every worker; batches in flight end at once, their unfinished samples marked as such. */
   dispose(): void {
     this.disposed = true;
-    const worker = this.worker;
-    this.kill();
-    worker?.sink({ kind: 'failure', reason: 'the sandbox was disposed' });
+    for (const worker of [...this.live]) {
+      this.retire(worker);
+      worker.sink({ kind: 'failure', reason: 'the sandbox was disposed' });
+    }
   }
 
   private async evaluateAll(source: string, items: readonly SandboxItem[]): Promise<CustomRewardResult[]> {
@@ -109,14 +125,13 @@ export class CustomRewardSandbox implements CustomRewardEvaluator {
       }
       // at === items.length: the worker hung after the last sample's result; nothing to charge.
       if (end.at < items.length) results[end.at] = { value: 0, error: end.reason };
-      this.kill();
       this.restartCount++;
       from = end.at + 1;
     }
     return results;
   }
 
-  /** Sends items[from..] to a (fresh if need be) worker and collects results until it ends. */
+  /** Sends items[from..] to a fresh worker, collects results until it ends, then stops it. */
   private async pass(source: string, items: readonly SandboxItem[], from: number, results: CustomRewardResult[]): Promise<PassEnd> {
     let worker: LiveWorker;
     try {
@@ -125,7 +140,7 @@ export class CustomRewardSandbox implements CustomRewardEvaluator {
       return { kind: 'unavailable', reason: e instanceof Error ? e.message : String(e) };
     }
     const id = this.nextId++;
-    return new Promise<PassEnd>((resolve) => {
+    const end = await new Promise<PassEnd>((resolve) => {
       let current = from;
       let timer: ReturnType<typeof setTimeout> | undefined;
       const finish = (end: PassEnd) => {
@@ -136,67 +151,71 @@ export class CustomRewardSandbox implements CustomRewardEvaluator {
       const arm = () => {
         clearTimeout(timer);
         timer = setTimeout(
-          () => finish({ kind: 'stopped', at: current, reason: `timed out after ${this.timeLimitMs} ms (the sandbox worker was restarted)` }),
+          () => finish({ kind: 'stopped', at: current, reason: `timed out after ${this.timeLimitMs} ms (its worker was stopped)` }),
           this.timeLimitMs,
         );
       };
+      const breach = (what: string) =>
+        finish({ kind: 'stopped', at: current, reason: `the sandbox worker ${what} (it was stopped)` });
       worker.sink = (event) => {
         if (event.kind === 'failure') {
-          finish({ kind: 'stopped', at: current, reason: `the sandbox worker died: ${event.reason} (it was restarted)` });
+          finish({ kind: 'stopped', at: current, reason: `the sandbox worker died: ${event.reason}` });
           return;
         }
-        const m = event.message;
-        if (m.type === 'ready' || m.id !== id) return;
-        if (m.type === 'compile-error') finish({ kind: 'compile-error', message: m.message });
-        else if (m.type === 'done') finish({ kind: 'done' });
-        else {
-          results[from + m.at] = { value: m.value, error: m.error };
-          current = from + m.at + 1;
+        const m = event.message as Partial<Record<string, unknown>>;
+        const type = typeOf(m);
+        if (type === 'compile-error' && m.id === id && current === from && typeof m.message === 'string') {
+          finish({ kind: 'compile-error', message: m.message.slice(0, 400) });
+        } else if (type === 'done' && m.id === id) {
+          if (current === items.length) finish({ kind: 'done' });
+          else breach('ended the batch before this sample');
+        } else if (type === 'item') {
+          const result = itemOf(m, id, current - from);
+          if (!result) {
+            breach('sent a malformed result');
+            return;
+          }
+          results[current] = result;
+          current++;
           arm();
+        } else {
+          breach('sent an unexpected message');
         }
       };
       arm();
       worker.port.post({ type: 'run', id, source, items: items.slice(from) });
     });
+    this.retire(worker);
+    return end;
   }
 
-  /** The live worker, spawning one and waiting for its 'ready' when there is none. */
+  /** A fresh worker, once it has said 'ready'. */
   private started(): Promise<LiveWorker> {
-    if (this.worker?.ready) return Promise.resolve(this.worker);
-    this.kill();
     const port = this.spawn();
-    const worker: LiveWorker = { port, ready: false, sink: () => undefined };
-    this.worker = worker;
-    // Events of a worker that has since been replaced are dropped here.
-    port.onMessage((message) => this.worker === worker && worker.sink({ kind: 'message', message }));
-    port.onFailure((reason) => {
-      if (this.worker !== worker) return;
-      worker.ready = false; // a worker that died between batches is replaced by the next one
-      worker.sink({ kind: 'failure', reason });
-    });
+    const worker: LiveWorker = { port, sink: () => undefined };
+    this.live.add(worker);
+    port.onMessage((message) => worker.sink({ kind: 'message', message }));
+    port.onFailure((reason) => worker.sink({ kind: 'failure', reason }));
     return new Promise<LiveWorker>((resolve, reject) => {
       const timer = setTimeout(() => fail(`the sandbox worker did not start within ${this.startLimitMs} ms`), this.startLimitMs);
       const fail = (reason: string) => {
         clearTimeout(timer);
         worker.sink = () => undefined;
-        this.kill();
+        this.retire(worker);
         reject(new Error(reason));
       };
       worker.sink = (event) => {
-        if (event.kind === 'failure') fail(`the sandbox worker failed to start: ${event.reason}`);
-        else if (event.message.type === 'ready') {
+        if (event.kind === 'failure') fail(event.reason === 'the sandbox was disposed' ? event.reason : `the sandbox worker failed to start: ${event.reason}`);
+        else if (typeOf(event.message) === 'ready') {
           clearTimeout(timer);
-          worker.ready = true;
           worker.sink = () => undefined;
           resolve(worker);
-        }
+        } else fail('the sandbox worker sent a message before it was ready');
       };
     });
   }
 
-  private kill(): void {
-    const worker = this.worker;
-    this.worker = null;
-    worker?.port.terminate();
+  private retire(worker: LiveWorker): void {
+    if (this.live.delete(worker)) worker.port.terminate();
   }
 }

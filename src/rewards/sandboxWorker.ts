@@ -4,10 +4,13 @@
 // with Function.prototype.toString, so each must be self-contained (no imports, no references to
 // anything else in this file, nothing but standard JavaScript builtins).
 //
-// Protocol: the host posts one RunRequest per batch; the worker answers 'ready' once at start,
-// then per request either 'compile-error', or one 'item' per sample in order followed by 'done'.
-// Results stream per item so that the host can put its time limit on each sample and, when one
-// hangs, knows which one it was and re-sends only the samples after it to a fresh worker.
+// Protocol: every batch gets a worker of its own (a fresh realm: nothing user code changed in one
+// batch or one term is seen by another). The worker answers 'ready' once at start; the host posts
+// one RunRequest; the worker answers 'compile-error', or one 'item' per sample in order followed
+// by 'done'. Results stream per item so that the host can put its time limit on each sample and,
+// when one hangs, knows which one it was and re-sends only the samples after it to a fresh worker.
+// The worker sends raw values: whether a reward is a finite number is decided by the host
+// (sandbox.ts), in a realm user code cannot reach.
 
 export interface SandboxItem {
   completion: string;
@@ -26,41 +29,42 @@ export interface RunRequest {
 export type WorkerMessage =
   | { type: 'ready' }
   | { type: 'compile-error'; id: number; message: string }
-  /** `at` is the item's position in the request; `error` is null when `value` is the reward. */
-  | { type: 'item'; id: number; at: number; value: number; error: string | null }
+  /**
+   * `at` is the item's position in the request. `value` is what the reward returned when that was
+   * a number (any number: NaN included), else null with `error` saying what came instead.
+   */
+  | { type: 'item'; id: number; at: number; value: number | null; error: string | null }
   | { type: 'done'; id: number };
 
-/** A compiled user reward, called with primitives only (see makeCompiler). */
+/** A compiled user reward, called with primitives only (see makeCaller). */
 export type CompiledReward = (completion: string, answer: string, prompt: string | undefined, index: number | undefined) => unknown;
 
+/** How user source is read: first as an expression, failing that as a function body. */
+export type SourceForm = 'expression' | 'body';
+
 /**
- * Returns the compiler for user source. It is evaluated in the realm the user code will run in
- * (the worker's global after globals are stripped, or a Node vm context), and its compiled
- * functions take only strings and numbers, so no object of another realm reaches user code.
- * The source is first read as an expression: a function (`(completion, answer) => …`,
- * `function (c, a) {…}`) is then called per sample, any other value is the reward itself
- * (`completion.length / 100`). Failing that, it is a function body (`const x = …; return x;`)
- * with `completion`, `answer` and `context` ({prompt, index}) in scope.
+ * A classic script that stores the user's reward in `slot` (an assignment target such as
+ * `self.__reward`) as a strict function of (completion, answer, context). As an expression, the
+ * source may be a function (`(completion, answer) => …`, `function (c, a) {…}`), called per
+ * sample, or any other value, which is the reward itself (`completion.length / 100`); as a body
+ * (`const x = …; return x;`) it runs with `completion`, `answer` and `context` in scope. Loading
+ * it as a script (not through eval) lets the page's policy forbid eval everywhere.
  */
-export function makeCompiler(): (source: string) => CompiledReward {
-  const params = ['completion', 'answer', 'context'];
-  return (source) => {
-    let expression: ((c: string, a: string, ctx: object) => unknown) | null = null;
-    try {
-      expression = new Function(...params, `"use strict";\nreturn (${source}\n);`) as (c: string, a: string, ctx: object) => unknown;
-    } catch {
-      expression = null;
-    }
-    if (expression) {
-      const run = expression;
-      return (c, a, prompt, index) => {
-        const context = { prompt, index };
-        const value = run(c, a, context);
-        return typeof value === 'function' ? (value as (c: string, a: string, ctx: object) => unknown)(c, a, context) : value;
-      };
-    }
-    const body = new Function(...params, `"use strict";\n${source}`) as (c: string, a: string, ctx: object) => unknown;
-    return (c, a, prompt, index) => body(c, a, { prompt, index });
+export function rewardScript(source: string, form: SourceForm, slot: string): string {
+  const body = form === 'expression' ? `return (\n${source}\n);` : source;
+  return `${slot} = function (completion, answer, context) {\n"use strict";\n${body}\n};\n`;
+}
+
+/**
+ * Returns the adapter from a loaded reward to a CompiledReward. It is evaluated in the realm the
+ * user code runs in (a browser worker's global, or a Node vm context), so the `context` object it
+ * builds belongs to that realm and no object of another realm reaches user code.
+ */
+export function makeCaller(): (reward: (c: string, a: string, ctx: object) => unknown, isExpression: boolean) => CompiledReward {
+  return (reward, isExpression) => (c, a, prompt, index) => {
+    const context = { prompt, index };
+    const value = reward(c, a, context);
+    return isExpression && typeof value === 'function' ? (value as (c: string, a: string, ctx: object) => unknown)(c, a, context) : value;
   };
 }
 
@@ -83,7 +87,6 @@ export function sandboxMain(
   };
   const kind = (v: unknown): string => {
     if (v === null) return 'null';
-    if (typeof v === 'number') return String(v);
     if (typeof v === 'string') return `a string (${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v)})`;
     if (typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function') return 'a Promise (async rewards are not supported)';
     return typeof v === 'undefined' ? 'undefined (no return value?)' : `a ${typeof v}`;
@@ -98,11 +101,11 @@ export function sandboxMain(
     }
     for (let at = 0; at < request.items.length; at++) {
       const item = request.items[at];
-      let value = 0;
+      let value: number | null = null;
       let error: string | null = null;
       try {
         const result = reward(item.completion, item.answer, item.prompt, item.index);
-        if (typeof result === 'number' && Number.isFinite(result)) value = result;
+        if (typeof result === 'number') value = result;
         else error = `returned ${kind(result)}, not a finite number`;
       } catch (e) {
         error = `threw ${describe(e)}`;
@@ -116,13 +119,10 @@ export function sandboxMain(
 }
 
 /**
- * Removes what user code must not reach from a browser worker's global scope: network
- * (fetch, XMLHttpRequest, WebSocket, WebTransport, EventSource, importScripts), storage
- * (indexedDB, caches, navigator.storage through navigator), other contexts (Worker,
- * SharedWorker, BroadcastChannel) and the worker's own message channel (postMessage,
- * onmessage). Each name is deleted along the prototype chain and then pinned to undefined.
- * Syntax cannot be removed: dynamic import() stays, and is for the page's Content-Security-Policy
- * (script-src) to refuse.
+ * Removes names from an object and its prototype chain: each is deleted along the chain and then
+ * pinned to undefined on the object itself. This is a second line only; the Content-Security-
+ * Policy the worker inherits is what stops network access (dynamic import() is syntax and cannot
+ * be removed).
  */
 export function stripGlobals(scope: object, names: readonly string[]): void {
   for (const name of names) {
@@ -141,44 +141,109 @@ export function stripGlobals(scope: object, names: readonly string[]): void {
   }
 }
 
+/**
+ * What user code must not reach in a browser worker: network (fetch, XMLHttpRequest, WebSocket,
+ * WebTransport, EventSource, importScripts, fonts), storage (indexedDB, caches, navigator's
+ * storage and locks), other contexts (Worker, SharedWorker, BroadcastChannel, MessageChannel),
+ * the worker's own message channel and close(), and timers (work left running after a sample
+ * returned).
+ */
 export const BROWSER_BLOCKED_GLOBALS = [
   'fetch', 'XMLHttpRequest', 'WebSocket', 'WebSocketStream', 'WebTransport', 'EventSource', 'importScripts',
-  'indexedDB', 'IDBFactory', 'caches', 'CacheStorage', 'navigator', 'Worker', 'SharedWorker', 'BroadcastChannel',
-  'postMessage', 'onmessage', 'onmessageerror', 'requestFileSystem', 'webkitRequestFileSystem',
-  'FileSystemHandle', 'StorageManager',
+  'FontFace', 'FontFaceSet', 'fonts',
+  'indexedDB', 'IDBFactory', 'caches', 'CacheStorage', 'navigator', 'StorageManager', 'requestFileSystem',
+  'webkitRequestFileSystem', 'FileSystemHandle',
+  'Worker', 'SharedWorker', 'BroadcastChannel', 'MessageChannel',
+  'postMessage', 'onmessage', 'onmessageerror', 'close',
+  'setTimeout', 'setInterval', 'queueMicrotask', 'requestAnimationFrame',
 ] as const;
 
-/** Source of the dedicated Web Worker (loaded from a Blob URL). */
+/** The global a loaded reward script stores its function in (read, then deleted, by the harness). */
+const REWARD_SLOT = '__vlrlReward';
+
+/**
+ * Source of the dedicated Web Worker (loaded from a Blob URL). Everything it needs is captured
+ * and the blocked globals are stripped before any user code is parsed; user source is then
+ * loaded with importScripts from a Blob URL that is revoked at once (a syntax error there is
+ * a catchable SyntaxError), and URL.createObjectURL is gone, so user code cannot make one.
+ */
 export function browserWorkerSource(): string {
   return `"use strict";
-const sandboxMain = (${sandboxMain.toString()});
-const stripGlobals = (${stripGlobals.toString()});
-const makeCompiler = (${makeCompiler.toString()});
 {
+  const sandboxMain = (${sandboxMain.toString()});
+  const stripGlobals = (${stripGlobals.toString()});
+  const rewardScript = (${rewardScript.toString()});
+  const call = (${makeCaller.toString()})();
   const post = self.postMessage.bind(self);
-  const listen = (handler) => self.addEventListener('message', (event) => handler(event.data));
+  const addListener = self.addEventListener.bind(self);
+  const load = self.importScripts.bind(self);
+  const BlobType = self.Blob;
+  const SyntaxErrorType = self.SyntaxError;
+  const createUrl = self.URL.createObjectURL.bind(self.URL);
+  const revokeUrl = self.URL.revokeObjectURL.bind(self.URL);
+  const slot = ${JSON.stringify(REWARD_SLOT)};
+  stripGlobals(self.URL, ['createObjectURL']);
   stripGlobals(self, ${JSON.stringify(BROWSER_BLOCKED_GLOBALS)});
-  sandboxMain(post, listen, makeCompiler());
+  const compileAs = (source, form) => {
+    const url = createUrl(new BlobType([rewardScript(source, form, 'self.' + slot)], { type: 'text/javascript' }));
+    try {
+      load(url);
+    } finally {
+      revokeUrl(url);
+    }
+    const reward = self[slot];
+    delete self[slot];
+    if (typeof reward !== 'function') throw new TypeError('the source did not load as a reward function');
+    return call(reward, form === 'expression');
+  };
+  const compile = (source) => {
+    try {
+      return compileAs(source, 'expression');
+    } catch (e) {
+      if (!(e instanceof SyntaxErrorType)) throw e;
+    }
+    return compileAs(source, 'body');
+  };
+  sandboxMain(post, (handler) => addListener('message', (event) => handler(event.data)), compile);
   post({ type: 'ready' });
 }
 `;
 }
 
 /**
- * Source of the Node worker_threads worker (eval: true). User code is compiled in a fresh vm
- * context: its global has the language builtins only (no require, process, fetch, timers), and
- * dynamic import() there is refused because the script has no importModuleDynamically hook.
+ * Source of the Node worker_threads worker (eval: true). User code is compiled as a script in a
+ * fresh vm context: its global has the language builtins only (no require, process, fetch,
+ * timers), string code generation is off there as under the browser's policy, and dynamic
+ * import() is refused because the script has no importModuleDynamically hook.
  */
 export function nodeWorkerSource(): string {
   return `"use strict";
-const { parentPort } = require('node:worker_threads');
-const vm = require('node:vm');
-const sandboxMain = (${sandboxMain.toString()});
-// A promise user code rejected and left behind must not take the worker down with it.
-process.on('unhandledRejection', () => undefined);
-const context = vm.createContext(Object.create(null), { codeGeneration: { strings: true, wasm: false } });
-const compile = vm.runInContext(${JSON.stringify(`(${makeCompiler.toString()})()`)}, context);
-sandboxMain((message) => parentPort.postMessage(message), (handler) => parentPort.on('message', handler), compile);
-parentPort.postMessage({ type: 'ready' });
+{
+  const { parentPort } = require('node:worker_threads');
+  const vm = require('node:vm');
+  const sandboxMain = (${sandboxMain.toString()});
+  const rewardScript = (${rewardScript.toString()});
+  // A promise user code rejected and left behind must not take the worker down with it.
+  process.on('unhandledRejection', () => undefined);
+  const context = vm.createContext(Object.create(null), { codeGeneration: { strings: false, wasm: false } });
+  const call = vm.runInContext(${JSON.stringify(`(${makeCaller.toString()})()`)}, context);
+  const compileAs = (source, form) => {
+    // Only compiling may throw the SyntaxError that sends the source on to its next form.
+    const script = new vm.Script(rewardScript(source, form, 'globalThis.${REWARD_SLOT}'), { filename: 'reward.js' });
+    const reward = script.runInContext(context);
+    if (typeof reward !== 'function') throw new TypeError('the source did not load as a reward function');
+    return call(reward, form === 'expression');
+  };
+  const compile = (source) => {
+    try {
+      return compileAs(source, 'expression');
+    } catch (e) {
+      if (!(e instanceof SyntaxError)) throw e;
+    }
+    return compileAs(source, 'body');
+  };
+  sandboxMain((message) => parentPort.postMessage(message), (handler) => parentPort.on('message', handler), compile);
+  parentPort.postMessage({ type: 'ready' });
+}
 `;
 }

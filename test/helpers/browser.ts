@@ -27,7 +27,11 @@ export interface AppSession {
   server: ViteDevServer;
   browser: Browser;
   url: string;
-  page(): Promise<Page>;
+  /**
+   * A new page. The app's Content-Security-Policy is bypassed unless `enforceCsp` is set:
+   * Playwright's waitForFunction evaluates its predicate with eval, which the policy forbids.
+   */
+  page(options?: { enforceCsp?: boolean }): Promise<Page>;
   close(): Promise<void>;
 }
 
@@ -44,8 +48,8 @@ export async function startApp(): Promise<AppSession> {
     server,
     browser,
     url,
-    async page() {
-      const p = await browser.newPage();
+    async page(options = {}) {
+      const p = await browser.newPage({ bypassCSP: !options.enforceCsp });
       p.on('pageerror', (e) => console.error(`[page error] ${e.message}`));
       pages.push(p);
       return p;
