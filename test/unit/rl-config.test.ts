@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { batchPlan, ConfigError, defaultConfig, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { nearestKey } from '../../src/rl/configKeys';
 import { defaultEngineConfig, EngineConfigError, resolveEngineConfig } from '../../src/rl/engineConfig';
-import { DEFAULT_LOSS_CONFIG } from '../../src/rl/lossConfig';
+import { DEFAULT_LOSS_CONFIG, resolveLossConfig } from '../../src/rl/lossConfig';
 import { parseLossRequest } from '../../src/node/commands/loss';
 import { productOptions, storedProductsValue } from '../../src/model/products';
 import { learningRate, scheduleOf } from '../../src/rl/schedule';
@@ -207,5 +207,8 @@ describe('loss command input', () => {
     expect(() => parseLossRequest({ ...input, config: { loss_typ: 'grpo' } })).toThrow(/^config\.loss_typ: unknown field; did you mean loss_type\?$/);
     expect(() => parseLossRequest({ ...input, config: { rollout_correction: { clip_mx: 2 } } })).toThrow(/config\.rollout_correction\.clip_mx: unknown field; did you mean clip_max\?/);
     expect(() => parseLossRequest({ ...input, reward: [1, 0] })).toThrow(/^reward: unknown field; did you mean rewards\?$/);
+    // resolveLossConfig itself, as the grads command and library callers reach it.
+    expect(() => resolveLossConfig({ epsilon_hi: 0.28 } as never)).toThrow(/^loss config: epsilon_hi: unknown field; did you mean epsilon_high\?$/);
+    expect(() => resolveLossConfig(null as never)).toThrow(/^loss config: the config must be an object; got null$/);
   });
 });
