@@ -126,6 +126,7 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
         save_steps: 1,
         loss_type: 'grpo',
         lora: { r: 2, lora_alpha: 4 },
+        engine: { micro_batch_tokens: 2048 },
         // A custom reward (run in the CLI's sandbox) that varies within a group whatever is sampled
         // (the sample's index), so the adapters move.
         rewards: [{ name: 'length', weight: 0.1, source: '(c, a, ctx) => c.length + ctx.index' }],
@@ -147,7 +148,9 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
       expect(m.grad_norm).toBeGreaterThan(0);
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
-    expect(readdirSync(out).sort()).toEqual(['latest', 'step-00000001', 'step-00000002']);
+    expect(readdirSync(out).sort()).toEqual(['engine.json', 'latest', 'step-00000001', 'step-00000002']);
+    const engine = { products: 'f32', vision_products: 'f32', micro_batch_tokens: 2048 };
+    expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
     expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['checkpoint.json', 'tensors.safetensors']);
     const saved = (await readCheckpointDir(out))!;
     expect(saved.meta.step).toBe(2);
@@ -166,6 +169,7 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     expect(after.meta.runId).toBe(saved.meta.runId);
     expect(after.meta.history.map((m) => m.step)).toEqual([1, 2, 3]);
     expect(after.meta.history.slice(0, 2)).toEqual(saved.meta.history);
+    expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
   }, 180_000);
 
   it('refuses conflicting sources and a missing demo model with a reason', async () => {

@@ -28,8 +28,8 @@
 // Checkpoints go to DIR (default runs/<timestamp>) in the format of src/rl/checkpoint.ts:
 // DIR/step-NNNNNNNN/{checkpoint.json,tensors.safetensors}, each written to a temporary folder and
 // renamed, then DIR/latest (the current folder's name) replaced by rename, so an interrupted write
-// leaves the previous checkpoint current. (Runs of earlier versions kept their "data" entry in
-// DIR/data.json; --resume still reads it.)
+// leaves the previous checkpoint current. DIR/engine.json keeps the engine config for --resume.
+// (Runs of earlier versions kept their "data" entry in DIR/data.json; --resume still reads it.)
 import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve as absolute } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
@@ -217,15 +217,15 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
   return resolveEngineConfig(e, 'engine (with the command line)');
 }
 
-/** A config file's JSON object; the file is named in every refusal. */
-function readConfigFile(file: string): Record<string, unknown> {
+/** A JSON object from `file` (`what` names it in every refusal, e.g. "--config FILE"). */
+function readConfigFile(file: string, what = file): Record<string, unknown> {
   let json: unknown;
   try {
     json = JSON.parse(readFileSync(file, 'utf8'));
   } catch (e) {
-    throw new Error(`--config ${file}: ${(e as Error).message}`);
+    throw new Error(`${what}: ${(e as Error).message}`);
   }
-  if (!isPlainObject(json)) throw new ConfigError(`--config ${file}: the config must be a JSON object; got ${json === null ? 'null' : Array.isArray(json) ? 'an array' : JSON.stringify(json)}`);
+  if (!isPlainObject(json)) throw new ConfigError(`${what}: the config must be a JSON object; got ${json === null ? 'null' : Array.isArray(json) ? 'an array' : JSON.stringify(json)}`);
   return json;
 }
 
@@ -239,16 +239,24 @@ export async function run(args: CliArgs): Promise<void> {
     if (!existsSync(join(DEMO_MODEL_DIR, 'config.json'))) throw new Error(`--demo: the bundled demo model is not in ${DEMO_MODEL_DIR} (no config.json there); train one with tools/ or use --config`);
     config = { ...DEMO_TRAIN_CONFIG, ...(args.bool('quick') ? DEMO_QUICK_CONFIG : {}) };
   } else if (resumeDir === undefined) {
-    ({ engine: engineInput, ...config } = readConfigFile(args.str('config')) as TrainConfigInput & { engine?: unknown });
+    const file = args.str('config');
+    ({ engine: engineInput, ...config } = readConfigFile(file, `--config ${file}`) as TrainConfigInput & { engine?: unknown });
   }
   const model = args.optStr('model');
   if (model) config.model_name_or_path = model;
   if (resumeDir === undefined) resolveConfig(config); // refuse a bad config before touching the GPU
-  const engine = engineFromArgs(args, engineInput);
-  if (args.bool('demo') && usesTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
   const quant = args.optStr('quant') ?? 'q4';
   if (quant !== 'q4' && quant !== 'none') throw new Error(`--quant must be 'q4' or 'none', got '${quant}'`);
   const outDir = resumeDir ?? args.optStr('output-dir') ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-'));
+  // The engine config a run started with (DIR/engine.json) holds on --resume; flags given then override it for that session.
+  const engineFile = join(outDir, 'engine.json');
+  if (resumeDir !== undefined && existsSync(engineFile)) engineInput = readConfigFile(engineFile);
+  const engine = engineFromArgs(args, engineInput);
+  if (args.bool('demo') && usesTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
+  if (resumeDir === undefined) {
+    mkdirSync(outDir, { recursive: true });
+    writeFileSync(engineFile, `${JSON.stringify(engine)}\n`);
+  }
   const warn = (line: string) => console.error(line);
   // A run of an earlier version kept its file source in DIR/data.json, beside a synthetic `dataset`.
   const legacyDataFile = join(outDir, 'data.json');
