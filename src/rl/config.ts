@@ -354,7 +354,7 @@ function checkKeys(given: Record<string, unknown>, legacyData: unknown): void {
   if (unknown !== null) throw new ConfigError(unknown);
   if (!Array.isArray(given.rewards)) return;
   given.rewards.forEach((t, i) => {
-    const bad = isPlainObject(t) ? Object.keys(t).find((k) => !(REWARD_TERM_KEYS as readonly string[]).includes(k)) : undefined;
+    const bad = isPlainObject(t) ? Object.keys(t).find((k) => !REWARD_TERM_KEYS.includes(k)) : undefined;
     if (bad !== undefined) throw new ConfigError(unknownFieldMessage(`rewards[${i}].${bad}`, bad, REWARD_TERM_KEYS));
   });
 }

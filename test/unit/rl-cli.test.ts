@@ -40,11 +40,13 @@ describe('train command: engine flags', () => {
   });
 
   it('refuses bad values, unknown engine keys and the old flags mixed with the new', () => {
-    expect(() => engine(['--products', 'int4'])).toThrow(/products must be one of int8, int8-1limb, int8-row, f32; got "int4"/);
+    expect(() => engine(['--products', 'int4'])).toThrow(/--products takes int8, int8-1limb, int8-row, f32; got 'int4'/);
+    expect(() => engine(['--vision-products', 'int8-row'])).toThrow(/--vision-products takes f32, int8; got 'int8-row'/);
     expect(() => engine(['--products', 'int8', '--tensor-cores'])).toThrow(/--products replaces --tensor-cores/);
     expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
     expect(() => engine(['--tensor-core-limbs', '1'])).toThrow(/--tensor-core-limbs takes 1 or 2, with --tensor-cores/);
-    expect(() => engine(['--micro-batch-tokens', '0'])).toThrow(/micro_batch_tokens must be an integer >= 1/);
+    expect(() => engine(['--micro-batch-tokens', '0'])).toThrow(/--micro-batch-tokens takes an integer >= 1; got 0/);
+    expect(() => engine([], { micro_batch_tokens: 0.5 })).toThrow(/engine\.micro_batch_tokens must be an integer >= 1/);
     expect(() => engine([], { producs: 'int8' })).toThrow(/engine\.producs: unknown field; did you mean products\?/);
   });
 });

@@ -46,7 +46,7 @@ import { configRows, openModel } from '../../model/session';
 import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
 import { defaultEngineConfig, EngineConfigError, resolveEngineConfig, usesTensorCores, type EngineConfig } from '../../rl/engineConfig';
-import type { Products } from '../../model/products';
+import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
 import { isPlainObject } from '../../rl/configKeys';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
 import type { PolicyFactory } from '../../worker/trainerApi';
@@ -203,6 +203,7 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
   if (products !== undefined && (tensorCores || limbs !== undefined || stepsBy !== undefined)) {
     throw new EngineConfigError('--products replaces --tensor-cores, --tensor-core-limbs and --tensor-core-steps; give one or the other');
   }
+  if (products !== undefined && !isProducts(products)) throw new EngineConfigError(`--products takes ${PRODUCTS.map((p) => p.value).join(', ')}; got '${products}'`);
   if (products !== undefined) e.products = products;
   if (limbs !== undefined && !(tensorCores && (limbs === '1' || limbs === '2'))) throw new Error(`--tensor-core-limbs takes 1 or 2, with --tensor-cores (got '${limbs}'${tensorCores ? '' : ' without --tensor-cores'})`);
   if (stepsBy !== undefined && !(tensorCores && (stepsBy === 'block' || (stepsBy === 'row' && limbs !== '1')))) {
@@ -211,10 +212,15 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
   if (tensorCores) e.products = (limbs === '1' ? 'int8-1limb' : stepsBy === 'row' ? 'int8-row' : 'int8') satisfies Products;
   const vision = args.optStr('vision-products');
   if (vision !== undefined && args.bool('vision-tensor-cores')) throw new EngineConfigError('--vision-products replaces --vision-tensor-cores; give one or the other');
+  if (vision !== undefined && !(VISION_PRODUCTS as readonly string[]).includes(vision)) throw new EngineConfigError(`--vision-products takes ${VISION_PRODUCTS.join(', ')}; got '${vision}'`);
   if (vision !== undefined) e.vision_products = vision;
   if (args.bool('vision-tensor-cores')) e.vision_products = 'int8';
-  if (args.optStr('micro-batch-tokens') !== undefined) e.micro_batch_tokens = args.num('micro-batch-tokens');
-  return resolveEngineConfig(e, 'engine (with the command line)');
+  if (args.optStr('micro-batch-tokens') !== undefined) {
+    const n = args.num('micro-batch-tokens');
+    if (!Number.isInteger(n) || n < 1) throw new EngineConfigError(`--micro-batch-tokens takes an integer >= 1; got ${n}`);
+    e.micro_batch_tokens = n;
+  }
+  return resolveEngineConfig(e);
 }
 
 /** A JSON object from `file` (`what` names it in every refusal, e.g. "--config FILE"). */
