@@ -720,9 +720,9 @@ async function main(): Promise<void> {
       // by row (ModelOptions.tensorCoreSteps); the profile of a group step with the default.
       const timings = [];
       let profile: KernelTime[] | undefined;
-      for (const [i, [limbs, steps]] of ([[2, 'block'], [1, 'block'], [2, 'row']] as const).entries()) {
-        if (steps === 'block') await setProducts(model, limbs === 2 ? 'int8' : 'int8-one-limb'); // as the app sets them
-        else await model.setTensorCoreGemm(true, limbs, steps);
+      for (const [i, products] of (['int8', 'int8-1limb', 'int8-row'] as const).entries()) {
+        await setProducts(model, products); // as the app and the CLI set them
+        const [limbs, steps] = [model.tensorCoreLimbs, model.tensorCoreSteps];
         const seed = 20 + 10 * i;
         await gspoStep(gpu, setup, seed, 1); // warm-up: the tensor-core pipelines compiled
         const tcS = await timed(gpu, () => gspoStep(gpu, setup, seed + 1));

@@ -1,11 +1,58 @@
-// The engine worker's benchmark methods (EngineApi.runBench / cancelBench): the suites of
-// src/bench/suites.ts on a GPU device of the benchmark's own, so that a cancelled run's buffers
-// and the full preset's gigabyte of inputs never touch the model's device, and onnxruntime-web's
-// MatMulNBits on the same device as the peer of the 4-bit rows.
+// The benchmark worker's API (src/bench/bench.worker.ts, through comlink): the suites of
+// src/bench/suites.ts on a GPU device of the benchmark's own, and onnxruntime-web's MatMulNBits
+// on the same device as the peer of the 4-bit rows. The benchmark page (bench.html) is its own
+// Vite entry with its own worker: none of this is in the app's bundle or its engine worker.
+import type { AdapterSummary } from '../gpu/device';
 import type { Gpu } from '../gpu';
-import type { BenchEvent, BenchRequest, BenchResult, EngineApi } from '../worker/api';
+import type { Row } from './harness';
 import { ORT_PEER_NAME, OrtPeer } from './ortPeer';
-import { runSuites, SUITES, type RunResult } from './suites';
+import type { Preset } from './shapes';
+import { runSuites, SUITES, type RunResult, type Suite, type Sweeps } from './suites';
+
+export interface BenchRequest {
+  preset: Preset;
+  suites: Suite[];
+  /** Also run onnxruntime-web's MatMulNBits (WebGPU) on the 4-bit GEMV and GEMM rows. */
+  peer: boolean;
+  /** Most repetitions per measurement (default: 3 quick, 30 full). */
+  maxReps?: number;
+  /** Try every kernel option and report the best (default); false: each op's first option only. */
+  sweep?: boolean;
+  /** Only the first weight shape of the GEMV and GEMM suites. */
+  oneWeight?: boolean;
+}
+
+export type BenchEvent =
+  /** First, once the benchmark's device is up. */
+  | { kind: 'device'; adapter: AdapterSummary; features: string[] }
+  | { kind: 'row'; row: Row }
+  | { kind: 'suite'; suite: string; seconds: number }
+  /** What runs now, for the progress line. */
+  | { kind: 'status'; message: string };
+
+export interface BenchResult {
+  adapter: AdapterSummary;
+  /** The features the benchmark's device has (timestamp-query left off: the page times by wall clock). */
+  features: string[];
+  preset: Preset;
+  suites: Suite[];
+  date: string;
+  seconds: number;
+  readGBs: number;
+  rows: Row[];
+  sweeps: Sweeps;
+  /** The peer's name and version, or why it could not start. */
+  peer?: { name: string; version: string } | { error: string };
+  /** True when cancelBench stopped the run: rows holds what was measured before. */
+  cancelled: boolean;
+}
+
+export interface BenchApi {
+  /** Run kernel benchmark suites on the benchmark's GPU device; rows arrive through `onEvent` as measured. */
+  runBench(request: BenchRequest, onEvent?: (e: BenchEvent) => void): Promise<BenchResult>;
+  /** Stop the benchmark in progress at its next measurement: runBench resolves with cancelled: true. */
+  cancelBench(): Promise<void>;
+}
 
 export interface BenchApiDeps {
   /** The benchmark's device, created once (without timestamp-query: Chrome rounds it to 100 µs). */
@@ -14,7 +61,7 @@ export interface BenchApiDeps {
   ortWasmUrl: string;
 }
 
-export function createBenchApi(deps: BenchApiDeps): Pick<EngineApi, 'runBench' | 'cancelBench'> {
+export function createBenchApi(deps: BenchApiDeps): BenchApi {
   let running: AbortController | null = null;
   let peer: Promise<OrtPeer> | null = null;
 

@@ -2,7 +2,7 @@
 // buttons): per row the shape, our per-call time and rate, the fraction of the read bandwidth of
 // the same run, and the peer's (onnxruntime-web MatMulNBits) time, rate, speed ratio and
 // difference from our output.
-import type { BenchResult } from '../worker/api';
+import type { BenchResult } from './benchApi';
 import { fmtLimit, fmtNum, fmtRate, type Row } from './harness';
 
 export const TABLE_HEAD = ['suite', 'shape', 'ours ms', 'ours rate', 'of limit', 'setting', 'ORT ms', 'ORT rate', 'ours × vs ORT', 'ORT max rel diff'];

@@ -1,14 +1,31 @@
-// Where a loaded model's large 4-bit products run: the f32 units (every WebGPU device; exact to
-// the 4-bit weights) or the int8 tensor cores through Chromium's subgroup-matrix extension, where
-// the browser offers it. This is what the app's Model panel switches; the library's finer options
-// (ModelOptions.tensorCoreSteps, visionTensorCores) stay with Qwen3VL.
+// Where a loaded model's large 4-bit products run: the one setting for it (the engine config's
+// `products`, the CLI's --products, the Model panel's choice). The f32 units run on every WebGPU
+// device and are exact to the 4-bit weights; the int8 settings use tensor cores through Chromium's
+// subgroup-matrix extension where the browser offers it. A new path (f16 tensor cores) is one more
+// value here and one more row of TENSOR_CORES.
 import type { Gpu } from '../gpu';
-import { mmaUnsupported } from '../ops/matmulQ4Mma';
-import type { Qwen3VL } from './qwen3vl';
+import { mmaUnsupported, type MmaSteps } from '../ops/matmulQ4Mma';
+import type { ModelOptions, Qwen3VL } from './qwen3vl';
 
-/** 'f32': the f32 kernels. 'int8': tensor cores, x in two int8 limbs (ModelOptions.tensorCoreLimbs
- * 2). 'int8-one-limb': one limb, the faster and coarser. Both int8 settings take steps by block. */
-export type Products = 'f32' | 'int8' | 'int8-one-limb';
+/**
+ * The decoder's and the LM head's products of more than 8 rows (prefill, scoring, training) and
+ * their input gradients; decode's GEMVs are unaffected.
+ * 'f32': the f32 kernels. 'int8': tensor cores, x in two int8 limbs, steps by K block of 128.
+ * 'int8-1limb': one limb (K blocks of 256), the fastest and coarsest. 'int8-row': two limbs, one
+ * step per row of x and column of W over the whole of K.
+ */
+export type Products = 'f32' | 'int8' | 'int8-1limb' | 'int8-row';
+
+/** The vision tower's dense products: 'f32', or 'int8' (its f32 weights rounded to int8 once, x in two limbs). */
+export type VisionProducts = 'f32' | 'int8';
+export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8'];
+
+/** The tensor-core settings each int8 value stands for (ModelOptions.tensorCoreLimbs and tensorCoreSteps). */
+const TENSOR_CORES: Record<Exclude<Products, 'f32'>, { limbs: 1 | 2; steps: MmaSteps }> = {
+  int8: { limbs: 2, steps: 'block' },
+  'int8-1limb': { limbs: 1, steps: 'block' },
+  'int8-row': { limbs: 2, steps: 'row' },
+};
 
 /** The settings in the order the panel lists them, with what each costs and gains (H100 figures,
  * BENCHMARKS.md: the GSPO step 8 x 8 x 256 without checkpointing, and its drift from f32). */
@@ -19,9 +36,14 @@ export const PRODUCTS: readonly { value: Products; label: string; about: string 
     about: 'About 1.8x faster training steps than the f32 units on an H100; log-probabilities move by about 0.006 on average, less than bf16 moves them from fp32.',
   },
   {
-    value: 'int8-one-limb',
+    value: 'int8-1limb',
     label: 'Tensor cores, int8, one limb (fastest)',
     about: 'About 2.3x faster training steps than the f32 units on an H100; log-probabilities move by about 0.008 on average, more where activations have outlier channels.',
+  },
+  {
+    value: 'int8-row',
+    label: 'Tensor cores, int8, two limbs, steps by row',
+    about: 'About 1.2x faster products than two limbs by block on an H100; coarser where a row’s or a column’s magnitude varies along K.',
   },
   {
     value: 'f32',
@@ -30,9 +52,15 @@ export const PRODUCTS: readonly { value: Products; label: string; about: string 
   },
 ];
 
-/** Whether `v` (a stored value) is one of the settings. */
+/** Whether `v` is one of the settings. */
 export function isProducts(v: unknown): v is Products {
   return PRODUCTS.some((p) => p.value === v);
+}
+
+/** A stored setting read back: also the name an earlier version stored for one limb ('int8-one-limb'). */
+export function storedProductsValue(v: unknown): Products | undefined {
+  if (v === 'int8-one-limb') return 'int8-1limb';
+  return isProducts(v) ? v : undefined;
 }
 
 /** Why this device cannot run the int8 settings, or null when it can. */
@@ -45,15 +73,23 @@ export function defaultProducts(gpu: Gpu): Products {
   return tensorCoresUnsupported(gpu) === null ? 'int8' : 'f32';
 }
 
-/** Moves the model's prefill, scoring and training products (decode's GEMVs are unaffected) onto
- * `products`; throws MissingFeatureError for an int8 setting where the GPU has no subgroup matrices. */
+/** The model options (Qwen3VL.load) that run `products` and `vision`. */
+export function productOptions(products: Products, vision: VisionProducts): Pick<ModelOptions, 'tensorCoreGemm' | 'tensorCoreLimbs' | 'tensorCoreSteps' | 'visionTensorCores'> {
+  const tc = products === 'f32' ? null : TENSOR_CORES[products];
+  return { tensorCoreGemm: tc !== null, tensorCoreLimbs: tc?.limbs, tensorCoreSteps: tc?.steps, visionTensorCores: vision === 'int8' };
+}
+
+/** Moves a loaded model's products onto `products`; throws MissingFeatureError for an int8 setting where the GPU has no subgroup matrices. */
 export async function setProducts(model: Qwen3VL, products: Products): Promise<void> {
   if (products === 'f32') await model.setTensorCoreGemm(false);
-  else await model.setTensorCoreGemm(true, products === 'int8' ? 2 : 1, 'block');
+  else await model.setTensorCoreGemm(true, TENSOR_CORES[products].limbs, TENSOR_CORES[products].steps);
 }
 
 /** The setting the model runs now. */
 export function productsOf(model: Qwen3VL): Products {
-  const limbs = model.tensorCoreLimbs;
-  return limbs === null ? 'f32' : limbs === 1 ? 'int8-one-limb' : 'int8';
+  const [limbs, steps] = [model.tensorCoreLimbs, model.tensorCoreSteps];
+  if (limbs === null) return 'f32';
+  const found = (Object.keys(TENSOR_CORES) as (keyof typeof TENSOR_CORES)[]).find((p) => TENSOR_CORES[p].limbs === limbs && TENSOR_CORES[p].steps === steps);
+  if (found === undefined) throw new Error(`the model runs tensor cores with ${limbs} limb(s) and steps by ${steps}, which no products setting names`);
+  return found;
 }

@@ -9,12 +9,12 @@ import { syntheticDataset } from '../data/synthetic';
 import type { DatasetRow, RgbaImage } from '../data/types';
 import type { Gpu } from '../gpu';
 import { createLoraParams, releaseLoraParams, type LoraParams } from '../ops/lora';
-import type { MmaSteps } from '../ops/matmulQ4Mma';
-import { LORA_TARGETS, type LoraSettings, type SyntheticDatasetSettings } from '../rl/config';
+import { LORA_TARGETS, type DatasetSettings, type LoraSettings } from '../rl/config';
 import type { PreparedImage, PreparedPrompt } from '../rl/policy';
 import type { PromptSource } from '../rl/trainer';
 import { LORA_PROJECTIONS, loraModuleName } from './decoder';
 import type { LoadProgress, Quantization } from './loader';
+import { productOptions, type Products, type VisionProducts } from './products';
 import { parsePreprocessorConfig, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, Qwen3VLTokenizer, readChatTemplate } from './processor';
 import { Qwen3VL, readModelConfig } from './qwen3vl';
 import { MissingFileError, type ModelFiles } from './safetensors';
@@ -31,14 +31,10 @@ export interface OpenModelOptions {
   maxSamples?: number;
   /** Read the weights from this cache when it holds them, else store them there after loading. */
   cache?: CachedLoadOptions['cache'];
-  /** The decoder's and the LM head's GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm). */
-  tensorCoreGemm?: boolean;
-  /** x's int8 limbs there (ModelOptions.tensorCoreLimbs). */
-  tensorCoreLimbs?: 1 | 2;
-  /** Their int8 steps by block or by row (ModelOptions.tensorCoreSteps). */
-  tensorCoreSteps?: MmaSteps;
-  /** The vision tower's dense products on int8 tensor cores (ModelOptions.visionTensorCores). */
-  visionTensorCores?: boolean;
+  /** Where the decoder's and the LM head's large products run (EngineConfig.products); default 'f32'. */
+  products?: Products;
+  /** Where the vision tower's dense products run (EngineConfig.vision_products); default 'f32'. */
+  visionProducts?: VisionProducts;
 }
 
 export interface PreparedRow {
@@ -97,8 +93,9 @@ export function imageKey(image: RgbaImage): string {
   return `img-${image.width}x${image.height}-${hex(a)}${hex(b)}`;
 }
 
-/** The rows a config's `dataset` describes. */
-export function configRows(d: SyntheticDatasetSettings): DatasetRow[] {
+/** The rows a synthetic `dataset` describes; file and hub sources are loaded by their caller (the CLI, the Data panel). */
+export function configRows(d: DatasetSettings): DatasetRow[] {
+  if (d.kind !== 'synthetic') throw new SessionError(`dataset.kind '${d.kind}': its rows are loaded before training (the CLI's train command, or the app's Data panel), and none were given`);
   return syntheticDataset({ seed: d.seed, count: d.count, tasks: d.tasks, size: d.size });
 }
 
@@ -111,7 +108,7 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   if (imagePad !== config.tokens.image) {
     throw new SessionError(`${files.location}: the tokenizer's <|image_pad|> is ${imagePad} but config.json's image_token_id is ${config.tokens.image}; tokenizer and model do not belong together`);
   }
-  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs, tensorCoreSteps: opts.tensorCoreSteps, visionTensorCores: opts.visionTensorCores });
+  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, ...productOptions(opts.products ?? 'f32', opts.visionProducts ?? 'f32') });
   model.tokenizer = tokenizer;
   const policy = new Qwen3VLPolicy(model);
   const t = config.text;

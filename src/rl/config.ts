@@ -10,18 +10,13 @@
 //                       once and trained on num_iterations times before the next generation
 // `step` (max_steps, save_steps, logging_steps, the LR schedule) counts optimizer steps.
 import { DEFAULT_SYSTEM_PROMPT } from '../data/prompt';
-import { SYNTHETIC_TASK_NAMES, type SyntheticTask } from '../data/synthetic';
 import { presetTerms, validateTerms, type RewardTerm } from '../rewards/registry';
-import {
-  LossConfigError,
-  resolveLossConfig,
-  validateLossSetup,
-  type ImportanceSamplingLevel,
-  type LossType,
-  type ResolvedLossConfig,
-  type RolloutCorrection,
-  type ScaleRewards,
-} from './lossConfig';
+import { ConfigError, findUnknownKey, isPlainObject, unknownFieldMessage } from './configKeys';
+import { datasetTemplate, DATASET_KINDS, defaultDataset, legacyDataTemplate, resolveDataset, type DatasetKind, type DatasetSettings } from './dataSource';
+import { DEFAULT_LOSS_CONFIG, LossConfigError, resolveLossConfig, validateLossSetup, type LossConfig, type ResolvedLossConfig, type RolloutCorrection } from './lossConfig';
+
+export { ConfigError } from './configKeys';
+export type { DatasetSettings, FileDatasetSettings, HubDatasetSettings, SyntheticDatasetSettings } from './dataSource';
 
 export type LrSchedulerType = 'constant' | 'constant_with_warmup' | 'linear' | 'cosine';
 export const LR_SCHEDULERS: readonly LrSchedulerType[] = ['constant', 'constant_with_warmup', 'linear', 'cosine'];
@@ -42,25 +37,25 @@ export interface LoraSettings {
   target_modules: LoraTarget[];
 }
 
-/** Prompts from the synthetic visual tasks of src/data (the demo's data). */
-export interface SyntheticDatasetSettings {
-  kind: 'synthetic';
-  /** Tasks in turn; default all three. */
-  tasks: SyntheticTask[];
-  /** Rows generated. Default 256. */
-  count: number;
-  /** Data set seed (rows are a pure function of it). Default 0. */
-  seed: number;
-  /** Square image side in pixels. Default 224. */
-  size: number;
+/**
+ * The loss settings a training config holds: every field of src/rl/lossConfig.ts's LossConfig (TRL
+ * names and defaults) but those the config sets from its own fields (max_completion_length,
+ * num_generations, gradient_accumulation_steps) or the trainer sets per batch (num_items_in_batch).
+ * A field added to LossConfig and its defaults becomes a config field here, known and checked.
+ */
+export type TrainLossSettings = Omit<LossConfig, 'max_completion_length' | 'num_generations' | 'gradient_accumulation_steps' | 'num_items_in_batch'>;
+
+function lossDefaults(): TrainLossSettings {
+  const { max_completion_length: _m, num_generations: _g, gradient_accumulation_steps: _a, num_items_in_batch: _n, ...rest } = structuredClone(DEFAULT_LOSS_CONFIG);
+  return rest;
 }
 
-export interface TrainConfig {
+export interface TrainConfig extends TrainLossSettings {
   // ── model and data ──
   /** Model folder or hub id (TRL ModelConfig `model_name_or_path`). Default: the tiny fixture model. */
   model_name_or_path: string;
-  /** Where prompts come from when the caller gives no rows of its own. Default: synthetic, all tasks. */
-  dataset: SyntheticDatasetSettings;
+  /** Where prompts come from (src/rl/dataSource.ts: synthetic, file or hub). Default: synthetic, all tasks. */
+  dataset: DatasetSettings;
   /** System prompt for rows without their own; null for none. Default: the seeds' <REASONING>/<SOLUTION> prompt (src/data). */
   system_prompt: string | null;
   /**
@@ -118,27 +113,9 @@ export interface TrainConfig {
    */
   gradient_checkpointing: boolean;
 
-  // ── loss (src/rl/lossConfig.ts) ──
-  /** 'token' (GRPO, TRL default) or 'sequence' (GSPO). */
-  importance_sampling_level: ImportanceSamplingLevel;
-  /** Lower clip range ε_low (TRL default 0.2). */
-  epsilon: number;
-  /** Upper clip range; null means epsilon (TRL default). */
-  epsilon_high: number | null;
-  /** 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (TRL default 'dapo'). */
-  loss_type: LossType;
-  /** k3 KL coefficient to the base model (LoRA off); 0 skips the reference pass (TRL default 0). */
-  beta: number;
-  /** Advantage normalisation: 'group' (TRL default), 'batch' or 'none'. */
-  scale_rewards: ScaleRewards;
+  // ── loss: the fields of TrainLossSettings (src/rl/lossConfig.ts), and ──
   /** Leave completions cut at max_completion_length out of the loss (TRL default false). */
   mask_truncated_completions: boolean;
-  /**
-   * Importance correction for the gap between the sampler's and the trainer's log-probs (TRL
-   * `vllm_importance_sampling_mode/_clip_max/_clip_min`). Default mode null (off): our sampler runs
-   * the same weights, so the gap is rounding only; it is logged either way.
-   */
-  rollout_correction: RolloutCorrection;
 
   // ── adapter ──
   lora: LoraSettings;
@@ -159,14 +136,20 @@ export interface TrainConfig {
 /** What a config file may hold: any subset; nested objects are merged field by field. */
 export type TrainConfigInput = Partial<Omit<TrainConfig, 'lora' | 'dataset' | 'rollout_correction'>> & {
   lora?: Partial<LoraSettings>;
-  dataset?: Partial<SyntheticDatasetSettings>;
+  /** A kind's fields over its defaults; without `kind`, synthetic. */
+  dataset?: Partial<DatasetSettings>;
   rollout_correction?: Partial<RolloutCorrection> | null;
+  /**
+   * Deprecated: the CLI's former file source, {path, mapping, image_folder, limit, numeric_only};
+   * read as `dataset: {kind: 'file', ...}` with a warning, so older configs and run folders work.
+   */
+  data?: Record<string, unknown>;
 };
 
 export function defaultConfig(): TrainConfig {
   return {
     model_name_or_path: 'test/fixtures/tiny/tiny-a',
-    dataset: { kind: 'synthetic', tasks: [...SYNTHETIC_TASK_NAMES], count: 256, seed: 0, size: 224 },
+    dataset: defaultDataset('synthetic'),
     system_prompt: DEFAULT_SYSTEM_PROMPT,
     rewards: presetTerms('seeds'),
     num_generations: 8,
@@ -189,14 +172,8 @@ export function defaultConfig(): TrainConfig {
     steps_per_generation: null,
     num_iterations: 1,
     gradient_checkpointing: true,
-    importance_sampling_level: 'token',
-    epsilon: 0.2,
-    epsilon_high: null,
-    loss_type: 'dapo',
-    beta: 0,
-    scale_rewards: 'group',
+    ...lossDefaults(),
     mask_truncated_completions: false,
-    rollout_correction: { mode: null, clip_max: 3.0, clip_min: null },
     lora: { r: 8, lora_alpha: 16, lora_dropout: 0, target_modules: [...LORA_TARGETS] },
     seed: 42,
     max_steps: 200,
@@ -204,13 +181,6 @@ export function defaultConfig(): TrainConfig {
     logging_steps: 1,
     num_completions_to_print: 4,
   };
-}
-
-export class ConfigError extends Error {
-  constructor(message: string) {
-    super(`train config: ${message}`);
-    this.name = 'ConfigError';
-  }
 }
 
 export interface ResolvedConfig {
@@ -232,8 +202,6 @@ function num(name: string, v: unknown, lo: number, hi: number, { openLo = false,
   }
   return v;
 }
-
-const KNOWN = new Set(Object.keys(defaultConfig()));
 
 /** Generations per optimizer step etc., derived once so the trainer and the UI agree. */
 export interface BatchPlan {
@@ -260,32 +228,31 @@ export function batchPlan(c: TrainConfig): BatchPlan {
 }
 
 /** Defaults filled in and every field checked; throws ConfigError with the reason. */
-export function resolveConfig(input: TrainConfigInput = {}): ResolvedConfig {
-  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw new ConfigError('the config must be a JSON object');
-  for (const key of Object.keys(input)) {
-    if (!KNOWN.has(key)) throw new ConfigError(`unknown field '${key}'`);
-  }
+export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConfig {
+  if (!isPlainObject(input)) throw new ConfigError(`the config must be a JSON object; got ${input === null ? 'null' : Array.isArray(input) ? 'an array' : JSON.stringify(input)}`);
   const d = defaultConfig();
-  const lora = { ...d.lora, ...(input.lora ?? {}) };
-  const dataset = { ...d.dataset, ...(input.dataset ?? {}) };
-  const c: TrainConfig = {
-    ...d,
-    ...input,
-    lora,
-    dataset,
-    rollout_correction: { ...d.rollout_correction, ...(input.rollout_correction ?? {}) },
-  } as TrainConfig;
   const warnings: string[] = [];
+  const { data: legacyData, ...given } = input;
+  checkKeys(given, legacyData);
+  let datasetInput: Record<string, unknown> = isPlainObject(given.dataset) ? given.dataset : {};
+  if (given.dataset !== undefined && !isPlainObject(given.dataset)) throw new ConfigError(`dataset must be an object; got ${JSON.stringify(given.dataset)}`);
+  if (legacyData !== undefined) {
+    if (!isPlainObject(legacyData)) throw new ConfigError(`data must be an object; got ${JSON.stringify(legacyData)}`);
+    datasetInput = { kind: 'file', ...legacyData };
+    warnings.push(
+      `the "data" entry is deprecated: write it as "dataset": ${JSON.stringify(datasetInput)}` + (given.dataset !== undefined ? ' (it replaces the "dataset" entry given beside it)' : ''),
+    );
+  }
+  // Nested objects merge field by field over their defaults; null keeps the defaults.
+  const g: Record<string, unknown> = given;
+  const merged: Record<string, unknown> = { ...d, ...g };
+  for (const [key, value] of Object.entries(d)) {
+    if (isPlainObject(value) && (isPlainObject(g[key]) || g[key] === null)) merged[key] = { ...value, ...(g[key] ?? {}) };
+  }
+  merged.dataset = resolveDataset(datasetInput, legacyData !== undefined ? 'data' : 'dataset');
+  const c = merged as unknown as TrainConfig;
 
   if (typeof c.model_name_or_path !== 'string' || c.model_name_or_path === '') throw new ConfigError('model_name_or_path must be a non-empty string');
-  if (c.dataset.kind !== 'synthetic') throw new ConfigError(`dataset.kind must be 'synthetic'; got ${JSON.stringify(c.dataset.kind)}`);
-  if (!Array.isArray(c.dataset.tasks) || c.dataset.tasks.length === 0) throw new ConfigError('dataset.tasks must list at least one task');
-  for (const t of c.dataset.tasks) {
-    if (!SYNTHETIC_TASK_NAMES.includes(t)) throw new ConfigError(`dataset.tasks: no task '${t}' (tasks: ${SYNTHETIC_TASK_NAMES.join(', ')})`);
-  }
-  int('dataset.count', c.dataset.count, 1);
-  int('dataset.seed', c.dataset.seed, 0);
-  int('dataset.size', c.dataset.size, 112);
   if (c.system_prompt !== null && typeof c.system_prompt !== 'string') throw new ConfigError('system_prompt must be a string or null');
   try {
     validateTerms(c.rewards);
@@ -328,18 +295,9 @@ export function resolveConfig(input: TrainConfigInput = {}): ResolvedConfig {
 
   let loss: ResolvedLossConfig;
   try {
-    loss = resolveLossConfig({
-      importance_sampling_level: c.importance_sampling_level,
-      loss_type: c.loss_type,
-      epsilon: c.epsilon,
-      epsilon_high: c.epsilon_high,
-      beta: c.beta,
-      scale_rewards: c.scale_rewards,
-      max_completion_length: c.max_completion_length,
-      num_generations: c.num_generations,
-      rollout_correction: c.rollout_correction,
-      gradient_accumulation_steps: c.gradient_accumulation_steps,
-    });
+    const lossInput: Record<string, unknown> = { max_completion_length: c.max_completion_length, num_generations: c.num_generations, gradient_accumulation_steps: c.gradient_accumulation_steps };
+    for (const key of Object.keys(lossDefaults())) lossInput[key] = c[key as keyof TrainLossSettings];
+    loss = resolveLossConfig(lossInput);
     // The loss checks that concern the configuration alone (a batch of one generation of G).
     warnings.push(
       ...validateLossSetup(loss, {
@@ -387,3 +345,19 @@ export function resolveConfig(input: TrainConfigInput = {}): ResolvedConfig {
   }
   return { config: c, loss, warnings };
 }
+
+/** The keys a config may hold, at every depth: the defaults' (the dataset's by its kind), rewards' terms, and the deprecated "data". */
+function checkKeys(given: Record<string, unknown>, legacyData: unknown): void {
+  const kind = isPlainObject(given.dataset) && DATASET_KINDS.includes(given.dataset.kind as DatasetKind) ? (given.dataset.kind as DatasetKind) : 'synthetic';
+  const template: Record<string, unknown> = { ...defaultConfig(), dataset: datasetTemplate(kind) };
+  const unknown = findUnknownKey(given, template) ?? (legacyData === undefined ? null : findUnknownKey(legacyData, legacyDataTemplate(), 'data'));
+  if (unknown !== null) throw new ConfigError(unknown);
+  if (!Array.isArray(given.rewards)) return;
+  given.rewards.forEach((t, i) => {
+    const bad = isPlainObject(t) ? Object.keys(t).find((k) => !REWARD_TERM_KEYS.includes(k)) : undefined;
+    if (bad !== undefined) throw new ConfigError(unknownFieldMessage(`rewards[${i}].${bad}`, bad, REWARD_TERM_KEYS));
+  });
+}
+
+/** Every field of a reward term (a Record over keyof RewardTerm, so TypeScript keeps it complete). */
+const REWARD_TERM_KEYS = Object.keys({ name: 0, weight: 0, builtin: 0, params: 0, source: 0 } satisfies Record<keyof RewardTerm, 0>);

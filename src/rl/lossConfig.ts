@@ -1,6 +1,7 @@
 // The GSPO/GRPO loss configuration, with TRL's GRPOConfig names and defaults (spec/rl-loss.md).
 // `resolveLossConfig` fills defaults and checks the values; `validateLossSetup` checks them
 // against a batch: hard errors for what cannot be computed, warnings where TRL only warns.
+import { findUnknownKey, isPlainObject } from './configKeys';
 
 export type ImportanceSamplingLevel = 'token' | 'sequence';
 export type LossType = 'grpo' | 'bnpo' | 'dr_grpo' | 'dapo';
@@ -104,6 +105,9 @@ export type LossConfigInput = Partial<Omit<LossConfig, 'rollout_correction'>> & 
 
 /** Defaults filled in, every field checked; throws LossConfigError naming the field. */
 export function resolveLossConfig(partial: LossConfigInput = {}): ResolvedLossConfig {
+  if (!isPlainObject(partial)) throw new LossConfigError(`the config must be an object; got ${JSON.stringify(partial)}`);
+  const unknown = findUnknownKey(partial, { ...DEFAULT_LOSS_CONFIG });
+  if (unknown !== null) throw new LossConfigError(unknown);
   const c = { ...DEFAULT_LOSS_CONFIG, ...partial };
   const rc = { ...DEFAULT_LOSS_CONFIG.rollout_correction, ...(partial.rollout_correction ?? {}) };
   const epsilon = finite('epsilon', c.epsilon, { min: 0 });

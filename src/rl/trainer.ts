@@ -21,7 +21,8 @@ import { scoreSamples } from '../rewards/registry';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
 import { CheckpointError, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
-import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from './microBatch';
+import { defaultEngineConfig, type EngineConfig } from './engineConfig';
+import { groupStep } from './microBatch';
 import type { ResolvedLossConfig } from './lossConfig';
 import { LossMetrics, rolloutMetrics, rolloutSample, type GroupRollout, type RolloutSample, type StepMetrics } from './metrics';
 import type { Policy, PreparedPrompt } from './policy';
@@ -59,8 +60,8 @@ export interface TrainerOptions {
   saveCheckpoint?: (c: Checkpoint) => Promise<void>;
   /** Continue from here instead of initialising the adapters. */
   resume?: Checkpoint;
-  /** Most packed rows (the prompt once, then completion tokens) per training forward (default DEFAULT_MICRO_BATCH_TOKENS): peak memory against one extra no-grad forward of a larger group. */
-  microBatchTokens?: number;
+  /** How the engine runs it (src/rl/engineConfig.ts; the trainer reads micro_batch_tokens). Default defaultEngineConfig(). */
+  engine?: EngineConfig;
 }
 
 interface LiveGroup {
@@ -391,7 +392,7 @@ export class Trainer {
       batch,
       temperature: c.temperature,
       loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg },
-      tokenBudget: this.o.microBatchTokens ?? DEFAULT_MICRO_BATCH_TOKENS,
+      tokenBudget: (this.o.engine ?? defaultEngineConfig()).micro_batch_tokens,
       gradientCheckpointing: c.gradient_checkpointing,
     });
     let entropySum = 0;

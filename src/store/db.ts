@@ -7,7 +7,7 @@ import type { CheckpointRecord, MetricRecord, RunRecord, SamplesRecord } from '.
 import type { AdapterModule } from '../adapter/peft';
 import type { EvalRun } from '../eval/records';
 import type { SavedAdapter } from './adapters';
-import { isProducts, type Products } from '../model/products';
+import { storedProductsValue, type Products } from '../model/products';
 
 export const DB_NAME = 'vlrl';
 export const DB_VERSION = 3;
@@ -74,5 +74,5 @@ export async function rememberProducts(products: Products): Promise<void> {
 
 export async function storedProducts(): Promise<Products | undefined> {
   const v = await (await openStore()).get('meta', 'products');
-  return isProducts(v) ? v : undefined;
+  return storedProductsValue(v);
 }

@@ -3,7 +3,6 @@
 // on the page and need neither a GPU nor a model.
 import { startEngine } from '../worker/client';
 import { adaptersPanel } from './panels/adaptersPanel';
-import { benchPanel } from './panels/benchPanel';
 import { dataPanel } from './panels/dataPanel';
 import { evalPanel } from './panels/evalPanel';
 import { gpuPanel } from './panels/gpuPanel';
@@ -28,7 +27,6 @@ const panels: PanelDef[] = [
   { id: 'eval', title: 'Eval', build: () => evalPanel(engine, status) },
   { id: 'adapters', title: 'Adapters', build: () => adaptersPanel(engine, status) },
   { id: 'gpu', title: 'GPU', build: () => gpuPanel(engine) },
-  { id: 'bench', title: 'Benchmark', build: () => benchPanel(engine, status) },
 ];
 
 // The first step of the path (load a model) opens by default; the GPU panel says whether this browser can train at all.

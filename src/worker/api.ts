@@ -2,10 +2,6 @@
 // page side; long work reports progress through callbacks the page wraps with Comlink.proxy.
 // The GPU, the model and the trainer live in the worker only: the page never blocks on them.
 import type { PeftAdapter } from '../adapter/peft';
-import type { Row } from '../bench/harness';
-import type { Preset } from '../bench/shapes';
-import type { Suite, Sweeps } from '../bench/suites';
-import type { AdapterSummary } from '../gpu/device';
 import type { DatasetRow } from '../data/types';
 import type { EvalProgress } from '../eval/runner';
 import type { AnswerFormat, EvalRun } from '../eval/records';
@@ -61,44 +57,6 @@ export interface EvalRequest {
   label?: string;
 }
 
-export interface BenchRequest {
-  preset: Preset;
-  suites: Suite[];
-  /** Also run onnxruntime-web's MatMulNBits (WebGPU) on the 4-bit GEMV and GEMM rows. */
-  peer: boolean;
-  /** Most repetitions per measurement (default: 3 quick, 30 full). */
-  maxReps?: number;
-  /** Try every kernel option and report the best (default); false: each op's first option only. */
-  sweep?: boolean;
-  /** Only the first weight shape of the GEMV and GEMM suites. */
-  oneWeight?: boolean;
-}
-
-export type BenchEvent =
-  /** First, once the benchmark's device is up. */
-  | { kind: 'device'; adapter: AdapterSummary; features: string[] }
-  | { kind: 'row'; row: Row }
-  | { kind: 'suite'; suite: string; seconds: number }
-  /** What runs now, for the progress line. */
-  | { kind: 'status'; message: string };
-
-export interface BenchResult {
-  adapter: AdapterSummary;
-  /** The features the benchmark's device has (timestamp-query left off: the page times by wall clock). */
-  features: string[];
-  preset: Preset;
-  suites: Suite[];
-  date: string;
-  seconds: number;
-  readGBs: number;
-  rows: Row[];
-  sweeps: Sweeps;
-  /** The peer's name and version, or why it could not start. */
-  peer?: { name: string; version: string } | { error: string };
-  /** True when cancelBench stopped the run: rows holds what was measured before. */
-  cancelled: boolean;
-}
-
 export interface EngineApi extends TrainerApi {
   /** Acquire the GPU in the worker (once) and describe it; also remembered in IndexedDB. */
   gpuInfo(): Promise<SeenAdapter>;
@@ -123,8 +81,4 @@ export interface EngineApi extends TrainerApi {
   applyAdapter(adapter: PeftAdapter): Promise<void>;
   /** The GPU buffer pool's bytes (in use, cached for reuse, peak); null before the GPU is acquired. */
   gpuMemory(): Promise<PoolStats | null>;
-  /** Run kernel benchmark suites (src/bench) on a GPU device of their own; rows arrive through `onEvent` as measured. */
-  runBench(request: BenchRequest, onEvent?: (e: BenchEvent) => void): Promise<BenchResult>;
-  /** Stop the benchmark in progress at its next measurement: runBench resolves with cancelled: true. */
-  cancelBench(): Promise<void>;
 }

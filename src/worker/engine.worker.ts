@@ -2,10 +2,8 @@
 // One model at a time (loadModel replaces it); training runs go through src/worker/trainerApi.ts
 // with a policy factory over the loaded model, so checkpoints and resume use IndexedDB.
 import * as Comlink from 'comlink';
-import ortWasmUrl from 'onnxruntime-web/ort-wasm-simd-threaded.asyncify.wasm?url';
 import { adapterFromModules, exportPeft, readLoraParams, tensorNames, validateAgainstModel } from '../adapter/peft';
 import { uploadAdapter } from '../adapter/upload';
-import { createBenchApi } from '../bench/benchApi';
 import { DEMO_MODEL_URL_PATH } from '../data/demo';
 import type { DatasetRow } from '../data/types';
 import { runEval } from '../eval/runner';
@@ -130,20 +128,8 @@ const trainer = createTrainerApi({
   },
 });
 
-let benchGpu: Promise<Gpu> | null = null;
-const bench = createBenchApi({
-  // Timed by wall clock: Chrome rounds timestamp queries to 100 µs for web pages.
-  gpu: () =>
-    (benchGpu ??= Gpu.create(navigator.gpu, { disableFeatures: ['timestamp-query'] }).catch((e: unknown) => {
-      benchGpu = null;
-      throw e;
-    })),
-  ortWasmUrl,
-});
-
 const api: EngineApi = {
   ...trainer,
-  ...bench,
   async gpuInfo() {
     const g = await device();
     const seen: SeenAdapter = { summary: g.adapter, enabled: [...g.features], seenAt: Date.now() };

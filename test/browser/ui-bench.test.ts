@@ -1,4 +1,4 @@
-// The Benchmark panel in headless Chromium (WebGPU on SwiftShader): the 4-bit GEMV suite on the
+// The benchmark page (bench.html, its own Vite entry and worker) in headless Chromium (WebGPU on SwiftShader): the 4-bit GEMV suite on the
 // quick preset's first (smallest) weight without the option sweep (SwiftShader compiles shaders
 // slowly), run from the keyboard, fills the table with our rows and onnxruntime-web's
 // MatMulNBits beside them, whose output agrees with ours on the same weights and input; the
@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { benchShapes } from '../../src/bench/shapes';
 import { screenshot, startApp, type AppSession } from '../helpers/browser';
 
-describe('Benchmark panel', () => {
+describe('Benchmark page', () => {
   let app: AppSession;
   beforeAll(async () => {
     app = await startApp();
@@ -19,7 +19,7 @@ describe('Benchmark panel', () => {
   it('runs the GEMV suite with onnxruntime-web beside it and copies the table', async () => {
     const page = await app.page();
     await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new URL(app.url).origin });
-    await page.goto(`${app.url}#bench`);
+    await page.goto(`${app.url}bench.html`);
     const panel = page.locator('#panel-bench');
     await panel.locator('section').waitFor();
 

@@ -137,7 +137,7 @@ describe('model panel: the hub path (fake huggingface.co, SwiftShader)', () => {
     const products = p.getByLabel('Matrix products (prefill, scoring, training)');
     expect(await products.inputValue()).toBe('f32');
     expect(await products.isEnabled()).toBe(true);
-    expect(await products.locator('option:disabled').evaluateAll((o) => o.map((x) => (x as HTMLOptionElement).value))).toEqual(['int8', 'int8-one-limb']);
+    expect(await products.locator('option:disabled').evaluateAll((o) => o.map((x) => (x as HTMLOptionElement).value))).toEqual(['int8', 'int8-1limb', 'int8-row']);
     expect(await p.getByTestId('products-note').textContent()).toMatch(/Tensor cores: not offered by this browser on this GPU \(no 'chromium-experimental-subgroup-matrix' feature/);
     const safetensorsGets = () => requests.filter((r) => /^GET org\/tiny \S+\.safetensors bytes=/.test(r)).length;
     const coldGets = safetensorsGets();

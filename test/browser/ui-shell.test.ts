@@ -4,7 +4,7 @@ import { screenshot, startApp, type AppSession } from '../helpers/browser';
 // The shell: every panel reached from the keyboard (arrow keys across the tabs), the hash follows,
 // and every control of every panel has an accessible name.
 // The Model panel opens by default; ArrowRight from it walks the rest and wraps around to it.
-const ORDER = ['data', 'rewards', 'train', 'eval', 'adapters', 'gpu', 'bench', 'model'];
+const ORDER = ['data', 'rewards', 'train', 'eval', 'adapters', 'gpu', 'model'];
 
 describe('app shell in headless Chromium', () => {
   let app: AppSession;
@@ -34,11 +34,11 @@ describe('app shell in headless Chromium', () => {
       await screenshot(page, `panel-${id}`);
     }
     await page.keyboard.press('End');
-    expect(await page.evaluate(`location.hash`)).toBe('#bench');
+    expect(await page.evaluate(`location.hash`)).toBe('#gpu');
     await page.keyboard.press('Home');
     expect(await page.evaluate(`location.hash`)).toBe('#model');
     await page.keyboard.press('ArrowLeft');
-    expect(await page.evaluate(`location.hash`)).toBe('#bench');
+    expect(await page.evaluate(`location.hash`)).toBe('#gpu');
 
     // A hash in the URL opens its panel; the status bar names the GPU once the worker has it.
     await page.goto(`${app.url}#rewards`);

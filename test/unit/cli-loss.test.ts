@@ -131,6 +131,9 @@ describe('cli loss: spec A7', () => {
       [{ ...A7, num_generations: 3 }, /not divisible by num_generations = 3/],
       [{ ...A7, rewards: [1, 0] }, /one value per sequence \(4\)/],
       [{ ...A7, config: { ...A7.config, beta: 0.1 }, ref_logps: null }, /needs ref_logps/],
+      [{ ...A7, config: { ...A7.config, loss_typ: 'grpo' } }, /config\.loss_typ: unknown field; did you mean loss_type\?/],
+      [{ ...A7, config: { ...A7.config, rollout_correction: { moed: 'token_mask' } } }, /config\.rollout_correction\.moed: unknown field; did you mean mode\?/],
+      [{ ...A7, old_logp: null }, /old_logp: unknown field; did you mean old_logps\?/],
     ];
     for (const [input, message] of bad) {
       const out = await cli(input);

@@ -112,12 +112,12 @@ describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgrou
     const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
     expect(tensorCoresUnsupported(gpu)).toBe(unsupported);
     expect(defaultProducts(gpu)).toBe('f32');
-    for (const p of ['int8', 'int8-one-limb'] as const) {
+    for (const p of ['int8', 'int8-1limb', 'int8-row'] as const) {
       await expect(setProducts(model, p)).rejects.toThrow(MissingFeatureError);
       expect(productsOf(model)).toBe('f32');
     }
     await setProducts(model, 'f32');
     expect(productsOf(model)).toBe('f32');
-    expect(PRODUCTS.map((p) => p.value).sort()).toEqual(['f32', 'int8', 'int8-one-limb']);
+    expect(PRODUCTS.map((p) => p.value).sort()).toEqual(['f32', 'int8', 'int8-1limb', 'int8-row']);
   });
 });

@@ -1,8 +1,12 @@
-import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { readCheckpointDir, trainRun } from '../../src/node/commands/train';
+import sharp from 'sharp';
+import { datasetRows, engineFromArgs, readCheckpointDir, trainRun } from '../../src/node/commands/train';
+import { parseArgs } from '../../src/node/args';
+import { defaultEngineConfig } from '../../src/rl/engineConfig';
+import { resolveConfig } from '../../src/rl/config';
 import type { TrainConfigInput } from '../../src/rl/config';
 import { testGpu } from '../helpers/gpu';
 import { runCli } from '../helpers/cli';
@@ -20,6 +24,57 @@ const config: TrainConfigInput = {
   loss_type: 'grpo',
   lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj'] },
 };
+
+describe('train command: engine flags', () => {
+  const engine = (argv: string[], fromFile?: unknown) => engineFromArgs(parseArgs(argv), fromFile);
+  it('maps --products and its older aliases onto one field, over the config file\'s "engine" entry', () => {
+    expect(engine([])).toEqual(defaultEngineConfig());
+    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', micro_batch_tokens: 2048 });
+    expect(engine(['--tensor-cores']).products).toBe('int8');
+    expect(engine(['--tensor-cores', '--tensor-core-limbs', '2']).products).toBe('int8');
+    expect(engine(['--tensor-cores', '--tensor-core-limbs', '1']).products).toBe('int8-1limb');
+    expect(engine(['--tensor-cores', '--tensor-core-steps', 'row']).products).toBe('int8-row');
+    expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
+    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', micro_batch_tokens: 512 });
+    expect(engine(['--products', 'f32'], { products: 'int8' }).products).toBe('f32');
+  });
+
+  it('refuses bad values, unknown engine keys and the old flags mixed with the new', () => {
+    expect(() => engine(['--products', 'int4'])).toThrow(/--products takes int8, int8-1limb, int8-row, f32; got 'int4'/);
+    expect(() => engine(['--vision-products', 'int8-row'])).toThrow(/--vision-products takes f32, int8; got 'int8-row'/);
+    expect(() => engine(['--products', 'int8', '--tensor-cores'])).toThrow(/--products replaces --tensor-cores/);
+    expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
+    expect(() => engine(['--tensor-core-limbs', '1'])).toThrow(/--tensor-core-limbs takes 1 or 2, with --tensor-cores/);
+    expect(() => engine(['--micro-batch-tokens', '0'])).toThrow(/--micro-batch-tokens takes an integer >= 1; got 0/);
+    expect(() => engine([], { micro_batch_tokens: 0.5 })).toThrow(/engine\.micro_batch_tokens must be an integer >= 1/);
+    expect(() => engine([], { producs: 'int8' })).toThrow(/engine\.producs: unknown field; did you mean products\?/);
+  });
+});
+
+describe('train command: a file dataset', () => {
+  it('loads the rows a file dataset names (image_keys one column, image folder, limit, format by name or given), and the old "data" entry alike', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vlrl-file-data-'));
+    mkdirSync(join(dir, 'images'));
+    for (const [name, side] of [['a.png', 32], ['b.png', 48], ['c.png', 40]] as const) {
+      writeFileSync(join(dir, 'images', name), await sharp({ create: { width: side, height: side, channels: 3, background: { r: 10, g: 200, b: 30 } } }).png().toBuffer());
+    }
+    const lines = [['a.png', 'How many squares?', '3'], ['b.png', 'How many circles?', '5'], ['c.png', 'How many lines?', '2']].map(([img, q, a]) => JSON.stringify({ q, a, img }));
+    writeFileSync(join(dir, 'rows.jsonl'), lines.join('\n'));
+    writeFileSync(join(dir, 'rows.txt'), lines.join('\n'));
+    const mapping = { prompt_key: 'q', answer_key: 'a', image_keys: 'img' as unknown as string[] };
+    const warnings: string[] = [];
+    const rows = async (dataset: Record<string, unknown>) => datasetRows(resolveConfig({ dataset }).config.dataset, (l) => warnings.push(l));
+    const two = await rows({ kind: 'file', path: join(dir, 'rows.jsonl'), mapping, image_folder: join(dir, 'images'), limit: 2 });
+    expect(two.map((r) => [r.question, r.answer, r.images.map((i) => i.width)])).toEqual([['How many squares?', '3', [32]], ['How many circles?', '5', [48]]]);
+    // No extension to go by: the format is given.
+    expect(await rows({ kind: 'file', path: join(dir, 'rows.txt'), format: 'jsonl', mapping, image_folder: join(dir, 'images') })).toHaveLength(3);
+    await expect(rows({ kind: 'file', path: join(dir, 'rows.txt'), mapping })).rejects.toThrow(/not a \.parquet, \.json, \.jsonl or \.ndjson file; set dataset\.format/);
+    await expect(rows({ kind: 'file', path: join(dir, 'none.jsonl'), mapping })).rejects.toThrow(/dataset\.path: no file .*none\.jsonl/);
+    const legacy = resolveConfig({ data: { path: join(dir, 'rows.jsonl'), mapping, image_folder: join(dir, 'images') } });
+    expect((await datasetRows(legacy.config.dataset, () => undefined)).map((r) => r.answer)).toEqual(['3', '5', '2']);
+    expect(warnings).toEqual([]);
+  });
+});
 
 describe('train command (checkpoint folder, metrics lines)', () => {
   it('writes one metrics line per step and resumes from the folder where it stopped', async () => {
@@ -73,6 +128,7 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
         save_steps: 1,
         loss_type: 'grpo',
         lora: { r: 2, lora_alpha: 4 },
+        engine: { micro_batch_tokens: 2048 },
         // A custom reward (run in the CLI's sandbox) that varies within a group whatever is sampled
         // (the sample's index), so the adapters move.
         rewards: [{ name: 'length', weight: 0.1, source: '(c, a, ctx) => c.length + ctx.index' }],
@@ -94,7 +150,9 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
       expect(m.grad_norm).toBeGreaterThan(0);
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
-    expect(readdirSync(out).sort()).toEqual(['latest', 'step-00000001', 'step-00000002']);
+    expect(readdirSync(out).sort()).toEqual(['engine.json', 'latest', 'step-00000001', 'step-00000002']);
+    const engine = { products: 'f32', vision_products: 'f32', micro_batch_tokens: 2048 };
+    expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
     expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['checkpoint.json', 'tensors.safetensors']);
     const saved = (await readCheckpointDir(out))!;
     expect(saved.meta.step).toBe(2);
@@ -113,6 +171,7 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     expect(after.meta.runId).toBe(saved.meta.runId);
     expect(after.meta.history.map((m) => m.step)).toEqual([1, 2, 3]);
     expect(after.meta.history.slice(0, 2)).toEqual(saved.meta.history);
+    expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
   }, 180_000);
 
   it('refuses conflicting sources and a missing demo model with a reason', async () => {
@@ -145,7 +204,16 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     expect(stepsBare.stderr).toContain("(got 'block' without --tensor-cores)");
     const tcDemo = await runCli(['train', '--demo', '--tensor-cores']);
     expect(tcDemo.code).toBe(1);
-    expect(tcDemo.stderr).toContain('--tensor-cores goes with --config or --resume');
+    expect(tcDemo.stderr).toContain('go with --config or --resume, not --demo');
+    // --products, the one flag the tensor-core ones are aliases of.
+    const products = await runCli(['train', '--config', configFile, '--products', 'int8-row', '--output-dir', join(dir, 'run')]);
+    expect(products.code).toBe(1);
+    expect(products.stderr).toMatch(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration/);
+    const nullFile = join(dir, 'null.json');
+    writeFileSync(nullFile, 'null');
+    const nullConfig = await runCli(['train', '--config', nullFile]);
+    expect(nullConfig.code).toBe(1);
+    expect(nullConfig.stderr).toContain(`--config ${nullFile}: the config must be a JSON object; got null`);
     if (!existsSync('public/demo/config.json')) {
       const demo = await runCli(['train', '--demo']);
       expect(demo.code).toBe(1);

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { batchPlan, ConfigError, defaultConfig, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
+import { nearestKey } from '../../src/rl/configKeys';
+import { defaultEngineConfig, EngineConfigError, resolveEngineConfig } from '../../src/rl/engineConfig';
+import { DEFAULT_LOSS_CONFIG, resolveLossConfig } from '../../src/rl/lossConfig';
+import { parseLossRequest } from '../../src/node/commands/loss';
+import { productOptions, storedProductsValue } from '../../src/model/products';
 import { learningRate, scheduleOf } from '../../src/rl/schedule';
 import { TrainerRng } from '../../src/rl/rng';
 
@@ -19,7 +24,24 @@ describe('resolveConfig', () => {
   });
 
   const refusals: [string, TrainConfigInput, RegExp][] = [
-    ['an unknown field', { learning_rat: 1 } as TrainConfigInput, /unknown field 'learning_rat'/],
+    ['an unknown field', { learning_rat: 1 } as TrainConfigInput, /^train config: learning_rat: unknown field; did you mean learning_rate\?$/],
+    ['an unknown nested field', { lora: { rank: 4 } } as TrainConfigInput, /^train config: lora\.rank: unknown field; did you mean r\?$/],
+    ['an unknown dataset field', { dataset: { cnt: 4 } } as TrainConfigInput, /^train config: dataset\.cnt: unknown field; did you mean count\?$/],
+    ['an unknown correction field', { rollout_correction: { moed: 'token_mask' } } as TrainConfigInput, /rollout_correction\.moed: unknown field; did you mean mode\?/],
+    ['an unknown field of the old data entry', { data: { path: 'x.json', limt: 3 } }, /^train config: data\.limt: unknown field; did you mean limit\?$/],
+    ['an unknown mapping field', { dataset: { kind: 'file', path: 'x.json', mapping: { prompt_key: 'q', answer_key: 'a', image_keys: [], answer_kye: 'b' } } } as TrainConfigInput, /dataset\.mapping\.answer_kye: unknown field; did you mean answer_key\?/],
+    ['a file field on a synthetic dataset', { dataset: { path: 'x.json' } } as TrainConfigInput, /dataset\.path: unknown field/],
+    ['an unknown reward term field', { rewards: [{ name: 'format', wieght: 1 }] } as unknown as TrainConfigInput, /rewards\[0\]\.wieght: unknown field; did you mean weight\?/],
+    ['a null config', null as unknown as TrainConfigInput, /^train config: the config must be a JSON object; got null$/],
+    ['an array config', [] as unknown as TrainConfigInput, /must be a JSON object; got an array/],
+    ['data.limit -1', { data: { path: 'x.json', limit: -1 } }, /data\.limit must be an integer >= 1 .*got -1/],
+    ['dataset.limit 0', { dataset: { kind: 'hub', repo_id: 'a/b', limit: 0 } }, /dataset\.limit must be an integer >= 1/],
+    ['a mapping without image_keys', { dataset: { kind: 'file', path: 'x.json', mapping: { prompt_key: 'q', answer_key: 'a' } } } as TrainConfigInput, /dataset\.mapping\.image_keys is missing/],
+    ['image_keys a number', { dataset: { kind: 'file', path: 'x.json', mapping: { prompt_key: 'q', answer_key: 'a', image_keys: 3 } } } as unknown as TrainConfigInput, /dataset\.mapping\.image_keys must be a column name or a list of them/],
+    ['a file dataset without a path', { dataset: { kind: 'file' } }, /dataset\.path must be a non-empty string/],
+    ['an unknown format', { dataset: { kind: 'file', path: 'x', format: 'csv' } } as unknown as TrainConfigInput, /dataset\.format must be one of parquet, json, jsonl/],
+    ['an unknown dataset kind', { dataset: { kind: 'folder' } } as unknown as TrainConfigInput, /dataset\.kind must be one of synthetic, file, hub/],
+    ['a hub id without org', { dataset: { kind: 'hub', repo_id: 'geometry3k' } }, /dataset\.repo_id must be "org\/name"/],
     ['G < 2', { num_generations: 1 }, /num_generations must be an integer >= 2/],
     ['a micro-batch of partial groups', { per_device_train_batch_size: 12 }, /multiple of num_generations/],
     ['temperature 0', { temperature: 0 }, /temperature must be in \(0/],
@@ -68,6 +90,36 @@ describe('resolveConfig', () => {
   it.each(refusals)('refuses %s', (_, input, reason) => {
     expect(() => resolveConfig(input)).toThrow(ConfigError);
     expect(() => resolveConfig(input)).toThrow(reason);
+  });
+
+  it('takes every loss field of src/rl/lossConfig.ts from its defaults (new ones included)', () => {
+    const owned = ['max_completion_length', 'num_generations', 'gradient_accumulation_steps', 'num_items_in_batch'];
+    const c = defaultConfig() as unknown as Record<string, unknown>;
+    for (const [k, v] of Object.entries(DEFAULT_LOSS_CONFIG)) if (!owned.includes(k)) expect(c[k], k).toEqual(v);
+    expect(Object.hasOwn(c, 'num_items_in_batch')).toBe(false);
+    // They reach the resolved loss.
+    expect(resolveConfig({ epsilon_high: 0.28, beta: 0.04 }).loss).toMatchObject({ epsilon_high: 0.28, beta: 0.04, max_completion_length: 256 });
+  });
+
+  it('reads the data sources, old "data" entry included, with a deprecation warning', () => {
+    const file = resolveConfig({ dataset: { kind: 'file', path: 'rows.jsonl', mapping: { prompt_key: 'q', answer_key: 'a', image_keys: 'img' as unknown as string[] } } });
+    // image_keys as one column name is a list of one.
+    expect(file.config.dataset).toEqual({ kind: 'file', path: 'rows.jsonl', format: null, image_folder: null, mapping: { prompt_key: 'q', answer_key: 'a', image_keys: ['img'] }, limit: null, numeric_only: false });
+    expect(file.warnings).toEqual([]);
+    const old = resolveConfig({ data: { path: 'geo3k.parquet', limit: 500, numeric_only: true } });
+    expect(old.config.dataset).toEqual({ kind: 'file', path: 'geo3k.parquet', format: null, image_folder: null, mapping: null, limit: 500, numeric_only: true });
+    expect(old.warnings).toHaveLength(1);
+    expect(old.warnings[0]).toMatch(/^the "data" entry is deprecated: write it as "dataset": \{"kind":"file","path":"geo3k.parquet"/);
+    const hub = resolveConfig({ dataset: { kind: 'hub', repo_id: 'hiyouga/geometry3k', limit: 8 } });
+    expect(hub.config.dataset).toEqual({ kind: 'hub', repo_id: 'hiyouga/geometry3k', config: 'default', split: 'train', mapping: null, limit: 8, numeric_only: false });
+    // A synthetic dataset without its kind, as older configs and checkpoints write it.
+    expect(resolveConfig({ dataset: { count: 4 } }).config.dataset).toEqual({ ...defaultConfig().dataset, count: 4 });
+  });
+
+  it('suggests the nearest known key, and only a near one', () => {
+    expect(nearestKey('rank', ['r', 'lora_alpha', 'lora_dropout', 'target_modules'])).toBe('r');
+    expect(nearestKey('lerning_rate', ['learning_rate', 'seed'])).toBe('learning_rate');
+    expect(nearestKey('colour', ['r', 'lora_alpha'])).toBeNull();
   });
 
   it('warns where TRL warns, and about settings that do nothing', () => {
@@ -123,5 +175,40 @@ describe('trainer RNG', () => {
     expect([b.seed(), ...b.permutation(20)]).toEqual(next);
     expect([...a.permutation(50)].sort((x, y) => x - y)).toEqual(Array.from({ length: 50 }, (_, i) => i));
     expect(() => b.load({ state: -1 })).toThrow(/u32/);
+  });
+});
+
+describe('engine config', () => {
+  it('fills defaults, refuses unknown keys with their path, and checks each field', () => {
+    expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
+    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024 })).toEqual({ products: 'int8-row', vision_products: 'f32', micro_batch_tokens: 1024 });
+    expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
+    expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be one of int8, int8-1limb, int8-row, f32; got "int4"/);
+    expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
+    expect(() => resolveEngineConfig({ micro_batch_tokens: 0 })).toThrow(/micro_batch_tokens must be an integer >= 1/);
+    expect(() => resolveEngineConfig(null)).toThrow(/engine must be an object; got null/);
+  });
+
+  it('maps each products setting onto the model options it stands for', () => {
+    expect(productOptions('f32', 'f32')).toEqual({ tensorCoreGemm: false, tensorCoreLimbs: undefined, tensorCoreSteps: undefined, visionTensorCores: false });
+    expect(productOptions('int8', 'int8')).toEqual({ tensorCoreGemm: true, tensorCoreLimbs: 2, tensorCoreSteps: 'block', visionTensorCores: true });
+    expect(productOptions('int8-1limb', 'f32')).toMatchObject({ tensorCoreLimbs: 1, tensorCoreSteps: 'block' });
+    expect(productOptions('int8-row', 'f32')).toMatchObject({ tensorCoreLimbs: 2, tensorCoreSteps: 'row' });
+    // The name an earlier version stored in the browser still reads.
+    expect(storedProductsValue('int8-one-limb')).toBe('int8-1limb');
+    expect(storedProductsValue('int9')).toBeUndefined();
+  });
+});
+
+describe('loss command input', () => {
+  const input = { logps: [[-1, -2], [-1, -1]], mask: [[1, 1], [1, 0]], rewards: [1, 0], num_generations: 2, config: {} as Record<string, unknown> };
+  it('refuses unknown keys of the input and of its config, with their path', () => {
+    expect(parseLossRequest(input).config.loss_type).toBe('dapo');
+    expect(() => parseLossRequest({ ...input, config: { loss_typ: 'grpo' } })).toThrow(/^config\.loss_typ: unknown field; did you mean loss_type\?$/);
+    expect(() => parseLossRequest({ ...input, config: { rollout_correction: { clip_mx: 2 } } })).toThrow(/config\.rollout_correction\.clip_mx: unknown field; did you mean clip_max\?/);
+    expect(() => parseLossRequest({ ...input, reward: [1, 0] })).toThrow(/^reward: unknown field; did you mean rewards\?$/);
+    // resolveLossConfig itself, as the grads command and library callers reach it.
+    expect(() => resolveLossConfig({ epsilon_hi: 0.28 } as never)).toThrow(/^loss config: epsilon_hi: unknown field; did you mean epsilon_high\?$/);
+    expect(() => resolveLossConfig(null as never)).toThrow(/^loss config: the config must be an object; got null$/);
   });
 });

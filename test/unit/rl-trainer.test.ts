@@ -3,6 +3,7 @@ import { presetTerms, scoreBuiltins } from '../../src/rewards/registry';
 import { resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { Trainer, type TrainerEvent } from '../../src/rl/trainer';
 import type { Checkpoint } from '../../src/rl/checkpoint';
+import { defaultEngineConfig, type EngineConfig } from '../../src/rl/engineConfig';
 import { testGpu } from '../helpers/gpu';
 import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
 
@@ -22,7 +23,7 @@ const base: TrainConfigInput = {
   lora: { r: 4, lora_alpha: 8, target_modules: ['q_proj'] },
 };
 
-async function makeTrainer(input: TrainConfigInput, extra: { events?: TrainerEvent[]; saved?: Checkpoint[]; resume?: Checkpoint } = {}) {
+async function makeTrainer(input: TrainConfigInput, extra: { events?: TrainerEvent[]; saved?: Checkpoint[]; resume?: Checkpoint; engine?: EngineConfig } = {}) {
   const gpu = await testGpu();
   const { config, loss } = resolveConfig({ ...base, ...input });
   const policy = await ToyPolicy.create(gpu);
@@ -36,6 +37,7 @@ async function makeTrainer(input: TrainConfigInput, extra: { events?: TrainerEve
     onEvent: (e) => extra.events?.push(e),
     saveCheckpoint: async (c) => void extra.saved?.push(c),
     resume: extra.resume,
+    engine: extra.engine,
   });
   return { gpu, policy, trainer, config };
 }
@@ -49,6 +51,20 @@ describe('trainer on a learnable toy policy', () => {
     expect(rewards[0]).toBeLessThan(0.5 * MAX_REWARD);
     expect(last).toBeGreaterThanOrEqual(0.8 * MAX_REWARD);
     expect(scoreBuiltins(presetTerms('seeds'), { completion: await policy.greedyText(), answer: '3' }).total).toBeCloseTo(MAX_REWARD, 12);
+  });
+});
+
+describe('trainer and the engine config', () => {
+  it('packs each training forward within engine.micro_batch_tokens', async () => {
+    const forwards = async (micro_batch_tokens: number) => {
+      const { trainer, policy } = await makeTrainer({ max_steps: 1 }, { engine: { ...defaultEngineConfig(), micro_batch_tokens } });
+      await trainer.run();
+      return policy.forwards;
+    };
+    // One group of 8 completions of up to 7 tokens: one forward within the default budget; with a
+    // budget under one completion, each completion alone (and the group's no-grad pass).
+    expect(await forwards(defaultEngineConfig().micro_batch_tokens)).toBe(1);
+    expect(await forwards(1)).toBeGreaterThanOrEqual(8);
   });
 });
 

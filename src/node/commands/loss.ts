@@ -8,11 +8,15 @@ import { readFileSync } from 'node:fs';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
 import { RlLoss, packPlanes, pairsF64, type PlaneName } from '../../ops/rlLoss';
-import { resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../rl/lossConfig';
+import { findUnknownKey } from '../../rl/configKeys';
+import { DEFAULT_LOSS_CONFIG, resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../rl/lossConfig';
 
 export const summary = 'compute the GSPO/GRPO loss, its gradient and metrics on the GPU (--input FILE.json)';
 
 class InputError extends Error {}
+
+/** The input's fields (values unused: only the keys are known fields). */
+const INPUT_TEMPLATE: Record<string, unknown> = { logps: 0, old_logps: 0, ref_logps: 0, sampling_logps: 0, mask: 0, rewards: 0, num_generations: 0, config: 0 };
 
 /** A [rows][cols] array of finite numbers, checked against the expected shape when given. */
 function matrix(name: string, v: unknown, shape?: [number, number]): number[][] {
@@ -51,6 +55,8 @@ export interface LossRequest {
 export function parseLossRequest(json: unknown): LossRequest {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new InputError('the input must be a JSON object');
   const o = json as Record<string, unknown>;
+  const unknown = findUnknownKey(o, INPUT_TEMPLATE) ?? findUnknownKey(o.config, { ...DEFAULT_LOSS_CONFIG }, 'config');
+  if (unknown !== null) throw new InputError(unknown);
   const logps = matrix('logps', o.logps);
   const shape: [number, number] = [logps.length, logps[0].length];
   const mask = matrix('mask', o.mask, shape);

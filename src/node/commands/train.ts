@@ -5,31 +5,35 @@
 // --quick is the small version CI runs on software Vulkan (src/data/demo.ts DEMO_QUICK_CONFIG);
 // {"eval": "before"|"after", ...} lines, then {"demo": {before, after, rise}}.
 //
-// The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, the
-// synthetic `dataset`), plus, for prompts from a local file instead, a CLI-only "data" entry:
-//   "data": {"path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "mapping": {prompt_key, answer_key,
-//            image_keys, ...}, "image_folder": "images/", "limit": 500, "numeric_only": true}
-// (paths relative to the working directory; without "mapping" the geo3k or MathVista layout is
-// recognised). model_name_or_path is a local folder, or a hub id when no such folder exists.
-// --tensor-cores runs the decoder's and the LM head's 4-bit GEMMs and input gradients on int8 tensor cores
-// (ModelOptions.tensorCoreGemm; Dawn started with allow_unsafe_apis, which offers subgroup
-// matrices): faster on GPUs that have them, an error naming what is missing on the others.
-// --tensor-core-limbs 1 takes x there in one int8 limb instead of two (ModelOptions.tensorCoreLimbs:
-// about 1.4x faster products, coarser log-probs; BENCHMARKS.md gives both). --tensor-core-steps row
-// (two limbs) keeps one int8 step per row of x and column of W over the whole of K instead of one
-// per block of 128 (ModelOptions.tensorCoreSteps: about 1.2x faster products).
-// --vision-tensor-cores runs the vision tower's dense products on them too, its f32 weights rounded
-// to int8 once (ModelOptions.visionTensorCores; on an H100 about 1.7x faster, image features within
-// what bf16 moves them).
+// The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, and the
+// `dataset`: synthetic, a local file or a hub data set, src/rl/dataSource.ts), plus an optional
+// "engine" entry (src/rl/engineConfig.ts: products, vision_products, micro_batch_tokens):
+//   "dataset": {"kind": "file", "path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "format": null,
+//               "mapping": {prompt_key, answer_key, image_keys, ...} | null, "image_folder": "images/",
+//               "limit": 500, "numeric_only": true}
+//   "dataset": {"kind": "hub", "repo_id": "hiyouga/geometry3k", "config": "default", "split": "train", "mapping": null}
+// (relative paths are read from the working directory and stored absolute in the checkpoints; a
+// null mapping recognises the geo3k or MathVista layout; HF_TOKEN for gated data sets and models).
+// The former top-level "data" entry is still read, as a file dataset, with a deprecation warning.
+// model_name_or_path is a local folder, or a hub id when no such folder exists.
+//
+// --products f32|int8|int8-1limb|int8-row picks where the decoder's and the LM head's large
+// products run (src/model/products.ts; the int8 ones on tensor cores through Dawn started with
+// allow_unsafe_apis, which offers subgroup matrices: an error naming what is missing on GPUs without
+// them); --vision-products f32|int8 the vision tower's; --micro-batch-tokens N the packed rows per
+// training forward. They override the config's "engine" entry. Older flags, kept as aliases:
+// --tensor-cores = --products int8, with --tensor-core-limbs 1 = int8-1limb, with
+// --tensor-core-steps row = int8-row; --vision-tensor-cores = --vision-products int8.
 //
 // Checkpoints go to DIR (default runs/<timestamp>) in the format of src/rl/checkpoint.ts:
 // DIR/step-NNNNNNNN/{checkpoint.json,tensors.safetensors}, each written to a temporary folder and
 // renamed, then DIR/latest (the current folder's name) replaced by rename, so an interrupted write
-// leaves the previous checkpoint current. DIR/data.json keeps the "data" entry for --resume.
+// leaves the previous checkpoint current. DIR/engine.json keeps the engine config for --resume.
+// (Runs of earlier versions kept their "data" entry in DIR/data.json; --resume still reads it.)
 import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve as absolute } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
-import { loadFile, loadParquet, type ColumnMapping } from '../../data';
+import { loadHubDataset, loadJsonText, loadParquet } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
 import { sharpDecoder } from '../../data/node/sharpDecoder';
 import type { DatasetRow } from '../../data/types';
@@ -39,9 +43,11 @@ import { createNodeSandbox } from '../../rewards/sandboxNode';
 import { hubFiles } from '../../model/hub';
 import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
-import type { MmaSteps } from '../../ops/matmulQ4Mma';
 import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
-import { resolveConfig, type TrainConfig, type TrainConfigInput } from '../../rl/config';
+import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
+import { defaultEngineConfig, EngineConfigError, resolveEngineConfig, usesTensorCores, type EngineConfig } from '../../rl/engineConfig';
+import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
+import { isPlainObject } from '../../rl/configKeys';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
 import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
@@ -49,16 +55,7 @@ import { createNodeGpu } from '../gpu';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row]] [--vision-tensor-cores]';
-
-/** Prompts from a local parquet/JSON/JSONL file (the config file's "data" entry). */
-export interface FileDataSpec {
-  path: string;
-  mapping?: ColumnMapping;
-  image_folder?: string;
-  limit?: number;
-  numeric_only?: boolean;
-}
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products f32|int8|int8-1limb|int8-row] [--vision-products f32|int8] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -92,6 +89,8 @@ export interface TrainRunOptions {
   resume: boolean;
   /** Runs custom reward terms (a worker_threads sandbox in the CLI). */
   sandbox?: CustomRewardEvaluator;
+  /** How the engine runs it (micro_batch_tokens; the products are the policy factory's). Default defaultEngineConfig(). */
+  engine?: EngineConfig;
   log: (line: string) => void;
   warn: (line: string) => void;
 }
@@ -102,7 +101,10 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
   if (o.resume && !resumeFrom) throw new Error(`--resume ${o.outDir}: no checkpoint there (no ${join(o.outDir, 'latest')})`);
   const input = resumeFrom ? { ...resumeFrom.meta.config } : { ...o.config };
   if (o.steps !== undefined) input.max_steps = o.steps;
-  const { config, loss, warnings } = resolveConfig(input);
+  const resolved = resolveConfig(input);
+  const { loss, warnings } = resolved;
+  // Stored absolute in the checkpoints, so that --resume from another directory reads the same data.
+  const config = resumeFrom ? resolved.config : { ...resolved.config, dataset: absolutePaths(resolved.config.dataset) };
   for (const w of warnings) o.warn(`warning: ${w}`);
   mkdirSync(o.outDir, { recursive: true });
   const { policy, data } = await openPolicy(gpu, config);
@@ -122,6 +124,7 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
     loss,
     runId: resumeFrom?.meta.runId ?? `cli-${Date.now().toString(36)}`,
     sandbox: o.sandbox,
+    engine: o.engine,
     onEvent,
     saveCheckpoint: async (c) => void (await writeCheckpointDir(o.outDir, c)),
     resume: resumeFrom ?? undefined,
@@ -136,6 +139,10 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
   }
 }
 
+function absolutePaths(d: DatasetSettings): DatasetSettings {
+  return d.kind === 'file' ? { ...d, path: absolute(d.path), image_folder: d.image_folder === null ? null : absolute(d.image_folder) } : d;
+}
+
 /** A local folder, or a hub id ("org/name") when no such folder exists. */
 export function modelFilesAt(pathOrRepo: string): ModelFiles {
   if (existsSync(pathOrRepo)) return nodeDirFiles(pathOrRepo);
@@ -143,33 +150,89 @@ export function modelFilesAt(pathOrRepo: string): ModelFiles {
   throw new Error(`model_name_or_path '${pathOrRepo}' is neither a local folder nor a hub id`);
 }
 
-export async function loadFileRows(spec: FileDataSpec, warn: (line: string) => void): Promise<DatasetRow[]> {
-  if (typeof spec.path !== 'string') throw new Error('config "data" needs a "path" (a parquet, JSON or JSONL file)');
-  if (!existsSync(spec.path)) throw new Error(`data.path: no file ${spec.path}`);
-  const options = {
-    decoder: sharpDecoder,
-    mapping: spec.mapping,
-    limit: spec.limit,
-    numericOnly: spec.numeric_only,
-    folder: spec.image_folder ? await folderFromDirectory(spec.image_folder) : undefined,
-  };
-  const result = spec.path.toLowerCase().endsWith('.parquet')
-    ? await loadParquet(await parquetFromPath(spec.path), options)
-    : await loadFile(Object.assign(new Blob([readFileSync(spec.path)]), { name: spec.path }), options);
-  for (const b of result.broken.slice(0, 5)) warn(`warning: ${spec.path} row ${b.index}: ${b.reason} (${b.detail})`);
-  if (result.broken.length > 5) warn(`warning: ${spec.path}: ${result.broken.length} broken rows in all`);
-  if (result.rows.length === 0) throw new Error(`${spec.path}: no usable rows (${result.broken.length} broken, ${result.filtered.length} filtered)`);
+/** The rows of a file or hub dataset; broken rows are warned about (the first five), none usable is an error. */
+export async function loadDatasetRows(d: FileDatasetSettings | HubDatasetSettings, warn: (line: string) => void): Promise<DatasetRow[]> {
+  const options = { decoder: sharpDecoder, mapping: d.mapping ?? undefined, limit: d.limit ?? undefined, numericOnly: d.numeric_only };
+  let where: string;
+  let result;
+  if (d.kind === 'hub') {
+    where = `${d.repo_id} (${d.config}/${d.split})`;
+    result = await loadHubDataset(d.repo_id, { config: d.config, split: d.split }, { ...options, token: process.env.HF_TOKEN, endpoint: process.env.HF_ENDPOINT });
+  } else {
+    where = d.path;
+    if (!existsSync(d.path)) throw new Error(`dataset.path: no file ${d.path}`);
+    const folder = d.image_folder === null ? undefined : await folderFromDirectory(d.image_folder);
+    const format = d.format ?? (/\.parquet$/i.test(d.path) ? 'parquet' : /\.(jsonl|ndjson)$/i.test(d.path) ? 'jsonl' : /\.json$/i.test(d.path) ? 'json' : null);
+    if (format === null) throw new Error(`dataset.path ${d.path}: not a .parquet, .json, .jsonl or .ndjson file; set dataset.format`);
+    result = format === 'parquet' ? await loadParquet(await parquetFromPath(d.path), { ...options, folder }) : await loadJsonText(readFileSync(d.path, 'utf8'), format, { ...options, folder });
+  }
+  for (const b of result.broken.slice(0, 5)) warn(`warning: ${where} row ${b.index}: ${b.reason} (${b.detail})`);
+  if (result.broken.length > 5) warn(`warning: ${where}: ${result.broken.length} broken rows in all`);
+  if (result.rows.length === 0) throw new Error(`${where}: no usable rows (${result.broken.length} broken, ${result.filtered.length} filtered)`);
   return result.rows;
 }
 
-/** Qwen3-VL from model_name_or_path with fresh adapters; prompts from `rows`, or the config's dataset. */
-export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly DatasetRow[]; warn: (line: string) => void; tensorCoreGemm?: boolean; tensorCoreLimbs?: 1 | 2; tensorCoreSteps?: MmaSteps; visionTensorCores?: boolean }): PolicyFactory {
+/** The dataset's rows: generated for a synthetic one, loaded for a file or hub one. */
+export async function datasetRows(d: DatasetSettings, warn: (line: string) => void): Promise<DatasetRow[]> {
+  return d.kind === 'synthetic' ? configRows(d) : loadDatasetRows(d, warn);
+}
+
+/** Qwen3-VL from model_name_or_path with fresh adapters, its products where `engine` says; prompts from `rows`, or the config's dataset. */
+export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly DatasetRow[]; warn: (line: string) => void; engine?: EngineConfig }): PolicyFactory {
   return async (gpu, config) => {
+    const rows = opts.rows ?? (await datasetRows(config.dataset, opts.warn));
     opts.warn(`loading ${config.model_name_or_path}`);
-    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs, tensorCoreSteps: opts.tensorCoreSteps, visionTensorCores: opts.visionTensorCores });
+    const engine = opts.engine ?? defaultEngineConfig();
+    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products: engine.products, visionProducts: engine.vision_products });
     session.attachLora(config.lora);
-    return { policy: session.policy, data: session.promptSource(opts.rows ?? configRows(config.dataset)) };
+    return { policy: session.policy, data: session.promptSource(rows) };
   };
+}
+
+/**
+ * The engine config: the config file's "engine" entry, then --products, --vision-products and
+ * --micro-batch-tokens over it; the older tensor-core flags map onto `products` and
+ * `vision_products` (they cannot be mixed with the new ones).
+ */
+export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
+  const e: Record<string, unknown> = { ...resolveEngineConfig(fromFile ?? {}) };
+  const tensorCores = args.bool('tensor-cores');
+  const limbs = args.optStr('tensor-core-limbs');
+  const stepsBy = args.optStr('tensor-core-steps');
+  const products = args.optStr('products');
+  if (products !== undefined && (tensorCores || limbs !== undefined || stepsBy !== undefined)) {
+    throw new EngineConfigError('--products replaces --tensor-cores, --tensor-core-limbs and --tensor-core-steps; give one or the other');
+  }
+  if (products !== undefined && !isProducts(products)) throw new EngineConfigError(`--products takes ${PRODUCTS.map((p) => p.value).join(', ')}; got '${products}'`);
+  if (products !== undefined) e.products = products;
+  if (limbs !== undefined && !(tensorCores && (limbs === '1' || limbs === '2'))) throw new Error(`--tensor-core-limbs takes 1 or 2, with --tensor-cores (got '${limbs}'${tensorCores ? '' : ' without --tensor-cores'})`);
+  if (stepsBy !== undefined && !(tensorCores && (stepsBy === 'block' || (stepsBy === 'row' && limbs !== '1')))) {
+    throw new Error(`--tensor-core-steps takes block or row (row with two limbs), with --tensor-cores (got '${stepsBy}'${tensorCores ? (limbs === '1' ? ' with one limb' : '') : ' without --tensor-cores'})`);
+  }
+  if (tensorCores) e.products = (limbs === '1' ? 'int8-1limb' : stepsBy === 'row' ? 'int8-row' : 'int8') satisfies Products;
+  const vision = args.optStr('vision-products');
+  if (vision !== undefined && args.bool('vision-tensor-cores')) throw new EngineConfigError('--vision-products replaces --vision-tensor-cores; give one or the other');
+  if (vision !== undefined && !(VISION_PRODUCTS as readonly string[]).includes(vision)) throw new EngineConfigError(`--vision-products takes ${VISION_PRODUCTS.join(', ')}; got '${vision}'`);
+  if (vision !== undefined) e.vision_products = vision;
+  if (args.bool('vision-tensor-cores')) e.vision_products = 'int8';
+  if (args.optStr('micro-batch-tokens') !== undefined) {
+    const n = args.num('micro-batch-tokens');
+    if (!Number.isInteger(n) || n < 1) throw new EngineConfigError(`--micro-batch-tokens takes an integer >= 1; got ${n}`);
+    e.micro_batch_tokens = n;
+  }
+  return resolveEngineConfig(e);
+}
+
+/** A JSON object from `file` (`what` names it in every refusal, e.g. "--config FILE"). */
+function readConfigFile(file: string, what = file): Record<string, unknown> {
+  let json: unknown;
+  try {
+    json = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new Error(`${what}: ${(e as Error).message}`);
+  }
+  if (!isPlainObject(json)) throw new ConfigError(`${what}: the config must be a JSON object; got ${json === null ? 'null' : Array.isArray(json) ? 'an array' : JSON.stringify(json)}`);
+  return json;
 }
 
 export async function run(args: CliArgs): Promise<void> {
@@ -177,13 +240,13 @@ export async function run(args: CliArgs): Promise<void> {
   const sources = [args.bool('demo'), args.optStr('config') !== undefined, resumeDir !== undefined].filter(Boolean).length;
   if (sources !== 1) throw new Error('train: give exactly one of --config FILE.json, --demo or --resume DIR');
   let config: TrainConfigInput = {};
-  let data: FileDataSpec | undefined;
+  let engineInput: unknown;
   if (args.bool('demo')) {
     if (!existsSync(join(DEMO_MODEL_DIR, 'config.json'))) throw new Error(`--demo: the bundled demo model is not in ${DEMO_MODEL_DIR} (no config.json there); train one with tools/ or use --config`);
     config = { ...DEMO_TRAIN_CONFIG, ...(args.bool('quick') ? DEMO_QUICK_CONFIG : {}) };
   } else if (resumeDir === undefined) {
     const file = args.str('config');
-    ({ data, ...config } = JSON.parse(readFileSync(file, 'utf8')) as TrainConfigInput & { data?: FileDataSpec });
+    ({ engine: engineInput, ...config } = readConfigFile(file, `--config ${file}`) as TrainConfigInput & { engine?: unknown });
   }
   const model = args.optStr('model');
   if (model) config.model_name_or_path = model;
@@ -191,42 +254,41 @@ export async function run(args: CliArgs): Promise<void> {
   const quant = args.optStr('quant') ?? 'q4';
   if (quant !== 'q4' && quant !== 'none') throw new Error(`--quant must be 'q4' or 'none', got '${quant}'`);
   const outDir = resumeDir ?? args.optStr('output-dir') ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-'));
-  const dataFile = join(outDir, 'data.json');
-  if (resumeDir !== undefined && existsSync(dataFile)) data = JSON.parse(readFileSync(dataFile, 'utf8')) as FileDataSpec;
-  const warn = (line: string) => console.error(line);
-  const rows = data ? await loadFileRows(data, warn) : undefined;
-  if (data && resumeDir === undefined) {
+  // The engine config a run started with (DIR/engine.json) holds on --resume; flags given then override it for that session.
+  const engineFile = join(outDir, 'engine.json');
+  if (resumeDir !== undefined && existsSync(engineFile)) engineInput = readConfigFile(engineFile);
+  const engine = engineFromArgs(args, engineInput);
+  if (args.bool('demo') && usesTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
+  if (resumeDir === undefined) {
     mkdirSync(outDir, { recursive: true });
-    writeFileSync(dataFile, JSON.stringify(data));
+    writeFileSync(engineFile, `${JSON.stringify(engine)}\n`);
+  }
+  const warn = (line: string) => console.error(line);
+  // A run of an earlier version kept its file source in DIR/data.json, beside a synthetic `dataset`.
+  const legacyDataFile = join(outDir, 'data.json');
+  let rows: DatasetRow[] | undefined;
+  if (resumeDir !== undefined && existsSync(legacyDataFile)) {
+    const { config: legacy } = resolveConfig({ data: readConfigFile(legacyDataFile) });
+    warn(`warning: reading the data set from ${legacyDataFile} (a run of an earlier version)`);
+    rows = await datasetRows(legacy.dataset, warn);
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
-  const tensorCoreGemm = args.bool('tensor-cores');
-  if (tensorCoreGemm && args.bool('demo')) throw new Error('--tensor-cores goes with --config or --resume, not --demo');
-  const limbs = args.optStr('tensor-core-limbs');
-  if (limbs !== undefined && !(tensorCoreGemm && (limbs === '1' || limbs === '2'))) throw new Error(`--tensor-core-limbs takes 1 or 2, with --tensor-cores (got '${limbs}'${tensorCoreGemm ? '' : ' without --tensor-cores'})`);
-  const tensorCoreLimbs = limbs === undefined ? undefined : (Number(limbs) as 1 | 2);
-  const stepsBy = args.optStr('tensor-core-steps');
-  if (stepsBy !== undefined && !(tensorCoreGemm && (stepsBy === 'block' || (stepsBy === 'row' && tensorCoreLimbs !== 1)))) {
-    throw new Error(`--tensor-core-steps takes block or row (row with two limbs), with --tensor-cores (got '${stepsBy}'${tensorCoreGemm ? (tensorCoreLimbs === 1 ? ' with one limb' : '') : ' without --tensor-cores'})`);
-  }
-  const tensorCoreSteps = stepsBy as MmaSteps | undefined;
-  const visionTensorCores = args.bool('vision-tensor-cores');
-  if (visionTensorCores && args.bool('demo')) throw new Error('--vision-tensor-cores goes with --config or --resume, not --demo');
-  const gpu = await createNodeGpu({ driver: args.optStr('driver'), dawnFlags: tensorCoreGemm || visionTensorCores ? ['enable-dawn-features=allow_unsafe_apis'] : [] });
+  const gpu = await createNodeGpu({ driver: args.optStr('driver'), dawnFlags: usesTensorCores(engine) ? ['enable-dawn-features=allow_unsafe_apis'] : [] });
   if (args.bool('demo')) {
     const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
-    const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
+    const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, engine, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
     console.log(JSON.stringify({ demo: result }));
     warn(`demo: held-out reward ${result.before.reward.toFixed(3)} -> ${result.after.reward.toFixed(3)}, accuracy ${result.before.accuracy.toFixed(3)} -> ${result.after.accuracy.toFixed(3)}, format ${result.before.format.toFixed(3)} -> ${result.after.format.toFixed(3)} over ${result.evalRows} rows after ${result.steps} steps; checkpoints in ${outDir}`);
     return;
   }
-  const { state } = await trainRun(gpu, qwen3vlFactory({ quant, rows, warn, tensorCoreGemm, tensorCoreLimbs, tensorCoreSteps, visionTensorCores }), {
+  const { state } = await trainRun(gpu, qwen3vlFactory({ quant, rows, warn, engine }), {
     config,
     steps,
     metricsFile: args.optStr('metrics'),
     outDir,
     resume: resumeDir !== undefined,
     sandbox: createNodeSandbox(),
+    engine,
     log: (line) => console.log(line),
     warn,
   });

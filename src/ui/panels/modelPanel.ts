@@ -10,7 +10,7 @@ import { DEMO_MODEL_URL_PATH } from '../../data/demo';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
 import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
-import { PRODUCTS, type Products } from '../../model/products';
+import { isProducts, PRODUCTS } from '../../model/products';
 import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type MemoryPlan } from '../../model/memoryPlan';
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
@@ -235,8 +235,10 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     (e: unknown) => (productsNote.textContent = `Not checked: the GPU is unavailable: ${e instanceof Error ? e.message : String(e)}.`),
   );
   products.addEventListener('change', () => {
+    const chosen = products.value;
+    if (!isProducts(chosen)) return;
     products.disabled = true;
-    engine.setProducts(products.value as Products).then(
+    engine.setProducts(chosen).then(
       (state) => showProducts(state),
       (e: unknown) => {
         if (productsState) showProducts(productsState, `Not changed: ${e instanceof Error ? e.message : String(e)}.`);

@@ -1,17 +1,15 @@
-// The Benchmark panel: the kernel suites of the Node bench (src/bench) on this browser's GPU, with
+// The benchmark page's panel (bench.html): the kernel suites of the Node bench (src/bench) on this browser's GPU, with
 // onnxruntime-web's 4-bit MatMulNBits (WebGPU) beside our 4-bit GEMV and GEMM rows. Suites, size
 // preset, Run/Cancel, progress, the table as rows arrive, the adapter and its features, and the
 // result copied as Markdown or JSON.
-import type { Remote } from 'comlink';
-import type { Row } from '../../bench/harness';
-import type { Preset } from '../../bench/shapes';
-import { expectedRows, SUITES, type Suite } from '../../bench/suites';
-import { resultJson, resultMarkdown, TABLE_HEAD, tableCells } from '../../bench/table';
-import type { BenchEvent, BenchResult, EngineApi } from '../../worker/api';
-import { proxy } from '../../worker/client';
-import { h } from '../dom';
-import { checkbox, field, select } from '../form';
-import type { StatusBar } from '../status';
+import { proxy, type Remote } from 'comlink';
+import { h } from '../ui/dom';
+import { checkbox, field, select } from '../ui/form';
+import type { BenchApi, BenchEvent, BenchResult } from './benchApi';
+import type { Row } from './harness';
+import type { Preset } from './shapes';
+import { expectedRows, SUITES, type Suite } from './suites';
+import { resultJson, resultMarkdown, TABLE_HEAD, tableCells } from './table';
 
 const SUITE_LABELS: Record<Suite, string> = {
   gemv: '4-bit GEMV (decode)',
@@ -22,7 +20,7 @@ const SUITE_LABELS: Record<Suite, string> = {
   adamw: 'Clip + AdamW over the LoRA parameters',
 };
 
-export function benchPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLElement {
+export function benchPanel(bench: Remote<BenchApi>): HTMLElement {
   const suiteBoxes = SUITES.map((s) => {
     const input = h('input', { type: 'checkbox', 'data-suite': s });
     input.checked = s === 'gemv' || s === 'gemm';
@@ -91,7 +89,6 @@ export function benchPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     peerNote.textContent = '';
     sync();
     if (pressedRun) cancel.focus();
-    const done = status.begin('Benchmark');
     progress.hidden = false;
     const oneWeight = weights.value === 'one';
     progress.max = expectedRows(preset.value as Preset, suites, oneWeight);
@@ -106,7 +103,7 @@ export function benchPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     };
     void (async () => {
       try {
-        result = await engine.runBench({ preset: preset.value as Preset, suites, peer: peer.checked, sweep: sweep.checked, oneWeight }, proxy(onEvent));
+        result = await bench.runBench({ preset: preset.value as Preset, suites, peer: peer.checked, sweep: sweep.checked, oneWeight }, proxy(onEvent));
         showDevice(result.adapter.name, result.adapter.description, result.features);
         body.replaceChildren();
         result.rows.forEach(addRow);
@@ -125,13 +122,12 @@ export function benchPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         busy = false;
         sync();
         if (hadFocus) run.focus();
-        done();
       }
     })();
   });
   cancel.addEventListener('click', () => {
     progressText.textContent = 'Cancelling at the next measurement…';
-    void engine.cancelBench();
+    void bench.cancelBench();
   });
 
   const copy = async (text: string, what: string) => {
