@@ -111,6 +111,7 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
       const line = JSON.stringify(e.metrics, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v));
       o.log(line);
       if (o.metricsFile) appendFileSync(o.metricsFile, `${line}\n`);
+      for (const w of e.metrics.warnings ?? []) o.warn(`warning: step ${e.metrics.step}: ${w}`);
     } else if (e.type === 'warning') o.warn(`warning: ${e.message}`);
     else if (e.type === 'checkpoint') o.warn(`checkpoint at step ${e.step} (${e.reason}) in ${o.outDir}`);
   };
