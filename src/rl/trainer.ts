@@ -19,7 +19,7 @@ import { Lora } from '../ops/lora';
 import { pairsF64, RlLoss } from '../ops/rlLoss';
 import { scoreSamples } from '../rewards/registry';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
-import { CheckpointError, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
+import { CheckpointError, checkDataCursor, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
 import { assertFiniteTensor, DivergenceError, explodingWeightsWarning, firstNonFinite, uniformPolicyWarning } from './divergence';
 import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from './microBatch';
@@ -540,6 +540,11 @@ export class Trainer {
     const want = policy.lora.map((p) => `${p.name} [${p.r}x${p.in} -> ${p.out}]`);
     const have = m.adapters.map((a) => `${a.name} [${a.r}x${a.in} -> ${a.out}]`);
     if (want.join('\n') !== have.join('\n')) throw new CheckpointError(`its adapters do not match the policy's (${have.length} vs ${want.length}; first difference: ${have.find((h, i) => h !== want[i]) ?? 'count'})`);
+    checkDataCursor(m, data.rows.length);
+    for (const [name, values] of c.tensors) {
+      const bad = firstNonFinite(values);
+      if (bad >= 0) throw new CheckpointError(`tensor ${name} holds ${values[bad]} at element ${bad}`);
+    }
     for (const [i, p] of policy.lora.entries()) {
       const n = tensorNames(p.name);
       gpu.write(p.A, c.tensors.get(n.A)!);

@@ -9,7 +9,7 @@
 // synthetic `dataset`), plus, for prompts from a local file instead, a CLI-only "data" entry:
 //   "data": {"path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "mapping": {prompt_key, answer_key,
 //            image_keys, ...}, "image_folder": "images/", "limit": 500, "numeric_only": true}
-// (paths relative to the working directory; without "mapping" the geo3k or MathVista layout is
+// (paths relative to the working directory, recorded absolute; without "mapping" the geo3k or MathVista layout is
 // recognised). model_name_or_path is a local folder, or a hub id when no such folder exists.
 // --tensor-cores runs the decoder's and the LM head's 4-bit GEMMs and input gradients on int8 tensor cores
 // (ModelOptions.tensorCoreGemm; Dawn started with allow_unsafe_apis, which offers subgroup
@@ -25,9 +25,12 @@
 // Checkpoints go to DIR (default runs/<timestamp>) in the format of src/rl/checkpoint.ts:
 // DIR/step-NNNNNNNN/{checkpoint.json,tensors.safetensors}, each written to a temporary folder and
 // renamed, then DIR/latest (the current folder's name) replaced by rename, so an interrupted write
-// leaves the previous checkpoint current. DIR/data.json keeps the "data" entry for --resume.
+// leaves the previous checkpoint current. DIR/data.json records the data the run trains on
+// (src/node/dataRecord.ts: the "data" entry with absolute paths, the file's size, a hash of the
+// rows); --resume trains on that data and refuses a change (or a missing data.json) unless
+// --allow-data-change.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { loadFile, loadParquet, type ColumnMapping } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
@@ -47,9 +50,10 @@ import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
+import { absoluteSpec, checkSameData, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row]] [--vision-tensor-cores]';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row]] [--vision-tensor-cores]';
 
 /** Prompts from a local parquet/JSON/JSONL file (the config file's "data" entry). */
 export interface FileDataSpec {
@@ -92,6 +96,10 @@ export interface TrainRunOptions {
   resume: boolean;
   /** Runs custom reward terms (a worker_threads sandbox in the CLI). */
   sandbox?: CustomRewardEvaluator;
+  /** The file the rows come from (absolute paths), recorded in DIR/data.json; none for the config's dataset. */
+  dataSpec?: FileDataSpec;
+  /** Resume even when the data differs from what DIR/data.json records (or it is missing), and record the new data. */
+  allowDataChange?: boolean;
   log: (line: string) => void;
   warn: (line: string) => void;
 }
@@ -100,12 +108,17 @@ export interface TrainRunOptions {
 export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunOptions): Promise<{ state: string; config: TrainConfig }> {
   const resumeFrom = o.resume ? await readCheckpointDir(o.outDir) : null;
   if (o.resume && !resumeFrom) throw new Error(`--resume ${o.outDir}: no checkpoint there (no ${join(o.outDir, 'latest')})`);
+  const before = o.resume ? readDataRecord(o.outDir) : null;
+  if (o.resume && !before && !o.allowDataChange) throw new DataProvenanceError(`${resolve(join(o.outDir, DATA_RECORD_FILE))} is missing: the data the run trained on is unknown`);
   const input = resumeFrom ? { ...resumeFrom.meta.config } : { ...o.config };
   if (o.steps !== undefined) input.max_steps = o.steps;
   const { config, loss, warnings } = resolveConfig(input);
   for (const w of warnings) o.warn(`warning: ${w}`);
   mkdirSync(o.outDir, { recursive: true });
   const { policy, data } = await openPolicy(gpu, config);
+  const now = dataRecordOf(data.rows, o.dataSpec);
+  if (before && !o.allowDataChange) checkSameData(o.outDir, before, now);
+  else writeDataRecord(o.outDir, now);
   const onEvent = (e: TrainerEvent) => {
     if (e.type === 'step') {
       const line = JSON.stringify(e.metrics, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v));
@@ -185,6 +198,7 @@ export async function run(args: CliArgs): Promise<void> {
   } else if (resumeDir === undefined) {
     const file = args.str('config');
     ({ data, ...config } = JSON.parse(readFileSync(file, 'utf8')) as TrainConfigInput & { data?: FileDataSpec });
+    if (data && typeof data.path === 'string') data = absoluteSpec(data);
   }
   const model = args.optStr('model');
   if (model) config.model_name_or_path = model;
@@ -192,14 +206,11 @@ export async function run(args: CliArgs): Promise<void> {
   const quant = args.optStr('quant') ?? 'q4';
   if (quant !== 'q4' && quant !== 'none') throw new Error(`--quant must be 'q4' or 'none', got '${quant}'`);
   const outDir = resumeDir ?? args.optStr('output-dir') ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-'));
-  const dataFile = join(outDir, 'data.json');
-  if (resumeDir !== undefined && existsSync(dataFile)) data = JSON.parse(readFileSync(dataFile, 'utf8')) as FileDataSpec;
+  const allowDataChange = args.bool('allow-data-change');
+  if (allowDataChange && resumeDir === undefined) throw new Error('--allow-data-change goes with --resume');
+  if (resumeDir !== undefined) data = readDataRecord(resumeDir)?.spec;
   const warn = (line: string) => console.error(line);
   const rows = data ? await loadFileRows(data, warn) : undefined;
-  if (data && resumeDir === undefined) {
-    mkdirSync(outDir, { recursive: true });
-    writeFileSync(dataFile, JSON.stringify(data));
-  }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
   const tensorCoreGemm = args.bool('tensor-cores');
   if (tensorCoreGemm && args.bool('demo')) throw new Error('--tensor-cores goes with --config or --resume, not --demo');
@@ -227,6 +238,8 @@ export async function run(args: CliArgs): Promise<void> {
     metricsFile: args.optStr('metrics'),
     outDir,
     resume: resumeDir !== undefined,
+    dataSpec: data,
+    allowDataChange,
     sandbox: createNodeSandbox(),
     log: (line) => console.log(line),
     warn,

@@ -1,0 +1,96 @@
+// What data a CLI run trained on, kept in its folder as data.json: the file's absolute path and
+// size (when the prompts come from a file) and a SHA-256 over the rows the trainer saw (ids,
+// texts, answers, image bytes), for synthetic rows too. `train --resume` refuses other data
+// (a changed or missing file, other rows, a missing data.json) unless --allow-data-change.
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { DatasetRow } from '../data/types';
+import type { FileDataSpec } from './commands/train';
+
+export const DATA_RECORD_FILE = 'data.json';
+
+export interface DataRecord {
+  /** The config's "data" entry with absolute paths; absent when the rows came from the config's synthetic dataset. */
+  spec?: FileDataSpec;
+  /** Size in bytes of spec.path when the run started. */
+  fileBytes?: number;
+  rows: number;
+  /** SHA-256 (hex) of the rows, see rowsDigest. */
+  rowsSha256: string;
+}
+
+export class DataProvenanceError extends Error {
+  constructor(message: string) {
+    super(`${message}; pass --allow-data-change to resume on the data given now`);
+    this.name = 'DataProvenanceError';
+  }
+}
+
+/** The spec with its paths made absolute (they are given relative to the working directory). */
+export function absoluteSpec(spec: FileDataSpec): FileDataSpec {
+  return { ...spec, path: resolve(spec.path), ...(spec.image_folder ? { image_folder: resolve(spec.image_folder) } : {}) };
+}
+
+/** SHA-256 over every row's id, texts, answer and images (size and bytes), each field length-prefixed. */
+export function rowsDigest(rows: readonly DatasetRow[]): string {
+  const h = createHash('sha256');
+  const field = (s: string | Uint8Array) => {
+    const bytes = typeof s === 'string' ? Buffer.from(s, 'utf8') : s;
+    h.update(`${bytes.length}:`);
+    h.update(bytes);
+  };
+  for (const r of rows) {
+    field(r.id);
+    field(r.question);
+    field(r.answer);
+    field(r.system_prompt ?? '');
+    field(String(r.images.length));
+    for (const im of r.images) {
+      field(`${im.width}x${im.height}`);
+      field(new Uint8Array(im.data.buffer, im.data.byteOffset, im.data.byteLength));
+    }
+  }
+  return h.digest('hex');
+}
+
+export function dataRecordOf(rows: readonly DatasetRow[], spec?: FileDataSpec): DataRecord {
+  return { ...(spec ? { spec, fileBytes: statSync(spec.path).size } : {}), rows: rows.length, rowsSha256: rowsDigest(rows) };
+}
+
+/** DIR/data.json, or null when there is none; a file that is not a record is a DataProvenanceError. */
+export function readDataRecord(dir: string): DataRecord | null {
+  const file = join(dir, DATA_RECORD_FILE);
+  if (!existsSync(file)) return null;
+  let rec: DataRecord;
+  try {
+    rec = JSON.parse(readFileSync(file, 'utf8')) as DataRecord;
+  } catch (e) {
+    throw new DataProvenanceError(`${resolve(file)} is not JSON (${(e as Error).message})`);
+  }
+  // An older version stored the "data" entry itself, paths relative to the working directory then.
+  const legacy = rec as unknown as FileDataSpec;
+  if (typeof rec === 'object' && rec !== null && typeof legacy.path === 'string' && rec.rowsSha256 === undefined) {
+    return { spec: absoluteSpec(legacy), rows: -1, rowsSha256: 'unknown (recorded by an older version)' };
+  }
+  if (typeof rec !== 'object' || rec === null || typeof rec.rowsSha256 !== 'string') throw new DataProvenanceError(`${resolve(file)} does not record the run's data (no rowsSha256)`);
+  return rec;
+}
+
+export function writeDataRecord(dir: string, rec: DataRecord): void {
+  writeFileSync(join(dir, DATA_RECORD_FILE), JSON.stringify(rec, null, 1));
+}
+
+/** Refuses (DataProvenanceError) when `now` is not the data `before` recorded. */
+export function checkSameData(dir: string, before: DataRecord, now: DataRecord): void {
+  const where = resolve(join(dir, DATA_RECORD_FILE));
+  if ((before.spec?.path ?? null) !== (now.spec?.path ?? null)) {
+    throw new DataProvenanceError(`the run trained on ${before.spec?.path ?? "the config's synthetic dataset"} (${where}), not ${now.spec?.path ?? "the config's synthetic dataset"}`);
+  }
+  if (before.fileBytes !== undefined && before.fileBytes !== now.fileBytes) {
+    throw new DataProvenanceError(`${before.spec!.path} is ${now.fileBytes} bytes now, ${before.fileBytes} when the run started (${where}): the file changed`);
+  }
+  if (before.rows !== now.rows || before.rowsSha256 !== now.rowsSha256) {
+    throw new DataProvenanceError(`the rows differ from those the run trained on (${now.rows} rows with SHA-256 ${now.rowsSha256.slice(0, 12)}…, recorded ${before.rows} with ${before.rowsSha256.slice(0, 12)}… in ${where})`);
+  }
+}
