@@ -32,7 +32,7 @@ export function absoluteSpec(spec: FileDataSpec): FileDataSpec {
   return { ...spec, path: resolve(spec.path), ...(spec.image_folder ? { image_folder: resolve(spec.image_folder) } : {}) };
 }
 
-/** SHA-256 over every row's id, texts, answer and images (size and bytes), each field length-prefixed. */
+/** SHA-256 over every row's id, texts, answer and images (encoded bytes, or size and pixels), each field length-prefixed. */
 export function rowsDigest(rows: readonly DatasetRow[]): string {
   const h = createHash('sha256');
   const field = (s: string | Uint8Array) => {
@@ -45,7 +45,8 @@ export function rowsDigest(rows: readonly DatasetRow[]): string {
     field(r.question);
     field(r.answer);
     field(r.system_prompt ?? '');
-    field(String(r.images.length));
+    field(String(r.images.length + (r.encoded?.length ?? 0)));
+    for (const im of r.encoded ?? []) field(im.bytes);
     for (const im of r.images) {
       field(`${im.width}x${im.height}`);
       field(new Uint8Array(im.data.buffer, im.data.byteOffset, im.data.byteLength));

@@ -327,11 +327,20 @@ export class Trainer {
     for (let tries = 0; tries < data.rows.length; tries++) {
       if (this.cursor.position >= this.cursor.order.length) this.cursor = { order: this.rng.permutation(data.rows.length), position: 0 };
       const row = this.cursor.order[this.cursor.position++];
-      const { prompt, text } = await data.prepare(data.rows[row], c.system_prompt);
+      let prepared: Awaited<ReturnType<PromptSource['prepare']>>;
+      try {
+        prepared = await data.prepare(data.rows[row], c.system_prompt);
+      } catch (e) {
+        // A row that loading accepted but that cannot become a prompt (an image that does not
+        // decode) costs that row, never the run.
+        this.emit({ type: 'warning', message: `prompt ${data.rows[row].id} (row ${row}) skipped: ${(e as Error).message}` });
+        continue;
+      }
+      const { prompt, text } = prepared;
       if (c.max_prompt_length === null || prompt.inputIds.length <= c.max_prompt_length) return { row, prompt, text };
       this.emit({ type: 'warning', message: `prompt ${data.rows[row].id} has ${prompt.inputIds.length} tokens, over max_prompt_length = ${c.max_prompt_length}; skipped` });
     }
-    throw new Error(`trainer: every prompt is longer than max_prompt_length = ${c.max_prompt_length}`);
+    throw new Error(`trainer: no prompt could be used: each was skipped (longer than max_prompt_length = ${c.max_prompt_length}, or failing to prepare; see the warnings)`);
   }
 
   private async generate(): Promise<LiveGeneration> {

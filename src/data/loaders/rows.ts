@@ -2,9 +2,10 @@
 // unboxing, image decoding and resize, the numeric-answer filter. Every record ends up in exactly
 // one of rows, broken (with a reason) or filtered out (with a reason); none disappears.
 import { lastBoxed, numericValue } from '../../rewards/normalize';
-import { resizeArea, sniffImageType, type ImageDecoder } from '../image';
+import { imageSizeProblem, QWEN3_VL_IMAGE_LIMITS, resizeArea, sniffImageType, type ImageDecoder, type ImageLimits } from '../image';
+import { imageHeaderSize } from '../imageHeader';
 import { countPlaceholders } from '../prompt';
-import type { BrokenRow, DatasetRow, RgbaImage } from '../types';
+import type { BrokenRow, DatasetRow, EncodedImage, RgbaImage } from '../types';
 import { CellError, imageBytes, imageEntries, type ImageFolder } from './imageCells';
 import type { ColumnMapping } from './mapping';
 
@@ -19,6 +20,12 @@ export interface BuildOptions {
   resize?: { width: number; height: number };
   /** Index of the first record, when a data set is read in several parts. */
   firstIndex?: number;
+  /** What the processor takes (default Qwen3-VL's): images outside it are broken rows, refused from their header before decoding. */
+  limits?: ImageLimits;
+  /** Keep images encoded (DatasetRow.encoded), decoded only when a batch needs them: memory for a few KB a row instead of width x height x 4 bytes. */
+  lazy?: boolean;
+  /** The file the records come from, for messages ("rows.jsonl row 3 image 0"). */
+  source?: string;
 }
 
 export interface FilteredRow {
@@ -114,18 +121,13 @@ export async function buildRows(records: readonly (Record<string, unknown> | Inv
     }
 
     const images: RgbaImage[] = [];
+    const encoded: EncodedImage[] = [];
     let failure: CellError | null = null;
-    for (const entry of entries) {
+    for (const [k, entry] of entries.entries()) {
       try {
-        const bytes = await imageBytes(entry, options.folder);
-        let image: RgbaImage;
-        try {
-          image = await options.decoder.decode(bytes);
-        } catch (e) {
-          const kind = sniffImageType(bytes) ?? 'unknown format';
-          throw new CellError('undecodable image', `${bytes.length} bytes (${kind}): ${(e as Error).message}`);
-        }
-        images.push(options.resize ? resizeArea(image, options.resize.width, options.resize.height) : image);
+        const image = await loadImage(entry, options, `${options.source ?? 'data set'} row ${index} image ${k}`);
+        if ('bytes' in image) encoded.push(image);
+        else images.push(image);
       } catch (e) {
         if (!(e instanceof CellError)) throw e;
         failure = e;
@@ -142,10 +144,35 @@ export async function buildRows(records: readonly (Record<string, unknown> | Inv
     for (const [key, value] of Object.entries(record)) if (!used.has(key)) meta[key] = value;
     if (rawAnswer !== answer) meta.answer_raw = rawAnswer;
     const row: DatasetRow = { id, images, question, answer, meta };
+    if (options.lazy) row.encoded = encoded;
     const answerType = mapping.answer_type_key ? text(record[mapping.answer_type_key]) : null;
     if (answerType) row.answer_type = answerType;
     if (mapping.system_prompt) row.system_prompt = mapping.system_prompt;
     result.rows.push(row);
   }
   return result;
+}
+
+/**
+ * One image entry: its size read from the header and checked against the limits before any
+ * decoding (a decompression bomb never reaches the decoder), then kept encoded (lazy) or decoded,
+ * down-scaled to max_pixels while decoding.
+ */
+async function loadImage(entry: unknown, options: BuildOptions, source: string): Promise<RgbaImage | EncodedImage> {
+  const limits = options.limits ?? QWEN3_VL_IMAGE_LIMITS;
+  const bytes = await imageBytes(entry, options.folder);
+  const kind = sniffImageType(bytes);
+  const size = imageHeaderSize(bytes);
+  if (!size) throw new CellError('undecodable image', `${bytes.length} bytes (${kind ?? 'unknown format'}): no readable ${kind ? `${kind} header` : 'PNG, JPEG, GIF, WebP or BMP signature'}`);
+  const problem = imageSizeProblem(size, limits);
+  if (problem) throw new CellError(problem.reason, problem.detail);
+  // A copy: the bytes may be a view into a whole parquet page or file.
+  if (options.lazy) return { bytes: bytes.slice(), width: size.width, height: size.height, source };
+  let image: RgbaImage;
+  try {
+    image = await options.decoder.decode(bytes, { maxPixels: limits.maxPixels });
+  } catch (e) {
+    throw new CellError('undecodable image', `${bytes.length} bytes (${kind}): ${(e as Error).message}`);
+  }
+  return options.resize ? resizeArea(image, options.resize.width, options.resize.height) : image;
 }

@@ -34,6 +34,7 @@ import { join, resolve } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { loadFile, loadParquet, type ColumnMapping } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
+import { decodingPromptSource } from '../../data/encodedImages';
 import { sharpDecoder } from '../../data/node/sharpDecoder';
 import type { DatasetRow } from '../../data/types';
 import type { Gpu } from '../../gpu';
@@ -162,6 +163,8 @@ export async function loadFileRows(spec: FileDataSpec, warn: (line: string) => v
   if (!existsSync(spec.path)) throw new Error(`data.path: no file ${spec.path}`);
   const options = {
     decoder: sharpDecoder,
+    lazy: true,
+    source: spec.path,
     mapping: spec.mapping,
     limit: spec.limit,
     numericOnly: spec.numeric_only,
@@ -182,7 +185,7 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
     opts.warn(`loading ${config.model_name_or_path}`);
     const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, tensorCoreGemm: opts.tensorCoreGemm, tensorCoreLimbs: opts.tensorCoreLimbs, tensorCoreSteps: opts.tensorCoreSteps, visionTensorCores: opts.visionTensorCores });
     session.attachLora(config.lora);
-    return { policy: session.policy, data: session.promptSource(opts.rows ?? configRows(config.dataset)) };
+    return { policy: session.policy, data: decodingPromptSource(session.promptSource(opts.rows ?? configRows(config.dataset)), sharpDecoder) };
   };
 }
 
