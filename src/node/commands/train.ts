@@ -29,12 +29,13 @@
 // (src/node/dataRecord.ts: the "data" entry with absolute paths, the file's size, a hash of the
 // rows); --resume trains on that data and refuses a change (or a missing data.json) unless
 // --allow-data-change.
-import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { loadFile, loadParquet, type ColumnMapping } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
 import { decodingPromptSource } from '../../data/encodedImages';
+import { DataFileError } from '../../data/loaders/errors';
 import { sharpDecoder } from '../../data/node/sharpDecoder';
 import type { DatasetRow } from '../../data/types';
 import type { Gpu } from '../../gpu';
@@ -160,7 +161,9 @@ export function modelFilesAt(pathOrRepo: string): ModelFiles {
 
 export async function loadFileRows(spec: FileDataSpec, warn: (line: string) => void): Promise<DatasetRow[]> {
   if (typeof spec.path !== 'string') throw new Error('config "data" needs a "path" (a parquet, JSON or JSONL file)');
-  if (!existsSync(spec.path)) throw new Error(`data.path: no file ${spec.path}`);
+  if (!existsSync(spec.path)) throw new DataFileError(spec.path, 'no such file (data.path)');
+  if (statSync(spec.path).isDirectory()) throw new DataFileError(spec.path, 'is a folder; data.path names a parquet, JSON or JSONL file (images go in data.image_folder)');
+  if (spec.image_folder !== undefined && !(existsSync(spec.image_folder) && statSync(spec.image_folder).isDirectory())) throw new DataFileError(spec.image_folder, 'is not a folder (data.image_folder)');
   const options = {
     decoder: sharpDecoder,
     lazy: true,

@@ -1,0 +1,191 @@
+// Bad rows are refused at load time as broken rows naming the row (sizes from the image header,
+// before any decoding: too small, too elongated, a decompression bomb); images stay encoded until
+// a batch needs them and are down-scaled to max_pixels at decode; a row that loading accepted
+// never stops training; unreadable data files are named errors.
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import sharp from 'sharp';
+import { describe, expect, it } from 'vitest';
+import { loadFile, loadJsonText } from '../../src/data';
+import { BrokenImageError, decodeRowImages, decodingPromptSource } from '../../src/data/encodedImages';
+import { QWEN3_VL_IMAGE_LIMITS } from '../../src/data/image';
+import { imageHeaderSize } from '../../src/data/imageHeader';
+import { DataFileError, firstInvalidUtf8 } from '../../src/data/loaders/errors';
+import { sharpDecoder } from '../../src/data/node/sharpDecoder';
+import { loadFileRows } from '../../src/node/commands/train';
+import { crc32Hex } from '../../src/rl/checksum';
+import { resolveConfig } from '../../src/rl/config';
+import { Trainer, type TrainerEvent } from '../../src/rl/trainer';
+import { testGpu } from '../helpers/gpu';
+import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
+
+/** A w x h picture of flat 8-pixel blocks (a chart-like image; compresses as those do). */
+function pattern(w: number, h: number, seed = 0): Buffer {
+  const raw = Buffer.alloc(w * h * 4);
+  for (let y = 0; y < h; y++) {
+    for (let x = 0; x < w; x++) {
+      const o = 4 * (y * w + x);
+      const block = ((x >> 3) * 7 + (y >> 3) * 13 + seed * 31) & 7;
+      raw[o] = block * 30;
+      raw[o + 1] = 255 - block * 20;
+      raw[o + 2] = (seed * 50) & 255;
+      raw[o + 3] = 255;
+    }
+  }
+  return raw;
+}
+const encode = (w: number, h: number, format: 'png' | 'jpeg' | 'webp' | 'gif', seed = 0) => sharp(pattern(w, h, seed), { raw: { width: w, height: h, channels: 4 } }).toFormat(format).toBuffer();
+const dataUrl = (b: Uint8Array) => `data:image/png;base64,${Buffer.from(b).toString('base64')}`;
+
+/** A PNG whose IHDR declares w x h, with a valid IHDR CRC and no image data. */
+function pngHeaderOnly(w: number, h: number): Uint8Array {
+  const ihdr = Buffer.alloc(17);
+  ihdr.write('IHDR', 0, 'latin1');
+  ihdr.writeUInt32BE(w, 4);
+  ihdr.writeUInt32BE(h, 8);
+  ihdr.set([8, 6, 0, 0, 0], 12);
+  const crc = Buffer.from(crc32Hex(ihdr), 'hex');
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]), ihdr, crc]);
+}
+
+describe('image headers', () => {
+  it('reads width and height of PNG, JPEG, WebP, GIF and BMP without decoding', async () => {
+    for (const f of ['png', 'jpeg', 'webp', 'gif'] as const) expect(imageHeaderSize(await encode(75, 41, f))).toEqual({ width: 75, height: 41 });
+    const bmp = Buffer.alloc(54);
+    bmp.write('BM', 0, 'latin1');
+    bmp.writeInt32LE(300, 18);
+    bmp.writeInt32LE(-20, 22); // top-down rows
+    expect(imageHeaderSize(bmp)).toEqual({ width: 300, height: 20 });
+    expect(imageHeaderSize(pngHeaderOnly(16000, 16000))).toEqual({ width: 16000, height: 16000 });
+    expect(imageHeaderSize(new Uint8Array([0x89, 0x50, 0x4e, 0x47, 1, 2]))).toBeNull();
+    expect(imageHeaderSize(new TextEncoder().encode('not an image at all'))).toBeNull();
+  });
+});
+
+describe('broken rows at load time', () => {
+  it('refuses images the processor would refuse, undecodable ones and a missing answer, naming the row; keeps the others', async () => {
+    const good = dataUrl(await encode(64, 48, 'png'));
+    const records = [
+      { question: 'ok', answer: '1', image: good },
+      { question: 'tiny', answer: '2', image: dataUrl(await encode(1, 1, 'png')) },
+      { question: 'thin', answer: '3', image: dataUrl(await encode(6500, 32, 'png')) },
+      { question: 'garbage', answer: '4', image: dataUrl(new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2, 3])) },
+      { question: 'no answer', answer: '', image: good },
+      { question: 'bomb', answer: '6', image: dataUrl(pngHeaderOnly(16000, 16000)) },
+      { question: 'ok too', answer: '7', image: good },
+    ];
+    const t0 = performance.now();
+    const r = await loadJsonText(JSON.stringify(records), 'json', { decoder: sharpDecoder, source: 'rows.json', mapping: { prompt_key: 'question', answer_key: 'answer', image_keys: ['image'] } });
+    expect(performance.now() - t0).toBeLessThan(20_000);
+    expect(r.rows.map((x) => x.question)).toEqual(['ok', 'ok too']);
+    expect(r.rows[0].images[0]).toMatchObject({ width: 64, height: 48 });
+    expect(r.broken.map((b) => [b.index, b.reason])).toEqual([
+      [1, 'unusable image size'],
+      [2, 'unusable image size'],
+      [3, 'undecodable image'],
+      [4, 'missing answer'],
+      [5, 'image too large'],
+    ]);
+    expect(r.broken[0].detail).toMatch(/image 1x1 is too small: each side must be at least 32 pixels/);
+    expect(r.broken[1].detail).toMatch(/aspect ratio of 203\.1:1, over 200:1/);
+    expect(r.broken[4].detail).toMatch(/16000x16000 declares 256 M pixels, .*decompression bomb/);
+  }, 60_000);
+
+  it('down-scales to max_pixels while decoding, keeping the aspect ratio', async () => {
+    const limits = { ...QWEN3_VL_IMAGE_LIMITS, maxPixels: 64 * 64 };
+    const r = await loadJsonText(JSON.stringify([{ q: 'a', a: '1', im: dataUrl(await encode(256, 128, 'png')) }]), 'json', { decoder: sharpDecoder, limits, mapping: { prompt_key: 'q', answer_key: 'a', image_keys: ['im'] } });
+    expect(r.rows[0].images[0]).toMatchObject({ width: 90, height: 45 });
+    const lazy = await loadJsonText(JSON.stringify([{ q: 'a', a: '1', im: dataUrl(await encode(256, 128, 'png')) }]), 'json', { decoder: sharpDecoder, limits, lazy: true, mapping: { prompt_key: 'q', answer_key: 'a', image_keys: ['im'] } });
+    expect(lazy.rows[0].images).toEqual([]);
+    expect(lazy.rows[0].encoded![0]).toMatchObject({ width: 256, height: 128 });
+    const decoded = await decodeRowImages(lazy.rows[0], sharpDecoder, limits);
+    expect(decoded.images[0]).toMatchObject({ width: 90, height: 45 });
+    expect(decoded.encoded).toBeUndefined();
+  }, 60_000);
+
+  it('a lazily kept image whose data does not decode costs its row only: training skips it with a warning naming file and row', async () => {
+    const good = dataUrl(await encode(64, 64, 'png'));
+    // A valid header over corrupt data: loading (headers only) accepts it, decoding does not.
+    const corrupt = Buffer.from(await encode(64, 64, 'png'));
+    corrupt.fill(0x55, 40);
+    const records = [0, 1, 2, 3].map((i) => ({ q: `q${i}`, a: '3', im: i === 1 ? dataUrl(corrupt) : good }));
+    const loaded = await loadJsonText(JSON.stringify(records), 'json', { decoder: sharpDecoder, lazy: true, source: 'rows.json', mapping: { prompt_key: 'q', answer_key: 'a', image_keys: ['im'] } });
+    expect(loaded.rows).toHaveLength(4);
+    await expect(decodeRowImages(loaded.rows[1], sharpDecoder)).rejects.toThrow(BrokenImageError);
+    await expect(decodeRowImages(loaded.rows[1], sharpDecoder)).rejects.toThrow(/rows\.json row 1 image 0 \(64x64 by its header\) does not decode/);
+
+    const gpu = await testGpu();
+    const toy = toyPrompts();
+    const data = decodingPromptSource({ rows: loaded.rows, prepare: (row, s) => toy.prepare(row, s) }, sharpDecoder);
+    const { config, loss } = resolveConfig({ num_generations: 4, per_device_train_batch_size: 4, max_completion_length: 7, learning_rate: 0.05, max_steps: 4, save_steps: 0, loss_type: 'grpo', seed: 3, lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj'] } });
+    const events: TrainerEvent[] = [];
+    const trainer = await Trainer.create({ gpu, policy: await ToyPolicy.create(gpu, { r: 2, alpha: 4 }), data, config, loss, runId: 'lazy', onEvent: (e) => events.push(e) });
+    expect(await trainer.run()).toBe('finished');
+    const skipped = events.filter((e) => e.type === 'warning' && /skipped/.test(e.message));
+    expect(skipped.length).toBeGreaterThan(0);
+    expect(skipped.every((e) => e.type === 'warning' && /row-1 \(row 1\) skipped: rows\.json row 1 image 0/.test(e.message))).toBe(true);
+  }, 120_000);
+
+  it('10,000 rows of small images load lazily in seconds and a few hundred MB at most', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vlrl-10k-'));
+    const pngs = await Promise.all(Array.from({ length: 16 }, (_, i) => encode(224, 224, 'png', i)));
+    const lines = Array.from({ length: 10_000 }, (_, i) => JSON.stringify({ question: `<image>How many? ${i}`, answer: String(i % 10), image: dataUrl(pngs[i % 16]) }));
+    const file = join(dir, 'rows.jsonl');
+    writeFileSync(file, lines.join('\n'));
+    const rss0 = process.memoryUsage().rss;
+    let peak = rss0;
+    const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+    const t0 = performance.now();
+    const rows = await loadFileRows({ path: file, mapping: { prompt_key: 'question', answer_key: 'answer', image_keys: ['image'] } }, () => undefined);
+    const seconds = (performance.now() - t0) / 1000;
+    clearInterval(timer);
+    peak = Math.max(peak, process.memoryUsage().rss);
+    const mb = (peak - rss0) / 2 ** 20;
+    console.log(`10,000 rows of 224x224 PNGs (${(lines.join('\n').length / 2 ** 20).toFixed(1)} MB of JSONL): loaded in ${seconds.toFixed(2)} s, peak RSS +${mb.toFixed(0)} MB`);
+    expect(rows).toHaveLength(10_000);
+    expect(rows[9_999].encoded![0]).toMatchObject({ width: 224, height: 224 });
+    // Targets 5 s and 300 MB; loose bounds for a busy CI machine.
+    expect(seconds).toBeLessThan(20);
+    expect(mb).toBeLessThan(600);
+  }, 120_000);
+});
+
+describe('unreadable data files are named errors', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vlrl-badfiles-'));
+  const spec = (path: string) => ({ path, mapping: { prompt_key: 'q', answer_key: 'a', image_keys: ['im'] } });
+  const load = (path: string) => loadFileRows(spec(path), () => undefined);
+
+  it('empty .json and .jsonl, empty and corrupt parquet, a folder, a missing file', async () => {
+    writeFileSync(join(dir, 'empty.json'), '');
+    writeFileSync(join(dir, 'empty.jsonl'), '\n\n');
+    writeFileSync(join(dir, 'empty.parquet'), '');
+    writeFileSync(join(dir, 'corrupt.parquet'), Buffer.concat([Buffer.from('PAR1'), Buffer.alloc(64, 7), Buffer.from([10, 0, 0, 0]), Buffer.from('PAR1')]));
+    writeFileSync(join(dir, 'bad.json'), '{"q": ');
+    mkdirSync(join(dir, 'folder.jsonl'));
+    const cases: [string, RegExp][] = [
+      ['empty.json', /empty\.json: is empty: no JSON value/],
+      ['empty.jsonl', /empty\.jsonl: is empty/],
+      ['empty.parquet', /empty\.parquet: is empty \(0 bytes\), not a parquet file/],
+      ['corrupt.parquet', /corrupt\.parquet: is not a readable parquet file/],
+      ['bad.json', /bad\.json: is not JSON/],
+      ['folder.jsonl', /folder\.jsonl: is a folder/],
+      ['missing.json', /missing\.json: no such file/],
+    ];
+    for (const [name, message] of cases) {
+      const err = await load(join(dir, name)).catch((e: unknown) => e);
+      expect(err, name).toBeInstanceOf(DataFileError);
+      expect((err as Error).message, name).toMatch(message);
+    }
+  });
+
+  it('Latin-1 text is refused naming the file and the byte offset, not turned into U+FFFD', async () => {
+    const line = Buffer.concat([Buffer.from('{"q": "Caf'), Buffer.from([0xe9]), Buffer.from('", "a": "1", "im": null}\n')]);
+    writeFileSync(join(dir, 'latin1.jsonl'), line);
+    await expect(load(join(dir, 'latin1.jsonl'))).rejects.toThrow(/latin1\.jsonl: is not valid UTF-8 at byte offset 10 \(0xe9\)/);
+    expect(firstInvalidUtf8(new TextEncoder().encode('Café ✓ 𝄞'))).toBe(-1);
+    expect(firstInvalidUtf8(new Uint8Array([0x41, 0xed, 0xa0, 0x80]))).toBe(1); // a UTF-16 surrogate
+    // The picked-file path (the app's) refuses it the same way.
+    await expect(loadFile(Object.assign(new Blob([line]), { name: 'picked.jsonl' }), { decoder: sharpDecoder })).rejects.toThrow(/picked\.jsonl: is not valid UTF-8 at byte offset 10/);
+  });
+});
