@@ -76,7 +76,7 @@ describe('broken rows at load time', () => {
       { question: 'ok too', answer: '7', image: good },
     ];
     const t0 = performance.now();
-    const r = await loadJsonText(JSON.stringify(records), 'json', { decoder: sharpDecoder, source: 'rows.json', mapping: { prompt_key: 'question', answer_key: 'answer', image_keys: ['image'] } });
+    const r = await loadJsonText(JSON.stringify(records), 'json', { decoder: sharpDecoder, limits: QWEN3_VL_IMAGE_LIMITS, source: 'rows.json', mapping: { prompt_key: 'question', answer_key: 'answer', image_keys: ['image'] } });
     expect(performance.now() - t0).toBeLessThan(20_000);
     expect(r.rows.map((x) => x.question)).toEqual(['ok', 'ok too']);
     expect(r.rows[0].images[0]).toMatchObject({ width: 64, height: 48 });
@@ -90,6 +90,13 @@ describe('broken rows at load time', () => {
     expect(r.broken[0].detail).toMatch(/image 1x1 is too small: each side must be at least 32 pixels/);
     expect(r.broken[1].detail).toMatch(/aspect ratio of 203\.1:1, over 200:1/);
     expect(r.broken[4].detail).toMatch(/16000x16000 declares 256 M pixels, .*decompression bomb/);
+    // Without the processor's limits (the app's data panel today) a bomb is still refused undecoded.
+    const lenient = await loadJsonText(JSON.stringify(records), 'json', { decoder: sharpDecoder, mapping: { prompt_key: 'question', answer_key: 'answer', image_keys: ['image'] } });
+    expect(lenient.broken.map((b) => [b.index, b.reason])).toEqual([
+      [3, 'undecodable image'],
+      [4, 'missing answer'],
+      [5, 'image too large'],
+    ]);
   }, 60_000);
 
   it('down-scales to max_pixels while decoding, keeping the aspect ratio', async () => {

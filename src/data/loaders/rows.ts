@@ -20,13 +20,20 @@ export interface BuildOptions {
   resize?: { width: number; height: number };
   /** Index of the first record, when a data set is read in several parts. */
   firstIndex?: number;
-  /** What the processor takes (default Qwen3-VL's): images outside it are broken rows, refused from their header before decoding. */
+  /**
+   * What the processor takes (the CLI passes QWEN3_VL_IMAGE_LIMITS): images outside it are broken
+   * rows, refused from their header before decoding. Without it only decompression bombs are
+   * refused and images down-scaled to Qwen3-VL's max_pixels (DECODE_LIMITS).
+   */
   limits?: ImageLimits;
   /** Keep images encoded (DatasetRow.encoded), decoded only when a batch needs them: memory for a few KB a row instead of width x height x 4 bytes. */
   lazy?: boolean;
   /** The file the records come from, for messages ("rows.jsonl row 3 image 0"). */
   source?: string;
 }
+
+/** Limits without the processor's minimum side and aspect ratio: bombs refused, large images down-scaled. */
+export const DECODE_LIMITS: ImageLimits = { ...QWEN3_VL_IMAGE_LIMITS, minSide: 1, maxAspect: Infinity };
 
 export interface FilteredRow {
   index: number;
@@ -159,7 +166,7 @@ export async function buildRows(records: readonly (Record<string, unknown> | Inv
  * down-scaled to max_pixels while decoding.
  */
 async function loadImage(entry: unknown, options: BuildOptions, source: string): Promise<RgbaImage | EncodedImage> {
-  const limits = options.limits ?? QWEN3_VL_IMAGE_LIMITS;
+  const limits = options.limits ?? DECODE_LIMITS;
   const bytes = await imageBytes(entry, options.folder);
   const kind = sniffImageType(bytes);
   const size = imageHeaderSize(bytes);

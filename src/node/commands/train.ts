@@ -35,6 +35,7 @@ import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data
 import { loadFile, loadParquet, type ColumnMapping } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
 import { decodingPromptSource } from '../../data/encodedImages';
+import { QWEN3_VL_IMAGE_LIMITS } from '../../data/image';
 import { DataFileError } from '../../data/loaders/errors';
 import { sharpDecoder } from '../../data/node/sharpDecoder';
 import type { DatasetRow } from '../../data/types';
@@ -167,6 +168,7 @@ export async function loadFileRows(spec: FileDataSpec, warn: (line: string) => v
   const options = {
     decoder: sharpDecoder,
     lazy: true,
+    limits: QWEN3_VL_IMAGE_LIMITS,
     source: spec.path,
     mapping: spec.mapping,
     limit: spec.limit,
