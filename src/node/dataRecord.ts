@@ -82,16 +82,17 @@ export function writeDataRecord(dir: string, rec: DataRecord): void {
   writeFileSync(join(dir, DATA_RECORD_FILE), JSON.stringify(rec, null, 1));
 }
 
-/** Refuses (DataProvenanceError) when `now` is not the data `before` recorded. */
-export function checkSameData(dir: string, before: DataRecord, now: DataRecord): void {
+/** How `now` differs from the data `before` recorded, or null when it is the same data. */
+export function dataDifference(dir: string, before: DataRecord, now: DataRecord): string | null {
   const where = resolve(join(dir, DATA_RECORD_FILE));
   if ((before.spec?.path ?? null) !== (now.spec?.path ?? null)) {
-    throw new DataProvenanceError(`the run trained on ${before.spec?.path ?? "the config's synthetic dataset"} (${where}), not ${now.spec?.path ?? "the config's synthetic dataset"}`);
+    return `the run trained on ${before.spec?.path ?? "the config's synthetic dataset"} (${where}), not ${now.spec?.path ?? "the config's synthetic dataset"}`;
   }
   if (before.fileBytes !== undefined && before.fileBytes !== now.fileBytes) {
-    throw new DataProvenanceError(`${before.spec!.path} is ${now.fileBytes} bytes now, ${before.fileBytes} when the run started (${where}): the file changed`);
+    return `${before.spec!.path} is ${now.fileBytes} bytes now, ${before.fileBytes} when the run started (${where}): the file changed`;
   }
   if (before.rows !== now.rows || before.rowsSha256 !== now.rowsSha256) {
-    throw new DataProvenanceError(`the rows differ from those the run trained on (${now.rows} rows with SHA-256 ${now.rowsSha256.slice(0, 12)}…, recorded ${before.rows} with ${before.rowsSha256.slice(0, 12)}… in ${where})`);
+    return `the rows differ from those the run trained on (${now.rows} rows with SHA-256 ${now.rowsSha256.slice(0, 12)}…, recorded ${before.rows} with ${before.rowsSha256.slice(0, 12)}… in ${where})`;
   }
+  return null;
 }

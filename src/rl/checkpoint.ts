@@ -85,22 +85,23 @@ export class DataCursorError extends CheckpointError {
   }
 }
 
-/** Checks the cursor and pending generation of `meta` against a data set of `rows` rows. */
-export function checkDataCursor(meta: CheckpointMeta, rows: number): void {
+/** Checks the cursor (unless `order: false`, for data the user changed) and pending generation of `meta` against a data set of `rows` rows. */
+export function checkDataCursor(meta: CheckpointMeta, rows: number, check: { order: boolean } = { order: true }): void {
   const d = meta.data;
   const index = (v: unknown) => Number.isInteger(v) && (v as number) >= 0 && (v as number) < rows;
-  if (typeof d !== 'object' || d === null || !Array.isArray(d.order)) throw new DataCursorError(`"data" is ${JSON.stringify(d)}, not {order: [...], position}`);
-  if (d.order.length > 0 && d.order.length !== rows) throw new DataCursorError(`its order covers ${d.order.length} rows, the data set has ${rows}`);
-  const bad = d.order.findIndex((r) => !index(r));
-  if (bad >= 0) throw new DataCursorError(`order[${bad}] = ${JSON.stringify(d.order[bad])} is not a row of the ${rows}`);
-  if (new Set(d.order).size !== d.order.length) throw new DataCursorError('its order repeats a row (not a permutation)');
-  if (!Number.isInteger(d.position) || d.position < 0 || d.position > d.order.length) throw new DataCursorError(`position ${JSON.stringify(d.position)} is outside 0..${d.order.length}`);
   for (const [name, v] of [['step', meta.step], ['microStep', meta.microStep]] as const) {
     if (!Number.isInteger(v) || v < 0) throw new DataCursorError(`${name} ${JSON.stringify(v)} is not a count`);
   }
   for (const [k, g] of (meta.pending?.groups ?? []).entries()) {
     if (!index(g.row)) throw new DataCursorError(`pending group ${k} names row ${JSON.stringify(g.row)}, not a row of the ${rows}`);
   }
+  if (!check.order) return;
+  if (typeof d !== 'object' || d === null || !Array.isArray(d.order)) throw new DataCursorError(`"data" is ${JSON.stringify(d)}, not {order: [...], position}`);
+  if (d.order.length > 0 && d.order.length !== rows) throw new DataCursorError(`its order covers ${d.order.length} rows, the data set has ${rows}`);
+  const bad = d.order.findIndex((r) => !index(r));
+  if (bad >= 0) throw new DataCursorError(`order[${bad}] = ${JSON.stringify(d.order[bad])} is not a row of the ${rows}`);
+  if (new Set(d.order).size !== d.order.length) throw new DataCursorError('its order repeats a row (not a permutation)');
+  if (!Number.isInteger(d.position) || d.position < 0 || d.position > d.order.length) throw new DataCursorError(`position ${JSON.stringify(d.position)} is outside 0..${d.order.length}`);
 }
 
 export const tensorNames = (adapter: string) => {

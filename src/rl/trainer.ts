@@ -60,6 +60,8 @@ export interface TrainerOptions {
   saveCheckpoint?: (c: Checkpoint) => Promise<void>;
   /** Continue from here instead of initialising the adapters. */
   resume?: Checkpoint;
+  /** The resumed run's data changed (allowed by the user): its cursor over the old rows is dropped for a new pass. */
+  newData?: boolean;
   /** Most packed rows (the prompt once, then completion tokens) per training forward (default DEFAULT_MICRO_BATCH_TOKENS): peak memory against one extra no-grad forward of a larger group. */
   microBatchTokens?: number;
 }
@@ -549,7 +551,7 @@ export class Trainer {
     const want = policy.lora.map((p) => `${p.name} [${p.r}x${p.in} -> ${p.out}]`);
     const have = m.adapters.map((a) => `${a.name} [${a.r}x${a.in} -> ${a.out}]`);
     if (want.join('\n') !== have.join('\n')) throw new CheckpointError(`its adapters do not match the policy's (${have.length} vs ${want.length}; first difference: ${have.find((h, i) => h !== want[i]) ?? 'count'})`);
-    checkDataCursor(m, data.rows.length);
+    checkDataCursor(m, data.rows.length, { order: !this.o.newData });
     for (const [name, values] of c.tensors) {
       const bad = firstNonFinite(values);
       if (bad >= 0) throw new CheckpointError(`tensor ${name} holds ${values[bad]} at element ${bad}`);
@@ -567,7 +569,7 @@ export class Trainer {
     this.microStep = m.microStep;
     this.numTokens = m.numTokens;
     this.rng.load(m.rng);
-    this.cursor = { order: [...m.data.order], position: m.data.position };
+    this.cursor = this.o.newData ? { order: [], position: 0 } : { order: [...m.data.order], position: m.data.position };
     this.history.push(...m.history);
     this.samples = m.samples;
     if (m.pending) {

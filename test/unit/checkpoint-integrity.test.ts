@@ -130,8 +130,11 @@ describe('the data a run trained on', () => {
     const other = join(root, 'other-rows');
     cpSync(join(root, 'run'), other, { recursive: true });
     await expect(trainRun(gpu, open(5), { config: {}, steps: 3, outDir: other, resume: true, ...quiet })).rejects.toThrow(DataProvenanceError);
-    // (5 rows: the checkpoint's cursor, over 4, no longer fits either; allowed, the cursor is checked next.)
-    await expect(trainRun(gpu, open(5), { config: {}, steps: 3, outDir: other, resume: true, allowDataChange: true, ...quiet })).rejects.toThrow(DataCursorError);
+    // Allowed: a new pass over the 5 rows (the cursor over 4 is dropped), and data.json records them.
+    const warned: string[] = [];
+    expect((await trainRun(gpu, open(5), { config: {}, steps: 3, outDir: other, resume: true, allowDataChange: true, log: () => undefined, warn: (l) => warned.push(l) })).state).toBe('finished');
+    expect(warned.some((w) => /resuming on other data \(the rows differ/.test(w))).toBe(true);
+    expect(readDataRecord(other)!.rows).toBe(5);
 
     const missing = join(root, 'no-data-json');
     cpSync(join(root, 'run'), missing, { recursive: true });

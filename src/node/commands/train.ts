@@ -53,7 +53,7 @@ import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
-import { absoluteSpec, checkSameData, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
+import { absoluteSpec, dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
   'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row]] [--vision-tensor-cores]';
@@ -120,8 +120,10 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
   mkdirSync(o.outDir, { recursive: true });
   const { policy, data } = await openPolicy(gpu, config);
   const now = dataRecordOf(data.rows, o.dataSpec);
-  if (before && !o.allowDataChange) checkSameData(o.outDir, before, now);
-  else writeDataRecord(o.outDir, now);
+  const changed = before ? dataDifference(o.outDir, before, now) : o.resume ? `${DATA_RECORD_FILE} is missing` : null;
+  if (changed && !o.allowDataChange) throw new DataProvenanceError(changed);
+  if (changed) o.warn(`warning: resuming on other data (${changed}): the data order starts a new pass`);
+  if (!before || changed) writeDataRecord(o.outDir, now);
   const onEvent = (e: TrainerEvent) => {
     if (e.type === 'step') {
       const line = JSON.stringify(e.metrics, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v));
@@ -142,6 +144,7 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
     onEvent,
     saveCheckpoint: async (c) => void (await writeCheckpointDir(o.outDir, c)),
     resume: resumeFrom ?? undefined,
+    newData: changed !== null,
   });
   // Ctrl-C ends the step in flight cleanly: rolled back, checkpointed, stopped.
   const onSignal = () => trainer.stop();
