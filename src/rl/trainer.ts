@@ -269,7 +269,7 @@ export class Trainer {
     if ((c.save_steps > 0 && this.step % c.save_steps === 0) || this.step === c.max_steps) {
       const tensors = await this.readTensors();
       for (const [name, values] of tensors) assertFiniteTensor(this.step, name, values);
-      this.readBack = { step: this.step, tensors };
+      if (this.o.saveCheckpoint) this.readBack = { step: this.step, tensors };
       warnings.push(explodingWeightsWarning([...tensors].filter(([name]) => !name.includes('.exp_avg'))));
     }
     const said = warnings.filter((w): w is string => w !== null);

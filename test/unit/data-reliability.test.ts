@@ -186,6 +186,19 @@ describe('unreadable data files are named errors', () => {
     }
   });
 
+  it('a mapping whose image_keys is missing or a string, and a negative limit, are named errors', async () => {
+    writeFileSync(join(dir, 'ok.jsonl'), '{"q": "a", "a": "1", "im": null}\n{"q": "b", "a": "2", "im": null}\n');
+    const file = join(dir, 'ok.jsonl');
+    for (const [mapping, message] of [
+      [{ prompt_key: 'q', answer_key: 'a' }, /ok\.jsonl: mapping\.image_keys must be a list of column names .*got undefined/],
+      [{ prompt_key: 'q', answer_key: 'a', image_keys: 'im' }, /mapping\.image_keys must be a list of column names .*got "im"/],
+      [{ answer_key: 'a', image_keys: ['im'] }, /mapping\.prompt_key must name a column/],
+    ] as const) {
+      await expect(loadFileRows({ path: file, mapping: mapping as never }, () => undefined)).rejects.toThrow(message);
+    }
+    await expect(loadFileRows({ ...spec(file), limit: -1 }, () => undefined)).rejects.toThrow(/limit must be a whole number of rows \(0 or more\), got -1/);
+  });
+
   it('Latin-1 text is refused naming the file and the byte offset, not turned into U+FFFD', async () => {
     const line = Buffer.concat([Buffer.from('{"q": "Caf'), Buffer.from([0xe9]), Buffer.from('", "a": "1", "im": null}\n')]);
     writeFileSync(join(dir, 'latin1.jsonl'), line);

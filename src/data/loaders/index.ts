@@ -15,6 +15,12 @@ export type LoadOptions = Omit<BuildOptions, 'mapping' | 'firstIndex'> & {
   limit?: number;
 };
 
+/** A limit is a count of rows: -1 must not read as "all but the last" (slice) nor anything else. */
+function checkLimit(options: LoadOptions): void {
+  const { limit } = options;
+  if (limit !== undefined && !(Number.isInteger(limit) && limit >= 0)) throw new DataFileError(options.source ?? 'data set', `limit must be a whole number of rows (0 or more), got ${JSON.stringify(limit)}`);
+}
+
 /** The mapping for these columns; a mismatch is a DataFileError naming the file. */
 function mappingFor(columns: readonly string[], options: LoadOptions): ColumnMapping {
   try {
@@ -26,8 +32,14 @@ function mappingFor(columns: readonly string[], options: LoadOptions): ColumnMap
 
 function findMapping(columns: readonly string[], options: LoadOptions): ColumnMapping {
   if (options.mapping) {
-    const { prompt_key, answer_key, image_keys } = options.mapping;
-    const missing = [prompt_key, answer_key, ...image_keys].filter((c) => !columns.includes(c));
+    const { prompt_key, answer_key, image_keys } = options.mapping as Partial<ColumnMapping>;
+    for (const [key, v] of [['prompt_key', prompt_key], ['answer_key', answer_key]] as const) {
+      if (typeof v !== 'string' || v === '') throw new Error(`mapping.${key} must name a column, got ${JSON.stringify(v)}`);
+    }
+    if (!Array.isArray(image_keys) || !image_keys.every((k) => typeof k === 'string')) {
+      throw new Error(`mapping.image_keys must be a list of column names (["image"]), got ${JSON.stringify(image_keys)}`);
+    }
+    const missing = [prompt_key!, answer_key!, ...image_keys].filter((c) => !columns.includes(c));
     if (missing.length > 0) throw new Error(`mapping names column(s) ${missing.join(', ')} that the data set lacks (it has ${columns.join(', ')})`);
     return options.mapping;
   }
@@ -39,6 +51,7 @@ function findMapping(columns: readonly string[], options: LoadOptions): ColumnMa
 /** Reads one parquet file, fetching only the mapped columns. */
 export async function loadParquet(file: AsyncBuffer, options: LoadOptions, firstIndex = 0): Promise<LoadResult> {
   const name = options.source ?? 'parquet file';
+  checkLimit(options);
   if (file.byteLength === 0) throw new DataFileError(name, 'is empty (0 bytes), not a parquet file');
   // hyparquet's own errors ("Offset is outside the bounds of the DataView") name neither file nor cause.
   const info = await parquetInfo(file).catch((e: unknown) => {
@@ -60,6 +73,7 @@ function columnsOf(records: readonly (Record<string, unknown> | InvalidRecord)[]
 
 export async function loadJsonText(text: string, format: 'json' | 'jsonl', options: LoadOptions): Promise<LoadResult> {
   const name = options.source ?? `${format.toUpperCase()} data set`;
+  checkLimit(options);
   if (text.trim() === '') throw new DataFileError(name, `is empty: no ${format === 'json' ? 'JSON value' : 'JSON lines'}`);
   let records: (Record<string, unknown> | InvalidRecord)[];
   try {
