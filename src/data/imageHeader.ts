@@ -1,6 +1,7 @@
 // An encoded image's width and height from its header alone (PNG IHDR, JPEG SOFn, GIF logical
 // screen, WebP VP8/VP8L/VP8X, BMP info header), without decoding: the loader checks sizes, and
 // refuses decompression bombs, before any pixel is decoded.
+import { crc32Hex } from '../rl/checksum';
 import { sniffImageType } from './image';
 
 export interface ImageSize {
@@ -69,4 +70,30 @@ function jpegSize(b: Uint8Array): ImageSize | null {
     i += 2 + length;
   }
   return null;
+}
+
+/**
+ * A cheap check of the container without decoding pixels, or null when it passes: a PNG's chunks
+ * must each fit the file with a matching CRC-32 and end with IEND (a truncated or bit-flipped
+ * file fails); a JPEG must end with its EOI marker (a truncated one fails). Pixel data that is
+ * corrupt inside a well-formed container is found only at decode.
+ */
+export function imageStructureProblem(b: Uint8Array): string | null {
+  const kind = sniffImageType(b);
+  if (kind === 'jpeg') {
+    let end = b.length;
+    while (end > 2 && b[end - 1] === 0) end--; // some writers pad after EOI
+    return b[end - 2] === 0xff && b[end - 1] === 0xd9 ? null : 'JPEG without its end marker: the file is truncated';
+  }
+  if (kind !== 'png') return null;
+  for (let i = 8; ; ) {
+    if (i + 12 > b.length) return `PNG truncated at byte ${i} (no IEND chunk)`;
+    const length = be32(b, i);
+    const type = String.fromCharCode(b[i + 4], b[i + 5], b[i + 6], b[i + 7]);
+    if (i + 12 + length > b.length) return `PNG chunk ${JSON.stringify(type)} at byte ${i} runs past the end of the file (truncated)`;
+    const stored = be32(b, i + 8 + length).toString(16).padStart(8, '0');
+    if (crc32Hex(b.subarray(i + 4, i + 8 + length)) !== stored) return `PNG chunk ${JSON.stringify(type)} at byte ${i} fails its CRC (the file is corrupt)`;
+    if (type === 'IEND') return null;
+    i += 12 + length;
+  }
 }

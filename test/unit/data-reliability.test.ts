@@ -36,18 +36,30 @@ function pattern(w: number, h: number, seed = 0): Buffer {
   return raw;
 }
 const encode = (w: number, h: number, format: 'png' | 'jpeg' | 'webp' | 'gif', seed = 0) => sharp(pattern(w, h, seed), { raw: { width: w, height: h, channels: 4 } }).toFormat(format).toBuffer();
+const flipByte = (b: Buffer, at: number) => {
+  const c = Buffer.from(b);
+  c[at] ^= 0x10;
+  return c;
+};
 const dataUrl = (b: Uint8Array) => `data:image/png;base64,${Buffer.from(b).toString('base64')}`;
 
-/** A PNG whose IHDR declares w x h, with a valid IHDR CRC and no image data. */
-function pngHeaderOnly(w: number, h: number): Uint8Array {
-  const ihdr = Buffer.alloc(17);
-  ihdr.write('IHDR', 0, 'latin1');
-  ihdr.writeUInt32BE(w, 4);
-  ihdr.writeUInt32BE(h, 8);
-  ihdr.set([8, 6, 0, 0, 0], 12);
-  const crc = Buffer.from(crc32Hex(ihdr), 'hex');
-  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]), ihdr, crc]);
+/** A PNG chunk: length, type, data, CRC-32 of type and data. */
+function chunk(type: string, data: Uint8Array): Buffer {
+  const body = Buffer.concat([Buffer.from(type, 'latin1'), data]);
+  const length = Buffer.alloc(4);
+  length.writeUInt32BE(data.length);
+  return Buffer.concat([length, body, Buffer.from(crc32Hex(body), 'hex')]);
 }
+
+/** A well-formed PNG (valid chunks and CRCs) declaring w x h, whose image data is `idat` (garbage here). */
+function pngWith(w: number, h: number, idat: Uint8Array = new Uint8Array(0)): Uint8Array {
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(w, 0);
+  ihdr.writeUInt32BE(h, 4);
+  ihdr.set([8, 6, 0, 0, 0], 8);
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr), chunk('IDAT', idat), chunk('IEND', new Uint8Array(0))]);
+}
+const pngHeaderOnly = (w: number, h: number) => pngWith(w, h);
 
 describe('image headers', () => {
   it('reads width and height of PNG, JPEG, WebP, GIF and BMP without decoding', async () => {
@@ -71,6 +83,9 @@ describe('broken rows at load time', () => {
       { question: 'tiny', answer: '2', image: dataUrl(await encode(1, 1, 'png')) },
       { question: 'thin', answer: '3', image: dataUrl(await encode(6500, 32, 'png')) },
       { question: 'garbage', answer: '4', image: dataUrl(new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2, 3])) },
+      { question: 'truncated', answer: '4', image: dataUrl((await encode(64, 48, 'png')).subarray(0, 200)) },
+      { question: 'flipped', answer: '4', image: dataUrl(flipByte(await encode(64, 48, 'png'), 100)) },
+      { question: 'cut jpeg', answer: '4', image: dataUrl((await encode(64, 48, 'jpeg')).subarray(0, 300)) },
       { question: 'no answer', answer: '', image: good },
       { question: 'bomb', answer: '6', image: dataUrl(pngHeaderOnly(16000, 16000)) },
       { question: 'ok too', answer: '7', image: good },
@@ -84,18 +99,28 @@ describe('broken rows at load time', () => {
       [1, 'unusable image size'],
       [2, 'unusable image size'],
       [3, 'undecodable image'],
-      [4, 'missing answer'],
-      [5, 'image too large'],
+      [4, 'undecodable image'],
+      [5, 'undecodable image'],
+      [6, 'undecodable image'],
+      [7, 'missing answer'],
+      [8, 'image too large'],
     ]);
     expect(r.broken[0].detail).toMatch(/image 1x1 is too small: each side must be at least 32 pixels/);
     expect(r.broken[1].detail).toMatch(/aspect ratio of 203\.1:1, over 200:1/);
-    expect(r.broken[4].detail).toMatch(/16000x16000 declares 256 M pixels, .*decompression bomb/);
+    expect(r.broken[3].detail).toMatch(/runs past the end of the file \(truncated\)|truncated/);
+    expect(r.broken[4].detail).toMatch(/fails its CRC/);
+    expect(r.broken[5].detail).toMatch(/JPEG without its end marker/);
+    expect(r.broken[6].detail).toMatch(/no answer in column 'answer'/);
+    expect(r.broken[7].detail).toMatch(/16000x16000 declares 256 M pixels, .*decompression bomb/);
     // Without the processor's limits (the app's data panel today) a bomb is still refused undecoded.
     const lenient = await loadJsonText(JSON.stringify(records), 'json', { decoder: sharpDecoder, mapping: { prompt_key: 'question', answer_key: 'answer', image_keys: ['image'] } });
     expect(lenient.broken.map((b) => [b.index, b.reason])).toEqual([
       [3, 'undecodable image'],
-      [4, 'missing answer'],
-      [5, 'image too large'],
+      [4, 'undecodable image'],
+      [5, 'undecodable image'],
+      [6, 'undecodable image'],
+      [7, 'missing answer'],
+      [8, 'image too large'],
     ]);
   }, 60_000);
 
@@ -113,9 +138,8 @@ describe('broken rows at load time', () => {
 
   it('a lazily kept image whose data does not decode costs its row only: training skips it with a warning naming file and row', async () => {
     const good = dataUrl(await encode(64, 64, 'png'));
-    // A valid header over corrupt data: loading (headers only) accepts it, decoding does not.
-    const corrupt = Buffer.from(await encode(64, 64, 'png'));
-    corrupt.fill(0x55, 40);
+    // A well-formed container over pixel data that does not inflate: loading (no decoding) accepts it.
+    const corrupt = pngWith(64, 64, new Uint8Array(64).fill(0x55));
     const records = [0, 1, 2, 3].map((i) => ({ q: `q${i}`, a: '3', im: i === 1 ? dataUrl(corrupt) : good }));
     const loaded = await loadJsonText(JSON.stringify(records), 'json', { decoder: sharpDecoder, lazy: true, source: 'rows.json', mapping: { prompt_key: 'q', answer_key: 'a', image_keys: ['im'] } });
     expect(loaded.rows).toHaveLength(4);

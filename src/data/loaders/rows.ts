@@ -3,7 +3,7 @@
 // one of rows, broken (with a reason) or filtered out (with a reason); none disappears.
 import { lastBoxed, numericValue } from '../../rewards/normalize';
 import { imageSizeProblem, QWEN3_VL_IMAGE_LIMITS, resizeArea, sniffImageType, type ImageDecoder, type ImageLimits } from '../image';
-import { imageHeaderSize } from '../imageHeader';
+import { imageHeaderSize, imageStructureProblem } from '../imageHeader';
 import { countPlaceholders } from '../prompt';
 import type { BrokenRow, DatasetRow, EncodedImage, RgbaImage } from '../types';
 import { CellError, imageBytes, imageEntries, type ImageFolder } from './imageCells';
@@ -173,6 +173,8 @@ async function loadImage(entry: unknown, options: BuildOptions, source: string):
   if (!size) throw new CellError('undecodable image', `${bytes.length} bytes (${kind ?? 'unknown format'}): no readable ${kind ? `${kind} header` : 'PNG, JPEG, GIF, WebP or BMP signature'}`);
   const problem = imageSizeProblem(size, limits);
   if (problem) throw new CellError(problem.reason, problem.detail);
+  const damaged = imageStructureProblem(bytes);
+  if (damaged) throw new CellError('undecodable image', `${bytes.length} bytes: ${damaged}`);
   // A copy: the bytes may be a view into a whole parquet page or file.
   if (options.lazy) return { bytes: bytes.slice(), width: size.width, height: size.height, source };
   let image: RgbaImage;
