@@ -12,6 +12,7 @@ import { BrokenImageError, decodeRowImages, decodingPromptSource } from '../../s
 import { QWEN3_VL_IMAGE_LIMITS } from '../../src/data/image';
 import { imageHeaderSize } from '../../src/data/imageHeader';
 import { DataFileError, firstInvalidUtf8 } from '../../src/data/loaders/errors';
+import { buildRows } from '../../src/data/loaders/rows';
 import { sharpDecoder } from '../../src/data/node/sharpDecoder';
 import { loadFileRows } from '../../src/node/commands/train';
 import { crc32Hex } from '../../src/rl/checksum';
@@ -229,6 +230,17 @@ describe('unreadable data files are named errors', () => {
     await expect(load(join(dir, 'latin1.jsonl'))).rejects.toThrow(/latin1\.jsonl: is not valid UTF-8 at byte offset 10 \(0xe9\)/);
     expect(firstInvalidUtf8(new TextEncoder().encode('Café ✓ 𝄞'))).toBe(-1);
     expect(firstInvalidUtf8(new Uint8Array([0x41, 0xed, 0xa0, 0x80]))).toBe(1); // a UTF-16 surrogate
+    // Parquet text stored as bytes without the UTF-8 annotation: that row is broken, naming column and offset.
+    const image = dataUrl(await encode(64, 64, 'png'));
+    const r = await buildRows(
+      [
+        { q: new Uint8Array([0x43, 0x61, 0x66, 0xe9]), a: '1', im: image },
+        { q: new TextEncoder().encode('Café'), a: '2', im: image },
+      ],
+      { decoder: sharpDecoder, mapping: { prompt_key: 'q', answer_key: 'a', image_keys: ['im'] } },
+    );
+    expect(r.rows.map((x) => x.question)).toEqual(['Café']);
+    expect(r.broken).toEqual([{ index: 0, reason: 'invalid row', detail: "column 'q' is not valid UTF-8 at byte offset 3 of its cell (0xe9; Latin-1 or another legacy encoding?)" }]);
     // The picked-file path (the app's) refuses it the same way.
     await expect(loadFile(Object.assign(new Blob([line]), { name: 'picked.jsonl' }), { decoder: sharpDecoder })).rejects.toThrow(/picked\.jsonl: is not valid UTF-8 at byte offset 10/);
   });

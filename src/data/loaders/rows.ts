@@ -7,6 +7,7 @@ import { imageHeaderSize, imageStructureProblem } from '../imageHeader';
 import { countPlaceholders } from '../prompt';
 import type { BrokenRow, DatasetRow, EncodedImage, RgbaImage } from '../types';
 import { CellError, imageBytes, imageEntries, type ImageFolder } from './imageCells';
+import { firstInvalidUtf8 } from './errors';
 import type { ColumnMapping } from './mapping';
 
 export interface BuildOptions {
@@ -77,8 +78,19 @@ export function brokenCounts(result: LoadResult): Record<string, number> {
 function text(value: unknown): string | null {
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || typeof value === 'bigint') return String(value);
-  // Parquet strings written without the UTF-8 annotation arrive as bytes.
+  // Parquet strings written without the UTF-8 annotation arrive as bytes (checked by notUtf8 first).
   if (value instanceof Uint8Array) return new TextDecoder().decode(value);
+  return null;
+}
+
+/** The first mapped text column whose cell is bytes that are not UTF-8 (Latin-1, say), described; null when none is. */
+function notUtf8(record: Record<string, unknown>, mapping: ColumnMapping): string | null {
+  for (const key of [mapping.prompt_key, mapping.answer_key, mapping.id_key, mapping.answer_type_key]) {
+    const v = key === undefined ? undefined : record[key];
+    if (!(v instanceof Uint8Array)) continue;
+    const at = firstInvalidUtf8(v);
+    if (at >= 0) return `column '${key}' is not valid UTF-8 at byte offset ${at} of its cell (0x${v[at].toString(16).padStart(2, '0')}; Latin-1 or another legacy encoding?)`;
+  }
   return null;
 }
 
@@ -96,6 +108,11 @@ export async function buildRows(records: readonly (Record<string, unknown> | Inv
     }
     if (typeof record !== 'object' || record === null || Array.isArray(record)) {
       result.broken.push({ index, reason: 'invalid row', detail: `row is ${Array.isArray(record) ? 'an array' : typeof record}, not an object` });
+      continue;
+    }
+    const badText = notUtf8(record, mapping);
+    if (badText) {
+      result.broken.push({ index, reason: 'invalid row', detail: badText });
       continue;
     }
     const id = (mapping.id_key ? text(record[mapping.id_key]) : null) ?? `row-${index}`;
