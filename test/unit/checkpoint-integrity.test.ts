@@ -109,6 +109,19 @@ describe('checkpoint integrity on resume', () => {
     await expect(resume(forged)).rejects.toThrow(/tensor toy\.logits\.lora_A\.weight\.exp_avg has shape \[7\] \(checkpoint\.json records \[14\]\); its adapter needs \[14\]/);
   }, 60_000);
 
+  it('a latest pointing outside the run or at a missing folder is a CheckpointError', async () => {
+    for (const [name, target, message] of [
+      ['latest-out', '../../etc', /names "\.\.\/\.\.\/etc", not a step-NNNNNNNN folder/],
+      ['latest-gone', 'step-00000099', /names step-00000099, but .*checkpoint\.json and .*tensors\.safetensors are missing/],
+    ] as const) {
+      const dir = join(root, name);
+      cpSync(join(root, 'run'), dir, { recursive: true });
+      writeFileSync(join(dir, 'latest'), target);
+      await expect(resume(dir)).rejects.toThrow(CheckpointError);
+      await expect(resume(dir)).rejects.toThrow(message);
+    }
+  }, 60_000);
+
   it('a bad data cursor is a DataCursorError', async () => {
     for (const [name, data] of [
       ['cursor-range', { order: [0, 1, 2, 99], position: 1 }],

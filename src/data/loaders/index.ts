@@ -109,7 +109,7 @@ export async function loadHubDataset(
     const left = options.limit === undefined ? undefined : options.limit - result.total;
     if (left !== undefined && left <= 0) break;
     const buffer = await parquetFromUrl(f.url, { headers: hubHeaders(options), fetch: options.fetch });
-    mergeResults(result, await loadParquet(buffer, { ...options, limit: left }, result.total));
+    mergeResults(result, await loadParquet(buffer, { ...options, limit: left, source: options.source ?? f.url }, result.total));
   }
   return result;
 }

@@ -46,7 +46,7 @@ import { hubFiles } from '../../model/hub';
 import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
 import type { MmaSteps } from '../../ops/matmulQ4Mma';
-import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
+import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { resolveConfig, type TrainConfig, type TrainConfigInput } from '../../rl/config';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
 import type { PolicyFactory } from '../../worker/trainerApi';
@@ -86,8 +86,14 @@ export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<st
 export async function readCheckpointDir(dir: string): Promise<Checkpoint | null> {
   const latest = join(dir, 'latest');
   if (!existsSync(latest)) return null;
-  const folder = join(dir, readFileSync(latest, 'utf8').trim());
-  return decodeCheckpoint(readFileSync(join(folder, 'checkpoint.json'), 'utf8'), readFileSync(join(folder, 'tensors.safetensors')));
+  const name = readFileSync(latest, 'utf8').trim();
+  // Only a folder this command writes: never a path elsewhere.
+  if (!/^step-\d{8}$/.test(name)) throw new CheckpointError(`${resolve(latest)} names ${JSON.stringify(name.slice(0, 80))}, not a step-NNNNNNNN folder of the run`);
+  const folder = join(dir, name);
+  const files = ['checkpoint.json', 'tensors.safetensors'].map((f) => join(folder, f));
+  const missing = files.filter((f) => !existsSync(f));
+  if (missing.length > 0) throw new CheckpointError(`${resolve(latest)} names ${name}, but ${missing.map((f) => resolve(f)).join(' and ')} ${missing.length > 1 ? 'are' : 'is'} missing`);
+  return decodeCheckpoint(readFileSync(files[0], 'utf8'), readFileSync(files[1]));
 }
 
 export interface TrainRunOptions {
