@@ -1,15 +1,19 @@
 // The browser's image decoder: createImageBitmap, then an OffscreenCanvas to read the pixels.
 // Works in windows and workers. No colour-space conversion and no premultiplication, so the
 // pixels are the file's own.
-import type { ImageDecoder } from './image';
+import { decodedSize, type DecodeOptions, type ImageDecoder } from './image';
 import type { RgbaImage } from './types';
 
 export const browserDecoder: ImageDecoder = {
-  async decode(bytes: Uint8Array): Promise<RgbaImage> {
-    const bitmap = await createImageBitmap(new Blob([bytes as Uint8Array<ArrayBuffer>]), {
-      colorSpaceConversion: 'none',
-      premultiplyAlpha: 'none',
-    });
+  async decode(bytes: Uint8Array, options: DecodeOptions = {}): Promise<RgbaImage> {
+    const blob = new Blob([bytes as Uint8Array<ArrayBuffer>]);
+    const opts: ImageBitmapOptions = { colorSpaceConversion: 'none', premultiplyAlpha: 'none' };
+    let bitmap = await createImageBitmap(blob, opts);
+    if (options.maxPixels !== undefined && bitmap.width * bitmap.height > options.maxPixels) {
+      const { width, height } = decodedSize(bitmap, options.maxPixels);
+      bitmap.close();
+      bitmap = await createImageBitmap(blob, { ...opts, resizeWidth: width, resizeHeight: height, resizeQuality: 'high' });
+    }
     try {
       const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
       const ctx = canvas.getContext('2d');

@@ -1,11 +1,57 @@
 // Image bytes → RGBA pixels through an injected decoder (the browser's or sharp in Node), and the
 // optional resize. Decoders differ slightly between platforms for JPEG (IDCT rounding); PNG
 // decodes to the same pixels everywhere. Synthetic tasks never go through here.
+import { QWEN3_VL_IMAGE_PROCESSOR, type ImageProcessorConfig } from '../model/processor/image';
+import type { ImageSize } from './imageHeader';
 import type { RgbaImage } from './types';
+
+export interface DecodeOptions {
+  /** Down-scale (area kept to at most this many pixels, aspect ratio kept) while decoding. */
+  maxPixels?: number;
+}
 
 export interface ImageDecoder {
   /** Decodes PNG, JPEG, GIF (first frame), WebP or BMP to straight RGBA; rejects anything else. */
-  decode(bytes: Uint8Array): Promise<RgbaImage>;
+  decode(bytes: Uint8Array, options?: DecodeOptions): Promise<RgbaImage>;
+}
+
+/** What images the processor can take, checked on the header's size before any decoding. */
+export interface ImageLimits {
+  /** Each side at least this many pixels (patch size × merge size): smart_resize refuses smaller. */
+  minSide: number;
+  /** Longer side over shorter side at most this (smart_resize's limit). */
+  maxAspect: number;
+  /** Larger images are down-scaled to this many pixels at decode (the processor's max_pixels). */
+  maxPixels: number;
+  /** A header declaring more pixels than this is refused undecoded: a decompression bomb. */
+  maxHeaderPixels: number;
+}
+
+/** The limits of a Qwen3-VL image processor config; a header may declare up to 4x its max_pixels. */
+export function imageLimitsFor(cfg: ImageProcessorConfig): ImageLimits {
+  return { minSide: cfg.patchSize * cfg.mergeSize, maxAspect: 200, maxPixels: cfg.maxPixels, maxHeaderPixels: 4 * cfg.maxPixels };
+}
+
+export const QWEN3_VL_IMAGE_LIMITS: ImageLimits = imageLimitsFor(QWEN3_VL_IMAGE_PROCESSOR);
+
+/** Why an image of this size cannot be used, or null when it can. */
+export function imageSizeProblem({ width, height }: ImageSize, limits: ImageLimits): { reason: 'unusable image size' | 'image too large'; detail: string } | null {
+  if (width * height > limits.maxHeaderPixels) {
+    return { reason: 'image too large', detail: `image ${width}x${height} declares ${(width * height / 1e6).toFixed(0)} M pixels, over ${(limits.maxHeaderPixels / 1e6).toFixed(0)} M: refused undecoded (a decompression bomb)` };
+  }
+  if (width < limits.minSide || height < limits.minSide) {
+    return { reason: 'unusable image size', detail: `image ${width}x${height} is too small: each side must be at least ${limits.minSide} pixels (patch size x merge size)` };
+  }
+  const ratio = Math.max(width, height) / Math.min(width, height);
+  if (ratio > limits.maxAspect) return { reason: 'unusable image size', detail: `image ${width}x${height} has an aspect ratio of ${ratio.toFixed(1)}:1, over ${limits.maxAspect}:1` };
+  return null;
+}
+
+/** The size an image of `size` is decoded to: itself, or down-scaled to at most maxPixels with its aspect ratio. */
+export function decodedSize({ width, height }: ImageSize, maxPixels: number): ImageSize {
+  if (width * height <= maxPixels) return { width, height };
+  const scale = Math.sqrt(maxPixels / (width * height));
+  return { width: Math.max(1, Math.floor(width * scale)), height: Math.max(1, Math.floor(height * scale)) };
 }
 
 /** The container format from the first bytes, or null when it is none we know. */

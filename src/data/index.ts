@@ -10,4 +10,7 @@ export { loadFile, loadHubDataset, loadJsonText, loadParquet, type LoadOptions }
 export { listHubParquet, hubDatasetFileUrl } from './loaders/hub';
 export { detectLayout, GEO3K_MAPPING, MATHVISTA_MAPPING, type ColumnMapping } from './loaders/mapping';
 export { brokenCounts, type LoadResult } from './loaders/rows';
+export { DataFileError } from './loaders/errors';
+export { BrokenImageError, decodeRowImages, decodingPromptSource } from './encodedImages';
+export { QWEN3_VL_IMAGE_LIMITS, type ImageLimits } from './image';
 export type { ImageFolder } from './loaders/imageCells';

@@ -11,8 +11,13 @@ export interface RgbaImage {
 export interface DatasetRow {
   /** Unique within its data set; the split hashes it. */
   id: string;
-  /** In the order their `<image>` placeholders appear in `question` (or, without placeholders, first). */
+  /** In the order their `<image>` placeholders appear in `question` (or, without placeholders, first). Empty while `encoded` holds them. */
   images: RgbaImage[];
+  /**
+   * The row's images still encoded (loaders' `lazy` option): decoded, down-scaled to max_pixels,
+   * only when a batch needs them (src/data/encodedImages.ts); `images` is empty meanwhile.
+   */
+  encoded?: EncodedImage[];
   /** The user's text; may hold `<image>` placeholders. */
   question: string;
   /** The gold answer, as text (unboxed: a geo3k `\boxed{3}` is stored as `3`). */
@@ -23,6 +28,15 @@ export interface DatasetRow {
   system_prompt?: string;
   /** Anything else: the synthetic task's parameters, the source's extra columns. */
   meta: Record<string, unknown>;
+}
+
+/** An image kept encoded: its bytes, the size its header declares (checked at load), where it came from. */
+export interface EncodedImage {
+  bytes: Uint8Array;
+  width: number;
+  height: number;
+  /** For messages: "FILE row N image K". */
+  source: string;
 }
 
 /** A row that could not be used, with the reason; loaders never drop a row without one. */
@@ -39,6 +53,8 @@ export type BrokenReason =
   | 'missing answer'
   | 'missing image'
   | 'undecodable image'
+  | 'unusable image size'
+  | 'image too large'
   | 'unresolved image file'
   | 'placeholder count mismatch'
   | 'invalid row';

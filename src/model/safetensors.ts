@@ -39,6 +39,40 @@ export class MissingFileError extends Error {
   }
 }
 
+/** A float tensor holds NaN or ±Infinity: a diverged or corrupted model, refused at load. */
+export class NonFiniteWeightError extends SafetensorsError {}
+
+/**
+ * Index of the first element of a float tensor's little-endian bytes whose exponent bits are all
+ * ones (NaN or ±Infinity), or -1; integer dtypes are never non-finite. Reads bytes, so any alignment works.
+ */
+export function firstNonFiniteElement(bytes: Uint8Array, dtype: SafetensorsDtype): number {
+  const mask = dtype === 'F32' ? [0x7f800000, 0x7f800000] : dtype === 'BF16' ? [0x7f80, 0x7f800000] : dtype === 'F16' ? [0x7c00, 0x7c000000] : null;
+  if (mask === null) return -1;
+  // Whole words when aligned (a model's gigabytes): a clean tensor returns without the byte loop.
+  if (bytes.byteOffset % 4 === 0 && bytes.byteLength % 4 === 0) {
+    const words = new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+    const [lo, hi] = mask;
+    let dirty = false;
+    for (let i = 0; i < words.length; i++) {
+      const w = words[i];
+      if ((w & lo) === lo || (w & hi) === hi) {
+        dirty = true;
+        break;
+      }
+    }
+    if (!dirty) return -1;
+  }
+  if (dtype === 'F32') {
+    for (let i = 3; i < bytes.length; i += 4) if ((bytes[i] & 0x7f) === 0x7f && (bytes[i - 1] & 0x80) === 0x80) return (i - 3) / 4;
+  } else if (dtype === 'BF16') {
+    for (let i = 1; i < bytes.length; i += 2) if ((bytes[i] & 0x7f) === 0x7f && (bytes[i - 1] & 0x80) === 0x80) return (i - 1) / 2;
+  } else if (dtype === 'F16') {
+    for (let i = 1; i < bytes.length; i += 2) if ((bytes[i] & 0x7c) === 0x7c) return (i - 1) / 2;
+  }
+  return -1;
+}
+
 /** model.safetensors.index.json names a shard that is not there. */
 export class MissingShardError extends MissingFileError {}
 
@@ -183,6 +217,16 @@ export interface Checkpoint {
 
 const INDEX = 'model.safetensors.index.json';
 const SINGLE = 'model.safetensors';
+
+/** A shard named by the index: a plain file name inside the model folder, never a path out of it ('../x', '/x'). */
+function shardName(tensor: string, file: unknown): string {
+  if (typeof file !== 'string' || file === '') throw new SafetensorsError(INDEX, `weight_map gives tensor '${tensor}' the shard ${JSON.stringify(file)}, not a file name`);
+  const parts = file.split(/[\\/]/);
+  if (file.startsWith('/') || /^[A-Za-z]:/.test(file) || parts.some((p) => p === '..' || p === '.' || p === '')) {
+    throw new SafetensorsError(INDEX, `weight_map places tensor '${tensor}' in '${file}', outside the model folder: shard names must be file names in it`);
+  }
+  return file;
+}
 const DEFAULT_CHUNK = 16 * 2 ** 20;
 
 /**
@@ -202,7 +246,7 @@ export async function openCheckpoint(files: ModelFiles, signal?: AbortSignal): P
       throw new SafetensorsError(INDEX, `not valid JSON (${(e as Error).message})`);
     }
     if (typeof weightMap !== 'object' || weightMap === null) throw new SafetensorsError(INDEX, 'has no weight_map');
-    shardOf = new Map(Object.entries(weightMap as Record<string, string>));
+    shardOf = new Map(Object.entries(weightMap as Record<string, unknown>).map(([name, file]) => [name, shardName(name, file)]));
     shardNames = [...new Set(shardOf.values())].sort();
   } else {
     shardNames = [SINGLE];
@@ -249,6 +293,8 @@ export async function openCheckpoint(files: ModelFiles, signal?: AbortSignal): P
           done += n;
           options.onProgress?.({ bytesDone: done, bytesTotal: total, file, tensor: t.name });
         });
+        const bad = firstNonFiniteElement(bytes, t.dtype);
+        if (bad >= 0) throw new NonFiniteWeightError(file, `tensor '${t.name}' ${t.dtype}[${t.shape.join(', ')}] holds a value that is not finite (NaN or Infinity) at element ${bad}: the model's weights are corrupt or diverged`);
         yield { tensor: t, bytes };
       }
     }

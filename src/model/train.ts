@@ -169,6 +169,10 @@ export class Qwen3VLPolicy implements Policy {
     return this.model.lora;
   }
 
+  get vocabSize(): number {
+    return this.model.config.text.vocabSize;
+  }
+
   generate(prompt: PreparedPrompt, numSamples: number, opts: SamplingOptions): Promise<Completion[]> {
     return this.model.generate(prompt, numSamples, opts);
   }

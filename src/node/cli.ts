@@ -27,6 +27,8 @@ try {
   await main(process.argv.slice(2).filter((a) => a !== '--'));
   process.exit(0);
 } catch (e) {
-  console.error(`error: ${e instanceof Error ? e.message : String(e)}`);
+  // A named error (DivergenceError, CheckpointError, DataFileError...) says its name.
+  const named = e instanceof Error && e.name !== 'Error' ? `${e.name}: ` : '';
+  console.error(`error: ${named}${e instanceof Error ? e.message : String(e)}`);
   process.exit(1);
 }

@@ -23,8 +23,11 @@ export interface GroupRollout {
   advantages: number[];
 }
 
-/** One metrics record: TRL's names, plus `step`. */
-export type StepMetrics = Record<string, number>;
+/**
+ * One metrics record: TRL's names, plus `step`, and `warnings` when the step saw a collapse that
+ * stays finite (a near-uniform policy, exploding adapter weights; src/rl/divergence.ts).
+ */
+export type StepMetrics = Record<string, number> & { warnings?: string[] };
 
 /** A prompt with its completions, for the dashboard's "latest rollouts". */
 export interface RolloutSample {
@@ -64,8 +67,8 @@ const isZero = (x: number) => Math.abs(x) <= 1e-8;
  * frac_reward_zero_std, completions/{mean,min,max}_length, /clipped_ratio (truncated share) and
  * /{mean,min,max}_terminated_length (0 when none terminated).
  */
-export function rolloutMetrics(groups: readonly GroupRollout[], scale: ScaleRewards): StepMetrics {
-  const m: StepMetrics = {};
+export function rolloutMetrics(groups: readonly GroupRollout[], scale: ScaleRewards): Record<string, number> {
+  const m: Record<string, number> = {};
   if (groups.length === 0) return m;
   const totals = groups.flatMap((g) => g.scores.map((s) => s.total));
   const names = groups[0].scores[0]?.terms.map((t) => t.name) ?? [];
@@ -143,11 +146,11 @@ export class LossMetrics {
   }
 
   /** loss, kl (when beta > 0), entropy, clip_ratio/*, sampling/sampling_logp_difference/*, num_tokens trained. */
-  finish(): StepMetrics {
+  finish(): Record<string, number> {
     if (this.groups === 0) return {};
     const tokens = Math.max(this.tokens, 1);
     const count = this.sequenceLevel ? Math.max(this.sequences, 1) : tokens;
-    const m: StepMetrics = { loss: this.loss };
+    const m: Record<string, number> = { loss: this.loss };
     if (this.withKl) m.kl = this.kl / tokens;
     m.entropy = this.entropy / tokens;
     m['clip_ratio/low_mean'] = this.low / count;

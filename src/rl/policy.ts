@@ -65,6 +65,8 @@ export interface ForwardOptions {
 export interface Policy {
   /** The trainable adapters, in a fixed order (optimizer state and checkpoints follow it). */
   readonly lora: readonly LoraParams[];
+  /** Tokens the policy chooses among: the trainer warns when the mean entropy nears ln(vocabSize) (a collapse to uniform). */
+  readonly vocabSize?: number;
   /** Prefill the prompt once, fork it `numSamples` ways, sample. */
   generate(prompt: PreparedPrompt, numSamples: number, opts: SamplingOptions): Promise<Completion[]>;
   /**

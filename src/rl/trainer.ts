@@ -19,8 +19,9 @@ import { Lora } from '../ops/lora';
 import { pairsF64, RlLoss } from '../ops/rlLoss';
 import { scoreSamples } from '../rewards/registry';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
-import { CheckpointError, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
+import { CheckpointError, checkDataCursor, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
+import { assertFiniteTensor, DivergenceError, explodingWeightsWarning, firstNonFinite, uniformPolicyWarning } from './divergence';
 import { defaultEngineConfig, type EngineConfig } from './engineConfig';
 import { groupStep } from './microBatch';
 import type { ResolvedLossConfig } from './lossConfig';
@@ -62,6 +63,8 @@ export interface TrainerOptions {
   resume?: Checkpoint;
   /** How the engine runs it (src/rl/engineConfig.ts; the trainer reads micro_batch_tokens). Default defaultEngineConfig(). */
   engine?: EngineConfig;
+  /** The resumed run's data changed (allowed by the user): its cursor over the old rows is dropped for a new pass. */
+  newData?: boolean;
 }
 
 interface LiveGroup {
@@ -101,6 +104,8 @@ export class Trainer {
   private state: TrainerState = 'idle';
   private request: 'pause' | 'stop' | null = null;
   private wake: (() => void) | null = null;
+  /** Adapter and optimizer tensors read back at the end of a step that checkpoints (checked there, saved by `checkpoint`). */
+  private readBack: { step: number; tensors: Map<string, Float32Array> } | null = null;
 
   private constructor(
     private readonly o: TrainerOptions,
@@ -236,27 +241,56 @@ export class Trainer {
       this.microStep++;
     }
 
+    const losses = lossMetrics.finish();
+    // Checked before the update, so a non-finite loss never reaches the adapters.
+    if (losses.loss !== undefined && !Number.isFinite(losses.loss)) throw new DivergenceError(this.step + 1, 'the loss', `is ${losses.loss}`);
     const lr = learningRate(scheduleOf(c), this.step);
     const rec = gpu.recorder('trainer.optimizer');
     this.adamw.step(rec, { lr, step: this.step + 1 });
-    this.adamw.zeroGrad(rec);
     await rec.submit();
     const [gradNorm] = await gpu.readF32(this.adamw.gradNorm);
+    if (!Number.isFinite(gradNorm)) await this.gradientDiverged(gradNorm);
+    const zero = gpu.recorder('trainer.zeroGrad');
+    this.adamw.zeroGrad(zero);
+    await zero.submit();
     this.step++;
     const stepTime = (performance.now() - t0) / 1000;
     const metrics: StepMetrics = {
       step: this.step,
       ...rolloutMetrics(generated, c.scale_rewards),
-      ...lossMetrics.finish(),
+      ...losses,
       grad_norm: gradNorm,
       learning_rate: lr,
       num_tokens: this.numTokens,
       step_time: stepTime,
       tokens_per_second: trainedTokens / stepTime,
     };
+    const warnings = [uniformPolicyWarning(losses.entropy, this.o.policy.vocabSize)];
+    // Parameters are read back only where a checkpoint is due: checked there for finiteness and scale.
+    if ((c.save_steps > 0 && this.step % c.save_steps === 0) || this.step === c.max_steps) {
+      const tensors = await this.readTensors();
+      for (const [name, values] of tensors) assertFiniteTensor(this.step, name, values);
+      if (this.o.saveCheckpoint) this.readBack = { step: this.step, tensors };
+      warnings.push(explodingWeightsWarning([...tensors].filter(([name]) => !name.includes('.exp_avg'))));
+    }
+    const said = warnings.filter((w): w is string => w !== null);
+    if (said.length > 0) Object.assign(metrics, { warnings: said });
     if (this.step % c.logging_steps === 0 || this.step === c.max_steps) this.history.push(metrics);
     this.emit({ type: 'step', metrics, samples: this.samples });
     return metrics;
+  }
+
+  /** Names the first adapter gradient that is not finite (the update has used it: nothing is saved after this). */
+  private async gradientDiverged(gradNorm: number): Promise<never> {
+    for (const p of this.o.policy.lora) {
+      const n = tensorNames(p.name);
+      for (const [name, grad] of [[n.A, p.dA], [n.B, p.dB]] as const) {
+        const values = await this.o.gpu.readF32(grad);
+        const at = firstNonFinite(values);
+        if (at >= 0) throw new DivergenceError(this.step + 1, `the gradient of ${name}`, `holds ${values[at]} at element ${at} (grad_norm ${gradNorm})`);
+      }
+    }
+    throw new DivergenceError(this.step + 1, 'grad_norm', `is ${gradNorm}: the squared gradients overflow f32`);
   }
 
   /**
@@ -296,11 +330,20 @@ export class Trainer {
     for (let tries = 0; tries < data.rows.length; tries++) {
       if (this.cursor.position >= this.cursor.order.length) this.cursor = { order: this.rng.permutation(data.rows.length), position: 0 };
       const row = this.cursor.order[this.cursor.position++];
-      const { prompt, text } = await data.prepare(data.rows[row], c.system_prompt);
+      let prepared: Awaited<ReturnType<PromptSource['prepare']>>;
+      try {
+        prepared = await data.prepare(data.rows[row], c.system_prompt);
+      } catch (e) {
+        // A row that loading accepted but that cannot become a prompt (an image that does not
+        // decode) costs that row, never the run.
+        this.emit({ type: 'warning', message: `prompt ${data.rows[row].id} (row ${row}) skipped: ${(e as Error).message}` });
+        continue;
+      }
+      const { prompt, text } = prepared;
       if (c.max_prompt_length === null || prompt.inputIds.length <= c.max_prompt_length) return { row, prompt, text };
       this.emit({ type: 'warning', message: `prompt ${data.rows[row].id} has ${prompt.inputIds.length} tokens, over max_prompt_length = ${c.max_prompt_length}; skipped` });
     }
-    throw new Error(`trainer: every prompt is longer than max_prompt_length = ${c.max_prompt_length}`);
+    throw new Error(`trainer: no prompt could be used: each was skipped (longer than max_prompt_length = ${c.max_prompt_length}, or failing to prepare; see the warnings)`);
   }
 
   private async generate(): Promise<LiveGeneration> {
@@ -446,9 +489,9 @@ export class Trainer {
     this.emit({ type: 'checkpoint', step: this.step, reason });
   }
 
-  /** Everything a resume needs, read back from the GPU. */
-  async snapshotCheckpoint(): Promise<Checkpoint> {
-    const { gpu, policy, config } = this.o;
+  /** Every adapter's A and B and their AdamW moments, read back from the GPU, by checkpoint name. */
+  private async readTensors(): Promise<Map<string, Float32Array>> {
+    const { gpu, policy } = this.o;
     const tensors = new Map<string, Float32Array>();
     for (const [i, p] of policy.lora.entries()) {
       const n = tensorNames(p.name);
@@ -464,6 +507,15 @@ export class Trainer {
       ];
       for (const [name, t] of pairs) tensors.set(name, await gpu.readF32(t));
     }
+    return tensors;
+  }
+
+  /** Everything a resume needs, read back from the GPU; a tensor that is not finite is a DivergenceError, never saved. */
+  async snapshotCheckpoint(): Promise<Checkpoint> {
+    const { policy, config } = this.o;
+    const tensors = this.readBack?.step === this.step ? this.readBack.tensors : await this.readTensors();
+    this.readBack = null;
+    for (const [name, values] of tensors) assertFiniteTensor(this.step, name, values);
     const pending: PendingGeneration | null = this.pending && {
       consumed: this.pending.consumed,
       groups: this.pending.groups.map((g) => ({
@@ -500,6 +552,11 @@ export class Trainer {
     const want = policy.lora.map((p) => `${p.name} [${p.r}x${p.in} -> ${p.out}]`);
     const have = m.adapters.map((a) => `${a.name} [${a.r}x${a.in} -> ${a.out}]`);
     if (want.join('\n') !== have.join('\n')) throw new CheckpointError(`its adapters do not match the policy's (${have.length} vs ${want.length}; first difference: ${have.find((h, i) => h !== want[i]) ?? 'count'})`);
+    checkDataCursor(m, data.rows.length, { order: !this.o.newData });
+    for (const [name, values] of c.tensors) {
+      const bad = firstNonFinite(values);
+      if (bad >= 0) throw new CheckpointError(`tensor ${name} holds ${values[bad]} at element ${bad}`);
+    }
     for (const [i, p] of policy.lora.entries()) {
       const n = tensorNames(p.name);
       gpu.write(p.A, c.tensors.get(n.A)!);
@@ -513,7 +570,7 @@ export class Trainer {
     this.microStep = m.microStep;
     this.numTokens = m.numTokens;
     this.rng.load(m.rng);
-    this.cursor = { order: [...m.data.order], position: m.data.position };
+    this.cursor = this.o.newData ? { order: [], position: 0 } : { order: [...m.data.order], position: m.data.position };
     this.history.push(...m.history);
     this.samples = m.samples;
     if (m.pending) {

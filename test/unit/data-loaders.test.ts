@@ -10,11 +10,15 @@ import { listHubParquet, hubDatasetFileUrl } from '../../src/data/loaders/hub';
 import { detectLayout, GEO3K_MAPPING } from '../../src/data/loaders/mapping';
 import { brokenCounts } from '../../src/data/loaders/rows';
 import { folderFromDirectory, parquetFromPath } from '../../src/data/node/files';
+import { QWEN3_VL_IMAGE_LIMITS } from '../../src/data/image';
 import { sharpDecoder } from '../../src/data/node/sharpDecoder';
 import type { RgbaImage } from '../../src/data/types';
 
 const dir = fileURLToPath(new URL('../fixtures/data/', import.meta.url));
 const decoder = sharpDecoder;
+// The fixtures' images are 8x6 to 11x9 pixels: under the processor's 32-pixel minimum side, which
+// test/unit/data-reliability.test.ts covers; these tests are about reading rows.
+const limits = { ...QWEN3_VL_IMAGE_LIMITS, minSide: 1 };
 
 /** Fixture image k: solid (k*40 mod 256, (255-k*40) mod 256, 100), size (8+k)×(6+k). */
 function expectFixtureImage(img: RgbaImage, k: number) {
@@ -25,7 +29,7 @@ function expectFixtureImage(img: RgbaImage, k: number) {
 
 describe('parquet: geo3k layout', () => {
   it('reads rows, unboxes answers, keeps image order, counts broken rows by reason', async () => {
-    const result = await loadParquet(await parquetFromPath(`${dir}geo3k.parquet`), { decoder });
+    const result = await loadParquet(await parquetFromPath(`${dir}geo3k.parquet`), { decoder, limits });
     expect(result.total).toBe(8);
     expect(result.rows.map((r) => [r.id, r.answer, r.images.length])).toEqual([
       ['row-0', '3', 1],
@@ -48,7 +52,7 @@ describe('parquet: geo3k layout', () => {
   });
 
   it('numeric-only filter moves non-numeric answers to filtered, with the reason', async () => {
-    const result = await loadParquet(await parquetFromPath(`${dir}geo3k.parquet`), { decoder, numericOnly: true });
+    const result = await loadParquet(await parquetFromPath(`${dir}geo3k.parquet`), { decoder, limits, numericOnly: true });
     expect(result.rows.map((r) => r.id)).toEqual(['row-0', 'row-1', 'row-2']);
     expect(result.filtered).toEqual([{ index: 6, id: 'row-6', reason: 'non-numeric answer' }]);
     expect(result.rows.length + result.broken.length + result.filtered.length).toBe(result.total);
@@ -57,19 +61,19 @@ describe('parquet: geo3k layout', () => {
   it('reads from a File, honours a limit and an explicit mapping, resizes', async () => {
     const bytes = await readFile(`${dir}geo3k.parquet`);
     const file = new File([bytes], 'geo3k.parquet');
-    const result = await loadFile(file, { decoder, mapping: { ...GEO3K_MAPPING, system_prompt: 'Answer briefly.' }, limit: 2, resize: { width: 4, height: 3 } });
+    const result = await loadFile(file, { decoder, limits, mapping: { ...GEO3K_MAPPING, system_prompt: 'Answer briefly.' }, limit: 2, resize: { width: 4, height: 3 } });
     expect(result.total).toBe(2);
     expect(result.rows[1].system_prompt).toBe('Answer briefly.');
     expect([result.rows[1].images[0].width, result.rows[1].images[0].height]).toEqual([4, 3]);
     // A solid image stays the same colour through area resampling.
     expect([...result.rows[1].images[0].data.subarray(0, 4)]).toEqual([40, 215, 100, 255]);
-    await expect(loadFile(file, { decoder, mapping: { ...GEO3K_MAPPING, prompt_key: 'nope' } })).rejects.toThrow(/nope/);
+    await expect(loadFile(file, { decoder, limits, mapping: { ...GEO3K_MAPPING, prompt_key: 'nope' } })).rejects.toThrow(/nope/);
   });
 });
 
 describe('parquet: MathVista layout', () => {
   it('recognises the layout, uses pid and answer_type, decodes decoded_image', async () => {
-    const result = await loadParquet(await parquetFromPath(`${dir}mathvista.parquet`), { decoder });
+    const result = await loadParquet(await parquetFromPath(`${dir}mathvista.parquet`), { decoder, limits });
     expect(result.rows.map((r) => [r.id, r.answer, r.answer_type])).toEqual([
       ['1', '7', 'integer'],
       ['2', '3', 'integer'],
@@ -80,7 +84,7 @@ describe('parquet: MathVista layout', () => {
     expect(result.rows[0].meta.image).toBe('images/1.png');
     expect(result.rows[0].meta.question_type).toBe('free_form');
     expect(result.broken).toMatchObject([{ index: 3, id: '4', reason: 'missing image' }]);
-    const numeric = await loadParquet(await parquetFromPath(`${dir}mathvista.parquet`), { decoder, numericOnly: true });
+    const numeric = await loadParquet(await parquetFromPath(`${dir}mathvista.parquet`), { decoder, limits, numericOnly: true });
     expect(numeric.filtered.map((f) => f.id)).toEqual(['3']);
   });
 });
@@ -90,12 +94,12 @@ describe('JSON and JSONL with an image folder', () => {
     const folder = await folderFromDirectory(dir);
     expect(folder.has('images/11.png')).toBe(true);
     const text = await readFile(`${dir}mathvista.json`, 'utf8');
-    const result = await loadJsonText(text, 'json', { decoder, folder });
+    const result = await loadJsonText(text, 'json', { decoder, limits, folder });
     expect(result.rows.map((r) => [r.id, r.answer])).toEqual([['11', '4'], ['12', '0.5']]);
     expectFixtureImage(result.rows[0].images[0], 11);
     expectFixtureImage(result.rows[1].images[0], 12);
     expect(result.broken).toMatchObject([{ id: '13', reason: 'unresolved image file' }]);
-    const noFolder = await loadJsonText(text, 'json', { decoder });
+    const noFolder = await loadJsonText(text, 'json', { decoder, limits });
     expect(brokenCounts(noFolder)).toEqual({ 'unresolved image file': 3 });
   });
 
@@ -103,7 +107,7 @@ describe('JSON and JSONL with an image folder', () => {
     const folder = await folderFromDirectory(dir);
     const text = await readFile(`${dir}rows.jsonl`, 'utf8');
     const mapping = { prompt_key: 'prompt', answer_key: 'gold', image_keys: ['img'], id_key: 'id' };
-    const result = await loadJsonText(text, 'jsonl', { decoder, folder, mapping });
+    const result = await loadJsonText(text, 'jsonl', { decoder, limits, folder, mapping });
     expect(result.rows.map((r) => [r.id, r.answer])).toEqual([['a', '2'], ['b', '8'], ['c', '7'], ['d', '1']]);
     expectFixtureImage(result.rows[0].images[0], 13);
     expectFixtureImage(result.rows[1].images[0], 13);
@@ -111,7 +115,7 @@ describe('JSON and JSONL with an image folder', () => {
     expectFixtureImage(result.rows[3].images[0], 12);
     expect(result.broken.map((b) => [b.index, b.reason])).toEqual([[4, 'invalid row'], [5, 'undecodable image']]);
     expect(result.total).toBe(6);
-    await expect(loadJsonText(text, 'jsonl', { decoder })).rejects.toThrow(/unknown layout/);
+    await expect(loadJsonText(text, 'jsonl', { decoder, limits })).rejects.toThrow(/unknown layout/);
   });
 });
 
@@ -159,7 +163,7 @@ describe('Hugging Face hub', () => {
   it('loads a split through Range requests, with the token on every request', async () => {
     const requests: string[] = [];
     const fetch = await fakeHub(requests);
-    const result = await loadHubDataset('org/geo', { config: 'default', split: 'train' }, { endpoint: 'https://hub.test', fetch, token: 'hf_x', decoder });
+    const result = await loadHubDataset('org/geo', { config: 'default', split: 'train' }, { endpoint: 'https://hub.test', fetch, token: 'hf_x', decoder, limits });
     expect(result.rows.map((r) => r.answer)).toEqual(['3', '12.6', '\\frac{7}{2}', 'AB']);
     expect(result.broken).toHaveLength(4);
     const fileRequests = requests.filter((r) => r.includes('0.parquet'));

@@ -4,7 +4,12 @@
 import { InvalidRecord } from './rows';
 
 export function parseJsonRecords(text: string): Record<string, unknown>[] {
-  const value: unknown = JSON.parse(text);
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`is not JSON (${(e as Error).message})`);
+  }
   if (Array.isArray(value)) return value as Record<string, unknown>[];
   if (typeof value === 'object' && value !== null) {
     const obj = value as Record<string, unknown>;
@@ -14,7 +19,7 @@ export function parseJsonRecords(text: string): Record<string, unknown>[] {
       return entries.map(([key, v]) => ({ id: key, ...(v as Record<string, unknown>) }));
     }
   }
-  throw new Error('JSON data set: expected an array of rows, {"data": [...]}, or an object of rows keyed by id');
+  throw new Error('expected an array of rows, {"data": [...]}, or an object of rows keyed by id');
 }
 
 /**

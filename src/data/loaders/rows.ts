@@ -2,10 +2,12 @@
 // unboxing, image decoding and resize, the numeric-answer filter. Every record ends up in exactly
 // one of rows, broken (with a reason) or filtered out (with a reason); none disappears.
 import { lastBoxed, numericValue } from '../../rewards/normalize';
-import { resizeArea, sniffImageType, type ImageDecoder } from '../image';
+import { imageSizeProblem, QWEN3_VL_IMAGE_LIMITS, resizeArea, sniffImageType, type ImageDecoder, type ImageLimits } from '../image';
+import { imageHeaderSize, imageStructureProblem } from '../imageHeader';
 import { countPlaceholders } from '../prompt';
-import type { BrokenRow, DatasetRow, RgbaImage } from '../types';
+import type { BrokenRow, DatasetRow, EncodedImage, RgbaImage } from '../types';
 import { CellError, imageBytes, imageEntries, type ImageFolder } from './imageCells';
+import { firstInvalidUtf8 } from './errors';
 import type { ColumnMapping } from './mapping';
 
 export interface BuildOptions {
@@ -19,7 +21,20 @@ export interface BuildOptions {
   resize?: { width: number; height: number };
   /** Index of the first record, when a data set is read in several parts. */
   firstIndex?: number;
+  /**
+   * What the processor takes (the CLI passes QWEN3_VL_IMAGE_LIMITS): images outside it are broken
+   * rows, refused from their header before decoding. Without it only decompression bombs are
+   * refused and images down-scaled to Qwen3-VL's max_pixels (DECODE_LIMITS).
+   */
+  limits?: ImageLimits;
+  /** Keep images encoded (DatasetRow.encoded), decoded only when a batch needs them: memory for a few KB a row instead of width x height x 4 bytes. */
+  lazy?: boolean;
+  /** The file the records come from, for messages ("rows.jsonl row 3 image 0"). */
+  source?: string;
 }
+
+/** Limits without the processor's minimum side and aspect ratio: bombs refused, large images down-scaled. */
+export const DECODE_LIMITS: ImageLimits = { ...QWEN3_VL_IMAGE_LIMITS, minSide: 1, maxAspect: Infinity };
 
 export interface FilteredRow {
   index: number;
@@ -63,8 +78,19 @@ export function brokenCounts(result: LoadResult): Record<string, number> {
 function text(value: unknown): string | null {
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || typeof value === 'bigint') return String(value);
-  // Parquet strings written without the UTF-8 annotation arrive as bytes.
+  // Parquet strings written without the UTF-8 annotation arrive as bytes (checked by notUtf8 first).
   if (value instanceof Uint8Array) return new TextDecoder().decode(value);
+  return null;
+}
+
+/** The first mapped text column whose cell is bytes that are not UTF-8 (Latin-1, say), described; null when none is. */
+function notUtf8(record: Record<string, unknown>, mapping: ColumnMapping): string | null {
+  for (const key of [mapping.prompt_key, mapping.answer_key, mapping.id_key, mapping.answer_type_key]) {
+    const v = key === undefined ? undefined : record[key];
+    if (!(v instanceof Uint8Array)) continue;
+    const at = firstInvalidUtf8(v);
+    if (at >= 0) return `column '${key}' is not valid UTF-8 at byte offset ${at} of its cell (0x${v[at].toString(16).padStart(2, '0')}; Latin-1 or another legacy encoding?)`;
+  }
   return null;
 }
 
@@ -82,6 +108,11 @@ export async function buildRows(records: readonly (Record<string, unknown> | Inv
     }
     if (typeof record !== 'object' || record === null || Array.isArray(record)) {
       result.broken.push({ index, reason: 'invalid row', detail: `row is ${Array.isArray(record) ? 'an array' : typeof record}, not an object` });
+      continue;
+    }
+    const badText = notUtf8(record, mapping);
+    if (badText) {
+      result.broken.push({ index, reason: 'invalid row', detail: badText });
       continue;
     }
     const id = (mapping.id_key ? text(record[mapping.id_key]) : null) ?? `row-${index}`;
@@ -114,18 +145,13 @@ export async function buildRows(records: readonly (Record<string, unknown> | Inv
     }
 
     const images: RgbaImage[] = [];
+    const encoded: EncodedImage[] = [];
     let failure: CellError | null = null;
-    for (const entry of entries) {
+    for (const [k, entry] of entries.entries()) {
       try {
-        const bytes = await imageBytes(entry, options.folder);
-        let image: RgbaImage;
-        try {
-          image = await options.decoder.decode(bytes);
-        } catch (e) {
-          const kind = sniffImageType(bytes) ?? 'unknown format';
-          throw new CellError('undecodable image', `${bytes.length} bytes (${kind}): ${(e as Error).message}`);
-        }
-        images.push(options.resize ? resizeArea(image, options.resize.width, options.resize.height) : image);
+        const image = await loadImage(entry, options, `${options.source ?? 'data set'} row ${index} image ${k}`);
+        if ('bytes' in image) encoded.push(image);
+        else images.push(image);
       } catch (e) {
         if (!(e instanceof CellError)) throw e;
         failure = e;
@@ -142,10 +168,37 @@ export async function buildRows(records: readonly (Record<string, unknown> | Inv
     for (const [key, value] of Object.entries(record)) if (!used.has(key)) meta[key] = value;
     if (rawAnswer !== answer) meta.answer_raw = rawAnswer;
     const row: DatasetRow = { id, images, question, answer, meta };
+    if (options.lazy) row.encoded = encoded;
     const answerType = mapping.answer_type_key ? text(record[mapping.answer_type_key]) : null;
     if (answerType) row.answer_type = answerType;
     if (mapping.system_prompt) row.system_prompt = mapping.system_prompt;
     result.rows.push(row);
   }
   return result;
+}
+
+/**
+ * One image entry: its size read from the header and checked against the limits before any
+ * decoding (a decompression bomb never reaches the decoder), then kept encoded (lazy) or decoded,
+ * down-scaled to max_pixels while decoding.
+ */
+async function loadImage(entry: unknown, options: BuildOptions, source: string): Promise<RgbaImage | EncodedImage> {
+  const limits = options.limits ?? DECODE_LIMITS;
+  const bytes = await imageBytes(entry, options.folder);
+  const kind = sniffImageType(bytes);
+  const size = imageHeaderSize(bytes);
+  if (!size) throw new CellError('undecodable image', `${bytes.length} bytes (${kind ?? 'unknown format'}): no readable ${kind ? `${kind} header` : 'PNG, JPEG, GIF, WebP or BMP signature'}`);
+  const problem = imageSizeProblem(size, limits);
+  if (problem) throw new CellError(problem.reason, problem.detail);
+  const damaged = imageStructureProblem(bytes);
+  if (damaged) throw new CellError('undecodable image', `${bytes.length} bytes: ${damaged}`);
+  // A copy: the bytes may be a view into a whole parquet page or file.
+  if (options.lazy) return { bytes: bytes.slice(), width: size.width, height: size.height, source };
+  let image: RgbaImage;
+  try {
+    image = await options.decoder.decode(bytes, { maxPixels: limits.maxPixels });
+  } catch (e) {
+    throw new CellError('undecodable image', `${bytes.length} bytes (${kind}): ${(e as Error).message}`);
+  }
+  return options.resize ? resizeArea(image, options.resize.width, options.resize.height) : image;
 }

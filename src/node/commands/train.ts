@@ -28,13 +28,19 @@
 // Checkpoints go to DIR (default runs/<timestamp>) in the format of src/rl/checkpoint.ts:
 // DIR/step-NNNNNNNN/{checkpoint.json,tensors.safetensors}, each written to a temporary folder and
 // renamed, then DIR/latest (the current folder's name) replaced by rename, so an interrupted write
-// leaves the previous checkpoint current. DIR/engine.json keeps the engine config for --resume.
-// (Runs of earlier versions kept their "data" entry in DIR/data.json; --resume still reads it.)
-import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+// leaves the previous checkpoint current. DIR/engine.json keeps the engine config for --resume, and
+// DIR/data.json records the data the run trains on (src/node/dataRecord.ts: the dataset with absolute
+// paths, the file's size, a hash of the rows): --resume refuses a change (or a missing data.json)
+// unless --allow-data-change. (Runs of earlier versions kept their "data" entry itself in
+// DIR/data.json; --resume still reads it, with --allow-data-change.)
+import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve as absolute } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { loadHubDataset, loadJsonText, loadParquet } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
+import { decodingPromptSource } from '../../data/encodedImages';
+import { QWEN3_VL_IMAGE_LIMITS } from '../../data/image';
+import { DataFileError, utf8Text } from '../../data/loaders/errors';
 import { sharpDecoder } from '../../data/node/sharpDecoder';
 import type { DatasetRow } from '../../data/types';
 import type { Gpu } from '../../gpu';
@@ -43,7 +49,7 @@ import { createNodeSandbox } from '../../rewards/sandboxNode';
 import { hubFiles } from '../../model/hub';
 import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
-import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
+import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
 import { defaultEngineConfig, EngineConfigError, resolveEngineConfig, usesTensorCores, type EngineConfig } from '../../rl/engineConfig';
 import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
@@ -53,9 +59,10 @@ import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
+import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products f32|int8|int8-1limb|int8-row] [--vision-products f32|int8] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products f32|int8|int8-1limb|int8-row] [--vision-products f32|int8] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -76,8 +83,14 @@ export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<st
 export async function readCheckpointDir(dir: string): Promise<Checkpoint | null> {
   const latest = join(dir, 'latest');
   if (!existsSync(latest)) return null;
-  const folder = join(dir, readFileSync(latest, 'utf8').trim());
-  return decodeCheckpoint(readFileSync(join(folder, 'checkpoint.json'), 'utf8'), readFileSync(join(folder, 'tensors.safetensors')));
+  const name = readFileSync(latest, 'utf8').trim();
+  // Only a folder this command writes: never a path elsewhere.
+  if (!/^step-\d{8}$/.test(name)) throw new CheckpointError(`${absolute(latest)} names ${JSON.stringify(name.slice(0, 80))}, not a step-NNNNNNNN folder of the run`);
+  const folder = join(dir, name);
+  const files = ['checkpoint.json', 'tensors.safetensors'].map((f) => join(folder, f));
+  const missing = files.filter((f) => !existsSync(f));
+  if (missing.length > 0) throw new CheckpointError(`${absolute(latest)} names ${name}, but ${missing.map((f) => absolute(f)).join(' and ')} ${missing.length > 1 ? 'are' : 'is'} missing`);
+  return decodeCheckpoint(readFileSync(files[0], 'utf8'), readFileSync(files[1]));
 }
 
 export interface TrainRunOptions {
@@ -91,6 +104,8 @@ export interface TrainRunOptions {
   sandbox?: CustomRewardEvaluator;
   /** How the engine runs it (micro_batch_tokens; the products are the policy factory's). Default defaultEngineConfig(). */
   engine?: EngineConfig;
+  /** Resume even when the data differs from what DIR/data.json records (or it is missing), and record the new data. */
+  allowDataChange?: boolean;
   log: (line: string) => void;
   warn: (line: string) => void;
 }
@@ -99,6 +114,8 @@ export interface TrainRunOptions {
 export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunOptions): Promise<{ state: string; config: TrainConfig }> {
   const resumeFrom = o.resume ? await readCheckpointDir(o.outDir) : null;
   if (o.resume && !resumeFrom) throw new Error(`--resume ${o.outDir}: no checkpoint there (no ${join(o.outDir, 'latest')})`);
+  const before = o.resume ? readDataRecord(o.outDir) : null;
+  if (o.resume && !before && !o.allowDataChange) throw new DataProvenanceError(`${absolute(join(o.outDir, DATA_RECORD_FILE))} is missing: the data the run trained on is unknown`);
   const input = resumeFrom ? { ...resumeFrom.meta.config } : { ...o.config };
   if (o.steps !== undefined) input.max_steps = o.steps;
   const resolved = resolveConfig(input);
@@ -108,11 +125,17 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
   for (const w of warnings) o.warn(`warning: ${w}`);
   mkdirSync(o.outDir, { recursive: true });
   const { policy, data } = await openPolicy(gpu, config);
+  const now = dataRecordOf(data.rows, config.dataset);
+  const changed = before ? dataDifference(o.outDir, before, now) : o.resume ? `${DATA_RECORD_FILE} is missing` : null;
+  if (changed && !o.allowDataChange) throw new DataProvenanceError(changed);
+  if (changed) o.warn(`warning: resuming on other data (${changed}): the data order starts a new pass`);
+  if (!before || changed) writeDataRecord(o.outDir, now);
   const onEvent = (e: TrainerEvent) => {
     if (e.type === 'step') {
       const line = JSON.stringify(e.metrics, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v));
       o.log(line);
       if (o.metricsFile) appendFileSync(o.metricsFile, `${line}\n`);
+      for (const w of e.metrics.warnings ?? []) o.warn(`warning: step ${e.metrics.step}: ${w}`);
     } else if (e.type === 'warning') o.warn(`warning: ${e.message}`);
     else if (e.type === 'checkpoint') o.warn(`checkpoint at step ${e.step} (${e.reason}) in ${o.outDir}`);
   };
@@ -128,6 +151,7 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
     onEvent,
     saveCheckpoint: async (c) => void (await writeCheckpointDir(o.outDir, c)),
     resume: resumeFrom ?? undefined,
+    newData: changed !== null,
   });
   // Ctrl-C ends the step in flight cleanly: rolled back, checkpointed, stopped.
   const onSignal = () => trainer.stop();
@@ -150,9 +174,11 @@ export function modelFilesAt(pathOrRepo: string): ModelFiles {
   throw new Error(`model_name_or_path '${pathOrRepo}' is neither a local folder nor a hub id`);
 }
 
-/** The rows of a file or hub dataset; broken rows are warned about (the first five), none usable is an error. */
+/** The rows of a file or hub dataset, images kept encoded (decoded when a batch needs them) and
+ * checked against the processor's limits at load; broken rows are warned about (the first five),
+ * none usable is an error. */
 export async function loadDatasetRows(d: FileDatasetSettings | HubDatasetSettings, warn: (line: string) => void): Promise<DatasetRow[]> {
-  const options = { decoder: sharpDecoder, mapping: d.mapping ?? undefined, limit: d.limit ?? undefined, numericOnly: d.numeric_only };
+  const options = { decoder: sharpDecoder, lazy: true, limits: QWEN3_VL_IMAGE_LIMITS, mapping: d.mapping ?? undefined, limit: d.limit ?? undefined, numericOnly: d.numeric_only };
   let where: string;
   let result;
   if (d.kind === 'hub') {
@@ -160,11 +186,14 @@ export async function loadDatasetRows(d: FileDatasetSettings | HubDatasetSetting
     result = await loadHubDataset(d.repo_id, { config: d.config, split: d.split }, { ...options, token: process.env.HF_TOKEN, endpoint: process.env.HF_ENDPOINT });
   } else {
     where = d.path;
-    if (!existsSync(d.path)) throw new Error(`dataset.path: no file ${d.path}`);
+    if (!existsSync(d.path)) throw new DataFileError(d.path, 'no such file (dataset.path)');
+    if (statSync(d.path).isDirectory()) throw new DataFileError(d.path, 'is a folder; dataset.path names a parquet, JSON or JSONL file (images go in dataset.image_folder)');
+    if (d.image_folder !== null && !(existsSync(d.image_folder) && statSync(d.image_folder).isDirectory())) throw new DataFileError(d.image_folder, 'is not a folder (dataset.image_folder)');
     const folder = d.image_folder === null ? undefined : await folderFromDirectory(d.image_folder);
     const format = d.format ?? (/\.parquet$/i.test(d.path) ? 'parquet' : /\.(jsonl|ndjson)$/i.test(d.path) ? 'jsonl' : /\.json$/i.test(d.path) ? 'json' : null);
     if (format === null) throw new Error(`dataset.path ${d.path}: not a .parquet, .json, .jsonl or .ndjson file; set dataset.format`);
-    result = format === 'parquet' ? await loadParquet(await parquetFromPath(d.path), { ...options, folder }) : await loadJsonText(readFileSync(d.path, 'utf8'), format, { ...options, folder });
+    const named = { ...options, folder, source: d.path };
+    result = format === 'parquet' ? await loadParquet(await parquetFromPath(d.path), named) : await loadJsonText(utf8Text(d.path, readFileSync(d.path)), format, named);
   }
   for (const b of result.broken.slice(0, 5)) warn(`warning: ${where} row ${b.index}: ${b.reason} (${b.detail})`);
   if (result.broken.length > 5) warn(`warning: ${where}: ${result.broken.length} broken rows in all`);
@@ -185,7 +214,7 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
     const engine = opts.engine ?? defaultEngineConfig();
     const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products: engine.products, visionProducts: engine.vision_products });
     session.attachLora(config.lora);
-    return { policy: session.policy, data: session.promptSource(rows) };
+    return { policy: session.policy, data: decodingPromptSource(session.promptSource(rows), sharpDecoder) };
   };
 }
 
@@ -259,18 +288,20 @@ export async function run(args: CliArgs): Promise<void> {
   if (resumeDir !== undefined && existsSync(engineFile)) engineInput = readConfigFile(engineFile);
   const engine = engineFromArgs(args, engineInput);
   if (args.bool('demo') && usesTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
+  const allowDataChange = args.bool('allow-data-change');
+  if (allowDataChange && resumeDir === undefined) throw new Error('--allow-data-change goes with --resume');
   if (resumeDir === undefined) {
     mkdirSync(outDir, { recursive: true });
     writeFileSync(engineFile, `${JSON.stringify(engine)}\n`);
   }
   const warn = (line: string) => console.error(line);
-  // A run of an earlier version kept its file source in DIR/data.json, beside a synthetic `dataset`.
-  const legacyDataFile = join(outDir, 'data.json');
+  // A run of an earlier version kept its file source itself in DIR/data.json, beside a synthetic `dataset`.
+  const legacy = resumeDir === undefined ? undefined : readDataRecord(resumeDir)?.legacy;
   let rows: DatasetRow[] | undefined;
-  if (resumeDir !== undefined && existsSync(legacyDataFile)) {
-    const { config: legacy } = resolveConfig({ data: readConfigFile(legacyDataFile) });
-    warn(`warning: reading the data set from ${legacyDataFile} (a run of an earlier version)`);
-    rows = await datasetRows(legacy.dataset, warn);
+  if (legacy) {
+    const { config: old } = resolveConfig({ data: legacy });
+    warn(`warning: reading the data set from ${join(outDir, DATA_RECORD_FILE)} (a run of an earlier version)`);
+    rows = await datasetRows(old.dataset, warn);
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
   const gpu = await createNodeGpu({ driver: args.optStr('driver'), dawnFlags: usesTensorCores(engine) ? ['enable-dawn-features=allow_unsafe_apis'] : [] });
@@ -287,6 +318,7 @@ export async function run(args: CliArgs): Promise<void> {
     metricsFile: args.optStr('metrics'),
     outDir,
     resume: resumeDir !== undefined,
+    allowDataChange,
     sandbox: createNodeSandbox(),
     engine,
     log: (line) => console.log(line),
