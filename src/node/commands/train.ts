@@ -26,6 +26,8 @@
 // DIR/step-NNNNNNNN/{checkpoint.json,tensors.safetensors}, each written to a temporary folder and
 // renamed, then DIR/latest (the current folder's name) replaced by rename, so an interrupted write
 // leaves the previous checkpoint current. DIR/data.json keeps the "data" entry for --resume.
+// Beside each checkpoint, step-NNNNNNNN/adapter/ holds its LoRA in PEFT's format, and DIR/adapter/
+// the latest one (at the end, the run's result): adapter_model.safetensors + adapter_config.json.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
@@ -46,6 +48,7 @@ import { Trainer, type TrainerEvent } from '../../rl/trainer';
 import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
+import { writeCheckpointAdapters } from '../adapterDir';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 
 export const summary =
@@ -123,7 +126,8 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
     runId: resumeFrom?.meta.runId ?? `cli-${Date.now().toString(36)}`,
     sandbox: o.sandbox,
     onEvent,
-    saveCheckpoint: async (c) => void (await writeCheckpointDir(o.outDir, c)),
+    // Each checkpoint also as a PEFT adapter folder beside it and in the run folder (src/node/adapterDir.ts).
+    saveCheckpoint: async (c) => writeCheckpointAdapters(o.outDir, await writeCheckpointDir(o.outDir, c), c),
     resume: resumeFrom ?? undefined,
   });
   // Ctrl-C ends the step in flight cleanly: rolled back, checkpointed, stopped.
