@@ -123,7 +123,7 @@ print(json.dumps({"dicts": dicts, "calls": calls}))
       learning_rate: 2e-4, num_generations: 4, steps_per_generation: 4, epsilon_high: 0.28, importance_sampling_level: 'sequence',
       reward_weights: [0.3, 1, 0.5, 2, 0.1], vllm_importance_sampling_correction: true, vllm_importance_sampling_mode: 'token_truncate', vllm_importance_sampling_clip_max: 2,
     });
-    expect(kw.dicts.TRAINING_ARGUMENTS).toMatchObject({ per_device_train_batch_size: 8, gradient_accumulation_steps: 2, max_steps: 30, warmup_ratio: 0.1, max_grad_norm: 0, save_strategy: 'no' });
+    expect(kw.dicts.TRAINING_ARGUMENTS).toMatchObject({ per_device_train_batch_size: 8, gradient_accumulation_steps: 2, max_steps: 30, warmup_steps: 3, max_grad_norm: 0, save_strategy: 'no' });
     expect(readFileSync(join(out, 'train.py'), 'utf8')).toContain('r=4,\n    lora_alpha=8,');
     expect(readFileSync(join(out, 'README.md'), 'utf8')).toMatch(/`length` \(weight 0\.1\): \*\*custom JavaScript: not ported\*\*/);
     expect(readFileSync(join(out, 'adapter', 'adapter_config.json'), 'utf8')).toEqual(readFileSync('test/fixtures/tiny/tiny-a/lora/adapter_config.json', 'utf8'));

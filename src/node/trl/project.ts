@@ -4,6 +4,7 @@
 // README. Which of our fields go where, and which have no TRL counterpart, is `trlFields`.
 import { LORA_TARGETS, type TrainConfig } from '../../rl/config';
 import { isBuiltinName, type RewardTerm } from '../../rewards/registry';
+import { scheduleOf } from '../../rl/schedule';
 
 /**
  * GRPOConfig's own fields that the export writes (each must be a field of TRL's grpo_config.py;
@@ -56,7 +57,8 @@ export function trlFields(c: TrainConfig): TrlFields {
     gradient_accumulation_steps: c.gradient_accumulation_steps,
     max_steps: c.max_steps,
     lr_scheduler_type: c.lr_scheduler_type,
-    ...(c.warmup_steps > 0 ? { warmup_steps: c.warmup_steps } : c.warmup_ratio > 0 ? { warmup_ratio: c.warmup_ratio } : {}),
+    // As steps (ours and transformers' rule for a ratio): transformers deprecates warmup_ratio.
+    ...(scheduleOf(c).warmup > 0 ? { warmup_steps: scheduleOf(c).warmup } : {}),
     adam_beta1: c.adam_beta1,
     adam_beta2: c.adam_beta2,
     adam_epsilon: c.adam_epsilon,
