@@ -63,6 +63,17 @@ describe('merge command', () => {
     expect(l.code, l.stderr).toBe(0);
     const t = (await readAllTensors(await nodeFileSource(logitsOut))).get('logits')!;
     expectClose(toFloat32(t.bytes, t.info.dtype), withAdapter, { rtol: 0, atol: 1e-5, what: 'logits --adapter vs in process' });
+
+    // generate --adapter: greedy tokens of base + adapter = those of the f32-merged model, not the base's.
+    const greedy = async (model: string, extra: string[] = []) => {
+      const g = await runCli(['generate', '--model', model, '--input', refPath('tiny-a', 'image1'), '--quant', 'none', '--max-new-tokens', '12', '--temperature', '0', ...extra]);
+      expect(g.code, g.stderr).toBe(0);
+      return (JSON.parse(g.stdout) as { tokens: number[] }).tokens;
+    };
+    const adapted = await greedy(modelDir('tiny-a'), ['--adapter', ADAPTER]);
+    expect(adapted).toEqual(await greedy(out32));
+    expect(ref.greedy.length).toBeGreaterThanOrEqual(12);
+    expect(adapted).not.toEqual(Array.from(ref.greedy.slice(0, 12))); // transformers' greedy tokens of the base model
   });
 
   it('refuses an existing --out without --overwrite, and an adapter of another shape, naming them', async () => {
