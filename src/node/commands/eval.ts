@@ -108,10 +108,12 @@ function compare(beforePath: string, afterPath: string, json: boolean): void {
     console.log(JSON.stringify({ table: c.table, counts: c.counts, by_task: taskRows, fixed: c.samples.filter((s) => s.change === 'fixed').map((s) => `${s.id}#${s.sample}`), broken: c.samples.filter((s) => s.change === 'broken').map((s) => `${s.id}#${s.sample}`), only_before: c.onlyBefore, only_after: c.onlyAfter }));
     return;
   }
-  const f = (v: number) => (Number.isInteger(v) ? String(v) : v.toFixed(4));
+  // Four decimals; a difference below that (rounding in the sums) prints as 0.
+  const f = (v: number) => (Math.abs(v) < 5e-5 ? 0 : v).toFixed(4);
+  const signed = (v: number) => `${v >= 5e-5 ? '+' : ''}${f(v)}`;
   const lines = [`before: ${beforePath} (${before.label || before.id}, ${before.records.length} samples)`, `after:  ${afterPath} (${after.label || after.id}, ${after.records.length} samples)`, ''];
   lines.push(`${'metric'.padEnd(28)} ${'before'.padStart(9)} ${'after'.padStart(9)} ${'delta'.padStart(9)}`);
-  for (const row of c.table) lines.push(`${row.metric.padEnd(28)} ${f(row.before).padStart(9)} ${f(row.after).padStart(9)} ${(row.delta >= 0 ? '+' : '') + f(row.delta)}`.replace(/ (\S+)$/, (m) => m.padStart(10)));
+  for (const row of c.table) lines.push(`${row.metric.padEnd(28)} ${f(row.before).padStart(9)} ${f(row.after).padStart(9)} ${signed(row.delta).padStart(9)}`);
   lines.push('', `fixed ${c.counts.fixed}, broken ${c.counts.broken}, unchanged ${c.counts.unchanged}`);
   lines.push('', `${'task'.padEnd(16)} ${'fixed'.padStart(6)} ${'broken'.padStart(6)} ${'same'.padStart(6)}  accuracy before -> after`);
   for (const t of taskRows) lines.push(`${t.task.padEnd(16)} ${String(t.fixed).padStart(6)} ${String(t.broken).padStart(6)} ${String(t.unchanged).padStart(6)}  ${f(t.accuracy_before)} -> ${f(t.accuracy_after)}`);
