@@ -14,7 +14,7 @@ import { decodeCheckpoint, tensorNames, type Checkpoint } from '../rl/checkpoint
 /** The folder name of an adapter beside a checkpoint and in a run's folder. */
 export const ADAPTER_DIR = 'adapter';
 
-/** An output folder that already exists, refused without --overwrite. */
+/** An output (folder or file) that already exists, refused without --overwrite. */
 export class OutputExistsError extends Error {
   constructor(readonly path: string) {
     super(`${path} already exists; pass --overwrite to replace it`);
@@ -30,12 +30,15 @@ export class NoCheckpointError extends Error {
   }
 }
 
-/** Refuse an existing `dir` unless `overwrite`, then remove it so the new output replaces it whole. */
-export function claimOutputDir(dir: string, overwrite: boolean): void {
-  if (existsSync(dir)) {
-    if (!overwrite) throw new OutputExistsError(dir);
-    rmSync(dir, { recursive: true, force: true });
-  }
+/** Refuse an existing `path` unless `overwrite`; writers replace it only once the new output is complete. */
+export function checkOutputFree(path: string, overwrite: boolean): void {
+  if (existsSync(path) && !overwrite) throw new OutputExistsError(path);
+}
+
+/** Put the finished folder `tmp` in place of `dir` (whatever was there goes). */
+export function replaceDir(tmp: string, dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
 }
 
 export interface BaseModelName {
@@ -98,8 +101,7 @@ export function writeAdapterDir(dir: string, adapter: PeftAdapter, options: { fo
   writeFileSync(join(tmp, ADAPTER_WEIGHTS_FILE), weights);
   writeFileSync(join(tmp, ADAPTER_CONFIG_FILE), config);
   if (options.note) writeFileSync(join(tmp, 'README.md'), `# LoRA adapter (PEFT)\n\n${options.note}\n`);
-  rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir);
+  replaceDir(tmp, dir);
 }
 
 /**

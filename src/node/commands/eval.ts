@@ -28,7 +28,7 @@ import { openModel } from '../../model/session';
 import { presetTerms, validateTerms, type RewardTerm } from '../../rewards/registry';
 import { createNodeSandbox } from '../../rewards/sandboxNode';
 import type { CliArgs } from '../args';
-import { checkAdapterFits, OutputExistsError, readAdapterDir } from '../adapterDir';
+import { checkAdapterFits, checkOutputFree, readAdapterDir } from '../adapterDir';
 import { DEMO_EVAL_MAX_NEW_TOKENS } from '../demoRun';
 import { createNodeGpu } from '../gpu';
 import { loadFileRows, modelFilesAt } from './train';
@@ -141,7 +141,7 @@ export async function run(args: CliArgs): Promise<void> {
   const dataPath = args.optStr('data');
   if (demo === (dataPath !== undefined)) throw new Error('eval: give exactly one of --data FILE or --demo (or --compare before.json after.json)');
   const out = args.optStr('out');
-  if (out !== undefined && existsSync(out) && !args.bool('overwrite')) throw new OutputExistsError(out);
+  if (out !== undefined) checkOutputFree(out, args.bool('overwrite'));
   const answerFormat = (args.optStr('answer-format') ?? 'solution') as AnswerFormat;
   if (answerFormat !== 'solution' && answerFormat !== 'boxed') throw new Error(`--answer-format must be solution or boxed, got '${answerFormat}'`);
   const terms = rewardTerms(args.optStr('rewards'), answerFormat);

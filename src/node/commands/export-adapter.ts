@@ -1,10 +1,10 @@
-// `npm run cli -- export-adapter --checkpoint DIR --out DIR [--overwrite] [--dtype f32|bf16]`: the
+// `npm run cli -- export-adapter --checkpoint DIR --out DIR [--overwrite] [--dtype f32|bf16] [--force]`: the
 // LoRA of a training checkpoint as a PEFT adapter folder (adapter_model.safetensors +
 // adapter_config.json), as `train` writes beside each checkpoint. --checkpoint is a run folder
-// (its latest checkpoint) or one step-NNNNNNNN folder.
+// (its latest checkpoint) or one step-NNNNNNNN folder. An adapter with an all-zero lora_A or lora_B
+// (untrained) is refused unless --force.
 import type { CliArgs } from '../args';
-import { adapterFromCheckpoint, baseModelName, claimOutputDir, readCheckpointAt, writeAdapterDir } from '../adapterDir';
-import { exportPeft } from '../../adapter/peft';
+import { adapterFromCheckpoint, baseModelName, checkOutputFree, readCheckpointAt, writeAdapterDir } from '../adapterDir';
 
 export const summary = 'a checkpoint\'s LoRA as a PEFT adapter folder (--checkpoint DIR --out DIR [--overwrite])';
 
@@ -14,8 +14,7 @@ export async function run(args: CliArgs): Promise<void> {
   const dtype = (args.optStr('dtype') ?? 'f32').toUpperCase();
   if (dtype !== 'F32' && dtype !== 'BF16') throw new Error(`--dtype must be f32 or bf16, got '${args.optStr('dtype')}'`);
   const adapter = adapterFromCheckpoint(checkpoint);
-  exportPeft(adapter, { force: args.bool('force') }); // refuse an untrained adapter before touching --out
-  claimOutputDir(out, args.bool('overwrite'));
+  checkOutputFree(out, args.bool('overwrite'));
   writeAdapterDir(out, adapter, { force: args.bool('force'), note: baseModelName(checkpoint.meta.config.model_name_or_path).note, dtype });
   console.log(JSON.stringify({ out, step: checkpoint.meta.step, modules: adapter.modules.length, r: adapter.r, lora_alpha: adapter.alpha, base_model_name_or_path: adapter.baseModel }));
 }

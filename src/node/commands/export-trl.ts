@@ -4,7 +4,7 @@
 // vlrl_rewards.py, data/train.parquet in the geo3k layout, accelerate_zero2.yaml, launch.sh,
 // requirements.txt, README.md, run_config.json, and adapter/ when --adapter names one to start from.
 // --demo instead of --config exports the demo's run (its RL rows and settings).
-import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { DEMO_TRAIN_CONFIG, demoRows } from '../../data/demo';
 import type { DatasetRow } from '../../data/types';
@@ -12,7 +12,7 @@ import { readModelConfig } from '../../model/qwen3vl';
 import { configRows } from '../../model/session';
 import { resolveConfig, type TrainConfigInput } from '../../rl/config';
 import type { CliArgs } from '../args';
-import { checkAdapterFits, claimOutputDir, readAdapterDir } from '../adapterDir';
+import { checkAdapterFits, checkOutputFree, readAdapterDir, replaceDir } from '../adapterDir';
 import { geo3kParquet } from '../trl/geo3kParquet';
 import { ACCELERATE_ZERO2, LAUNCH_SH, projectReadme, REQUIREMENTS, rewardsPy, trainPy } from '../trl/project';
 import VLRL_REWARDS_PY from '../trl/vlrl_rewards.py?raw';
@@ -50,14 +50,14 @@ export async function run(args: CliArgs): Promise<void> {
     'run_config.json': `${JSON.stringify(config, null, 2)}\n`,
   };
   const parquet = await geo3kParquet(rows);
-  claimOutputDir(out, args.bool('overwrite'));
+  checkOutputFree(out, args.bool('overwrite'));
   const tmp = join(dirname(out), `.${basename(out)}.tmp`);
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(join(tmp, 'data'), { recursive: true });
   for (const [name, text] of Object.entries(files)) writeFileSync(join(tmp, name), text, { mode: name.endsWith('.sh') ? 0o755 : 0o644 });
   writeFileSync(join(tmp, 'data', 'train.parquet'), new Uint8Array(parquet));
   if (adapterDir !== undefined) cpSync(adapterDir, join(tmp, 'adapter'), { recursive: true });
-  renameSync(tmp, out);
+  replaceDir(tmp, out);
   const custom = config.rewards.filter((t) => t.source !== undefined).map((t) => t.name);
   console.log(JSON.stringify({ out, rows: rows.length, files: [...Object.keys(files), 'data/train.parquet', ...(adapterDir ? ['adapter/'] : [])], custom_rewards_to_port: custom }));
   if (custom.length) warn(`export-trl: custom reward term(s) ${custom.join(', ')} raise NotImplementedError in ${join(out, 'rewards.py')} until ported to Python`);

@@ -5,13 +5,13 @@
 // (src/adapter/mergeModel.ts; --dtype f32|bf16|f16 writes the merged weights in another) and
 // model.safetensors.index.json. The folder is built under a
 // temporary name and renamed, so an interrupted merge leaves no half model under --out.
-import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { DEFAULT_MAX_SHARD_BYTES, INDEX_FILE, mergedShards, planMerge } from '../../adapter/mergeModel';
 import { readModelConfig } from '../../model/qwen3vl';
 import { openCheckpoint } from '../../model/safetensors';
 import type { CliArgs } from '../args';
-import { checkAdapterFits, claimOutputDir, readAdapterDir } from '../adapterDir';
+import { checkAdapterFits, checkOutputFree, readAdapterDir, replaceDir } from '../adapterDir';
 import { modelFilesAt } from './train';
 
 export const summary = 'a PEFT adapter merged into the base model, as a Hugging Face folder (--model M --adapter DIR --out DIR [--overwrite] [--dtype f32|bf16|f16])';
@@ -45,7 +45,7 @@ export async function run(args: CliArgs): Promise<void> {
   checkAdapterFits(adapter, config, { engine: false });
   const checkpoint = await openCheckpoint(files);
   const plan = planMerge(checkpoint, adapter, maxShard);
-  claimOutputDir(out, overwrite);
+  checkOutputFree(out, overwrite);
 
   const tmp = join(dirname(out), `.${basename(out)}.tmp`);
   rmSync(tmp, { recursive: true, force: true });
@@ -62,6 +62,6 @@ export async function run(args: CliArgs): Promise<void> {
     console.error(`wrote ${shard.file}`);
   }
   writeFileSync(join(tmp, INDEX_FILE), plan.index);
-  renameSync(tmp, out);
+  replaceDir(tmp, out);
   console.log(JSON.stringify({ out, merged: plan.merged.size, shards: plan.shards.map((s) => s.file), copied }));
 }
