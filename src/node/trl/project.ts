@@ -17,7 +17,7 @@ export type TrainingArgumentFields = Record<string, unknown>;
 export interface TrlFields {
   grpo: GrpoFields;
   trainingArguments: TrainingArgumentFields;
-  /** Our fields with no TRL counterpart, with what became of them. */
+  /** Our fields that are not GRPOConfig fields, with what became of them. */
   notCarried: { field: string; why: string }[];
 }
 
@@ -74,7 +74,7 @@ export function trlFields(c: TrainConfig): TrlFields {
     grpo,
     trainingArguments,
     notCarried: [
-      { field: 'max_prompt_length', why: `${c.max_prompt_length ?? 'null'} here; TRL's GRPOConfig has no prompt-length limit (long prompts are not skipped)` },
+      { field: 'max_prompt_length', why: `${c.max_prompt_length ?? 'null'} here; not carried: TRL's GRPOConfig has no prompt-length limit (long prompts are not skipped)` },
       { field: 'model_name_or_path', why: 'MODEL in train.py' },
       { field: 'dataset', why: 'the rows, written to data/train.parquet' },
       { field: 'system_prompt', why: 'SYSTEM_PROMPT in train.py, put before each prompt' },
@@ -327,7 +327,7 @@ one GPU. To keep the run's step size, divide \`gradient_accumulation_steps\` or
 ## Reward terms
 ${c.rewards.map((t) => `- \`${rewardFunctionName(t)}\` (weight ${t.weight}): ${t.source !== undefined ? '**custom JavaScript: not ported**; it raises NotImplementedError until you write it in Python' : `vlrl's \`${t.builtin ?? t.name}\`${t.params ? ` with ${JSON.stringify(t.params)}` : ''}`}`).join('\n')}
 ${custom.length ? `\nPort ${custom.map((t) => `\`${rewardFunctionName(t)}\``).join(', ')} before training: its JavaScript source is in a comment above the function in \`rewards.py\`.\n` : ''}
-## What TRL does not take
+## The config's fields outside GRPOConfig
 ${notCarried.map((n) => `- \`${n.field}\`: ${n.why}`).join('\n')}
 - The engine's own settings (4-bit base weights, tensor cores) have no counterpart: TRL trains the bf16 model.
 `;
