@@ -72,6 +72,23 @@ describe('adapter folders of a training run', () => {
     expect(existsSync(join(dir, 'x'))).toBe(false);
   });
 
+  it('export-adapter refuses an untrained adapter (B all zeros) unless --force', async () => {
+    const gpu = await testGpu();
+    const dir = mkdtempSync(join(tmpdir(), 'vlrl-adapter-'));
+    const out = join(dir, 'run');
+    const config = { num_generations: 4, per_device_train_batch_size: 4, max_completion_length: 7, learning_rate: 0, lr_scheduler_type: 'constant' as const, max_steps: 1, save_steps: 1, lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj' as const] } };
+    const open = async () => ({ policy: await ToyPolicy.create(gpu, { r: 2, alpha: 4 }), data: toyPrompts() });
+    await trainRun(gpu, open, { config, outDir: out, resume: false, log: () => undefined, warn: () => undefined });
+    expect((await importPeft(nodeDirFiles(join(out, 'adapter')))).modules[0].B.every((v) => v === 0)).toBe(true); // train keeps it as it is
+    const refused = await runCli(['export-adapter', '--checkpoint', out, '--out', join(dir, 'a')]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('lora_B is all zeros in 1 module(s) (toy.logits)');
+    expect(refused.stderr).toContain('pass --force to export it anyway');
+    expect(existsSync(join(dir, 'a'))).toBe(false);
+    const forced = await runCli(['export-adapter', '--checkpoint', out, '--out', join(dir, 'a'), '--force']);
+    expect(forced.code, forced.stderr).toBe(0);
+  });
+
   it('names the base model loadably: a hub id as it is, a folder by its path, the demo with a note', () => {
     expect(baseModelName('Qwen/Qwen3-VL-2B-Instruct')).toEqual({ name: 'Qwen/Qwen3-VL-2B-Instruct', note: null });
     expect(baseModelName('test/fixtures/tiny/tiny-b')).toEqual({ name: resolve('test/fixtures/tiny/tiny-b'), note: null });

@@ -3,6 +3,7 @@
 // adapter_config.json), as `train` writes beside each checkpoint. --checkpoint is a run folder
 // (its latest checkpoint) or one step-NNNNNNNN folder. An adapter with an all-zero lora_A or lora_B
 // (untrained) is refused unless --force.
+import { UntrainedAdapterError } from '../../adapter/peft';
 import type { CliArgs } from '../args';
 import { adapterFromCheckpoint, baseModelName, checkOutputFree, readCheckpointAt, writeAdapterDir } from '../adapterDir';
 
@@ -15,6 +16,11 @@ export async function run(args: CliArgs): Promise<void> {
   if (dtype !== 'F32' && dtype !== 'BF16') throw new Error(`--dtype must be f32 or bf16, got '${args.optStr('dtype')}'`);
   const adapter = adapterFromCheckpoint(checkpoint);
   checkOutputFree(out, args.bool('overwrite'));
-  writeAdapterDir(out, adapter, { force: args.bool('force'), note: baseModelName(checkpoint.meta.config.model_name_or_path).note, dtype });
+  try {
+    writeAdapterDir(out, adapter, { force: args.bool('force'), note: baseModelName(checkpoint.meta.config.model_name_or_path).note, dtype });
+  } catch (e) {
+    if (e instanceof UntrainedAdapterError) throw new Error(e.message.replace('pass force: true', 'pass --force'));
+    throw e;
+  }
   console.log(JSON.stringify({ out, step: checkpoint.meta.step, modules: adapter.modules.length, r: adapter.r, lora_alpha: adapter.alpha, base_model_name_or_path: adapter.baseModel }));
 }
