@@ -12,7 +12,7 @@ async function main(argv: string[]): Promise<void> {
   const [name, ...rest] = argv;
   if (!name || name === '--help' || name === 'help') {
     const lines = await Promise.all(
-      commandNames().map(async (n) => `  ${n.padEnd(10)} ${(await COMMANDS[`./commands/${n}.ts`]()).summary}`),
+      commandNames().map(async (n) => `  ${n.padEnd(14)} ${(await COMMANDS[`./commands/${n}.ts`]()).summary}`),
     );
     console.log(`usage: npm run cli -- <command> [flags]\n\ncommands:\n${lines.join('\n')}`);
     return;

@@ -93,7 +93,7 @@ describe('train command (checkpoint folder, metrics lines)', () => {
     expect(first.state).toBe('finished');
     expect(lines.map((l) => JSON.parse(l).step)).toEqual([1, 2, 3]);
     expect(readFileSync(metricsFile, 'utf8').trim().split('\n')).toEqual(lines);
-    expect(readdirSync(join(dir, 'a')).sort()).toEqual(['data.json', 'latest', 'step-00000002', 'step-00000003']);
+    expect(readdirSync(join(dir, 'a')).sort()).toEqual(['adapter', 'data.json', 'latest', 'step-00000002', 'step-00000003']);
     const saved = (await readCheckpointDir(join(dir, 'a')))!;
     expect(saved.meta.step).toBe(3);
     expect(saved.meta.config.max_steps).toBe(3);
@@ -150,10 +150,10 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
       expect(m.grad_norm).toBeGreaterThan(0);
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
-    expect(readdirSync(out).sort()).toEqual(['data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
+    expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
     const engine = { products: 'f32', vision_products: 'f32', micro_batch_tokens: 2048 };
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
-    expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['checkpoint.json', 'tensors.safetensors']);
+    expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['adapter', 'checkpoint.json', 'tensors.safetensors']);
     const saved = (await readCheckpointDir(out))!;
     expect(saved.meta.step).toBe(2);
     expect(saved.meta.adapters).toHaveLength(3 * 7);

@@ -1,5 +1,7 @@
 // `npm run cli -- generate --model DIR --input FILE [--quant q4|none] --max-new-tokens N
-//  --temperature T [--top-p P] [--top-k K] [--num-samples G] [--seed S] [--driver ...]`.
+//  --temperature T [--top-p P] [--top-k K] [--num-samples G] [--seed S] [--adapter DIR] [--driver ...]`.
+// --adapter DIR: a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors) applied on
+// the model as the trainer applies its own (src/node/adapterDir.ts checks that it fits).
 // Prints one JSON line: {"tokens", "text", "logprobs", "terminated"}, each a value for one sample,
 // or a list with one value per sample when G > 1. "text" is null when the model folder has no
 // tokenizer. Stops at the config's eos ids (config.json and generation_config.json).
@@ -9,18 +11,26 @@ import { Qwen3VL, splitImages } from '../../model/qwen3vl';
 import { nodeDirFiles } from '../../model/safetensors';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
+import { checkAdapterFits, readAdapterDir } from '../adapterDir';
+import { uploadAdapter } from '../../adapter/upload';
 import { folderTokenizer, readModelInput } from '../modelInput';
 
-export const summary = 'sample a continuation of a prompt (--model DIR --input FILE --max-new-tokens N --temperature T [--num-samples G] [--seed S])';
+export const summary = 'sample a continuation of a prompt (--model DIR --input FILE --max-new-tokens N --temperature T [--num-samples G] [--seed S] [--adapter DIR])';
 
-/** The model of --model DIR at --quant (default q4). */
-export async function loadCliModel(gpu: Gpu, args: CliArgs): Promise<{ model: Qwen3VL; dir: string }> {
+/** The model of --model DIR at --quant (default q4), with --adapter DIR's LoRA attached when given. */
+export async function loadCliModel(gpu: Gpu, args: CliArgs): Promise<{ model: Qwen3VL; dir: string; adapter: boolean }> {
   const dir = args.str('model');
   const quant = args.optStr('quant') ?? 'q4';
   if (quant !== 'q4' && quant !== 'none') throw new Error(`--quant must be 'none' or 'q4', got '${quant}'`);
   const samples = Math.max(1, args.num('num-samples', 1));
+  const adapterDir = args.optStr('adapter');
+  const adapter = adapterDir === undefined ? null : await readAdapterDir(adapterDir); // a bad folder fails before the model loads
   const model = await Qwen3VL.load(gpu, nodeDirFiles(dir), { quant: quant as Quantization, maxLogitRows: samples });
-  return { model, dir };
+  if (adapter) {
+    checkAdapterFits(adapter, model.config, { engine: true });
+    model.attachLora(uploadAdapter(gpu, adapter, model.config.text.numLayers));
+  }
+  return { model, dir, adapter: adapter !== null };
 }
 
 function integer(args: CliArgs, name: string, fallback?: number, min = 0): number {

@@ -32,13 +32,15 @@
 // DIR/data.json records the data the run trains on (src/node/dataRecord.ts: the dataset with absolute
 // paths, the file's size, a hash of the rows): --resume refuses a change (or a missing data.json)
 // unless --allow-data-change. (Runs of earlier versions kept their "data" entry itself in
-// DIR/data.json; --resume still reads it, with --allow-data-change.)
+// DIR/data.json; --resume still reads it, with --allow-data-change.) Beside each checkpoint,
+// step-NNNNNNNN/adapter/ holds its LoRA in PEFT's format, and DIR/adapter/ the latest one (at the
+// end, the run's result): adapter_model.safetensors + adapter_config.json.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve as absolute } from 'node:path';
 import { DEMO_MODEL_DIR, DEMO_QUICK_CONFIG, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { loadHubDataset, loadJsonText, loadParquet } from '../../data';
 import { folderFromDirectory, parquetFromPath } from '../../data/node/files';
-import { decodingPromptSource } from '../../data/encodedImages';
+import { BrokenImageError, decodeRowImages, decodingPromptSource } from '../../data/encodedImages';
 import { QWEN3_VL_IMAGE_LIMITS } from '../../data/image';
 import { DataFileError, utf8Text } from '../../data/loaders/errors';
 import { sharpDecoder } from '../../data/node/sharpDecoder';
@@ -58,6 +60,7 @@ import { Trainer, type TrainerEvent } from '../../rl/trainer';
 import type { PolicyFactory } from '../../worker/trainerApi';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
+import { writeCheckpointAdapters } from '../adapterDir';
 import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
@@ -149,7 +152,8 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
     sandbox: o.sandbox,
     engine: o.engine,
     onEvent,
-    saveCheckpoint: async (c) => void (await writeCheckpointDir(o.outDir, c)),
+    // Each checkpoint also as a PEFT adapter folder beside it and in the run folder (src/node/adapterDir.ts).
+    saveCheckpoint: async (c) => writeCheckpointAdapters(o.outDir, await writeCheckpointDir(o.outDir, c), c),
     resume: resumeFrom ?? undefined,
     newData: changed !== null,
   });
@@ -206,6 +210,21 @@ export async function datasetRows(d: DatasetSettings, warn: (line: string) => vo
   return d.kind === 'synthetic' ? configRows(d) : loadDatasetRows(d, warn);
 }
 
+/** The dataset's rows with their images decoded (eval and export read pixels); a row whose image
+ * fails to decode is warned about and left out. */
+export async function decodedDatasetRows(d: DatasetSettings, warn: (line: string) => void): Promise<DatasetRow[]> {
+  const out: DatasetRow[] = [];
+  for (const row of await datasetRows(d, warn)) {
+    try {
+      out.push(await decodeRowImages(row, sharpDecoder));
+    } catch (e) {
+      if (!(e instanceof BrokenImageError)) throw e;
+      warn(`warning: row ${row.id} left out: ${e.message}`);
+    }
+  }
+  return out;
+}
+
 /** Qwen3-VL from model_name_or_path with fresh adapters, its products where `engine` says; prompts from `rows`, or the config's dataset. */
 export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly DatasetRow[]; warn: (line: string) => void; engine?: EngineConfig }): PolicyFactory {
   return async (gpu, config) => {
@@ -253,7 +272,7 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
 }
 
 /** A JSON object from `file` (`what` names it in every refusal, e.g. "--config FILE"). */
-function readConfigFile(file: string, what = file): Record<string, unknown> {
+export function readConfigFile(file: string, what = file): Record<string, unknown> {
   let json: unknown;
   try {
     json = JSON.parse(readFileSync(file, 'utf8'));
