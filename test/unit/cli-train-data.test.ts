@@ -47,7 +47,7 @@ describe('npm run cli -- train on a data file with a broken row', () => {
     expect(first.stderr).toMatch(/rows\.jsonl row 2: unusable image size \(image 1x1 is too small/);
     expect(first.code).toBe(0);
     const record = JSON.parse(readFileSync(join(out, 'data.json'), 'utf8'));
-    expect(record).toMatchObject({ spec: { path: rows }, rows: 3 });
+    expect(record).toMatchObject({ dataset: { kind: 'file', path: rows }, rows: 3 });
 
     // Every step of a resume draws rows again; none dies on the refused one.
     const resumed = await runCli(['train', '--resume', out, '--steps', '3']);
