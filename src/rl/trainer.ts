@@ -269,11 +269,15 @@ export class Trainer {
     const tokens = (gs: readonly LiveGroup[]) => gs.reduce((n, g) => n + this.lossMask(g).count, 0);
     switch (base.loss_type) {
       case 'grpo':
+      case 'sapo':
+      case 'luspo':
       case 'dr_grpo':
         return { ...base, gradient_accumulation_steps: ga * micro.length };
       case 'bnpo':
         return { ...base, loss_type: 'dapo', num_items_in_batch: Math.max(tokens(micro), 1) * ga };
       case 'dapo':
+      case 'cispo':
+      case 'vespo':
         return { ...base, num_items_in_batch: tokens(generation) };
     }
   }

@@ -1,0 +1,155 @@
+// TRL's wider loss family on the GPU (cispo, sapo, luspo, vespo, two-sided delta, the off-policy
+// sequence mask, top_entropy_quantile, the entropy bonus) against the vectors of an independent
+// numpy mirror of TRL's formulas (tools/rl_reference.py -> test/fixtures/loss/trl-loss-vectors.json,
+// described in docs/spec/rl-loss-vectors.md), and the kernels' gradient against finite differences
+// of their own loss where no factor is detached.
+import { describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { testGpu } from '../helpers/gpu';
+import { expectClose, finiteDifferences } from '../helpers/reference';
+import { RlLoss, packPlanes, pairsF64, type RlLossResult } from '../../src/ops/rlLoss';
+import { LossConfigError, resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../src/rl/lossConfig';
+import type { Gpu } from '../../src/gpu';
+
+interface FixtureCase {
+  name: string;
+  config: LossConfigInput;
+  on_policy: boolean;
+  with_sampling: boolean;
+  loss: number;
+  grad: number[][];
+  grad_entropy: number[][];
+  metrics: Record<string, number>;
+}
+const FX = JSON.parse(readFileSync('test/fixtures/loss/trl-loss-vectors.json', 'utf8')) as {
+  logps: number[][];
+  old_logps: number[][];
+  ref_logps: number[][];
+  sampling_logps: number[][];
+  mask: number[][];
+  entropy: number[][];
+  rewards: number[];
+  advantages: number[];
+  cases: FixtureCase[];
+};
+const B = FX.logps.length;
+const T = FX.logps[0].length;
+const TOL = { rtol: 1e-6, atol: 1e-8 };
+
+let op: RlLoss | null = null;
+
+async function gpuLoss(gpu: Gpu, c: FixtureCase, logps: ArrayLike<number> = FX.logps.flat()): Promise<RlLossResult> {
+  op ??= await RlLoss.create(gpu);
+  const b = RlLoss.allocate(gpu, B, T);
+  try {
+    const planes: Record<string, ArrayLike<number>> = { logps, ref: FX.ref_logps.flat(), entropy: FX.entropy.flat() };
+    if (!c.on_policy) planes.old = FX.old_logps.flat();
+    if (c.with_sampling) planes.sampling = FX.sampling_logps.flat();
+    gpu.write(b.planes, packPlanes(B, T, planes));
+    gpu.write(b.mask, FX.mask.flat());
+    gpu.write(b.rewards, pairsF64(FX.rewards));
+    const cfg = resolveLossConfig({ max_completion_length: 3, ...c.config, num_generations: 2, scale_rewards: 'group' });
+    const rec = gpu.recorder('rl_loss trl test');
+    op.advantages(rec, b, 2, 'group');
+    op.loss(rec, b, cfg, { old: !c.on_policy, ref: true, sampling: c.with_sampling, entropy: true });
+    await rec.submit();
+    return await RlLoss.read(gpu, b);
+  } finally {
+    RlLoss.release(b);
+  }
+}
+
+describe('rl loss: TRL loss family against the numpy mirror (tools/rl_reference.py)', () => {
+  it('the fixture covers every new loss type and knob', () => {
+    const types = new Set(FX.cases.map((c) => c.config.loss_type));
+    for (const t of ['cispo', 'sapo', 'luspo', 'vespo']) expect(types.has(t as never), t).toBe(true);
+    for (const k of ['delta', 'off_policy_mask_threshold', 'top_entropy_quantile', 'entropy_coef'] as const) {
+      expect(FX.cases.some((c) => c.config[k] !== undefined), k).toBe(true);
+    }
+  });
+
+  for (const c of FX.cases) {
+    it(c.name, async () => {
+      const gpu = await testGpu();
+      const r = await gpuLoss(gpu, c);
+      expectClose(r.advantages, FX.advantages, { ...TOL, what: 'advantages' });
+      expectClose([r.loss], [c.loss], { ...TOL, what: 'loss' });
+      expectClose(r.grad, c.grad.flat(), { rtol: 1e-6, atol: 1e-9, what: 'dLoss/dlogp' });
+      // f32 output: one rounding.
+      expectClose(r.gradEntropy, c.grad_entropy.flat(), { rtol: 1e-6, atol: 1e-9, what: 'dLoss/dentropy' });
+      for (const [k, v] of Object.entries(c.metrics)) expectClose([r.metrics[k]], [v], { ...TOL, what: `metric ${k}` });
+    }, 60_000);
+  }
+
+  // With no detached factor (old log-probs given; clipped and sapo surrogates) the kernel's gradient
+  // must be the derivative of the kernel's own loss.
+  it('the GPU gradient matches central finite differences of the GPU loss', async () => {
+    const gpu = await testGpu();
+    const cases = FX.cases.filter((c) => !c.on_policy && !['cispo', 'vespo'].includes(c.config.loss_type ?? 'dapo')).slice(0, 6);
+    expect(cases.length).toBeGreaterThanOrEqual(5);
+    for (const c of cases) {
+      const x0 = FX.logps.flat();
+      const analytic = (await gpuLoss(gpu, c)).grad;
+      const values = new Map<string, number>();
+      // finiteDifferences is synchronous: evaluate the perturbed points first, then look them up.
+      const eps = 1e-5;
+      for (let k = 0; k < x0.length; k++) {
+        for (const sgn of [1, -1]) {
+          const x = x0.slice();
+          x[k] += sgn * eps;
+          values.set(x.join(','), (await gpuLoss(gpu, c, x)).loss);
+        }
+      }
+      const fd = finiteDifferences((x) => values.get(Array.from(x).join(',')) ?? NaN, x0, { eps });
+      expectClose(fd, analytic, { rtol: 1e-5, atol: 1e-8, what: `finite differences: ${c.name}` });
+    }
+  }, 300_000);
+});
+
+describe('loss config: TRL fields', () => {
+  it('fills TRL defaults for the new fields', () => {
+    const d = resolveLossConfig();
+    expect([d.delta, d.sapo_temperature_pos, d.sapo_temperature_neg, d.vespo_k_pos, d.vespo_lambda_pos, d.vespo_k_neg, d.vespo_lambda_neg]).toEqual([null, 1.0, 1.05, 2.0, 3.0, 3.0, 2.0]);
+    expect([d.off_policy_mask_threshold, d.top_entropy_quantile, d.entropy_coef, d.use_adaptive_entropy]).toEqual([null, 1.0, 0.0, false]);
+    expect([d.entropy_coef_min, d.entropy_coef_max, d.entropy_coef_delta, d.entropy_target, d.multi_objective_aggregation]).toEqual([0.0, 1.0, 0.005, 0.2, 'sum_then_normalize']);
+    expect(d.rollout_correction.mode).toBeNull();
+  });
+
+  it('maps TRL rollout-correction names onto rollout_correction', () => {
+    expect(resolveLossConfig({ vllm_importance_sampling_correction: true }).rollout_correction).toEqual({ mode: 'sequence_mask', clip_max: 3.0, clip_min: null });
+    expect(resolveLossConfig({ vllm_importance_sampling_mode: 'token_truncate', vllm_importance_sampling_clip_max: 2 }).rollout_correction).toEqual({ mode: 'token_truncate', clip_max: 2, clip_min: null });
+    expect(resolveLossConfig({ vllm_importance_sampling_cap: 2.5 }).rollout_correction.clip_max).toBe(2.5);
+    expect(resolveLossConfig({ vllm_importance_sampling_correction: false, vllm_importance_sampling_mode: 'token_mask' }).rollout_correction.mode).toBeNull();
+    expect(() => resolveLossConfig({ vllm_importance_sampling_correction: true, rollout_correction: { mode: 'token_mask' } })).toThrow(/both given/);
+    expect(() => resolveLossConfig({ vllm_importance_sampling_cap: 2, vllm_importance_sampling_clip_max: 3 })).toThrow(/disagrees/);
+    expect(() => resolveLossConfig({ vllm_importance_sampling_mode: 'nope' as never })).toThrow(/vllm_importance_sampling_mode/);
+  });
+
+  it('refuses invalid values with the field named, and luspo forms TRL averages over padding', () => {
+    const bad: [LossConfigInput, RegExp][] = [
+      [{ loss_type: 'ppo' as never }, /loss_type/],
+      [{ delta: 0 }, /delta/],
+      [{ sapo_temperature_neg: 0 }, /sapo_temperature_neg/],
+      [{ vespo_lambda_pos: -1 }, /vespo_lambda_pos/],
+      [{ vespo_k_neg: -1 }, /vespo_k_neg/],
+      [{ off_policy_mask_threshold: NaN }, /off_policy_mask_threshold/],
+      [{ top_entropy_quantile: 1.5 }, /top_entropy_quantile/],
+      [{ entropy_coef_min: 0.5, entropy_coef_max: 0.1 }, /entropy_coef_min/],
+      [{ entropy_coef_delta: -0.1 }, /entropy_coef_delta/],
+      [{ use_adaptive_entropy: 'yes' as never }, /use_adaptive_entropy/],
+      [{ multi_objective_aggregation: 'mean' as never }, /multi_objective_aggregation/],
+      [{ rollout_correction: { mode: 'token_truncate', clip_max: null, clip_min: null } }, /needs clip_max or clip_min/],
+    ];
+    for (const [input, re] of bad) {
+      expect(() => resolveLossConfig(input), JSON.stringify(input)).toThrow(LossConfigError);
+      expect(() => resolveLossConfig(input), JSON.stringify(input)).toThrow(re);
+    }
+    const setup = { batch: 4, tokens: 8, hasOld: true, hasRef: true, hasSampling: true };
+    expect(() => validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'luspo' }), setup)).toThrow(/importance_sampling_level/);
+    expect(() => validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'luspo', importance_sampling_level: 'sequence', beta: 0.1 }), setup)).toThrow(/padding/);
+    expect(validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'luspo', importance_sampling_level: 'sequence' }), setup)).toEqual([]);
+    expect(validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'cispo', delta: 2 }), setup)[0]).toMatch(/no effect/);
+    expect(validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'grpo', delta: 1.1 }), setup)[0]).toMatch(/1 \+ epsilon_high/);
+    expect(validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'cispo', importance_sampling_level: 'sequence' }), setup)[0]).toMatch(/weighting sequences by length/);
+  });
+});
