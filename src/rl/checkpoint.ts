@@ -6,6 +6,7 @@
 //   <name>.lora_A.weight [r, in]     <name>.lora_B.weight [out, r]
 //   <name>.lora_A.weight.exp_avg, .exp_avg_sq, and the same for lora_B (AdamW moments, flat)
 // A checkpoint is taken between optimizer steps: gradients are zero and not stored.
+import type { EntropyControlState } from './entropyControl';
 import { serializeSafetensors, readAllTensors, type ByteSource } from '../model/safetensors';
 import type { TrainConfig } from './config';
 import type { GroupRollout, RolloutSample, StepMetrics } from './metrics';
@@ -54,6 +55,8 @@ export interface CheckpointMeta {
   samples: RolloutSample[];
   /** Adapter names in the policy's order, with their shapes; checked on load. */
   adapters: { name: string; r: number; in: number; out: number }[];
+  /** The entropy bonus's coefficient state (adaptive control); absent in older checkpoints. */
+  entropyControl?: EntropyControlState;
   createdAt: number;
 }
 

@@ -13,8 +13,11 @@ import { DEFAULT_SYSTEM_PROMPT } from '../data/prompt';
 import { SYNTHETIC_TASK_NAMES, type SyntheticTask } from '../data/synthetic';
 import { presetTerms, validateTerms, type RewardTerm } from '../rewards/registry';
 import {
+  DEFAULT_LOSS_CONFIG,
   LossConfigError,
   resolveLossConfig,
+  trainLossFields,
+  type TrainLossFields,
   validateLossSetup,
   type ImportanceSamplingLevel,
   type LossType,
@@ -55,7 +58,8 @@ export interface SyntheticDatasetSettings {
   size: number;
 }
 
-export interface TrainConfig {
+/** The loss fields of TrainLossFields (delta, sapo_*, vespo_*, entropy_*, vllm_importance_sampling_*, ...) are documented in src/rl/lossConfig.ts. */
+export interface TrainConfig extends TrainLossFields {
   // ── model and data ──
   /** Model folder or hub id (TRL ModelConfig `model_name_or_path`). Default: the tiny fixture model. */
   model_name_or_path: string;
@@ -197,6 +201,7 @@ export function defaultConfig(): TrainConfig {
     scale_rewards: 'group',
     mask_truncated_completions: false,
     rollout_correction: { mode: null, clip_max: 3.0, clip_min: null },
+    ...trainLossFields(DEFAULT_LOSS_CONFIG),
     lora: { r: 8, lora_alpha: 16, lora_dropout: 0, target_modules: [...LORA_TARGETS] },
     seed: 42,
     max_steps: 200,
@@ -339,6 +344,7 @@ export function resolveConfig(input: TrainConfigInput = {}): ResolvedConfig {
       num_generations: c.num_generations,
       rollout_correction: c.rollout_correction,
       gradient_accumulation_steps: c.gradient_accumulation_steps,
+      ...trainLossFields(c),
     });
     // The loss checks that concern the configuration alone (a batch of one generation of G).
     warnings.push(

@@ -1,6 +1,7 @@
 // The loss of one group (G completions of one prompt) on the GPU, from the training forward's
-// log-probs and the CPU-side old / reference / sampling log-probs: advantages (from rewards, or
-// given), the GSPO/GRPO loss and its gradient dLoss/dlogp, ready for Policy.backward.
+// log-probs and entropies and the CPU-side old / reference / sampling log-probs: advantages (from
+// rewards, or given), the loss and its gradients dLoss/dlogp and dLoss/dentropy (the entropy
+// bonus), ready for Policy.backward.
 import type { Gpu, Tensor } from '../gpu';
 import { PLANE, RlLoss, pairsF64, splitF64, type RlLossBuffers, type RlLossResult } from '../ops/rlLoss';
 import type { ResolvedLossConfig } from './lossConfig';
@@ -17,12 +18,22 @@ export interface GroupLossArgs {
   /** Rewards of the G completions (advantages computed here), or the advantages themselves. */
   scores: { rewards: readonly number[] } | { advantages: readonly number[] };
   config: ResolvedLossConfig;
+  /** The entropy bonus's coefficient now (adaptive control); default config.entropy_coef. */
+  entropyCoef?: number;
 }
 
 export interface GroupLoss {
   result: RlLossResult;
-  /** `grad` is the f32 [G, maxLen] dLoss/dlogp for Policy.backward; release with RlLoss.release. */
+  /**
+   * `grad` and `gradEntropy` are the f32 [G, maxLen] gradients for Policy.backward (gradEntropy is
+   * all zeros without the entropy bonus); release with RlLoss.release.
+   */
   buffers: RlLossBuffers;
+}
+
+/** Whether the loss differentiates the entropies (the entropy bonus), so the backward needs gradEntropy. */
+export function hasEntropyBonus(cfg: ResolvedLossConfig): boolean {
+  return cfg.entropy_coef !== 0 || cfg.use_adaptive_entropy;
 }
 
 export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise<GroupLoss> {
@@ -31,8 +42,8 @@ export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise
   const n = G * T;
   const b = RlLoss.allocate(gpu, G, T);
   try {
-    // Old, reference and sampling planes from the CPU (df64 pairs); plane 0 is copied on the GPU.
-    const planes = new Float32Array(8 * n);
+    // Old, reference and sampling planes from the CPU (df64 pairs); log-probs and entropies are copied on the GPU.
+    const planes = new Float32Array(b.planes.numel);
     const put = (p: number, v: ArrayLike<number>) => {
       if (v.length !== n) throw new Error(`groupLoss: a log-prob plane has ${v.length} values, expected ${n} (${G} x ${T})`);
       for (let k = 0; k < n; k++) [planes[2 * p * n + k], planes[(2 * p + 1) * n + k]] = splitF64(v[k]);
@@ -48,7 +59,8 @@ export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise
       rl.advantages(rec, b, a.config.num_generations, a.config.scale_rewards);
     } else gpu.write(b.advantages, pairsF64(a.scores.advantages));
     rec.copy(a.fwd.logps as Tensor, b.planes, n * 4, 0, 2 * PLANE.logps * n * 4);
-    rl.loss(rec, b, a.config, { old: a.old !== null, ref: a.ref !== null, sampling: a.sampling !== null });
+    rec.copy(a.fwd.entropy as Tensor, b.planes, n * 4, 0, 2 * PLANE.entropy * n * 4);
+    rl.loss(rec, b, a.config, { old: a.old !== null, ref: a.ref !== null, sampling: a.sampling !== null, entropy: true }, { entropyCoef: a.entropyCoef });
     await rec.submit();
     return { result: await RlLoss.read(gpu, b), buffers: b };
   } catch (e) {

@@ -158,6 +158,40 @@ export const DEFAULT_LOSS_CONFIG: LossConfig = {
   gradient_accumulation_steps: 1,
 };
 
+/**
+ * The loss fields a training config carries as they are (src/rl/config.ts spreads them into
+ * TrainConfig, its defaults and resolveLossConfig's input); documented on LossConfig above.
+ */
+export const TRAIN_LOSS_FIELDS = [
+  'delta',
+  'sapo_temperature_pos',
+  'sapo_temperature_neg',
+  'vespo_k_pos',
+  'vespo_lambda_pos',
+  'vespo_k_neg',
+  'vespo_lambda_neg',
+  'off_policy_mask_threshold',
+  'top_entropy_quantile',
+  'entropy_coef',
+  'use_adaptive_entropy',
+  'entropy_coef_min',
+  'entropy_coef_max',
+  'entropy_coef_delta',
+  'entropy_target',
+  'multi_objective_aggregation',
+  'vllm_importance_sampling_correction',
+  'vllm_importance_sampling_mode',
+  'vllm_importance_sampling_clip_max',
+  'vllm_importance_sampling_clip_min',
+  'vllm_importance_sampling_cap',
+] as const satisfies readonly (keyof LossConfig)[];
+export type TrainLossFields = Pick<LossConfig, (typeof TRAIN_LOSS_FIELDS)[number]>;
+
+/** Those fields of `c` (defaults: `trainLossFields(DEFAULT_LOSS_CONFIG)`). */
+export function trainLossFields(c: TrainLossFields): TrainLossFields {
+  return Object.fromEntries(TRAIN_LOSS_FIELDS.map((k) => [k, c[k]])) as unknown as TrainLossFields;
+}
+
 /** A complete configuration with `epsilon_high` resolved. */
 export interface ResolvedLossConfig extends LossConfig {
   epsilon_high: number;

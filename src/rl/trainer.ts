@@ -19,6 +19,7 @@ import { Lora } from '../ops/lora';
 import { pairsF64, RlLoss } from '../ops/rlLoss';
 import { scoreSamples } from '../rewards/registry';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
+import { EntropyControl } from './entropyControl';
 import { CheckpointError, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
 import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from './microBatch';
@@ -100,6 +101,7 @@ export class Trainer {
   private state: TrainerState = 'idle';
   private request: 'pause' | 'stop' | null = null;
   private wake: (() => void) | null = null;
+  private readonly entropyControl: EntropyControl;
 
   private constructor(
     private readonly o: TrainerOptions,
@@ -109,6 +111,7 @@ export class Trainer {
     this.plan = batchPlan(o.config);
     this.rng = new TrainerRng(o.config.seed);
     this.cursor = { order: [], position: 0 };
+    this.entropyControl = new EntropyControl(o.loss);
   }
 
   static async create(o: TrainerOptions): Promise<Trainer> {
@@ -209,7 +212,11 @@ export class Trainer {
   async trainStep(): Promise<StepMetrics> {
     const { gpu, config: c } = this.o;
     const t0 = performance.now();
-    const lossMetrics = new LossMetrics(c.importance_sampling_level === 'sequence', c.beta > 0);
+    const lossMetrics = new LossMetrics(c.importance_sampling_level === 'sequence', c.beta > 0, {
+      lossType: c.loss_type,
+      entropyBonus: this.entropyControl.enabled,
+      offPolicyMask: c.off_policy_mask_threshold !== null,
+    });
     const generated: GroupRollout[] = [];
     let trainedTokens = 0;
     for (let mb = 0; mb < c.gradient_accumulation_steps; mb++) {
@@ -242,11 +249,13 @@ export class Trainer {
     await rec.submit();
     const [gradNorm] = await gpu.readF32(this.adamw.gradNorm);
     this.step++;
+    this.entropyControl.endStep();
     const stepTime = (performance.now() - t0) / 1000;
     const metrics: StepMetrics = {
       step: this.step,
       ...rolloutMetrics(generated, c.scale_rewards),
       ...lossMetrics.finish(),
+      ...(this.entropyControl.enabled ? { entropy_coef: this.entropyControl.value } : {}),
       grad_norm: gradNorm,
       learning_rate: lr,
       num_tokens: this.numTokens,
@@ -394,7 +403,7 @@ export class Trainer {
     const { result: res, logps, entropy } = await groupStep(gpu, policy, this.rl, {
       batch,
       temperature: c.temperature,
-      loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg },
+      loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg, entropyCoef: this.entropyControl.applied() },
       tokenBudget: this.o.microBatchTokens ?? DEFAULT_MICRO_BATCH_TOKENS,
       gradientCheckpointing: c.gradient_checkpointing,
     });
@@ -410,6 +419,8 @@ export class Trainer {
       gapMax = Math.max(gapMax, gap);
     }
     metrics.add({ loss: res.loss, metrics: res.metrics, sequences: G, entropySum, gapSum, gapMax });
+    const bonusTokens = res.metrics['entropy_bonus/tokens'];
+    this.entropyControl.add(res.metrics['entropy_bonus/entropy_mean'] * bonusTokens, bonusTokens);
     return G * g.prompt.inputIds.length + count;
   }
 
@@ -428,6 +439,7 @@ export class Trainer {
     this.microStep = s.microStep;
     this.numTokens = s.numTokens;
     this.pending = s.pending;
+    this.entropyControl.discardStep();
     const rec = this.o.gpu.recorder('trainer.rollback');
     this.adamw.zeroGrad(rec);
     await rec.submit();
@@ -491,6 +503,7 @@ export class Trainer {
         history: [...this.history],
         samples: this.samples,
         adapters: policy.lora.map((p) => ({ name: p.name, r: p.r, in: p.in, out: p.out })),
+        entropyControl: this.entropyControl.save(),
         createdAt: Date.now(),
       },
       tensors,
@@ -519,6 +532,7 @@ export class Trainer {
     this.cursor = { order: [...m.data.order], position: m.data.position };
     this.history.push(...m.history);
     this.samples = m.samples;
+    if (m.entropyControl) this.entropyControl.load(m.entropyControl);
     if (m.pending) {
       const groups: LiveGroup[] = [];
       for (const g of m.pending.groups) {

@@ -9,6 +9,8 @@ import { testGpu } from '../helpers/gpu';
 import { expectClose, finiteDifferences } from '../helpers/reference';
 import { RlLoss, packPlanes, pairsF64, type RlLossResult } from '../../src/ops/rlLoss';
 import { LossConfigError, resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../src/rl/lossConfig';
+import { EntropyControl } from '../../src/rl/entropyControl';
+import { LossMetrics } from '../../src/rl/metrics';
 import type { Gpu } from '../../src/gpu';
 
 interface FixtureCase {
@@ -151,5 +153,65 @@ describe('loss config: TRL fields', () => {
     expect(validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'cispo', delta: 2 }), setup)[0]).toMatch(/no effect/);
     expect(validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'grpo', delta: 1.1 }), setup)[0]).toMatch(/1 \+ epsilon_high/);
     expect(validateLossSetup(resolveLossConfig({ num_generations: 2, loss_type: 'cispo', importance_sampling_level: 'sequence' }), setup)[0]).toMatch(/weighting sequences by length/);
+  });
+});
+
+describe('entropy coefficient control (TRL adaptive entropy)', () => {
+  const base = { entropy_coef: 0.1, use_adaptive_entropy: false, entropy_coef_min: 0, entropy_coef_max: 0.12, entropy_coef_delta: 0.01, entropy_target: 0.5 };
+  it('constant coefficient: applied every step, never moves', () => {
+    const e = new EntropyControl(base);
+    e.add(0.1 * 10, 10);
+    e.endStep();
+    expect([e.enabled, e.applied(), e.value]).toEqual([true, 0.1, 0.1]);
+    expect(new EntropyControl({ ...base, entropy_coef: 0 }).enabled).toBe(false);
+  });
+  it('adaptive: nothing on the first step, then applied while entropy <= target; moves by delta within [min, max]', () => {
+    const e = new EntropyControl({ ...base, use_adaptive_entropy: true });
+    expect(e.enabled).toBe(true);
+    expect(e.applied()).toBe(0);
+    // Step 1: mean entropy (0.2·4 + 0.6·4) / 8 = 0.4 <= 0.5: up to 0.11, applied next step.
+    e.add(0.8, 4);
+    e.add(2.4, 4);
+    e.endStep();
+    expect(e.value).toBeCloseTo(0.11, 12);
+    expect(e.applied()).toBeCloseTo(0.11, 12);
+    // Step 2: 0.3 again below: capped at max 0.12.
+    e.add(0.3, 1);
+    e.endStep();
+    expect(e.value).toBeCloseTo(0.12, 12);
+    // Step 3: 0.9 above the target: down by delta, and not applied on the next step.
+    e.add(0.9, 1);
+    e.endStep();
+    expect(e.value).toBeCloseTo(0.11, 12);
+    expect(e.applied()).toBe(0);
+    // A discarded step leaves no trace; the state survives a save/load.
+    e.add(100, 1);
+    e.discardStep();
+    const f = new EntropyControl({ ...base, use_adaptive_entropy: true });
+    f.load(JSON.parse(JSON.stringify(e.save())));
+    f.add(0.1, 1);
+    f.endStep();
+    expect([f.value, f.applied()].map((x) => Number(x.toFixed(12)))).toEqual([0.12, 0.12]);
+  });
+});
+
+describe('loss metrics of the TRL loss types', () => {
+  const group = (metrics: Record<string, number>, sequences: number, loss: number) => ({ loss, metrics: { num_tokens: 10, kl: 0, ...metrics }, sequences, entropySum: 5, gapSum: 0, gapMax: 0 });
+  it('cispo_clip_ratio, vespo/phi_seq_mean, off_policy_mask/masked_fraction and policy_loss, weighted as TRL global means', () => {
+    const cispo = new LossMetrics(false, false, { lossType: 'cispo', entropyBonus: true, offPolicyMask: true });
+    cispo.add(group({ cispo_clip_ratio: 0.2, policy_loss: 0.5, 'off_policy_mask/masked_fraction': 0.25 }, 4, 0.4));
+    cispo.add(group({ cispo_clip_ratio: 0.4, policy_loss: -0.1, 'off_policy_mask/masked_fraction': 0 }, 4, -0.2));
+    const m = cispo.finish();
+    expect(m.cispo_clip_ratio).toBeCloseTo(0.3, 12);
+    expect(m.policy_loss).toBeCloseTo(0.4, 12);
+    expect(m.loss).toBeCloseTo(0.2, 12);
+    expect(m['off_policy_mask/masked_fraction']).toBeCloseTo(0.125, 12);
+    expect(m['clip_ratio/low_mean']).toBeUndefined();
+    const vespo = new LossMetrics(false, false, { lossType: 'vespo' });
+    vespo.add(group({ 'vespo/phi_seq_mean': 0.9 }, 2, 0));
+    vespo.add(group({ 'vespo/phi_seq_mean': 0.6 }, 4, 0));
+    const v = vespo.finish();
+    expect(v['vespo/phi_seq_mean']).toBeCloseTo((0.9 * 2 + 0.6 * 4) / 6, 12);
+    expect([v.policy_loss, v['off_policy_mask/masked_fraction'], v.cispo_clip_ratio]).toEqual([undefined, undefined, undefined]);
   });
 });
