@@ -239,6 +239,27 @@ ON_POLICY_CASES = [
 ]
 
 
+def gdpo_advantages(rewards_per_func, weights, G):
+    """multi_objective_aggregation='normalize_then_sum': each function normalised per group, the
+    weighted sum normalised over the batch."""
+    grouped = rewards_per_func.reshape(-1, G, rewards_per_func.shape[1])
+    mean_k = np.nanmean(grouped, axis=1, keepdims=True)
+    std_k = np.array([[nanstd(grouped[g, :, k]) for k in range(grouped.shape[2])] for g in range(grouped.shape[0])])[:, None, :]
+    reward_k = ((grouped - mean_k) / (std_k + 1e-4)).reshape(-1, rewards_per_func.shape[1])
+    rewards = np.nansum(reward_k * np.array(weights)[None, :], axis=1)
+    return np.nan_to_num((rewards - np.nanmean(rewards)) / (nanstd(rewards) + 1e-4), nan=0.0)
+
+
+def gdpo_fixture():
+    # 3 groups of 4, two reward functions (format-like and correctness-like); group 2's first
+    # function is constant (std 0).
+    per_func = np.array([[1, 2], [0, 0], [1, 1.5], [0.5, 0], [1, 2], [1, 0], [1, 0], [1, 2], [0, 0], [0.3, 1.5], [1, 0], [0.7, 2]], dtype=np.float64)
+    weights = [0.3, 1.0]
+    return {"rewards_per_func": per_func.tolist(), "weights": weights, "num_generations": 4,
+            "advantages": gdpo_advantages(per_func, weights, 4).tolist(),
+            "sum_then_normalize": advantages(per_func @ np.array(weights), 4).tolist()}
+
+
 def loss_fixture():
     cases = [loss_case(n, o) for n, o in LOSS_CASES]
     cases += [loss_case(n, o, on_policy=True, with_sampling=False) for n, o in ON_POLICY_CASES]
@@ -250,6 +271,7 @@ def loss_fixture():
         "mask": MASK.tolist(), "entropy": ENTROPY.tolist(), "rewards": REWARDS.tolist(), "num_generations": 2,
         "advantages": advantages(REWARDS, 2).tolist(), "max_completion_length": 3,
         "cases": cases,
+        "multi_objective_aggregation": gdpo_fixture(),
     }
 
 

@@ -68,3 +68,43 @@ export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise
     throw e;
   }
 }
+
+/**
+ * TRL's group advantages of a generation batch, on the GPU (df64), for either
+ * multi_objective_aggregation: 'sum_then_normalize' normalises the weighted totals per group (as
+ * scale_rewards says); 'normalize_then_sum' (GDPO) normalises each term per group (unbiased std,
+ * + 1e-4), sums them with their weights, and normalises the sum over the whole batch.
+ * `values[i][k]` is term k of completion i (NaN: missing); groups are G consecutive completions.
+ */
+export async function batchAdvantages(
+  gpu: Gpu,
+  rl: RlLoss,
+  values: readonly (readonly number[])[],
+  weights: readonly number[],
+  cfg: Pick<ResolvedLossConfig, 'num_generations' | 'scale_rewards' | 'multi_objective_aggregation'>,
+): Promise<number[]> {
+  const B = values.length;
+  const b = RlLoss.allocate(gpu, B, 1);
+  const run = async (rewards: readonly number[], G: number, scale: ResolvedLossConfig['scale_rewards']): Promise<number[]> => {
+    gpu.write(b.rewards, pairsF64(rewards));
+    const rec = gpu.recorder('advantages');
+    rl.advantages(rec, b, G, scale);
+    await rec.submit();
+    const pairs = await gpu.readF32(b.advantages);
+    return Array.from({ length: B }, (_, i) => pairs[2 * i] + pairs[2 * i + 1]);
+  };
+  const total = (row: readonly number[]) => (row.every(Number.isNaN) ? NaN : row.reduce((s, v, k) => s + (Number.isNaN(v) ? 0 : weights[k] * v), 0));
+  try {
+    if (cfg.multi_objective_aggregation === 'sum_then_normalize') return await run(values.map(total), cfg.num_generations, cfg.scale_rewards);
+    // Missing values get advantage 0 from the kernel, which the weighted sum then skips (TRL's nansum).
+    const sum = new Float64Array(B);
+    for (let k = 0; k < weights.length; k++) {
+      const a = await run(values.map((row) => row[k]), cfg.num_generations, 'group');
+      a.forEach((v, i) => (sum[i] += weights[k] * v));
+    }
+    const unscorable = values.map((row) => row.every(Number.isNaN));
+    return await run(Array.from(sum, (v, i) => (unscorable[i] ? NaN : v)), B, 'group');
+  } finally {
+    RlLoss.release(b);
+  }
+}

@@ -16,10 +16,11 @@ import type { Gpu, Tensor } from '../gpu';
 import type { DatasetRow } from '../data/types';
 import { AdamW } from '../ops/adamw';
 import { Lora } from '../ops/lora';
-import { pairsF64, RlLoss } from '../ops/rlLoss';
+import { RlLoss } from '../ops/rlLoss';
 import { scoreSamples } from '../rewards/registry';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
 import { EntropyControl } from './entropyControl';
+import { batchAdvantages } from './groupLoss';
 import { CheckpointError, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
 import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from './microBatch';
@@ -371,20 +372,13 @@ export class Trainer {
   /** TRL's group advantages over the whole generation batch, on the GPU (df64), back on the CPU. */
   private async advantages(groups: LiveGroup[]): Promise<void> {
     const { gpu, config: c } = this.o;
-    const rewards = groups.flatMap((g) => g.rollout.scores.map((s) => s.total));
-    const b = RlLoss.allocate(gpu, rewards.length, 1);
-    try {
-      gpu.write(b.rewards, pairsF64(rewards));
-      const rec = gpu.recorder('trainer.advantages');
-      this.rl.advantages(rec, b, c.num_generations, c.scale_rewards);
-      await rec.submit();
-      const pairs = await gpu.readF32(b.advantages);
-      groups.forEach((g, k) => {
-        g.rollout.advantages = g.rollout.completions.map((_, i) => pairs[2 * (k * c.num_generations + i)] + pairs[2 * (k * c.num_generations + i) + 1]);
-      });
-    } finally {
-      RlLoss.release(b);
-    }
+    const scores = groups.flatMap((g) => g.rollout.scores);
+    const values = scores.map((s) => s.terms.map((t) => t.value));
+    const weights = scores[0]?.terms.map((t) => t.weight) ?? [];
+    const adv = await batchAdvantages(gpu, this.rl, values, weights, this.o.loss);
+    groups.forEach((g, k) => {
+      g.rollout.advantages = g.rollout.completions.map((_, i) => adv[k * c.num_generations + i]);
+    });
   }
 
   /** Training forward, loss, backward for one group; returns the tokens it processed. */

@@ -10,6 +10,7 @@ import { expectClose, finiteDifferences } from '../helpers/reference';
 import { RlLoss, packPlanes, pairsF64, type RlLossResult } from '../../src/ops/rlLoss';
 import { LossConfigError, resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../src/rl/lossConfig';
 import { EntropyControl } from '../../src/rl/entropyControl';
+import { batchAdvantages } from '../../src/rl/groupLoss';
 import { LossMetrics } from '../../src/rl/metrics';
 import type { Gpu } from '../../src/gpu';
 
@@ -214,4 +215,20 @@ describe('loss metrics of the TRL loss types', () => {
     expect(v['vespo/phi_seq_mean']).toBeCloseTo((0.9 * 2 + 0.6 * 4) / 6, 12);
     expect([v.policy_loss, v['off_policy_mask/masked_fraction'], v.cispo_clip_ratio]).toEqual([undefined, undefined, undefined]);
   });
+});
+
+describe('multi_objective_aggregation', () => {
+  const M = (FX as unknown as { multi_objective_aggregation: { rewards_per_func: number[][]; weights: number[]; num_generations: number; advantages: number[]; sum_then_normalize: number[] } })
+    .multi_objective_aggregation;
+  it('normalize_then_sum (GDPO) and sum_then_normalize match the numpy mirror', async () => {
+    const gpu = await testGpu();
+    op ??= await RlLoss.create(gpu);
+    const cfg = { num_generations: M.num_generations, scale_rewards: 'group' as const };
+    const gdpo = await batchAdvantages(gpu, op, M.rewards_per_func, M.weights, { ...cfg, multi_objective_aggregation: 'normalize_then_sum' });
+    expectClose(gdpo, M.advantages, { ...TOL, what: 'normalize_then_sum advantages' });
+    const sum = await batchAdvantages(gpu, op, M.rewards_per_func, M.weights, { ...cfg, multi_objective_aggregation: 'sum_then_normalize' });
+    expectClose(sum, M.sum_then_normalize, { ...TOL, what: 'sum_then_normalize advantages' });
+    // The two differ on this batch (the test can tell them apart).
+    expect(Math.max(...gdpo.map((v, i) => Math.abs(v - sum[i])))).toBeGreaterThan(0.1);
+  }, 60_000);
 });
