@@ -367,6 +367,39 @@ def write(path, obj):
     print("wrote", path)
 
 
+def transformers_probs(out_path):
+    """The fixture's cases through transformers' own processors (torch, float32, as generate()
+    builds them); run where transformers is installed: python3 tools/rl_reference.py --transformers OUT.json"""
+    import torch
+    import transformers
+    from transformers import (LogitsProcessorList, MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
+                              TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+    fx = json.load(open(os.path.join(ROOT, "test/fixtures/sampling/processors.json")))
+    probs = []
+    for c in fx["cases"]:
+        s = c["settings"]
+        procs = []
+        if s["repetition_penalty"] != 1.0:
+            procs.append(RepetitionPenaltyLogitsProcessor(penalty=s["repetition_penalty"]))
+        procs.append(TemperatureLogitsWarper(s["temperature"]))
+        if s["top_k"] > 0:
+            procs.append(TopKLogitsWarper(top_k=s["top_k"]))
+        if s["top_p"] < 1.0:
+            procs.append(TopPLogitsWarper(top_p=s["top_p"]))
+        if s["min_p"] is not None:
+            procs.append(MinPLogitsWarper(min_p=s["min_p"]))
+        ids = torch.tensor([c["ids"]], dtype=torch.long)
+        scores = LogitsProcessorList(procs)(ids, torch.tensor([c["logits"]], dtype=torch.float32))
+        probs.append(torch.softmax(scores, dim=-1)[0].tolist())
+    with open(out_path, "w") as f:
+        json.dump({"transformers": transformers.__version__, "torch": torch.__version__, "probs": probs}, f)
+    print("wrote", out_path)
+
+
 if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 3 and sys.argv[1] == "--transformers":
+        transformers_probs(sys.argv[2])
+        sys.exit(0)
     write("test/fixtures/loss/trl-loss-vectors.json", loss_fixture())
     write("test/fixtures/sampling/processors.json", sampling_fixture())

@@ -86,6 +86,10 @@ export interface TrainConfig extends TrainLossFields {
   top_p: number;
   /** Keep the k most likely tokens; 0 disables (TRL default 0). */
   top_k: number;
+  /** Min-p sampling in [0, 1]: drop tokens below min_p times the most likely one's probability; null off (TRL default None). */
+  min_p: number | null;
+  /** Repetition penalty > 0 on tokens already in the sequence (prompt included); 1.0 off (TRL default 1.0). */
+  repetition_penalty: number;
 
   // ── optimisation ──
   /** Peak AdamW learning rate. Default 1e-5 (TRL's GRPOConfig uses 1e-6 for full fine-tuning; LoRA wants more). */
@@ -179,6 +183,8 @@ export function defaultConfig(): TrainConfig {
     temperature: 1.0,
     top_p: 1.0,
     top_k: 0,
+    min_p: null,
+    repetition_penalty: 1.0,
     learning_rate: 1e-5,
     lr_scheduler_type: 'linear',
     warmup_ratio: 0,
@@ -304,6 +310,8 @@ export function resolveConfig(input: TrainConfigInput = {}): ResolvedConfig {
   num('temperature', c.temperature, 0, Infinity, { openLo: true });
   num('top_p', c.top_p, 0, 1, { openLo: true });
   int('top_k', c.top_k, 0);
+  if (c.min_p !== null) num('min_p', c.min_p, 0, 1);
+  num('repetition_penalty', c.repetition_penalty, 0, Infinity, { openLo: true });
 
   num('learning_rate', c.learning_rate, 0, Infinity);
   if (!LR_SCHEDULERS.includes(c.lr_scheduler_type)) {

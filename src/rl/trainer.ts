@@ -327,6 +327,8 @@ export class Trainer {
         temperature: c.temperature,
         topP: c.top_p,
         topK: c.top_k,
+        minP: c.min_p ?? 0,
+        repetitionPenalty: c.repetition_penalty,
         maxNewTokens: c.max_completion_length,
         seed: this.rng.seed(),
       });
