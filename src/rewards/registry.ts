@@ -1,7 +1,7 @@
 // Built-in rewards by name, reward terms with weights, the presets, and the weighted sum that keeps
 // every term (the UI shows each term and the total; the trainer logs rewards/<name>/mean).
 import { explainBoxed, GEO3K_BOXED, type BoxedOptions } from './boxed';
-import { explainCorrectness } from './correctness';
+import { explainCorrectness, SEEDS_CORRECTNESS, type CorrectnessOptions } from './correctness';
 import { explainFormat } from './format';
 import type { CustomRewardEvaluator } from './sandbox';
 import type { RewardContext, RewardExplanation, RewardFn } from './types';
@@ -20,9 +20,10 @@ export const BUILTIN_REWARDS = {
     explain: (completion) => explainFormat(completion),
   },
   correctness: {
-    description: '<SOLUTION> value vs gold: 2.0 exact match, 1.5 numeric match (fractions, %, units, separators), else 0',
-    defaults: {},
-    explain: (completion, answer) => explainCorrectness(completion, answer),
+    description:
+      '<SOLUTION> value vs gold: reward_max_val (2.0) on an exact match, reward_numeric_val (1.5) on a numeric match (fractions, %, units, separators), else reward_min_val (0)',
+    defaults: { ...SEEDS_CORRECTNESS },
+    explain: (completion, answer, _context, params) => explainCorrectness(completion, answer, params as unknown as CorrectnessOptions),
   },
   boxed: {
     description: 'last \\boxed{} vs gold after normalisation (geo3k): reward_max_val on a match, else reward_min_val',

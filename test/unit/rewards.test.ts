@@ -122,6 +122,22 @@ describe('correctness reward', () => {
     expect(correctnessReward('<REASONING>3</REASONING> 3', '3')).toBe(0);
     expect(correctnessReward('<SOLUTION>3</SOLUTION><SOLUTION>3</SOLUTION>', '3')).toBe(0);
   });
+
+  it("takes RLinf's reward range as options: reward_max_val / reward_numeric_val / reward_min_val", () => {
+    const rlinf = { reward_max_val: 1, reward_numeric_val: 1, reward_min_val: -1 };
+    expect(correctnessReward(solved('3'), '3', rlinf)).toBe(1);
+    expect(correctnessReward(solved('3.0'), '3', rlinf)).toBe(1);
+    expect(correctnessReward(solved('4'), '3', rlinf)).toBe(-1);
+    expect(correctnessReward('no block', '3', rlinf)).toBe(-1);
+    // Through a reward term's params, with the built-in's defaults filling what is left out.
+    const term = { name: 'correctness', weight: 2, params: { reward_min_val: -0.5 } };
+    validateTerms([term]);
+    expect(scoreBuiltins([term], { completion: solved('4'), answer: '3' }).total).toBe(-1);
+    expect(scoreBuiltins([term], { completion: solved('3'), answer: '3' }).terms[0].value).toBe(EXACT_MATCH_REWARD);
+    expect(scoreBuiltins([term], { completion: solved('3.0'), answer: '3' }).terms[0].value).toBe(NUMERIC_MATCH_REWARD);
+    expect(() => validateTerms([{ name: 'correctness', weight: 1, params: { reward_scale: 2 } }])).toThrow(/no parameter 'reward_scale'/);
+    expect(() => validateTerms([{ name: 'correctness', weight: 1, params: { reward_max_val: NaN } }])).toThrow(/not a finite number/);
+  });
 });
 
 describe('boxed correctness (geo3k)', () => {
