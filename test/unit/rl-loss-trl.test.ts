@@ -12,6 +12,9 @@ import { LossConfigError, resolveLossConfig, validateLossSetup, type LossConfigI
 import { EntropyControl } from '../../src/rl/entropyControl';
 import { batchAdvantages } from '../../src/rl/groupLoss';
 import { LossMetrics } from '../../src/rl/metrics';
+import { resolveConfig, type TrainConfigInput } from '../../src/rl/config';
+import { Trainer } from '../../src/rl/trainer';
+import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
 import type { Gpu } from '../../src/gpu';
 
 interface FixtureCase {
@@ -231,4 +234,45 @@ describe('multi_objective_aggregation', () => {
     // The two differ on this batch (the test can tell them apart).
     expect(Math.max(...gdpo.map((v, i) => Math.abs(v - sum[i])))).toBeGreaterThan(0.1);
   }, 60_000);
+});
+
+describe('trainer with the TRL loss knobs (toy policy)', () => {
+  const base: TrainConfigInput = {
+    num_generations: 8,
+    per_device_train_batch_size: 8,
+    max_completion_length: 7,
+    temperature: 1,
+    learning_rate: 0.1,
+    lr_scheduler_type: 'constant',
+    max_grad_norm: 1,
+    seed: 7,
+    save_steps: 0,
+    max_steps: 6,
+    lora: { r: 4, lora_alpha: 8, target_modules: ['q_proj'] },
+  };
+  const run = async (input: TrainConfigInput) => {
+    const gpu = await testGpu();
+    const { config, loss } = resolveConfig({ ...base, ...input });
+    const trainer = await Trainer.create({ gpu, policy: await ToyPolicy.create(gpu), data: toyPrompts(), config, loss, runId: 'test' });
+    expect(await trainer.run()).toBe('finished');
+    return trainer.metricsHistory;
+  };
+
+  it("logs the loss types' metrics and the entropy bonus raises the policy's entropy through dLoss/dentropy", async () => {
+    const plain = await run({ loss_type: 'cispo', epsilon_high: 5 });
+    const bonus = await run({ loss_type: 'cispo', epsilon_high: 5, entropy_coef: 5, off_policy_mask_threshold: 0.5, min_p: 0.01, repetition_penalty: 1.1 });
+    const penalty = await run({ loss_type: 'cispo', epsilon_high: 5, entropy_coef: -5 });
+    for (const m of bonus) {
+      for (const k of ['cispo_clip_ratio', 'entropy_coef', 'policy_loss', 'off_policy_mask/masked_fraction', 'entropy']) expect(Number.isFinite(m[k]), `${k} at step ${m.step}`).toBe(true);
+      expect(m['clip_ratio/low_mean']).toBeUndefined();
+      expect(m.entropy_coef).toBe(5);
+    }
+    expect(plain[0].entropy_coef).toBeUndefined();
+    // Reward learning lowers the entropy; the bonus's gradient holds it up, a negative coefficient pushes it down.
+    expect(bonus.at(-1)!.entropy).toBeGreaterThan(plain.at(-1)!.entropy + 0.04);
+    expect(penalty.at(-1)!.entropy).toBeLessThan(plain.at(-1)!.entropy - 0.1);
+    const vespo = await run({ loss_type: 'vespo', use_adaptive_entropy: true, entropy_target: 100, entropy_coef: 0, entropy_coef_delta: 0.01, max_steps: 3 });
+    expect(vespo.map((m) => m.entropy_coef)).toEqual([0.01, 0.02, 0.03]);
+    expect(vespo.every((m) => m['vespo/phi_seq_mean'] > 0)).toBe(true);
+  }, 600_000);
 });
