@@ -11,7 +11,7 @@
 // `correct` allows numeric tolerance (3 vs 3.0, 3/4 vs 0.75, 50% vs 0.5); `correct_strict` does
 // not: the exact match of the seeds' correctness reward, or equal normalised text for boxed.
 // Summaries count one or the other (AnswerMatch).
-import { answersEqual, EXACT_MATCH_REWARD, explainCorrectness, explainFormat, extractTagged, isDegenerate, lastBoxed, normalizeAnswer, type RewardTerm, type TermScore } from '../rewards';
+import { answersEqual, EXACT_MATCH_REWARD, splitThinking, explainCorrectness, explainFormat, extractTagged, isDegenerate, lastBoxed, normalizeAnswer, type RewardTerm, type TermScore } from '../rewards';
 import { SOLUTION_TAG } from '../rewards/format';
 import type { SamplingOptions } from '../rl/policy';
 
@@ -54,7 +54,9 @@ export interface Judgement {
   format_ok: boolean;
 }
 
-export function judge(completion: string, gold: string, format: AnswerFormat): Judgement {
+/** `thinking`: the prompt opened a <think> block; the answer after the block is judged (src/rewards/thinking.ts). */
+export function judge(full: string, gold: string, format: AnswerFormat, thinking = false): Judgement {
+  const completion = splitThinking(full, thinking).answer;
   if (format === 'boxed') {
     const prediction = lastBoxed(completion);
     const goldValue = lastBoxed(gold) ?? gold;

@@ -4,6 +4,7 @@ import { explainBoxed, GEO3K_BOXED, type BoxedOptions } from './boxed';
 import { explainCorrectness, SEEDS_CORRECTNESS, type CorrectnessOptions } from './correctness';
 import { explainFormat } from './format';
 import type { CustomRewardEvaluator } from './sandbox';
+import { splitThinking } from './thinking';
 import type { RewardContext, RewardExplanation, RewardFn } from './types';
 
 export interface BuiltinReward {
@@ -129,6 +130,8 @@ export interface RewardSample {
   answer: string;
   prompt?: string;
   index?: number;
+  /** The prompt opened a <think> block (a thinking model): a completion without </think> has no answer yet. */
+  thinking?: boolean;
 }
 
 export interface TermScore {
@@ -153,9 +156,11 @@ function sampleScore(terms: TermScore[]): SampleScore {
   return { terms, total: terms.reduce((sum, t) => sum + t.weighted, 0) };
 }
 
+// Built-ins score the answer after a thinking block (src/rewards/thinking.ts); custom terms get the whole completion.
 function builtinScore(term: RewardTerm, explain: ReturnType<typeof builtinExplainer>, s: RewardSample): TermScore {
-  const { value, reason } = explain(s.completion, s.answer, { prompt: s.prompt, index: s.index });
-  return { name: term.name, weight: term.weight, value, weighted: term.weight * value, reason };
+  const split = splitThinking(s.completion, s.thinking);
+  const { value, reason } = explain(split.answer, s.answer, { prompt: s.prompt, index: s.index });
+  return { name: term.name, weight: term.weight, value, weighted: term.weight * value, reason: split.unfinished ? `thinking block not closed; ${reason}` : reason };
 }
 
 /** Score one sample with built-in terms only, synchronously (the playground, as the user types). */

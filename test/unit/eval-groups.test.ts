@@ -58,6 +58,9 @@ describe('eval by group', () => {
     expect(judge(tagged('3.0'), '3', 'solution')).toMatchObject({ correct: true, correct_strict: false });
     expect(judge('\\boxed{3/4}', '0.75', 'boxed')).toMatchObject({ correct: true, correct_strict: false });
     expect(judge('\\boxed{\\frac{3}{4}}', '\\dfrac{3}{4}', 'boxed')).toMatchObject({ correct: true, correct_strict: true });
+    // A thinking model's completion is judged after its block; an open block has no answer.
+    expect(judge('\\boxed{4}? no</think>\\boxed{3}', '3', 'boxed')).toMatchObject({ prediction: '3', correct: true });
+    expect(judge('\\boxed{3}', '3', 'boxed', true)).toMatchObject({ prediction: null, correct: false });
   });
 
   it('summarises by task and by image size, under either match, and diffs groups before/after', async () => {
