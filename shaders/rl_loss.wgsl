@@ -71,6 +71,8 @@ struct Params {
   ent_coef_lo: f32,
   ga_hi: f32,
   ga_lo: f32,
+  ent_den_hi: f32,
+  ent_den_lo: f32,
 }
 
 // flags
@@ -88,6 +90,7 @@ const ENT_MASK: u32 = 1024u;      // top_entropy_quantile < 1
 const ENT_BONUS: u32 = 2048u;     // entropy bonus (coefficient may be 0 in adaptive mode)
 const HAS_SAMPLING: u32 = 4096u;  // sampling_logps given (the off-policy mask's reference)
 const ENT_MEAN: u32 = 8192u;      // bonus = mean entropy over its tokens / ga (else / the dapo normaliser)
+const ENT_DEN: u32 = 16384u;      // the bonus's normaliser given (ent_den): a micro-batch wider than this batch
 
 // loss_kind: the per-token surrogate
 const KIND_CLIP: u32 = 0u;        // grpo, bnpo, dr_grpo, dapo, luspo
@@ -861,6 +864,9 @@ fn finalize(@builtin(local_invocation_index) lid: u32) {
     var den = df_mul(ent_cnt1, vec2f(params.ga_hi, params.ga_lo));
     if (!has(ENT_MEAN)) {
       den = select(norm, df_mul(norm, tokens1), params.norm_mode == NORM_TOKENS);
+    }
+    if (has(ENT_DEN)) {
+      den = vec2f(params.ent_den_hi, params.ent_den_lo);
     }
     var total = acc[0];
     if (has(ENT_BONUS)) {

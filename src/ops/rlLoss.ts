@@ -57,6 +57,7 @@ const FLAG = {
   entBonus: 2048,
   hasSampling: 4096,
   entMean: 8192,
+  entDen: 16384,
 } as const;
 const KIND: Record<LossType, number> = { grpo: 0, bnpo: 0, dr_grpo: 0, dapo: 0, luspo: 0, cispo: 1, sapo: 2, vespo: 3 };
 const NORM = { perSeq: 0, tokens: 1, constant: 2 } as const;
@@ -90,7 +91,7 @@ const UNIFORMS = {
   adv_eps_lo: 'f32',
   one: 'f32',
   loss_kind: 'u32',
-  ...pairFields('delta', 'cispo_max', 'tau_pos', 'tau_neg', 'vk_pos', 'vl_pos', 'vk_neg', 'vl_neg', 'log_cmax', 'log_cmin', 'opm', 'ent_q', 'ent_coef', 'ga'),
+  ...pairFields('delta', 'cispo_max', 'tau_pos', 'tau_neg', 'vk_pos', 'vl_pos', 'vk_neg', 'vl_neg', 'log_cmax', 'log_cmin', 'opm', 'ent_q', 'ent_coef', 'ga', 'ent_den'),
 } as const;
 type Uniforms = Record<keyof typeof UNIFORMS, number>;
 
@@ -175,6 +176,12 @@ export interface LossOptions {
    * (src/rl/entropyControl.ts); default cfg.entropy_coef.
    */
   entropyCoef?: number;
+  /**
+   * The entropy bonus's normaliser, where this batch is part of a wider micro-batch: TRL divides
+   * the bonus of grpo/bnpo/dr_grpo/sapo/luspo by the micro-batch's bonus tokens times the
+   * accumulation steps. Default: from this batch (its bonus tokens · ga, or the dapo normaliser).
+   */
+  entropyDenominator?: number;
 }
 
 export class RlLoss {
@@ -284,6 +291,10 @@ export class RlLoss {
     if (entBonus) flags |= FLAG.entBonus;
     // TRL's bonus divides by the dapo normaliser for the token-sum types, else takes a mean / ga.
     if (!['dapo', 'cispo', 'vespo'].includes(cfg.loss_type)) flags |= FLAG.entMean;
+    if (opts.entropyDenominator !== undefined) {
+      if (!(opts.entropyDenominator > 0)) throw new ShapeError('rl_loss', `entropyDenominator must be > 0, got ${opts.entropyDenominator}`);
+      flags |= FLAG.entDen;
+    }
     const ga = cfg.gradient_accumulation_steps;
     // Aggregation weight of sequence i: 1 / (norm · f_i), see the shader's norm_mode.
     const [normMode, norm] = ((): [number, number] => {
@@ -334,6 +345,7 @@ export class RlLoss {
       ...pair('ent_q', 1 - cfg.top_entropy_quantile),
       ...pair('ent_coef', opts.entropyCoef ?? cfg.entropy_coef),
       ...pair('ga', ga),
+      ...pair('ent_den', opts.entropyDenominator ?? 0),
     } as Uniforms;
     if (entMask) rec.dispatch(this.thrK, { planes: b.planes, mask: b.mask, out: b.out }, 1, u);
     rec.dispatch(this.seqK, { planes: b.planes, mask: b.mask, adv: b.advantages, seq: b.seq, gpair: b.gradPair, out: b.out }, b.B, u);

@@ -20,6 +20,8 @@ export interface GroupLossArgs {
   config: ResolvedLossConfig;
   /** The entropy bonus's coefficient now (adaptive control); default config.entropy_coef. */
   entropyCoef?: number;
+  /** The entropy bonus's normaliser over the whole micro-batch (RlLoss LossOptions). */
+  entropyDenominator?: number;
 }
 
 export interface GroupLoss {
@@ -60,7 +62,7 @@ export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise
     } else gpu.write(b.advantages, pairsF64(a.scores.advantages));
     rec.copy(a.fwd.logps as Tensor, b.planes, n * 4, 0, 2 * PLANE.logps * n * 4);
     rec.copy(a.fwd.entropy as Tensor, b.planes, n * 4, 0, 2 * PLANE.entropy * n * 4);
-    rl.loss(rec, b, a.config, { old: a.old !== null, ref: a.ref !== null, sampling: a.sampling !== null, entropy: true }, { entropyCoef: a.entropyCoef });
+    rl.loss(rec, b, a.config, { old: a.old !== null, ref: a.ref !== null, sampling: a.sampling !== null, entropy: true }, { entropyCoef: a.entropyCoef, entropyDenominator: a.entropyDenominator });
     await rec.submit();
     return { result: await RlLoss.read(gpu, b), buffers: b };
   } catch (e) {

@@ -235,9 +235,10 @@ export class Trainer {
       const slice = gen.consumed % this.plan.stepsPerGeneration;
       const groups = gen.groups.slice(slice * this.plan.promptsPerMicroBatch, (slice + 1) * this.plan.promptsPerMicroBatch);
       const lossCfg = this.groupLossConfig(groups, gen.groups);
+      const entropyDenominator = this.entropyDenominator(groups);
       for (const g of groups) {
         this.interruptCheck();
-        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics);
+        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics, entropyDenominator);
       }
       gen.consumed++;
       this.microStep++;
@@ -384,7 +385,18 @@ export class Trainer {
   }
 
   /** Training forward, loss, backward for one group; returns the tokens it processed. */
-  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics): Promise<number> {
+  /**
+   * TRL's entropy bonus for grpo/bnpo/dr_grpo/sapo/luspo is a mean over the micro-batch's tokens
+   * (/ ga): with several groups a micro-batch, their shared normaliser. Not available with
+   * top_entropy_quantile < 1, whose tokens (and quantile) are then each group's own.
+   */
+  private entropyDenominator(micro: readonly LiveGroup[]): number | undefined {
+    const base = this.o.loss;
+    if (micro.length < 2 || base.top_entropy_quantile < 1 || ['dapo', 'cispo', 'vespo'].includes(base.loss_type)) return undefined;
+    return Math.max(micro.reduce((n, g) => n + this.lossMask(g).count, 0), 1) * this.o.config.gradient_accumulation_steps;
+  }
+
+  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics, entropyDenominator?: number): Promise<number> {
     const { gpu, policy, config: c } = this.o;
     const G = g.rollout.completions.length;
     const batch = { prompt: g.prompt, completions: g.rollout.completions.map((x) => x.tokens) };
@@ -399,7 +411,7 @@ export class Trainer {
     const { result: res, logps, entropy } = await groupStep(gpu, policy, this.rl, {
       batch,
       temperature: c.temperature,
-      loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg, entropyCoef: this.entropyControl.applied() },
+      loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg, entropyCoef: this.entropyControl.applied(), entropyDenominator },
       tokenBudget: this.o.microBatchTokens ?? DEFAULT_MICRO_BATCH_TOKENS,
       gradientCheckpointing: c.gradient_checkpointing,
     });

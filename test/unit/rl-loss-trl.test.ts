@@ -276,3 +276,37 @@ describe('trainer with the TRL loss knobs (toy policy)', () => {
     expect(vespo.every((m) => m['vespo/phi_seq_mean'] > 0)).toBe(true);
   }, 600_000);
 });
+
+describe('entropy bonus over a micro-batch of several groups', () => {
+  it("groups with the micro-batch's normaliser add up to the micro-batch's loss and dLoss/dentropy", async () => {
+    const gpu = await testGpu();
+    op ??= await RlLoss.create(gpu);
+    const evaluate = async (rows: number[], cfg: LossConfigInput, entropyDenominator?: number) => {
+      const b = RlLoss.allocate(gpu, rows.length, T);
+      try {
+        const pick = (m: number[][]) => rows.flatMap((i) => m[i]);
+        gpu.write(b.planes, packPlanes(rows.length, T, { logps: pick(FX.logps), old: pick(FX.old_logps), entropy: pick(FX.entropy) }));
+        gpu.write(b.mask, pick(FX.mask));
+        gpu.write(b.advantages, pairsF64(rows.map((i) => FX.advantages[i])));
+        const rec = gpu.recorder('micro-batch bonus');
+        op!.loss(rec, b, resolveLossConfig({ num_generations: 2, max_completion_length: 3, ...cfg }), { old: true, ref: false, sampling: false, entropy: true }, { entropyDenominator });
+        await rec.submit();
+        return await RlLoss.read(gpu, b);
+      } finally {
+        RlLoss.release(b);
+      }
+    };
+    for (const loss_type of ['grpo', 'sapo', 'dr_grpo'] as const) {
+      const cfg = { loss_type, entropy_coef: 0.3 };
+      const whole = await evaluate([0, 1, 2, 3], { ...cfg, gradient_accumulation_steps: 1 });
+      // Two groups of a micro-batch: the trainer's per-group config (ga · groups) and the shared normaliser.
+      const den = 11 * 1;
+      const parts = [await evaluate([0, 1], { ...cfg, gradient_accumulation_steps: 2 }, den), await evaluate([2, 3], { ...cfg, gradient_accumulation_steps: 2 }, den)];
+      expectClose([parts[0].loss + parts[1].loss], [whole.loss], { ...TOL, what: `${loss_type}: loss` });
+      expectClose([...parts[0].gradEntropy, ...parts[1].gradEntropy], whole.gradEntropy, { rtol: 1e-6, atol: 1e-9, what: `${loss_type}: dLoss/dentropy` });
+      // Without the shared normaliser each group would take its own mean: not the micro-batch's.
+      const alone = await evaluate([0, 1], { ...cfg, gradient_accumulation_steps: 2 });
+      expect(Math.abs(alone.gradEntropy[0] - parts[0].gradEntropy[0])).toBeGreaterThan(1e-4);
+    }
+  }, 120_000);
+});
