@@ -310,3 +310,18 @@ describe('entropy bonus over a micro-batch of several groups', () => {
     }
   }, 120_000);
 });
+
+describe('train config threads the TRL loss and sampling fields', () => {
+  it('accepts them with TRL defaults, resolves them into the loss, refuses bad values by name', () => {
+    const d = resolveConfig({});
+    expect([d.config.min_p, d.config.repetition_penalty, d.config.delta, d.config.entropy_coef, d.config.vllm_importance_sampling_correction]).toEqual([null, 1.0, null, 0, null]);
+    const r = resolveConfig({ loss_type: 'vespo', vespo_k_pos: 1.5, top_entropy_quantile: 0.2, vllm_importance_sampling_mode: 'token_truncate', min_p: 0.05, repetition_penalty: 1.2 });
+    expect([r.loss.loss_type, r.loss.vespo_k_pos, r.loss.top_entropy_quantile]).toEqual(['vespo', 1.5, 0.2]);
+    expect(r.loss.rollout_correction).toEqual({ mode: 'token_truncate', clip_max: 3, clip_min: null });
+    expect(() => resolveConfig({ min_p: 2 })).toThrow(/min_p/);
+    expect(() => resolveConfig({ repetition_penalty: 0 })).toThrow(/repetition_penalty/);
+    expect(() => resolveConfig({ sapo_temperature_pos: -1 })).toThrow(/sapo_temperature_pos/);
+    expect(() => resolveConfig({ loss_type: 'luspo' })).toThrow(/importance_sampling_level/);
+    expect(() => resolveConfig({ entropy_coeff: 0.1 } as never)).toThrow(/unknown field 'entropy_coeff'/);
+  });
+});
