@@ -14,6 +14,7 @@ import { SYNTHETIC_TASK_NAMES, type SyntheticTask } from '../data/synthetic';
 import { presetTerms, validateTerms, type RewardTerm } from '../rewards/registry';
 import {
   DEFAULT_LOSS_CONFIG,
+  effectiveRolloutCorrection,
   LossConfigError,
   resolveLossConfig,
   trainLossFields,
@@ -266,7 +267,7 @@ export function batchPlan(c: TrainConfig): BatchPlan {
     promptsPerMicroBatch,
     stepsPerGeneration,
     promptsPerGeneration: promptsPerMicroBatch * stepsPerGeneration,
-    recomputeOld: c.gradient_accumulation_steps % generateEvery !== 0 || c.rollout_correction.mode !== null,
+    recomputeOld: c.gradient_accumulation_steps % generateEvery !== 0 || effectiveRolloutCorrection(c).mode !== null,
   };
 }
 

@@ -253,6 +253,11 @@ function trlCorrection(c: Pick<LossConfig, `vllm_importance_sampling_${'correcti
   return { mode: on ? mode : null, clip_max: cap ?? max ?? 3.0, clip_min };
 }
 
+/** The rollout correction a config asks for, given either way (TRL's names win when set; unchecked). */
+export function effectiveRolloutCorrection(c: Pick<LossConfig, 'rollout_correction'> & Parameters<typeof trlCorrection>[0]): RolloutCorrection {
+  return trlCorrection(c) ?? c.rollout_correction;
+}
+
 /** Defaults filled in, every field checked; throws LossConfigError naming the field. */
 export function resolveLossConfig(partial: LossConfigInput = {}): ResolvedLossConfig {
   const c = { ...DEFAULT_LOSS_CONFIG, ...partial };

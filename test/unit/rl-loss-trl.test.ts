@@ -12,7 +12,7 @@ import { LossConfigError, resolveLossConfig, validateLossSetup, type LossConfigI
 import { EntropyControl } from '../../src/rl/entropyControl';
 import { batchAdvantages } from '../../src/rl/groupLoss';
 import { LossMetrics } from '../../src/rl/metrics';
-import { resolveConfig, type TrainConfigInput } from '../../src/rl/config';
+import { batchPlan, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { Trainer } from '../../src/rl/trainer';
 import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
 import type { Gpu } from '../../src/gpu';
@@ -318,6 +318,8 @@ describe('train config threads the TRL loss and sampling fields', () => {
     const r = resolveConfig({ loss_type: 'vespo', vespo_k_pos: 1.5, top_entropy_quantile: 0.2, vllm_importance_sampling_mode: 'token_truncate', min_p: 0.05, repetition_penalty: 1.2 });
     expect([r.loss.loss_type, r.loss.vespo_k_pos, r.loss.top_entropy_quantile]).toEqual(['vespo', 1.5, 0.2]);
     expect(r.loss.rollout_correction).toEqual({ mode: 'token_truncate', clip_max: 3, clip_min: null });
+    // The correction needs the old log-probs recomputed, given either way.
+    expect([resolveConfig({}), r, resolveConfig({ rollout_correction: { mode: 'token_mask' } })].map((x) => batchPlan(x.config).recomputeOld)).toEqual([false, true, true]);
     expect(() => resolveConfig({ min_p: 2 })).toThrow(/min_p/);
     expect(() => resolveConfig({ repetition_penalty: 0 })).toThrow(/repetition_penalty/);
     expect(() => resolveConfig({ sapo_temperature_pos: -1 })).toThrow(/sapo_temperature_pos/);
