@@ -1,8 +1,12 @@
-// Next-token sampling, one workgroup per row of logits [rows, vocab]: temperature, top-k, top-p,
-// greedy, seeded. Only the token id and its log-prob are written.
+// Next-token sampling, one workgroup per row of logits [rows, vocab]: repetition penalty,
+// temperature, top-k, top-p, min-p, greedy, seeded. Only the token id and its log-prob are written.
 //
-// Order as vLLM and transformers: z = logits / temperature, then top-k, then top-p on the
-// renormalised top-k distribution. Both cut-offs are thresholds on the value (ties at the cut-off
+// Order as transformers' generate: the repetition penalty on the raw logits (`penalize`, in place:
+// a token already in the row's sequence, as the `seen` bitmap says, has a negative logit multiplied
+// by the penalty and a positive one divided by it; `mark` adds each step's token to the bitmap),
+// then z = logits / temperature, then top-k, then top-p on the renormalised top-k distribution,
+// then min-p: a kept token stays iff its probability is at least min_p times the largest one's,
+// i.e. z - zmax >= log(min_p) (the most likely token always stays). Both cut-offs are thresholds on the value (ties at the cut-off
 // are all kept, as transformers' TopKLogitsWarper does), found without sorting by a radix select
 // over the order-preserving u32 key of each logit, 4 bits per pass (8 passes):
 //   top-k: τ_k = the k-th largest key, selecting on counts;
@@ -36,6 +40,10 @@ struct Params {
   step: u32,        // plus step_in[0]: the step from the GPU (decode records steps ahead)
   full_logprob: u32,
   chunks: u32,      // sample_chunks / sample_finish: chunks per row
+  log_min_p: f32,   // log(min_p); -inf (a very negative number): off
+  penalty: f32,     // repetition penalty (penalize)
+  words: u32,       // u32 words per row of `seen`
+  rows: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -46,6 +54,9 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> part: array<vec4f>; // [rows, chunks]
 @group(0) @binding(5) var<storage, read> part_in: array<vec4f>;
 @group(0) @binding(6) var<storage, read> step_in: array<u32>; // [1]: added to params.step
+@group(0) @binding(7) var<storage, read_write> logits_rw: array<f32>; // penalize: the logits, in place
+@group(0) @binding(8) var<storage, read_write> seen: array<u32>;      // [rows, words]: bit j: token j is in the sequence
+@group(0) @binding(9) var<storage, read> ids_in: array<u32>;          // mark: the tokens just sampled
 
 const WG: u32 = 128u;
 const BINS: u32 = 16u;
@@ -261,6 +272,11 @@ fn exclusive_prefix(lid: u32, mine: f32) {
   workgroupBarrier();
 }
 
+// A token survives the cut-offs: top-k / top-p (key ≥ tau) and min-p.
+fn kept(x: f32, tau: u32, zmax: f32) -> bool {
+  return key_of(x) >= tau && x * params.inv_temp - zmax >= params.log_min_p;
+}
+
 @compute @workgroup_size(WG)
 fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let row = wid.x;
@@ -310,7 +326,7 @@ fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
   var last = 0u;
   for (var j = lo; j < hi; j++) {
     let x = logits[base + j];
-    if (key_of(x) >= tau) {
+    if (kept(x, tau, zmax)) {
       part += exp(x * params.inv_temp - zmax);
       last = j + 1u;
     }
@@ -323,7 +339,7 @@ fn sample(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li
     var pick = last;
     for (var j = lo; j < hi; j++) {
       let x = logits[base + j];
-      if (key_of(x) >= tau) {
+      if (kept(x, tau, zmax)) {
         run += exp(x * params.inv_temp - zmax);
         if (run > draw) {
           pick = j + 1u;
@@ -463,5 +479,30 @@ fn sample_finish(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_in
     ids[row] = id;
     // Nothing is cut: the processed and the full log-prob are the same.
     logp[row] = logits[row * n + id] * params.inv_temp - zmax - log(sum_all);
+  }
+}
+
+// Repetition penalty in place, one thread per logit (grid as src/gpu/grid.ts over rows · vocab).
+@compute @workgroup_size(WG)
+fn penalize(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let k = (wid.x + wid.y * nwg.x) * WG + lid;
+  if (k >= params.rows * params.vocab) {
+    return;
+  }
+  let row = k / params.vocab;
+  let j = k - row * params.vocab;
+  if ((seen[row * params.words + j / 32u] & (1u << (j % 32u))) != 0u) {
+    let x = logits_rw[k];
+    logits_rw[k] = select(x / params.penalty, x * params.penalty, x < 0.0);
+  }
+}
+
+// The sampled token of each row joins its sequence's bitmap.
+@compute @workgroup_size(WG)
+fn mark(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3u) {
+  let row = wid.x * WG + lid;
+  if (row < params.rows) {
+    let j = ids_in[row];
+    seen[row * params.words + j / 32u] |= 1u << (j % 32u);
   }
 }

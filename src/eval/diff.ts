@@ -2,7 +2,7 @@
 // Samples are matched by (row id, sample index); a sample is 'fixed' when it went from wrong to
 // correct, 'broken' from correct to wrong, 'unchanged' otherwise (both right or both wrong).
 // Samples only one run has are listed apart, never counted as a change.
-import type { EvalRecord, EvalRun, EvalSummary } from './records';
+import { isCorrect, summarize, type AnswerMatch, type EvalRecord, type EvalRun, type EvalSummary } from './records';
 
 export type Change = 'fixed' | 'broken' | 'unchanged';
 
@@ -54,7 +54,8 @@ function metricRows(b: EvalSummary, a: EvalSummary): MetricRow[] {
   return rows;
 }
 
-export function compareRuns(before: EvalRun, after: EvalRun): EvalComparison {
+/** `match` decides what counts as correct (default 'numeric', as the runs were summarised before it existed). */
+export function compareRuns(before: EvalRun, after: EvalRun, match: AnswerMatch = 'numeric'): EvalComparison {
   const afterByKey = new Map(after.records.map((r) => [key(r), r]));
   const beforeKeys = new Set(before.records.map(key));
   const counts: Record<Change, number> = { fixed: 0, broken: 0, unchanged: 0 };
@@ -66,12 +67,12 @@ export function compareRuns(before: EvalRun, after: EvalRun): EvalComparison {
       onlyBefore.push(key(b));
       continue;
     }
-    const change = classify(b.correct, a.correct);
+    const change = classify(isCorrect(b, match), isCorrect(a, match));
     counts[change]++;
     samples.push({ id: b.id, sample: b.sample, change, before: b, after: a });
   }
   return {
-    table: metricRows(before.summary, after.summary),
+    table: metricRows(summarize(before.records, match), summarize(after.records, match)),
     counts,
     samples,
     onlyBefore,

@@ -8,11 +8,18 @@
 //       <REASONING> and one <SOLUTION> block and not degenerate (the format reward at its max, 2).
 //   'boxed' (geo3k): prediction = the last \boxed{}; correct = answersEqual after normalisation;
 //       format_ok = a \boxed{} is there and the output is not degenerate.
-import { answersEqual, explainCorrectness, explainFormat, extractTagged, isDegenerate, lastBoxed, type RewardTerm, type TermScore } from '../rewards';
+// `correct` allows numeric tolerance (3 vs 3.0, 3/4 vs 0.75, 50% vs 0.5); `correct_strict` does
+// not: the exact match of the seeds' correctness reward, or equal normalised text for boxed.
+// Summaries count one or the other (AnswerMatch).
+import { answersEqual, EXACT_MATCH_REWARD, splitThinking, explainCorrectness, explainFormat, extractTagged, isDegenerate, lastBoxed, normalizeAnswer, type RewardTerm, type TermScore } from '../rewards';
 import { SOLUTION_TAG } from '../rewards/format';
 import type { SamplingOptions } from '../rl/policy';
 
 export type AnswerFormat = 'solution' | 'boxed';
+/** 'numeric' (default): numeric tolerance counts as correct; 'strict': exact answers only. */
+export type AnswerMatch = 'strict' | 'numeric';
+/** A row's images by the pixels of its largest: none, small (< 256²), medium (< 768²), large. */
+export type ImageSizeClass = 'none' | 'small' | 'medium' | 'large';
 
 export interface EvalRecord {
   /** The dataset row's id. */
@@ -23,7 +30,13 @@ export interface EvalRecord {
   prediction: string | null;
   gold: string;
   correct: boolean;
+  /** Correct without numeric tolerance (absent in older files: taken as `correct`). */
+  correct_strict?: boolean;
   format_ok: boolean;
+  /** The row's task or category column (meta.task, else meta.category), null without one. */
+  task?: string | null;
+  /** The row's image size class (absent in older files). */
+  image_size?: ImageSizeClass;
   /** Weighted sum of the terms. */
   reward: number;
   terms: TermScore[];
@@ -37,19 +50,26 @@ export interface EvalRecord {
 export interface Judgement {
   prediction: string | null;
   correct: boolean;
+  correct_strict: boolean;
   format_ok: boolean;
 }
 
-export function judge(completion: string, gold: string, format: AnswerFormat): Judgement {
+/** `thinking`: the prompt opened a <think> block; the answer after the block is judged (src/rewards/thinking.ts). */
+export function judge(full: string, gold: string, format: AnswerFormat, thinking = false): Judgement {
+  const completion = splitThinking(full, thinking).answer;
   if (format === 'boxed') {
     const prediction = lastBoxed(completion);
     const goldValue = lastBoxed(gold) ?? gold;
-    return { prediction, correct: prediction !== null && answersEqual(prediction, goldValue), format_ok: prediction !== null && !isDegenerate(completion) };
+    const text = (s: string) => normalizeAnswer(s).text.toLowerCase();
+    const strict = prediction !== null && text(prediction) !== '' && text(prediction) === text(goldValue);
+    return { prediction, correct: prediction !== null && answersEqual(prediction, goldValue), correct_strict: strict, format_ok: prediction !== null && !isDegenerate(completion) };
   }
   const blocks = extractTagged(completion, SOLUTION_TAG);
+  const score = explainCorrectness(completion, gold).value;
   return {
     prediction: blocks.length === 1 ? blocks[0].replace(/\n/g, '').trim() : null,
-    correct: explainCorrectness(completion, gold).value > 0,
+    correct: score > 0,
+    correct_strict: score === EXACT_MATCH_REWARD,
     format_ok: explainFormat(completion).value === 2,
   };
 }
@@ -73,13 +93,18 @@ export interface EvalSummary {
   truncated: number;
 }
 
-export function summarize(records: readonly EvalRecord[]): EvalSummary {
+/** Whether a record counts as correct under `match`. */
+export function isCorrect(r: EvalRecord, match: AnswerMatch = 'numeric'): boolean {
+  return match === 'strict' ? (r.correct_strict ?? r.correct) : r.correct;
+}
+
+export function summarize(records: readonly EvalRecord[], match: AnswerMatch = 'numeric'): EvalSummary {
   const n = records.length;
   const mean = (f: (r: EvalRecord) => number) => (n === 0 ? 0 : records.reduce((s, r) => s + f(r), 0) / n);
   const byRow = new Map<string, boolean>();
   const termSums = new Map<string, { sum: number; count: number }>();
   for (const r of records) {
-    byRow.set(r.id, (byRow.get(r.id) ?? false) || r.correct);
+    byRow.set(r.id, (byRow.get(r.id) ?? false) || isCorrect(r, match));
     for (const t of r.terms) {
       const s = termSums.get(t.name) ?? { sum: 0, count: 0 };
       s.sum += t.value;
@@ -90,7 +115,7 @@ export function summarize(records: readonly EvalRecord[]): EvalSummary {
   return {
     samples: n,
     rows: byRow.size,
-    accuracy: mean((r) => +r.correct),
+    accuracy: mean((r) => +isCorrect(r, match)),
     formatCompliance: mean((r) => +r.format_ok),
     anyCorrect: byRow.size === 0 ? 0 : [...byRow.values()].filter(Boolean).length / byRow.size,
     meanReward: mean((r) => r.reward),
@@ -103,6 +128,8 @@ export function summarize(records: readonly EvalRecord[]): EvalSummary {
 /** How a run was made, stored with it so that two runs can be told apart. */
 export interface EvalSettings {
   answerFormat: AnswerFormat;
+  /** Which correctness the run's summary counts (absent in older files: 'numeric'). */
+  answerMatch?: AnswerMatch;
   /** temperature 0 is greedy. */
   sampling: SamplingOptions;
   samplesPerRow: number;
@@ -144,5 +171,5 @@ export function evalRunFromJson(text: string): EvalRun {
   const run = { ...data } as Record<string, unknown>;
   delete run.format;
   delete run.version;
-  return { ...(run as unknown as EvalRun), summary: summarize(data.records) };
+  return { ...(run as unknown as EvalRun), summary: summarize(data.records, data.settings.answerMatch ?? 'numeric') };
 }

@@ -4,7 +4,8 @@
 import type { DatasetRow } from '../data/types';
 import { scoreSamples, validateTerms, type CustomRewardEvaluator, type RewardTerm } from '../rewards';
 import type { Policy, PreparedPrompt, SamplingOptions } from '../rl/policy';
-import { judge, summarize, type AnswerFormat, type EvalRecord, type EvalRun, type EvalSummary } from './records';
+import { imageSizeClass, rowTask } from './groups';
+import { judge, summarize, type AnswerFormat, type AnswerMatch, type EvalRecord, type EvalRun, type EvalSummary } from './records';
 
 export interface EvalProgress {
   /** Rows finished and in all. */
@@ -25,6 +26,8 @@ export interface EvalOptions {
   /** Needed when a term is a custom reward. */
   sandbox?: CustomRewardEvaluator;
   answerFormat: AnswerFormat;
+  /** Strict answers or numeric tolerance in the run's summary (default 'numeric'); records keep both. */
+  answerMatch?: AnswerMatch;
   /** temperature 0 gives greedy decoding; the seed makes sampled runs repeatable. */
   sampling: SamplingOptions;
   /** Completions per row (default 1; more only makes sense sampled). */
@@ -41,6 +44,7 @@ export interface EvalOptions {
 
 export async function runEval(options: EvalOptions): Promise<EvalRun> {
   const { policy, rows, terms, answerFormat, sampling } = options;
+  const answerMatch = options.answerMatch ?? 'numeric';
   const samplesPerRow = options.samplesPerRow ?? 1;
   if (!Number.isInteger(samplesPerRow) || samplesPerRow < 1) throw new Error(`eval: samplesPerRow must be a positive integer, got ${samplesPerRow}`);
   validateTerms(terms);
@@ -68,14 +72,17 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
       options.sandbox,
     );
     const rowRecords = completions.map((c, k): EvalRecord => {
-      const { prediction, correct, format_ok } = judge(c.text, row.answer, answerFormat);
+      const { prediction, correct, correct_strict, format_ok } = judge(c.text, row.answer, answerFormat);
       return {
         id: row.id,
         sample: k,
         prediction,
         gold: row.answer,
         correct,
+        correct_strict,
         format_ok,
+        task: rowTask(row),
+        image_size: imageSizeClass(row.images),
         reward: scores[k].total,
         terms: scores[k].terms,
         completion: c.text,
@@ -84,7 +91,7 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
       };
     });
     records.push(...rowRecords);
-    options.onProgress?.({ done: i + 1, total: rows.length, records: rowRecords, summary: summarize(records) });
+    options.onProgress?.({ done: i + 1, total: rows.length, records: rowRecords, summary: summarize(records, answerMatch) });
   }
   return {
     id: options.id ?? `eval-${createdAt}`,
@@ -92,8 +99,8 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
     adapter: options.adapter ?? null,
     createdAt,
     status,
-    settings: { answerFormat, sampling: { ...sampling }, samplesPerRow, terms: terms.map((t) => ({ ...t })) },
+    settings: { answerFormat, answerMatch, sampling: { ...sampling }, samplesPerRow, terms: terms.map((t) => ({ ...t })) },
     records,
-    summary: summarize(records),
+    summary: summarize(records, answerMatch),
   };
 }

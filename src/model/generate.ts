@@ -12,7 +12,7 @@
 // and none of the model's JS.
 import { Tensor, type Gpu, type Tape } from '../gpu';
 import { KvCache } from '../ops/kvCache';
-import type { Sampler, SamplingConfig } from '../ops/sampling';
+import { Sampler, type SamplingConfig } from '../ops/sampling';
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
 import type { TableHead } from './lmHead';
 
@@ -73,6 +73,9 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const logits = gpu.tensor([G, head.vocab], 'f32', 'generate.logits');
   const ids = gpu.tensor([G], 'u32', 'generate.ids');
   const logp = gpu.tensor([G], 'f32', 'generate.logp');
+  // The repetition penalty's record of each sample's tokens, from the prompt's.
+  const penalty = r.sampling.repetitionPenalty ?? 1;
+  const seen = penalty !== 1 ? Sampler.seenBitmap(gpu, G, head.vocab, Array.from(r.inputIds)) : undefined;
   // Per step of a batch: G ids, then G log-prob bits.
   const packed = gpu.tensor([STEPS_PER_SUBMIT * 2 * G], 'u32', 'generate.readback');
   // What a step reads from the GPU, one row per step: its [3, G] positions (padded to the storage
@@ -117,7 +120,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     const rng = { seed: r.seed, step: stepNumber };
     const sample = (hidden: Tensor) => {
       head.fullLogits(rec, hidden, logits, true);
-      sampler.sample(rec, logits, r.sampling, rng, { ids, logp });
+      sampler.sample(rec, logits, r.sampling, rng, { ids, logp }, seen);
     };
     const recordStep = (step: number, j: number) => {
       rec.copy(steps, current, 4 * rowWords, 4 * rowWords * step);
@@ -166,6 +169,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   } finally {
     stepTape?.release();
     for (const t of [promptIds, last, logits, ids, logp, packed, steps, current, splitWs]) t.release();
+    seen?.release();
     ws.release();
     cache.release();
   }

@@ -350,7 +350,7 @@ export class Qwen3VL {
           ropeDelta,
           visual,
           numSamples,
-          sampling: { temperature: opts.temperature, topK: opts.topK, topP: opts.topP },
+          sampling: { temperature: opts.temperature, topK: opts.topK, topP: opts.topP, minP: opts.minP, repetitionPenalty: opts.repetitionPenalty },
           maxNewTokens: opts.maxNewTokens,
           seed: opts.seed,
           stopIds: extra.stopIds ?? this.config.tokens.eos,

@@ -1,9 +1,10 @@
-// Next-token sampling on the GPU, one row per parallel sequence: temperature, top-k, top-p, greedy,
-// seeded with a counter-based RNG so that (seed, row, step) fixes the draw on every driver.
+// Next-token sampling on the GPU, one row per parallel sequence: repetition penalty, temperature,
+// top-k, top-p, min-p, greedy, seeded with a counter-based RNG so that (seed, row, step) fixes the
+// draw on every driver.
 // Semantics and the reported log-prob are documented in shaders/sampling.wgsl. Greedy and plain
 // sampling take two wide dispatches (chunks, then one workgroup per row); top-k / top-p take the
 // one-workgroup-per-row kernel.
-import { ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 
 export interface SamplingConfig {
   /** Below 1e-5 means greedy (vLLM's threshold). */
@@ -12,6 +13,17 @@ export interface SamplingConfig {
   topK?: number;
   /** Keep the smallest top set whose mass reaches p, in (0, 1]; 1 or undefined: off. */
   topP?: number;
+  /**
+   * transformers' MinPLogitsWarper (TRL `min_p`, default None): after top-k and top-p, drop tokens
+   * whose probability is below minP times the most likely one's; in [0, 1]; 0 or undefined: off.
+   */
+  minP?: number;
+  /**
+   * transformers' RepetitionPenaltyLogitsProcessor (TRL `repetition_penalty`, default 1.0): every
+   * token already in the row's sequence (prompt and sampled so far, the `seen` bitmap) has its raw
+   * logit multiplied by the penalty when negative and divided by it otherwise; > 0; 1 or undefined: off.
+   */
+  repetitionPenalty?: number;
   /**
    * 'processed' (default): log-prob under the distribution actually sampled (after temperature,
    * top-k and top-p; vLLM's processed_logprobs, which TRL uses); 'full': under the whole tempered softmax.
@@ -33,7 +45,14 @@ const UNIFORMS = {
   step: 'u32',
   full_logprob: 'u32',
   chunks: 'u32',
+  log_min_p: 'f32',
+  penalty: 'f32',
+  words: 'u32',
+  rows: 'u32',
 } as const;
+const WG = 128;
+/** log_min_p when min-p is off: every finite z - zmax passes. */
+const NO_MIN_P = -3.0e38;
 
 export class Sampler {
   /** u32 [1] zero: the GPU part of a step given as a number. */
@@ -46,13 +65,32 @@ export class Sampler {
     private readonly kernel: Kernel,
     private readonly chunksK: Kernel,
     private readonly finishK: Kernel,
+    private readonly penalizeK: Kernel,
+    private readonly markK: Kernel,
   ) {
     this.zeroStep = gpu.zeros([1], 'u32', 'sampling.zero_step');
   }
 
   static async create(gpu: Gpu): Promise<Sampler> {
-    const [kernel, chunksK, finishK] = ['sample', 'sample_chunks', 'sample_finish'].map((entry) => gpu.kernelOnUse({ shader: 'sampling', entry, uniforms: UNIFORMS }));
-    return new Sampler(gpu, kernel, chunksK, finishK);
+    const [kernel, chunksK, finishK, penalizeK, markK] = ['sample', 'sample_chunks', 'sample_finish', 'penalize', 'mark'].map((entry) =>
+      gpu.kernelOnUse({ shader: 'sampling', entry, uniforms: UNIFORMS }),
+    );
+    return new Sampler(gpu, kernel, chunksK, finishK, penalizeK, markK);
+  }
+
+  /**
+   * The repetition penalty's bitmap for `rows` sequences over `vocab`: u32 [rows, ceil(vocab/32)]
+   * with the bits of `promptIds` set in every row (the rows share their prompt). `sample` adds
+   * each step's tokens.
+   */
+  static seenBitmap(gpu: Gpu, rows: number, vocab: number, promptIds: readonly number[]): Tensor {
+    const words = Math.ceil(vocab / 32);
+    const bits = new Uint32Array(rows * words);
+    for (const id of promptIds) {
+      if (!Number.isInteger(id) || id < 0 || id >= vocab) throw new ShapeError('sampling', `prompt id ${id} is outside the vocabulary (${vocab})`);
+      for (let r = 0; r < rows; r++) bits[r * words + (id >>> 5)] |= 1 << (id & 31);
+    }
+    return gpu.upload(bits, [rows, words], 'u32', 'sampling.seen');
   }
 
   /**
@@ -61,7 +99,15 @@ export class Sampler {
    * `step` as a u32 [1] tensor is read on the GPU: steps recorded ahead then differ in no uniform
    * and no binding, and reuse one another's bind groups.
    */
-  sample(rec: Recorder, logits: Tensor, config: SamplingConfig, rng: { seed: number; step: number | Tensor }, out: { ids: Tensor; logp: Tensor }): void {
+  sample(
+    rec: Recorder,
+    logits: Tensor,
+    config: SamplingConfig,
+    rng: { seed: number; step: number | Tensor },
+    out: { ids: Tensor; logp: Tensor },
+    /** The repetition penalty's bitmap (Sampler.seenBitmap); required when the penalty is not 1. The logits are penalised in place. */
+    seen?: Tensor,
+  ): void {
     const name = 'sampling';
     if (logits.dtype !== 'f32' || logits.shape.length !== 2) {
       throw new ShapeError(name, `logits must be f32 [rows, vocab], got ${logits.dtype} [${logits.shape.join(', ')}]`);
@@ -70,7 +116,14 @@ export class Sampler {
     if (rows < 1 || vocab < 1) throw new ShapeError(name, `empty logits [${rows}, ${vocab}]`);
     if (out.ids.dtype !== 'u32' || out.ids.numel !== rows) throw new ShapeError(name, `ids must be u32 [${rows}], got ${out.ids.dtype} [${out.ids.shape.join(', ')}]`);
     if (out.logp.dtype !== 'f32' || out.logp.numel !== rows) throw new ShapeError(name, `logp must be f32 [${rows}], got ${out.logp.dtype} [${out.logp.shape.join(', ')}]`);
-    const { temperature, topK = 0, topP = 1, logprobs = 'processed' } = config;
+    const { temperature, topK = 0, topP = 1, minP = 0, repetitionPenalty = 1, logprobs = 'processed' } = config;
+    if (!(minP >= 0 && minP <= 1)) throw new ShapeError(name, `minP must be in [0, 1], got ${minP}`);
+    if (!(repetitionPenalty > 0 && Number.isFinite(repetitionPenalty))) throw new ShapeError(name, `repetitionPenalty must be > 0, got ${repetitionPenalty}`);
+    const words = Math.ceil(vocab / 32);
+    const penalise = repetitionPenalty !== 1;
+    if (penalise && (!seen || seen.dtype !== 'u32' || seen.numel !== rows * words)) {
+      throw new ShapeError(name, `repetitionPenalty ${repetitionPenalty} needs a u32 [${rows}, ${words}] seen bitmap (Sampler.seenBitmap)${seen ? `, got ${seen.dtype} [${seen.shape.join(', ')}]` : ''}`);
+    }
     if (!(temperature >= 0)) throw new ShapeError(name, `temperature must be ≥ 0, got ${temperature}`);
     if (!Number.isInteger(topK) || topK < 0) throw new ShapeError(name, `topK must be a non-negative integer, got ${topK}`);
     if (!(topP > 0 && topP <= 1)) throw new ShapeError(name, `topP must be in (0, 1], got ${topP}`);
@@ -93,14 +146,20 @@ export class Sampler {
       step,
       full_logprob: logprobs === 'full' ? 1 : 0,
       chunks,
+      log_min_p: minP > 0 ? Math.log(minP) : NO_MIN_P,
+      penalty: repetitionPenalty,
+      words,
+      rows,
     };
-    if (!greedy && (k > 0 || topP < 1)) {
+    if (penalise) rec.dispatch(this.penalizeK, { logits_rw: logits, seen: seen! }, grid1d(rows * vocab, WG), uniforms);
+    if (!greedy && (k > 0 || topP < 1 || minP > 0)) {
       rec.dispatch(this.kernel, { logits, ids: out.ids, logp: out.logp, step_in: stepIn }, rows, uniforms);
-      return;
+    } else {
+      const part = this.scratch(rows * chunks);
+      rec.dispatch(this.chunksK, { logits, part }, [chunks, rows], uniforms);
+      rec.dispatch(this.finishK, { logits, part_in: part, ids: out.ids, logp: out.logp, step_in: stepIn }, rows, uniforms);
     }
-    const part = this.scratch(rows * chunks);
-    rec.dispatch(this.chunksK, { logits, part }, [chunks, rows], uniforms);
-    rec.dispatch(this.finishK, { logits, part_in: part, ids: out.ids, logp: out.logp, step_in: stepIn }, rows, uniforms);
+    if (penalise) rec.dispatch(this.markK, { seen: seen!, ids_in: out.ids }, Math.ceil(rows / WG), uniforms);
   }
 
   /** The stats scratch, at least `n` vec4s (reallocated only when a call needs more). */

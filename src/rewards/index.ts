@@ -5,6 +5,7 @@ export type { RewardContext, RewardExplanation, RewardFn } from './types';
 export { explainFormat, formatReward, isDegenerate, DEGENERATE_MIN_REPEATS, DEGENERATE_MIN_SHARE, DEGENERATE_PENALTY } from './format';
 export { correctnessReward, explainCorrectness, EXACT_MATCH_REWARD, NUMERIC_MATCH_REWARD } from './correctness';
 export { boxedReward, explainBoxed, GEO3K_BOXED, type BoxedOptions } from './boxed';
+export { splitThinking, THINK_CLOSE, THINK_OPEN, type ThinkingSplit } from './thinking';
 export { answersEqual, evalLatexNumber, extractTagged, lastBoxed, normalizeAnswer, numericValue, numbersMatch } from './normalize';
 export {
   BUILTIN_REWARDS,

@@ -1,9 +1,10 @@
 // Built-in rewards by name, reward terms with weights, the presets, and the weighted sum that keeps
 // every term (the UI shows each term and the total; the trainer logs rewards/<name>/mean).
 import { explainBoxed, GEO3K_BOXED, type BoxedOptions } from './boxed';
-import { explainCorrectness } from './correctness';
+import { explainCorrectness, SEEDS_CORRECTNESS, type CorrectnessOptions } from './correctness';
 import { explainFormat } from './format';
 import type { CustomRewardEvaluator } from './sandbox';
+import { splitThinking } from './thinking';
 import type { RewardContext, RewardExplanation, RewardFn } from './types';
 
 export interface BuiltinReward {
@@ -20,9 +21,10 @@ export const BUILTIN_REWARDS = {
     explain: (completion) => explainFormat(completion),
   },
   correctness: {
-    description: '<SOLUTION> value vs gold: 2.0 exact match, 1.5 numeric match (fractions, %, units, separators), else 0',
-    defaults: {},
-    explain: (completion, answer) => explainCorrectness(completion, answer),
+    description:
+      '<SOLUTION> value vs gold: reward_max_val (2.0) on an exact match, reward_numeric_val (1.5) on a numeric match (fractions, %, units, separators), else reward_min_val (0)',
+    defaults: { ...SEEDS_CORRECTNESS },
+    explain: (completion, answer, _context, params) => explainCorrectness(completion, answer, params as unknown as CorrectnessOptions),
   },
   boxed: {
     description: 'last \\boxed{} vs gold after normalisation (geo3k): reward_max_val on a match, else reward_min_val',
@@ -128,6 +130,8 @@ export interface RewardSample {
   answer: string;
   prompt?: string;
   index?: number;
+  /** The prompt opened a <think> block (a thinking model): a completion without </think> has no answer yet. */
+  thinking?: boolean;
 }
 
 export interface TermScore {
@@ -152,9 +156,11 @@ function sampleScore(terms: TermScore[]): SampleScore {
   return { terms, total: terms.reduce((sum, t) => sum + t.weighted, 0) };
 }
 
+// Built-ins score the answer after a thinking block (src/rewards/thinking.ts); custom terms get the whole completion.
 function builtinScore(term: RewardTerm, explain: ReturnType<typeof builtinExplainer>, s: RewardSample): TermScore {
-  const { value, reason } = explain(s.completion, s.answer, { prompt: s.prompt, index: s.index });
-  return { name: term.name, weight: term.weight, value, weighted: term.weight * value, reason };
+  const split = splitThinking(s.completion, s.thinking);
+  const { value, reason } = explain(split.answer, s.answer, { prompt: s.prompt, index: s.index });
+  return { name: term.name, weight: term.weight, value, weighted: term.weight * value, reason: split.unfinished ? `thinking block not closed; ${reason}` : reason };
 }
 
 /** Score one sample with built-in terms only, synchronously (the playground, as the user types). */

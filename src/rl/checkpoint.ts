@@ -8,6 +8,7 @@
 // A checkpoint is taken between optimizer steps: gradients are zero and not stored.
 // checkpoint.json also carries the tensor file's CRC-32 and every tensor's shape (`integrity`,
 // version 2): a resume refuses a changed tensor file, a misshapen tensor or one that is not finite.
+import type { EntropyControlState } from './entropyControl';
 import { serializeSafetensors, readAllTensors, type ByteSource } from '../model/safetensors';
 import { crc32Hex } from './checksum';
 import { firstNonFinite } from './divergence';
@@ -60,6 +61,8 @@ export interface CheckpointMeta {
   samples: RolloutSample[];
   /** Adapter names in the policy's order, with their shapes; checked on load. */
   adapters: { name: string; r: number; in: number; out: number }[];
+  /** The entropy bonus's coefficient state (adaptive control); absent in older checkpoints. */
+  entropyControl?: EntropyControlState;
   createdAt: number;
   /** Set by encodeCheckpoint (version 2): CRC-32 of tensors.safetensors and each tensor's shape. */
   integrity?: { crc32: string; shapes: Record<string, number[]> };

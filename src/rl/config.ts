@@ -13,7 +13,7 @@ import { DEFAULT_SYSTEM_PROMPT } from '../data/prompt';
 import { presetTerms, validateTerms, type RewardTerm } from '../rewards/registry';
 import { ConfigError, findUnknownKey, isPlainObject, unknownFieldMessage } from './configKeys';
 import { datasetTemplate, DATASET_KINDS, defaultDataset, legacyDataTemplate, resolveDataset, type DatasetKind, type DatasetSettings } from './dataSource';
-import { DEFAULT_LOSS_CONFIG, LossConfigError, resolveLossConfig, validateLossSetup, type LossConfig, type ResolvedLossConfig, type RolloutCorrection } from './lossConfig';
+import { DEFAULT_LOSS_CONFIG, effectiveRolloutCorrection, LossConfigError, resolveLossConfig, validateLossSetup, type LossConfig, type ResolvedLossConfig, type RolloutCorrection } from './lossConfig';
 
 export { ConfigError } from './configKeys';
 export type { DatasetSettings, FileDatasetSettings, HubDatasetSettings, SyntheticDatasetSettings } from './dataSource';
@@ -50,6 +50,7 @@ function lossDefaults(): TrainLossSettings {
   return rest;
 }
 
+/** The loss fields (TRL's GRPOConfig names: loss_type, epsilon, beta, delta, sapo_*, vespo_*, entropy_*, vllm_importance_sampling_*, ...) are documented in src/rl/lossConfig.ts. */
 export interface TrainConfig extends TrainLossSettings {
   // ── model and data ──
   /** Model folder or hub id (TRL ModelConfig `model_name_or_path`). Default: the tiny fixture model. */
@@ -77,6 +78,10 @@ export interface TrainConfig extends TrainLossSettings {
   top_p: number;
   /** Keep the k most likely tokens; 0 disables (TRL default 0). */
   top_k: number;
+  /** Min-p sampling in [0, 1]: drop tokens below min_p times the most likely one's probability; null off (TRL default None). */
+  min_p: number | null;
+  /** Repetition penalty > 0 on tokens already in the sequence (prompt included); 1.0 off (TRL default 1.0). */
+  repetition_penalty: number;
 
   // ── optimisation ──
   /** Peak AdamW learning rate. Default 1e-5 (TRL's GRPOConfig uses 1e-6 for full fine-tuning; LoRA wants more). */
@@ -158,6 +163,8 @@ export function defaultConfig(): TrainConfig {
     temperature: 1.0,
     top_p: 1.0,
     top_k: 0,
+    min_p: null,
+    repetition_penalty: 1.0,
     learning_rate: 1e-5,
     lr_scheduler_type: 'linear',
     warmup_ratio: 0,
@@ -223,7 +230,7 @@ export function batchPlan(c: TrainConfig): BatchPlan {
     promptsPerMicroBatch,
     stepsPerGeneration,
     promptsPerGeneration: promptsPerMicroBatch * stepsPerGeneration,
-    recomputeOld: c.gradient_accumulation_steps % generateEvery !== 0 || c.rollout_correction.mode !== null,
+    recomputeOld: c.gradient_accumulation_steps % generateEvery !== 0 || effectiveRolloutCorrection(c).mode !== null,
   };
 }
 
@@ -266,6 +273,8 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   num('temperature', c.temperature, 0, Infinity, { openLo: true });
   num('top_p', c.top_p, 0, 1, { openLo: true });
   int('top_k', c.top_k, 0);
+  if (c.min_p !== null) num('min_p', c.min_p, 0, 1);
+  num('repetition_penalty', c.repetition_penalty, 0, Infinity, { openLo: true });
 
   num('learning_rate', c.learning_rate, 0, Infinity);
   if (!LR_SCHEDULERS.includes(c.lr_scheduler_type)) {

@@ -1,6 +1,7 @@
 // The loss of one group (G completions of one prompt) on the GPU, from the training forward's
-// log-probs and the CPU-side old / reference / sampling log-probs: advantages (from rewards, or
-// given), the GSPO/GRPO loss and its gradient dLoss/dlogp, ready for Policy.backward.
+// log-probs and entropies and the CPU-side old / reference / sampling log-probs: advantages (from
+// rewards, or given), the loss and its gradients dLoss/dlogp and dLoss/dentropy (the entropy
+// bonus), ready for Policy.backward.
 import type { Gpu, Tensor } from '../gpu';
 import { PLANE, RlLoss, pairsF64, splitF64, type RlLossBuffers, type RlLossResult } from '../ops/rlLoss';
 import type { ResolvedLossConfig } from './lossConfig';
@@ -17,12 +18,24 @@ export interface GroupLossArgs {
   /** Rewards of the G completions (advantages computed here), or the advantages themselves. */
   scores: { rewards: readonly number[] } | { advantages: readonly number[] };
   config: ResolvedLossConfig;
+  /** The entropy bonus's coefficient now (adaptive control); default config.entropy_coef. */
+  entropyCoef?: number;
+  /** The entropy bonus's normaliser over the whole micro-batch (RlLoss LossOptions). */
+  entropyDenominator?: number;
 }
 
 export interface GroupLoss {
   result: RlLossResult;
-  /** `grad` is the f32 [G, maxLen] dLoss/dlogp for Policy.backward; release with RlLoss.release. */
+  /**
+   * `grad` and `gradEntropy` are the f32 [G, maxLen] gradients for Policy.backward (gradEntropy is
+   * all zeros without the entropy bonus); release with RlLoss.release.
+   */
   buffers: RlLossBuffers;
+}
+
+/** Whether the loss differentiates the entropies (the entropy bonus), so the backward needs gradEntropy. */
+export function hasEntropyBonus(cfg: ResolvedLossConfig): boolean {
+  return cfg.entropy_coef !== 0 || cfg.use_adaptive_entropy;
 }
 
 export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise<GroupLoss> {
@@ -31,8 +44,8 @@ export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise
   const n = G * T;
   const b = RlLoss.allocate(gpu, G, T);
   try {
-    // Old, reference and sampling planes from the CPU (df64 pairs); plane 0 is copied on the GPU.
-    const planes = new Float32Array(8 * n);
+    // Old, reference and sampling planes from the CPU (df64 pairs); log-probs and entropies are copied on the GPU.
+    const planes = new Float32Array(b.planes.numel);
     const put = (p: number, v: ArrayLike<number>) => {
       if (v.length !== n) throw new Error(`groupLoss: a log-prob plane has ${v.length} values, expected ${n} (${G} x ${T})`);
       for (let k = 0; k < n; k++) [planes[2 * p * n + k], planes[(2 * p + 1) * n + k]] = splitF64(v[k]);
@@ -48,11 +61,52 @@ export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise
       rl.advantages(rec, b, a.config.num_generations, a.config.scale_rewards);
     } else gpu.write(b.advantages, pairsF64(a.scores.advantages));
     rec.copy(a.fwd.logps as Tensor, b.planes, n * 4, 0, 2 * PLANE.logps * n * 4);
-    rl.loss(rec, b, a.config, { old: a.old !== null, ref: a.ref !== null, sampling: a.sampling !== null });
+    rec.copy(a.fwd.entropy as Tensor, b.planes, n * 4, 0, 2 * PLANE.entropy * n * 4);
+    rl.loss(rec, b, a.config, { old: a.old !== null, ref: a.ref !== null, sampling: a.sampling !== null, entropy: true }, { entropyCoef: a.entropyCoef, entropyDenominator: a.entropyDenominator });
     await rec.submit();
     return { result: await RlLoss.read(gpu, b), buffers: b };
   } catch (e) {
     RlLoss.release(b);
     throw e;
+  }
+}
+
+/**
+ * TRL's group advantages of a generation batch, on the GPU (df64), for either
+ * multi_objective_aggregation: 'sum_then_normalize' normalises the weighted totals per group (as
+ * scale_rewards says); 'normalize_then_sum' (GDPO) normalises each term per group (unbiased std,
+ * + 1e-4), sums them with their weights, and normalises the sum over the whole batch.
+ * `values[i][k]` is term k of completion i (NaN: missing); groups are G consecutive completions.
+ */
+export async function batchAdvantages(
+  gpu: Gpu,
+  rl: RlLoss,
+  values: readonly (readonly number[])[],
+  weights: readonly number[],
+  cfg: Pick<ResolvedLossConfig, 'num_generations' | 'scale_rewards' | 'multi_objective_aggregation'>,
+): Promise<number[]> {
+  const B = values.length;
+  const b = RlLoss.allocate(gpu, B, 1);
+  const run = async (rewards: readonly number[], G: number, scale: ResolvedLossConfig['scale_rewards']): Promise<number[]> => {
+    gpu.write(b.rewards, pairsF64(rewards));
+    const rec = gpu.recorder('advantages');
+    rl.advantages(rec, b, G, scale);
+    await rec.submit();
+    const pairs = await gpu.readF32(b.advantages);
+    return Array.from({ length: B }, (_, i) => pairs[2 * i] + pairs[2 * i + 1]);
+  };
+  const total = (row: readonly number[]) => (row.every(Number.isNaN) ? NaN : row.reduce((s, v, k) => s + (Number.isNaN(v) ? 0 : weights[k] * v), 0));
+  try {
+    if (cfg.multi_objective_aggregation === 'sum_then_normalize') return await run(values.map(total), cfg.num_generations, cfg.scale_rewards);
+    // Missing values get advantage 0 from the kernel, which the weighted sum then skips (TRL's nansum).
+    const sum = new Float64Array(B);
+    for (let k = 0; k < weights.length; k++) {
+      const a = await run(values.map((row) => row[k]), cfg.num_generations, 'group');
+      a.forEach((v, i) => (sum[i] += weights[k] * v));
+    }
+    const unscorable = values.map((row) => row.every(Number.isNaN));
+    return await run(Array.from(sum, (v, i) => (unscorable[i] ? NaN : v)), B, 'group');
+  } finally {
+    RlLoss.release(b);
   }
 }

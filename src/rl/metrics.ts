@@ -3,7 +3,7 @@
 // statistics add up over every group trained on in the step, weighted as TRL's global means are
 // (tokens at token level, sequences at sequence level).
 import type { SampleScore } from '../rewards/registry';
-import type { ScaleRewards } from './lossConfig';
+import { CLIPPED_LOSS_TYPES, type LossType, type ScaleRewards } from './lossConfig';
 
 /** One prompt's G completions after scoring, as the trainer keeps them for a generation batch. */
 export interface GroupRollout {
@@ -124,8 +124,21 @@ export class LossMetrics {
   private gap = 0;
   private gapMax = 0;
   private groups = 0;
+  private policyLoss = 0;
+  private cispo = 0;
+  private phi = 0;
+  private dropped = 0;
 
-  constructor(private readonly sequenceLevel: boolean, private readonly withKl: boolean) {}
+  /**
+   * `what` says which of TRL's loss-type metrics the step logs: clip_ratio/* (clipped types),
+   * cispo_clip_ratio, vespo/phi_seq_mean; policy_loss with the entropy bonus; and
+   * off_policy_mask/masked_fraction (our name: TRL logs none) with the off-policy mask.
+   */
+  constructor(
+    private readonly sequenceLevel: boolean,
+    private readonly withKl: boolean,
+    private readonly what: { lossType?: LossType; entropyBonus?: boolean; offPolicyMask?: boolean } = {},
+  ) {}
 
   add(g: GroupLossStats): void {
     const n = g.metrics.num_tokens;
@@ -141,11 +154,18 @@ export class LossMetrics {
     if (!Number.isNaN(g.metrics['clip_ratio/low_min'])) this.lowMin = Math.min(this.lowMin, g.metrics['clip_ratio/low_min']);
     if (!Number.isNaN(g.metrics['clip_ratio/high_max'])) this.highMax = Math.max(this.highMax, g.metrics['clip_ratio/high_max']);
     this.entropy += g.entropySum;
+    this.policyLoss += g.metrics.policy_loss ?? g.loss;
+    this.cispo += (g.metrics.cispo_clip_ratio ?? 0) * weight;
+    this.phi += (g.metrics['vespo/phi_seq_mean'] ?? 0) * g.sequences;
+    this.dropped += (g.metrics['off_policy_mask/masked_fraction'] ?? 0) * g.sequences;
     this.gap += g.gapSum;
     this.gapMax = Math.max(this.gapMax, g.gapMax);
   }
 
-  /** loss, kl (when beta > 0), entropy, clip_ratio/*, sampling/sampling_logp_difference/*, num_tokens trained. */
+  /**
+   * loss, kl (when beta > 0), entropy, the loss type's metrics (see the constructor),
+   * sampling/sampling_logp_difference/*, num_tokens trained.
+   */
   finish(): Record<string, number> {
     if (this.groups === 0) return {};
     const tokens = Math.max(this.tokens, 1);
@@ -153,11 +173,20 @@ export class LossMetrics {
     const m: Record<string, number> = { loss: this.loss };
     if (this.withKl) m.kl = this.kl / tokens;
     m.entropy = this.entropy / tokens;
-    m['clip_ratio/low_mean'] = this.low / count;
-    m['clip_ratio/low_min'] = Number.isFinite(this.lowMin) ? this.lowMin : 0;
-    m['clip_ratio/high_mean'] = this.high / count;
-    m['clip_ratio/high_max'] = Number.isFinite(this.highMax) ? this.highMax : 0;
-    m['clip_ratio/region_mean'] = (this.low + this.high) / count;
+    const lossType = this.what.lossType ?? 'dapo';
+    if (CLIPPED_LOSS_TYPES.includes(lossType)) {
+      m['clip_ratio/low_mean'] = this.low / count;
+      m['clip_ratio/low_min'] = Number.isFinite(this.lowMin) ? this.lowMin : 0;
+      m['clip_ratio/high_mean'] = this.high / count;
+      m['clip_ratio/high_max'] = Number.isFinite(this.highMax) ? this.highMax : 0;
+      m['clip_ratio/region_mean'] = (this.low + this.high) / count;
+    } else if (lossType === 'cispo') {
+      m.cispo_clip_ratio = this.cispo / count;
+    } else if (lossType === 'vespo') {
+      m['vespo/phi_seq_mean'] = this.phi / Math.max(this.sequences, 1);
+    }
+    if (this.what.entropyBonus) m.policy_loss = this.policyLoss;
+    if (this.what.offPolicyMask) m['off_policy_mask/masked_fraction'] = this.dropped / Math.max(this.sequences, 1);
     m['sampling/sampling_logp_difference/mean'] = this.gap / tokens;
     m['sampling/sampling_logp_difference/max'] = this.gapMax;
     return m;

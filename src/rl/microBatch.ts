@@ -10,7 +10,7 @@
 // no-grad forward over the group, paid only when the group is over the budget.
 import type { Gpu, Tensor } from '../gpu';
 import { RlLoss, type RlLossBuffers, type RlLossResult } from '../ops/rlLoss';
-import { groupLoss, type GroupLossArgs } from './groupLoss';
+import { groupLoss, hasEntropyBonus, type GroupLossArgs } from './groupLoss';
 import type { Policy, SequenceBatch } from './policy';
 
 /**
@@ -88,7 +88,7 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
     const { result, buffers } = await groupLoss(gpu, rl, { ...a.loss, fwd });
     try {
       const [logps, entropy] = await Promise.all([gpu.readF32(fwd.logps), gpu.readF32(fwd.entropy)]);
-      await policy.backward(buffers.grad);
+      await policy.backward(buffers.grad, hasEntropyBonus(a.loss.config) ? buffers.gradEntropy : undefined);
       return { result, logps, entropy };
     } finally {
       RlLoss.release(buffers);
@@ -124,11 +124,14 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
     for (const c of chunks) {
       const fwd = await policy.forward(sub(c), { temperature, lora: true, train: true, gradientCheckpointing });
       const grad = gpu.tensor([c[1] - c[0], fwd.maxLen], 'f32', 'micro-batch.grad');
+      const gradEntropy = hasEntropyBonus(a.loss.config) ? gpu.tensor([c[1] - c[0], fwd.maxLen], 'f32', 'micro-batch.grad_entropy') : null;
       try {
         await copyRows(buffers.grad, grad, c[0], c[1] - c[0], fwd.maxLen, false);
-        await policy.backward(grad);
+        if (gradEntropy) await copyRows(buffers.gradEntropy, gradEntropy, c[0], c[1] - c[0], fwd.maxLen, false);
+        await policy.backward(grad, gradEntropy ?? undefined);
       } finally {
         grad.release();
+        gradEntropy?.release();
       }
     }
     return { result: loss.result, logps: lp, entropy: ent };

@@ -24,6 +24,10 @@ export interface SamplingOptions {
   topP: number;
   /** 0 disables top-k. */
   topK: number;
+  /** transformers' min-p (TRL `min_p`); 0 or undefined: off. */
+  minP?: number;
+  /** transformers' repetition penalty (TRL `repetition_penalty`); 1 or undefined: off. */
+  repetitionPenalty?: number;
   maxNewTokens: number;
   seed: number;
 }

@@ -16,9 +16,11 @@ import type { Gpu, Tensor } from '../gpu';
 import type { DatasetRow } from '../data/types';
 import { AdamW } from '../ops/adamw';
 import { Lora } from '../ops/lora';
-import { pairsF64, RlLoss } from '../ops/rlLoss';
+import { RlLoss } from '../ops/rlLoss';
 import { scoreSamples } from '../rewards/registry';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
+import { EntropyControl } from './entropyControl';
+import { batchAdvantages } from './groupLoss';
 import { CheckpointError, checkDataCursor, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, tensorNames, type Checkpoint, type DataCursor, type PendingGeneration } from './checkpoint';
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
 import { assertFiniteTensor, DivergenceError, explodingWeightsWarning, firstNonFinite, uniformPolicyWarning } from './divergence';
@@ -106,6 +108,7 @@ export class Trainer {
   private wake: (() => void) | null = null;
   /** Adapter and optimizer tensors read back at the end of a step that checkpoints (checked there, saved by `checkpoint`). */
   private readBack: { step: number; tensors: Map<string, Float32Array> } | null = null;
+  private readonly entropyControl: EntropyControl;
 
   private constructor(
     private readonly o: TrainerOptions,
@@ -115,6 +118,7 @@ export class Trainer {
     this.plan = batchPlan(o.config);
     this.rng = new TrainerRng(o.config.seed);
     this.cursor = { order: [], position: 0 };
+    this.entropyControl = new EntropyControl(o.loss);
   }
 
   static async create(o: TrainerOptions): Promise<Trainer> {
@@ -215,7 +219,11 @@ export class Trainer {
   async trainStep(): Promise<StepMetrics> {
     const { gpu, config: c } = this.o;
     const t0 = performance.now();
-    const lossMetrics = new LossMetrics(c.importance_sampling_level === 'sequence', c.beta > 0);
+    const lossMetrics = new LossMetrics(c.importance_sampling_level === 'sequence', c.beta > 0, {
+      lossType: c.loss_type,
+      entropyBonus: this.entropyControl.enabled,
+      offPolicyMask: c.off_policy_mask_threshold !== null,
+    });
     const generated: GroupRollout[] = [];
     let trainedTokens = 0;
     for (let mb = 0; mb < c.gradient_accumulation_steps; mb++) {
@@ -233,9 +241,10 @@ export class Trainer {
       const slice = gen.consumed % this.plan.stepsPerGeneration;
       const groups = gen.groups.slice(slice * this.plan.promptsPerMicroBatch, (slice + 1) * this.plan.promptsPerMicroBatch);
       const lossCfg = this.groupLossConfig(groups, gen.groups);
+      const entropyDenominator = this.entropyDenominator(groups);
       for (const g of groups) {
         this.interruptCheck();
-        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics);
+        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics, entropyDenominator);
       }
       gen.consumed++;
       this.microStep++;
@@ -254,11 +263,13 @@ export class Trainer {
     this.adamw.zeroGrad(zero);
     await zero.submit();
     this.step++;
+    this.entropyControl.endStep();
     const stepTime = (performance.now() - t0) / 1000;
     const metrics: StepMetrics = {
       step: this.step,
       ...rolloutMetrics(generated, c.scale_rewards),
       ...losses,
+      ...(this.entropyControl.enabled ? { entropy_coef: this.entropyControl.value } : {}),
       grad_norm: gradNorm,
       learning_rate: lr,
       num_tokens: this.numTokens,
@@ -304,11 +315,15 @@ export class Trainer {
     const tokens = (gs: readonly LiveGroup[]) => gs.reduce((n, g) => n + this.lossMask(g).count, 0);
     switch (base.loss_type) {
       case 'grpo':
+      case 'sapo':
+      case 'luspo':
       case 'dr_grpo':
         return { ...base, gradient_accumulation_steps: ga * micro.length };
       case 'bnpo':
         return { ...base, loss_type: 'dapo', num_items_in_batch: Math.max(tokens(micro), 1) * ga };
       case 'dapo':
+      case 'cispo':
+      case 'vespo':
         return { ...base, num_items_in_batch: tokens(generation) };
     }
   }
@@ -357,6 +372,8 @@ export class Trainer {
         temperature: c.temperature,
         topP: c.top_p,
         topK: c.top_k,
+        minP: c.min_p ?? 0,
+        repetitionPenalty: c.repetition_penalty,
         maxNewTokens: c.max_completion_length,
         seed: this.rng.seed(),
       });
@@ -402,24 +419,28 @@ export class Trainer {
   /** TRL's group advantages over the whole generation batch, on the GPU (df64), back on the CPU. */
   private async advantages(groups: LiveGroup[]): Promise<void> {
     const { gpu, config: c } = this.o;
-    const rewards = groups.flatMap((g) => g.rollout.scores.map((s) => s.total));
-    const b = RlLoss.allocate(gpu, rewards.length, 1);
-    try {
-      gpu.write(b.rewards, pairsF64(rewards));
-      const rec = gpu.recorder('trainer.advantages');
-      this.rl.advantages(rec, b, c.num_generations, c.scale_rewards);
-      await rec.submit();
-      const pairs = await gpu.readF32(b.advantages);
-      groups.forEach((g, k) => {
-        g.rollout.advantages = g.rollout.completions.map((_, i) => pairs[2 * (k * c.num_generations + i)] + pairs[2 * (k * c.num_generations + i) + 1]);
-      });
-    } finally {
-      RlLoss.release(b);
-    }
+    const scores = groups.flatMap((g) => g.rollout.scores);
+    const values = scores.map((s) => s.terms.map((t) => t.value));
+    const weights = scores[0]?.terms.map((t) => t.weight) ?? [];
+    const adv = await batchAdvantages(gpu, this.rl, values, weights, this.o.loss);
+    groups.forEach((g, k) => {
+      g.rollout.advantages = g.rollout.completions.map((_, i) => adv[k * c.num_generations + i]);
+    });
   }
 
   /** Training forward, loss, backward for one group; returns the tokens it processed. */
-  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics): Promise<number> {
+  /**
+   * TRL's entropy bonus for grpo/bnpo/dr_grpo/sapo/luspo is a mean over the micro-batch's tokens
+   * (/ ga): with several groups a micro-batch, their shared normaliser. Not available with
+   * top_entropy_quantile < 1, whose tokens (and quantile) are then each group's own.
+   */
+  private entropyDenominator(micro: readonly LiveGroup[]): number | undefined {
+    const base = this.o.loss;
+    if (micro.length < 2 || base.top_entropy_quantile < 1 || ['dapo', 'cispo', 'vespo'].includes(base.loss_type)) return undefined;
+    return Math.max(micro.reduce((n, g) => n + this.lossMask(g).count, 0), 1) * this.o.config.gradient_accumulation_steps;
+  }
+
+  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics, entropyDenominator?: number): Promise<number> {
     const { gpu, policy, config: c } = this.o;
     const G = g.rollout.completions.length;
     const batch = { prompt: g.prompt, completions: g.rollout.completions.map((x) => x.tokens) };
@@ -434,7 +455,7 @@ export class Trainer {
     const { result: res, logps, entropy } = await groupStep(gpu, policy, this.rl, {
       batch,
       temperature: c.temperature,
-      loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg },
+      loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg, entropyCoef: this.entropyControl.applied(), entropyDenominator },
       tokenBudget: (this.o.engine ?? defaultEngineConfig()).micro_batch_tokens,
       gradientCheckpointing: c.gradient_checkpointing,
     });
@@ -450,6 +471,8 @@ export class Trainer {
       gapMax = Math.max(gapMax, gap);
     }
     metrics.add({ loss: res.loss, metrics: res.metrics, sequences: G, entropySum, gapSum, gapMax });
+    const bonusTokens = res.metrics['entropy_bonus/tokens'];
+    this.entropyControl.add(res.metrics['entropy_bonus/entropy_mean'] * bonusTokens, bonusTokens);
     return G * g.prompt.inputIds.length + count;
   }
 
@@ -468,6 +491,7 @@ export class Trainer {
     this.microStep = s.microStep;
     this.numTokens = s.numTokens;
     this.pending = s.pending;
+    this.entropyControl.discardStep();
     const rec = this.o.gpu.recorder('trainer.rollback');
     this.adamw.zeroGrad(rec);
     await rec.submit();
@@ -540,6 +564,7 @@ export class Trainer {
         history: [...this.history],
         samples: this.samples,
         adapters: policy.lora.map((p) => ({ name: p.name, r: p.r, in: p.in, out: p.out })),
+        entropyControl: this.entropyControl.save(),
         createdAt: Date.now(),
       },
       tensors,
@@ -573,6 +598,7 @@ export class Trainer {
     this.cursor = this.o.newData ? { order: [], position: 0 } : { order: [...m.data.order], position: m.data.position };
     this.history.push(...m.history);
     this.samples = m.samples;
+    if (m.entropyControl) this.entropyControl.load(m.entropyControl);
     if (m.pending) {
       const groups: LiveGroup[] = [];
       for (const g of m.pending.groups) {

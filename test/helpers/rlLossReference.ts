@@ -83,6 +83,8 @@ export function refLoss(x: RefInputs, cfg: ResolvedLossConfig): { loss: number; 
         return 1 / (B * cfg.max_completion_length * ga);
       case 'dapo':
         return 1 / Math.max(cfg.num_items_in_batch ?? N, 1);
+      default:
+        throw new Error(`loss_type ${cfg.loss_type}: not mirrored here (test/fixtures/loss/trl-loss-vectors.json holds its vectors)`);
     }
   };
   let loss = 0;

@@ -127,17 +127,24 @@ export class ToyPolicy implements Policy {
     return { logps: this.outputs[0], entropy: this.outputs[1], mask: this.outputs[2], maxLen };
   }
 
-  /** d/dz_v of log softmax(z/T)[tok] = (onehot − p)_v / T, summed over the completions. */
-  async backward(gradLogps: Tensor): Promise<void> {
+  /**
+   * d/dz_v of log softmax(z/T)[tok] = (onehot − p)_v / T, summed over the completions; with
+   * gradEntropy, d/dz_v of the entropy H = −p_v (log p_v + H) / T too.
+   */
+  async backward(gradLogps: Tensor, gradEntropy?: Tensor): Promise<void> {
     if (!this.kept) throw new Error('toy policy: backward without a training forward');
     const { batch, probs, temperature, maxLen } = this.kept;
     this.kept = null;
     const g = await this.gpu.readF32(gradLogps);
+    const ge = gradEntropy ? await this.gpu.readF32(gradEntropy) : null;
     const dz = new Float32Array(this.positions * this.V);
     batch.completions.forEach((c, i) =>
       c.forEach((tok, t) => {
         const w = g[i * maxLen + t] / temperature;
-        for (let v = 0; v < this.V; v++) dz[t * this.V + v] += w * ((v === tok ? 1 : 0) - probs[t][v]);
+        const p = probs[t];
+        const H = -p.reduce((a, q) => a + (q > 0 ? q * Math.log(q) : 0), 0);
+        const we = ge ? ge[i * maxLen + t] / temperature : 0;
+        for (let v = 0; v < this.V; v++) dz[t * this.V + v] += w * ((v === tok ? 1 : 0) - p[v]) - we * (p[v] > 0 ? p[v] * (Math.log(p[v]) + H) : 0);
       }),
     );
     this.gpu.write(this.dy, dz);

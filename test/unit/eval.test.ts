@@ -46,17 +46,17 @@ function options(policy: Policy, extra: Partial<EvalOptions> = {}): EvalOptions 
 
 describe('judging one completion', () => {
   it('solution format: prediction, numeric match, format', () => {
-    expect(judge(tagged('x', ' 3/4\n'), '0.75', 'solution')).toEqual({ prediction: '3/4', correct: true, format_ok: true });
-    expect(judge('<SOLUTION>4</SOLUTION>', '4', 'solution')).toEqual({ prediction: '4', correct: true, format_ok: false });
-    expect(judge('<SOLUTION>1</SOLUTION><SOLUTION>2</SOLUTION>', '1', 'solution')).toEqual({ prediction: null, correct: false, format_ok: false });
+    expect(judge(tagged('x', ' 3/4\n'), '0.75', 'solution')).toEqual({ prediction: '3/4', correct: true, correct_strict: false, format_ok: true });
+    expect(judge('<SOLUTION>4</SOLUTION>', '4', 'solution')).toEqual({ prediction: '4', correct: true, correct_strict: true, format_ok: false });
+    expect(judge('<SOLUTION>1</SOLUTION><SOLUTION>2</SOLUTION>', '1', 'solution')).toEqual({ prediction: null, correct: false, correct_strict: false, format_ok: false });
     expect(judge(tagged('x', '12') + ' addCriterion'.repeat(8), '12', 'solution')).toMatchObject({ correct: true, format_ok: false });
   });
 
   it('boxed format: last \\boxed{}, normalised comparison, boxed gold', () => {
-    expect(judge('first \\boxed{2} then \\boxed{\\frac{1}{2}}', '0.5', 'boxed')).toEqual({ prediction: '\\frac{1}{2}', correct: true, format_ok: true });
-    expect(judge('it is 0.5', '0.5', 'boxed')).toEqual({ prediction: null, correct: false, format_ok: false });
+    expect(judge('first \\boxed{2} then \\boxed{\\frac{1}{2}}', '0.5', 'boxed')).toEqual({ prediction: '\\frac{1}{2}', correct: true, correct_strict: false, format_ok: true });
+    expect(judge('it is 0.5', '0.5', 'boxed')).toEqual({ prediction: null, correct: false, correct_strict: false, format_ok: false });
     expect(judge('\\boxed{3}', '\\boxed{3}', 'boxed')).toMatchObject({ correct: true });
-    expect(judge('\\boxed{4}', '3', 'boxed')).toEqual({ prediction: '4', correct: false, format_ok: true });
+    expect(judge('\\boxed{4}', '3', 'boxed')).toEqual({ prediction: '4', correct: false, correct_strict: false, format_ok: true });
   });
 });
 
@@ -94,7 +94,7 @@ describe('eval runner', () => {
     expect(progress[1].summary.accuracy).toBe(1);
     expect(policy.calls.map((c) => [c.id, c.n, c.opts.temperature, c.opts.seed])).toEqual(ROWS.map((r, i) => [r.id, 1, 0, 100 + i]));
     expect(run).toMatchObject({ id: 'eval-1234', label: 'baseline', adapter: null, createdAt: 1234 });
-    expect(run.settings).toEqual({ answerFormat: 'solution', sampling: GREEDY, samplesPerRow: 1, terms: presetTerms('seeds') });
+    expect(run.settings).toEqual({ answerFormat: 'solution', answerMatch: 'numeric', sampling: GREEDY, samplesPerRow: 1, terms: presetTerms('seeds') });
   });
 
   it('several samples a row: sample indices, pass@k', async () => {
@@ -174,7 +174,7 @@ describe('JSON export', () => {
     const json = JSON.parse(text);
     expect(Object.keys(json)).toEqual(['format', 'version', 'id', 'label', 'adapter', 'createdAt', 'status', 'settings', 'records', 'summary']);
     expect([json.format, json.version, json.adapter]).toEqual([EVAL_JSON_FORMAT, 1, 'my-adapter']);
-    expect(Object.keys(json.records[0])).toEqual(['id', 'sample', 'prediction', 'gold', 'correct', 'format_ok', 'reward', 'terms', 'completion', 'tokens', 'terminated']);
+    expect(Object.keys(json.records[0])).toEqual(['id', 'sample', 'prediction', 'gold', 'correct', 'correct_strict', 'format_ok', 'task', 'image_size', 'reward', 'terms', 'completion', 'tokens', 'terminated']);
     expect(json.records[3].prediction).toBeNull();
     expect(json.records[0].terms[0]).toMatchObject({ name: 'format', weight: 0.3, value: 2, weighted: 0.6 });
     expect(evalRunFromJson(text)).toEqual(run);

@@ -3,6 +3,7 @@ import { boxedReward, explainBoxed } from '../../src/rewards/boxed';
 import { correctnessReward, EXACT_MATCH_REWARD, NUMERIC_MATCH_REWARD } from '../../src/rewards/correctness';
 import { formatReward, isDegenerate } from '../../src/rewards/format';
 import { answersEqual, evalLatexNumber, extractTagged, lastBoxed, normalizeAnswer } from '../../src/rewards/normalize';
+import { splitThinking } from '../../src/rewards/thinking';
 import { evaluateAll, evaluateBuiltins, liveScorer, parseWeight, playgroundFromPreset, removeTerm, setCustomTerm, setWeight } from '../../src/rewards/playground';
 import { builtinRewardFn, presetTerms, REWARD_PRESETS, scoreBuiltins, validateTerms } from '../../src/rewards/registry';
 import { rng } from '../helpers/reference';
@@ -121,6 +122,22 @@ describe('correctness reward', () => {
   it('gives 0 without exactly one SOLUTION block', () => {
     expect(correctnessReward('<REASONING>3</REASONING> 3', '3')).toBe(0);
     expect(correctnessReward('<SOLUTION>3</SOLUTION><SOLUTION>3</SOLUTION>', '3')).toBe(0);
+  });
+
+  it("takes RLinf's reward range as options: reward_max_val / reward_numeric_val / reward_min_val", () => {
+    const rlinf = { reward_max_val: 1, reward_numeric_val: 1, reward_min_val: -1 };
+    expect(correctnessReward(solved('3'), '3', rlinf)).toBe(1);
+    expect(correctnessReward(solved('3.0'), '3', rlinf)).toBe(1);
+    expect(correctnessReward(solved('4'), '3', rlinf)).toBe(-1);
+    expect(correctnessReward('no block', '3', rlinf)).toBe(-1);
+    // Through a reward term's params, with the built-in's defaults filling what is left out.
+    const term = { name: 'correctness', weight: 2, params: { reward_min_val: -0.5 } };
+    validateTerms([term]);
+    expect(scoreBuiltins([term], { completion: solved('4'), answer: '3' }).total).toBe(-1);
+    expect(scoreBuiltins([term], { completion: solved('3'), answer: '3' }).terms[0].value).toBe(EXACT_MATCH_REWARD);
+    expect(scoreBuiltins([term], { completion: solved('3.0'), answer: '3' }).terms[0].value).toBe(NUMERIC_MATCH_REWARD);
+    expect(() => validateTerms([{ name: 'correctness', weight: 1, params: { reward_scale: 2 } }])).toThrow(/no parameter 'reward_scale'/);
+    expect(() => validateTerms([{ name: 'correctness', weight: 1, params: { reward_max_val: NaN } }])).toThrow(/not a finite number/);
   });
 });
 
@@ -252,5 +269,26 @@ describe('playground logic', () => {
     const direct = evaluateAll(state, evaluator);
     calls[2].resolve([{ value: 1, error: null }]);
     expect((await direct).total).toBeCloseTo(0.6 + 1.5 + 2, 12);
+  });
+});
+
+describe('thinking-block answer extraction', () => {
+  it('splits at the last </think>; an open block has no answer', () => {
+    expect(splitThinking('count them: 3 dots</think>\n\n<SOLUTION>3</SOLUTION>')).toEqual({ answer: '<SOLUTION>3</SOLUTION>', thinking: 'count them: 3 dots', unfinished: false });
+    expect(splitThinking('<think>a</think>b</think> final')).toEqual({ answer: 'final', thinking: 'a</think>b', unfinished: false });
+    expect(splitThinking('<think>still going <SOLUTION>4</SOLUTION>')).toEqual({ answer: '', thinking: 'still going <SOLUTION>4</SOLUTION>', unfinished: true });
+    expect(splitThinking('plain <SOLUTION>4</SOLUTION>')).toEqual({ answer: 'plain <SOLUTION>4</SOLUTION>', thinking: null, unfinished: false });
+    expect(splitThinking('no close yet <SOLUTION>4</SOLUTION>', true).unfinished).toBe(true);
+  });
+
+  it('built-in rewards score the answer after the block; custom terms are untouched', () => {
+    const terms = presetTerms('seeds');
+    // A guess inside the thinking block must not count; the answer after it does.
+    const think = '<SOLUTION>4</SOLUTION> no wait</think>\n<REASONING>3 dots</REASONING>\n<SOLUTION>3</SOLUTION>';
+    const s = scoreBuiltins(terms, { completion: think, answer: '3' });
+    expect(s.terms.map((t) => t.value)).toEqual([2, EXACT_MATCH_REWARD]);
+    const open = scoreBuiltins(terms, { completion: '<REASONING>3</REASONING><SOLUTION>3</SOLUTION>', answer: '3', thinking: true });
+    expect(open.terms.map((t) => t.value)).toEqual([0, 0]);
+    expect(open.terms[1].reason).toMatch(/thinking block not closed/);
   });
 });

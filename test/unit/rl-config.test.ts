@@ -63,7 +63,7 @@ describe('resolveConfig', () => {
     ['steps_per_generation 0', { steps_per_generation: 0 }, /steps_per_generation/],
     ['num_iterations 0', { num_iterations: 0 }, /num_iterations/],
     ['an unknown level', { importance_sampling_level: 'sequence_token' as 'token' }, /importance_sampling_level must be one of/],
-    ['an unknown loss', { loss_type: 'cispo' as 'grpo' }, /loss_type must be one of/],
+    ['an unknown loss', { loss_type: 'ppo' as 'grpo' }, /loss_type must be one of/],
     ['negative epsilon', { epsilon: -0.1 }, /epsilon/],
     ['negative beta', { beta: -0.01 }, /beta/],
     ['an unknown scale', { scale_rewards: 'true' as 'group' }, /scale_rewards/],

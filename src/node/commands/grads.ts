@@ -21,7 +21,7 @@ import { Qwen3VL } from '../../model/qwen3vl';
 import { nodeDirFiles, nodeFileSource, readAllTensors, serializeSafetensors } from '../../model/safetensors';
 import { Qwen3VLPolicy } from '../../model/train';
 import { RlLoss } from '../../ops/rlLoss';
-import { groupLoss } from '../../rl/groupLoss';
+import { groupLoss, hasEntropyBonus } from '../../rl/groupLoss';
 import { resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../rl/lossConfig';
 import type { PreparedPrompt } from '../../rl/policy';
 
@@ -139,7 +139,7 @@ export async function run(args: CliArgs): Promise<void> {
   const zero = gpu.recorder('zero grads');
   for (const p of params) model.decoder.ops.lora.zeroGrad(zero, p);
   await zero.submit();
-  await policy.backward(buffers.grad);
+  await policy.backward(buffers.grad, hasEntropyBonus(config) ? buffers.gradEntropy : undefined);
   RlLoss.release(buffers);
 
   const tensors = [];

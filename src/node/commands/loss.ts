@@ -3,13 +3,16 @@
 // {"loss", "grad" [sequences][tokens], "advantages", "metrics"} (TRL's metric names; kl only
 // when beta != 0, sampling/* only with a rollout correction; NaN metrics print as null).
 // Input: {"logps", "old_logps" (null: on-policy), "ref_logps", "sampling_logps", "mask",
+// "entropy" (per-token entropies: needed by top_entropy_quantile < 1 and the entropy bonus),
 // "rewards" (null = missing), "num_generations", "config": {...TRL names, src/rl/lossConfig.ts}}.
+// With the entropy bonus the output adds "grad_entropy" [sequences][tokens]; the loss type's
+// metrics (cispo_clip_ratio, vespo/phi_seq_mean, ...) appear when the config uses them.
 import { readFileSync } from 'node:fs';
 import type { CliArgs } from '../args';
 import { createNodeGpu } from '../gpu';
 import { RlLoss, packPlanes, pairsF64, type PlaneName } from '../../ops/rlLoss';
 import { findUnknownKey } from '../../rl/configKeys';
-import { DEFAULT_LOSS_CONFIG, resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../rl/lossConfig';
+import { CLIPPED_LOSS_TYPES, DEFAULT_LOSS_CONFIG, resolveLossConfig, validateLossSetup, type LossConfigInput } from '../../rl/lossConfig';
 
 export const summary = 'compute the GSPO/GRPO loss, its gradient and metrics on the GPU (--input FILE.json)';
 
@@ -45,6 +48,7 @@ export interface LossRequest {
   old: number[][] | null;
   ref: number[][] | null;
   sampling: number[][] | null;
+  entropy: number[][] | null;
   mask: number[][];
   rewards: number[];
   config: ReturnType<typeof resolveLossConfig>;
@@ -82,6 +86,7 @@ export function parseLossRequest(json: unknown): LossRequest {
     old: optionalMatrix('old_logps', o.old_logps, shape),
     ref: optionalMatrix('ref_logps', o.ref_logps, shape),
     sampling: optionalMatrix('sampling_logps', o.sampling_logps, shape),
+    entropy: optionalMatrix('entropy', o.entropy, shape),
     mask,
     rewards,
     config,
@@ -93,6 +98,9 @@ export function parseLossRequest(json: unknown): LossRequest {
     hasRef: req.ref !== null,
     hasSampling: req.sampling !== null,
   });
+  if ((config.top_entropy_quantile < 1 || config.entropy_coef !== 0 || config.use_adaptive_entropy) && req.entropy === null) {
+    throw new InputError('top_entropy_quantile < 1 and the entropy bonus need "entropy" (per-token entropies)');
+  }
   return { ...req, warnings };
 }
 
@@ -116,22 +124,36 @@ export async function run(args: CliArgs): Promise<void> {
   if (req.old) planes.old = req.old.flat();
   if (req.ref) planes.ref = req.ref.flat();
   if (req.sampling) planes.sampling = req.sampling.flat();
+  if (req.entropy) planes.entropy = req.entropy.flat();
   gpu.write(b.planes, packPlanes(B, T, planes));
   gpu.write(b.mask, req.mask.flat());
   gpu.write(b.rewards, pairsF64(req.rewards));
   const rec = gpu.recorder('loss command');
   op.advantages(rec, b, req.config.num_generations, req.config.scale_rewards);
-  op.loss(rec, b, req.config, { old: req.old !== null, ref: req.ref !== null, sampling: req.sampling !== null });
+  op.loss(rec, b, req.config, { old: req.old !== null, ref: req.ref !== null, sampling: req.sampling !== null, entropy: req.entropy !== null });
   await rec.submit();
   const r = await RlLoss.read(gpu, b);
 
+  const c = req.config;
+  const bonus = c.entropy_coef !== 0 || c.use_adaptive_entropy;
+  const logged: Record<string, boolean> = {
+    clip_sequences: false,
+    kl: c.beta !== 0,
+    cispo_clip_ratio: c.loss_type === 'cispo',
+    'vespo/phi_seq_mean': c.loss_type === 'vespo',
+    'off_policy_mask/masked_fraction': c.off_policy_mask_threshold !== null,
+    policy_loss: bonus,
+    'entropy_mask/threshold': c.top_entropy_quantile < 1,
+  };
   const metrics: Record<string, number> = {};
   for (const [k, v] of Object.entries(r.metrics)) {
-    if (k === 'clip_sequences') continue;
-    if (k === 'kl' && req.config.beta === 0) continue;
-    if (k.startsWith('sampling/') && req.config.rollout_correction.mode === null) continue;
+    if (logged[k] === false || k.startsWith('entropy_bonus/')) continue;
+    if (k.startsWith('sampling/') && c.rollout_correction.mode === null) continue;
+    if (k.startsWith('clip_ratio/') && !CLIPPED_LOSS_TYPES.includes(c.loss_type)) continue;
     metrics[k] = v;
   }
-  const grad = Array.from({ length: B }, (_, i) => Array.from(r.grad.subarray(i * T, i * T + T)));
-  console.log(JSON.stringify({ loss: r.loss, grad, advantages: Array.from(r.advantages), metrics }));
+  const rows = (v: ArrayLike<number>) => Array.from({ length: B }, (_, i) => Array.from(v).slice(i * T, i * T + T));
+  const out: Record<string, unknown> = { loss: r.loss, grad: rows(r.grad), advantages: Array.from(r.advantages), metrics };
+  if (bonus) out.grad_entropy = rows(r.gradEntropy);
+  console.log(JSON.stringify(out));
 }
