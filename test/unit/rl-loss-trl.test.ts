@@ -324,6 +324,6 @@ describe('train config threads the TRL loss and sampling fields', () => {
     expect(() => resolveConfig({ repetition_penalty: 0 })).toThrow(/repetition_penalty/);
     expect(() => resolveConfig({ sapo_temperature_pos: -1 })).toThrow(/sapo_temperature_pos/);
     expect(() => resolveConfig({ loss_type: 'luspo' })).toThrow(/importance_sampling_level/);
-    expect(() => resolveConfig({ entropy_coeff: 0.1 } as never)).toThrow(/unknown field 'entropy_coeff'/);
+    expect(() => resolveConfig({ entropy_coeff: 0.1 } as never)).toThrow(/entropy_coeff: unknown field; did you mean entropy_coef?/);
   });
 });
