@@ -1,0 +1,25 @@
+// Head rows of q, k, v: where an element lives, and columns loaded as vec4s. The including file
+// declares `params` (fields rows, hq, hkv) and binds q, k, v (q4, k4, v4 with ALIGNED).
+
+// Element d of row rho (token rho / G, query head hk·G + rho % G) of sequence b in a
+// [count·rows, Hq·D] tensor (b = 0 for packed sequences).
+fn q_index(b: u32, rho: u32, hk: u32, d: u32) -> u32 {
+  let G = params.hq / params.hkv;
+  return (b * params.rows + rho / G) * params.hq * D + (hk * G + rho % G) * D + d;
+}
+
+// Columns 4c .. 4c+3 of the head row starting at `base`, zero past D (one function per binding:
+// storage pointers cannot be passed to functions).
+#if ALIGNED
+fn ld_q(base: u32, c: u32) -> vec4f { return q4[base / 4u + c]; }
+fn ld_k(base: u32, c: u32) -> vec4f { return k4[base / 4u + c]; }
+fn ld_v(base: u32, c: u32) -> vec4f { return v4[base / 4u + c]; }
+#else
+fn cols(c: u32) -> vec4<bool> {
+  return vec4<bool>(4u * c < D, 4u * c + 1u < D, 4u * c + 2u < D, 4u * c + 3u < D);
+}
+fn at(base: u32, c: u32, i: u32) -> u32 { return base + min(4u * c + i, D - 1u); }
+fn ld_q(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(q[at(base, c, 0u)], q[at(base, c, 1u)], q[at(base, c, 2u)], q[at(base, c, 3u)]), cols(c)); }
+fn ld_k(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(k[at(base, c, 0u)], k[at(base, c, 1u)], k[at(base, c, 2u)], k[at(base, c, 3u)]), cols(c)); }
+fn ld_v(base: u32, c: u32) -> vec4f { return select(vec4f(0.0), vec4f(v[at(base, c, 0u)], v[at(base, c, 1u)], v[at(base, c, 2u)], v[at(base, c, 3u)]), cols(c)); }
+#endif
