@@ -24,6 +24,6 @@
 const D: u32 = {{D}}u;
 const NV: u32 = (D + 3u) / 4u;  // vec4s per staged head row
 const DSV: u32 = NV + 1u;       // staged row stride in vec4s
-const FLAT_WG: u32 = 256u;      // flat kernels (combine, backward preprocessing, cache writes)
+const FLAT_WG: u32 = 256u;      // flat kernels (the split combine, the backward's prep and dK/dV sum)
 const NEG: f32 = -1.0e30;       // "minus infinity" that keeps exp(m_old - m_new) finite
 const MASKED: f32 = -1.0e29;    // scores at or below this are masked out

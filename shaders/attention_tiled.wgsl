@@ -2,7 +2,7 @@
 // workgroup memory and the walk over key tiles. The including file declares `params` (field
 // prefix_len).
 //
-// Tiled kernels (TILED: forward, dq, dk/dv). A workgroup owns BO rows (query rows; keys for
+// The tiled kernels (forward, dq, dk/dv): a workgroup owns BO rows (query rows; keys for
 // dk/dv) and walks tiles of BI inner rows (keys; query rows for dk/dv). Each tile has two phases:
 //   scores: LPR = WG / BO lanes per owned row, each dotting it with KPT = BI / LPR inner rows
 //           (inner rows LPR apart, so that the lanes of a row read adjacent rows: no conflicts);
