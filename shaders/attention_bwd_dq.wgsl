@@ -1,4 +1,4 @@
-// Backward (FlashAttention-2, packed sequences, no cache). Three passes:
+// Attention backward (FlashAttention-2, packed sequences, no cache), dQ. Three passes:
 //   prep: row_stats[t, h] = (lse, delta = Σ_d dO·O)
 //   dq:   dQ_i = scale · Σ_j dS_ij k_j                       (one workgroup per query tile)
 //   dkv:  dV_j = Σ_i P_ij dO_i,  dK_j = scale · Σ_i dS_ij q_i (one workgroup per key tile; the

@@ -1,10 +1,8 @@
-// ---------------------------------------------------------------------------------------------
 // Backward through the frozen weight: dx[m, k] (+)= Σ_n dy[m, n] W[n, k]. A workgroup of 16x16
 // threads computes a 128x64 tile of dx (8 rows m x 4 columns k per thread), stepping N 16 rows at
 // a time; the dy tile and the dequantized W tile [16 n, 64 k] are staged n-major (12.3 KiB, within
 // WebGPU's default 16). The next step's dy values and code word are loaded into registers before
 // the current step's arithmetic, so their latency hides behind it.
-// ---------------------------------------------------------------------------------------------
 
 struct Params {
   m: u32,          // rows of dy and dx

@@ -1,8 +1,6 @@
-// ---------------------------------------------------------------------------------------------
 // Gather: rows[t, :] = W[ids[t], :] dequantized (embedding lookup from a 4-bit table). One
 // thread per code word writes 8 weights; an id outside [0, N) gives a row of zeros.
 // Grid: flat group id = wid.x + wid.y * nwg.x, 256 words per group.
-// ---------------------------------------------------------------------------------------------
 
 struct Params {
   tokens: u32, // ids to gather

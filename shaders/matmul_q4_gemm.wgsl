@@ -1,4 +1,3 @@
-// ---------------------------------------------------------------------------------------------
 // GEMM: y[m, n] (+)= Σ_k x[m, k] W[n, k] for any M. A workgroup of 16x16 threads computes a
 // (16·GTM)x(16·GTN) tile of y, GTM rows by GTN columns per thread, stepping K by GBK (32: one
 // group, or 16: half of one, to halve workgroup memory for large tiles). Each step stages the x
@@ -8,9 +7,8 @@
 // y may be a joined weight's parts stored apart (split1, split2: out_at, as gemv_rows stores them).
 // Split along K (a y of few tiles over a long K, where the tiles alone leave SMs idle): grid z is
 // the chunk, K [z·k_chunk, (z+1)·k_chunk), and chunk z writes its own partial [m, n] at z·m·n of
-// y (accumulate 0); split_sum then adds the partials in chunk order (deterministic, no atomics)
+// y (accumulate 0); split_sum (matmul_q4_split_sum.wgsl) adds them in chunk order (deterministic)
 // into y, parts apart.
-// ---------------------------------------------------------------------------------------------
 
 struct Params {
   m: u32,          // rows of x
