@@ -14,18 +14,12 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
 @group(0) @binding(4) var<storage, read> dout: array<f32>;
 @group(0) @binding(5) var<storage, read> row_stats: array<f32>; // attention_bwd_prep's [T, Hq, 2]
 @group(0) @binding(6) var<storage, read> cu_seqlens: array<u32>;
 @group(0) @binding(7) var<storage, read_write> dk: array<f32>;
 @group(0) @binding(8) var<storage, read_write> dv: array<f32>;
 @group(0) @binding(9) var<storage, read_write> part: array<f32>; // DKV_SPLIT: partial dK and dV [dkv_splits, 2, dkv_rows, Hkv·D]
-@group(0) @binding(10) var<storage, read> q4: array<vec4f>; // ALIGNED: q, k, v (and dO) read as vec4s
-@group(0) @binding(11) var<storage, read> k4: array<vec4f>;
-@group(0) @binding(12) var<storage, read> v4: array<vec4f>;
 @group(0) @binding(13) var<storage, read> do4: array<vec4f>;
 
 #include attention_head

@@ -26,15 +26,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
 @group(0) @binding(4) var<storage, read_write> o: array<f32>;
 @group(0) @binding(5) var<storage, read> lengths: array<u32>; // filled positions of each slot
 @group(0) @binding(6) var<storage, read_write> part: array<f32>; // SPLIT: [chunks, count·n·Hq, D + 2]: unnormalised output, running max m, sum l
-@group(0) @binding(7) var<storage, read> q4: array<vec4f>; // ALIGNED: q, k, v (and dO) read as vec4s
-@group(0) @binding(8) var<storage, read> k4: array<vec4f>;
-@group(0) @binding(9) var<storage, read> v4: array<vec4f>;
 
 #include attention_head
 #include attention_rows

@@ -1,5 +1,14 @@
-// Head rows of q, k, v: where an element lives, and columns loaded as vec4s. The including file
-// declares `params` (fields rows, hq, hkv) and binds q, k, v (q4, k4, v4 with ALIGNED).
+// Head rows of q, k, v: their bindings, where an element lives, and columns loaded as vec4s. The
+// including file declares `params` (fields rows, hq, hkv) and binds nothing else at 1-3, 16-18.
+
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> k: array<f32>;
+@group(0) @binding(3) var<storage, read> v: array<f32>;
+// ALIGNED (D % 4 == 0): the same buffers read as vec4s (a quarter of the load instructions when
+// staging tiles); a kernel binds these or the f32 views.
+@group(0) @binding(16) var<storage, read> q4: array<vec4f>;
+@group(0) @binding(17) var<storage, read> k4: array<vec4f>;
+@group(0) @binding(18) var<storage, read> v4: array<vec4f>;
 
 // Element d of row rho (token rho / G, query head hk·G + rho % G) of sequence b in a
 // [count·rows, Hq·D] tensor (b = 0 for packed sequences).

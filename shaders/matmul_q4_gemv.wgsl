@@ -15,13 +15,6 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> codes4: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> scales: array<u32>;
-@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-@group(0) @binding(5) var<storage, read> lora_parts: array<f32>; // LORA: [1, lora_np, lora_r]
-@group(0) @binding(6) var<storage, read> lora_b: array<f32>;     // LORA: lora_B.weight [n, lora_r]
-@group(0) @binding(7) var<storage, read> xq_in: array<vec4<u32>>; // I8X2: quantize_x2's output
 
 #include q4_format
 #include q4_gemv_common

@@ -1,7 +1,7 @@
 // What the 4-bit GEMV kernels share (matmul_q4_gemv.wgsl: one row of x; matmul_q4_gemv_rows.wgsl:
 // 2 to 8): how W is spread over threads, how codes become floats, the weight steps and the LoRA
-// epilogue. The including file declares `params` (fields n, lora_r, lora_np, lora_s) and binds
-// codes4, scales and, with LORA, lora_parts and lora_b.
+// epilogue, and the bindings. The including file declares `params` (fields n, lora_r, lora_np,
+// lora_s).
 //
 // GEMV: y[m, n] (+)= Σ_k x[m, k] W[n, k] for M ≤ 8 rows of x; `gemv` takes one row, `gemv_rows`
 // 2 to 8. Both spread W alike: a thread group of TPR lanes owns a block of 4 rows of W; lane l
@@ -17,6 +17,14 @@
 // a code c masked in place at bits 4p..4p+3 (p = 0..3 of a half word) and OR-ed into the mantissa
 // of 2^23 is the float 2^23 + c·16^p; subtracting 2^23 + 8·16^p gives (c − 8)·16^p exactly. x (or
 // the scale) is multiplied by 16^-p to match (exact: powers of two).
+
+@group(0) @binding(1) var<storage, read> codes4: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> scales: array<u32>;
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read> lora_parts: array<f32>; // LORA: [m, lora_np, lora_r]
+@group(0) @binding(6) var<storage, read> lora_b: array<f32>;     // LORA: lora_B.weight [n, lora_r]
+@group(0) @binding(7) var<storage, read> xq_in: array<vec4<u32>>; // int8 x: quantize_x's (PREQ) or quantize_x2's (I8X2) output
 
 override TPR: u32 = 32u;   // lanes per block of 4 rows of W, a power of two up to 128 (to the subgroup size with subgroups)
 override TG: u32 = 8u;     // row blocks per workgroup: TPR·TG threads, 4·TG rows of W
