@@ -1,7 +1,7 @@
 // Groups of 32 f32 values as int8, the form the 4-bit GEMV's int8 kernels read: included by
-// matmul_q4.wgsl, which quantizes x itself, and by lora_gemv.wgsl and attention.wgsl, whose
-// kernels can leave the x they write quantized for the GEMV after them. Needs WGSL's
-// packed_4x8_integer_dot_product (pack4xI8Clamp).
+// matmul_q4_gemv_rows.wgsl and matmul_q4_quantize_x.wgsl, which quantize x themselves, and by
+// lora_gemv.wgsl and attention_combine.wgsl, whose kernels can leave the x they write quantized
+// for the GEMV after them. Needs WGSL's packed_4x8_integer_dot_product (pack4xI8Clamp).
 
 const I8_BIAS = 0x4B400000i;  // 1.5·2^23 as f32 bits: an integer n, |n| < 2^22, added is the float 1.5·2^23 + n
 
@@ -35,7 +35,7 @@ fn pack_limb(q: array<vec4<i32>, 8>) -> Limb {
 }
 
 // A group's 32 values as 3 vec4s: its packed q (two vec4s, pack_limb's order), then the scale
-// s = a/127 and the integer's start BIAS − 8·Σq as bits (matmul_q4.wgsl's staged and quantize_x layout).
+// s = a/127 and the integer's start BIAS − 8·Σq as bits (gemv_rows_i8's staged and quantize_x's layout).
 fn quantize_group(v: array<vec4<f32>, 8>) -> array<vec4<u32>, 3> {
   let a = group_absmax(v);
   let inv = select(127.0 / a, 0.0, a == 0.0);

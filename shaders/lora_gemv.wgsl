@@ -165,7 +165,7 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
   }
 #if QUANT
   // This workgroup's whole groups of 32 (8 vec4s) of the normed row, a thread each: the values, as
-  // below, and the group as int8 (xq, quantize_x's layout in matmul_q4.wgsl) for the 4-bit GEMV
+  // below, and the group as int8 (xq, quantize_x's layout in matmul_q4_quantize_x.wgsl) for the 4-bit GEMV
   // after, which then needs no quantize dispatch of its own.
   let groups = kw / 8u;
   let per = (groups + width - 1u) / width;

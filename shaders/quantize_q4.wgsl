@@ -1,5 +1,5 @@
 // Quantize a weight W [N, K] from its raw checkpoint bytes (f32, f16 or bf16) to the Q4 format
-// documented at the top of shaders/matmul_q4.wgsl: groups of 32 along K, codes c = round(w/d) + 8
+// documented in shaders/q4_format.wgsl: groups of 32 along K, codes c = round(w/d) + 8
 // in 0..15, d = m / -8 with m the group's weight of largest magnitude, d stored as f16.
 //
 // The source is bound as raw u32 words (two f16/bf16 values per word, low half first, as the

@@ -17,7 +17,7 @@
 // Greedy (temperature 0): the argmax of the raw logits, lowest index on ties (as torch.argmax).
 //
 // Greedy and plain sampling (no top-k, no top-p) take two wide dispatches instead of `sample`'s one
-// workgroup per row (775 µs for one row of 151,936 on the H100, latency-bound):
+// workgroup per row (latency-bound on a row of 151,936):
 //   sample_chunks  one workgroup per (chunk of CHUNK logits, row): the chunk's raw max and its
 //                  lowest index, its max z and Σ e^(z − max z)
 //   sample_finish  one workgroup per row: the row's argmax, max z and Σ e^(z − zmax) from its

@@ -25,11 +25,12 @@ export type Defines = Record<string, string | number | boolean>;
  *  - `#if NAME` / `#else` / `#endif` keep or drop lines by a define's truthiness (nesting allowed);
  *  - `{{NAME}}` is replaced by the define's value;
  *  - `#include NAME` (where active) inserts shaders/NAME.wgsl, preprocessed with the same defines:
- *    code that two op families share (compiler messages then count lines of the whole text).
+ *    declarations that several kernel files share (compiler messages then count lines of the whole
+ *    text). A file is inserted once per text, however many includes name it.
  * Everything else is plain WGSL. Numeric knobs that need no code change are better passed as
  * pipeline-overridable constants (`override`), which do not multiply the shader text.
  */
-export function preprocess(source: string, defines: Defines = {}): string {
+export function preprocess(source: string, defines: Defines = {}, included: Set<string> = new Set()): string {
   const out: string[] = [];
   const stack: { active: boolean; taken: boolean }[] = [];
   const active = () => stack.every((s) => s.active);
@@ -38,8 +39,9 @@ export function preprocess(source: string, defines: Defines = {}): string {
     const line = lines[i];
     const inc = /^\s*#include\s+(\w+)\s*$/.exec(line);
     if (inc) {
-      if (active()) out.push(preprocess(shaderSource(inc[1]), defines));
-      else out.push('');
+      const first = active() && !included.has(inc[1]);
+      if (first) included.add(inc[1]);
+      out.push(first ? preprocess(shaderSource(inc[1]), defines, included) : '');
       continue;
     }
     const m = /^\s*#(if|else|endif)\b\s*(!?)(\w*)/.exec(line);

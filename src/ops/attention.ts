@@ -1,4 +1,4 @@
-// Grouped-query attention (shaders/attention.wgsl): flash-style forward over packed sequences
+// Grouped-query attention (shaders/attention_*.wgsl, a file per kernel): flash-style forward over packed sequences
 // (causal for the decoder, bidirectional within each image for the vision tower), the forward
 // over a KV cache (prefill and decode), and the FlashAttention-2 backward for training.
 //
@@ -11,10 +11,10 @@
 // well as to itself: the result is that of G sequences prompt + completion_i, with the prompt's
 // rows computed once, and dk, dv of the prompt summed over every completion that reads it.
 // Memory is O(T·D) in every pass; no [T x T] matrix exists.
-import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor, type UniformType } from '../gpu';
 import { dkvSplitsOf } from './dkvSplits';
 import { checkWrittenInt8Groups, DOT4_I8 } from './matmulQ4';
-import { UNIFORMS, ZERO_UNIFORMS, type KvCache } from './kvCache';
+import type { KvCache } from './kvCache';
 
 /** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
 export interface AttentionFold {
@@ -83,19 +83,47 @@ export interface AttentionSplit {
 }
 
 const FLAT_WG = 256;
+
+// The params struct of each kernel file, in order.
+const FWD_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', causal: 'u32', scale: 'f32', nseq: 'u32', slot0: 'u32', cap: 'u32', prefix_len: 'u32', prefix_slot: 'u32' } as const;
+const DECODE_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', scale: 'f32', nseq: 'u32', slot0: 'u32', cap: 'u32', splits: 'u32', prefix_len: 'u32', prefix_slot: 'u32', prefix_splits: 'u32' } as const;
+const COMBINE_UNIFORMS = { rows: 'u32', hq: 'u32', nseq: 'u32', splits: 'u32', prefix_splits: 'u32', fold_r: 'u32' } as const;
+const PREP_UNIFORMS = { rows: 'u32', hq: 'u32' } as const;
+const DQ_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', causal: 'u32', scale: 'f32', nseq: 'u32', prefix_len: 'u32' } as const;
+const DKV_UNIFORMS = { ...DQ_UNIFORMS, dkv_splits: 'u32', dkv_rows: 'u32', dkv_tile0: 'u32' } as const;
+const DKV_SUM_UNIFORMS = { hkv: 'u32', dkv_splits: 'u32', dkv_rows: 'u32' } as const;
+
+/** The values a dispatch may fill; each kernel reads its own struct's fields. */
+type Values = Record<keyof typeof FWD_UNIFORMS | keyof typeof DECODE_UNIFORMS | keyof typeof COMBINE_UNIFORMS | keyof typeof DKV_UNIFORMS, number>;
+const ZERO_VALUES: Values = {
+  rows: 0,
+  hq: 0,
+  hkv: 0,
+  causal: 0,
+  scale: 0,
+  nseq: 0,
+  slot0: 0,
+  cap: 0,
+  splits: 0,
+  prefix_len: 0,
+  prefix_slot: 0,
+  prefix_splits: 0,
+  fold_r: 0,
+  dkv_splits: 0,
+  dkv_rows: 0,
+  dkv_tile0: 0,
+};
 const MAX_HEAD_DIM = 256;
 const MAX_CHUNKS = 64;
-/**
- * Keys per chunk of the default split. Many short chunks cost more than they save: each is a
- * workgroup that stages q and writes partials (H100, B8 L2048: 4 chunks 87 µs, 32 chunks 165 µs).
- */
+/** Keys per chunk of the default split: many short chunks cost more than they save (each is a
+ * workgroup that stages q and writes partials). */
 const KEYS_PER_CHUNK = 256;
 /** The decode kernel takes up to this many rows (n new tokens x G query heads) per kv head. */
 const DECODE_MAX_ROWS = 8;
 /** Rows of a task over a shared prefix: the rows of as many sequences as fit. */
 const PREFIX_MAX_ROWS = 16;
 
-/** Tile of the tiled kernels (shaders/attention.wgsl, TILED): owned rows, inner rows, threads. */
+/** Tile of the tiled kernels (shaders/attention_tiled.wgsl): owned rows, inner rows, threads. */
 export interface Tile {
   BO: number;
   BI: number;
@@ -104,7 +132,7 @@ export interface Tile {
   CLN: number;
 }
 
-/** Decode kernel layout (DECODE): rows, keys per staged block, threads, output column lanes. */
+/** Decode kernel layout (shaders/attention_decode.wgsl): rows, keys per staged block, threads, output column lanes. */
 export interface DecodeTile {
   RMAX: number;
   KB: number;
@@ -113,11 +141,9 @@ export interface DecodeTile {
 }
 
 // Largest first. The forward keeps q (BO rows) and k, v (BI rows) staged; the backward q, dO and
-// k, v, so it takes smaller tiles. Every entry has LPR = WG / BO dividing BI and WG >= BI.
-// More threads on the same tile hide more of the workgroup-memory latency: on the H100 (T2048
-// Hq16 Hkv8 D128 causal) the forward took 1.60 ms with [32, 16, 128] and 1.41 with 256 threads;
-// the backward 9.08 ms with [16, 16, 64], 5.44 with 128 threads, 5.80 with 256, 6.16 with
-// [32, 8, 256] and 5.97 with [32, 8, 128] (node .bench/kernels.mjs --only attention).
+// k, v, so it takes smaller tiles. Every entry has LPR = WG / BO dividing BI and WG >= BI. More
+// threads on the same tile hide more of the workgroup-memory latency (BENCHMARKS.md, kernel
+// tuning choices).
 const FORWARD_TILES: readonly [number, number, number][] = [[32, 16, 256], [32, 16, 128], [16, 16, 64], [16, 8, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
 const BACKWARD_TILES: readonly [number, number, number][] = [[16, 16, 128], [16, 16, 64], [8, 8, 32], [4, 4, 16], [2, 2, 4]];
 // Wider workgroups first for many rows: shorter chains of workgroup-memory loads per lane.
@@ -230,10 +256,10 @@ export class Attention {
     };
     const ft = tileFor(lim, headDim, 'forward', opts.forwardTile);
     const bt = tileFor(lim, headDim, 'backward');
-    const k = (entry: string, name: string, defines: Record<string, number | boolean>) =>
-      gpu.kernelOnUse({ name: `attention.${name}`, shader: 'attention', entry, defines: { D: headDim, ...defines }, uniforms: UNIFORMS });
+    const k = (shader: string, entry: string, name: string, uniforms: Record<string, UniformType>, defines: Record<string, number | boolean>) =>
+      gpu.kernelOnUse({ name: `attention.${name}`, shader, entry, defines: { D: headDim, ...defines }, uniforms });
     const ALIGNED = headDim % 4 === 0;
-    const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ TILED: true, ALIGNED, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
+    const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ ALIGNED, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
     // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence,
     // a third the rows of several sequences over a shared prefix where workgroup memory allows.
     const G = hq / hkv;
@@ -248,27 +274,28 @@ export class Attention {
     const bounds = [...new Set([G, DECODE_MAX_ROWS, PREFIX_MAX_ROWS].filter((r) => r <= PREFIX_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))].sort((x, y) => x - y);
     const tiles = bounds.map(fits).filter((d): d is DecodeTile => d !== null);
     const decode = tiles.map((d) => {
-      const defs = { DECODE: true, ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
+      const defs = { ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
       // Named as the cached forward they stand for (profiles and benchmarks match these names).
-      return { rows: d.RMAX, plain: k('attn_decode', 'fwd_cached', defs), split: k('attn_decode', 'fwd_cached_split', { ...defs, SPLIT: true }) };
+      const decodeK = (name: string, flags: Record<string, boolean>) => k('attention_decode', 'attn_decode', name, DECODE_UNIFORMS, { ...defs, ...flags });
+      return { rows: d.RMAX, plain: decodeK('fwd_cached', {}), split: decodeK('fwd_cached_split', { SPLIT: true }) };
     });
     return new Attention(
       gpu,
       config,
       ft,
       bt,
-      k('attn_fwd', 'fwd', tiled(ft)),
-      k('attn_fwd', 'fwd_lse', tiled(ft, { LSE: true })),
-      k('attn_fwd', 'fwd_cached', tiled(ft, { CACHED: true })),
+      k('attention_fwd', 'attn_fwd', 'fwd', FWD_UNIFORMS, tiled(ft)),
+      k('attention_fwd', 'attn_fwd', 'fwd_lse', FWD_UNIFORMS, tiled(ft, { LSE: true })),
+      k('attention_fwd', 'attn_fwd', 'fwd_cached', FWD_UNIFORMS, tiled(ft, { CACHED: true })),
       decode,
-      k('attn_split_combine', 'split_combine', {}),
-      k('attn_split_combine', 'split_combine_fold', { FOLD: true }),
-      gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0 ? k('attn_split_combine', 'split_combine_fold_quant', { FOLD: true, QUANT: true }) : null,
-      k('attn_bwd_prep', 'bwd_prep', {}),
-      k('attn_bwd_dq', 'bwd_dq', tiled(bt)),
-      k('attn_bwd_dkv', 'bwd_dkv', tiled(bt)),
-      k('attn_bwd_dkv', 'bwd_dkv_split', tiled(bt, { DKV_SPLIT: true })),
-      k('attn_dkv_sum', 'dkv_sum', {}),
+      k('attention_combine', 'attn_split_combine', 'split_combine', COMBINE_UNIFORMS, {}),
+      k('attention_combine', 'attn_split_combine', 'split_combine_fold', COMBINE_UNIFORMS, { FOLD: true }),
+      gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0 ? k('attention_combine', 'attn_split_combine', 'split_combine_fold_quant', COMBINE_UNIFORMS, { FOLD: true, QUANT: true }) : null,
+      k('attention_bwd_prep', 'attn_bwd_prep', 'bwd_prep', PREP_UNIFORMS, {}),
+      k('attention_bwd_dq', 'attn_bwd_dq', 'bwd_dq', DQ_UNIFORMS, tiled(bt)),
+      k('attention_bwd_dkv', 'attn_bwd_dkv', 'bwd_dkv', DKV_UNIFORMS, tiled(bt)),
+      k('attention_bwd_dkv', 'attn_bwd_dkv', 'bwd_dkv_split', DKV_UNIFORMS, tiled(bt, { DKV_SPLIT: true })),
+      k('attention_dkv_sum', 'attn_dkv_sum', 'dkv_sum', DKV_SUM_UNIFORMS, {}),
     );
   }
 
@@ -335,8 +362,8 @@ export class Attention {
     return p;
   }
 
-  private uniforms(u: Partial<Record<keyof typeof UNIFORMS, number>>): Record<string, number> {
-    return { ...ZERO_UNIFORMS, hq: this.config.hq, hkv: this.config.hkv, ...u };
+  private uniforms(u: Partial<Values>): Values {
+    return { ...ZERO_VALUES, hq: this.config.hq, hkv: this.config.hkv, ...u };
   }
 
   /** o = softmax(scale·q·kᵀ + mask)·v within each packed sequence; lse too when given. */

@@ -17,7 +17,7 @@
 // stride = capacity − P, so the buffers hold P + slots·stride rows instead of slots·capacity (the
 // default group, 512 + 8 x 256 rows instead of 8 x 768). Those slots must then read [0, P) through
 // share before they take a position of their own, and cannot fork.
-import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor, type UniformType } from '../gpu';
 
 const NO_PREFIX = { from: 0, length: 0 };
 
@@ -65,15 +65,12 @@ export class KvCache {
       if (!Number.isInteger(v) || v < 1) throw new ShapeError('kv_cache', `${name} must be a positive integer, got ${v}`);
     }
     if (!Number.isInteger(prefix) || prefix < 0 || prefix >= capacity) throw new ShapeError('kv_cache', `prefix must be an integer in [0, capacity ${capacity}), got ${prefix}`);
-    const spec = (entry: string) => ({
-      name: `attention.${entry}`,
-      shader: 'attention',
-      entry,
-      // B only sizes the attention kernels' tiles, which these entry points do not use.
-      defines: { D: headDim, B: 4 },
-      uniforms: UNIFORMS,
-    });
-    const [appendK, copyK, setK, advanceK] = ['kv_append', 'kv_copy', 'kv_set_lengths', 'kv_advance'].map((e) => gpu.kernelOnUse(spec(e)));
+    // One file per kernel (shaders/kv_*.wgsl), each with its own params.
+    const spec = (shader: string, entry: string, uniforms: Record<string, UniformType>) => ({ name: `attention.${entry}`, shader, entry, defines: { D: headDim }, uniforms });
+    const appendK = gpu.kernelOnUse(spec('kv_append', 'kv_append', { rows: 'u32', hkv: 'u32', nseq: 'u32', slot0: 'u32', cap: 'u32' }));
+    const copyK = gpu.kernelOnUse(spec('kv_copy', 'kv_copy', { rows: 'u32', hkv: 'u32', slot0: 'u32', cap: 'u32', dst_slot: 'u32' }));
+    const setK = gpu.kernelOnUse(spec('kv_lengths', 'kv_set_lengths', LENGTHS_UNIFORMS));
+    const advanceK = gpu.kernelOnUse(spec('kv_lengths', 'kv_advance', LENGTHS_UNIFORMS));
     const shape = [prefix + slots * (capacity - prefix), hkv * headDim];
     const k: Tensor[] = [];
     const v: Tensor[] = [];
@@ -223,8 +220,8 @@ export class KvCache {
     for (let s = slot0; s < slot0 + count; s++) this.past[s] = value;
   }
 
-  private uniforms(u: Partial<Record<keyof typeof UNIFORMS, number>>): Record<string, number> {
-    return { ...ZERO_UNIFORMS, hkv: this.config.hkv, cap: this.stride, ...u };
+  private uniforms(u: Partial<typeof ZERO_VALUES>): Record<string, number> {
+    return { ...ZERO_VALUES, hkv: this.config.hkv, cap: this.stride, ...u };
   }
 
   release(): void {
@@ -232,43 +229,7 @@ export class KvCache {
   }
 }
 
-/** The Params struct of shaders/attention.wgsl, shared by every entry point there. */
-export const UNIFORMS = {
-  rows: 'u32',
-  hq: 'u32',
-  hkv: 'u32',
-  causal: 'u32',
-  scale: 'f32',
-  nseq: 'u32',
-  slot0: 'u32',
-  cap: 'u32',
-  dst_slot: 'u32',
-  splits: 'u32',
-  prefix_len: 'u32',
-  prefix_slot: 'u32',
-  prefix_splits: 'u32',
-  fold_r: 'u32',
-  dkv_splits: 'u32',
-  dkv_rows: 'u32',
-  dkv_tile0: 'u32',
-} as const;
+const LENGTHS_UNIFORMS = { rows: 'u32', nseq: 'u32', slot0: 'u32' } as const;
 
-export const ZERO_UNIFORMS: Record<keyof typeof UNIFORMS, number> = {
-  rows: 0,
-  hq: 0,
-  hkv: 0,
-  causal: 0,
-  scale: 0,
-  nseq: 0,
-  slot0: 0,
-  cap: 0,
-  dst_slot: 0,
-  splits: 0,
-  prefix_len: 0,
-  prefix_slot: 0,
-  prefix_splits: 0,
-  fold_r: 0,
-  dkv_splits: 0,
-  dkv_rows: 0,
-  dkv_tile0: 0,
-};
+/** The values a dispatch may fill; each kernel reads its own struct's fields. */
+const ZERO_VALUES = { rows: 0, hkv: 0, nseq: 0, slot0: 0, cap: 0, dst_slot: 0 };

@@ -159,8 +159,7 @@ export class LoraGemv {
 
   /**
    * y [rows, out] += s·x·Aᵀ·Bᵀ for x [rows, in] through u [rows, r] (or larger): down + up. (One
-   * dispatch whose workgroups each recompute u was slower on an H100: r·in products from L2 a
-   * workgroup, 20-40 µs at the 2B's shapes, against a few µs for the two wide dispatches.)
+   * dispatch whose workgroups each recompute u was slower: r·in products from L2 a workgroup.)
    */
   forward(rec: Recorder, p: LoraParams, x: Tensor, y: Tensor, u: Tensor): void {
     this.down(rec, [p], x, u);

@@ -1,9 +1,13 @@
-// Products with 4-bit weights (shaders/matmul_q4.wgsl): y = x·Wᵀ by GEMV (≤ 8 rows) or tiled
-// GEMM, dX = dY·W for backward through a frozen weight, and row gather from a 4-bit embedding.
+// Products with 4-bit weights (shaders/matmul_q4_*.wgsl, one file per kernel): y = x·Wᵀ by GEMV
+// (≤ 8 rows) or tiled GEMM, dX = dY·W for backward through a frozen weight, and row gather from a
+// 4-bit embedding. The layout choices are matmulQ4Tuning.ts's table.
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
+import { DEFAULT_GEMM, gemmSplitOf, gemvLayout, gemvLayouts, Q4_TUNING } from './matmulQ4Tuning';
+
+export { DEFAULT_GEMM, DEFAULT_GEMV, gemmSplitOf } from './matmulQ4Tuning';
 
 /**
- * A weight W [n, k] (nn.Linear [out, in]) in the Q4 format; shaders/matmul_q4.wgsl has the
+ * A weight W [n, k] (nn.Linear [out, in]) in the Q4 format; shaders/q4_format.wgsl has the
  * exact layout. In short: groups of 32 along k share one f16 scale d (symmetric, d = m / -8
  * with m the group's weight of largest magnitude); w = d·(c − 8) with 4-bit codes c.
  *   codes:  u32 [n·k/8], eight codes per word, weight k%8 in bits 4·(k%8)..+3 of word n·k/8 + k/8.
@@ -22,21 +26,6 @@ export const Q4_GROUP = 32;
 export const GEMV_MAX_ROWS = 8;
 
 const SPLIT_SUM_WG = 256;
-/** A GEMM is split along K into the most chunks (1, 2, 4 or 8) that keep its tiles times chunks
- * within SPLIT_MAX_TILES and each chunk at least SPLIT_MIN_K long. H100 (`node .bench/gemmSpeed.mjs
- * --split`, 128x64 tiles, in stream): a prefill of 512 rows has k_proj's [512, 1024] over K 2048
- * (64 tiles) 183 -> 90 µs in 8 chunks, q_proj's and o_proj's [512, 2048] (128 tiles) 185 -> 155 µs
- * in 4, down_proj's [512, 2048] over K 6144 610 -> 418 µs in 4, gate's [512, 6144] (384 tiles) 421
- * µs whole; [1024, 2048] (256 tiles) 295 -> 287 µs in 2, 512 tiles and more lose when split (3-8%).
- * On a GPU of fewer SMs the split costs the partials' traffic, a few percent of such a GEMM. */
-const SPLIT_MAX_TILES = 512;
-const SPLIT_MIN_K = 256;
-
-/** K chunks for a 4-bit GEMM of `tiles` tiles of y over K (MatmulQ4Options.gemmSplit overrides). */
-export function gemmSplitOf(tiles: number, k: number): number {
-  for (const s of [8, 4, 2]) if (tiles * s <= SPLIT_MAX_TILES && k / s >= SPLIT_MIN_K) return s;
-  return 1;
-}
 
 /** The uniforms split1, split2 of a joined weight's output widths (at most 3, summing to n), or
  * of one output. */
@@ -76,7 +65,7 @@ export function allocQ4(gpu: Gpu, n: number, k: number, label: string): Q4Weight
   };
 }
 
-/** How the GEMV spreads a weight over threads (the `override`s of shaders/matmul_q4.wgsl). */
+/** How the GEMV spreads a weight over threads (the `override`s of shaders/q4_gemv_common.wgsl). */
 export interface GemvShape {
   /** Lanes per block of 4 rows of W, along K: a power of two up to 128 (up to the subgroup size
    * with the subgroup reduction). More lanes split K finer and give a small N more threads; a call
@@ -130,12 +119,7 @@ export function checkWrittenInt8Groups(op: string, what: string, t: Tensor, rows
   checkInt8Groups(op, what, t, rows, cols);
 }
 
-/** 8 lanes per 4 rows, 64 rows per workgroup: the best layout for one row of x on the H100's LM
- * head and stacked 172032x2048 weight (1.97 TB/s; BENCHMARKS.md). Weights of at most SMALL_N rows
- * take other layouts unless the caller fixes one. */
-export const DEFAULT_GEMV: GemvShape = { threadsPerRow: 8, groups: 16 };
-
-/** How the GEMM tiles y (the `override`s GTM, GTN, GBK of shaders/matmul_q4.wgsl). */
+/** How the GEMM tiles y (the `override`s GTM, GTN, GBK of shaders/matmul_q4_gemm.wgsl). */
 export interface GemmShape {
   /** Rows of y per thread, 4 or 8 (the workgroup's tile has 16 times as many). */
   rowsPerThread: 4 | 8;
@@ -145,19 +129,13 @@ export interface GemmShape {
   stepK: 16 | 32;
 }
 
-/** 128x64 tiles stepping half a group, 12 KiB of workgroup memory (within WebGPU's default 16):
- * the fastest of the sweep at every Qwen3-VL-2B shape from M = 512 to 8192 on the H100, 20-35%
- * ahead of 64x64 tiles stepping a whole group (BENCHMARKS.md, gemm option sweeps). */
-export const DEFAULT_GEMM: GemmShape = { rowsPerThread: 8, colsPerThread: 4, stepK: 16 };
-
 export interface MatmulQ4Options {
   /** Reduce GEMV partial sums with subgroup shuffles (needs threadsPerRow to divide the smallest
-   * subgroup). Default off: through workgroup memory was faster on the H100 (LM head, one row of
-   * x: 92 µs vs 102). */
+   * subgroup). Default off (Q4_TUNING.subgroups). */
   subgroups?: boolean;
   gemv?: GemvShape;
   /** Most columns of x the GEMV stages in workgroup memory at a time, per row of x (a multiple of
-   * 32; default 2048, Qwen3-VL's hidden size). Each pipeline for M rows stages min(xChunk, what
+   * 32; default Q4_TUNING.xChunk). Each pipeline for M rows stages min(xChunk, what
    * fits)·M floats, zeroed by WebGPU at each workgroup's start; a longer K is walked in chunks. */
   xChunk?: number;
   gemm?: GemmShape;
@@ -184,68 +162,18 @@ interface GemvPlan {
   int8: boolean;
 }
 
-/** Weights with at most this many rows take the small-weight layouts (BENCHMARKS.md, gemv sweeps:
- * on the H100, 64 lanes per row block call a 2048x2048 weight in 6 µs against 24 for the default). */
-const SMALL_N = 16384;
-/** Weights with more rows than this are vocabulary-sized (the LM head): the int8 layouts' head
- * variants are for them; every decoder weight (the 8B's joined gate/up has 24,576 rows) takes the
- * decoder's, whose x the kernel before writes (2 to 8 rows) or which read f32 x (one row). */
-const HEAD_N = 65536;
-const SMALL_FEW_ROWS: GemvShape = { threadsPerRow: 64, groups: 4 };
-/** 2..8 rows of x (gemv_rows; BENCHMARKS.md, gemv sweeps at M = 2 and 8 on the H100): the LM head
- * wants many rows of W per workgroup sharing each staged x; a long K, 64 lanes and 16 rows;
- * 6144x2048, 16 lanes and 64 rows; 2048 rows or fewer, 64 lanes, staged up to 4 rows of x and
- * read from memory beyond (staging 8 rows of x cost more than 8 blocks of W per workgroup use). */
-const LARGE_ROWS: GemvShape = { threadsPerRow: 8, groups: 32 };
-const MID_ROWS: GemvShape = { threadsPerRow: 16, groups: 16 };
-const SMALL_MANY: GemvShape = { threadsPerRow: 64, groups: 2, xDirect: true };
-/** One row of x on at most SMALL_N rows (f32 x) takes SMALL_MANY on at most 2048 rows or a K over
- * 2048, MID_8K on more than 8192 rows and this between. H100 in stream, cold weights
- * (`node .bench/gemvOneRow.mjs`), against 64 lanes x 4 row blocks staging x (before): 2048x2048
- * 5.60 µs (5.78), 4096x2048 6.93 (7.40), 12288x2048 11.71 (14.11), 2048x6144 9.83 (11.08); a
- * decode step of one sequence 2.42 -> 2.34 ms of GPU time. */
-const ONE_MID: GemvShape = { threadsPerRow: 32, groups: 4 };
-/** Joined q/k/v (4096 rows) and gate/up (12288) weights, K = 2048 (H100 sweeps at M = 2 and 8, in
- * stream), and the other layouts again for 5..8 rows, workgroups sized to about one per SM. M = 2:
- * 4096 rows 32 lanes x 8 blocks, 7.8 µs (16x16: 10.0); 12288 rows 16x8, 14.5 (15.7). M = 8: 4096
- * rows 16x8, 16.1 (19.2); 12288 rows and the LM head 8x32 staging 1024 columns, unrolled, 27.9
- * (16x16: 36.7) and 232 (8x32: 255); 6144 rows 16x16 unrolled, 18.3 (19.9); K = 6144 64x4
- * unrolled, 25.1 (26.6). Unrolled equals the loop at M = 2 and was slower on 2048x2048 at M = 8. */
-const FEW_4K: GemvShape = { threadsPerRow: 32, groups: 8 };
-const MID_8K: GemvShape = { threadsPerRow: 16, groups: 8 };
-const MANY_LARGE: GemvShape = { threadsPerRow: 8, groups: 32, xChunk: 1024, unrolled: true };
-const MANY_MID: GemvShape = { threadsPerRow: 16, groups: 16, unrolled: true };
-const MANY_LONG_K: GemvShape = { threadsPerRow: 64, groups: 4, unrolled: true };
-
-/** The int8 kernel's layouts. 2..8 rows of x on the decoder's weights all take one layout, 32
- * lanes x 4 row blocks with x read as int8 groups (preq: quantized by a dispatch of its own, or
- * given by the kernel that wrote x, GemvCall.xq), though the
- * sweeps (BENCHMARKS.md, each shape alone in stream) favoured a layout per shape: interleaved with
- * a decode step's other kernels, four GEMV variants cost far more than each alone (BENCHMARKS.md,
- * 'What a decode step's kernels cost in stream'), and fewer distinct kernels cost less. On the H100, GPU
- * time of a decode step in stream (`node .bench/model.mjs --only decode --samples 2,4,8 --profile`)
- * with the per-shape layouts 3.44 / 3.83 / 4.55 ms at 2 / 4 / 8 sequences, with this one 2.94 /
- * 3.27 / 3.76 ms (16 lanes x 8 blocks everywhere: 3.06 / 3.65 / 3.90; staged x, no quantize
- * dispatch: 4.76 at 8). M = 8 on the LM head, preq 8x8: 101 µs (staged 150, f32 232); at 2..4
- * rows it stays f32 (its M = 2 read 115 against 233 int8). */
-const I8Q_ROWS: GemvShape = { threadsPerRow: 32, groups: 4, int8: true, preq: true };
-const I8Q_HEAD: GemvShape = { threadsPerRow: 8, groups: 8, int8: true, preq: true };
-/** One row of x on the LM head (decode of one sequence) in two int8 limbs: on the H100 in stream
- * 66.8 µs a call with quantize_x2 (2.62 TB/s; ~5 µs of it the quantize) against 78.4 for the best
- * f32 layout; 32 lanes a row block reduced through workgroup memory (subgroup shuffles: 87.5 µs;
- * one block a workgroup: 66.4). */
-const I8X2_HEAD: GemvShape = { threadsPerRow: 32, groups: 2, int8: true, preq: true };
-
-const GEMV_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', k_chunk: 'u32' } as const;
-/** Workgroup memory of the LoRA epilogue (shaders/matmul_q4.wgsl: lora_u and lora_fold). */
+// The params struct of each kernel file, in order.
+const GEMV_UNIFORMS = { n: 'u32', k: 'u32', accumulate: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
+const GEMV_ROWS_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
+const QUANTIZE_X_UNIFORMS = { m: 'u32', k: 'u32' } as const;
+const GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', k_chunk: 'u32' } as const;
+const SPLIT_SUM_UNIFORMS = { m: 'u32', n: 'u32', chunks: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
+const DINPUT_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+const GATHER_UNIFORMS = { tokens: 'u32', n: 'u32', k: 'u32' } as const;
+/** Workgroup memory of the LoRA epilogue (shaders/q4_gemv_common.wgsl: lora_u and lora_fold). */
 const LORA_BYTES = 3 * 512 * 4;
 /** Most rows of x times rank the epilogue holds (LORA_MAX). */
 const LORA_MAX = 512;
-/** Most partials (rows · partials a row · rank) every workgroup of a LoRA epilogue sums: beyond,
- * the sums cost more than the dispatch they save (H100, decode of 8 samples: down_proj's 96
- * partials a row were 8·96·16 = 12288 floats read by each of 128 workgroups, 6 MB of L2 reads). */
-const LORA_MAX_PARTIALS = 2048;
-
 const NO_LORA = { lora_r: 0, lora_np: 0, lora_s: 0 } as const;
 
 /** How a GEMV call differs from a plain y (+)= x·Wᵀ (MatmulQ4.gemv). */
@@ -317,31 +245,33 @@ export class MatmulQ4 {
     if (gemmBytes > gpu.limits.maxComputeWorkgroupStorageSize) {
       throw new ShapeError('matmulQ4.gemm', `tiles of ${gemmBytes} bytes exceed this GPU's ${gpu.limits.maxComputeWorkgroupStorageSize} of workgroup memory`);
     }
-    const subgroups = opts.subgroups ?? false;
+    const subgroups = opts.subgroups ?? Q4_TUNING.subgroups;
     if (subgroups) gpu.require('subgroups', 'the 4-bit GEMV subgroup reduction');
-    const xChunk = opts.xChunk ?? 2048;
+    const xChunk = opts.xChunk ?? Q4_TUNING.xChunk;
     if (!Number.isInteger(xChunk) || xChunk < Q4_GROUP || xChunk % Q4_GROUP !== 0) {
       throw new ShapeError('matmulQ4.gemv', `xChunk must be a positive multiple of ${Q4_GROUP}, got ${xChunk}`);
     }
-    const spec = (entry: string, constants?: Record<string, number>) => ({ shader: 'matmul_q4', entry, uniforms: GEMV_UNIFORMS, constants });
     const gemmSplit = opts.gemmSplit;
     if (gemmSplit !== undefined && (!Number.isInteger(gemmSplit) || gemmSplit < 1)) throw new ShapeError('matmulQ4.gemm', `gemmSplit must be a positive integer, got ${gemmSplit}`);
-    const gemmK = gpu.kernelOnUse(spec('gemm', { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK }));
-    const dinputK = gpu.kernelOnUse(spec('dinput'));
-    const gatherK = gpu.kernelOnUse(spec('gather'));
-    const splitSumK = gpu.kernelOnUse({ ...spec('split_sum'), name: 'matmul_q4.gemm' });
+    // Named as before the kernels had files of their own: profiles and benchmarks match these names.
+    const gemmK = gpu.kernelOnUse({ name: 'matmul_q4.gemm', shader: 'matmul_q4_gemm', entry: 'gemm', uniforms: GEMM_UNIFORMS, constants: { GTM: gemm.rowsPerThread, GTN: gemm.colsPerThread, GBK: gemm.stepK } });
+    const dinputK = gpu.kernelOnUse({ name: 'matmul_q4.dinput', shader: 'matmul_q4_dinput', entry: 'dinput', uniforms: DINPUT_UNIFORMS });
+    const gatherK = gpu.kernelOnUse({ name: 'matmul_q4.gather', shader: 'matmul_q4_gather', entry: 'gather', uniforms: GATHER_UNIFORMS });
+    const splitSumK = gpu.kernelOnUse({ name: 'matmul_q4.gemm', shader: 'matmul_q4_split_sum', entry: 'split_sum', uniforms: SPLIT_SUM_UNIFORMS });
     if (opts.int8) gpu.requireWgsl(DOT4_I8, 'the int8 GEMV (dot4I8Packed)');
     const dot4 = gpu.hasWgsl(DOT4_I8);
-    const [quantizeK, quantize2K] = ['quantize_x', 'quantize_x2'].map((e) => (dot4 ? gpu.kernelOnUse({ ...spec(e), name: 'matmul_q4.gemv' }) : null));
+    const [quantizeK, quantize2K] = ['quantize_x', 'quantize_x2'].map((entry) =>
+      dot4 ? gpu.kernelOnUse({ name: 'matmul_q4.gemv', shader: 'matmul_q4_quantize_x', entry, uniforms: QUANTIZE_X_UNIFORMS }) : null,
+    );
     const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, splitSumK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K, gemmSplit);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
-    for (const g of opts.gemv ? [opts.gemv] : [DEFAULT_GEMV, SMALL_FEW_ROWS, LARGE_ROWS, MID_ROWS, SMALL_MANY, FEW_4K, MID_8K, MANY_LARGE, MANY_MID, MANY_LONG_K, ONE_MID]) mm.plan(g, 1 << 20);
+    for (const g of opts.gemv ? [opts.gemv] : gemvLayouts('f32')) mm.plan(g, 1 << 20);
     if (opts.gemv || opts.int8 === false || !gpu.hasWgsl(DOT4_I8)) return mm;
     // By default the int8 layouts where this device's workgroup memory holds them all (WebGPU's
     // default 16 KiB does not; the f32 layouts serve every call there).
     try {
-      for (const g of [I8Q_ROWS, I8Q_HEAD, I8X2_HEAD]) mm.plan(g, 1 << 20);
+      for (const g of gemvLayouts('int8')) mm.plan(g, 1 << 20);
       mm.int8 = true;
     } catch (e) {
       if (!(e instanceof ShapeError) || opts.int8) throw e;
@@ -351,32 +281,7 @@ export class MatmulQ4 {
 
   /** The layout a call of m rows of x on a weight [n, k] takes (int8: the call allows int8 x). */
   private layoutFor(m: number, n: number, k: number, int8: boolean): GemvShape {
-    if (this.fixed) return this.fixed;
-    if (!(int8 && this.int8)) return this.f32Layout(m, n, k);
-    // One row takes f32 x but on the LM head: two int8 limbs on the decoder's weights, even given
-    // by the kernel before (GemvCall.xq), cost more in a decode step than f32 (BENCHMARKS.md).
-    if (m === 1) return n > HEAD_N ? I8X2_HEAD : this.f32Layout(m, n, k);
-    if (n > HEAD_N) return m > 4 ? I8Q_HEAD : this.f32Layout(m, n, k);
-    return I8Q_ROWS;
-  }
-
-  private f32Layout(m: number, n: number, k: number): GemvShape {
-    if (m > 4) {
-      if (n > 8192) return MANY_LARGE;
-      if (k > 2048) return MANY_LONG_K;
-      if (n > 4096) return MANY_MID;
-      return n > 2048 ? MID_8K : SMALL_MANY;
-    }
-    if (m > 1) {
-      if (n > SMALL_N) return LARGE_ROWS;
-      if (k > 2048) return SMALL_FEW_ROWS;
-      if (n > 8192) return MID_8K;
-      if (n > 4096) return MID_ROWS;
-      return n > 2048 ? FEW_4K : SMALL_FEW_ROWS;
-    }
-    if (n > SMALL_N) return DEFAULT_GEMV;
-    if (k > 2048 || n <= 2048) return SMALL_MANY;
-    return n > 8192 ? MID_8K : ONE_MID;
+    return this.fixed ?? gemvLayout(m, n, k, int8 && this.int8);
   }
 
   /** The plan of a layout for K columns: lanes per row block are capped at the groups a row has
@@ -415,19 +320,19 @@ export class MatmulQ4 {
       const name = 'matmul_q4.gemv';
       if (M === 1 && shape.int8) {
         // One row of x as two int8 limbs from quantize_x2, read from memory: nothing staged.
-        return { name, shader: 'matmul_q4', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, XDIRECT: 1, KC: Q4_GROUP }, defines: { ...defines, I8X2: true } };
+        return { name, shader: 'matmul_q4_gemv', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, XDIRECT: 1, KC: Q4_GROUP }, defines: { ...defines, I8X2: true } };
       }
       if (M === 1) {
         // One row of x: the columns staged per chunk are what fits beside the reduction's memory.
         const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1);
         if (KC < Q4_GROUP) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold a group of x beside the partial sums of ${TPR * TG} threads`);
-        return { name, shader: 'matmul_q4', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, KC }, defines };
+        return { name, shader: 'matmul_q4_gemv', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, KC }, defines };
       }
       if (shape.preq) {
         // x from quantize_x: workgroup memory holds the lanes' partial sums only.
         const XS = TPR * TG * M;
         if (16 * XS > wgBytes) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold the partial sums of ${TPR * TG} threads`);
-        return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ: 1 }, defines: { ...defines, PREQ: true } };
+        return { name, shader: 'matmul_q4_gemv_rows', entry: 'gemv_rows_i8', uniforms: GEMV_ROWS_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ: 1 }, defines: { ...defines, PREQ: true } };
       }
       if (shape.int8) {
         // Per row of x and staged group 3 vec4s (32 bytes of q, a scale and the integer's start);
@@ -437,7 +342,7 @@ export class MatmulQ4 {
         if (XQ < 1 || 16 * XS > wgBytes) {
           throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of int8 x or the partial sums of ${TPR * TG} threads`);
         }
-        return { name, shader: 'matmul_q4', entry: 'gemv_rows_i8', uniforms: GEMV_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ }, defines };
+        return { name, shader: 'matmul_q4_gemv_rows', entry: 'gemv_rows_i8', uniforms: GEMV_ROWS_UNIFORMS, constants: { TPR, TG, PERSIST: constants.PERSIST, M, XS, XQ }, defines };
       }
       // 2..8 rows: staged x and then the lanes' partial sums share one buffer of XS vec4s.
       const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes, M);
@@ -445,7 +350,7 @@ export class MatmulQ4 {
       if (KC < Q4_GROUP || 16 * XS > wgBytes) {
         throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold ${M} rows of x or the partial sums of ${TPR * TG} threads`);
       }
-      return { name, shader: 'matmul_q4', entry: 'gemv_rows', uniforms: GEMV_UNIFORMS, constants: { ...constants, M, KC, XS, UNROLLED: shape.unrolled ? 1 : 0 }, defines };
+      return { name, shader: 'matmul_q4_gemv_rows', entry: 'gemv_rows', uniforms: GEMV_ROWS_UNIFORMS, constants: { ...constants, M, KC, XS, UNROLLED: shape.unrolled ? 1 : 0 }, defines };
     };
     // Bad shapes and limits throw here, at planning, not at the first call.
     for (let m = 1; m <= GEMV_MAX_ROWS; m++) spec(m, false);
@@ -514,7 +419,7 @@ export class MatmulQ4 {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
       if (xq) bind.xq_in = xq;
-      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, k_chunk: w.k });
+      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA });
       return;
     }
     const { B, r, scale, perRow } = lora;
@@ -536,7 +441,6 @@ export class MatmulQ4 {
       lora_r: r,
       lora_np: perRow,
       lora_s: scale,
-      k_chunk: w.k,
     });
   }
 
@@ -557,7 +461,7 @@ export class MatmulQ4 {
   private quantizeInto(rec: Recorder, x: Tensor, xq: Tensor, m: number, k: number): void {
     const kernel = m === 1 ? this.quantize2K : this.quantizeK;
     if (!kernel) throw new MissingFeatureError(DOT4_I8, 'the int8 GEMV (quantize_x)');
-    rec.dispatch(kernel, { x, xq_out: xq }, grid1d((m * k) / Q4_GROUP, 64), { m, n: 0, k, accumulate: 0, split1: 0, split2: 0, ...NO_LORA, k_chunk: k });
+    rec.dispatch(kernel, { x, xq_out: xq }, grid1d((m * k) / Q4_GROUP, 64), { m, k });
   }
 
   /** x [m, k] (1 to 8 rows, k a multiple of 32) into xq as int8 groups (int8GroupWords' layout), for
@@ -581,7 +485,7 @@ export class MatmulQ4 {
   /** Whether gemv can add a rank-r adapter's update, from `perRow` partials of u a row, to m rows
    * of x·Wᵀ in its epilogue (and should: few enough partials). */
   takesLora(m: number, w: Q4Weight, r: number, perRow: number, int8: boolean): boolean {
-    if (m < 1 || m > GEMV_MAX_ROWS || m * r > LORA_MAX || m * perRow * r > LORA_MAX_PARTIALS) return false;
+    if (m < 1 || m > GEMV_MAX_ROWS || m * r > LORA_MAX || m * perRow * r > Q4_TUNING.loraMaxPartials) return false;
     return this.loraKernel(this.plan(this.layoutFor(m, w.n, w.k, int8), w.k), m) !== null;
   }
 
@@ -616,7 +520,7 @@ export class MatmulQ4 {
     const kChunk = Q4_GROUP * Math.ceil(w.k / Q4_GROUP / S);
     const chunks = Math.ceil(w.k / kChunk);
     const [split1, split2] = splitsOf(op, parts, w.n);
-    const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, k_chunk: kChunk };
+    const uniforms = { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, k_chunk: kChunk, chunks };
     if (chunks === 1) {
       rec.dispatch(this.gemmK, { codes: w.codes, scales: w.scales, x, y }, tiles, uniforms);
       return;
@@ -639,10 +543,6 @@ export class MatmulQ4 {
       n: w.n,
       k: w.k,
       accumulate: accumulate ? 1 : 0,
-      split1: w.n,
-      split2: w.n,
-      ...NO_LORA,
-      k_chunk: w.k,
     });
   }
 
@@ -655,14 +555,9 @@ export class MatmulQ4 {
     this.checkF32(op, 'rows', rows, t, w.k);
     const words = (t * w.k) / 8;
     rec.dispatch(this.gatherK, { codes: w.codes, scales: w.scales, ids, rows }, grid1d(words, GATHER_WG), {
-      m: t,
+      tokens: t,
       n: w.n,
       k: w.k,
-      accumulate: 0,
-      split1: w.n,
-      split2: w.n,
-      ...NO_LORA,
-      k_chunk: w.k,
     });
   }
 }

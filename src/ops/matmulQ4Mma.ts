@@ -1,10 +1,10 @@
-// y = x·Wᵀ for 4-bit weights on int8 tensor cores (shaders/matmul_q4_mma.wgsl): x is quantized per
+// y = x·Wᵀ for 4-bit weights on int8 tensor cores (shaders/matmul_q4_mma_*.wgsl): x is quantized per
 // (row, group of 32) into two int8 limbs, then an int8 GEMM scales each group's i32 partial into
 // f32. Needs Chromium's subgroup-matrix extension with an i8 -> i32, M16 N16 K32 configuration.
 // With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
 // per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
 // shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
-import { grid1d, legacySubgroupMatrixSpelling, MissingFeatureError, ShaderCompileError, ShapeError, shaderSource, Tensor, type Defines, type Gpu, type Kernel, type Recorder, type UniformType } from '../gpu';
+import { grid1d, legacySubgroupMatrixSpelling, MissingFeatureError, preprocess, ShaderCompileError, ShapeError, shaderSource, Tensor, type Defines, type Gpu, type Kernel, type Recorder, type UniformType } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
@@ -167,11 +167,17 @@ export class MatmulQ4Mma {
     const blocked = kBlock > 32 || (opts.blocked ?? blockable);
     if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
     const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs, ROWCOL: rowSteps };
-    const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const suffix = kBlock > 32 ? '_kb' : '';
+    const quantize = (entry: string): MmaEntry => ({ shader: 'matmul_q4_mma_quantize', entry, uniforms: ROWS_UNIFORMS });
+    const weights = (entry: string): MmaEntry => ({ shader: 'matmul_q4_mma_weights', entry, uniforms: WEIGHT_UNIFORMS });
     // quantize_w (f32 weights to int8, quantizeDense) where the steps are per block.
-    const entries = [`quantize_rows${suffix}`, `gemm${suffix}`, ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'] : []), ...(rowSteps ? ['row_absmax', 'row_steps'] : kBlock > 32 ? ['quantize_w'] : [])];
-    const [quantizeK, gemmK, w, blockSteps, wt, ...rest] = await compileAll(gpu, entries, defines, uniforms);
+    const entries = [
+      quantize(`quantize_rows${suffix}`),
+      { shader: `matmul_q4_mma_gemm${suffix}`, entry: `gemm${suffix}`, uniforms: GEMM_UNIFORMS },
+      ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'].map(weights) : []),
+      ...(rowSteps ? [quantize('row_absmax'), weights('row_steps')] : kBlock > 32 ? [weights('quantize_w')] : []),
+    ];
+    const [quantizeK, gemmK, w, blockSteps, wt, ...rest] = await compileAll(gpu, entries, defines);
     const [absmax, rowStepsK] = rowSteps ? rest : [];
     const dense = !rowSteps && kBlock > 32 ? rest[0] : null;
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
@@ -371,18 +377,37 @@ export class MatmulQ4Mma {
   }
 }
 
-/** The kernels of shaders/matmul_q4_mma.wgsl for `entries`; where the compiler rejects the file's
- * spelling of the subgroup-matrix loads and stores, the same kernels from the older spelling (an
- * error then gives both compilers' messages). */
-async function compileAll(gpu: Gpu, entries: string[], defines: Defines, uniforms: Record<string, UniformType>): Promise<Kernel[]> {
-  const compile = (code?: string) =>
-    Promise.all(entries.map((entry) => gpu.kernel(code ? { name: `matmul_q4_mma.${entry}`, code, entry, defines, uniforms } : { shader: 'matmul_q4_mma', entry, defines, uniforms })));
+// The params struct of each kernel file, in order.
+const ROWS_UNIFORMS = { m: 'u32', k: 'u32' } as const;
+const WEIGHT_UNIFORMS = { n: 'u32', k: 'u32' } as const;
+const GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+
+/** A kernel of this op: its file under shaders/, entry point and params struct. */
+interface MmaEntry {
+  shader: string;
+  entry: string;
+  uniforms: Record<string, UniformType>;
+}
+
+/** The kernels of `entries`; where the compiler rejects the files' spelling of the subgroup-matrix
+ * loads and stores, the same kernels from the older spelling (an error then gives both compilers'
+ * messages). Named as when one file held them all (profiles match these names). */
+async function compileAll(gpu: Gpu, entries: readonly MmaEntry[], defines: Defines): Promise<Kernel[]> {
+  const compile = (legacy: boolean) =>
+    Promise.all(
+      entries.map(({ shader, entry, uniforms }) => {
+        const name = `matmul_q4_mma.${entry}`;
+        // The rewrite takes the text with its includes in place and its templates filled.
+        const code = legacy ? legacySubgroupMatrixSpelling(preprocess(shaderSource(shader), defines)) : undefined;
+        return gpu.kernel(code ? { name, code, entry, uniforms } : { name, shader, entry, defines, uniforms });
+      }),
+    );
   try {
-    return await compile();
+    return await compile(false);
   } catch (current) {
     if (!(current instanceof ShaderCompileError)) throw current;
     try {
-      return await compile(legacySubgroupMatrixSpelling(shaderSource('matmul_q4_mma')));
+      return await compile(true);
     } catch (older) {
       if (!(older instanceof ShaderCompileError)) throw older;
       throw new ShaderCompileError(current.kernel, [...current.messages, 'and in the older spelling of the subgroup-matrix builtins:', ...older.messages]);

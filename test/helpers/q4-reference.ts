@@ -1,4 +1,4 @@
-// CPU reference of the Q4 format (shaders/matmul_q4.wgsl): f16/bf16 rounding, quantize,
+// CPU reference of the Q4 format (shaders/q4_format.wgsl): f16/bf16 rounding, quantize,
 // dequantize, and the products in f64.
 
 const f32 = new Float32Array(1);

@@ -289,5 +289,8 @@ describe('gpu runtime', () => {
     expect(preprocess(inc, { Q: true })).toContain('fn quantize_group(');
     expect(preprocess(inc, {})).not.toContain('quantize_group');
     expect(() => preprocess('#include no_such_file', {})).toThrow(/no shader file/);
+    // A file named by two includes goes in once.
+    const twice = preprocess('#include q4_format\n#include q4_format\nfn g() {}', {});
+    expect(twice.match(/fn scale_of\(/g)).toHaveLength(1);
   });
 });

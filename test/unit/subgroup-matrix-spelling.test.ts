@@ -16,8 +16,8 @@ describe('legacySubgroupMatrixSpelling', () => {
     expect(legacySubgroupMatrixSpelling(store)).toBe('subgroupMatrixStore(&part, (t / 2u) * 16u * PS, r[t], false, PS);');
   });
 
-  it('rewrites every load and store of the tensor-core GEMM and nothing else', () => {
-    const source = shaderSource('matmul_q4_mma');
+  it('rewrites every load and store of the tensor-core GEMMs and nothing else', () => {
+    const source = ['matmul_q4_mma_gemm', 'matmul_q4_mma_gemm_kb'].map(shaderSource).join('\n');
     const legacy = legacySubgroupMatrixSpelling(source);
     const calls = (text: string, re: RegExp) => text.match(re)?.length ?? 0;
     expect(calls(source, /subgroupMatrix(Load|Store)\s*</g)).toBeGreaterThan(10);

@@ -1,0 +1,215 @@
+// Decode: a few new rows per sequence over the cache. Each workgroup takes one task of one kv
+// head: a set of rows over one key range [lo, hi). Grid (1, Hkv, tasks):
+//   unsplit: task b = all keys of sequence b, normalised output into o;
+//   SPLIT: first prefix_splits x groups prefix tasks, each the rows of up to RMAX / (n·G)
+//     sequences over one chunk of the shared prefix (read once for all of them), then count x
+//     splits tasks, each one sequence's rows over one chunk of its own keys (all of its keys when
+//     there are no prefix tasks). Partials go to part[chunk]; attn_split_combine merges them.
+// Keys are taken in blocks of KB, staged in workgroup memory (coalesced reads of K and V).
+//   scores: lane (key kc = lid % KB, row group lid / KB) dots its key with rows RGS apart;
+//   output: lane (vec4 column lid % PCL, row group lid / PCL) accumulates rows PGS apart.
+// Rows past the task's R are skipped by workgroup-uniform branches (a 2-row task in a 16-row
+// kernel does 2 rows of arithmetic).
+
+struct Params {
+  rows: u32,   // n, new rows per sequence
+  hq: u32,
+  hkv: u32,
+  scale: f32,
+  nseq: u32,   // count of slots
+  slot0: u32,  // first slot of the batch
+  cap: u32,    // the cache slot stride in rows
+  splits: u32, // SPLIT: chunks of each sequence's own keys
+  prefix_len: u32,    // positions [0, prefix_len) of every slot live in prefix_slot
+  prefix_slot: u32,
+  prefix_splits: u32, // SPLIT: chunks of that shared prefix (0: each sequence's chunks cover it)
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;
+@group(0) @binding(5) var<storage, read> lengths: array<u32>; // filled positions of each slot
+@group(0) @binding(6) var<storage, read_write> part: array<f32>; // SPLIT: [chunks, count·n·Hq, D + 2]: unnormalised output, running max m, sum l
+
+#include attention_head
+#include attention_rows
+#include attention_kv_row
+
+const RMAX: u32 = {{RMAX}}u;
+const KB: u32 = {{KB}}u;
+const DWG: u32 = {{DWG}}u;
+const RGS: u32 = DWG / KB;          // score row groups
+const PCL: u32 = {{PCL}}u;          // output lanes across vec4 columns
+const PGS: u32 = DWG / PCL;         // output row groups
+const PCPT: u32 = (NV + PCL - 1u) / PCL;
+const XW: u32 = DWG / RMAX;         // lanes per row in the max reduction
+const DSPT: u32 = (KB * NV + DWG - 1u) / DWG; // staged vec4s of K (and of V) per lane, loaded before stored
+
+var<workgroup> dq_sh: array<vec4f, RMAX * NV>;
+var<workgroup> dk_sh: array<vec4f, KB * DSV>;
+var<workgroup> dv_sh: array<vec4f, KB * NV>;
+var<workgroup> dp_sh: array<f32, RMAX * KB>; // [row][key]: scores, then probabilities
+var<workgroup> dm_sh: array<f32, DWG>;
+var<workgroup> lim_sh: array<u32, RMAX>;     // per row: keys below this are visible (causal)
+
+@compute @workgroup_size(DWG)
+fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let G = params.hq / params.hkv;
+  let hk = wid.y;
+  let rps = params.rows * G; // rows per sequence
+  var b0 = wid.z;            // first sequence of the task
+  var nb = 1u;               // its sequences
+#if SPLIT
+  var lo = 0u;
+  var hi = 0u;
+  var chunk = 0u;            // its partial's index
+  let spb = RMAX / rps;
+  let np = params.prefix_splits * ((params.nseq + spb - 1u) / spb);
+  if (wid.z < np) {
+    let c = wid.z % params.prefix_splits;
+    b0 = (wid.z / params.prefix_splits) * spb;
+    nb = min(spb, params.nseq - b0);
+    let size = (params.prefix_len + params.prefix_splits - 1u) / params.prefix_splits;
+    lo = min(c * size, params.prefix_len);
+    hi = min(lo + size, params.prefix_len);
+    chunk = c;
+  } else {
+    let z = wid.z - np;
+    let c = z % params.splits;
+    b0 = z / params.splits;
+    let first = select(0u, params.prefix_len, np > 0u);
+    let n_keys = lengths[params.slot0 + b0] + params.rows;
+    let size = (n_keys - first + params.splits - 1u) / params.splits;
+    lo = min(first + c * size, n_keys);
+    hi = min(lo + size, n_keys);
+    chunk = params.prefix_splits + c;
+  }
+#else
+  let lo = 0u;
+  let hi = lengths[params.slot0 + b0] + params.rows;
+#endif
+  let R = nb * rps;
+  let slot = params.slot0 + b0; // keys of a prefix task all lie in the prefix: any slot of it
+  let kstride = params.hkv * D;
+
+  for (var e = lid; e < RMAX * NV; e += DWG) {
+    let r = min(e / NV, R - 1u);
+    dq_sh[e] = select(vec4f(0.0), ld_q(q_index(b0 + r / rps, r % rps, hk, 0u), e % NV), e / NV < R);
+  }
+  if (lid < RMAX) {
+    // Row r is new token (r % rps) / G of its sequence, at position past + that.
+    let r = min(lid, R - 1u);
+    lim_sh[lid] = select(0u, lengths[params.slot0 + b0 + r / rps] + (r % rps) / G + 1u, lid < R);
+  }
+  let kc = lid % KB;
+  let srg = lid / KB;
+  let pc = lid % PCL;
+  let prg = lid / PCL;
+  var m: array<f32, RMAX>;
+  for (var r = 0u; r < RMAX; r++) { m[r] = NEG; }
+  var l: array<f32, RMAX / PGS>;
+  var acc: array<vec4f, (RMAX / PGS) * PCPT>;
+
+  for (var j0 = lo; j0 < hi; j0 += KB) {
+    workgroupBarrier(); // the previous block's readers are done (and q, lim_sh are staged)
+    var ka: array<vec4f, DSPT>;
+    var va: array<vec4f, DSPT>;
+    for (var i = 0u; i < DSPT; i++) {
+      let e = min(lid + DWG * i, KB * NV - 1u);
+      let c = e / NV;
+      let base = kv_row(slot, min(j0 + c, hi - 1u)) * kstride + hk * D;
+      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < hi);
+      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < hi);
+    }
+    for (var i = 0u; i < DSPT; i++) {
+      let e = lid + DWG * i;
+      if (e < KB * NV) {
+        dk_sh[(e / NV) * DSV + e % NV] = ka[i];
+        dv_sh[e] = va[i];
+      }
+    }
+    workgroupBarrier();
+    var s = array<f32, RMAX / RGS>(); // explicit: zeroed on every block
+    for (var x = 0u; x < NV; x++) {
+      let kv = dk_sh[kc * DSV + x];
+      for (var i = 0u; i < RMAX / RGS; i++) {
+        if (srg + RGS * i < R) { s[i] += dot(dq_sh[(srg + RGS * i) * NV + x], kv); }
+      }
+    }
+    let j = j0 + kc;
+    for (var i = 0u; i < RMAX / RGS; i++) {
+      let r = srg + RGS * i;
+      if (r < R) { dp_sh[r * KB + kc] = select(NEG, s[i] * params.scale, j < hi && j < lim_sh[r]); }
+    }
+    workgroupBarrier();
+    // Block max per row: lane (row lid / XW, x = lid % XW) over keys x, x + XW, ...; then every
+    // lane reads the XW partials of every row.
+    var pm = NEG;
+    if (lid / XW < R) {
+      for (var c = lid % XW; c < KB; c += XW) { pm = max(pm, dp_sh[(lid / XW) * KB + c]); }
+    }
+    dm_sh[lid] = pm;
+    workgroupBarrier();
+    for (var r = 0u; r < RMAX; r++) {
+      if (r < R) {
+        var mx = m[r];
+        for (var x = 0u; x < XW; x++) { mx = max(mx, dm_sh[r * XW + x]); }
+        if (r % PGS == prg) {
+          let a = exp(m[r] - mx);
+          let ri = r / PGS;
+          l[ri] *= a;
+          for (var jj = 0u; jj < PCPT; jj++) { acc[ri * PCPT + jj] *= a; }
+        }
+        m[r] = mx;
+      }
+    }
+    for (var i = 0u; i < RMAX / RGS; i++) {
+      let r = srg + RGS * i;
+      if (r < R) {
+        let sc = dp_sh[r * KB + kc];
+        dp_sh[r * KB + kc] = select(0.0, exp(sc - m[r]), sc > MASKED);
+      }
+    }
+    workgroupBarrier();
+    for (var i = 0u; i < RMAX / PGS; i++) {
+      let r = prg + PGS * i;
+      if (r < R) {
+        for (var c = 0u; c < KB; c++) {
+          let p = dp_sh[r * KB + c];
+          l[i] += p;
+          for (var jj = 0u; jj < PCPT; jj++) {
+            acc[i * PCPT + jj] += p * dv_sh[c * NV + min(pc + PCL * jj, NV - 1u)];
+          }
+        }
+      }
+    }
+  }
+
+  for (var i = 0u; i < RMAX / PGS; i++) {
+    let r = prg + PGS * i;
+    if (r < R) {
+      let row = q_index(b0 + r / rps, r % rps, hk, 0u) / D;
+#if SPLIT
+      let base = (chunk * params.nseq * params.rows * params.hq + row) * (D + 2u);
+      if (pc == 0u) {
+        part[base + D] = m[r];
+        part[base + D + 1u] = l[i];
+      }
+      let inv = 1.0;
+#else
+      let base = row * D;
+      let inv = select(0.0, 1.0 / l[i], l[i] > 0.0);
+#endif
+      for (var jj = 0u; jj < PCPT; jj++) {
+        let col = pc + PCL * jj;
+        for (var e = 0u; e < 4u; e++) {
+          let d = 4u * col + e;
+#if SPLIT
+          if (col < NV && d < D) { part[base + d] = acc[i * PCPT + jj][e]; }
+#else
+          if (col < NV && d < D) { o[base + d] = acc[i * PCPT + jj][e] * inv; }
+#endif
+        }
+      }
+    }
+  }
+}
