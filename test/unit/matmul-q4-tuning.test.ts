@@ -44,6 +44,15 @@ describe('4-bit GEMV tuning table', () => {
     expect(gemvLayout(8, 2048, 2048, false)).toMatchObject({ threadsPerRow: 64, groups: 2, xDirect: true });
   });
 
+  it('gives the head layouts to vocabulary-sized weights only: the 4B and 8B joined gate/up are decoder weights', () => {
+    for (const [n, k] of [[2 * 9728, 2560], [2 * 12288, 4096]]) {
+      // One row reads f32 x (the kernel before writes int8 groups for 2 to 8 rows only); 2 to 8 rows the decoder's one layout.
+      expect(gemvLayout(1, n, k, true).int8 ?? false, `1 x [${n}, ${k}]`).toBe(false);
+      for (let m = 2; m <= 8; m++) expect(gemvLayout(m, n, k, true), `${m} x [${n}, ${k}]`).toEqual(gemvLayout(m, 2048, 2048, true));
+    }
+    expect(gemvLayout(1, LM_HEAD, 4096, true).int8).toBe(true);
+  });
+
   it('splits a GEMM along K by tiles and K', () => {
     expect(gemmSplitOf(64, 2048)).toBe(8);
     expect(gemmSplitOf(128, 2048)).toBe(4);
