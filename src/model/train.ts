@@ -28,7 +28,7 @@ import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
 import { LORA_PROJECTIONS, view, type AttentionBuffers, type LayerLora, type LoraProjection, type MlpBuffers, type VisualInputs } from './decoder';
-import { concat, releaseVisual, type ImageBatch, type Qwen3VL } from './qwen3vl';
+import { releaseVisual, type Qwen3VL } from './qwen3vl';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
 export interface PackedBatch {
@@ -196,9 +196,9 @@ export class Qwen3VLPolicy implements Policy {
     const lora = opts.lora ? layerAdapters(model.lora) : null;
     const rank = lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
     const logprob = await this.logprobFor(N);
-    // The prompt's rows come first, so its image rows are those of the prompt alone.
-    const images: ImageBatch = { pixelValues: concat(prompt.images.map((i) => i.pixelValues)), gridThw: prompt.images.map((i) => i.gridThw) };
-    const visual = prompt.images.length > 0 ? await model.encodeImages(prompt.inputIds, images) : null;
+    // The prompt's rows come first, so its image rows are those of the prompt alone; its images'
+    // features come from the model's vision cache (encoded once for the group).
+    const visual = prompt.images.length > 0 ? await model.encodeImages(prompt.inputIds, prompt.images) : null;
     const ws = model.decoder.workspace(T, rank);
     const ids = gpu.upload(Uint32Array.from(packed.ids), [T], 'u32', 'train.ids');
     const cu = gpu.upload(packed.cuSeqlens, [G + 2], 'u32', 'train.cu_seqlens');
