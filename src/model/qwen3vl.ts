@@ -5,6 +5,7 @@ import { ShapeError, TensorCoreCheckError, type Gpu, type Tensor } from '../gpu'
 import type { LoraParams } from '../ops/lora';
 import { MatmulQ4Mma, type MmaSteps } from '../ops/matmulQ4Mma';
 import { checkQ4Mma } from '../ops/matmulQ4MmaCheck';
+import { tensorCoreOptions } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
@@ -65,12 +66,6 @@ export interface ModelOptions {
 /** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: a byte an element and
  * limb, 48 MiB for the 2B with two): the trainer's default micro-batch in one. */
 const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
-/** The tensor-core GEMM's tile by x's limbs, the fastest on an H100 at the decoder's shapes
- * (BENCHMARKS.md, gemm-mma-kb and gemm-mma-kb1 sweeps, M 512 to 8192): two limbs 64x128, 3-6%
- * ahead of 128x64 at every shape, forward and dX; one limb 128x64, within 1% of 64x64 at M8192. */
-const MMA_TILE = { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } } as const;
-/** K blocks by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
-const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
 /** Patches the vision tower's tensor-core GEMM quantizes per dispatch: a 448x448 image's 784 fit;
  * more go through in slices. */
 const VISION_MMA_ROWS = 1024;
@@ -122,7 +117,7 @@ export class Qwen3VL {
       VisionTower.create(gpu, config, weights.vision),
       Sampler.create(gpu),
     ]);
-    const head = new TableHead(gpu, decoder.ops.linear, weights.language.lmHead, opts.maxLogitRows ?? 64);
+    const head = new TableHead(gpu, decoder.ops.projection, weights.language.lmHead, opts.maxLogitRows ?? 64);
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES));
     if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true, opts.tensorCoreLimbs, opts.tensorCoreSteps);
     if (opts.visionTensorCores) await model.setVisionTensorCores(true);
@@ -138,7 +133,7 @@ export class Qwen3VL {
     if (on && !this.visionMma) {
       const v = this.config.vision;
       const maxK = Math.max(v.hiddenSize, v.intermediateSize, v.hiddenSize * v.spatialMergeSize ** 2);
-      this.visionMma = await checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { maxRows: VISION_MMA_ROWS, maxK, tile: MMA_TILE[2], kBlock: MMA_K_BLOCK[2], limbs: 2 }));
+      this.visionMma = await checked(this.gpu, await MatmulQ4Mma.create(this.gpu, tensorCoreOptions(2, VISION_MMA_ROWS, maxK)));
     }
     await this.vision.useTensorCores(on ? this.visionMma : null);
     // Features encoded on the other path differ: encode again.
@@ -168,7 +163,7 @@ export class Qwen3VL {
     const made = on && !keep ? await this.makeMma(limbs, steps) : null;
     if (this.mma && !keep) {
       // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
-      this.decoder.ops.linear.useTensorCores(null);
+      await this.decoder.ops.projection.useTensorCores(null);
       await this.gpu.sync();
       this.mma.release();
       this.mma = null;
@@ -177,13 +172,13 @@ export class Qwen3VL {
       this.mma = made;
       this.mmaSettings = { limbs, steps };
     }
-    this.decoder.ops.linear.useTensorCores(this.mma);
+    await this.decoder.ops.projection.useTensorCores(this.mma);
   }
 
   private async makeMma(limbs: 1 | 2, steps: MmaSteps): Promise<MatmulQ4Mma> {
     const t = this.config.text;
     const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-    return checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs, steps }));
+    return checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { ...tensorCoreOptions(limbs, MMA_ROWS, maxK), steps }));
   }
 
   /** x's int8 limbs on the tensor cores while they are in use (setTensorCoreGemm), else null. */
@@ -198,7 +193,7 @@ export class Qwen3VL {
 
   /** Whether the decoder's and the LM head's GEMMs run on the tensor cores (setTensorCoreGemm). */
   get tensorCoreGemm(): boolean {
-    return this.decoder.ops.linear.usesTensorCores;
+    return this.decoder.ops.projection.usesTensorCores;
   }
 
   /** Read config and weights from `files` (4-bit by default; through the weight cache when given) and build the model. */

@@ -27,7 +27,7 @@ import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { LORA_PROJECTIONS, view, type AttentionBuffers, type LayerLora, type LoraProjection, type MlpBuffers, type VisualInputs } from './decoder';
+import { LORA_PROJECTIONS, view, type LayerActivations, type LayerLora, type LoraProjection, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
@@ -54,20 +54,6 @@ export interface PackedBatch {
 }
 
 const PAD_ROW = 0xffffffff;
-
-/** What a layer's backward reads of its forward: kept per layer, or one set refilled by recomputing. */
-interface LayerActivations {
-  /** With the rstd of the input norm and of the q/k norms. */
-  A: AttentionBuffers;
-  /** With the rstd of the post-attention norm. */
-  M: MlpBuffers;
-  /** The attention's log-sum-exp [T, Hq]. */
-  lse: Tensor;
-  /** The residual stream between the blocks [T, hidden]. */
-  hmid: Tensor;
-  /** LoRA's x·Aᵀ per projection [T, r] (rank-sized views are taken where read). */
-  u: Record<LoraProjection, Tensor>;
-}
 
 function layerActivations(gpu: Qwen3VL['gpu'], c: Qwen3VL['config']['text'], T: number, rank: number, label: string): LayerActivations {
   const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
@@ -218,35 +204,9 @@ export class Qwen3VLPolicy implements Policy {
 
     const rec = gpu.recorder('train.forward');
     const dec = model.decoder;
-    let final: Tensor;
-    if (!opts.train) {
-      final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora });
-    } else {
-      // The decoder's own loop, keeping each layer's input.
-      const b = ws.views(T);
-      dec.embed(rec, ws, ids, packed.ids, b.h);
-      if (visual) dec.ops.embedding.scatterRows(rec, visual.embeds, visual.rows, b.h);
-      gpu.write(b.positions, packed.positions);
-      dec.ops.rope.table(rec, b.positions, b.cs);
-      dec.weights.layers.forEach((w, l) => {
-        rec.copy(b.h, hs[l]);
-        const keep = layers?.[l];
-        const loraU = (proj: LoraProjection) => (keep ? view(keep.u[proj], [T, lora![l][proj].r]) : b.loraU(lora![0][proj].r));
-        const call = lora ? { params: lora[l], u: loraU } : null;
-        dec.attentionBlock(rec, l, w, b.h, keep?.A ?? b.attn, b.cs, { ...attend, lse: keep?.lse }, call);
-        if (keep) rec.copy(b.h, keep.hmid);
-        dec.mlpBlock(rec, w, b.h, keep?.M ?? b.mlp, call);
-        const ds = visual?.deepstack[l];
-        if (ds) dec.ops.embedding.deepstackAdd(rec, ds, visual!.rows, b.h);
-        // A layer a submit: the GPU runs it while the next is recorded (one submit a pass left it
-        // idle for the whole recording, tens of ms a group).
-        rec.flush();
-      });
-      rec.copy(b.h, hs[c.numLayers]);
-      dec.ops.norms.rmsnorm(rec, b.h, dec.weights.finalNorm, b.out, c.rmsNormEps);
-      rec.copy(b.cs, cs!);
-      final = b.out;
-    }
+    const keep = opts.train ? { inputs: hs, layers } : undefined;
+    const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep });
+    if (cs) rec.copy(ws.views(T).cs, cs);
     dec.ops.embedding.gather(rec, final, predictRows, hsel);
     logprob.forward(rec, model.head, hsel, targets, opts.temperature, { logp: logp.reshape([N]), entropy: entropy.reshape([N]), saved: stats });
     await rec.submit();
@@ -276,7 +236,7 @@ export class Qwen3VLPolicy implements Policy {
     const { model } = this;
     const gpu = model.gpu;
     const dec = model.decoder;
-    const { norms, linear, act, rope, lora: loraOp, embedding } = dec.ops;
+    const { norms, projection, act, rope, lora: loraOp, embedding } = dec.ops;
     const c = model.config.text;
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I, rmsNormEps: eps } = c;
     const T = s.batch.ids.length;
@@ -343,17 +303,17 @@ export class Qwen3VLPolicy implements Policy {
         }
 
         // MLP block: dh is the gradient of the layer's output.
-        linear.backwardInput(rec, bufs.dh, w.down, bufs.dact);
+        projection.backwardInput(rec, bufs.dh, w.down, bufs.dact);
         loraBack('down', M.act, bufs.dh, bufs.dact);
         act.swigluBackward(rec, M.gate, M.up, bufs.dact, bufs.dgate, bufs.dup);
-        linear.backwardInput(rec, bufs.dgate, w.gate, bufs.dxn);
-        linear.backwardInput(rec, bufs.dup, w.up, bufs.dxn, true);
+        projection.backwardInput(rec, bufs.dgate, w.gate, bufs.dxn);
+        projection.backwardInput(rec, bufs.dup, w.up, bufs.dxn, true);
         loraBack('gate', M.xn, bufs.dgate, bufs.dxn);
         loraBack('up', M.xn, bufs.dup, bufs.dxn);
         norms.rmsnormBackward(rec, bufs.dxn, layer.hmid, w.postAttentionNorm, M.rstd!, bufs.dh, true);
 
         // Attention block: dh is now the gradient of h_mid.
-        linear.backwardInput(rec, bufs.dh, w.o, bufs.dattn);
+        projection.backwardInput(rec, bufs.dh, w.o, bufs.dattn);
         loraBack('o', A.attn, bufs.dh, bufs.dattn);
         attention.backward(rec, {
           q: A.q, k: A.k, v: A.v, o: A.attn, lse: layer.lse, dout: bufs.dattn, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
@@ -363,9 +323,9 @@ export class Qwen3VLPolicy implements Policy {
         rope.applyBackward(rec, cs, bufs.dk, hkv);
         norms.rmsnormBackward(rec, bufs.dq.reshape([T * hq, D]), A.qRaw.reshape([T * hq, D]), w.qNorm, rstd.q, bufs.dqRaw.reshape([T * hq, D]), false);
         norms.rmsnormBackward(rec, bufs.dk.reshape([T * hkv, D]), A.kRaw.reshape([T * hkv, D]), w.kNorm, rstd.k, bufs.dkRaw.reshape([T * hkv, D]), false);
-        linear.backwardInput(rec, bufs.dqRaw, w.q, bufs.dxn);
-        linear.backwardInput(rec, bufs.dkRaw, w.k, bufs.dxn, true);
-        linear.backwardInput(rec, bufs.dv, w.v, bufs.dxn, true);
+        projection.backwardInput(rec, bufs.dqRaw, w.q, bufs.dxn);
+        projection.backwardInput(rec, bufs.dkRaw, w.k, bufs.dxn, true);
+        projection.backwardInput(rec, bufs.dv, w.v, bufs.dxn, true);
         loraBack('q', A.xn, bufs.dqRaw, bufs.dxn);
         loraBack('k', A.xn, bufs.dkRaw, bufs.dxn);
         loraBack('v', A.xn, bufs.dv, bufs.dxn);
