@@ -17,7 +17,7 @@ import { Attention, type AttentionSplit } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
 import type { KvCache } from '../ops/kvCache';
-import type { Lora, LoraParams } from '../ops/lora';
+import { dropoutSeed, type Lora, type LoraParams } from '../ops/lora';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
 import { QkNormRope } from '../ops/qkNormRope';
@@ -31,7 +31,8 @@ import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTabl
 /** The adapted projections of a layer, in the order the model's LoRA list uses. */
 export const LORA_PROJECTIONS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
 export type LoraProjection = (typeof LORA_PROJECTIONS)[number];
-export type LayerLora = Record<LoraProjection, LoraParams>;
+/** A layer's adapters by projection: any subset (PEFT's target_modules). */
+export type LayerLora = Partial<Record<LoraProjection, LoraParams>>;
 
 /** PEFT's module path of a projection, e.g. `model.language_model.layers.0.self_attn.q_proj`. */
 export function loraModuleName(layer: number, proj: LoraProjection): string {
@@ -87,6 +88,8 @@ export interface LoraCall {
   u: (proj: LoraProjection) => Tensor;
   /** u is scratch, not kept for a backward (inference): few rows may take the LoRA GEMV. */
   scratch?: LoraScratch;
+  /** lora_dropout (training): probability, each projection's mask seed, workspace [T, widest in]. */
+  dropout?: { p: number; seed: (proj: LoraProjection) => number; xd: (adapter: LoraParams) => Tensor };
 }
 
 /** How the attention block attends: over its own rows, or through the KV cache. */
@@ -120,6 +123,23 @@ export interface ForwardArgs {
   lora: readonly LayerLora[] | null;
   /** A training forward's activations for its backward (packed attention only). */
   keep?: KeptActivations;
+  /** lora_dropout on the adapters' inputs (training forwards): masks of (seed, step, layer, module, row, col). */
+  dropout?: ForwardDropout;
+}
+
+/** lora_dropout of one forward: probability, the run's seed and the forward's step (dropoutSeed),
+ * and a workspace [T, widest adapter input]. */
+export interface ForwardDropout {
+  p: number;
+  seed: number;
+  step: number;
+  xd: Tensor;
+}
+
+/** The adapters' dropout in layer l (LoraCall.dropout). */
+export function layerDropout(d: ForwardDropout, layer: number): NonNullable<LoraCall['dropout']> {
+  const rows = d.xd.shape[0];
+  return { p: d.p, xd: (a) => view(d.xd, [rows, a.in]), seed: (proj) => dropoutSeed(d.seed, d.step, layer, LORA_PROJECTIONS.indexOf(proj)) };
 }
 
 /** What a layer's backward reads of its forward: kept per layer, or one set refilled by recomputing. */
@@ -192,7 +212,9 @@ export class Decoder {
   private products(lora: LoraCall | null, outs: readonly [LinearWeight, Tensor, LoraProjection][]): Product[] {
     return outs.map(([w, y, proj]) => {
       const p = lora?.params[proj];
-      return p ? { w, y, lora: { p, u: lora!.u(proj) } } : { w, y };
+      if (!p) return { w, y };
+      const d = lora!.dropout;
+      return { w, y, lora: { p, u: lora!.u(proj), dropout: d && { p: d.p, seed: d.seed(proj), xd: d.xd(p) } } };
     });
   }
 
@@ -267,7 +289,8 @@ export class Decoder {
     if (!output) {
       if (gemv) throw new ShapeError('decoder.mlp', 'a block without its output keeps u for a backward: not on the LoRA GEMV path');
       this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-      if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'));
+      const d = lora!.dropout;
+      if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), d && { dropout: d.p, seed: d.seed('down') });
       return;
     }
     // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
@@ -340,9 +363,9 @@ export class Decoder {
       this.ops.rope.table(rec, b.positions, b.cs);
     }
     const keep = a.keep;
-    // Kept for a backward: u goes to the layer's own tensors (or the shared scratch, recomputed
-    // later), never through the inference-only LoRA GEMV.
-    const scratch = keep ? undefined : { wide: b.loraWide, parts: b.loraParts };
+    // Kept for a backward or dropped out: u goes to the layer's own tensors (or the shared
+    // scratch, recomputed later), never through the inference-only LoRA GEMV.
+    const scratch = keep || a.dropout ? undefined : { wide: b.loraWide, parts: b.loraParts };
     this.weights.layers.forEach((w, l) => {
       const kept = keep?.layers?.[l];
       const adapters = a.lora?.[l];
@@ -350,7 +373,7 @@ export class Decoder {
         const r = adapters![proj]!.r;
         return kept ? view(kept.u[proj], [T, r]) : b.loraU(r);
       };
-      const lora = adapters ? { params: adapters, u, scratch } : null;
+      const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
       if (keep) rec.copy(b.h, keep.inputs[l]);
       const attend = kept && a.attend.kind === 'packed' ? { ...a.attend, lse: kept.lse } : a.attend;
       this.attentionBlock(rec, l, w, b.h, kept?.A ?? b.attn, b.cs, attend, lora);

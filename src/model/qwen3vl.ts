@@ -89,6 +89,8 @@ export class Qwen3VL {
   /** The trainable adapters, layer by layer in LORA_PROJECTIONS order (empty: none attached). */
   lora: readonly LoraParams[] = [];
   private layerLora: LayerLora[] | null = null;
+  /** lora_dropout of the attached adapters in training forwards (attachLora). */
+  loraDropout = 0;
   /** Decodes generated tokens to text when set. */
   tokenizer: Qwen3VLTokenizer | null = null;
   /** Whether `load` found the weights in the weight cache, and why a miss was not stored. */
@@ -206,11 +208,14 @@ export class Qwen3VL {
   }
 
   /**
-   * Attach adapters: one per projection of every layer, in LORA_PROJECTIONS order, named as PEFT
-   * names the modules (src/adapter reads and writes them in that form).
+   * Attach adapters: any subset of each layer's projections (PEFT's target_modules), layer after
+   * layer, in LORA_PROJECTIONS order within a layer, named as PEFT names the modules (src/adapter
+   * reads and writes them in that form). `dropout`: lora_dropout of training forwards (default 0).
    */
-  attachLora(params: readonly LoraParams[]): void {
+  attachLora(params: readonly LoraParams[], opts: { dropout?: number } = {}): void {
     const t = this.config.text;
+    const dropout = opts.dropout ?? 0;
+    if (!(dropout >= 0 && dropout < 1)) throw new ShapeError('lora', `lora_dropout must be in [0, 1), got ${dropout}`);
     const q = t.numHeads * t.headDim;
     const kv = t.numKvHeads * t.headDim;
     const dims: Record<string, [number, number]> = {
@@ -222,24 +227,25 @@ export class Qwen3VL {
       up: [t.intermediateSize, t.hiddenSize],
       down: [t.hiddenSize, t.intermediateSize],
     };
-    if (params.length !== t.numLayers * LORA_PROJECTIONS.length) {
-      throw new ShapeError('lora', `expected ${t.numLayers * LORA_PROJECTIONS.length} adapters (7 per layer), got ${params.length}`);
-    }
-    const layers: LayerLora[] = [];
-    for (let l = 0; l < t.numLayers; l++) {
-      const entry = {} as LayerLora;
-      LORA_PROJECTIONS.forEach((proj, j) => {
-        const p = params[l * LORA_PROJECTIONS.length + j];
-        const name = loraModuleName(l, proj);
-        if (!p.name.endsWith(name)) throw new ShapeError('lora', `adapter ${l * 7 + j} is '${p.name}', expected '${name}'`);
-        const [out, inF] = dims[proj];
-        if (p.out !== out || p.in !== inF) throw new ShapeError('lora', `${p.name} is [${p.out}, ${p.in}], the layer is [${out}, ${inF}]`);
-        entry[proj] = p;
-      });
-      layers.push(entry);
-    }
+    const slots = Array.from({ length: t.numLayers }, (_, l) => LORA_PROJECTIONS.map((proj) => ({ l, proj, name: loraModuleName(l, proj) }))).flat();
+    const layers: LayerLora[] = Array.from({ length: t.numLayers }, () => ({}));
+    let at = 0;
+    params.forEach((p, i) => {
+      while (at < slots.length && !p.name.endsWith(slots[at].name)) at++;
+      if (at === slots.length) throw new ShapeError('lora', `adapter ${i} is '${p.name}': not a projection of a layer, or out of order (layer after layer, ${LORA_PROJECTIONS.join(', ')} within one)`);
+      const { l, proj } = slots[at++];
+      const [out, inF] = dims[proj];
+      if (p.out !== out || p.in !== inF) throw new ShapeError('lora', `${p.name} is [${p.out}, ${p.in}], the layer is [${out}, ${inF}]`);
+      layers[l][proj] = p;
+    });
     this.lora = params;
-    this.layerLora = layers;
+    this.layerLora = params.length > 0 ? layers : null;
+    this.loraDropout = dropout;
+  }
+
+  /** The attached adapters by layer (throws when none are attached). */
+  adapters(): LayerLora[] {
+    return this.requireLora();
   }
 
   private get loraRank(): number {

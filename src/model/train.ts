@@ -27,7 +27,7 @@ import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { LORA_PROJECTIONS, view, type LayerActivations, type LayerLora, type LoraProjection, type VisualInputs } from './decoder';
+import { layerDropout, LORA_PROJECTIONS, view, type LayerActivations, type LayerLora, type LoraProjection, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
@@ -122,6 +122,8 @@ interface Saved {
   batch: PackedBatch;
   temperature: number;
   lora: readonly LayerLora[] | null;
+  /** The forward's lora_dropout (its masks are regenerated in the backward), or null. */
+  dropout: { p: number; seed: number; step: number } | null;
   /** The rope table of the packed rows [T, D/2, 2] (`train` only; the forward's workspace itself is released). */
   cs: Tensor | null;
   /** Inputs of layer 0..L-1 and the final hidden state (before the final norm): L+1 of [T, hidden]. */
@@ -179,8 +181,10 @@ export class Qwen3VLPolicy implements Policy {
     const G = batch.completions.length;
     const T = packed.ids.length;
     const N = G * packed.maxLen;
-    const lora = opts.lora ? layerAdapters(model.lora) : null;
+    const lora = opts.lora ? model.adapters() : null;
     const rank = lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
+    // lora_dropout in the forwards whose loss is trained on (ForwardOptions.dropout), never in scoring.
+    const dropout = lora && opts.dropout && model.loraDropout > 0 ? { p: model.loraDropout, ...opts.dropout } : null;
     const logprob = await this.logprobFor(N);
     // The prompt's rows come first, so its image rows are those of the prompt alone; its images'
     // features come from the model's vision cache (encoded once for the group).
@@ -205,7 +209,8 @@ export class Qwen3VLPolicy implements Policy {
     const rec = gpu.recorder('train.forward');
     const dec = model.decoder;
     const keep = opts.train ? { inputs: hs, layers } : undefined;
-    const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep });
+    const xd = dropout && dropoutWorkspace(gpu, model.lora, T);
+    const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep, dropout: xd ? { ...dropout!, xd } : undefined });
     if (cs) rec.copy(ws.views(T).cs, cs);
     dec.ops.embedding.gather(rec, final, predictRows, hsel);
     logprob.forward(rec, model.head, hsel, targets, opts.temperature, { logp: logp.reshape([N]), entropy: entropy.reshape([N]), saved: stats });
@@ -213,8 +218,9 @@ export class Qwen3VLPolicy implements Policy {
 
     // The workspace goes back to the pool now: the backward keeps only what it reads (peak memory).
     ws.release();
+    xd?.release();
     predictRows.release();
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual };
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     this.outputs = [logp, entropy, mask];
@@ -271,6 +277,7 @@ export class Qwen3VLPolicy implements Policy {
     const shared = s.layers ? null : layerActivations(gpu, c, T, rank, 'train');
     const cs = s.cs!;
     const tOf = (r: number) => view(tLora, [T, r]);
+    const xd = s.dropout && dropoutWorkspace(gpu, model.lora, T);
 
     try {
       const rec = gpu.recorder('train.backward');
@@ -289,13 +296,15 @@ export class Qwen3VLPolicy implements Policy {
         const layer = s.layers?.[l] ?? shared!;
         const { A, M } = layer;
         const rstd = A.rstd!;
-        const uOf = (proj: LoraProjection) => view(layer.u[proj], [T, ad![proj].r]);
+        const uOf = (proj: LoraProjection) => view(layer.u[proj], [T, ad![proj]!.r]);
+        const drop = s.dropout && xd ? layerDropout({ ...s.dropout, xd }, l) : undefined;
         const loraBack = (proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor) => {
-          if (ad) loraOp.backward(rec, ad[proj], { x, dy, u: uOf(proj), dx, t: tOf(ad[proj].r) });
+          const p = ad?.[proj];
+          if (p) loraOp.backward(rec, p, { x, dy, u: uOf(proj), dx, t: tOf(p.r), xd: drop?.xd(p) }, drop && { dropout: drop.p, seed: drop.seed(proj) });
         };
         if (!s.layers) {
-          // Recompute the layer from its input, keeping what its backward reads.
-          const call = ad ? { params: ad, u: uOf } : null;
+          // Recompute the layer from its input, keeping what its backward reads (the same masks).
+          const call = ad ? { params: ad, u: uOf, dropout: drop } : null;
           rec.copy(s.hs[l], bufs.hcur);
           dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: layer.lse, sharedPrefix: s.batch.sharedPrefix }, call);
           rec.copy(bufs.hcur, layer.hmid);
@@ -335,18 +344,14 @@ export class Qwen3VLPolicy implements Policy {
       await rec.submit();
     } finally {
       for (const t of [...Object.values(bufs), tLora]) t.release();
+      xd?.release();
       if (shared) releaseActivations(shared);
       this.releaseSaved(s);
     }
   }
 }
 
-/** model.lora (LORA_PROJECTIONS order, layer after layer) as per-layer records. */
-function layerAdapters(params: readonly LoraParams[]): LayerLora[] {
-  if (params.length === 0) throw new ShapeError('train', 'LoRA requested but no adapters are attached');
-  const layers: LayerLora[] = [];
-  for (let i = 0; i < params.length; i += LORA_PROJECTIONS.length) {
-    layers.push(Object.fromEntries(LORA_PROJECTIONS.map((p, j) => [p, params[i + j]])) as LayerLora);
-  }
-  return layers;
+/** dropout(x) of any adapter's input, [T, widest in] (down_proj's intermediate at most). */
+function dropoutWorkspace(gpu: Qwen3VL['gpu'], params: readonly LoraParams[], T: number): Tensor {
+  return gpu.tensor([T, Math.max(...params.map((p) => p.in))], 'f32', 'train.lora_dropout');
 }

@@ -12,7 +12,7 @@
 //   LoRA                   few rows of inference: the LoRA GEMV, one pair of dispatches for the
 //                          adapters of one x, its norm inside the down dispatch (normProject), an
 //                          update folded into the GEMV's epilogue (projectFolded); otherwise
-//                          src/ops/lora.ts's GEMMs, keeping u for a backward
+//                          src/ops/lora.ts's GEMMs, keeping u for a backward (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
@@ -42,6 +42,9 @@ const BIAS_WG = 256;
 export interface ProductLora {
   p: LoraParams;
   u: Tensor;
+  /** lora_dropout on the adapter's input (training): the probability, the mask's seed
+   * (dropoutSeed) and a workspace of at least [rows, in] for dropout(x). */
+  dropout?: { p: number; seed: number; xd: Tensor };
 }
 
 /** One product of x: y (+)= x·Wᵀ (+ its LoRA update). */
@@ -396,7 +399,11 @@ export class Projection {
 
   /** Each adapter's update by LoRA's GEMMs, keeping u. */
   private loraGemms(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
-    for (const p of outs) if (p.lora) this.lora.forward(rec, p.lora.p, { x, y: p.y, u: p.lora.u });
+    for (const { y, lora } of outs) {
+      if (!lora) continue;
+      const d = lora.dropout;
+      this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d?.xd }, d && { dropout: d.p, seed: d.seed });
+    }
   }
 
   /**
@@ -437,7 +444,8 @@ export class Projection {
   /** The adapters of `outs` and their wide u when every product has one and they take the LoRA GEMV together on the rows of x. */
   private gemvLora(x: Tensor, outs: readonly Product[], scratch: LoraScratch | undefined): LoraGemvCall | null {
     if (!scratch || !LoraGemv.fits(x.shape[0])) return null;
-    const ps = outs.map((o) => o.lora?.p);
+    // Dropout takes LoRA's GEMMs (its mask is applied to a copy of x).
+    const ps = outs.map((o) => (o.lora?.dropout ? undefined : o.lora?.p));
     if (ps.some((p) => !p)) return null;
     const all = ps as LoraParams[];
     return LoraGemv.groupable(all) ? { ps: all, u: scratch.wide(all.length * all[0].r) } : null;

@@ -227,9 +227,11 @@ export class Trainer {
       const slice = gen.consumed % this.plan.stepsPerGeneration;
       const groups = gen.groups.slice(slice * this.plan.promptsPerMicroBatch, (slice + 1) * this.plan.promptsPerMicroBatch);
       const lossCfg = this.groupLossConfig(groups, gen.groups);
-      for (const g of groups) {
+      for (const [k, g] of groups.entries()) {
         this.interruptCheck();
-        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics);
+        // lora_dropout masks by (seed, the group's place in the run): the same after a resume.
+        const dropout = c.lora.lora_dropout > 0 ? { seed: c.seed, step: this.microStep * this.plan.promptsPerMicroBatch + k } : undefined;
+        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics, dropout);
       }
       gen.consumed++;
       this.microStep++;
@@ -375,7 +377,7 @@ export class Trainer {
   }
 
   /** Training forward, loss, backward for one group; returns the tokens it processed. */
-  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics): Promise<number> {
+  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics, dropout?: { seed: number; step: number }): Promise<number> {
     const { gpu, policy, config: c } = this.o;
     const G = g.rollout.completions.length;
     const batch = { prompt: g.prompt, completions: g.rollout.completions.map((x) => x.tokens) };
@@ -393,6 +395,7 @@ export class Trainer {
       loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg },
       tokenBudget: this.o.microBatchTokens ?? DEFAULT_MICRO_BATCH_TOKENS,
       gradientCheckpointing: c.gradient_checkpointing,
+      dropout,
     });
     let entropySum = 0;
     let gapSum = 0;

@@ -30,7 +30,8 @@ describe('the vision tower in an RL step', () => {
       max_steps: 2,
       save_steps: 0,
       seed: 5,
-      lora: { r: 2, lora_alpha: 4 },
+      // A subset of the modules with lora_dropout: the chunks' no-grad and training forwards drop too.
+      lora: { r: 2, lora_alpha: 4, lora_dropout: 0.1, target_modules: ['q_proj', 'v_proj', 'down_proj'] },
     });
     session.attachLora(config.lora);
     const rows = syntheticDataset({ seed: 11, count: 4, tasks: ['counting'], size: 128 });
@@ -59,6 +60,7 @@ describe('the vision tower in an RL step', () => {
     };
     const trainer = await Trainer.create({ gpu, policy: session.policy, data, config, loss, runId: 'vision-once', microBatchTokens: 1 });
     expect(await trainer.run()).toBe('finished');
+    expect(trainer.metricsHistory.every((m) => Number.isFinite(m.loss) && m.grad_norm > 0)).toBe(true);
     expect(keys.size).toBe(4);
     // Old + reference forward per group, and per step two groups of two one-completion chunks,
     // each chunk a no-grad and a training forward: the features were needed 4·2 + 2·2·2·2 times.
