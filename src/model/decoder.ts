@@ -7,7 +7,9 @@
 //     l < deepstack levels:  h[image rows] += deepstack[l]
 //   out = rms(h)                                        (the LM head is src/model/lmHead.ts)
 //
-// Every projection takes a LoRA update when the call enables it. Attention is either over the
+// Every product with a frozen weight goes through src/ops/projection.ts, which picks its path
+// (GEMV, GEMM, tensor cores, LoRA GEMV, folds). Every projection takes a LoRA update when the
+// layer has an adapter for it. Attention is either over the
 // packed rows themselves (whole sequences: logits, training) or over a KV cache (prefill and
 // decode in generation). The two blocks of a layer are functions of their own (attentionBlock,
 // mlpBlock) over explicit buffers, so that the training backward can rerun them on its own.
@@ -256,20 +258,19 @@ export class Decoder {
       if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
       this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
     }
-    const oOut = this.products(lora, [[w.o, h, 'o']]);
+    const [oOut] = this.products(lora, [[w.o, h, 'o']]);
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
-      projection.project(rec, b.attn, oOut, { ...opts, accumulate: true });
+      projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
       return;
     }
     // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
     // after the base projection one dispatch finishes the update.
-    const oP = lora?.params.o;
-    const fold = gemv && oP && LoraGemv.takesParts(oP) ? { A: oP.A, r: oP.r, parts: lora!.scratch!.parts(T * hq * oP.r) } : undefined;
-    const xq = fold && attend.split && attention.foldQuantizes ? projection.quantizedInput(T, w.o, int8) : undefined;
-    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: fold && { ...fold, quantized: xq } });
-    if (folded) projection.projectFolded(rec, b.attn, w.o, h, oP!, fold!.parts, hq, int8, xq);
-    else projection.project(rec, b.attn, oOut, { ...opts, accumulate: true });
+    const fold = projection.attentionFold(gemv, oOut, T, hq, lora?.scratch, { quantizes: !!attend.split && attention.foldQuantizes, int8 });
+    const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
+    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
+    if (folded) projection.projectFolded(rec, b.attn, oOut, fold!, int8);
+    else projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
   }
 
   /**
@@ -294,13 +295,12 @@ export class Decoder {
       return;
     }
     // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
-    const perRow = downP ? LoraGemv.foldParts(downP) : 0;
-    const fold = gemv && downP && LoraGemv.canFold(gemv.ps[0], downP) ? { p: downP, parts: lora!.scratch!.parts(h.shape[0] * perRow * downP.r) } : undefined;
-    const xq = fold && this.ops.loraGemv.foldQuantizes(gemv!.ps[0]) ? projection.quantizedInput(h.shape[0], w.down, int8) : undefined;
-    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { ...fold, quantized: xq });
+    const [downOut] = this.products(lora, [[w.down, h, 'down']]);
+    const fold = projection.swigluFold(gemv, downOut, h.shape[0], lora?.scratch, int8);
+    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { p: fold.p, parts: fold.parts, quantized: fold.quantized });
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-    if (fold) projection.projectFolded(rec, b.act, w.down, h, fold.p, fold.parts, perRow, int8, xq);
-    else projection.project(rec, b.act, this.products(lora, [[w.down, h, 'down']]), { ...call, accumulate: true });
+    if (fold) projection.projectFolded(rec, b.act, downOut, fold, int8);
+    else projection.project(rec, b.act, [downOut], { ...call, accumulate: true });
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */

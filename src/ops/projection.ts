@@ -70,6 +70,14 @@ export interface ProjectOptions {
   scratch?: LoraScratch;
 }
 
+/** An adapter's update left as partials of u by the kernel before its product (the folds), and x as int8 groups where that kernel writes them. */
+export interface Fold {
+  p: LoraParams;
+  perRow: number;
+  parts: Tensor;
+  quantized?: Tensor;
+}
+
 /** Adapters that took the LoRA GEMV together, and their stacked u (their up product is the caller's). */
 export interface LoraGemvCall {
   ps: LoraParams[];
@@ -383,10 +391,36 @@ export class Projection {
   }
 
   /**
-   * y += x·Wᵀ + s·u·Bᵀ for adapter p, u [rows, r] left as `perRow` partials a row by the kernel
-   * before (the folds): inside the 4-bit GEMV's epilogue where it fits, else one dispatch after it.
+   * On the LoRA GEMV path, the fold of o_proj's adapter into the split attention's combine (one
+   * partial of u a head, `heads` a row), and where the combine also leaves x as int8 groups
+   * (`quantizes`): what forwardCached takes and projectFolded finishes; else undefined.
    */
-  projectFolded(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, p: LoraParams, parts: Tensor, perRow: number, int8: boolean, xq?: Tensor): void {
+  attentionFold(gemv: LoraGemvCall | null, out: Product, rows: number, heads: number, scratch: LoraScratch | undefined, o: { quantizes: boolean; int8: boolean }): Fold | undefined {
+    const p = out.lora?.p;
+    if (!gemv || !p || !scratch || !LoraGemv.takesParts(p)) return undefined;
+    return { p, perRow: heads, parts: scratch.parts(rows * heads * p.r), quantized: o.quantizes ? this.quantizedInput(rows, out.w, o.int8) : undefined };
+  }
+
+  /**
+   * On the LoRA GEMV path of gate/up (`gemv`), the fold of down_proj's adapter into their SwiGLU
+   * dispatch (one partial of u per 64 columns of act), and act as int8 groups where it can: what
+   * upSwiglu takes and projectFolded finishes; else undefined.
+   */
+  swigluFold(gemv: LoraGemvCall | null, out: Product, rows: number, scratch: LoraScratch | undefined, int8: boolean): Fold | undefined {
+    const p = out.lora?.p;
+    if (!gemv || !p || !scratch || !LoraGemv.canFold(gemv.ps[0], p)) return undefined;
+    const perRow = LoraGemv.foldParts(p);
+    const quantized = this.loraGemv.foldQuantizes(gemv.ps[0]) ? this.quantizedInput(rows, out.w, int8) : undefined;
+    return { p, perRow, parts: scratch.parts(rows * perRow * p.r), quantized };
+  }
+
+  /**
+   * y += x·Wᵀ + s·u·Bᵀ for the fold's adapter, u [rows, r] left as partials by the kernel before
+   * (attentionFold, swigluFold): inside the 4-bit GEMV's epilogue where it fits, else one dispatch after it.
+   */
+  projectFolded(rec: Recorder, x: Tensor, out: Product, f: Fold, int8: boolean): void {
+    const { w, y } = out;
+    const { p, parts, perRow, quantized: xq } = f;
     const q4 = this.q4;
     if (w.kind === 'q4' && q4.takesLora(x.shape[0], w.w, p.r, perRow, int8)) {
       q4.gemv(rec, x, w.w, y, true, { int8, lora: { B: p.B, r: p.r, scale: loraScale(p), parts, perRow }, xq });
