@@ -26,7 +26,7 @@ import { QkNormRope } from '../ops/qkNormRope';
 import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
-import { Projection, type LoraScratch, type Product } from '../ops/projection';
+import { Projection, type LoraGemvCall, type LoraScratch, type Product } from '../ops/projection';
 import { mropeLayout } from './ropeTables';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
@@ -226,14 +226,39 @@ export class Decoder {
    * dispatch itself at inference).
    */
   attentionBlock(rec: Recorder, layer: number, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null): void {
-    const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
+    const { numHeads: hq, rmsNormEps: eps } = this.config;
     const T = h.shape[0];
-    const { norms, rope, attention, projection } = this.ops;
+    const { attention, projection } = this.ops;
     const outs = this.products(lora, [[w.q, b.qRaw, 'q'], [w.k, b.kRaw, 'k'], [w.v, b.v, 'v']]);
     // Cached attention is inference (prefill and decode of generation): its GEMVs may take int8 x.
     const int8 = attend.kind === 'cached';
     const opts = { int8, scratch: lora?.scratch };
     const gemv = projection.normProject(rec, h, { weight: w.inputNorm, eps, rstd: b.rstd?.input }, b.xn, outs, opts);
+    this.qkNormRope(rec, layer, w, b, cs, attend, gemv, outs);
+    const [oOut] = this.products(lora, [[w.o, h, 'o']]);
+    if (attend.kind === 'packed') {
+      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
+      projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
+      return;
+    }
+    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
+    // after the base projection one dispatch finishes the update.
+    const fold = projection.attentionFold(gemv, oOut, T, hq, lora?.scratch, { quantizes: !!attend.split && attention.foldQuantizes, int8 });
+    const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
+    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
+    if (folded) projection.projectFolded(rec, b.attn, oOut, fold!, int8);
+    else projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
+  }
+
+  /**
+   * q, k = rope(q_norm(q_proj)), rope(k_norm(k_proj)), with the q/k/v LoRA updates still owed by
+   * the LoRA GEMV path (`gemv`), and in cached mode k and v appended to the cache. Training keeps
+   * the norms' rstd (separate dispatches); inference takes one fused dispatch.
+   */
+  private qkNormRope(rec: Recorder, layer: number, w: DecoderLayerWeights, b: AttentionBuffers, cs: Tensor, attend: AttendMode, gemv: LoraGemvCall | null, outs: readonly Product[]): void {
+    const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
+    const T = b.q.shape[0];
+    const { norms, rope } = this.ops;
     const [qRaw, kRaw, qWeight, kWeight, q] = [b.qRaw, b.kRaw, w.qNorm, w.kNorm, b.q];
     if (b.rstd) {
       norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
@@ -258,19 +283,6 @@ export class Decoder {
       if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
       this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
     }
-    const [oOut] = this.products(lora, [[w.o, h, 'o']]);
-    if (attend.kind === 'packed') {
-      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
-      projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
-      return;
-    }
-    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
-    // after the base projection one dispatch finishes the update.
-    const fold = projection.attentionFold(gemv, oOut, T, hq, lora?.scratch, { quantizes: !!attend.split && attention.foldQuantizes, int8 });
-    const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
-    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
-    if (folded) projection.projectFolded(rec, b.attn, oOut, fold!, int8);
-    else projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
   }
 
   /**
