@@ -477,7 +477,8 @@ export class Projection {
 
   /** The adapters of `outs` and their wide u when every product has one and they take the LoRA GEMV together on the rows of x. */
   private gemvLora(x: Tensor, outs: readonly Product[], scratch: LoraScratch | undefined): LoraGemvCall | null {
-    if (!scratch || !LoraGemv.fits(x.shape[0])) return null;
+    const rows = x.shape[0];
+    if (!scratch || rows < 1 || rows > PATHS.loraGemvMaxRows) return null;
     // Dropout takes LoRA's GEMMs (its mask is applied to a copy of x).
     const ps = outs.map((o) => (o.lora?.dropout ? undefined : o.lora?.p));
     if (ps.some((p) => !p)) return null;
@@ -485,7 +486,7 @@ export class Projection {
     return LoraGemv.groupable(all) ? { ps: all, u: scratch.wide(all.length * all[0].r) } : null;
   }
 
-  /** Give back the joins' and int8 copies' tensors this backend made (not the parts' views). */
+  /** Give back the tensors of the f32 join whose first part is parts[0] (joinDense; the parts are views of it). */
   static releaseJoined(parts: readonly LinearWeight[]): void {
     const d = joinedDenseOf.get(parts[0]);
     if (d) {
