@@ -463,14 +463,18 @@ async function main(): Promise<void> {
 
   // (a) prefill, the vision tower on its own.
   const prompt = syntheticPrompt(config, 'prefill', W.promptLen, W.promptImage, rng(1));
-  const image = { pixelValues: prompt.images[0].pixelValues, gridThw: [prompt.images[0].gridThw] };
   const sampling = (maxNewTokens: number): SamplingOptions => ({ temperature: 1, topP: 1, topK: 0, maxNewTokens, seed: 7 });
-  const gen = (G: number, n: number) => model.generate(prompt, G, sampling(n), { stopIds: [] });
+  // Each run encodes the image again, as a new prompt does (the model's vision cache would keep it).
+  const gen = (G: number, n: number) => {
+    model.visionCache.clear();
+    return model.generate(prompt, G, sampling(n), { stopIds: [] });
+  };
   let visionS = NaN;
   let prefillS = NaN;
   /** The image through the tower, its outputs given back. */
   const encode = async () => {
-    const v = await model.encodeImages(prompt.inputIds, image);
+    model.visionCache.clear();
+    const v = await model.encodeImages(prompt.inputIds, prompt.images);
     for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
   };
   if (runs('prefill')) {
@@ -504,7 +508,8 @@ async function main(): Promise<void> {
     // tower's (relative RMS of the merged embeds, then of each deepstack feature).
     if (!mmaUnsupported(gpu)) {
       const features = async () => {
-        const v = await model.encodeImages(prompt.inputIds, image);
+        model.visionCache.clear();
+        const v = await model.encodeImages(prompt.inputIds, prompt.images);
         const out = await Promise.all([v.embeds, ...v.deepstack].map((t) => gpu.readF32(t)));
         for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
         return out;
@@ -753,6 +758,7 @@ async function main(): Promise<void> {
   const def = await stepSetup(gpu, policy, lora8, { prompts: 1, G: d.G, completion: d.completion, prompt: d.prompt, image: d.image }, 3);
   const rlStep = async (step: number) => {
     gpu.pool.trim(); // as the trainer does before generating and after (src/rl/trainer.ts)
+    model.visionCache.clear(); // a step's prompts are new: generation encodes their images, the step reuses them
     const gen = await timed(gpu, () => model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] }));
     gpu.pool.trim();
     return { gen, step: await timed(gpu, () => gspoStep(gpu, def, step)) };

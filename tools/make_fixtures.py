@@ -14,6 +14,9 @@ mrope_section, DeepStack indexes, vision depth and tied/untied embeddings):
       of completion log-probs w.r.t. every LoRA tensor (PEFT names), and the batch used
   <name>/gspo/                a GSPO batch (G completions, rewards, old log-probs), its config, and
       the gradients of the full loss (sequence level, grpo aggregation, beta 0.04) in PEFT names
+  tiny-b/lora-dropout/        `--only lora-dropout` (reads the committed tiny-b weights): an adapter
+      on a subset of the target modules with lora_dropout, its masks those of the engine
+      (dropout_mask below), and the gradients of the sum of two completions' log-probs
   processor/                  three RGB images of different sizes (raw bytes) and what
       Qwen2VLImageProcessorFast makes of them with Qwen3-VL's settings
 The weights are random (no download); computation is in float32 on weights rounded to bf16, with
@@ -217,10 +220,110 @@ def gspo_loss(logps, old, ref, mask, adv, eps_low, eps_high, beta):
     return loss, coef_1[:, 0]
 
 
+# ---- the engine's lora_dropout mask, applied in PyTorch ----------------------------------------
+# Must mirror shaders/lora.wgsl (random_u32, dropout_forward) and src/ops/lora.ts (dropoutSeed):
+# element (row, col) of an adapter's input [rows, in] is kept when
+#   pcg(pcg(dropoutSeed(seed, step, layer, module)) + row·in + col) ≥ round(p·2³²)   (u32 arithmetic)
+# and kept elements are scaled by 1 / (1 - p). `row` is the row of the engine's packed batch (the
+# prompt once, then each completion), `module` the index in LORA_TARGETS.
+U32 = 0xFFFFFFFF
+
+
+def pcg(v):
+    """PCG hash of u32 values (python ints or int64 tensors holding u32)."""
+    state = (v * 747796405 + 2891336453) & U32
+    word = (((state >> ((state >> 28) + 4)) ^ state) * 277803737) & U32
+    return ((word >> 22) ^ word) & U32
+
+
+def dropout_seed(seed, step, layer, module):
+    h = pcg(seed & U32)
+    for v in (step, layer, module):
+        h = pcg(h ^ (v & U32))
+    return h
+
+
+class HashDropout(torch.nn.Module):
+    """PEFT's lora_dropout replaced by the engine's mask; `rows` [T] maps positions to packed rows."""
+    rows = None
+
+    def __init__(self, p, seed):
+        super().__init__()
+        self.p, self.seed = p, seed
+        self.threshold = min(U32, round(p * 2 ** 32))
+
+    def forward(self, x):
+        n = x.shape[-1]
+        rows = HashDropout.rows.to(x.device)
+        idx = (rows[:, None] * n + torch.arange(n, device=x.device)[None, :]) & U32
+        keep = pcg((pcg(self.seed) + idx) & U32) >= self.threshold
+        return x * keep.to(x.dtype) * torch.tensor(1 / (1 - self.p), dtype=torch.float32, device=x.device)
+
+
+def lora_dropout_fixture(out, dev):
+    """tiny-b/lora-dropout: target_modules a subset, lora_dropout 0.25 with the engine's masks."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import Qwen3VLForConditionalGeneration
+
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "fixtures", "tiny", "tiny-b")
+    try:
+        model = Qwen3VLForConditionalGeneration.from_pretrained(src, dtype=torch.float32, attn_implementation="eager")
+    except TypeError:  # transformers 4.x names it torch_dtype
+        model = Qwen3VLForConditionalGeneration.from_pretrained(src, torch_dtype=torch.float32, attn_implementation="eager")
+    model = model.to(dev).eval()
+    targets = ["q_proj", "v_proj", "o_proj", "up_proj", "down_proj"]
+    p, seed, step = 0.25, 1234, 5
+    torch.manual_seed(77)
+    pmodel = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=p, target_modules=targets, bias="none"))
+    with torch.no_grad():
+        for pname, prm in pmodel.named_parameters():
+            if "lora_B" in pname:
+                prm.normal_(0, 0.05)
+    replaced = 0
+    for mname, mod in pmodel.named_modules():
+        drop = getattr(mod, "lora_dropout", None)
+        if isinstance(drop, torch.nn.ModuleDict) and "default" in drop:
+            parts = mname.split(".")
+            layer = int(parts[parts.index("layers") + 1])
+            drop["default"] = HashDropout(p, dropout_seed(seed, step, layer, LORA_TARGETS.index(parts[-1])))
+            replaced += 1
+    layers = model.config.text_config.num_hidden_layers
+    assert replaced == layers * len(targets), f"replaced {replaced} dropout modules, expected {layers * len(targets)}"
+    prompt_t = load_file(os.path.join(src, "lora", "prompt.safetensors"))
+    prompt = prompt_t["input_ids"].tolist()
+    pv, grid = prompt_t["pixel_values"].float().to(dev), prompt_t["image_grid_thw"].long().to(dev)
+    crng = np.random.default_rng(21)
+    comps = [[int(t) for t in crng.integers(20, 990, n)] for n in (6, 4)]
+    P = len(prompt)
+    pmodel.zero_grad()
+    logps, off = [], P
+    for c in comps:
+        HashDropout.rows = torch.tensor(list(range(P)) + [off + t for t in range(len(c))])
+        ids = torch.tensor([prompt + c], device=dev)
+        lp = completion_logps(pmodel, ids, P, 1.0, pv, grid)
+        lp.sum().backward()
+        logps.append(lp.detach().cpu().tolist())
+        off += len(c)
+    d = os.path.join(out, "tiny-b", "lora-dropout")
+    pmodel.save_pretrained(d)
+    save_file(peft_grads(pmodel), os.path.join(d, "grads.safetensors"))
+    with open(os.path.join(d, "batch.json"), "w") as f:
+        json.dump({"prompt": "../lora/prompt.safetensors", "completions": comps, "temperature": 1.0,
+                   "dropout": {"p": p, "seed": seed, "step": step}, "target_modules": targets,
+                   "hash_check": {"dropout_seed_l1_m4": dropout_seed(seed, step, 1, 4), "pcg_of_12345": pcg(12345)},
+                   "objective": "sum of completion log-probs", "logps": logps}, f)
+    print(json.dumps({"lora-dropout": {"logps": logps}}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", choices=["all", "lora-dropout"], default="all")
     args = ap.parse_args()
+    if args.only == "lora-dropout":
+        lora_dropout_fixture(args.out, "cuda" if torch.cuda.is_available() else "cpu")
+        return
     import transformers
     import peft
     from transformers import Qwen3VLForConditionalGeneration

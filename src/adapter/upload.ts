@@ -1,5 +1,6 @@
 // An imported PEFT adapter onto the GPU, in the order the model attaches adapters
-// (layer after layer, LORA_PROJECTIONS order within a layer: Qwen3VL.attachLora).
+// (layer after layer, LORA_PROJECTIONS order within a layer: Qwen3VL.attachLora); any subset of
+// the projections (PEFT's target_modules).
 import type { Gpu } from '../gpu';
 import { createLoraParams, type LoraParams } from '../ops/lora';
 import { LORA_PROJECTIONS, loraModuleName } from '../model/decoder';
@@ -8,16 +9,21 @@ import { AdapterError, type PeftAdapter } from './peft';
 export function uploadAdapter(gpu: Gpu, adapter: PeftAdapter, numLayers: number): LoraParams[] {
   const byName = new Map(adapter.modules.map((m) => [m.module, m]));
   const out: LoraParams[] = [];
+  const known = new Set<string>();
   for (let l = 0; l < numLayers; l++) {
     for (const proj of LORA_PROJECTIONS) {
       const name = loraModuleName(l, proj);
+      known.add(name);
       const m = byName.get(name);
-      if (!m) throw new AdapterError(`adapter '${adapter.name}' has no weights for ${name}; the engine adapts q, k, v, o, gate, up and down of every layer`);
+      if (!m) continue;
       const p = createLoraParams(gpu, { name, in: m.in, out: m.out, r: m.r, alpha: m.alpha });
       gpu.write(p.A, m.A);
       gpu.write(p.B, m.B);
       out.push(p);
     }
   }
+  const other = adapter.modules.find((m) => !known.has(m.module));
+  if (other) throw new AdapterError(`adapter '${adapter.name}' adapts ${other.module}; the engine adapts q, k, v, o, gate, up and down_proj of the ${numLayers} language-model layers`);
+  if (out.length === 0) throw new AdapterError(`adapter '${adapter.name}' has no weights`);
   return out;
 }

@@ -7,7 +7,9 @@
 //     l < deepstack levels:  h[image rows] += deepstack[l]
 //   out = rms(h)                                        (the LM head is src/model/lmHead.ts)
 //
-// Every projection takes a LoRA update when the call enables it. Attention is either over the
+// Every product with a frozen weight goes through src/ops/projection.ts, which picks its path
+// (GEMV, GEMM, tensor cores, LoRA GEMV, folds). Every projection takes a LoRA update when the
+// layer has an adapter for it. Attention is either over the
 // packed rows themselves (whole sequences: logits, training) or over a KV cache (prefill and
 // decode in generation). The two blocks of a layer are functions of their own (attentionBlock,
 // mlpBlock) over explicit buffers, so that the training backward can rerun them on its own.
@@ -17,23 +19,22 @@ import { Attention, type AttentionSplit } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
 import type { KvCache } from '../ops/kvCache';
-import { Lora, loraScale, type LoraParams } from '../ops/lora';
+import { dropoutSeed, type Lora, type LoraParams } from '../ops/lora';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
 import { QkNormRope } from '../ops/qkNormRope';
 import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
-import { Linear } from './linear';
+import { Projection, type LoraGemvCall, type LoraScratch, type Product } from '../ops/projection';
 import { mropeLayout } from './ropeTables';
-import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, type Q4Weight } from '../ops/matmulQ4';
-import type { MmaOutput } from '../ops/matmulQ4Mma';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
 /** The adapted projections of a layer, in the order the model's LoRA list uses. */
 export const LORA_PROJECTIONS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
 export type LoraProjection = (typeof LORA_PROJECTIONS)[number];
-export type LayerLora = Record<LoraProjection, LoraParams>;
+/** A layer's adapters by projection: any subset (PEFT's target_modules). */
+export type LayerLora = Partial<Record<LoraProjection, LoraParams>>;
 
 /** PEFT's module path of a projection, e.g. `model.language_model.layers.0.self_attn.q_proj`. */
 export function loraModuleName(layer: number, proj: LoraProjection): string {
@@ -43,7 +44,8 @@ export function loraModuleName(layer: number, proj: LoraProjection): string {
 
 /** The kernels one decoder uses, compiled once. */
 export interface DecoderOps {
-  linear: Linear;
+  /** Every product with a frozen weight, and the path it takes (src/ops/projection.ts). */
+  projection: Projection;
   norms: Norms;
   rope: Rope;
   attention: Attention;
@@ -86,28 +88,10 @@ export interface MlpBuffers {
 export interface LoraCall {
   params: LayerLora;
   u: (proj: LoraProjection) => Tensor;
-  /**
-   * u is scratch, not kept for a backward: a few rows then take the LoRA GEMV, the projections
-   * of one input together; `wide(cols)` is a [T, cols] view of scratch for their stacked u.
-   */
-  transient?: {
-    wide: (cols: number) => Tensor;
-    /** Scratch of at least `n` elements for the partials of a folded down product (LoraGemv.upSwiglu). */
-    parts: (n: number) => Tensor;
-  };
-}
-
-/** One frozen projection of a block: y (+)= x·Wᵀ, adapted by the layer's LoRA `proj`. */
-interface Projection {
-  w: LinearWeight;
-  y: Tensor;
-  proj: LoraProjection;
-}
-
-/** Adapters that take the LoRA GEMV together, and the scratch for their stacked u. */
-interface LoraGemvCall {
-  ps: LoraParams[];
-  u: Tensor;
+  /** u is scratch, not kept for a backward (inference): few rows may take the LoRA GEMV. */
+  scratch?: LoraScratch;
+  /** lora_dropout (training): probability, each projection's mask seed, workspace [T, widest in]. */
+  dropout?: { p: number; seed: (proj: LoraProjection) => number; xd: (adapter: LoraParams) => Tensor };
 }
 
 /** How the attention block attends: over its own rows, or through the KV cache. */
@@ -139,6 +123,46 @@ export interface ForwardArgs {
   visual?: VisualInputs;
   /** Adapters of every layer, or null for the base model. */
   lora: readonly LayerLora[] | null;
+  /** A training forward's activations for its backward (packed attention only). */
+  keep?: KeptActivations;
+  /** lora_dropout on the adapters' inputs (training forwards): masks of (seed, step, layer, module, row, col). */
+  dropout?: ForwardDropout;
+}
+
+/** lora_dropout of one forward: probability, the run's seed and the forward's step (dropoutSeed),
+ * and a workspace [T, widest adapter input]. */
+export interface ForwardDropout {
+  p: number;
+  seed: number;
+  step: number;
+  xd: Tensor;
+}
+
+/** The adapters' dropout in layer l (LoraCall.dropout). */
+export function layerDropout(d: ForwardDropout, layer: number): NonNullable<LoraCall['dropout']> {
+  const rows = d.xd.shape[0];
+  return { p: d.p, xd: (a) => view(d.xd, [rows, a.in]), seed: (proj) => dropoutSeed(d.seed, d.step, layer, LORA_PROJECTIONS.indexOf(proj)) };
+}
+
+/** What a layer's backward reads of its forward: kept per layer, or one set refilled by recomputing. */
+export interface LayerActivations {
+  /** With the rstd of the input norm and of the q/k norms. */
+  A: AttentionBuffers;
+  /** With the rstd of the post-attention norm. */
+  M: MlpBuffers;
+  /** The attention's log-sum-exp [T, Hq]. */
+  lse: Tensor;
+  /** The residual stream between the blocks [T, hidden]. */
+  hmid: Tensor;
+  /** LoRA's x·Aᵀ per projection [T, r] (rank-sized views are taken where read). */
+  u: Record<LoraProjection, Tensor>;
+}
+
+/** A training forward's keep: every layer's input h_l and the final hidden state (L + 1 of
+ * [T, hidden]), and without checkpointing every layer's intermediates. */
+export interface KeptActivations {
+  inputs: readonly Tensor[];
+  layers: readonly LayerActivations[] | null;
 }
 
 /** A typed view of the first elements of a workspace tensor. */
@@ -148,232 +172,52 @@ export function view(t: Tensor, shape: readonly number[], label = t.label): Tens
   return new Tensor(t.buffer, shape, t.dtype, label, t.byteOffset);
 }
 
-/** Weights of one input joined by rows: `w` holds the rows of `parts` in order; each part is a view of it. */
-export interface FusedWeight {
-  w: LinearWeight;
-  parts: readonly LinearWeight[];
-}
-
 /** Forwards of at least this many rows (prefill, scoring) submit once a layer; a decode step's
  * few rows keep one submit for the whole step (each costs several µs of host time). */
 const FLUSH_MIN_ROWS = 64;
 
-/** Joined weights already made, by first part: a second Decoder over the same weights shares them. */
-const fusedOf = new WeakMap<LinearWeight, FusedWeight>();
-
-/**
- * Join each layer's q/k/v and gate/up 4-bit weights by rows into one weight apiece and make the
- * parts views of it: no extra memory (the parts' own buffers go back to the device), and one GEMV
- * instead of three (two) for a single row. Only where every part starts on the storage offset
- * alignment, codes and scales alike; other weights stay as they are.
- */
-async function fuseLayers(gpu: Gpu, layers: readonly DecoderLayerWeights[]): Promise<Map<LinearWeight, FusedWeight>> {
-  const out = new Map<LinearWeight, FusedWeight>();
-  for (const [l, w] of layers.entries()) {
-    for (const [name, parts] of [['qkv', [w.q, w.k, w.v]], ['gate_up', [w.gate, w.up]]] as const) {
-      const known = fusedOf.get(parts[0]);
-      const f = known ?? (await fuseRows(gpu, parts, `layers.${l}.${name}`));
-      if (!f) continue;
-      fusedOf.set(parts[0], f);
-      out.set(parts[0], f);
-    }
-  }
-  return out;
-}
-
-async function fuseRows(gpu: Gpu, parts: readonly LinearWeight[], label: string): Promise<FusedWeight | null> {
-  const align = gpu.limits.minStorageBufferOffsetAlignment;
-  const k = parts[0].in;
-  const q4: Q4Weight[] = [];
-  for (const p of parts) {
-    // Each part's codes (n·k/2 bytes) and scales (n·k/16 bytes) must end on the alignment, where the next begins.
-    if (p.kind !== 'q4' || p.in !== k || ((p.out * k) / 2) % align || ((p.out * k) / 16) % align) return null;
-    q4.push(p.w);
-  }
-  const n = q4.reduce((a, p) => a + p.n, 0);
-  const joined = allocQ4(gpu, n, k, `decoder.${label}`);
-  const rec = gpu.recorder('decoder.fuse');
-  let row = 0;
-  for (const p of q4) {
-    rec.copy(p.codes, joined.codes, (p.n * k) / 2, 0, (row * k) / 2);
-    rec.copy(p.scales, joined.scales, (p.n * k) / 16, 0, (row * k) / 16);
-    row += p.n;
-  }
-  await rec.submit();
-  row = 0;
-  parts.forEach((p, i) => {
-    const w = q4[i];
-    (p as { w: Q4Weight }).w = {
-      codes: new Tensor(joined.codes.buffer, w.codes.shape, 'u32', w.codes.label, joined.codes.byteOffset + (row * k) / 2),
-      scales: new Tensor(joined.scales.buffer, w.scales.shape, 'u32', w.scales.label, joined.scales.byteOffset + (row * k) / 16),
-      n: w.n,
-      k,
-    };
-    row += w.n;
-    w.codes.release();
-    w.scales.release();
-  });
-  // The parts' buffers leave the pool's cache now: the weights take no more memory than before.
-  gpu.pool.trim();
-  return { w: { kind: 'q4', w: joined, out: n, in: k }, parts };
-}
-
 export class Decoder {
   readonly scale: number;
-  /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
-  private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
-  /** A GEMV's x as int8 groups, from the kernel that writes x to the GEMV (quantizedInput). */
-  private xq: Tensor | null = null;
 
   private constructor(
     readonly gpu: Gpu,
     readonly config: Qwen3VLTextConfig,
     readonly weights: LanguageModelWeights,
     readonly ops: DecoderOps,
-    /** q/k/v and gate/up of a layer as one weight each, by their first part (where they could be joined). */
-    private readonly fused: ReadonlyMap<LinearWeight, FusedWeight>,
   ) {
     this.scale = 1 / Math.sqrt(config.headDim);
   }
 
   /** `int8`: whether decode's GEMVs may take int8 x (ModelOptions.int8Decode). */
   static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights, opts: { int8?: boolean } = {}): Promise<Decoder> {
-    const [linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds] = await Promise.all([
-      Linear.create(gpu, { int8: opts.int8 }),
+    const maxK = Math.max(config.hiddenSize, config.intermediateSize, config.numHeads * config.headDim);
+    const [projection, norms, rope, attention, act, embedding, elementwise, qkNormRope, tokenIds] = await Promise.all([
+      Projection.create(gpu, { int8: opts.int8, maxK }),
       Norms.create(gpu),
       Rope.create(gpu, mropeLayout(config.ropeTheta, config.headDim, config.mropeSection)),
       Attention.create(gpu, { hq: config.numHeads, hkv: config.numKvHeads, headDim: config.headDim }),
       Activations.create(gpu),
       Embedding.create(gpu),
       Elementwise.create(gpu),
-      Lora.create(gpu),
-      LoraGemv.create(gpu),
       QkNormRope.create(gpu),
       TokenIds.create(gpu),
     ]);
-    const fused = await fuseLayers(gpu, weights.layers);
-    return new Decoder(gpu, config, weights, { linear, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds }, fused);
-  }
-
-  /** y = x·Wᵀ (+ y) (+ LoRA). `int8` (here and below): the 4-bit GEMVs may quantize x (inference). */
-  private project(rec: Recorder, w: LinearWeight, x: Tensor, y: Tensor, lora: LoraCall | null, proj: LoraProjection, accumulate: boolean, int8: boolean): void {
-    this.projectShared(rec, x, [{ w, y, proj }], lora, accumulate, int8);
-  }
-
-  /**
-   * Projections of one input x: every y = x·Wᵀ (+ y), then their LoRA updates, on the GEMV path
-   * in one pair of dispatches for all of them (the workspace's wide u holds up to three).
-   */
-  private projectShared(rec: Recorder, x: Tensor, outs: readonly Projection[], lora: LoraCall | null, accumulate: boolean, int8: boolean): void {
-    const gemv = this.gemvLora(lora, x, outs);
-    const mma = gemv ? null : this.ops.linear.tensorCoreWeights(x, outs.map((o) => o.w));
-    if (mma) {
-      // On the tensor cores x is quantized once for all of outs; the LoRA updates follow (in the
-      // GEMM's epilogue they slowed its main loop by 12-20% on an H100).
-      this.ops.linear.forwardShared(rec, x, outs.map((o, i): MmaOutput => ({ w: mma[i], y: o.y })), accumulate);
-      if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
-      return;
+    for (const [l, w] of weights.layers.entries()) {
+      await projection.joinRows([w.q, w.k, w.v], `decoder.layers.${l}.qkv`);
+      await projection.joinRows([w.gate, w.up], `decoder.layers.${l}.gate_up`);
     }
-    // One adapter: its down and up after the base projection (LoraGemv.forward); decode's o_proj
-    // and down_proj take the folded path in attentionBlock / mlpBlock instead.
-    const single = gemv && outs.length === 1;
-    if (gemv && !single) this.ops.loraGemv.down(rec, gemv.ps, x, gemv.u);
-    this.baseProjections(rec, x, outs, accumulate, int8);
-    if (single) this.ops.loraGemv.forward(rec, gemv.ps[0], x, outs[0].y, gemv.u);
-    else if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
-    else if (lora) outs.forEach((o) => this.ops.lora.forward(rec, lora.params[o.proj], { x, y: o.y, u: lora.u(o.proj) }));
+    const { lora, loraGemv } = projection;
+    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds });
   }
 
-  /**
-   * n = rms(h)·w, then the projections of n: on the LoRA GEMV path the norm runs inside the LoRA
-   * down dispatch (no dispatch of its own), else as rmsnorm (saving rstd when asked) + projectShared.
-   */
-  private normProject(rec: Recorder, h: Tensor, norm: Tensor, n: Tensor, rstd: Tensor | undefined, outs: readonly Projection[], lora: LoraCall | null, int8: boolean): LoraGemvCall | null {
-    const gemv = rstd ? null : this.gemvLora(lora, n, outs);
-    if (!gemv) {
-      this.ops.norms.rmsnorm(rec, h, norm, n, this.config.rmsNormEps, rstd);
-      this.projectShared(rec, n, outs, lora, false, int8);
-      return null;
-    }
-    const joined = this.joined(outs);
-    const xq = joined && this.ops.loraGemv.quantizes(gemv.ps) ? this.quantizedInput(n.shape[0], joined.w, int8) : undefined;
-    this.ops.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm, eps: this.config.rmsNormEps, out: n, quantized: xq });
-    this.baseProjections(rec, n, outs, false, int8, xq);
-    return gemv;
-  }
-
-  /**
-   * Where the GEMV of `rows` rows on w takes x as int8 groups, which the kernel before it (a
-   * norm's LoRA down, the SwiGLU, the attention combine) can write as it writes x: the scratch
-   * that carries them, saving the GEMV's quantize dispatch. Else undefined.
-   */
-  private quantizedInput(rows: number, w: LinearWeight, int8: boolean): Tensor | undefined {
-    if (!int8 || w.kind !== 'q4' || !this.ops.linear.q4.takesQuantizedX(rows, w.w, true)) return undefined;
-    // One for every such input (each GEMV reads it before the next kernel writes it again), sized
-    // once for the widest; never released: calls recorded before (a decode tape) may read it.
-    const { hiddenSize, intermediateSize, numHeads, headDim } = this.config;
-    const words = int8GroupWords(GEMV_MAX_ROWS, Math.max(hiddenSize, intermediateSize, numHeads * headDim));
-    this.xq ??= this.gpu.tensor([words], 'u32', 'decoder.xq');
-    return this.xq;
-  }
-
-  /**
-   * Every y (+)= x·Wᵀ of `outs`: for up to 8 rows, q/k/v (or gate/up) of a fused layer as one
-   * GEMV into their back-to-back outputs, each part's rows written apart (a one-row decode step
-   * is bound by recording its dispatches; at 8 rows the joined weight also reads faster).
-   */
-  private baseProjections(rec: Recorder, x: Tensor, outs: readonly Projection[], accumulate: boolean, int8: boolean, xq?: Tensor): void {
-    const rows = x.shape[0];
-    const joined = outs.length > 1 ? this.joined(outs) : null;
-    if (joined?.w.kind === 'q4') {
-      // One product for all: the GEMV reads the weights once; the GEMM has more tiles to spread
-      // (H100, 512 rows: q/k/v 335 -> 285 µs, gate/up 842 -> 787; gemmSpeed --split).
-      const parts = rows > 1 ? joined.widths : undefined;
-      if (rows <= GEMV_MAX_ROWS) this.ops.linear.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, { parts, int8, xq });
-      else this.ops.linear.q4.gemm(rec, x, joined.w.w, joined.y, accumulate, parts);
-      return;
-    }
-    for (const o of outs) this.ops.linear.forward(rec, x, o.w, o.y, accumulate, int8);
-  }
-
-  /**
-   * y += x·Wᵀ + s·u·Bᵀ for adapter p, u [rows, r] left as `perRow` partials a row by the kernel
-   * before (the folds): inside the 4-bit GEMV's epilogue where it fits, else one dispatch after it.
-   */
-  private foldedProject(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, p: LoraParams, parts: Tensor, perRow: number, int8: boolean, xq?: Tensor): void {
-    const q4 = this.ops.linear.q4;
-    if (w.kind === 'q4' && q4.takesLora(x.shape[0], w.w, p.r, perRow, int8)) {
-      q4.gemv(rec, x, w.w, y, true, { int8, lora: { B: p.B, r: p.r, scale: loraScale(p), parts, perRow }, xq });
-      return;
-    }
-    if (xq && w.kind === 'q4') q4.gemv(rec, x, w.w, y, true, { int8, xq });
-    else this.ops.linear.forward(rec, x, w, y, true, int8);
-    this.ops.loraGemv.upFromParts(rec, p, parts, perRow, y);
-  }
-
-  /** The fused weight whose parts are `outs`' weights, in order, when their outputs lie back to back too. */
-  private joined(outs: readonly Projection[]): { w: LinearWeight; y: Tensor; widths: number[] } | null {
-    const f = this.fused.get(outs[0].w);
-    if (!f || f.parts.length !== outs.length || outs.some((o, i) => o.w !== f.parts[i])) return null;
-    const y0 = outs[0].y;
-    let j = this.joinedOut.get(y0);
-    if (!j) {
-      let n = 0;
-      for (const o of outs) {
-        if (o.y.buffer !== y0.buffer || o.y.byteOffset !== y0.byteOffset + 4 * n) return null;
-        n += o.y.numel;
-      }
-      const widths = outs.map((o) => o.y.shape[o.y.shape.length - 1]);
-      this.joinedOut.set(y0, (j = { y: new Tensor(y0.buffer, [y0.shape[0], n / y0.shape[0]], 'f32', 'decoder.joined', y0.byteOffset), widths }));
-    }
-    return { w: f.w, ...j };
-  }
-
-  /** The adapters of `outs` and their wide u when they take the LoRA GEMV together on the rows of x. */
-  private gemvLora(lora: LoraCall | null, x: Tensor, outs: readonly Projection[]): LoraGemvCall | null {
-    if (!lora?.transient || !LoraGemv.fits(x.shape[0])) return null;
-    const ps = outs.map((o) => lora.params[o.proj]);
-    return LoraGemv.groupable(ps) ? { ps, u: lora.transient.wide(ps.length * ps[0].r) } : null;
+  /** The products of one block's input, each with the layer's adapter of its projection when there is one. */
+  private products(lora: LoraCall | null, outs: readonly [LinearWeight, Tensor, LoraProjection][]): Product[] {
+    return outs.map(([w, y, proj]) => {
+      const p = lora?.params[proj];
+      if (!p) return { w, y };
+      const d = lora!.dropout;
+      return { w, y, lora: { p, u: lora!.u(proj), dropout: d && { p: d.p, seed: d.seed(proj), xd: d.xd(p) } } };
+    });
   }
 
   /**
@@ -382,13 +226,39 @@ export class Decoder {
    * dispatch itself at inference).
    */
   attentionBlock(rec: Recorder, layer: number, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null): void {
-    const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
+    const { numHeads: hq, rmsNormEps: eps } = this.config;
     const T = h.shape[0];
-    const { norms, rope, attention } = this.ops;
-    const outs: Projection[] = [{ w: w.q, y: b.qRaw, proj: 'q' }, { w: w.k, y: b.kRaw, proj: 'k' }, { w: w.v, y: b.v, proj: 'v' }];
+    const { attention, projection } = this.ops;
+    const outs = this.products(lora, [[w.q, b.qRaw, 'q'], [w.k, b.kRaw, 'k'], [w.v, b.v, 'v']]);
     // Cached attention is inference (prefill and decode of generation): its GEMVs may take int8 x.
     const int8 = attend.kind === 'cached';
-    const gemv = this.normProject(rec, h, w.inputNorm, b.xn, b.rstd?.input, outs, lora, int8);
+    const opts = { int8, scratch: lora?.scratch };
+    const gemv = projection.normProject(rec, h, { weight: w.inputNorm, eps, rstd: b.rstd?.input }, b.xn, outs, opts);
+    this.qkNormRope(rec, layer, w, b, cs, attend, gemv, outs);
+    const [oOut] = this.products(lora, [[w.o, h, 'o']]);
+    if (attend.kind === 'packed') {
+      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
+      projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
+      return;
+    }
+    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
+    // after the base projection one dispatch finishes the update.
+    const fold = projection.attentionFold(gemv, oOut, T, hq, lora?.scratch, { quantizes: !!attend.split && attention.foldQuantizes, int8 });
+    const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
+    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
+    if (folded) projection.projectFolded(rec, b.attn, oOut, fold!, int8);
+    else projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
+  }
+
+  /**
+   * q, k = rope(q_norm(q_proj)), rope(k_norm(k_proj)), with the q/k/v LoRA updates still owed by
+   * the LoRA GEMV path (`gemv`), and in cached mode k and v appended to the cache. Training keeps
+   * the norms' rstd (separate dispatches); inference takes one fused dispatch.
+   */
+  private qkNormRope(rec: Recorder, layer: number, w: DecoderLayerWeights, b: AttentionBuffers, cs: Tensor, attend: AttendMode, gemv: LoraGemvCall | null, outs: readonly Product[]): void {
+    const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
+    const T = b.q.shape[0];
+    const { norms, rope } = this.ops;
     const [qRaw, kRaw, qWeight, kWeight, q] = [b.qRaw, b.kRaw, w.qNorm, w.kNorm, b.q];
     if (b.rstd) {
       norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
@@ -413,19 +283,6 @@ export class Decoder {
       if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
       this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
     }
-    if (attend.kind === 'packed') {
-      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
-      this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
-      return;
-    }
-    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
-    // after the base projection one dispatch finishes the update.
-    const oP = lora?.params.o;
-    const fold = gemv && oP && LoraGemv.takesParts(oP) ? { A: oP.A, r: oP.r, parts: lora!.transient!.parts(T * hq * oP.r) } : undefined;
-    const xq = fold && attend.split && attention.foldQuantizes ? this.quantizedInput(T, w.o, int8) : undefined;
-    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: fold && { ...fold, quantized: xq } });
-    if (folded) this.foldedProject(rec, b.attn, w.o, h, oP!, fold!.parts, hq, int8, xq);
-    else this.project(rec, w.o, b.attn, h, lora, 'o', true, int8);
   }
 
   /**
@@ -437,23 +294,25 @@ export class Decoder {
    */
   mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, opts: { int8?: boolean; output?: boolean } = {}): void {
     const { int8 = false, output = true } = opts;
-    const outs: Projection[] = [{ w: w.gate, y: b.gate, proj: 'gate' }, { w: w.up, y: b.up, proj: 'up' }];
-    const gemv = this.normProject(rec, h, w.postAttentionNorm, b.xn, b.rstd, outs, lora, int8);
+    const { projection } = this.ops;
+    const call = { int8, scratch: lora?.scratch };
+    const outs = this.products(lora, [[w.gate, b.gate, 'gate'], [w.up, b.up, 'up']]);
+    const gemv = projection.normProject(rec, h, { weight: w.postAttentionNorm, eps: this.config.rmsNormEps, rstd: b.rstd }, b.xn, outs, call);
+    const downP = lora?.params.down;
     if (!output) {
       if (gemv) throw new ShapeError('decoder.mlp', 'a block without its output keeps u for a backward: not on the LoRA GEMV path');
       this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-      if (lora) this.ops.lora.down(rec, lora.params.down, b.act, lora.u('down'));
+      const d = lora!.dropout;
+      if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), d && { dropout: d.p, seed: d.seed('down') });
       return;
     }
     // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
-    const downP = lora?.params.down;
-    const perRow = downP ? LoraGemv.foldParts(downP) : 0;
-    const fold = gemv && downP && LoraGemv.canFold(gemv.ps[0], downP) ? { p: downP, parts: lora!.transient!.parts(h.shape[0] * perRow * downP.r) } : undefined;
-    const xq = fold && this.ops.loraGemv.foldQuantizes(gemv!.ps[0]) ? this.quantizedInput(h.shape[0], w.down, int8) : undefined;
-    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { ...fold, quantized: xq });
+    const [downOut] = this.products(lora, [[w.down, h, 'down']]);
+    const fold = projection.swigluFold(gemv, downOut, h.shape[0], lora?.scratch, int8);
+    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { p: fold.p, parts: fold.parts, quantized: fold.quantized });
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-    if (fold) this.foldedProject(rec, b.act, w.down, h, fold.p, fold.parts, perRow, int8, xq);
-    else this.project(rec, w.down, b.act, h, lora, 'down', true, int8);
+    if (fold) projection.projectFolded(rec, b.act, downOut, fold, int8);
+    else projection.project(rec, b.act, [downOut], { ...call, accumulate: true });
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */
@@ -480,7 +339,7 @@ export class Decoder {
   }
 
   private gatherBlock(rec: Recorder, block: LinearWeight, ids: Tensor, out: Tensor): void {
-    if (block.kind === 'q4') this.ops.linear.q4.gather(rec, ids, block.w, out);
+    if (block.kind === 'q4') this.ops.projection.q4.gather(rec, ids, block.w, out);
     // The f32 gather reads u32 ids; an i32 id is the same bits (a negative one falls outside the table).
     else this.ops.embedding.gather(rec, block.w, ids.dtype === 'u32' ? ids : new Tensor(ids.buffer, ids.shape, 'u32', ids.label, ids.byteOffset), out);
   }
@@ -504,6 +363,7 @@ export class Decoder {
     if (positions instanceof Tensor) {
       if (positions.dtype !== 'i32' || positions.numel !== 3 * T) throw new ShapeError('decoder', `positions must be i32 [3, ${T}], got ${positions.dtype} [${positions.shape.join(', ')}]`);
     } else if (positions.length !== 3 * T) throw new ShapeError('decoder', `positions must be [3, ${T}], got ${positions.length} values`);
+    if (a.keep && (a.attend.kind !== 'packed' || a.keep.inputs.length !== c.numLayers + 1)) throw new ShapeError('decoder', `a kept forward attends over its packed rows and keeps ${c.numLayers + 1} hidden states`);
     if (a.lora && a.lora.length !== c.numLayers) throw new ShapeError('decoder', `LoRA for ${a.lora.length} layers, the model has ${c.numLayers}`);
     if (a.visual && a.visual.deepstack.length > c.numLayers) throw new ShapeError('decoder', `${a.visual.deepstack.length} DeepStack levels for ${c.numLayers} layers`);
     const b = ws.views(T);
@@ -514,18 +374,30 @@ export class Decoder {
       this.gpu.write(b.positions, positions);
       this.ops.rope.table(rec, b.positions, b.cs);
     }
-    const loraU = (proj: LoraProjection): Tensor => b.loraU(a.lora![0][proj].r);
-    const transient = { wide: b.loraWide, parts: b.loraParts };
+    const keep = a.keep;
+    // Kept for a backward or dropped out: u goes to the layer's own tensors (or the shared
+    // scratch, recomputed later), never through the inference-only LoRA GEMV.
+    const scratch = keep || a.dropout ? undefined : { wide: b.loraWide, parts: b.loraParts };
     this.weights.layers.forEach((w, l) => {
-      const lora = a.lora ? { params: a.lora[l], u: loraU, transient } : null;
-      this.attentionBlock(rec, l, w, b.h, b.attn, b.cs, a.attend, lora);
-      this.mlpBlock(rec, w, b.h, b.mlp, lora, { int8: a.attend.kind === 'cached' });
+      const kept = keep?.layers?.[l];
+      const adapters = a.lora?.[l];
+      const u = (proj: LoraProjection): Tensor => {
+        const r = adapters![proj]!.r;
+        return kept ? view(kept.u[proj], [T, r]) : b.loraU(r);
+      };
+      const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
+      if (keep) rec.copy(b.h, keep.inputs[l]);
+      const attend = kept && a.attend.kind === 'packed' ? { ...a.attend, lse: kept.lse } : a.attend;
+      this.attentionBlock(rec, l, w, b.h, kept?.A ?? b.attn, b.cs, attend, lora);
+      if (kept) rec.copy(b.h, kept.hmid);
+      this.mlpBlock(rec, w, b.h, kept?.M ?? b.mlp, lora, { int8: a.attend.kind === 'cached' });
       const ds = a.visual?.deepstack[l];
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
-      // A prefill submits each layer: the GPU starts on it while the next is recorded.
-      if (T >= FLUSH_MIN_ROWS) rec.flush();
+      // A prefill or a training forward submits each layer: the GPU starts on it while the next is recorded.
+      if (T >= FLUSH_MIN_ROWS || keep) rec.flush();
     });
     if (a.attend.kind === 'cached') a.attend.cache.advance(rec, a.attend.slot0, a.attend.count, T / a.attend.count);
+    if (keep) rec.copy(b.h, keep.inputs[c.numLayers]);
     this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);
     return b.out;
   }

@@ -9,7 +9,7 @@
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import type { LmHead } from '../ops/logprob';
 import type { Q4Weight } from '../ops/matmulQ4';
-import type { Linear } from './linear';
+import type { Projection } from '../ops/projection';
 import type { LinearWeight, TokenTable } from './weights';
 
 export class TableHead implements LmHead {
@@ -22,7 +22,7 @@ export class TableHead implements LmHead {
 
   constructor(
     private readonly gpu: Gpu,
-    private readonly linear: Linear,
+    private readonly products: Projection,
     readonly table: TokenTable,
     /** Most rows `fullLogits` takes (only a multi-block 4-bit table needs room for them). */
     readonly maxRows: number,
@@ -82,11 +82,11 @@ export class TableHead implements LmHead {
     const { block, r0 } = this.locate(op, v0, v1);
     const n = v1 - v0;
     if (block.kind === 'q4') {
-      this.linear.forwardQ4(rec, h, this.q4Rows(op, block.w, r0, n), out);
+      this.products.forwardQ4(rec, h, this.q4Rows(op, block.w, r0, n), out);
       return;
     }
     const T = h.shape[0];
-    this.linear.matmul.gemm(rec, { a: h, b: block.w, c: out, m: T, n, k: this.hidden, transB: true, offsetB: r0 * this.hidden });
+    this.products.matmul.gemm(rec, { a: h, b: block.w, c: out, m: T, n, k: this.hidden, transB: true, offsetB: r0 * this.hidden });
   }
 
   backward(rec: Recorder, dlogits: Tensor, v0: number, v1: number, dh: Tensor): void {
@@ -94,14 +94,14 @@ export class TableHead implements LmHead {
     const { block, r0 } = this.locate(op, v0, v1);
     const n = v1 - v0;
     if (block.kind === 'q4') {
-      this.linear.backwardInputQ4(rec, dlogits, this.q4Rows(op, block.w, r0, n), dh, true);
+      this.products.backwardInputQ4(rec, dlogits, this.q4Rows(op, block.w, r0, n), dh, true);
       return;
     }
     const T = dh.shape[0];
-    this.linear.matmul.gemm(rec, { a: dlogits, b: block.w, c: dh, m: T, n: this.hidden, k: n, offsetB: r0 * this.hidden, beta: 1 });
+    this.products.matmul.gemm(rec, { a: dlogits, b: block.w, c: dh, m: T, n: this.hidden, k: n, offsetB: r0 * this.hidden, beta: 1 });
   }
 
-  /** out [T, vocab] = h [T, hidden] · tableᵀ (`int8`: as Linear.forward's, for sampling). */
+  /** out [T, vocab] = h [T, hidden] · tableᵀ (`int8`: as Projection.forward's, for sampling). */
   fullLogits(rec: Recorder, h: Tensor, out: Tensor, int8 = false): void {
     const op = 'lm_head.fullLogits';
     const T = h.shape[0];
@@ -110,18 +110,18 @@ export class TableHead implements LmHead {
     }
     const { blocks, rowStart } = this.table;
     if (blocks.length === 1) {
-      this.linear.forward(rec, h, blocks[0], out, false, int8);
+      this.products.forward(rec, h, blocks[0], out, false, int8);
       return;
     }
     blocks.forEach((block, b) => {
       if (block.kind === 'f32') {
         // The GEMM writes the block's columns straight into the strided output.
-        this.linear.matmul.gemm(rec, { a: h, b: block.w, c: out, m: T, n: block.out, k: this.hidden, transB: true, ldc: this.vocab, offsetC: rowStart[b] });
+        this.products.matmul.gemm(rec, { a: h, b: block.w, c: out, m: T, n: block.out, k: this.hidden, transB: true, ldc: this.vocab, offsetC: rowStart[b] });
         return;
       }
       if (T > this.maxRows) throw new ShapeError(op, `${T} rows exceed the ${this.maxRows} this head was sized for`);
       const part = new Tensor(this.scratch!.buffer, [T, block.out], 'f32', 'lm_head.scratch', this.scratch!.byteOffset);
-      this.linear.forwardQ4(rec, h, block.w, part, false, int8);
+      this.products.forwardQ4(rec, h, block.w, part, false, int8);
       for (let t = 0; t < T; t++) rec.copy(part, out, block.out * 4, t * block.out * 4, (t * this.vocab + rowStart[b]) * 4);
     });
   }

@@ -5,6 +5,7 @@ import { ShapeError, TensorCoreCheckError, type Gpu, type Tensor } from '../gpu'
 import type { LoraParams } from '../ops/lora';
 import { MatmulQ4Mma, type MmaSteps } from '../ops/matmulQ4Mma';
 import { checkQ4Mma } from '../ops/matmulQ4MmaCheck';
+import { tensorCoreOptions } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
@@ -16,7 +17,7 @@ import { getRopeIndex } from './processor/ropeIndex';
 import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
-import { VisionTower, type GridThw, type VisionFeatures } from './vision';
+import { VisionCache, VisionTower, type GridThw, type VisionFeatures } from './vision';
 import type { ModelWeights } from './weights';
 
 /** Images of one prompt, concatenated as the processor makes them. */
@@ -57,20 +58,20 @@ export interface ModelOptions {
    * x in two int8 limbs. Default false: it needs Chromium's subgroup-matrix extension, and moves
    * the image features (BENCHMARKS.md gives by how much). */
   visionTensorCores?: boolean;
+  /** Bytes of encoded image features kept by image key (VisionCache; default VISION_CACHE_BYTES):
+   * a prompt group's images are encoded once for its sampling, old/ref log-probs and training chunks. */
+  visionCacheBytes?: number;
 }
 
 /** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: a byte an element and
  * limb, 48 MiB for the 2B with two): the trainer's default micro-batch in one. */
 const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
-/** The tensor-core GEMM's tile by x's limbs, the fastest on an H100 at the decoder's shapes
- * (BENCHMARKS.md, gemm-mma-kb and gemm-mma-kb1 sweeps, M 512 to 8192): two limbs 64x128, 3-6%
- * ahead of 128x64 at every shape, forward and dX; one limb 128x64, within 1% of 64x64 at M8192. */
-const MMA_TILE = { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } } as const;
-/** K blocks by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
-const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
 /** Patches the vision tower's tensor-core GEMM quantizes per dispatch: a 448x448 image's 784 fit;
  * more go through in slices. */
 const VISION_MMA_ROWS = 1024;
+
+/** Holds a generation batch's features: the 2B's 448x448 image takes 6.3 MiB (embeds and 3 DeepStack levels). */
+const VISION_CACHE_BYTES = 256 * 2 ** 20;
 
 /** Most rows of full logits computed per pass (a [rows, vocab] buffer must fit one binding). */
 const LOGIT_HEADROOM = 0.85;
@@ -88,6 +89,8 @@ export class Qwen3VL {
   /** The trainable adapters, layer by layer in LORA_PROJECTIONS order (empty: none attached). */
   lora: readonly LoraParams[] = [];
   private layerLora: LayerLora[] | null = null;
+  /** lora_dropout of the attached adapters in training forwards (attachLora). */
+  loraDropout = 0;
   /** Decodes generated tokens to text when set. */
   tokenizer: Qwen3VLTokenizer | null = null;
   /** Whether `load` found the weights in the weight cache, and why a miss was not stored. */
@@ -106,6 +109,8 @@ export class Qwen3VL {
     readonly vision: VisionTower,
     readonly head: TableHead,
     private readonly sampler: Sampler,
+    /** Every image's features, by key: the one place images go through the vision tower (encodeImages). */
+    readonly visionCache: VisionCache,
   ) {}
 
   static async create(gpu: Gpu, config: Qwen3VLConfig, weights: ModelWeights, opts: ModelOptions = {}): Promise<Qwen3VL> {
@@ -114,8 +119,8 @@ export class Qwen3VL {
       VisionTower.create(gpu, config, weights.vision),
       Sampler.create(gpu),
     ]);
-    const head = new TableHead(gpu, decoder.ops.linear, weights.language.lmHead, opts.maxLogitRows ?? 64);
-    const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler);
+    const head = new TableHead(gpu, decoder.ops.projection, weights.language.lmHead, opts.maxLogitRows ?? 64);
+    const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES));
     if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true, opts.tensorCoreLimbs, opts.tensorCoreSteps);
     if (opts.visionTensorCores) await model.setVisionTensorCores(true);
     return model;
@@ -130,9 +135,11 @@ export class Qwen3VL {
     if (on && !this.visionMma) {
       const v = this.config.vision;
       const maxK = Math.max(v.hiddenSize, v.intermediateSize, v.hiddenSize * v.spatialMergeSize ** 2);
-      this.visionMma = await checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { maxRows: VISION_MMA_ROWS, maxK, tile: MMA_TILE[2], kBlock: MMA_K_BLOCK[2], limbs: 2 }));
+      this.visionMma = await checked(this.gpu, await MatmulQ4Mma.create(this.gpu, tensorCoreOptions(2, VISION_MMA_ROWS, maxK)));
     }
     await this.vision.useTensorCores(on ? this.visionMma : null);
+    // Features encoded on the other path differ: encode again.
+    this.visionCache.clear();
     if (!on && this.visionMma) {
       // Its workspace back to the pool (useTensorCores waited for work in flight).
       this.visionMma.release();
@@ -158,7 +165,7 @@ export class Qwen3VL {
     const made = on && !keep ? await this.makeMma(limbs, steps) : null;
     if (this.mma && !keep) {
       // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
-      this.decoder.ops.linear.useTensorCores(null);
+      await this.decoder.ops.projection.useTensorCores(null);
       await this.gpu.sync();
       this.mma.release();
       this.mma = null;
@@ -167,13 +174,13 @@ export class Qwen3VL {
       this.mma = made;
       this.mmaSettings = { limbs, steps };
     }
-    this.decoder.ops.linear.useTensorCores(this.mma);
+    await this.decoder.ops.projection.useTensorCores(this.mma);
   }
 
   private async makeMma(limbs: 1 | 2, steps: MmaSteps): Promise<MatmulQ4Mma> {
     const t = this.config.text;
     const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-    return checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { maxRows: MMA_ROWS, maxK, tile: MMA_TILE[limbs], kBlock: MMA_K_BLOCK[limbs], limbs, steps }));
+    return checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { ...tensorCoreOptions(limbs, MMA_ROWS, maxK), steps }));
   }
 
   /** x's int8 limbs on the tensor cores while they are in use (setTensorCoreGemm), else null. */
@@ -188,7 +195,7 @@ export class Qwen3VL {
 
   /** Whether the decoder's and the LM head's GEMMs run on the tensor cores (setTensorCoreGemm). */
   get tensorCoreGemm(): boolean {
-    return this.decoder.ops.linear.usesTensorCores;
+    return this.decoder.ops.projection.usesTensorCores;
   }
 
   /** Read config and weights from `files` (4-bit by default; through the weight cache when given) and build the model. */
@@ -201,11 +208,14 @@ export class Qwen3VL {
   }
 
   /**
-   * Attach adapters: one per projection of every layer, in LORA_PROJECTIONS order, named as PEFT
-   * names the modules (src/adapter reads and writes them in that form).
+   * Attach adapters: any subset of each layer's projections (PEFT's target_modules), layer after
+   * layer, in LORA_PROJECTIONS order within a layer, named as PEFT names the modules (src/adapter
+   * reads and writes them in that form). `dropout`: lora_dropout of training forwards (default 0).
    */
-  attachLora(params: readonly LoraParams[]): void {
+  attachLora(params: readonly LoraParams[], opts: { dropout?: number } = {}): void {
     const t = this.config.text;
+    const dropout = opts.dropout ?? 0;
+    if (!(dropout >= 0 && dropout < 1)) throw new ShapeError('lora', `lora_dropout must be in [0, 1), got ${dropout}`);
     const q = t.numHeads * t.headDim;
     const kv = t.numKvHeads * t.headDim;
     const dims: Record<string, [number, number]> = {
@@ -217,24 +227,25 @@ export class Qwen3VL {
       up: [t.intermediateSize, t.hiddenSize],
       down: [t.hiddenSize, t.intermediateSize],
     };
-    if (params.length !== t.numLayers * LORA_PROJECTIONS.length) {
-      throw new ShapeError('lora', `expected ${t.numLayers * LORA_PROJECTIONS.length} adapters (7 per layer), got ${params.length}`);
-    }
-    const layers: LayerLora[] = [];
-    for (let l = 0; l < t.numLayers; l++) {
-      const entry = {} as LayerLora;
-      LORA_PROJECTIONS.forEach((proj, j) => {
-        const p = params[l * LORA_PROJECTIONS.length + j];
-        const name = loraModuleName(l, proj);
-        if (!p.name.endsWith(name)) throw new ShapeError('lora', `adapter ${l * 7 + j} is '${p.name}', expected '${name}'`);
-        const [out, inF] = dims[proj];
-        if (p.out !== out || p.in !== inF) throw new ShapeError('lora', `${p.name} is [${p.out}, ${p.in}], the layer is [${out}, ${inF}]`);
-        entry[proj] = p;
-      });
-      layers.push(entry);
-    }
+    const slots = Array.from({ length: t.numLayers }, (_, l) => LORA_PROJECTIONS.map((proj) => ({ l, proj, name: loraModuleName(l, proj) }))).flat();
+    const layers: LayerLora[] = Array.from({ length: t.numLayers }, () => ({}));
+    let at = 0;
+    params.forEach((p, i) => {
+      while (at < slots.length && !p.name.endsWith(slots[at].name)) at++;
+      if (at === slots.length) throw new ShapeError('lora', `adapter ${i} is '${p.name}': not a projection of a layer, or out of order (layer after layer, ${LORA_PROJECTIONS.join(', ')} within one)`);
+      const { l, proj } = slots[at++];
+      const [out, inF] = dims[proj];
+      if (p.out !== out || p.in !== inF) throw new ShapeError('lora', `${p.name} is [${p.out}, ${p.in}], the layer is [${out}, ${inF}]`);
+      layers[l][proj] = p;
+    });
     this.lora = params;
-    this.layerLora = layers;
+    this.layerLora = params.length > 0 ? layers : null;
+    this.loraDropout = dropout;
+  }
+
+  /** The attached adapters by layer (throws when none are attached). */
+  adapters(): LayerLora[] {
+    return this.requireLora();
   }
 
   private get loraRank(): number {
@@ -242,29 +253,36 @@ export class Qwen3VL {
   }
 
   /**
-   * Run the vision tower on the prompt's images and place its outputs at the image-pad rows.
+   * The prompt's image features placed at its image-pad rows. Images come through visionCache:
+   * one it holds (same key) is not encoded again, the others are encoded together in one pass.
    * The returned tensors belong to the caller (release with releaseVisual).
    */
-  async encodeImages(inputIds: Int32Array, images: ImageBatch): Promise<VisualInputs> {
+  async encodeImages(inputIds: Int32Array, images: readonly PreparedImage[]): Promise<VisualInputs> {
     const rows: number[] = [];
     inputIds.forEach((id, i) => id === this.config.tokens.image && rows.push(i));
     const merge = this.config.vision.spatialMergeSize ** 2;
-    const need = images.gridThw.reduce((a, [t, h, w]) => a + (t * h * w) / merge, 0);
+    const need = images.reduce((a, { gridThw: [t, h, w] }) => a + (t * h * w) / merge, 0);
     if (rows.length !== need) {
-      throw new ShapeError('qwen3vl', `the prompt has ${rows.length} image tokens, but its ${images.gridThw.length} image(s) make ${need} features`);
+      throw new ShapeError('qwen3vl', `the prompt has ${rows.length} image tokens, but its ${images.length} image(s) make ${need} features`);
     }
-    const patches = images.gridThw.reduce((a, [t, h, w]) => a + t * h * w, 0);
-    const pixels = await this.gpu.uploadMapped(images.pixelValues, [patches, images.pixelValues.length / Math.max(1, patches)], 'f32', 'pixel_values');
-    const rowsT = this.gpu.upload(Uint32Array.from(rows), [rows.length], 'u32', 'image rows');
     const rec = this.gpu.recorder('vision');
-    let f: VisionFeatures;
-    try {
-      f = this.vision.encode(rec, pixels, images.gridThw);
-      await rec.submit();
-    } finally {
-      pixels.release();
-    }
-    return { rows: rowsT, embeds: f.embeds, deepstack: f.deepstack };
+    const features = this.vision.encodeImages(rec, images, this.visionCache);
+    // The prompt's own copy in image order (cached entries may be evicted by a later prompt).
+    const out = this.config.vision.outHiddenSize;
+    const join = (pick: (f: VisionFeatures) => Tensor, label: string) => {
+      const t = this.gpu.tensor([rows.length, out], 'f32', label);
+      let at = 0;
+      for (const f of features) {
+        const src = pick(f);
+        rec.copy(src, t, src.byteSize, 0, at);
+        at += src.byteSize;
+      }
+      return t;
+    };
+    const embeds = join((f) => f.embeds, 'image embeds');
+    const deepstack = features[0].deepstack.map((_, j) => join((f) => f.deepstack[j], `deepstack ${j}`));
+    await rec.submit();
+    return { rows: this.gpu.upload(Uint32Array.from(rows), [rows.length], 'u32', 'image rows'), embeds, deepstack };
   }
 
   /** Positions of a prompt (spec B4) and its rope delta; throws on ids outside the vocabulary. */
@@ -281,7 +299,7 @@ export class Qwen3VL {
     const gpu = this.gpu;
     const T = inputIds.length;
     const { positions } = this.positions(inputIds, images?.gridThw ?? []);
-    const visual = images && images.gridThw.length > 0 ? await this.encodeImages(inputIds, images) : undefined;
+    const visual = images && images.gridThw.length > 0 ? await this.encodeImages(inputIds, splitImages(images, images.gridThw.map((_, k) => pixelKey(images, k)))) : undefined;
     const vocab = this.head.vocab;
     const H = this.config.text.hiddenSize;
     const chunkRows = Math.max(1, Math.min(T, this.head.maxRows, Math.floor((gpu.limits.maxStorageBufferBindingSize * LOGIT_HEADROOM) / (4 * vocab))));
@@ -334,12 +352,8 @@ export class Qwen3VL {
     opts: SamplingOptions,
     extra: { lora?: boolean; stopIds?: readonly number[] } = {},
   ): Promise<Completion[]> {
-    const images: ImageBatch = {
-      pixelValues: concat(prompt.images.map((i) => i.pixelValues)),
-      gridThw: prompt.images.map((i) => i.gridThw),
-    };
-    const { positions, ropeDelta } = this.positions(prompt.inputIds, images.gridThw);
-    const visual = images.gridThw.length > 0 ? await this.encodeImages(prompt.inputIds, images) : undefined;
+    const { positions, ropeDelta } = this.positions(prompt.inputIds, prompt.images.map((i) => i.gridThw));
+    const visual = prompt.images.length > 0 ? await this.encodeImages(prompt.inputIds, prompt.images) : undefined;
     const useLora = extra.lora ?? this.layerLora !== null;
     try {
       const seqs = await generate(
@@ -385,17 +399,25 @@ export function splitImages(batch: ImageBatch, keys: readonly string[]): Prepare
   });
 }
 
-/** The images' patches back to back, as the processor concatenates them. */
-export function concat(parts: Float32Array[]): Float32Array {
-  // One image (the common prompt): its own array, not a copy of megabytes.
-  if (parts.length === 1) return parts[0];
-  const out = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
+/**
+ * A content key for image k of a processor batch (callers without keys of their own): two 32-bit
+ * FNV-1a hashes over its grid and its pixel values' bits. Equal pixels give equal keys.
+ */
+export function pixelKey(batch: ImageBatch, k: number): string {
+  const patches = batch.gridThw.map(([t, h, w]) => t * h * w);
+  const width = batch.pixelValues.length / Math.max(1, patches.reduce((a, b) => a + b, 0));
+  const start = patches.slice(0, k).reduce((a, b) => a + b, 0) * width;
+  const bits = new Uint32Array(batch.pixelValues.buffer, batch.pixelValues.byteOffset + 4 * start, patches[k] * width);
+  let a = 0x811c9dc5;
+  let b = 0x01000193 ^ 0x5bd1e995;
+  const mix = (word: number) => {
+    a = Math.imul(a ^ word, 0x01000193);
+    b = Math.imul(b ^ word, 0x01000193) + 0x9e3779b9;
+  };
+  batch.gridThw[k].forEach(mix);
+  for (let i = 0; i < bits.length; i++) mix(bits[i]);
+  const hex = (x: number) => (x >>> 0).toString(16).padStart(8, '0');
+  return `pixels-${batch.gridThw[k].join('x')}-${hex(a)}${hex(b)}`;
 }
 
 /**

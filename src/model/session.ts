@@ -9,7 +9,7 @@ import { syntheticDataset } from '../data/synthetic';
 import type { DatasetRow, RgbaImage } from '../data/types';
 import type { Gpu } from '../gpu';
 import { createLoraParams, releaseLoraParams, type LoraParams } from '../ops/lora';
-import { LORA_TARGETS, type DatasetSettings, type LoraSettings } from '../rl/config';
+import { LORA_TARGETS, type DatasetSettings, type LoraSettings, type LoraTarget } from '../rl/config';
 import type { PreparedImage, PreparedPrompt } from '../rl/policy';
 import type { PromptSource } from '../rl/trainer';
 import { LORA_PROJECTIONS, loraModuleName } from './decoder';
@@ -49,7 +49,7 @@ export interface ModelSession {
   processor: Qwen3VLProcessor;
   /** Row → model inputs; `systemPrompt` applies to rows without their own (null: none). */
   prepare(row: DatasetRow, systemPrompt: string | null): PreparedRow;
-  /** Fresh adapters on every layer, replacing (and releasing) any attached; the trainer initialises A and B. */
+  /** Fresh adapters on the target modules of every layer (with their lora_dropout), replacing (and releasing) any attached; the trainer initialises A and B. */
   attachLora(settings: LoraSettings): readonly LoraParams[];
   /** The trainer's data interface over `rows`. */
   promptSource(rows: readonly DatasetRow[]): PromptSource;
@@ -131,9 +131,8 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   };
 
   const attachLora = (s: LoraSettings): readonly LoraParams[] => {
-    const missing = LORA_TARGETS.filter((m) => !s.target_modules.includes(m));
-    if (missing.length > 0) throw new SessionError(`lora.target_modules: the engine adapts all of ${LORA_TARGETS.join(', ')}; ${missing.join(', ')} missing`);
-    if (s.lora_dropout !== 0) throw new SessionError(`lora.lora_dropout = ${s.lora_dropout}: the engine's training forward has no adapter dropout; set it to 0`);
+    const unknown = s.target_modules.filter((m) => !(LORA_TARGETS as readonly string[]).includes(m));
+    if (unknown.length > 0 || s.target_modules.length === 0) throw new SessionError(`lora.target_modules: ${unknown.length > 0 ? `${unknown.join(', ')} not among` : 'name at least one of'} ${LORA_TARGETS.join(', ')}`);
     const q = t.numHeads * t.headDim;
     const kv = t.numKvHeads * t.headDim;
     const dims: Record<(typeof LORA_PROJECTIONS)[number], [number, number]> = {
@@ -148,12 +147,13 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
     const params: LoraParams[] = [];
     for (let l = 0; l < t.numLayers; l++) {
       for (const proj of LORA_PROJECTIONS) {
+        if (!s.target_modules.includes(`${proj}_proj` as LoraTarget)) continue;
         const [out, inF] = dims[proj];
         params.push(createLoraParams(gpu, { name: loraModuleName(l, proj), in: inF, out, r: s.r, alpha: s.lora_alpha }));
       }
     }
     const old = model.lora;
-    model.attachLora(params);
+    model.attachLora(params, { dropout: s.lora_dropout });
     old.forEach(releaseLoraParams);
     return params;
   };

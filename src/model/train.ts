@@ -27,8 +27,8 @@ import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { LORA_PROJECTIONS, view, type AttentionBuffers, type LayerLora, type LoraProjection, type MlpBuffers, type VisualInputs } from './decoder';
-import { concat, releaseVisual, type ImageBatch, type Qwen3VL } from './qwen3vl';
+import { layerDropout, LORA_PROJECTIONS, view, type LayerActivations, type LayerLora, type LoraProjection, type VisualInputs } from './decoder';
+import { releaseVisual, type Qwen3VL } from './qwen3vl';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
 export interface PackedBatch {
@@ -54,20 +54,6 @@ export interface PackedBatch {
 }
 
 const PAD_ROW = 0xffffffff;
-
-/** What a layer's backward reads of its forward: kept per layer, or one set refilled by recomputing. */
-interface LayerActivations {
-  /** With the rstd of the input norm and of the q/k norms. */
-  A: AttentionBuffers;
-  /** With the rstd of the post-attention norm. */
-  M: MlpBuffers;
-  /** The attention's log-sum-exp [T, Hq]. */
-  lse: Tensor;
-  /** The residual stream between the blocks [T, hidden]. */
-  hmid: Tensor;
-  /** LoRA's x·Aᵀ per projection [T, r] (rank-sized views are taken where read). */
-  u: Record<LoraProjection, Tensor>;
-}
 
 function layerActivations(gpu: Qwen3VL['gpu'], c: Qwen3VL['config']['text'], T: number, rank: number, label: string): LayerActivations {
   const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
@@ -136,6 +122,8 @@ interface Saved {
   batch: PackedBatch;
   temperature: number;
   lora: readonly LayerLora[] | null;
+  /** The forward's lora_dropout (its masks are regenerated in the backward), or null. */
+  dropout: { p: number; seed: number; step: number } | null;
   /** The rope table of the packed rows [T, D/2, 2] (`train` only; the forward's workspace itself is released). */
   cs: Tensor | null;
   /** Inputs of layer 0..L-1 and the final hidden state (before the final norm): L+1 of [T, hidden]. */
@@ -197,12 +185,14 @@ export class Qwen3VLPolicy implements Policy {
     const G = batch.completions.length;
     const T = packed.ids.length;
     const N = G * packed.maxLen;
-    const lora = opts.lora ? layerAdapters(model.lora) : null;
+    const lora = opts.lora ? model.adapters() : null;
     const rank = lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
+    // lora_dropout in the forwards whose loss is trained on (ForwardOptions.dropout), never in scoring.
+    const dropout = lora && opts.dropout && model.loraDropout > 0 ? { p: model.loraDropout, ...opts.dropout } : null;
     const logprob = await this.logprobFor(N);
-    // The prompt's rows come first, so its image rows are those of the prompt alone.
-    const images: ImageBatch = { pixelValues: concat(prompt.images.map((i) => i.pixelValues)), gridThw: prompt.images.map((i) => i.gridThw) };
-    const visual = prompt.images.length > 0 ? await model.encodeImages(prompt.inputIds, images) : null;
+    // The prompt's rows come first, so its image rows are those of the prompt alone; its images'
+    // features come from the model's vision cache (encoded once for the group).
+    const visual = prompt.images.length > 0 ? await model.encodeImages(prompt.inputIds, prompt.images) : null;
     const ws = model.decoder.workspace(T, rank);
     const ids = gpu.upload(Uint32Array.from(packed.ids), [T], 'u32', 'train.ids');
     const cu = gpu.upload(packed.cuSeqlens, [G + 2], 'u32', 'train.cu_seqlens');
@@ -222,43 +212,19 @@ export class Qwen3VLPolicy implements Policy {
 
     const rec = gpu.recorder('train.forward');
     const dec = model.decoder;
-    let final: Tensor;
-    if (!opts.train) {
-      final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora });
-    } else {
-      // The decoder's own loop, keeping each layer's input.
-      const b = ws.views(T);
-      dec.embed(rec, ws, ids, packed.ids, b.h);
-      if (visual) dec.ops.embedding.scatterRows(rec, visual.embeds, visual.rows, b.h);
-      gpu.write(b.positions, packed.positions);
-      dec.ops.rope.table(rec, b.positions, b.cs);
-      dec.weights.layers.forEach((w, l) => {
-        rec.copy(b.h, hs[l]);
-        const keep = layers?.[l];
-        const loraU = (proj: LoraProjection) => (keep ? view(keep.u[proj], [T, lora![l][proj].r]) : b.loraU(lora![0][proj].r));
-        const call = lora ? { params: lora[l], u: loraU } : null;
-        dec.attentionBlock(rec, l, w, b.h, keep?.A ?? b.attn, b.cs, { ...attend, lse: keep?.lse }, call);
-        if (keep) rec.copy(b.h, keep.hmid);
-        dec.mlpBlock(rec, w, b.h, keep?.M ?? b.mlp, call);
-        const ds = visual?.deepstack[l];
-        if (ds) dec.ops.embedding.deepstackAdd(rec, ds, visual!.rows, b.h);
-        // A layer a submit: the GPU runs it while the next is recorded (one submit a pass left it
-        // idle for the whole recording, tens of ms a group).
-        rec.flush();
-      });
-      rec.copy(b.h, hs[c.numLayers]);
-      dec.ops.norms.rmsnorm(rec, b.h, dec.weights.finalNorm, b.out, c.rmsNormEps);
-      rec.copy(b.cs, cs!);
-      final = b.out;
-    }
+    const keep = opts.train ? { inputs: hs, layers } : undefined;
+    const xd = dropout && dropoutWorkspace(gpu, model.lora, T);
+    const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep, dropout: xd ? { ...dropout!, xd } : undefined });
+    if (cs) rec.copy(ws.views(T).cs, cs);
     dec.ops.embedding.gather(rec, final, predictRows, hsel);
     logprob.forward(rec, model.head, hsel, targets, opts.temperature, { logp: logp.reshape([N]), entropy: entropy.reshape([N]), saved: stats });
     await rec.submit();
 
     // The workspace goes back to the pool now: the backward keeps only what it reads (peak memory).
     ws.release();
+    xd?.release();
     predictRows.release();
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual };
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     this.outputs = [logp, entropy, mask];
@@ -280,7 +246,7 @@ export class Qwen3VLPolicy implements Policy {
     const { model } = this;
     const gpu = model.gpu;
     const dec = model.decoder;
-    const { norms, linear, act, rope, lora: loraOp, embedding } = dec.ops;
+    const { norms, projection, act, rope, lora: loraOp, embedding } = dec.ops;
     const c = model.config.text;
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I, rmsNormEps: eps } = c;
     const T = s.batch.ids.length;
@@ -315,6 +281,7 @@ export class Qwen3VLPolicy implements Policy {
     const shared = s.layers ? null : layerActivations(gpu, c, T, rank, 'train');
     const cs = s.cs!;
     const tOf = (r: number) => view(tLora, [T, r]);
+    const xd = s.dropout && dropoutWorkspace(gpu, model.lora, T);
 
     try {
       const rec = gpu.recorder('train.backward');
@@ -333,13 +300,15 @@ export class Qwen3VLPolicy implements Policy {
         const layer = s.layers?.[l] ?? shared!;
         const { A, M } = layer;
         const rstd = A.rstd!;
-        const uOf = (proj: LoraProjection) => view(layer.u[proj], [T, ad![proj].r]);
+        const uOf = (proj: LoraProjection) => view(layer.u[proj], [T, ad![proj]!.r]);
+        const drop = s.dropout && xd ? layerDropout({ ...s.dropout, xd }, l) : undefined;
         const loraBack = (proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor) => {
-          if (ad) loraOp.backward(rec, ad[proj], { x, dy, u: uOf(proj), dx, t: tOf(ad[proj].r) });
+          const p = ad?.[proj];
+          if (p) loraOp.backward(rec, p, { x, dy, u: uOf(proj), dx, t: tOf(p.r), xd: drop?.xd(p) }, drop && { dropout: drop.p, seed: drop.seed(proj) });
         };
         if (!s.layers) {
-          // Recompute the layer from its input, keeping what its backward reads.
-          const call = ad ? { params: ad, u: uOf } : null;
+          // Recompute the layer from its input, keeping what its backward reads (the same masks).
+          const call = ad ? { params: ad, u: uOf, dropout: drop } : null;
           rec.copy(s.hs[l], bufs.hcur);
           dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: layer.lse, sharedPrefix: s.batch.sharedPrefix }, call);
           rec.copy(bufs.hcur, layer.hmid);
@@ -347,17 +316,17 @@ export class Qwen3VLPolicy implements Policy {
         }
 
         // MLP block: dh is the gradient of the layer's output.
-        linear.backwardInput(rec, bufs.dh, w.down, bufs.dact);
+        projection.backwardInput(rec, bufs.dh, w.down, bufs.dact);
         loraBack('down', M.act, bufs.dh, bufs.dact);
         act.swigluBackward(rec, M.gate, M.up, bufs.dact, bufs.dgate, bufs.dup);
-        linear.backwardInput(rec, bufs.dgate, w.gate, bufs.dxn);
-        linear.backwardInput(rec, bufs.dup, w.up, bufs.dxn, true);
+        projection.backwardInput(rec, bufs.dgate, w.gate, bufs.dxn);
+        projection.backwardInput(rec, bufs.dup, w.up, bufs.dxn, true);
         loraBack('gate', M.xn, bufs.dgate, bufs.dxn);
         loraBack('up', M.xn, bufs.dup, bufs.dxn);
         norms.rmsnormBackward(rec, bufs.dxn, layer.hmid, w.postAttentionNorm, M.rstd!, bufs.dh, true);
 
         // Attention block: dh is now the gradient of h_mid.
-        linear.backwardInput(rec, bufs.dh, w.o, bufs.dattn);
+        projection.backwardInput(rec, bufs.dh, w.o, bufs.dattn);
         loraBack('o', A.attn, bufs.dh, bufs.dattn);
         attention.backward(rec, {
           q: A.q, k: A.k, v: A.v, o: A.attn, lse: layer.lse, dout: bufs.dattn, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
@@ -367,9 +336,9 @@ export class Qwen3VLPolicy implements Policy {
         rope.applyBackward(rec, cs, bufs.dk, hkv);
         norms.rmsnormBackward(rec, bufs.dq.reshape([T * hq, D]), A.qRaw.reshape([T * hq, D]), w.qNorm, rstd.q, bufs.dqRaw.reshape([T * hq, D]), false);
         norms.rmsnormBackward(rec, bufs.dk.reshape([T * hkv, D]), A.kRaw.reshape([T * hkv, D]), w.kNorm, rstd.k, bufs.dkRaw.reshape([T * hkv, D]), false);
-        linear.backwardInput(rec, bufs.dqRaw, w.q, bufs.dxn);
-        linear.backwardInput(rec, bufs.dkRaw, w.k, bufs.dxn, true);
-        linear.backwardInput(rec, bufs.dv, w.v, bufs.dxn, true);
+        projection.backwardInput(rec, bufs.dqRaw, w.q, bufs.dxn);
+        projection.backwardInput(rec, bufs.dkRaw, w.k, bufs.dxn, true);
+        projection.backwardInput(rec, bufs.dv, w.v, bufs.dxn, true);
         loraBack('q', A.xn, bufs.dqRaw, bufs.dxn);
         loraBack('k', A.xn, bufs.dkRaw, bufs.dxn);
         loraBack('v', A.xn, bufs.dv, bufs.dxn);
@@ -379,18 +348,14 @@ export class Qwen3VLPolicy implements Policy {
       await rec.submit();
     } finally {
       for (const t of [...Object.values(bufs), tLora]) t.release();
+      xd?.release();
       if (shared) releaseActivations(shared);
       this.releaseSaved(s);
     }
   }
 }
 
-/** model.lora (LORA_PROJECTIONS order, layer after layer) as per-layer records. */
-function layerAdapters(params: readonly LoraParams[]): LayerLora[] {
-  if (params.length === 0) throw new ShapeError('train', 'LoRA requested but no adapters are attached');
-  const layers: LayerLora[] = [];
-  for (let i = 0; i < params.length; i += LORA_PROJECTIONS.length) {
-    layers.push(Object.fromEntries(LORA_PROJECTIONS.map((p, j) => [p, params[i + j]])) as LayerLora);
-  }
-  return layers;
+/** dropout(x) of any adapter's input, [T, widest in] (down_proj's intermediate at most). */
+function dropoutWorkspace(gpu: Qwen3VL['gpu'], params: readonly LoraParams[], T: number): Tensor {
+  return gpu.tensor([T, Math.max(...params.map((p) => p.in))], 'f32', 'train.lora_dropout');
 }

@@ -17,7 +17,7 @@
 // K = 1536, 1024, 4096; 1.5 GiB of f32 become 0.2 GiB); biases, norms and the position table stay
 // f32. It is not the model loader's default: on the tiny fixtures it moves the features by 15-17%
 // relative RMS (test/unit/model-vision.test.ts). The fused attn.qkv is split into q, k and v at load;
-// with f32 weights the tower joins them again (joinQkv) for one batched GEMM of three products.
+// with f32 weights the product backend joins them again (Projection.joinDense) for one batched GEMM.
 //
 // Also here: loadVisionWeights (checkpoint → VisionWeights on the GPU) and VisionCache, the
 // per-image LRU of encoded features the trainer reuses across the samples and iterations of a step.
@@ -25,14 +25,14 @@ import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
-import type { Int8Weight, MatmulQ4Mma } from '../ops/matmulQ4Mma';
+import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
 import { Norms } from '../ops/norms';
+import { Projection } from '../ops/projection';
 import { QuantizeQ4 } from '../ops/quantizeQ4';
 import { Rope } from '../ops/rope';
 import type { PreparedImage } from '../rl/policy';
 import type { Qwen3VLConfig, Qwen3VLVisionConfig } from './config';
 import { sourceFormat, toFloat32, type SafetensorsDtype } from './dtype';
-import { Linear } from './linear';
 import { visionRopeLayout, visionRopePositions } from './ropeTables';
 import type { Checkpoint, Progress } from './safetensors';
 import { canonicalWeightName, checkTensorShape, expectedWeights, WeightShapeError } from './weightShapes';
@@ -57,55 +57,6 @@ const VISION_ATTENTION_TILE = [32, 16, 128] as const;
 /** With 4-bit MLP weights a chunk is bound at a row offset: a multiple of 64 rows keeps it 256-byte aligned. */
 const Q4_CHUNK_ALIGN = 64;
 
-/**
- * A block's f32 q, k and v weights [3, hidden, hidden] in one buffer (the parts' weights are views
- * of it) and their biases [3, hidden] (a copy): one batched GEMM for the three products. On an
- * H100 at a 448x448 image's 784 patches: 0.26 ms against 3 x 0.125 (gemmSpeed --dense).
- */
-interface JoinedQkv {
-  w: Tensor;
-  b: Tensor;
-}
-
-/** Joined weights already made, by the block's q: a second tower over the same weights shares them. */
-const joinedQkvOf = new WeakMap<DenseWeight, JoinedQkv>();
-
-/** Join each block's q, k and v where all three are f32 with biases (joinedQkvOf) and each part's
- * view starts on the storage offset alignment; null elsewhere. */
-async function joinQkv(gpu: Gpu, blocks: VisionWeights['blocks'], hidden: number): Promise<(JoinedQkv | null)[]> {
-  const rec = gpu.recorder('vision.join_qkv');
-  const own: Tensor[] = [];
-  const aligned = (4 * hidden * hidden) % gpu.limits.minStorageBufferOffsetAlignment === 0;
-  const joined = blocks.map((b, i) => {
-    const known = joinedQkvOf.get(b.q);
-    if (known) return known;
-    if (!aligned) return null;
-    const parts = [b.q, b.k, b.v];
-    const ws: Tensor[] = [];
-    const bs: Tensor[] = [];
-    for (const d of parts) {
-      if (d.kind !== 'f32' || !d.b) return null;
-      ws.push(d.w);
-      bs.push(d.b);
-    }
-    const bytes = 4 * hidden * hidden;
-    const j: JoinedQkv = { w: gpu.tensor([3, hidden, hidden], 'f32', `model.visual.blocks.${i}.attn.qkv.weight`), b: gpu.tensor([3, hidden], 'f32', `model.visual.blocks.${i}.attn.qkv.bias`) };
-    parts.forEach((d, p) => {
-      rec.copy(ws[p], j.w, bytes, 0, p * bytes);
-      rec.copy(bs[p], j.b, 4 * hidden, 0, 4 * p * hidden);
-      (d as { w: Tensor }).w = new Tensor(j.w.buffer, ws[p].shape, 'f32', ws[p].label, j.w.byteOffset + p * bytes);
-    });
-    own.push(...ws);
-    joinedQkvOf.set(b.q, j);
-    return j;
-  });
-  await rec.submit();
-  // The parts' own buffers go back, and leave the pool's cache: the weights take no more memory.
-  for (const t of own) t.release();
-  gpu.pool.trim();
-  return joined;
-}
-
 export interface VisionTowerOptions {
   /** Patches per MLP pass (default MLP_CHUNK_ROWS, lowered further to fit the binding limit). */
   mlpChunkRows?: number;
@@ -125,58 +76,25 @@ export class VisionTower {
     private readonly gpu: Gpu,
     readonly config: Qwen3VLVisionConfig,
     private readonly weights: VisionWeights,
-    private readonly ops: { linear: Linear; norms: Norms; act: Activations; attn: Attention; rope: Rope; pos: PosEmbedAdd },
+    private readonly ops: { projection: Projection; norms: Norms; act: Activations; attn: Attention; rope: Rope; pos: PosEmbedAdd },
     private readonly side: number,
     private readonly mlpChunkRows: number,
-    /** Each block's joined q/k/v (joinQkv), or null where it keeps three products. */
-    private readonly qkv: readonly (JoinedQkv | null)[],
   ) {}
-
-  /** The dense products on int8 tensor cores (useTensorCores): the op, and each f32 weight's int8
-   * copy by its tensor. */
-  private tensorCores: { mma: MatmulQ4Mma; int8: Map<Tensor, Int8Weight> } | null = null;
 
   /**
    * Run the tower's f32 dense products (all but the patch embedding) on int8 tensor cores through
-   * `mma` (K-blocked, steps by block; the caller owns it), or, with null, on the f32 GEMM again.
-   * Each weight is rounded to int8 per (row, K block) once here (a byte a weight, beside the f32
-   * copy; |w − q·t| ≤ t/2 with t the block's largest |w| / 127); x takes mma's limbs.
+   * `mma` (K-blocked, steps by block; the caller owns it), or, with null, on the f32 GEMM again
+   * (Projection.useTensorCores rounds each weight to int8 once).
    */
   async useTensorCores(mma: MatmulQ4Mma | null): Promise<void> {
-    const old = this.tensorCores;
-    this.tensorCores = null;
-    if (old) {
-      // Work recorded with the old copies may still be in flight.
-      await this.gpu.sync();
-      for (const w of old.int8.values()) [w.w8, w.steps].forEach((t) => t.release());
-    }
-    if (!mma) return;
-    const int8 = new Map<Tensor, Int8Weight>();
-    const rec = this.gpu.recorder('vision.int8');
-    const add = (d: DenseWeight) => {
-      if (d.kind === 'f32' && d.in % mma.kBlock === 0) int8.set(d.w, mma.quantizeDense(rec, d.w, d.out, d.in, d.w.label));
-    };
     const w = this.weights;
-    for (const b of w.blocks) [b.q, b.k, b.v, b.proj, b.fc1, b.fc2].forEach(add);
-    for (const m of [w.merger, ...w.deepstackMergers]) [m.fc1, m.fc2].forEach(add);
-    await rec.submit();
-    this.tensorCores = { mma, int8 };
+    const dense = [...w.blocks.flatMap((b) => [b.q, b.k, b.v, b.proj, b.fc1, b.fc2]), ...[w.merger, ...w.deepstackMergers].flatMap((m) => [m.fc1, m.fc2])];
+    await this.ops.projection.useTensorCores(mma, dense);
   }
 
   /** Whether the dense products run on the tensor cores (useTensorCores). */
   get usesTensorCores(): boolean {
-    return this.tensorCores !== null;
-  }
-
-  /** y (+)= x·Wᵀ + b: on the tensor cores where W has an int8 copy, else Linear.dense. */
-  private dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
-    const w8 = d.kind === 'f32' ? this.tensorCores?.int8.get(d.w) : undefined;
-    if (!w8) {
-      this.ops.linear.dense(rec, x, d, y, accumulate);
-      return;
-    }
-    this.tensorCores!.mma.gemmInt8(rec, x, [{ w: w8, y }], accumulate);
-    if (d.b) this.ops.linear.addBias(rec, y, d.b);
+    return this.ops.projection.usesTensorCores;
   }
 
   static async create(gpu: Gpu, config: Qwen3VLConfig, weights: VisionWeights, opts: VisionTowerOptions = {}): Promise<VisionTower> {
@@ -187,16 +105,17 @@ export class VisionTower {
     if (weights.blocks.some((b) => b.fc1.kind === 'q4' || b.fc2.kind === 'q4')) mlpChunkRows = Math.max(Q4_CHUNK_ALIGN, mlpChunkRows - (mlpChunkRows % Q4_CHUNK_ALIGN));
     if (!Number.isInteger(mlpChunkRows) || mlpChunkRows < 1) throw new ShapeError('vision_tower', `MLP chunk of ${mlpChunkRows} rows`);
     const headDim = v.hiddenSize / v.numHeads;
-    const [linear, norms, act, attn, rope, pos] = await Promise.all([
-      Linear.create(gpu),
+    const [projection, norms, act, attn, rope, pos] = await Promise.all([
+      Projection.create(gpu),
       Norms.create(gpu),
       Activations.create(gpu),
       Attention.create(gpu, { hq: v.numHeads, hkv: v.numHeads, headDim }, { forwardTile: VISION_ATTENTION_TILE }),
       Rope.create(gpu, visionRopeLayout(VISION_ROPE_THETA, headDim)),
       PosEmbedAdd.create(gpu),
     ]);
-    const qkv = await joinQkv(gpu, weights.blocks, v.hiddenSize);
-    return new VisionTower(gpu, v, weights, { linear, norms, act, attn, rope, pos }, posEmbedSide(v.numPositionEmbeddings), mlpChunkRows, qkv);
+    // One batched GEMM for each block's q, k and v (f32 weights: BENCHMARKS.md, gemmSpeed --dense).
+    for (const [i, b] of weights.blocks.entries()) await projection.joinDense([b.q, b.k, b.v], `model.visual.blocks.${i}.attn.qkv`);
+    return new VisionTower(gpu, v, weights, { projection, norms, act, attn, rope, pos }, posEmbedSide(v.numPositionEmbeddings), mlpChunkRows);
   }
 
   /** Width of one flattened patch: in_channels · temporal_patch · patch². */
@@ -252,49 +171,36 @@ export class VisionTower {
     const merge2 = ws([M, unit * H], 'merger b');
     const workspaces = [cuSeqlens, positions, interp, x, xn, qkv, o, cs, mlpIn, mlpAct, merge1, merge2];
 
-    ops.linear.dense(rec, pixelValues, w.patchEmbed, x);
+    ops.projection.dense(rec, pixelValues, w.patchEmbed, x);
     ops.pos.add(rec, w.posEmbed, interp, x);
     ops.rope.table(rec, positions, cs);
 
     const merger = (m: PatchMergerWeights, label: string): Tensor => {
       if (m.postShuffleNorm) ops.norms.layernorm(rec, x.reshape([M, unit * H]), m.norm.w, m.norm.b, merge1, LN_EPS);
       else ops.norms.layernorm(rec, x, m.norm.w, m.norm.b, merge1.reshape([N, H]), LN_EPS);
-      this.dense(rec, merge1, m.fc1, merge2);
+      ops.projection.dense(rec, merge1, m.fc1, merge2);
       ops.act.geluErf(rec, merge2, merge1);
       const out = gpu.tensor([M, v.outHiddenSize], 'f32', `vision ${label}`);
-      this.dense(rec, merge1, m.fc2, out);
+      ops.projection.dense(rec, merge1, m.fc2, out);
       return out;
     };
 
     const deepstack: Tensor[] = [];
     w.blocks.forEach((b, i) => {
       ops.norms.layernorm(rec, x, b.norm1.w, b.norm1.b, xn, LN_EPS);
-      const joined = this.qkv[i];
-      const tc = this.tensorCores;
-      const parts = [{ d: b.q, y: q }, { d: b.k, y: k }, { d: b.v, y: vv }].map((p) => ({ ...p, w: p.d.kind === 'f32' ? tc?.int8.get(p.d.w) : undefined }));
-      if (tc && parts.every((p) => p.w)) {
-        // One quantized x for the three products, then their biases.
-        tc.mma.gemmInt8(rec, xn, parts.map((p) => ({ w: p.w!, y: p.y })));
-        for (const p of parts) if (p.d.b) ops.linear.addBias(rec, p.y, p.d.b);
-      } else if (joined) {
-        ops.linear.matmul.gemm(rec, { a: xn, b: joined.w, c: qkv, m: N, n: H, k: H, transB: true, batch: 3, strideA: 0, strideB: H * H, strideC: qkvStride, bias: joined.b, strideBias: H });
-      } else {
-        this.dense(rec, xn, b.q, q);
-        this.dense(rec, xn, b.k, k);
-        this.dense(rec, xn, b.v, vv);
-      }
+      ops.projection.denseShared(rec, xn, [{ d: b.q, y: q }, { d: b.k, y: k }, { d: b.v, y: vv }]);
       ops.rope.apply(rec, cs, q, heads);
       ops.rope.apply(rec, cs, k, heads);
       ops.attn.forward(rec, { q, k, v: vv, o, cuSeqlens, causal: false, scale: 1 / Math.sqrt(H / heads) });
-      this.dense(rec, o, b.proj, x, true);
+      ops.projection.dense(rec, o, b.proj, x, true);
       ops.norms.layernorm(rec, x, b.norm2.w, b.norm2.b, xn, LN_EPS);
       for (let r0 = 0; r0 < N; r0 += chunk) {
         // A short last chunk leaves stale rows in the workspaces; GELU runs over them harmlessly
         // and fc2 reads only the first `m`.
         const m = Math.min(chunk, N - r0);
-        this.denseRows(rec, xn, r0, b.fc1, mlpIn, 0, m, false);
+        ops.projection.denseRows(rec, xn, r0, b.fc1, mlpIn, 0, m, false);
         ops.act.geluTanh(rec, mlpIn, mlpAct);
-        this.denseRows(rec, mlpAct, 0, b.fc2, x, r0, m, true);
+        ops.projection.denseRows(rec, mlpAct, 0, b.fc2, x, r0, m, true);
       }
       // In block order, as transformers appends them (the same as index order when sorted).
       const j = v.deepstackVisualIndexes.indexOf(i);
@@ -307,17 +213,6 @@ export class VisionTower {
     rec.flush();
     for (const t of workspaces) t.release();
     return { embeds, deepstack };
-  }
-
-  /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views (aligned by the chunk size) for 4-bit and the tensor cores. */
-  private denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
-    const bias = d.b ?? undefined;
-    if (d.kind === 'f32' && !this.tensorCores?.int8.has(d.w)) {
-      this.ops.linear.matmul.gemm(rec, { a: x, b: d.w, c: y, m, n: d.out, k: d.in, transB: true, offsetA: xRow * d.in, offsetC: yRow * d.out, beta: accumulate ? 1 : 0, bias });
-      return;
-    }
-    const rows = (t: Tensor, r0: number, width: number) => new Tensor(t.buffer, [m, width], 'f32', t.label, t.byteOffset + 4 * r0 * width);
-    this.dense(rec, rows(x, xRow, d.in), d, rows(y, yRow, d.out), accumulate);
   }
 
   /**
@@ -380,8 +275,7 @@ export class VisionTower {
   /** Give back the tensors the tower made (not the weights: releaseVisionWeights does that). */
   release(): void {
     this.ops.rope.release();
-    for (const w of this.tensorCores?.int8.values() ?? []) [w.w8, w.steps].forEach((t) => t.release());
-    this.tensorCores = null;
+    this.ops.projection.release();
   }
 }
 
@@ -571,12 +465,7 @@ export function releaseVisionWeights(w: VisionWeights): void {
     norm(b.norm1);
     norm(b.norm2);
     // Joined q/k/v: the parts' weights are views (their release does nothing); the joined tensors go.
-    const joined = joinedQkvOf.get(b.q);
-    if (joined) {
-      joined.w.release();
-      joined.b.release();
-      joinedQkvOf.delete(b.q);
-    }
+    Projection.releaseJoined([b.q]);
     for (const d of [b.q, b.k, b.v, b.proj, b.fc1, b.fc2]) dense(d);
   }
   merger(w.merger);

@@ -1,6 +1,7 @@
 // LoRA on one linear layer, composed from the GEMMs of src/ops/matmul.ts and the dropout, init
 // and up-product kernels of shaders/lora.wgsl. With x [T, in], A [r, in], B [out, r], s = lora_alpha / r
-// (PEFT's default scaling) and x̃ = dropout(x) (x itself when p = 0):
+// (PEFT's default scaling) and x̃ = dropout(x) (x itself when p = 0; element (row, col) kept by a
+// hash of the seed and row·in + col, the seed from dropoutSeed, so a backward regenerates the mask):
 //   forward   u = x̃·Aᵀ [T, r] (kept for backward),  y += s·u·Bᵀ
 //   backward  t = s·dY·B [T, r]
 //             dB += s·dYᵀ·u,  dA += tᵀ·x̃,  dX += dropout'(t·A)
@@ -30,6 +31,24 @@ export interface LoraParams extends LoraSpec {
   /** Gradients, same shapes, accumulated by Lora.backward. */
   dA: Tensor;
   dB: Tensor;
+}
+
+/** shaders/lora.wgsl's pcg on the CPU: the same u32 permutation (tools/make_fixtures.py has it too). */
+export function pcg(v: number): number {
+  const state = (Math.imul(v >>> 0, 747796405) + 2891336453) >>> 0;
+  const word = Math.imul(((state >>> ((state >>> 28) + 4)) ^ state) >>> 0, 277803737) >>> 0;
+  return ((word >>> 22) ^ word) >>> 0;
+}
+
+/**
+ * The dropout seed (LoraCallOptions.seed) of one adapter in one training forward: a pure function
+ * of the run's seed, the forward's step, the layer and the module's index (LORA_PROJECTIONS), so
+ * a mask element is a function of (seed, step, layer, module, row, col) alone.
+ */
+export function dropoutSeed(seed: number, step: number, layer: number, module: number): number {
+  let h = pcg(seed);
+  for (const v of [step, layer, module]) h = pcg((h ^ v) >>> 0);
+  return h;
 }
 
 export function loraScale(p: LoraSpec): number {

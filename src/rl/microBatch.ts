@@ -29,6 +29,8 @@ export interface GroupStepArgs {
   tokenBudget: number;
   /** Recompute layers in the backward (TrainConfig.gradient_checkpointing; default true). */
   gradientCheckpointing?: boolean;
+  /** lora_dropout masks of this group's forwards (ForwardOptions.dropout): chunks' no-grad and training forwards alike. */
+  dropout?: { seed: number; step: number };
 }
 
 export interface GroupStepResult {
@@ -75,7 +77,7 @@ export function sequenceChunks(rows: readonly number[], budget: number): [number
 
 /** Training forward(s), the group's loss, backward(s) into the adapters' gradients. */
 export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupStepArgs): Promise<GroupStepResult> {
-  const { batch, temperature, gradientCheckpointing } = a;
+  const { batch, temperature, gradientCheckpointing, dropout } = a;
   const G = batch.completions.length;
   const T = Math.max(1, ...batch.completions.map((c) => c.length));
   const P = batch.prompt.inputIds.length;
@@ -84,7 +86,7 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
   const sub = ([g0, g1]: [number, number]): SequenceBatch => ({ prompt: batch.prompt, completions: batch.completions.slice(g0, g1) });
 
   if (chunks.length === 1) {
-    const fwd = await policy.forward(batch, { temperature, lora: true, train: true, gradientCheckpointing });
+    const fwd = await policy.forward(batch, { temperature, lora: true, train: true, gradientCheckpointing, dropout });
     const { result, buffers } = await groupLoss(gpu, rl, { ...a.loss, fwd });
     try {
       const [logps, entropy] = await Promise.all([gpu.readF32(fwd.logps), gpu.readF32(fwd.entropy)]);
@@ -114,7 +116,7 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
     rec.clear(entropy);
     await rec.submit();
     for (const c of chunks) {
-      const fwd = await policy.forward(sub(c), { temperature, lora: true, train: false });
+      const fwd = await policy.forward(sub(c), { temperature, lora: true, train: false, dropout });
       await copyRows(fwd.logps, logps, c[0], c[1] - c[0], fwd.maxLen, true);
       await copyRows(fwd.entropy, entropy, c[0], c[1] - c[0], fwd.maxLen, true);
     }
@@ -122,7 +124,7 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
     buffers = loss.buffers;
     const [lp, ent] = await Promise.all([gpu.readF32(logps), gpu.readF32(entropy)]);
     for (const c of chunks) {
-      const fwd = await policy.forward(sub(c), { temperature, lora: true, train: true, gradientCheckpointing });
+      const fwd = await policy.forward(sub(c), { temperature, lora: true, train: true, gradientCheckpointing, dropout });
       const grad = gpu.tensor([c[1] - c[0], fwd.maxLen], 'f32', 'micro-batch.grad');
       const gradEntropy = hasEntropyBonus(a.loss.config) ? gpu.tensor([c[1] - c[0], fwd.maxLen], 'f32', 'micro-batch.grad_entropy') : null;
       try {

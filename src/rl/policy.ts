@@ -64,6 +64,12 @@ export interface ForwardOptions {
   train: boolean;
   /** With `train`: recompute each layer in the backward (default) rather than keep its activations. */
   gradientCheckpointing?: boolean;
+  /**
+   * lora_dropout on the adapters' inputs, for the forwards whose loss is trained on (the training
+   * forward and, for a chunked group, its no-grad forward: the same masks). Each mask element is a
+   * function of (seed, step, layer, module, row, col). Absent: no dropout (old/ref log-probs).
+   */
+  dropout?: { seed: number; step: number };
 }
 
 export interface Policy {

@@ -242,9 +242,11 @@ export class Trainer {
       const groups = gen.groups.slice(slice * this.plan.promptsPerMicroBatch, (slice + 1) * this.plan.promptsPerMicroBatch);
       const lossCfg = this.groupLossConfig(groups, gen.groups);
       const entropyDenominator = this.entropyDenominator(groups);
-      for (const g of groups) {
+      for (const [k, g] of groups.entries()) {
         this.interruptCheck();
-        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics, entropyDenominator);
+        // lora_dropout masks by (seed, the group's place in the run): the same after a resume.
+        const dropout = c.lora.lora_dropout > 0 ? { seed: c.seed, step: this.microStep * this.plan.promptsPerMicroBatch + k } : undefined;
+        trainedTokens += await this.trainGroup(g, lossCfg, lossMetrics, entropyDenominator, dropout);
       }
       gen.consumed++;
       this.microStep++;
@@ -440,7 +442,7 @@ export class Trainer {
     return Math.max(micro.reduce((n, g) => n + this.lossMask(g).count, 0), 1) * this.o.config.gradient_accumulation_steps;
   }
 
-  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics, entropyDenominator?: number): Promise<number> {
+  private async trainGroup(g: LiveGroup, lossCfg: ResolvedLossConfig, metrics: LossMetrics, entropyDenominator: number | undefined, dropout?: { seed: number; step: number }): Promise<number> {
     const { gpu, policy, config: c } = this.o;
     const G = g.rollout.completions.length;
     const batch = { prompt: g.prompt, completions: g.rollout.completions.map((x) => x.tokens) };
@@ -458,6 +460,7 @@ export class Trainer {
       loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg, entropyCoef: this.entropyControl.applied(), entropyDenominator },
       tokenBudget: (this.o.engine ?? defaultEngineConfig()).micro_batch_tokens,
       gradientCheckpointing: c.gradient_checkpointing,
+      dropout,
     });
     let entropySum = 0;
     let gapSum = 0;

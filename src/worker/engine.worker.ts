@@ -202,7 +202,7 @@ const api: EngineApi = {
     const s = requireSession();
     if (s.model.lora.length === 0) throw new Error('no adapter to export: train one first');
     const modules = await readLoraParams(s.model.gpu, s.model.lora);
-    const adapter = adapterFromModules('trained', modules, { baseModel: location });
+    const adapter = adapterFromModules('trained', modules, { baseModel: location, dropout: s.model.loraDropout });
     const { weights, config } = exportPeft(adapter);
     return { weights: new Blob([weights], { type: 'application/octet-stream' }), config: new Blob([config], { type: 'application/json' }) };
   },

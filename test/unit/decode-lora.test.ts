@@ -2,7 +2,8 @@
 // ≤ 8 rows), the prefill the two GEMMs; on this device and on one binding fewer storage buffers
 // (where the q/k norm dispatch cannot take the LoRA update and the KV append in). Sampled
 // completions and their log-probs equal those of the base model with every adapter merged into its
-// weight (W + alpha/r·B·A, on the CPU).
+// weight (W + alpha/r·B·A, on the CPU); also for an adapter on a subset of the projections
+// (q, v, o, up, down: q/k/v and gate/up then take LoRA's GEMMs instead of the grouped LoRA GEMV).
 import { describe, expect, it } from 'vitest';
 import { adapterAndMerged } from '../helpers/adapterPair';
 import { testGpu } from '../helpers/gpu';
@@ -19,12 +20,13 @@ function withDefaultStorageLimit(gpu: Gpu): Gpu {
 
 describe('decode with LoRA', () => {
   it.each([
-    { device: 'this device', limited: false },
-    { device: '8 storage buffers a stage (q/k norm, LoRA up and KV append apart)', limited: true },
-  ])('tiny-b, $device: G sampled completions with the adapter on = with the adapter merged; off differs', async ({ limited }) => {
+    { device: 'this device', limited: false, folder: 'lora' },
+    { device: '8 storage buffers a stage (q/k norm, LoRA up and KV append apart)', limited: true, folder: 'lora' },
+    { device: 'this device, an adapter on a subset of the projections', limited: false, folder: 'lora-dropout' },
+  ] as const)('tiny-b, $device: G sampled completions with the adapter on = with the adapter merged; off differs', async ({ limited, folder }) => {
     const m = 'tiny-b';
     const gpu = limited ? withDefaultStorageLimit(await testGpu()) : await testGpu();
-    const { net, merged } = await adapterAndMerged(gpu, m);
+    const { net, merged } = await adapterAndMerged(gpu, m, folder);
     const ref = await readReference(m, 'image1');
     const prompt = { id: 'p', inputIds: ref.inputIds, images: splitImages({ pixelValues: ref.pixelValues!, gridThw: ref.gridThw! }, ['p/0']) };
     const sampling = { temperature: 1, topP: 1, topK: 0, maxNewTokens: 10, seed: 11 };

@@ -1,10 +1,12 @@
 // The training path against PyTorch + PEFT autograd on the tiny fixtures: per-token log-probs of a
 // completion after a one-image prompt, and the gradients of their sum with respect to every LoRA
-// A and B (non-zero A and B, so both gradients are non-trivial).
+// A and B (non-zero A and B, so both gradients are non-trivial); and on tiny-b an adapter on a
+// subset of the target modules with lora_dropout, PyTorch applying the engine's masks.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { importPeft } from '../../src/adapter/peft';
 import { uploadAdapter } from '../../src/adapter/upload';
+import { dropoutSeed, pcg } from '../../src/ops/lora';
 import { toFloat32, toInt32 } from '../../src/model/dtype';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { nodeDirFiles, nodeFileSource, readAllTensors } from '../../src/model/safetensors';
@@ -129,5 +131,51 @@ describe('packed group: the prompt once, then the completions', () => {
       expect(scale).toBeGreaterThan(0);
       expectClose(g, sum[k], { rtol: 0, atol: 1e-5 * scale, what: `${m} gradient ${k}: the group's against the sum of single completions'` });
     });
+  });
+});
+
+describe('tiny-b lora_dropout on a subset of the target modules', () => {
+  it('matches PEFT with the same masks: completion log-probs and d(Σ log-probs)/d(LoRA A, B) within 1e-3 relative, with and without gradient checkpointing', async () => {
+    const gpu = await testGpu();
+    const model = await Qwen3VL.load(gpu, modelFiles('tiny-b'), { quant: 'none' });
+    const dir = `${modelDir('tiny-b')}/lora-dropout`;
+    type Batch = { completions: number[][]; logps: number[][]; temperature: number; target_modules: string[]; dropout: { p: number; seed: number; step: number }; hash_check: { dropout_seed_l1_m4: number; pcg_of_12345: number } };
+    const batch = JSON.parse(readFileSync(`${dir}/batch.json`, 'utf8')) as Batch;
+    // The mask's hash is the fixture's (tools/make_fixtures.py computes it in Python).
+    expect(pcg(12345)).toBe(batch.hash_check.pcg_of_12345);
+    expect(dropoutSeed(batch.dropout.seed, batch.dropout.step, 1, 4)).toBe(batch.hash_check.dropout_seed_l1_m4);
+    const params = uploadAdapter(gpu, await importPeft(nodeDirFiles(dir)), model.config.text.numLayers);
+    expect(params).toHaveLength(model.config.text.numLayers * batch.target_modules.length);
+    expect(new Set(params.map((p) => p.name.split('.').pop()))).toEqual(new Set(batch.target_modules));
+    model.attachLora(params, { dropout: batch.dropout.p });
+    const prompt = await fixturePrompt(`${modelDir('tiny-b')}/lora`);
+    const policy = new Qwen3VLPolicy(model);
+    const ref = await readTensors(`${dir}/grads.safetensors`);
+    const sequences = { prompt, completions: batch.completions };
+    const rows = (flat: Float32Array, maxLen: number) => batch.completions.flatMap((c, i) => Array.from(flat.subarray(i * maxLen, i * maxLen + c.length)));
+    const want = batch.logps.flat();
+    let worst = 0;
+    for (const gradientCheckpointing of [true, false]) {
+      const fwd = await policy.forward(sequences, { temperature: batch.temperature, lora: true, train: true, gradientCheckpointing, dropout: { seed: batch.dropout.seed, step: batch.dropout.step } });
+      expectClose(rows(await gpu.readF32(fwd.logps), fwd.maxLen), want, { rtol: 0, atol: 2e-4, what: 'completion log-probs with dropout' });
+      const rec = gpu.recorder();
+      for (const p of params) model.decoder.ops.lora.zeroGrad(rec, p);
+      await rec.submit();
+      await policy.backward(fwd.mask);
+      for (const p of params) {
+        for (const [which, t] of [['A', p.dA], ['B', p.dB]] as const) {
+          const w = ref.f32(`base_model.model.${p.name}.lora_${which}.weight`);
+          const scale = Math.max(...w.map(Math.abs));
+          expect(scale, `${p.name} d${which} is non-zero in the reference`).toBeGreaterThan(0);
+          const r = expectClose(await gpu.readF32(t), w, { rtol: 0, atol: 1e-3 * scale, what: `${p.name} d${which} with dropout${gradientCheckpointing ? '' : ' (no checkpointing)'}` });
+          worst = Math.max(worst, r.maxAbs / scale);
+        }
+      }
+    }
+    // The masks matter: without dropout (a scoring forward) the log-probs move.
+    const plain = await policy.forward(sequences, { temperature: batch.temperature, lora: true, train: false });
+    const moved = rows(await gpu.readF32(plain.logps), plain.maxLen).reduce((m, x, i) => Math.max(m, Math.abs(x - want[i])), 0);
+    expect(moved).toBeGreaterThan(1e-3);
+    console.log(`tiny-b lora_dropout: worst gradient error ${worst.toExponential(2)} of the tensor's largest entry; without dropout the log-probs move by ${moved.toFixed(4)}`);
   });
 });

@@ -1,7 +1,7 @@
 // openModel on a tiny fixture folder (test/helpers/tinyModelFolder.ts adds a byte-level
 // tokenizer whose ids fit the fixture): prepare() renders the chat, expands the image pads to the
 // image's merged patch count, keys images by content; attachLora builds PEFT-named adapters for
-// every projection; mismatched tokenizers and unsupported LoRA settings are refused.
+// the configured target modules with their lora_dropout; mismatched tokenizers are refused.
 import { copyFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -48,16 +48,22 @@ describe('openModel', () => {
     expect(session.prepare(a, null).prompt.images[0].key).toBe(imageKey(a.images[0]));
   });
 
-  it('attachLora: 7 adapters per layer in PEFT names; subsets and dropout are refused', () => {
+  it('attachLora: 7 adapters per layer in PEFT names; a subset of target modules and lora_dropout as configured', () => {
     const lora = { ...defaultConfig().lora, r: 2, lora_alpha: 4 };
     const params = session.attachLora(lora);
     expect(params).toHaveLength(3 * 7);
     expect(params[0].name).toBe('model.language_model.layers.0.self_attn.q_proj');
     expect(params[6]).toMatchObject({ name: 'model.language_model.layers.0.mlp.down_proj', in: 128, out: 64, r: 2, alpha: 4 });
     expect(session.policy.lora).toBe(params);
-    expect(() => session.attachLora({ ...lora, target_modules: ['q_proj', 'v_proj'] })).toThrow(/adapts all of .*k_proj, o_proj, gate_proj, up_proj, down_proj missing/);
-    expect(() => session.attachLora({ ...lora, lora_dropout: 0.1 })).toThrow(/no adapter dropout/);
-    expect(session.policy.lora).toBe(params);
+    expect(session.model.loraDropout).toBe(0);
+    const subset = session.attachLora({ ...lora, target_modules: ['down_proj', 'q_proj', 'v_proj'], lora_dropout: 0.1 });
+    expect(subset.map((p) => p.name.replace('model.language_model.layers.', ''))).toEqual(
+      [0, 1, 2].flatMap((l) => [`${l}.self_attn.q_proj`, `${l}.self_attn.v_proj`, `${l}.mlp.down_proj`]),
+    );
+    expect(session.model.loraDropout).toBe(0.1);
+    expect(session.policy.lora).toBe(subset);
+    expect(() => session.attachLora({ ...lora, target_modules: ['qkv' as 'q_proj'] })).toThrow(/qkv not among q_proj/);
+    expect(session.policy.lora).toBe(subset);
   });
 
   it('refuses a tokenizer that does not belong to the model, and a folder without one', async () => {

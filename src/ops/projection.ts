@@ -1,0 +1,509 @@
+// The product backend: every y (+)= x·Wᵀ of the model (decoder projections, LM head, vision
+// tower), with its optional LoRA update, and every choice of how it runs:
+//   4-bit W, ≤ 8 rows     the GEMV (weights read once for all rows); 2..8 rows of inference may
+//                          take x as int8 (MatmulQ4's int8 layouts), pre-quantized by the kernel
+//                          before where it can (quantizedInput)
+//   4-bit W, more rows    the tiled GEMM (split along K when it has few tiles), or the int8 tensor
+//                          cores when set (useTensorCores) and W's shape suits them
+//   f32 W                 the f32 GEMM (a bias in its epilogue), or the tensor cores on an int8
+//                          copy of W made once (vision)
+//   joined weights         q/k/v and gate/up of a layer (4-bit) or q/k/v of a vision block (f32)
+//                          joined by rows at load (joinRows, joinDense): one product for all
+//   LoRA                   few rows of inference: the LoRA GEMV, one pair of dispatches for the
+//                          adapters of one x, its norm inside the down dispatch (normProject), an
+//                          update folded into the GEMV's epilogue (projectFolded); otherwise
+//                          src/ops/lora.ts's GEMMs, keeping u for a backward (and lora_dropout)
+// Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
+// PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
+import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
+import type { DenseWeight, LinearWeight } from '../model/weights';
+import { Lora, loraScale, type LoraParams } from './lora';
+import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
+import { Matmul } from './matmul';
+import { Norms } from './norms';
+import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, MatmulQ4, type Q4Weight } from './matmulQ4';
+import type { Int8Weight, MatmulQ4Mma, MatmulQ4MmaOptions, MmaOutput } from './matmulQ4Mma';
+
+/** The path table: by rows of x (shape class) and x's int8 limbs on the tensor cores. */
+export const PATHS = {
+  /** At most this many rows: the 4-bit GEMV; more: the GEMM or the tensor cores. */
+  gemvMaxRows: GEMV_MAX_ROWS,
+  /** At most this many rows with scratch for u (inference): the LoRA GEMV; else LoRA's GEMMs. */
+  loraGemvMaxRows: LORA_GEMV_MAX_ROWS,
+  /** Tensor-core tile by x's limbs, the fastest on an H100 at the decoder's shapes (BENCHMARKS.md). */
+  mmaTile: { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } },
+  /** K block by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
+  mmaKBlock: { 1: 256, 2: 128 },
+} as const;
+
+const BIAS_WG = 256;
+
+/** An adapter on one product: its parameters and where u = x·Aᵀ goes (kept for a backward, or scratch). */
+export interface ProductLora {
+  p: LoraParams;
+  u: Tensor;
+  /** lora_dropout on the adapter's input (training): the probability, the mask's seed
+   * (dropoutSeed) and a workspace of at least [rows, in] for dropout(x). */
+  dropout?: { p: number; seed: number; xd: Tensor };
+}
+
+/** One product of x: y (+)= x·Wᵀ (+ its LoRA update). */
+export interface Product {
+  w: LinearWeight;
+  y: Tensor;
+  lora?: ProductLora;
+}
+
+/** Scratch of an inference call, which lets few rows take the LoRA GEMV. */
+export interface LoraScratch {
+  /** [rows, cols] for the stacked u of up to three adapters. */
+  wide: (cols: number) => Tensor;
+  /** At least `n` elements for the partials of a folded update. */
+  parts: (n: number) => Tensor;
+}
+
+export interface ProjectOptions {
+  accumulate?: boolean;
+  /** Inference: 2..8 rows of a 4-bit GEMV may take x as int8. */
+  int8?: boolean;
+  /** Inference scratch (LoraScratch); without it adapters take LoRA's GEMMs and keep u. */
+  scratch?: LoraScratch;
+}
+
+/** An adapter's update left as partials of u by the kernel before its product (the folds), and x as int8 groups where that kernel writes them. */
+export interface Fold {
+  p: LoraParams;
+  perRow: number;
+  parts: Tensor;
+  quantized?: Tensor;
+}
+
+/** Adapters that took the LoRA GEMV together, and their stacked u (their up product is the caller's). */
+export interface LoraGemvCall {
+  ps: LoraParams[];
+  u: Tensor;
+}
+
+/** Weights of one input joined by rows: `w` holds the rows of `parts` in order; each part is a view of it. */
+interface JoinedWeight {
+  w: LinearWeight;
+  parts: readonly LinearWeight[];
+}
+
+/** f32 parts with biases joined for one batched GEMM: weights [parts, out, in], biases [parts, out]. */
+interface JoinedDense {
+  w: Tensor;
+  b: Tensor;
+  parts: readonly DenseWeight[];
+}
+
+/** Joins already made, by first part: a second model over the same weights shares them. */
+const joinedOf = new WeakMap<LinearWeight, JoinedWeight>();
+const joinedDenseOf = new WeakMap<LinearWeight, JoinedDense>();
+
+export class Projection {
+  private tensorCores: MatmulQ4Mma | null = null;
+  /** f32 weights' int8 copies for the tensor cores, by the weight's tensor. */
+  private int8 = new Map<Tensor, Int8Weight>();
+  /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
+  private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
+  /** A GEMV's x as int8 groups, written by the kernel before (quantizedInput). */
+  private xq: Tensor | null = null;
+
+  private constructor(
+    private readonly gpu: Gpu,
+    readonly matmul: Matmul,
+    readonly q4: MatmulQ4,
+    readonly lora: Lora,
+    readonly loraGemv: LoraGemv,
+    private readonly norms: Norms,
+    private readonly biasAdd: Kernel,
+    /** Widest x a pre-quantized GEMV input takes (0: none). */
+    private readonly maxK: number,
+  ) {}
+
+  /** `int8`: whether inference GEMVs may take int8 x. `maxK`: the widest x of a pre-quantized GEMV input (decoder). */
+  static async create(gpu: Gpu, opts: { int8?: boolean; maxK?: number } = {}): Promise<Projection> {
+    const biasAdd = gpu.kernelOnUse({ shader: 'vision', entry: 'bias_add', constants: { WG: BIAS_WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } });
+    const [matmul, q4, lora, loraGemv, norms] = await Promise.all([Matmul.create(gpu), MatmulQ4.create(gpu, { int8: opts.int8 }), Lora.create(gpu), LoraGemv.create(gpu), Norms.create(gpu)]);
+    return new Projection(gpu, matmul, q4, lora, loraGemv, norms, biasAdd, opts.maxK ?? 0);
+  }
+
+  // ---- weights joined at load ----------------------------------------------------------------
+
+  /**
+   * Join 4-bit weights of one input by rows into one and make the parts views of it: no extra
+   * memory (the parts' own buffers go back), one GEMV instead of several for a few rows. Only
+   * where every part starts on the storage offset alignment, codes and scales alike; else false.
+   */
+  async joinRows(parts: readonly LinearWeight[], label: string): Promise<boolean> {
+    if (joinedOf.has(parts[0])) return true;
+    const gpu = this.gpu;
+    const align = gpu.limits.minStorageBufferOffsetAlignment;
+    const k = parts[0].in;
+    const q4: Q4Weight[] = [];
+    for (const p of parts) {
+      // Each part's codes (n·k/2 bytes) and scales (n·k/16 bytes) must end on the alignment, where the next begins.
+      if (p.kind !== 'q4' || p.in !== k || ((p.out * k) / 2) % align || ((p.out * k) / 16) % align) return false;
+      q4.push(p.w);
+    }
+    const n = q4.reduce((a, p) => a + p.n, 0);
+    const joined = allocQ4(gpu, n, k, label);
+    const rec = gpu.recorder('projection.join');
+    let row = 0;
+    for (const p of q4) {
+      rec.copy(p.codes, joined.codes, (p.n * k) / 2, 0, (row * k) / 2);
+      rec.copy(p.scales, joined.scales, (p.n * k) / 16, 0, (row * k) / 16);
+      row += p.n;
+    }
+    await rec.submit();
+    row = 0;
+    parts.forEach((p, i) => {
+      const w = q4[i];
+      (p as { w: Q4Weight }).w = {
+        codes: new Tensor(joined.codes.buffer, w.codes.shape, 'u32', w.codes.label, joined.codes.byteOffset + (row * k) / 2),
+        scales: new Tensor(joined.scales.buffer, w.scales.shape, 'u32', w.scales.label, joined.scales.byteOffset + (row * k) / 16),
+        n: w.n,
+        k,
+      };
+      row += w.n;
+      w.codes.release();
+      w.scales.release();
+    });
+    // The parts' buffers leave the pool's cache now: the weights take no more memory than before.
+    gpu.pool.trim();
+    joinedOf.set(parts[0], { w: { kind: 'q4', w: joined, out: n, in: k }, parts });
+    return true;
+  }
+
+  /**
+   * Join f32 [out, out] weights with biases (a vision block's q, k, v) into one buffer of
+   * [parts, out, in] (the parts' weights become views) and their biases into [parts, out] (a
+   * copy): one batched GEMM (denseShared). Where a part is 4-bit, lacks a bias or its view
+   * would not start on the storage offset alignment, nothing is joined (false).
+   */
+  async joinDense(parts: readonly DenseWeight[], label: string): Promise<boolean> {
+    if (joinedDenseOf.has(parts[0])) return true;
+    const gpu = this.gpu;
+    const { out, in: k } = parts[0];
+    const bytes = 4 * out * k;
+    if (bytes % gpu.limits.minStorageBufferOffsetAlignment !== 0) return false;
+    if (parts.some((d) => d.kind !== 'f32' || !d.b || d.out !== out || d.in !== k)) return false;
+    const w = gpu.tensor([parts.length, out, k], 'f32', `${label}.weight`);
+    const b = gpu.tensor([parts.length, out], 'f32', `${label}.bias`);
+    const rec = gpu.recorder('projection.join_dense');
+    const own: Tensor[] = [];
+    parts.forEach((d, p) => {
+      const src = d.w as Tensor;
+      rec.copy(src, w, bytes, 0, p * bytes);
+      rec.copy(d.b!, b, 4 * out, 0, 4 * p * out);
+      (d as { w: Tensor }).w = new Tensor(w.buffer, src.shape, 'f32', src.label, w.byteOffset + p * bytes);
+      own.push(src);
+    });
+    await rec.submit();
+    // The parts' own buffers go back, and leave the pool's cache: the weights take no more memory.
+    for (const t of own) t.release();
+    gpu.pool.trim();
+    joinedDenseOf.set(parts[0], { w, b, parts });
+    return true;
+  }
+
+  // ---- tensor cores --------------------------------------------------------------------------
+
+  /**
+   * Route 4-bit products of more than PATHS.gemvMaxRows rows and 4-bit input gradients through
+   * `mma` (K-blocked; the caller owns it), and the f32 weights of `dense` through int8 copies
+   * made here once (|w − q·t| ≤ t/2, t a block's largest |w| / 127); null: the f32 kernels again.
+   */
+  async useTensorCores(mma: MatmulQ4Mma | null, dense: readonly DenseWeight[] = []): Promise<void> {
+    if (mma && mma.kBlock === 32) throw new ShapeError('projection', 'the tensor-core path takes a K-blocked MatmulQ4Mma (kBlock 64 or above)');
+    const old = this.int8;
+    this.int8 = new Map();
+    this.tensorCores = null;
+    if (old.size > 0) {
+      // Work recorded with the old copies may still be in flight.
+      await this.gpu.sync();
+      for (const w of old.values()) [w.w8, w.steps].forEach((t) => t.release());
+    }
+    if (!mma) return;
+    const rec = this.gpu.recorder('projection.int8');
+    for (const d of dense) if (d.kind === 'f32' && d.in % mma.kBlock === 0) this.int8.set(d.w, mma.quantizeDense(rec, d.w, d.out, d.in, d.w.label));
+    await rec.submit();
+    this.tensorCores = mma;
+  }
+
+  get usesTensorCores(): boolean {
+    return this.tensorCores !== null;
+  }
+
+  /** Whether x·Wᵀ of a 4-bit W takes the tensor cores: set, W's shape suits them, more than gemvMaxRows rows. */
+  private onTensorCores(x: Tensor, w: Q4Weight): boolean {
+    return !!this.tensorCores?.takesForward(w) && x.numel / w.k > PATHS.gemvMaxRows;
+  }
+
+  /** The 4-bit weights of `ws` when all of them take the tensor cores together on x (one K), else null. */
+  private tensorCoreWeights(x: Tensor, ws: readonly LinearWeight[]): Q4Weight[] | null {
+    if (!this.tensorCores) return null;
+    const q4 = ws.flatMap((w) => (w.kind === 'q4' && w.in === ws[0].in && this.onTensorCores(x, w.w) ? [w.w] : []));
+    return q4.length === ws.length ? q4 : null;
+  }
+
+  // ---- plain products ------------------------------------------------------------------------
+
+  /** y (+)= x·Wᵀ. `int8`: a 4-bit product of 2..8 rows may quantize x (inference). */
+  forward(rec: Recorder, x: Tensor, w: LinearWeight, y: Tensor, accumulate = false, int8 = false): void {
+    if (w.kind !== 'q4') this.matmul.linear(rec, x, w.w, y, { accumulate });
+    else this.forwardQ4(rec, x, w.w, y, accumulate, int8);
+  }
+
+  /** forward on a 4-bit weight (the LM head's vocabulary chunks come as Q4Weight views). */
+  forwardQ4(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false, int8 = false): void {
+    if (this.onTensorCores(x, w)) this.tensorCores!.gemm(rec, x, w, y, accumulate);
+    else this.q4.forward(rec, x, w, y, accumulate, int8);
+  }
+
+  /** dx (+)= dy·W (the backward through a frozen weight). */
+  backwardInput(rec: Recorder, dy: Tensor, w: LinearWeight, dx: Tensor, accumulate = false): void {
+    if (w.kind !== 'q4') this.matmul.linearGradInput(rec, dy, w.w, dx, { accumulate });
+    else this.backwardInputQ4(rec, dy, w.w, dx, accumulate);
+  }
+
+  backwardInputQ4(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
+    if (this.tensorCores?.takesInput(w)) this.tensorCores.backwardInput(rec, dy, w, dx, accumulate);
+    else this.q4.backwardInput(rec, dy, w, dx, accumulate);
+  }
+
+  /** y (+)= x·Wᵀ + b for a layer with an optional bias: on the tensor cores where W has an int8 copy. */
+  dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
+    const w8 = d.kind === 'f32' ? this.int8.get(d.w) : undefined;
+    if (w8) {
+      this.tensorCores!.gemmInt8(rec, x, [{ w: w8, y }], accumulate);
+      if (d.b) this.addBias(rec, y, d.b);
+      return;
+    }
+    if (d.kind === 'f32') {
+      this.matmul.linear(rec, x, d.w, y, { accumulate, bias: d.b ?? undefined });
+      return;
+    }
+    this.q4.forward(rec, x, d.w, y, accumulate);
+    if (!d.b) return;
+    if (d.b.numel !== d.out) throw new ShapeError('dense', `bias [${d.b.shape.join(', ')}] of a layer of ${d.out} outputs`);
+    this.addBias(rec, y, d.b);
+  }
+
+  /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views for 4-bit and the tensor cores (the caller aligns them). */
+  denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
+    if (d.kind === 'f32' && !this.int8.has(d.w)) {
+      this.matmul.gemm(rec, { a: x, b: d.w, c: y, m, n: d.out, k: d.in, transB: true, offsetA: xRow * d.in, offsetC: yRow * d.out, beta: accumulate ? 1 : 0, bias: d.b ?? undefined });
+      return;
+    }
+    const rows = (t: Tensor, r0: number, width: number) => new Tensor(t.buffer, [m, width], 'f32', t.label, t.byteOffset + 4 * r0 * width);
+    this.dense(rec, rows(x, xRow, d.in), d, rows(y, yRow, d.out), accumulate);
+  }
+
+  /**
+   * Every y = x·Wᵀ + b of `outs` on one x: on the tensor cores x is quantized once for all; f32
+   * parts joined at load (joinDense) take one batched GEMM, their outputs `stride` floats apart
+   * in one buffer; else a product each.
+   */
+  denseShared(rec: Recorder, x: Tensor, outs: readonly { d: DenseWeight; y: Tensor }[]): void {
+    const w8 = outs.map((o) => (o.d.kind === 'f32' ? this.int8.get(o.d.w) : undefined));
+    if (this.tensorCores && w8.every((w) => w)) {
+      this.tensorCores.gemmInt8(rec, x, outs.map((o, i) => ({ w: w8[i]!, y: o.y })));
+      for (const o of outs) if (o.d.b) this.addBias(rec, o.y, o.d.b);
+      return;
+    }
+    const j = joinedDenseOf.get(outs[0].d);
+    const stride = outs.length > 1 ? (outs[1].y.byteOffset - outs[0].y.byteOffset) / 4 : 0;
+    const laidOut = j && j.parts.length === outs.length && outs.every((o, i) => o.d === j.parts[i] && o.y.buffer === outs[0].y.buffer && o.y.byteOffset === outs[0].y.byteOffset + 4 * i * stride);
+    if (!j || !laidOut) {
+      for (const o of outs) this.dense(rec, x, o.d, o.y);
+      return;
+    }
+    const { out: n, in: k } = outs[0].d;
+    const m = x.numel / k;
+    const c = new Tensor(outs[0].y.buffer, [outs.length * stride], 'f32', outs[0].y.label, outs[0].y.byteOffset);
+    this.matmul.gemm(rec, { a: x, b: j.w, c, m, n, k, transB: true, batch: outs.length, strideA: 0, strideB: n * k, strideC: stride, bias: j.b, strideBias: n });
+  }
+
+  /** y [rows, width] += b [width] on every row (after a product that has no bias of its own). */
+  addBias(rec: Recorder, y: Tensor, b: Tensor): void {
+    if (y.numel % b.numel !== 0) throw new ShapeError('dense', `bias [${b.shape.join(', ')}] does not fit y [${y.shape.join(', ')}]`);
+    rec.dispatch(this.biasAdd, { bias: b, x: y }, grid1d(y.numel, BIAS_WG), { n: y.numel, width: b.numel, rows: 1 });
+  }
+
+  // ---- projections with adapters -------------------------------------------------------------
+
+  /**
+   * Products of one input x: every y = x·Wᵀ (+ y), then their LoRA updates: on the tensor cores
+   * x quantized once for all; on the LoRA GEMV path one pair of dispatches for every adapter.
+   */
+  project(rec: Recorder, x: Tensor, outs: readonly Product[], o: ProjectOptions = {}): void {
+    const { accumulate = false, int8 = false } = o;
+    const gemv = this.gemvLora(x, outs, o.scratch);
+    const mma = gemv ? null : this.tensorCoreWeights(x, outs.map((p) => p.w));
+    if (mma) {
+      // The LoRA updates follow the GEMM (in its epilogue they slowed its main loop: BENCHMARKS.md).
+      this.tensorCores!.gemmShared(rec, x, outs.map((p, i): MmaOutput => ({ w: mma[i], y: p.y })), accumulate);
+      this.loraGemms(rec, x, outs);
+      return;
+    }
+    // One adapter: its down and up after the base projection (LoraGemv.forward).
+    const single = gemv && outs.length === 1;
+    if (gemv && !single) this.loraGemv.down(rec, gemv.ps, x, gemv.u);
+    this.baseProjections(rec, x, outs, accumulate, int8);
+    if (single) this.loraGemv.forward(rec, gemv.ps[0], x, outs[0].y, gemv.u);
+    else if (gemv) this.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((p) => p.y));
+    else this.loraGemms(rec, x, outs);
+  }
+
+  /**
+   * n = rms(h)·norm, then the products of n (project). On the LoRA GEMV path the norm runs inside
+   * the adapters' down dispatch, and their up products are left to the caller (returned), which
+   * may fuse them into what comes next; else rmsnorm (keeping rstd when given) + project.
+   */
+  normProject(rec: Recorder, h: Tensor, norm: { weight: Tensor; eps: number; rstd?: Tensor }, n: Tensor, outs: readonly Product[], o: ProjectOptions = {}): LoraGemvCall | null {
+    const int8 = o.int8 ?? false;
+    const gemv = norm.rstd ? null : this.gemvLora(n, outs, o.scratch);
+    if (!gemv) {
+      this.norms.rmsnorm(rec, h, norm.weight, n, norm.eps, norm.rstd);
+      this.project(rec, n, outs, { ...o, accumulate: false });
+      return null;
+    }
+    const joined = this.joined(outs);
+    const xq = joined && this.loraGemv.quantizes(gemv.ps) ? this.quantizedInput(n.shape[0], joined.w, int8) : undefined;
+    this.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm.weight, eps: norm.eps, out: n, quantized: xq });
+    this.baseProjections(rec, n, outs, false, int8, xq);
+    return gemv;
+  }
+
+  /**
+   * Where the GEMV of `rows` rows on w takes x as int8 groups, which the kernel before it (a
+   * norm's LoRA down, the SwiGLU, the attention combine) can write as it writes x: the scratch
+   * that carries them, saving the GEMV's quantize dispatch. Else undefined.
+   */
+  quantizedInput(rows: number, w: LinearWeight, int8: boolean): Tensor | undefined {
+    if (!int8 || w.kind !== 'q4' || this.maxK === 0 || !this.q4.takesQuantizedX(rows, w.w, true)) return undefined;
+    // One for every such input (each GEMV reads it before the next kernel writes it again), sized
+    // once for the widest; never released: calls recorded before (a decode tape) may read it.
+    this.xq ??= this.gpu.tensor([int8GroupWords(PATHS.gemvMaxRows, this.maxK)], 'u32', 'projection.xq');
+    return this.xq;
+  }
+
+  /**
+   * On the LoRA GEMV path, the fold of o_proj's adapter into the split attention's combine (one
+   * partial of u a head, `heads` a row), and where the combine also leaves x as int8 groups
+   * (`quantizes`): what forwardCached takes and projectFolded finishes; else undefined.
+   */
+  attentionFold(gemv: LoraGemvCall | null, out: Product, rows: number, heads: number, scratch: LoraScratch | undefined, o: { quantizes: boolean; int8: boolean }): Fold | undefined {
+    const p = out.lora?.p;
+    if (!gemv || !p || !scratch || !LoraGemv.takesParts(p)) return undefined;
+    return { p, perRow: heads, parts: scratch.parts(rows * heads * p.r), quantized: o.quantizes ? this.quantizedInput(rows, out.w, o.int8) : undefined };
+  }
+
+  /**
+   * On the LoRA GEMV path of gate/up (`gemv`), the fold of down_proj's adapter into their SwiGLU
+   * dispatch (one partial of u per 64 columns of act), and act as int8 groups where it can: what
+   * upSwiglu takes and projectFolded finishes; else undefined.
+   */
+  swigluFold(gemv: LoraGemvCall | null, out: Product, rows: number, scratch: LoraScratch | undefined, int8: boolean): Fold | undefined {
+    const p = out.lora?.p;
+    if (!gemv || !p || !scratch || !LoraGemv.canFold(gemv.ps[0], p)) return undefined;
+    const perRow = LoraGemv.foldParts(p);
+    const quantized = this.loraGemv.foldQuantizes(gemv.ps[0]) ? this.quantizedInput(rows, out.w, int8) : undefined;
+    return { p, perRow, parts: scratch.parts(rows * perRow * p.r), quantized };
+  }
+
+  /**
+   * y += x·Wᵀ + s·u·Bᵀ for the fold's adapter, u [rows, r] left as partials by the kernel before
+   * (attentionFold, swigluFold): inside the 4-bit GEMV's epilogue where it fits, else one dispatch after it.
+   */
+  projectFolded(rec: Recorder, x: Tensor, out: Product, f: Fold, int8: boolean): void {
+    const { w, y } = out;
+    const { p, parts, perRow, quantized: xq } = f;
+    const q4 = this.q4;
+    if (w.kind === 'q4' && q4.takesLora(x.shape[0], w.w, p.r, perRow, int8)) {
+      q4.gemv(rec, x, w.w, y, true, { int8, lora: { B: p.B, r: p.r, scale: loraScale(p), parts, perRow }, xq });
+      return;
+    }
+    if (xq && w.kind === 'q4') q4.gemv(rec, x, w.w, y, true, { int8, xq });
+    else this.forward(rec, x, w, y, true, int8);
+    this.loraGemv.upFromParts(rec, p, parts, perRow, y);
+  }
+
+  /** Each adapter's update by LoRA's GEMMs, keeping u. */
+  private loraGemms(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
+    for (const { y, lora } of outs) {
+      if (!lora) continue;
+      const d = lora.dropout;
+      this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d?.xd }, d && { dropout: d.p, seed: d.seed });
+    }
+  }
+
+  /**
+   * Every y (+)= x·Wᵀ of `outs`: for up to gemvMaxRows rows, weights joined at load as one GEMV
+   * into their back-to-back outputs, each part's rows written apart; for more, one GEMM (more
+   * tiles to spread: BENCHMARKS.md, gemmSpeed --split).
+   */
+  private baseProjections(rec: Recorder, x: Tensor, outs: readonly Product[], accumulate: boolean, int8: boolean, xq?: Tensor): void {
+    const rows = x.shape[0];
+    const joined = outs.length > 1 ? this.joined(outs) : null;
+    if (joined?.w.kind === 'q4') {
+      const parts = rows > 1 ? joined.widths : undefined;
+      if (rows <= PATHS.gemvMaxRows) this.q4.gemv(rec, x, joined.w.w, joined.y, accumulate, { parts, int8, xq });
+      else this.q4.gemm(rec, x, joined.w.w, joined.y, accumulate, parts);
+      return;
+    }
+    for (const p of outs) this.forward(rec, x, p.w, p.y, accumulate, int8);
+  }
+
+  /** The joined weight whose parts are `outs`' weights, in order, when their outputs lie back to back too. */
+  private joined(outs: readonly Product[]): { w: LinearWeight; y: Tensor; widths: number[] } | null {
+    const f = joinedOf.get(outs[0].w);
+    if (!f || f.parts.length !== outs.length || outs.some((o, i) => o.w !== f.parts[i])) return null;
+    const y0 = outs[0].y;
+    let j = this.joinedOut.get(y0);
+    if (!j) {
+      let n = 0;
+      for (const o of outs) {
+        if (o.y.buffer !== y0.buffer || o.y.byteOffset !== y0.byteOffset + 4 * n) return null;
+        n += o.y.numel;
+      }
+      const widths = outs.map((o) => o.y.shape[o.y.shape.length - 1]);
+      this.joinedOut.set(y0, (j = { y: new Tensor(y0.buffer, [y0.shape[0], n / y0.shape[0]], 'f32', 'projection.joined', y0.byteOffset), widths }));
+    }
+    return { w: f.w, ...j };
+  }
+
+  /** The adapters of `outs` and their wide u when every product has one and they take the LoRA GEMV together on the rows of x. */
+  private gemvLora(x: Tensor, outs: readonly Product[], scratch: LoraScratch | undefined): LoraGemvCall | null {
+    const rows = x.shape[0];
+    if (!scratch || rows < 1 || rows > PATHS.loraGemvMaxRows) return null;
+    // Dropout takes LoRA's GEMMs (its mask is applied to a copy of x).
+    const ps = outs.map((o) => (o.lora?.dropout ? undefined : o.lora?.p));
+    if (ps.some((p) => !p)) return null;
+    const all = ps as LoraParams[];
+    return LoraGemv.groupable(all) ? { ps: all, u: scratch.wide(all.length * all[0].r) } : null;
+  }
+
+  /** Give back the tensors of the f32 join whose first part is parts[0] (joinDense; the parts are views of it). */
+  static releaseJoined(parts: readonly LinearWeight[]): void {
+    const d = joinedDenseOf.get(parts[0]);
+    if (d) {
+      d.w.release();
+      d.b.release();
+      joinedDenseOf.delete(parts[0]);
+    }
+  }
+
+  release(): void {
+    for (const w of this.int8.values()) [w.w8, w.steps].forEach((t) => t.release());
+    this.int8.clear();
+    this.tensorCores = null;
+  }
+}
+
+/** The tensor-core options for x in `limbs` int8 limbs (PATHS' tile and K block). */
+export function tensorCoreOptions(limbs: 1 | 2, maxRows: number, maxK: number): MatmulQ4MmaOptions {
+  return { maxRows, maxK, tile: PATHS.mmaTile[limbs], kBlock: PATHS.mmaKBlock[limbs], limbs };
+}

@@ -1,0 +1,71 @@
+// Images are encoded once per prompt group: in one generation batch the vision tower sees each
+// distinct image exactly once, though its group is sampled, scored by the old and the reference
+// policy, and trained in chunks of one completion each (a token budget below every group).
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { syntheticDataset } from '../../src/data/synthetic';
+import { nodeDirFiles } from '../../src/model/safetensors';
+import { openModel } from '../../src/model/session';
+import type { GridThw } from '../../src/model/vision';
+import { resolveConfig } from '../../src/rl/config';
+import { defaultEngineConfig } from '../../src/rl/engineConfig';
+import { Trainer, type PromptSource } from '../../src/rl/trainer';
+import { testGpu } from '../helpers/gpu';
+import { tinyModelFolder } from '../helpers/tinyModelFolder';
+
+describe('the vision tower in an RL step', () => {
+  it('encodes each distinct image once across sampling, old/ref log-probs and every training chunk', async () => {
+    const gpu = await testGpu();
+    const dir = tinyModelFolder(join(mkdtempSync(join(tmpdir(), 'vlrl-vision-once-')), 'tiny-a'));
+    const session = await openModel(gpu, nodeDirFiles(dir), { quant: 'none', maxSamples: 2 });
+    // One generation of 4 prompts serves 2 optimizer steps of 2 groups: old log-probs are
+    // recomputed (the policy moves inside the generation), beta > 0 adds the reference forward.
+    const { config, loss } = resolveConfig({
+      num_generations: 2,
+      per_device_train_batch_size: 4,
+      steps_per_generation: 2,
+      max_completion_length: 3,
+      beta: 0.04,
+      max_steps: 2,
+      save_steps: 0,
+      seed: 5,
+      // A subset of the modules with lora_dropout: the chunks' no-grad and training forwards drop too.
+      lora: { r: 2, lora_alpha: 4, lora_dropout: 0.1, target_modules: ['q_proj', 'v_proj', 'down_proj'] },
+    });
+    session.attachLora(config.lora);
+    const rows = syntheticDataset({ seed: 11, count: 4, tasks: ['counting'], size: 128 });
+    const keys = new Set<string>();
+    const source = session.promptSource(rows);
+    const data: PromptSource = {
+      rows,
+      prepare: async (row, system) => {
+        const p = await source.prepare(row, system);
+        for (const im of p.prompt.images) keys.add(im.key);
+        return p;
+      },
+    };
+    const tower = session.model.vision;
+    const encoded: GridThw[][] = [];
+    const encode = tower.encode.bind(tower);
+    tower.encode = (rec, pixels, grids) => {
+      encoded.push([...grids]);
+      return encode(rec, pixels, grids);
+    };
+    const forwards = { n: 0 };
+    const forward = session.policy.forward.bind(session.policy);
+    session.policy.forward = (batch, opts) => {
+      forwards.n++;
+      return forward(batch, opts);
+    };
+    const trainer = await Trainer.create({ gpu, policy: session.policy, data, config, loss, runId: 'vision-once', engine: { ...defaultEngineConfig(), micro_batch_tokens: 1 } });
+    expect(await trainer.run()).toBe('finished');
+    expect(trainer.metricsHistory.every((m) => Number.isFinite(m.loss) && m.grad_norm > 0)).toBe(true);
+    expect(keys.size).toBe(4);
+    // Old + reference forward per group, and per step two groups of two one-completion chunks,
+    // each chunk a no-grad and a training forward: the features were needed 4·2 + 2·2·2·2 times.
+    expect(forwards.n).toBe(4 * 2 + 2 * 2 * 2 * 2);
+    expect(encoded.flat()).toHaveLength(keys.size);
+  }, 600_000);
+});
