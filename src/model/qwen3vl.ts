@@ -266,7 +266,7 @@ export class Qwen3VL {
       throw new ShapeError('qwen3vl', `the prompt has ${rows.length} image tokens, but its ${images.length} image(s) make ${need} features`);
     }
     const rec = this.gpu.recorder('vision');
-    const features = this.vision.encodeImages(rec, images, this.visionCache);
+    const features = await this.vision.encodeImages(rec, images, this.visionCache);
     // The prompt's own copy in image order (cached entries may be evicted by a later prompt).
     const out = this.config.vision.outHiddenSize;
     const join = (pick: (f: VisionFeatures) => Tensor, label: string) => {

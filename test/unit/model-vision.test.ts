@@ -258,7 +258,7 @@ describe.each(['tiny-a', 'tiny-b'])('vision tower %s', (model) => {
 
     const rec = gpu.recorder();
     // The same image twice in one prompt is encoded once.
-    const first = tower.encodeImages(rec, [images[0], images[1], images[0]], cache);
+    const first = await tower.encodeImages(rec, [images[0], images[1], images[0]], cache);
     await rec.submit();
     expect(cache.size).toBe(2);
     expect(cache.bytes).toBe(perImage[0] + perImage[1]);
@@ -274,13 +274,13 @@ describe.each(['tiny-a', 'tiny-b'])('vision tower %s', (model) => {
 
     // A hit returns the cached tensors and records nothing.
     const created = gpu.pool.stats.created;
-    const again = tower.encodeImages(rec, [images[1]], cache);
+    const again = await tower.encodeImages(rec, [images[1]], cache);
     expect(again[0]).toBe(first[1]);
     expect(gpu.pool.stats.created).toBe(created);
 
     // A third image overflows the budget: img0 (least recently used) goes, img1 and the new one stay.
     const third: PreparedImage = { ...images[0], key: 'img0-copy' };
-    const out3 = tower.encodeImages(rec, [third], cache);
+    const out3 = await tower.encodeImages(rec, [third], cache);
     await rec.submit();
     expect(cache.has('img0')).toBe(false);
     expect(cache.has('img1')).toBe(true);
@@ -289,7 +289,7 @@ describe.each(['tiny-a', 'tiny-b'])('vision tower %s', (model) => {
 
     // Entries of the current call survive even when they alone exceed the budget.
     const tiny = new VisionCache(1);
-    const both = tower.encodeImages(rec, images, tiny);
+    const both = await tower.encodeImages(rec, images, tiny);
     await rec.submit();
     expect(tiny.size).toBe(2);
     expect(both.length).toBe(2);
@@ -298,13 +298,13 @@ describe.each(['tiny-a', 'tiny-b'])('vision tower %s', (model) => {
     cache.clear();
   });
 
-  it('refuses bad grids and pixel shapes', () => {
+  it('refuses bad grids and pixel shapes', async () => {
     const px = gpu.tensor([24, tower.patchWidth], 'f32', 'pixels');
     expect(() => tower.encode(gpu.recorder(), px, [[1, 4, 5]])).toThrow(/multiples of 2/);
     expect(() => tower.encode(gpu.recorder(), px, [[1, 4, 4]])).toThrow(/pixel values must be f32 \[16, 1536\]/);
     expect(() => tower.encode(gpu.recorder(), px, [])).toThrow(ShapeError);
     const bad: PreparedImage = { pixelValues: new Float32Array(10), gridThw: [1, 4, 6], key: 'bad' };
-    expect(() => tower.encodeImages(gpu.recorder(), [bad], new VisionCache(1e6))).toThrow(/has 10 pixel values/);
+    await expect(tower.encodeImages(gpu.recorder(), [bad], new VisionCache(1e6))).rejects.toThrow(/has 10 pixel values/);
     px.release();
   });
 
