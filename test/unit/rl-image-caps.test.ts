@@ -5,6 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { countPlaceholders } from '../../src/data/prompt';
 import type { DatasetRow, RgbaImage } from '../../src/data/types';
+import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../src/rl/checkpoint';
 import { ConfigError, defaultConfig, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { Trainer, type PromptSource, type TrainerEvent } from '../../src/rl/trainer';
 import { testGpu } from '../helpers/gpu';
@@ -37,7 +38,7 @@ function recordingSource(prepared: DatasetRow[]): PromptSource {
   };
 }
 
-async function run(input: TrainConfigInput) {
+async function run(input: TrainConfigInput, extra: { saved?: Checkpoint[]; resume?: Checkpoint } = {}) {
   const gpu = await testGpu();
   const { config, loss } = resolveConfig({
     num_generations: 2,
@@ -51,7 +52,17 @@ async function run(input: TrainConfigInput) {
   });
   const prepared: DatasetRow[] = [];
   const events: TrainerEvent[] = [];
-  const trainer = await Trainer.create({ gpu, policy: await ToyPolicy.create(gpu), data: recordingSource(prepared), config, loss, runId: 'caps', onEvent: (e) => events.push(e) });
+  const trainer = await Trainer.create({
+    gpu,
+    policy: await ToyPolicy.create(gpu),
+    data: recordingSource(prepared),
+    config,
+    loss,
+    runId: 'caps',
+    onEvent: (e) => events.push(e),
+    saveCheckpoint: async (c) => void extra.saved?.push(c),
+    resume: extra.resume,
+  });
   expect(await trainer.run()).toBe('finished');
   const warnings = events.flatMap((e) => (e.type === 'warning' ? [e.message] : []));
   return { prepared, warnings, history: trainer.metricsHistory };
@@ -84,6 +95,21 @@ describe('trainer image caps', () => {
     for (const w of warnings.filter((x) => x.startsWith('prompt three-interleaved'))) expect(w).toContain('max_images_per_message = 2');
     // With seed 3 the second batch spends its budget on 'two-first' (2) and leaves 1 for the three-image row.
     expect(warnings.some((w) => /max_images_per_step = 3 \(1 left in this generation batch\)/.test(w))).toBe(true);
+  }, 120_000);
+
+  it('a run resumed inside a generation batch re-prepares its pending prompts with the same images, silently', async () => {
+    // One generation of 8 prompts serves 4 steps; the checkpoint at step 2 holds it as pending.
+    const input: TrainConfigInput = { max_images_per_message: 2, max_images_per_step: 3, steps_per_generation: 4, max_steps: 4 };
+    const saved: Checkpoint[] = [];
+    const first = await run({ ...input, save_steps: 2 }, { saved });
+    expect(first.prepared).toHaveLength(8);
+    expect(first.prepared.reduce((n, r) => n + r.images.length, 0)).toBe(3);
+    const atTwo = saved.find((c) => c.meta.step === 2)!;
+    expect(atTwo.meta.pending?.consumed).toBe(2);
+    const files = encodeCheckpoint(atTwo);
+    const resumed = await run(input, { resume: await decodeCheckpoint(files.json, files.safetensors) });
+    expect(resumed.prepared).toEqual(first.prepared);
+    expect(resumed.warnings).toEqual([]);
   }, 120_000);
 
   it('without caps every image stays and nothing is said', async () => {
