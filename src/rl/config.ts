@@ -60,14 +60,15 @@ export interface TrainConfig extends TrainLossSettings {
   /** System prompt for rows without their own; null for none. Default: the seeds' <REASONING>/<SOLUTION> prompt (src/data). */
   system_prompt: string | null;
   // Multi-image prompts: TRL's GRPOConfig has none of these; the names follow synth-ai's Qwen3-VL
-  // RL trainer, as issue 39 gives them. Dropped images are the last ones of the row, in question order, with
-  // their <image> placeholders; each drop is a trainer 'warning' event.
+  // RL trainer, as issue 39 gives them. Dropped images are a row's last ones (question order),
+  // their <image> placeholders taken out of the text; each drop is a trainer 'warning' event.
   /** Keep at most this many images of a row's user message; null: all. Default null. */
   max_images_per_message: number | null;
   /**
    * Keep at most this many images across the prompts of one generation batch (one optimizer
    * step's prompts with the defaults steps_per_generation = gradient_accumulation_steps and
-   * num_iterations = 1); prompts sampled after the budget is spent keep fewer images, or none. null: no cap. Default null.
+   * num_iterations = 1); prompts sampled after the budget is spent keep fewer images, or none.
+   * null: no cap. Default null.
    */
   max_images_per_step: number | null;
   /** The user turn holds only the row's images, its question text left out (rows without images are skipped). Default false. */
