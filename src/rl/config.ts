@@ -59,6 +59,20 @@ export interface TrainConfig extends TrainLossSettings {
   dataset: DatasetSettings;
   /** System prompt for rows without their own; null for none. Default: the seeds' <REASONING>/<SOLUTION> prompt (src/data). */
   system_prompt: string | null;
+  // Multi-image prompts: TRL's GRPOConfig has none of these; the names follow synth-ai's Qwen3-VL
+  // RL trainer, as issue 39 gives them. Dropped images are a row's last ones (question order),
+  // their <image> placeholders taken out of the text; each drop is a trainer 'warning' event.
+  /** Keep at most this many images of a row's user message; null: all. Default null. */
+  max_images_per_message: number | null;
+  /**
+   * Keep at most this many images across the prompts of one generation batch (one optimizer
+   * step's prompts with the defaults steps_per_generation = gradient_accumulation_steps and
+   * num_iterations = 1); prompts sampled after the budget is spent keep fewer images, or none.
+   * null: no cap. Default null.
+   */
+  max_images_per_step: number | null;
+  /** The user turn holds only the row's images, its question text left out (rows without images are skipped). Default false. */
+  image_only_mode: boolean;
   /**
    * Reward terms and their weights: TRL's `reward_funcs` with `reward_weights` folded in
    * (src/rewards/registry.ts). Default the seeds' preset, 0.3·format + 1.0·correctness.
@@ -156,6 +170,9 @@ export function defaultConfig(): TrainConfig {
     model_name_or_path: 'test/fixtures/tiny/tiny-a',
     dataset: defaultDataset('synthetic'),
     system_prompt: DEFAULT_SYSTEM_PROMPT,
+    max_images_per_message: null,
+    max_images_per_step: null,
+    image_only_mode: false,
     rewards: presetTerms('seeds'),
     num_generations: 8,
     max_prompt_length: 512,
@@ -266,6 +283,10 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   } catch (e) {
     throw new ConfigError((e as Error).message);
   }
+
+  if (c.max_images_per_message !== null) int('max_images_per_message', c.max_images_per_message, 1);
+  if (c.max_images_per_step !== null) int('max_images_per_step', c.max_images_per_step, 1);
+  if (typeof c.image_only_mode !== 'boolean') throw new ConfigError('image_only_mode must be true or false');
 
   int('num_generations', c.num_generations, 2);
   if (c.max_prompt_length !== null) int('max_prompt_length', c.max_prompt_length, 1);

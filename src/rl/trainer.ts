@@ -13,6 +13,7 @@
 // abandons it (gradients cleared, CPU state rolled back) and the step is redone on resume: the
 // result is the same as without the pause, and a checkpoint always sits on a step boundary.
 import type { Gpu, Tensor } from '../gpu';
+import { limitRowImages, rowImageCount } from '../data/prompt';
 import type { DatasetRow } from '../data/types';
 import { AdamW } from '../ops/adamw';
 import { Lora } from '../ops/lora';
@@ -342,14 +343,36 @@ export class Trainer {
     return { mask, count };
   }
 
-  private async nextRow(): Promise<{ row: number; prompt: PreparedPrompt; text: string }> {
+  /**
+   * Row `index` as the config's image options make it: image_only_mode, and at most
+   * max_images_per_message images, and at most `budget` (what max_images_per_step leaves in this
+   * generation batch). Each drop is a warning unless `quiet` (a resumed generation re-preparing its rows).
+   */
+  private imageLimited(index: number, budget: number, quiet = false): DatasetRow {
+    const c = this.o.config;
+    const row = this.o.data.rows[index];
+    const perMessage = c.max_images_per_message ?? Infinity;
+    const maxImages = Math.min(perMessage, budget);
+    const { row: limited, dropped } = limitRowImages(row, { maxImages: Number.isFinite(maxImages) ? maxImages : null, imageOnly: c.image_only_mode });
+    if (dropped > 0 && !quiet) {
+      const count = rowImageCount(row);
+      const why = [
+        ...(count > perMessage ? [`max_images_per_message = ${c.max_images_per_message}`] : []),
+        ...(budget < Math.min(count, perMessage) ? [`max_images_per_step = ${c.max_images_per_step} (${budget} left in this generation batch)`] : []),
+      ];
+      this.emit({ type: 'warning', message: `prompt ${row.id} (row ${index}): ${dropped} of its ${count} images dropped, the first ${count - dropped} kept: ${why.join(' and ')}` });
+    }
+    return limited;
+  }
+
+  private async nextRow(imageBudget: number): Promise<{ row: number; prompt: PreparedPrompt; text: string }> {
     const { data, config: c } = this.o;
     for (let tries = 0; tries < data.rows.length; tries++) {
       if (this.cursor.position >= this.cursor.order.length) this.cursor = { order: this.rng.permutation(data.rows.length), position: 0 };
       const row = this.cursor.order[this.cursor.position++];
       let prepared: Awaited<ReturnType<PromptSource['prepare']>>;
       try {
-        prepared = await data.prepare(data.rows[row], c.system_prompt);
+        prepared = await data.prepare(this.imageLimited(row, imageBudget), c.system_prompt);
       } catch (e) {
         // A row that loading accepted but that cannot become a prompt (an image that does not
         // decode) costs that row, never the run.
@@ -367,9 +390,11 @@ export class Trainer {
     const { policy, data, config: c } = this.o;
     const G = c.num_generations;
     const groups: LiveGroup[] = [];
+    let imageBudget = c.max_images_per_step ?? Infinity;
     for (let p = 0; p < this.plan.promptsPerGeneration; p++) {
       this.interruptCheck();
-      const { row, prompt, text } = await this.nextRow();
+      const { row, prompt, text } = await this.nextRow(imageBudget);
+      imageBudget -= prompt.images.length;
       const completions = await policy.generate(prompt, G, {
         temperature: c.temperature,
         topP: c.top_p,
@@ -604,8 +629,11 @@ export class Trainer {
     if (m.entropyControl) this.entropyControl.load(m.entropyControl);
     if (m.pending) {
       const groups: LiveGroup[] = [];
+      // The same image caps, in the same order, give the prompts the generation was sampled with.
+      let imageBudget = this.o.config.max_images_per_step ?? Infinity;
       for (const g of m.pending.groups) {
-        const { prompt } = await data.prepare(data.rows[g.row], this.o.config.system_prompt);
+        const { prompt } = await data.prepare(this.imageLimited(g.row, imageBudget, true), this.o.config.system_prompt);
+        imageBudget -= prompt.images.length;
         const { row, old, ref, ...rollout } = g;
         groups.push({ row, prompt, rollout, old: old && Float32Array.from(old), ref: ref && Float32Array.from(ref) });
       }

@@ -80,6 +80,10 @@ export function trlFields(c: TrainConfig): TrlFields {
       { field: 'system_prompt', why: 'SYSTEM_PROMPT in train.py, put before each prompt' },
       { field: 'rewards', why: 'the functions of rewards.py (reward_funcs) and reward_weights' },
       { field: 'lora', why: "PEFT's LoraConfig in train.py" },
+      ...(['max_images_per_message', 'max_images_per_step', 'image_only_mode'] as const).map((field) => ({
+        field,
+        why: `${JSON.stringify(c[field])} here; not carried: TRL's GRPOConfig has no image caps (every image of a row reaches the prompt, with its text)`,
+      })),
     ],
   };
 }
