@@ -48,11 +48,6 @@ export function capabilitiesOf(gpu: { features: ReadonlySet<EngineFeature>; adap
   };
 }
 
-/** 'i8->i32 16x16x32' (M x N x K). */
-export function formatConfig(c: SubgroupMatrixConfig): string {
-  return `${c.componentType}->${c.resultComponentType} ${c.M}x${c.N}x${c.K}`;
-}
-
 /** The subgroup-matrix configurations on the device whose operands are `componentType`. */
 export function configsOf(caps: Capabilities, componentType: string): SubgroupMatrixConfig[] {
   return caps.subgroupMatrix.configs.filter((c) => c.componentType === componentType);
@@ -63,14 +58,14 @@ export function hasConfig(caps: Capabilities, want: SubgroupMatrixConfig): boole
   return configsOf(caps, want.componentType).some((c) => c.resultComponentType === want.resultComponentType && c.M === want.M && c.N === want.N && c.K === want.K);
 }
 
-/** Configurations grouped by their types: 'f16->f32 16x16x16, 16x8x16'. */
-function groupedConfigs(configs: readonly SubgroupMatrixConfig[]): string[] {
+/** Configurations grouped by their types: 'f16->f32 16x16x16, 16x8x16; f16->f16 16x16x16'. */
+export function formatConfigs(configs: readonly SubgroupMatrixConfig[]): string {
   const byType = new Map<string, string[]>();
   for (const c of configs) {
     const key = `${c.componentType}->${c.resultComponentType}`;
     byType.set(key, [...(byType.get(key) ?? []), `${c.M}x${c.N}x${c.K}`]);
   }
-  return [...byType].map(([types, sizes]) => `${types} ${sizes.join(', ')}`);
+  return [...byType].map(([types, sizes]) => `${types} ${sizes.join(', ')}`).join('; ');
 }
 
 function bytes(n: number): string {
@@ -87,14 +82,14 @@ export function capabilitySummary(caps: Capabilities): string[] {
   const sg = caps.subgroups;
   const sizes = sg.minSize === null ? '' : sg.minSize === sg.maxSize ? `, ${sg.minSize} lanes` : `, ${sg.minSize} to ${sg.maxSize} lanes`;
   const matrix = caps.subgroupMatrix.enabled
-    ? `subgroup matrices: ${groupedConfigs(caps.subgroupMatrix.configs).join('; ') || 'none listed'}`
+    ? `subgroup matrices: ${formatConfigs(caps.subgroupMatrix.configs) || 'none listed'}`
     : 'subgroup matrices: no (Chrome offers them with chrome://flags/#enable-unsafe-webgpu, Dawn with allow_unsafe_apis)';
   const f16Mma = configsOf(caps, 'f16');
   return [
     f16,
     `subgroups: ${sg.enabled ? `yes${sizes}` : 'no'}`,
     matrix,
-    f16Mma.length > 0 ? `f16 tensor cores: offered (${groupedConfigs(f16Mma).join('; ')})` : 'f16 tensor cores: not offered',
+    f16Mma.length > 0 ? `f16 tensor cores: offered (${formatConfigs(f16Mma)})` : 'f16 tensor cores: not offered',
     `packed int8 dot products: ${caps.packedInt8Dot ? 'yes' : 'no'}`,
     `largest buffer ${bytes(caps.limits.maxBufferSize)}, storage binding ${bytes(caps.limits.maxStorageBufferBindingSize)}, workgroup memory ${bytes(caps.limits.maxComputeWorkgroupStorageSize)}, ${caps.limits.maxComputeInvocationsPerWorkgroup} threads a workgroup`,
   ];

@@ -3,7 +3,7 @@
 // device and are exact to the 4-bit weights; the int8 settings use tensor cores through Chromium's
 // subgroup-matrix extension where the browser offers it. A new path (f16 tensor cores) is one more
 // value here and one more row of TENSOR_CORES.
-import { capabilitiesOf, configsOf, formatConfig, type Capabilities, type Gpu } from '../gpu';
+import { capabilitiesOf, configsOf, formatConfigs, type Capabilities, type Gpu } from '../gpu';
 import { mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
 import { PATHS } from '../ops/projection';
 import type { ModelOptions, Qwen3VL } from './qwen3vl';
@@ -100,7 +100,7 @@ export function productPaths(caps: Capabilities): PathAvailability[] {
     ? 'no shader-f16 on this device'
     : f16.length === 0
       ? 'shader-f16, but no f16 subgroup-matrix configuration'
-      : `f16 subgroup matrices offered (${f16.map(formatConfig).join(', ')})`;
+      : `f16 subgroup matrices offered (${formatConfigs(f16)})`;
   return [
     { path: 'f16', available: false, why: `${f16Why}; no f16 product path is implemented yet` },
     { path: 'int8', available: int8 === null, why: int8 ?? 'i8->i32 16x16x32 subgroup matrices offered, with packed int8 dot products and subgroups of 32' },
