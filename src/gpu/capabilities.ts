@@ -33,18 +33,25 @@ export interface Capabilities {
 
 /** What the device of `gpu` offers (features enabled on it, the adapter's configurations and sizes). */
 export function capabilitiesOf(gpu: { features: ReadonlySet<EngineFeature>; adapter: AdapterSummary; limits: GPUSupportedLimits }): Capabilities {
-  const on = (f: EngineFeature) => gpu.features.has(f);
-  const a = gpu.adapter;
-  const limits = {} as Record<CapabilityLimit, number>;
-  for (const k of CAPABILITY_LIMITS) limits[k] = gpu.limits[k];
+  return capabilitiesFrom(gpu.adapter, gpu.features, gpu.limits);
+}
+
+/** The record from an adapter's summary, the features enabled on its device and the device's limits
+ * (away from the device: the worker's gpuInfo gives the summary and the features, and the summary's
+ * limits are the device's, which requestDevice raises to the adapter's). */
+export function capabilitiesFrom(a: AdapterSummary, enabled: Iterable<string>, limits: GPUSupportedLimits | Readonly<Record<string, number>> = a.limits): Capabilities {
+  const on = new Set<string>(enabled);
+  const lim = {} as Record<CapabilityLimit, number>;
+  for (const k of CAPABILITY_LIMITS) lim[k] = Number((limits as Readonly<Record<string, number>>)[k]);
+  const matrix = on.has('chromium-experimental-subgroup-matrix');
   return {
     adapter: a.name,
     vendor: a.vendor,
-    shaderF16: on('shader-f16'),
-    subgroups: { enabled: on('subgroups'), minSize: a.subgroupMinSize ?? null, maxSize: a.subgroupMaxSize ?? null },
-    subgroupMatrix: { enabled: on('chromium-experimental-subgroup-matrix'), configs: on('chromium-experimental-subgroup-matrix') ? [...(a.subgroupMatrixConfigs ?? [])] : [] },
+    shaderF16: on.has('shader-f16'),
+    subgroups: { enabled: on.has('subgroups'), minSize: a.subgroupMinSize ?? null, maxSize: a.subgroupMaxSize ?? null },
+    subgroupMatrix: { enabled: matrix, configs: matrix ? [...(a.subgroupMatrixConfigs ?? [])] : [] },
     packedInt8Dot: a.wgslFeatures.includes(PACKED_INT8_DOT),
-    limits,
+    limits: lim,
   };
 }
 

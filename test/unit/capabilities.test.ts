@@ -2,7 +2,7 @@
 // matrices), the product-path chooser on synthetic records (an H100 through Dawn with its int8 and
 // f16 configurations, an Apple GPU's f16/f32 8x8 ones, none), their text, and Dawn's flags.
 import { describe, expect, it } from 'vitest';
-import { capabilitiesOf, capabilitySummary, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
+import { capabilitiesFrom, capabilitiesOf, capabilitySummary, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
 import { chooseProducts, defaultProducts, productPaths, productPathSummary, tensorCoresUnsupported } from '../../src/model/products';
 import { createNodeGpu, dawnFlags } from '../../src/node/gpu';
 import { mmaUnsupported } from '../../src/ops/matmulQ4Mma';
@@ -52,6 +52,12 @@ describe('capabilities of the real adapter', () => {
       expect(caps.subgroups.enabled).toBe(true);
       expect(caps.subgroupMatrix).toEqual({ enabled: false, configs: [] });
     }
+  });
+
+  it("the same record from the worker's view (the summary and the enabled features, as gpuInfo stores them)", async () => {
+    const gpu = await testGpu();
+    const seen = JSON.parse(JSON.stringify({ summary: gpu.adapter, enabled: [...gpu.features] })) as { summary: typeof gpu.adapter; enabled: string[] };
+    expect(capabilitiesFrom(seen.summary, seen.enabled)).toEqual(capabilitiesOf(gpu));
   });
 
   it('the default products on it agree with the tensor-core GEMM own check', async () => {
