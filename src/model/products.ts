@@ -79,7 +79,7 @@ export interface PathAvailability {
 function int8Unsupported(caps: Capabilities): string | null {
   const mma = mmaUnsupportedBy(caps);
   if (mma) return mma;
-  if (!caps.packedInt8Dot) return "no WGSL 'packed_4x8_integer_dot_product' (the K-blocked kernels quantize x with it)";
+  if (!caps.packedInt8Dot) return "no WGSL 'packed_4x8_integer_dot_product' (the K-blocked tensor-core kernels need it)";
   const { minSize, maxSize } = caps.subgroups;
   if (minSize !== 32 || maxSize !== 32) return `subgroups of ${minSize ?? '?'} to ${maxSize ?? '?'} lanes; the K-blocked tiles need exactly 32`;
   for (const limbs of [1, 2] as const) {

@@ -4,11 +4,10 @@
 // With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
 // per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
 // shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
-import { capabilitiesOf, grid1d, hasConfig, legacySubgroupMatrixSpelling, MissingFeatureError, preprocess, ShaderCompileError, ShapeError, shaderSource, Tensor, type Capabilities, type Defines, type Gpu, type Kernel, type Recorder, type UniformType } from '../gpu';
+import { capabilitiesOf, grid1d, hasConfig, legacySubgroupMatrixSpelling, MissingFeatureError, preprocess, ShaderCompileError, ShapeError, shaderSource, Tensor, type Capabilities, type Defines, type Gpu, type Kernel, PACKED_INT8_DOT, type Recorder, type UniformType } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
-const PACKED_I8 = 'packed_4x8_integer_dot_product';
 
 /** The subgroup-matrix configuration the kernel is written for. */
 const CONFIG = { componentType: 'i8', resultComponentType: 'i32', M: 16, N: 16, K: 32 } as const;
@@ -162,7 +161,7 @@ export class MatmulQ4Mma {
     checkQ4Shape('matmulQ4Mma', 1, maxK);
     const info = gpu.device.adapterInfo;
     const sg32 = info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32;
-    if (kBlock > 32) gpu.requireWgsl(PACKED_I8, 'matmulQ4Mma with a K block');
+    if (kBlock > 32) gpu.requireWgsl(PACKED_INT8_DOT, 'matmulQ4Mma with a K block');
     if (kBlock > 32 && !(sg32 && threads === (rows / 32) * (cols / 32) * 32 && cols <= threads)) {
       throw new ShapeError('matmulQ4Mma', `kBlock ${kBlock} needs ${(rows / 32) * (cols / 32) * 32} threads for a ${rows}x${cols} tile, in subgroups of exactly 32`);
     }
