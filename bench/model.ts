@@ -35,7 +35,7 @@
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
 import { writeFileSync } from 'node:fs';
 import { performance as nodePerformance } from 'node:perf_hooks';
-import type { Gpu, Kernel } from '../src/gpu';
+import { capabilitiesOf, capabilitySummary, type Gpu, type Kernel } from '../src/gpu';
 import { createNodeGpu } from '../src/node/gpu';
 import { AdamW } from '../src/ops/adamw';
 import { createLoraParams, Lora, type LoraParams } from '../src/ops/lora';
@@ -429,6 +429,7 @@ async function main(): Promise<void> {
   const t0 = performance.now();
   const gpu = await createNodeGpu({ unsafeApis: true, f16: F16, dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
   console.log(`adapter: ${gpu.adapter.name}; features: ${[...gpu.features].join(', ')}${QUICK ? '; QUICK model' : ''}`);
+  console.log(`capabilities: ${capabilitySummary(capabilitiesOf(gpu)).join('; ')}`);
   const watch = new PoolWatch(gpu);
   const config = parseQwen3VLConfig(configJson());
   const filler = await Filler.create(gpu);

@@ -10,12 +10,14 @@ describe('gpu command', () => {
     const lines = r.stdout.trim().split('\n');
     expect(lines).toHaveLength(1);
     const out = JSON.parse(lines[0]) as Record<string, unknown> & {
+      dawnFlags: string[];
       enabled: string[];
       capabilities: { shaderF16: boolean; subgroups: { enabled: boolean }; subgroupMatrix: { enabled: boolean; configs: unknown[] } };
       paths: { path: string; available: boolean; why: string }[];
       defaultProducts: { products: string; why: string };
     };
     for (const k of ['name', 'vendor', 'architecture', 'description', 'features', 'wgslFeatures', 'limits', 'subgroupMatrixConfigs', 'enabled']) expect(out).toHaveProperty(k);
+    expect(out.dawnFlags).toEqual(['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia']);
     expect(out.capabilities.shaderF16).toBe(out.enabled.includes('shader-f16'));
     expect(out.capabilities.subgroups.enabled).toBe(out.enabled.includes('subgroups'));
     expect(out.capabilities.subgroupMatrix.configs).toEqual(out.subgroupMatrixConfigs);

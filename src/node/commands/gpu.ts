@@ -6,13 +6,15 @@
 import { capabilitiesOf, capabilitySummary } from '../../gpu';
 import { chooseProducts, productPaths, productPathSummary } from '../../model/products';
 import type { CliArgs } from '../args';
-import { createNodeGpu } from '../gpu';
+import { createNodeGpu, dawnFlags, type NodeGpuOptions } from '../gpu';
 
 export const summary = 'print the GPU adapter, its features, limits and capabilities, and the default products (JSON)';
 
 export async function run(args: CliArgs): Promise<void> {
-  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: args.bool('unsafe-apis'), f16: args.bool('f16') });
+  const opts: NodeGpuOptions = { driver: args.optStr('driver'), unsafeApis: args.bool('unsafe-apis'), f16: args.bool('f16') };
+  const gpu = await createNodeGpu(opts);
   const caps = capabilitiesOf(gpu);
-  console.log(JSON.stringify({ ...gpu.adapter, enabled: [...gpu.features], capabilities: caps, paths: productPaths(caps), defaultProducts: chooseProducts(caps) }));
+  const out = { ...gpu.adapter, enabled: [...gpu.features], dawnFlags: dawnFlags(opts), capabilities: caps, paths: productPaths(caps), defaultProducts: chooseProducts(caps) };
+  console.log(JSON.stringify(out));
   console.error([...capabilitySummary(caps), ...productPathSummary(caps)].join('\n'));
 }
