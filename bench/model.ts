@@ -29,12 +29,13 @@
 //     [--samples 1,4,8] (decode's numbers of sequences) [--profile] (GPU time by kernel)
 //     [--ablate] (with --profile: what each compiled kernel costs a decode step in stream)
 //     [--subsets] (with --ablate: decode's GEMVs and other kernels, alone and together)
+//     [--f16] (Dawn's vulkan_enable_f16_on_nvidia: shader-f16 and f16 subgroup matrices on NVIDIA's Vulkan driver)
 // --quick shrinks the model and the work for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
 import { writeFileSync } from 'node:fs';
 import { performance as nodePerformance } from 'node:perf_hooks';
-import type { Gpu, Kernel } from '../src/gpu';
+import { capabilitiesOf, capabilitySummary, type Gpu, type Kernel } from '../src/gpu';
 import { createNodeGpu } from '../src/node/gpu';
 import { AdamW } from '../src/ops/adamw';
 import { createLoraParams, Lora, type LoraParams } from '../src/ops/lora';
@@ -68,6 +69,9 @@ const only = (() => {
 const runs = (section: 'prefill' | 'decode' | 'gspo' | 'default') => only === undefined || only.split(',').includes(section);
 /** --vision-q4: the vision tower's dense weights in 4-bit (loadVisionWeights' quant 'q4'; not the loader's default). */
 const VISION_Q4 = args.includes('--vision-q4');
+
+/** --f16: shader-f16 where the driver has it (Dawn hides it on NVIDIA's Vulkan driver without the toggle). */
+const F16 = args.includes('--f16');
 
 /** --size 2b|4b|8b: the published Qwen3-VL-{2B,4B,8B}-Instruct shapes (default 2b). */
 const SIZE = (() => {
@@ -423,8 +427,9 @@ const GiB = 2 ** 30;
 
 async function main(): Promise<void> {
   const t0 = performance.now();
-  const gpu = await createNodeGpu({ dawnFlags: ['enable-dawn-features=allow_unsafe_apis', 'disable-dawn-features=timestamp_quantization'] });
+  const gpu = await createNodeGpu({ unsafeApis: true, f16: F16, dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
   console.log(`adapter: ${gpu.adapter.name}; features: ${[...gpu.features].join(', ')}${QUICK ? '; QUICK model' : ''}`);
+  console.log(`capabilities: ${capabilitySummary(capabilitiesOf(gpu)).join('; ')}`);
   const watch = new PoolWatch(gpu);
   const config = parseQwen3VLConfig(configJson());
   const filler = await Filler.create(gpu);

@@ -33,6 +33,9 @@ export interface AdapterSummary {
   /** The tensor-core shapes of 'chromium-experimental-subgroup-matrix' (Dawn lists them on the
    * adapter's info only, not on the device's). */
   subgroupMatrixConfigs?: SubgroupMatrixConfig[];
+  /** The adapter's subgroup sizes, where the implementation says them (GPUAdapterInfo). */
+  subgroupMinSize?: number;
+  subgroupMaxSize?: number;
 }
 
 export interface SubgroupMatrixConfig {
@@ -74,6 +77,7 @@ export function summarizeAdapter(adapter: GPUAdapter, wgsl: Iterable<string> = [
     subgroupMatrixConfigs: ((info as GPUAdapterInfo & { subgroupMatrixConfigs?: SubgroupMatrixConfig[] }).subgroupMatrixConfigs ?? []).map(
       ({ componentType, resultComponentType, M, N, K }) => ({ componentType, resultComponentType, M, N, K }),
     ),
+    ...(info.subgroupMinSize === undefined ? {} : { subgroupMinSize: info.subgroupMinSize, subgroupMaxSize: info.subgroupMaxSize }),
   };
 }
 

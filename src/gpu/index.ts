@@ -1,5 +1,6 @@
 export * from './errors';
 export * from './device';
+export * from './capabilities';
 export * from './tensor';
 export * from './kernel';
 export * from './recorder';

@@ -3,8 +3,9 @@
 // device and are exact to the 4-bit weights; the int8 settings use tensor cores through Chromium's
 // subgroup-matrix extension where the browser offers it. A new path (f16 tensor cores) is one more
 // value here and one more row of TENSOR_CORES.
-import type { Gpu } from '../gpu';
-import { mmaUnsupported, type MmaSteps } from '../ops/matmulQ4Mma';
+import { capabilitiesOf, configsOf, formatConfigs, type Capabilities, type Gpu } from '../gpu';
+import { mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
+import { PATHS } from '../ops/projection';
 import type { ModelOptions, Qwen3VL } from './qwen3vl';
 
 /**
@@ -63,14 +64,76 @@ export function storedProductsValue(v: unknown): Products | undefined {
   return isProducts(v) ? v : undefined;
 }
 
+/** The families of product paths: what a device may offer them, whichever are implemented. */
+export type ProductPath = 'f32' | 'int8' | 'f16';
+
+export interface PathAvailability {
+  path: ProductPath;
+  available: boolean;
+  /** What the device offers for it, or what it lacks. */
+  why: string;
+}
+
+/** Why the int8 settings cannot run on `caps`, or null when they can: the tensor-core GEMM's own
+ * needs (mmaUnsupportedBy) and those of the K blocks and tiles the settings take (PATHS). */
+function int8Unsupported(caps: Capabilities): string | null {
+  const mma = mmaUnsupportedBy(caps);
+  if (mma) return mma;
+  if (!caps.packedInt8Dot) return "no WGSL 'packed_4x8_integer_dot_product' (the K-blocked tensor-core kernels need it)";
+  const { minSize, maxSize } = caps.subgroups;
+  if (minSize !== 32 || maxSize !== 32) return `subgroups of ${minSize ?? '?'} to ${maxSize ?? '?'} lanes; the K-blocked tiles need exactly 32`;
+  for (const limbs of [1, 2] as const) {
+    const tile = PATHS.mmaTile[limbs];
+    const need = mmaTileBytes(tile, PATHS.mmaKBlock[limbs], limbs);
+    if (need > caps.limits.maxComputeWorkgroupStorageSize) return `a ${tile.rows}x${tile.cols} tile needs ${need} bytes of workgroup memory; this GPU has ${caps.limits.maxComputeWorkgroupStorageSize}`;
+    if (tile.threads > caps.limits.maxComputeInvocationsPerWorkgroup) return `a tile takes ${tile.threads} threads a workgroup; this GPU allows ${caps.limits.maxComputeInvocationsPerWorkgroup}`;
+  }
+  return null;
+}
+
+/** Each path family on `caps`, in the order of preference: available, or why not. f16 is reported
+ * (whether f16 tensor cores are offered) but has no implementation yet, so it is never available. */
+export function productPaths(caps: Capabilities): PathAvailability[] {
+  const int8 = int8Unsupported(caps);
+  const f16 = configsOf(caps, 'f16');
+  const f16Why = !caps.shaderF16
+    ? 'no shader-f16 on this device'
+    : f16.length === 0
+      ? 'shader-f16, but no f16 subgroup-matrix configuration'
+      : `f16 subgroup matrices offered (${formatConfigs(f16)})`;
+  return [
+    { path: 'f16', available: false, why: `${f16Why}; no f16 product path is implemented yet` },
+    { path: 'int8', available: int8 === null, why: int8 ?? 'i8->i32 16x16x32 subgroup matrices offered, with packed int8 dot products and subgroups of 32' },
+    { path: 'f32', available: true, why: 'the f32 units of every WebGPU device' },
+  ];
+}
+
+/** The setting a device starts with, from the implemented paths it offers, and why. */
+export function chooseProducts(caps: Capabilities): { products: Products; why: string } {
+  // Of the families, f32 and int8 are implemented; f16 is only reported (productPaths).
+  const int8 = productPaths(caps).find((p) => p.path === 'int8')!;
+  return int8.available
+    ? { products: 'int8', why: `int8 tensor cores: ${int8.why}` }
+    : { products: 'f32', why: `f32 units; int8 tensor cores unavailable: ${int8.why}` };
+}
+
+/** Lines for people: each path family, then the default setting and why (the Model panel, `cli gpu`). */
+export function productPathSummary(caps: Capabilities): string[] {
+  const choice = chooseProducts(caps);
+  return [
+    ...productPaths(caps).map((p) => `${p.path} products: ${p.available ? 'available' : 'unavailable'} — ${p.why}`),
+    `default products: ${choice.products} — ${choice.why}`,
+  ];
+}
+
 /** Why this device cannot run the int8 settings, or null when it can. */
 export function tensorCoresUnsupported(gpu: Gpu): string | null {
-  return mmaUnsupported(gpu);
+  return int8Unsupported(capabilitiesOf(gpu));
 }
 
 /** The setting a device starts with: the tensor cores where they are offered. */
 export function defaultProducts(gpu: Gpu): Products {
-  return tensorCoresUnsupported(gpu) === null ? 'int8' : 'f32';
+  return chooseProducts(capabilitiesOf(gpu)).products;
 }
 
 /** The model options (Qwen3VL.load) that run `products` and `vision`. */

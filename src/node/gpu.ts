@@ -13,8 +13,34 @@ export const ICDS: Record<string, string> = {
 export interface NodeGpuOptions extends DeviceOptions {
   /** 'lavapipe' | 'swiftshader' | a path to an ICD json; defaults to $VLRL_VK. */
   driver?: string;
-  /** Extra Dawn toggles, e.g. 'enable-dawn-features=allow_unsafe_apis' for subgroup matrices. */
+  /** Dawn's unsafe APIs (toggle allow_unsafe_apis): subgroup matrices, the tensor cores. */
+  unsafeApis?: boolean;
+  /** shader-f16 where the driver has it: Dawn hides it on NVIDIA's Vulkan driver (a conformance
+   * guard) unless the toggle vulkan_enable_f16_on_nvidia is on; no effect on other drivers. */
+  f16?: boolean;
+  /** Extra Dawn flags, e.g. 'disable-dawn-features=timestamp_quantization'. */
   dawnFlags?: string[];
+}
+
+const ENABLE = 'enable-dawn-features=';
+const DISABLE = 'disable-dawn-features=';
+
+/** The flags for the `webgpu` package's create(): Dawn's Node binding keeps only the last value of
+ * each key, so the toggles of every enable- (and disable-) flag and option are joined into one. */
+export function dawnFlags(opts: Pick<NodeGpuOptions, 'unsafeApis' | 'f16' | 'dawnFlags'>): string[] {
+  const enable = [...(opts.unsafeApis ? ['allow_unsafe_apis'] : []), ...(opts.f16 ? ['vulkan_enable_f16_on_nvidia'] : [])];
+  const disable: string[] = [];
+  const rest: string[] = [];
+  for (const f of opts.dawnFlags ?? []) {
+    if (f.startsWith(ENABLE)) enable.push(...f.slice(ENABLE.length).split(','));
+    else if (f.startsWith(DISABLE)) disable.push(...f.slice(DISABLE.length).split(','));
+    else rest.push(f);
+  }
+  const joined = (prefix: string, toggles: string[]) => {
+    const unique = [...new Set(toggles.filter((t) => t))];
+    return unique.length ? [prefix + unique.join(',')] : [];
+  };
+  return [...joined(ENABLE, enable), ...joined(DISABLE, disable), ...rest];
 }
 
 export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<Gpu> {
@@ -26,7 +52,7 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<Gpu> {
   }
   const { create, globals } = await import('webgpu');
   Object.assign(globalThis, globals);
-  const gpu = create(opts.dawnFlags ?? []);
+  const gpu = create(dawnFlags(opts));
   const result = await Gpu.create(gpu, opts);
   // The GPU object owns Dawn's instance: if it is garbage-collected while a device lives, the next
   // asynchronous call (error scopes, mapAsync) crashes the process. The device's Gpu holds it.

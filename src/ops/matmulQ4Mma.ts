@@ -4,11 +4,10 @@
 // With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
 // per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
 // shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
-import { grid1d, legacySubgroupMatrixSpelling, MissingFeatureError, preprocess, ShaderCompileError, ShapeError, shaderSource, Tensor, type Defines, type Gpu, type Kernel, type Recorder, type UniformType } from '../gpu';
+import { capabilitiesOf, grid1d, hasConfig, legacySubgroupMatrixSpelling, MissingFeatureError, preprocess, ShaderCompileError, ShapeError, shaderSource, Tensor, type Capabilities, type Defines, type Gpu, type Kernel, PACKED_INT8_DOT, type Recorder, type UniformType } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
-const PACKED_I8 = 'packed_4x8_integer_dot_product';
 
 /** The subgroup-matrix configuration the kernel is written for. */
 const CONFIG = { componentType: 'i8', resultComponentType: 'i32', M: 16, N: 16, K: 32 } as const;
@@ -78,12 +77,15 @@ export interface Int8Output {
 
 /** Why this device cannot run the int8 tensor-core GEMM, or null when it can. */
 export function mmaUnsupported(gpu: Gpu): string | null {
-  if (!gpu.has(SUBGROUP_MATRIX)) return `no '${SUBGROUP_MATRIX}' feature on this adapter (Dawn offers it only with enable-dawn-features=allow_unsafe_apis)`;
-  if (!gpu.has('subgroups')) return "no 'subgroups' feature";
-  const configs = gpu.adapter.subgroupMatrixConfigs ?? [];
-  const ok = configs.some((c) => (Object.keys(CONFIG) as (keyof typeof CONFIG)[]).every((key) => c[key] === CONFIG[key]));
-  if (!ok) {
-    const have = configs.map((c) => `${c.componentType}->${c.resultComponentType} M${c.M} N${c.N} K${c.K}`).join(', ') || 'none';
+  return mmaUnsupportedBy(capabilitiesOf(gpu));
+}
+
+/** mmaUnsupported on a capabilities record (src/gpu/capabilities.ts). */
+export function mmaUnsupportedBy(caps: Capabilities): string | null {
+  if (!caps.subgroupMatrix.enabled) return `no '${SUBGROUP_MATRIX}' feature on this device (offered only on drivers with cooperative matrices, by Dawn with enable-dawn-features=allow_unsafe_apis and by Chrome with enable-unsafe-webgpu)`;
+  if (!caps.subgroups.enabled) return "no 'subgroups' feature";
+  if (!hasConfig(caps, CONFIG)) {
+    const have = caps.subgroupMatrix.configs.map((c) => `${c.componentType}->${c.resultComponentType} M${c.M} N${c.N} K${c.K}`).join(', ') || 'none';
     return `no i8->i32 M16 N16 K32 subgroup-matrix configuration (offered: ${have})`;
   }
   return null;
@@ -92,7 +94,7 @@ export function mmaUnsupported(gpu: Gpu): string | null {
 /** Workgroup bytes of a tile: both limbs of x, the int8 weights, the i32 partials (rows padded
  * by 8 words), the scales. The K-blocked kernel stages a whole block and puts the partials in the
  * same memory afterwards. */
-function tileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
+export function mmaTileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
   const part = 4 * t.rows * (t.cols + 8);
   if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + part;
   // Two limbs pad each staged row (up to 128 bytes along K) by 16 bytes.
@@ -147,7 +149,7 @@ export class MatmulQ4Mma {
     if (steps !== 'block' && steps !== 'row') throw new ShapeError('matmulQ4Mma', `steps must be 'block' or 'row', got ${String(steps)}`);
     const rowSteps = steps === 'row';
     if (rowSteps && (kBlock !== 128 || limbs !== 2)) throw new ShapeError('matmulQ4Mma', `steps 'row' takes a K block of 128 and two limbs, got ${kBlock} and ${limbs}`);
-    const bytes = tileBytes(tile, kBlock, limbs);
+    const bytes = mmaTileBytes(tile, kBlock, limbs);
     if (bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
       throw new ShapeError('matmulQ4Mma', `a ${rows}x${cols} tile${kBlock > 32 ? ` with K block ${kBlock}` : ''} needs ${bytes} bytes of workgroup memory; this GPU has ${gpu.limits.maxComputeWorkgroupStorageSize}`);
     }
@@ -159,7 +161,7 @@ export class MatmulQ4Mma {
     checkQ4Shape('matmulQ4Mma', 1, maxK);
     const info = gpu.device.adapterInfo;
     const sg32 = info?.subgroupMinSize === 32 && info?.subgroupMaxSize === 32;
-    if (kBlock > 32) gpu.requireWgsl(PACKED_I8, 'matmulQ4Mma with a K block');
+    if (kBlock > 32) gpu.requireWgsl(PACKED_INT8_DOT, 'matmulQ4Mma with a K block');
     if (kBlock > 32 && !(sg32 && threads === (rows / 32) * (cols / 32) * 32 && cols <= threads)) {
       throw new ShapeError('matmulQ4Mma', `kBlock ${kBlock} needs ${(rows / 32) * (cols / 32) * 32} threads for a ${rows}x${cols} tile, in subgroups of exactly 32`);
     }

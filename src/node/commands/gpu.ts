@@ -1,10 +1,20 @@
-// `npm run cli -- gpu`: the adapter's name, features and limits as one JSON line.
+// `npm run cli -- gpu [--unsafe-apis] [--f16]`: the adapter's name, features and limits, the
+// capabilities record the engine chooses product paths from, each path family's availability and
+// the default products setting with its reason, as one JSON line (the same in words on stderr).
+//   --unsafe-apis  Dawn's allow_unsafe_apis: subgroup matrices and their configurations
+//   --f16          Dawn's vulkan_enable_f16_on_nvidia: shader-f16 on NVIDIA's Vulkan driver
+import { capabilitiesOf, capabilitySummary } from '../../gpu';
+import { chooseProducts, productPaths, productPathSummary } from '../../model/products';
 import type { CliArgs } from '../args';
-import { createNodeGpu } from '../gpu';
+import { createNodeGpu, dawnFlags, type NodeGpuOptions } from '../gpu';
 
-export const summary = 'print the GPU adapter, its features and limits (JSON)';
+export const summary = 'print the GPU adapter, its features, limits and capabilities, and the default products (JSON)';
 
 export async function run(args: CliArgs): Promise<void> {
-  const gpu = await createNodeGpu({ driver: args.optStr('driver') });
-  console.log(JSON.stringify({ ...gpu.adapter, enabled: [...gpu.features] }));
+  const opts: NodeGpuOptions = { driver: args.optStr('driver'), unsafeApis: args.bool('unsafe-apis'), f16: args.bool('f16') };
+  const gpu = await createNodeGpu(opts);
+  const caps = capabilitiesOf(gpu);
+  const out = { ...gpu.adapter, enabled: [...gpu.features], dawnFlags: dawnFlags(opts), capabilities: caps, paths: productPaths(caps), defaultProducts: chooseProducts(caps) };
+  console.log(JSON.stringify(out));
+  console.error([...capabilitySummary(caps), ...productPathSummary(caps)].join('\n'));
 }

@@ -1,0 +1,142 @@
+// The capabilities record on the real adapter (lavapipe: shader-f16 and subgroups, no subgroup
+// matrices), the product-path chooser on synthetic records (an H100 through Dawn with its int8 and
+// f16 configurations, an Apple GPU's f16/f32 8x8 ones, none), their text, and Dawn's flags.
+import { describe, expect, it } from 'vitest';
+import { capabilitiesFrom, capabilitiesOf, capabilitySummary, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
+import { chooseProducts, defaultProducts, productPaths, productPathSummary, tensorCoresUnsupported } from '../../src/model/products';
+import { createNodeGpu, dawnFlags } from '../../src/node/gpu';
+import { mmaUnsupported } from '../../src/ops/matmulQ4Mma';
+import { testGpu } from '../helpers/gpu';
+
+const cfg = (componentType: string, resultComponentType: string, M: number, N: number, K: number): SubgroupMatrixConfig => ({ componentType, resultComponentType, M, N, K });
+
+/** An H100 through Dawn with allow_unsafe_apis and vulkan_enable_f16_on_nvidia: the int8 config the
+ * int8 kernels take and the f16 ones issue 38 reports. */
+const H100_CONFIGS = [
+  cfg('i8', 'i32', 16, 16, 32),
+  ...(['f32', 'f16'] as const).flatMap((r) => [cfg('f16', r, 16, 16, 16), cfg('f16', r, 16, 8, 16), cfg('f16', r, 16, 8, 8)]),
+];
+const APPLE_CONFIGS = [cfg('f32', 'f32', 8, 8, 8), cfg('f16', 'f16', 8, 8, 8), cfg('f16', 'f32', 8, 8, 8)];
+
+function record(over: Partial<Capabilities> = {}): Capabilities {
+  return {
+    adapter: 'synthetic',
+    vendor: 'nvidia',
+    shaderF16: true,
+    subgroups: { enabled: true, minSize: 32, maxSize: 32 },
+    subgroupMatrix: { enabled: true, configs: H100_CONFIGS },
+    packedInt8Dot: true,
+    limits: { maxBufferSize: 2 ** 36, maxStorageBufferBindingSize: 2 ** 32 - 4, maxComputeWorkgroupStorageSize: 49152, maxComputeInvocationsPerWorkgroup: 1024 },
+    ...over,
+  };
+}
+
+const path = (caps: Capabilities, p: 'f32' | 'int8' | 'f16') => productPaths(caps).find((x) => x.path === p)!;
+
+describe('capabilities of the real adapter', () => {
+  it('records what the device has enabled, the adapter subgroup sizes and the limits', async () => {
+    const gpu = await testGpu();
+    const caps = capabilitiesOf(gpu);
+    expect(caps.adapter).toBe(gpu.adapter.name);
+    expect(caps.shaderF16).toBe(gpu.features.has('shader-f16'));
+    expect(caps.subgroups.enabled).toBe(gpu.features.has('subgroups'));
+    expect(caps.subgroups.minSize).toBe(gpu.device.adapterInfo.subgroupMinSize);
+    expect(caps.subgroups.maxSize).toBe(gpu.device.adapterInfo.subgroupMaxSize);
+    expect(caps.subgroupMatrix.enabled).toBe(gpu.features.has('chromium-experimental-subgroup-matrix'));
+    expect(caps.packedInt8Dot).toBe(gpu.hasWgsl(PACKED_INT8_DOT));
+    expect(caps.limits.maxStorageBufferBindingSize).toBe(gpu.limits.maxStorageBufferBindingSize);
+    expect(caps.limits.maxBufferSize).toBe(gpu.limits.maxBufferSize);
+    expect(caps.limits.maxComputeWorkgroupStorageSize).toBe(gpu.limits.maxComputeWorkgroupStorageSize);
+    if (/llvmpipe/i.test(gpu.adapter.name)) {
+      expect(caps.shaderF16).toBe(true);
+      expect(caps.subgroups.enabled).toBe(true);
+      expect(caps.subgroupMatrix).toEqual({ enabled: false, configs: [] });
+    }
+  });
+
+  it("the same record from the worker's view (the summary and the enabled features, as gpuInfo stores them)", async () => {
+    const gpu = await testGpu();
+    const seen = JSON.parse(JSON.stringify({ summary: gpu.adapter, enabled: [...gpu.features] })) as { summary: typeof gpu.adapter; enabled: string[] };
+    expect(capabilitiesFrom(seen.summary, seen.enabled)).toEqual(capabilitiesOf(gpu));
+  });
+
+  it('the default products on it agree with the tensor-core GEMM own check', async () => {
+    const gpu = await testGpu();
+    const why = tensorCoresUnsupported(gpu);
+    if (mmaUnsupported(gpu) !== null) expect(why).toBe(mmaUnsupported(gpu));
+    expect(defaultProducts(gpu)).toBe(why === null ? 'int8' : 'f32');
+  });
+
+  it('a feature left off is off in the record', async () => {
+    const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe', disableFeatures: ['shader-f16', 'subgroups'] });
+    const caps = capabilitiesOf(gpu);
+    expect(caps.shaderF16).toBe(false);
+    expect(caps.subgroups.enabled).toBe(false);
+    expect(capabilitySummary(caps)).toContain('f16 shaders: no');
+    gpu.device.destroy();
+  });
+});
+
+describe('the product-path chooser', () => {
+  it('int8 configs with subgroups of 32: int8 by default; f16 tensor cores reported, not chosen', () => {
+    const caps = record();
+    expect(path(caps, 'int8').available).toBe(true);
+    expect(chooseProducts(caps).products).toBe('int8');
+    const f16 = path(caps, 'f16');
+    expect(f16.available).toBe(false);
+    expect(f16.why).toContain('f16->f32 16x16x16');
+    expect(f16.why).toContain('no f16 product path is implemented yet');
+    expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8)');
+    expect(capabilitySummary(caps)).toContain('subgroup matrices: i8->i32 16x16x32; f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8');
+    expect(productPathSummary(caps).at(-1)).toMatch(/^default products: int8 — int8 tensor cores/);
+  });
+
+  it("only f16/f32 configs (Apple's 8x8): f32, naming the missing int8 config and what is offered", () => {
+    const caps = record({ vendor: 'apple', subgroupMatrix: { enabled: true, configs: APPLE_CONFIGS }, limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } });
+    const choice = chooseProducts(caps);
+    expect(choice.products).toBe('f32');
+    expect(choice.why).toMatch(/no i8->i32 M16 N16 K32 subgroup-matrix configuration \(offered: f32->f32 M8 N8 K8, f16->f16 M8 N8 K8, f16->f32 M8 N8 K8\)/);
+    expect(path(caps, 'f16').why).toContain('f16->f16 8x8x8; f16->f32 8x8x8');
+    expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f16 8x8x8; f16->f32 8x8x8)');
+  });
+
+  it('no subgroup matrices: f32, saying the feature is missing', () => {
+    const caps = record({ subgroupMatrix: { enabled: false, configs: [] } });
+    expect(chooseProducts(caps)).toEqual({ products: 'f32', why: expect.stringContaining("no 'chromium-experimental-subgroup-matrix' feature") });
+    expect(path(caps, 'f16').why).toMatch(/^shader-f16, but no f16 subgroup-matrix configuration/);
+    expect(path(caps, 'f32')).toEqual({ path: 'f32', available: true, why: expect.any(String) });
+    expect(capabilitySummary(caps)).toContain('f16 tensor cores: not offered');
+  });
+
+  it('int8 configs but what the K-blocked tiles need missing: f32 with that reason', () => {
+    const cases: [Partial<Capabilities>, RegExp][] = [
+      [{ subgroups: { enabled: false, minSize: 32, maxSize: 32 } }, /'subgroups'/],
+      [{ packedInt8Dot: false }, /packed_4x8_integer_dot_product/],
+      [{ subgroups: { enabled: true, minSize: 16, maxSize: 64 } }, /16 to 64 lanes.*exactly 32/],
+      [{ limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } }, /needs \d+ bytes of workgroup memory; this GPU has 32768/],
+      [{ limits: { ...record().limits, maxComputeInvocationsPerWorkgroup: 128 } }, /256 threads a workgroup; this GPU allows 128/],
+    ];
+    for (const [over, reason] of cases) {
+      const choice = chooseProducts(record(over));
+      expect(choice.products).toBe('f32');
+      expect(choice.why).toMatch(reason);
+    }
+  });
+
+  it("no shader-f16 on NVIDIA: the summary names Dawn's toggle; the f16 path says why", () => {
+    const caps = record({ shaderF16: false });
+    expect(capabilitySummary(caps)[0]).toMatch(/^f16 shaders: no .*vulkan_enable_f16_on_nvidia/);
+    expect(capabilitySummary(record({ shaderF16: false, vendor: 'apple' }))[0]).toBe('f16 shaders: no');
+    expect(path(caps, 'f16').why).toMatch(/^no shader-f16 on this device/);
+  });
+});
+
+describe("Dawn's flags", () => {
+  it('joins the toggles of the options and of every enable/disable flag into one flag each', () => {
+    expect(dawnFlags({})).toEqual([]);
+    expect(dawnFlags({ unsafeApis: true, f16: true })).toEqual(['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia']);
+    expect(
+      dawnFlags({ f16: true, dawnFlags: ['enable-dawn-features=allow_unsafe_apis,dump_shaders', 'disable-dawn-features=timestamp_quantization', 'backend=vulkan', 'enable-dawn-features=vulkan_enable_f16_on_nvidia'] }),
+    ).toEqual(['enable-dawn-features=vulkan_enable_f16_on_nvidia,allow_unsafe_apis,dump_shaders', 'disable-dawn-features=timestamp_quantization', 'backend=vulkan']);
+  });
+});
