@@ -1,17 +1,21 @@
 // The app: the shell with its panels, and the status bar. The engine worker starts at once (the GPU
 // panel and the status bar ask it for the adapter); the reward playground and the data panel run
-// on the page and need neither a GPU nor a model.
+// on the page and need neither a GPU nor a model. The stored workspace (src/ui/workspace.ts) is
+// read first, so every panel starts as the user left it, and a model that was loaded reloads
+// itself (from the weight cache) without a click.
 import { startEngine } from '../worker/client';
 import { adaptersPanel } from './panels/adaptersPanel';
 import { benchPanel } from './panels/benchPanel';
 import { dataPanel } from './panels/dataPanel';
 import { evalPanel } from './panels/evalPanel';
 import { gpuPanel } from './panels/gpuPanel';
-import { modelPanel } from './panels/modelPanel';
+import { modelPanel, modelToRestore } from './panels/modelPanel';
 import { rewardsPanel } from './panels/rewardsPanel';
 import { trainPanel } from './panels/trainPanel';
+import { persistWorkspaceState, restoreWorkspaceState } from './persistState';
 import { createShell, type PanelDef } from './shell';
 import { StatusBar } from './status';
+import { flushWorkspace, restoreWorkspace, saveWorkspace, workspacePart } from './workspace';
 
 const engine = startEngine();
 const status = new StatusBar();
@@ -31,7 +35,16 @@ const panels: PanelDef[] = [
   { id: 'bench', title: 'Benchmark', build: () => benchPanel(engine, status) },
 ];
 
+await restoreWorkspace();
+restoreWorkspaceState();
+persistWorkspaceState();
 // The first step of the path (load a model) opens by default; the GPU panel says whether this browser can train at all.
-const shell = createShell(panels, 'model');
+const lastTab = workspacePart<{ id: string }>('tab')?.id;
+const shell = createShell(panels, 'model', typeof lastTab === 'string' ? lastTab : 'model', (id) => saveWorkspace('tab', { id }));
 // The status bar sits above the tabs, in the flow, so that it never covers a panel.
 document.getElementById('root')!.append(status.element, shell.element);
+// The Train panel publishes its settings (the Model panel's memory estimate reads them) and lists
+// the run to continue; the Model panel does a reload of the model (its progress shows there).
+shell.build('train');
+if (modelToRestore()) shell.build('model');
+window.addEventListener('pagehide', () => void flushWorkspace());
