@@ -49,3 +49,29 @@ export async function flushWorkspace(): Promise<void> {
     return v === undefined ? deleteWorkspacePart(part) : saveWorkspacePart(part, v);
   }));
 }
+
+type FormControl = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
+
+/**
+ * Restores the controls' values from the stored part (checkboxes and radios by `checked`, others by
+ * `value`; a select only to one of its options), then saves them whenever one changes. Returns
+ * whether a stored part was found. File inputs cannot be restored and must not be passed.
+ */
+export function persistControls(part: string, controls: Record<string, FormControl>): boolean {
+  const stored = workspacePart<Record<string, string | boolean>>(part);
+  const checkable = (c: FormControl): c is HTMLInputElement => c instanceof HTMLInputElement && (c.type === 'checkbox' || c.type === 'radio');
+  if (stored) {
+    for (const [k, c] of Object.entries(controls)) {
+      const v = stored[k];
+      if (checkable(c)) {
+        if (typeof v === 'boolean') c.checked = v;
+      } else if (typeof v === 'string' && (!(c instanceof HTMLSelectElement) || [...c.options].some((o) => o.value === v))) c.value = v;
+    }
+  }
+  const save = () => saveWorkspace(part, Object.fromEntries(Object.entries(controls).map(([k, c]) => [k, checkable(c) ? c.checked : c.value])));
+  for (const c of Object.values(controls)) {
+    c.addEventListener('input', save);
+    c.addEventListener('change', save);
+  }
+  return stored !== undefined;
+}

@@ -31,6 +31,7 @@ import { h } from '../dom';
 import { field, select } from '../form';
 import { formatBytes, formatNumber, formatSeconds } from '../format';
 import { highlightedCompletion } from '../highlight';
+import { adapterOnModel, configHash } from '../identity';
 import { imageCanvas } from '../imageCanvas';
 import type { StatusBar } from '../status';
 import { saveWorkspace, workspacePart } from '../workspace';
@@ -280,6 +281,8 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     renderSummary();
   });
   loadedModel.subscribe((m) => {
+    // A model (re)load starts without adapters.
+    if (!m) adapterOnModel.set(null);
     model.textContent = m ? `Model: ${m.location}.` : 'Model: none loaded; load one in the Model panel first.';
     sync();
   });
@@ -475,6 +478,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         latest = null;
         showStep(m);
         showSamples(e.samples);
+        publishAdapter();
         const line = `Step ${m.step}${run.config ? ` of ${run.config.max_steps}` : ''}: ${formatSeconds(m.step_time)}, ${Math.round(m.tokens_per_second)} tokens/s, reward ${formatNumber(m.reward)}`;
         stats.textContent = `${line}.`;
         void engine.gpuMemory().then((mem) => {
@@ -518,9 +522,24 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     }
   };
 
+  /** The live run's adapter is the one on the model: eval records and exports name it by run, step and config. */
+  let runHash: string | undefined;
+  const publishAdapter = () => {
+    if (run.live && run.runId) adapterOnModel.set({ name: run.runId, runId: run.runId, step: run.step, configHash: runHash });
+  };
+
   /** Puts a run on the dashboard: its config in the (locked or not) form and its terms in the rewards line. */
   const adopt = (runId: string, cfg: TrainConfig, live: boolean) => {
     Object.assign(run, { runId, config: cfg, live, pauseAfter: null });
+    if (live) {
+      runHash = undefined;
+      publishAdapter();
+      void configHash(cfg).then((hash) => {
+        if (run.runId !== runId) return;
+        runHash = hash;
+        publishAdapter();
+      });
+    }
     form.write(cfg);
     systemPrompt.value = cfg.system_prompt ?? '';
     renderRewards();
