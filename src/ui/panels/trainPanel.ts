@@ -169,8 +169,9 @@ function inspector(): { element: HTMLElement; show(samples: RolloutSample[], ima
 function configSummary(c: TrainConfig): string {
   const plan = batchPlan(c);
   const algo = c.importance_sampling_level === 'sequence' ? 'GSPO' : 'GRPO';
+  const prompts = plan.promptsPerMicroBatch * c.gradient_accumulation_steps;
   return (
-    `${algo} (${c.loss_type}), ${plan.promptsPerGeneration * (c.gradient_accumulation_steps / plan.stepsPerGeneration)} prompts x ${c.num_generations} completions a step, ` +
+    `${algo} (${c.loss_type}), ${prompts} prompt${prompts === 1 ? '' : 's'} x ${c.num_generations} completions a step, ` +
     `up to ${c.max_completion_length} tokens, lr ${c.learning_rate} (${c.lr_scheduler_type}), beta ${c.beta}, LoRA r ${c.lora.r}, ${c.max_steps} steps, seed ${c.seed}`
   );
 }
@@ -290,7 +291,9 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const rowImages = () => imageLookup(datasetStore.current?.split.train ?? []);
 
   // --- one render of the run state: state line, buttons, runs table, continue reason ---
-  const liveNow = () => run.live && (run.state === 'running' || run.state === 'paused');
+  function liveNow(): boolean {
+    return run.live && (run.state === 'running' || run.state === 'paused');
+  }
   function stateText(): string {
     if (!run.runId && !run.live) return 'idle';
     const of = run.config ? ` of ${run.config.max_steps}` : '';
@@ -320,15 +323,16 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     }
   }
 
-  const continueBlocked = (r: RunRecord): string | null => {
+  function continueBlocked(r: RunRecord): string | null {
     if (r.state === 'finished') return null;
     if (liveNow()) return `Continue is off while run ${run.runId} is ${run.state}: stop it first.`;
     if (!loadedModel.current) return 'Continue needs the model loaded (Model panel); a model you had loaded reloads by itself.';
     return null;
-  };
+  }
 
   function renderRuns() {
     let reason: string | null = null;
+    if (stored.length === 0) return void runsBody.replaceChildren(h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'No runs yet: Start one above; it is kept in this browser and can be continued after a reload.')));
     runsBody.replaceChildren(
       ...stored.map((r) => {
         const isLive = run.live && r.runId === run.runId;
@@ -644,8 +648,15 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     sync();
   };
 
-  charts.reset(rewardTerms.current.map((t) => t.name), null);
   onFormChange();
+  // Before any run the charts follow the form (e.g. the KL chart says when beta = 0 leaves it empty).
+  let formConfig: TrainConfig | null = null;
+  try {
+    formConfig = resolveConfig({ ...formInput(), rewards: rewardTerms.current }).config;
+  } catch {
+    formConfig = null;
+  }
+  charts.reset(rewardTerms.current.map((t) => t.name), formConfig);
   void refreshRuns().catch(showError);
 
   return h(
