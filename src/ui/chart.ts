@@ -94,6 +94,8 @@ export class LiveChart {
             // One step still gets an axis of whole numbers around it.
             range: (_u, min, max) => (min === max ? [Math.max(0, min - 1), max + 1] : [min, max]),
           },
+          // A flat series sits mid-chart on a small range around its value (uPlot's default spans 0 to 100).
+          y: { range: (_u, min, max) => (min === max ? [min - (Math.abs(min) || 1) / 2, max + (Math.abs(max) || 1) / 2] : uPlot.rangeNum(min, max, 0.1, true)) },
         },
         axes: [{ label: xLabel, incrs: STEP_INCREMENTS, values: (_u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : '')) }, {}],
         legend: { show: false },

@@ -152,6 +152,11 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
     await row.waitFor({ timeout: 30_000 });
     expect(await text(row.getByTestId('run-state'))).toBe('interrupted');
     expect(await text(row.getByTestId('run-step'))).toBe('2 / 3');
+    // The interrupted run is back on the dashboard: its state, its two steps on the charts, its rollouts.
+    await expect.poll(() => text(p.getByTestId('train-state')), { timeout: 30_000 }).toBe('interrupted at step 2 of 3');
+    await agreement(page, runId);
+    await expect.poll(() => p.getByTestId('train-charts').locator('[role="img"]').first().getAttribute('aria-label')).toMatch(/at step 2$/);
+    expect(await p.getByTestId('rollout-inspector').locator('tbody tr').count()).toBe(2);
     const continueButton = p.getByRole('button', { name: `Continue ${runId}` });
     expect(await continueButton.isDisabled()).toBe(true);
     expect(await text(p.getByTestId('continue-reason'))).toMatch(/needs the model loaded/);

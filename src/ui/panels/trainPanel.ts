@@ -35,6 +35,7 @@ import { adapterOnModel, configHash } from '../identity';
 import { imageCanvas } from '../imageCanvas';
 import type { StatusBar } from '../status';
 import { saveWorkspace, workspacePart } from '../workspace';
+import { modelToRestore } from './modelPanel';
 import { configForm } from './trainConfigForm';
 
 interface ChartSpec {
@@ -298,7 +299,9 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     if (!run.runId && !run.live) return 'idle';
     const of = run.config ? ` of ${run.config.max_steps}` : '';
     if (run.state === 'running' && run.pauseAfter !== null) return `pausing after step ${run.pauseAfter}${of}`;
-    return `${run.state} at step ${run.step}${of}`;
+    // A stored run shown here that no page is training: "running" in storage means cut off.
+    const label = !run.live && run.state === 'running' ? 'interrupted' : run.state;
+    return `${label} at step ${run.step}${of}`;
   }
   function sync() {
     const live = liveNow();
@@ -326,7 +329,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   function continueBlocked(r: RunRecord): string | null {
     if (r.state === 'finished') return null;
     if (liveNow()) return `Continue is off while run ${run.runId} is ${run.state}: stop it first.`;
-    if (!loadedModel.current) return 'Continue needs the model loaded (Model panel); a model you had loaded reloads by itself.';
+    if (!loadedModel.current) return `Continue needs the model loaded (Model panel)${modelToRestore() ? ': the model you had loaded is reloading by itself.' : '.'}`;
     return null;
   }
 
@@ -338,9 +341,9 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         const isLive = run.live && r.runId === run.runId;
         const stateCell = isLive ? (run.pauseAfter !== null && run.state === 'running' ? 'pausing' : run.state) : storedState(r);
         const step = isLive ? run.step : r.step;
-        const blocked = continueBlocked(r);
-        reason ??= blocked;
         const canContinue = r.state !== 'finished' && !isLive;
+        const blocked = canContinue ? continueBlocked(r) : null;
+        reason ??= blocked;
         return h(
           'tr',
           { 'data-run': r.runId, class: isLive ? 'live' : '' },
@@ -473,6 +476,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         renderSummary();
         renderRewards();
         renderProgress();
+        sync();
         void refreshRuns().catch(showError);
         break;
       case 'step': {
@@ -657,7 +661,13 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     formConfig = null;
   }
   charts.reset(rewardTerms.current.map((t) => t.name), formConfig);
-  void refreshRuns().catch(showError);
+  // After a reload, the latest run that can go on is back on the dashboard, with its config and terms.
+  void refreshRuns()
+    .then(() => {
+      const last = stored[0];
+      if (last && !run.runId && !run.live && ['running', 'paused', 'stopped'].includes(last.state)) return showRun(last);
+    })
+    .catch(showError);
 
   return h(
     'section',
