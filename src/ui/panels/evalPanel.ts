@@ -110,6 +110,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
 
   const run = h('button', { type: 'button', class: 'primary' }, 'Run eval');
   const cancel = h('button', { type: 'button', disabled: true }, 'Cancel eval');
+  const runReason = h('p', { class: 'hint', 'data-testid': 'eval-run-reason', 'aria-live': 'polite' });
   const cancelNote = h('small', { class: 'hint' }, 'Cancel stops after the row in flight; the rows finished so far are kept, marked cancelled.');
   const progress = h('progress', { max: 1, value: 0, 'aria-label': 'Eval progress', hidden: true });
   const progressText = h('span', { 'data-testid': 'eval-progress', 'aria-live': 'polite' });
@@ -130,6 +131,9 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
   };
   const sync = () => {
     run.disabled = busy || !loadedModel.current || !datasetStore.current?.split.heldOut.length;
+    // A disabled Run says why.
+    runReason.textContent = busy ? '' : !loadedModel.current ? 'Run eval needs a model: load one in the Model panel.' : !datasetStore.current?.split.heldOut.length ? 'Run eval needs held-out rows: load a data set in the Data panel.' : '';
+    runReason.hidden = runReason.textContent === '';
     cancel.disabled = !busy;
   };
   let busy = false;
@@ -295,6 +299,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     sampledFields,
     field('System prompt', systemPrompt, 'For rows without their own (as in training); empty for none.'),
     h('div', { class: 'row' }, run, cancel, progress, progressText, cancelNote),
+    runReason,
     error,
     summary,
     records,

@@ -258,7 +258,7 @@ export function rewardsPanel(): HTMLElement {
     // aria-disabled rather than disabled: it stays focusable, so keyboard users hear the reason.
     runOnRollouts.setAttribute('aria-disabled', String(n === 0));
     rolloutsReason.textContent = n
-      ? `${n} completions of ${samples.length} prompt groups, step ${samples[0].step} (Train panel).`
+      ? `${n} completions of ${samples.length} prompt group${samples.length === 1 ? '' : 's'}, step ${samples[0].step} (Train panel).`
       : 'No rollouts yet: they come from a training run (Train panel), which needs a model (Model panel).';
   });
 
