@@ -172,6 +172,10 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
     expect(await waitForState(page, /^(finished|stopped|failed)/)).toBe('finished at step 3 of 3');
     await expect.poll(async () => (await agreement(page, runId)).row).toBe('finished 3 / 3');
     expect(await continueButton.count()).toBe(0);
+    // The summary no longer says the form is locked; no advice meant for programmers reaches the user.
+    expect(await text(p.getByTestId('train-config-summary'))).not.toMatch(/locked/);
+    await p.getByTestId('train-messages').getByText(/^(Adapter saved as|The adapter was not saved)/).waitFor({ timeout: 60_000 });
+    expect(await text(p.getByTestId('train-messages'))).not.toMatch(/force: true/);
     await screenshot(page, 'ui-train-continued');
     expect(await unlabelledControls(page)).toEqual([]);
     console.log(`ui-train: ${((Date.now() - started) / 1000).toFixed(0)} s`);

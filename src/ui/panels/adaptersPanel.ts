@@ -12,15 +12,9 @@ import { adaptersChanged, loadedModel } from '../appState';
 import { adapterOnModel, configHash, describeAdapter } from '../identity';
 import { h } from '../dom';
 import { downloadBlob } from '../download';
+import { userMessage } from '../errors';
 import { field } from '../form';
 import type { StatusBar } from '../status';
-
-/** An error for people: the library's advice to its callers (an option of exportPeft) is not theirs. */
-function userMessage(e: unknown): string {
-  const message = e instanceof Error ? e.message : String(e);
-  if (e instanceof Error && e.name === 'UntrainedAdapterError') return message.replace(/;\s*pass force: true[^.]*\./, '; train it first (Train panel), then export it.');
-  return message;
-}
 
 /** The adapter's name from picked files: the folder they were picked in, when there is one. */
 function folderName(files: readonly File[]): string | null {

@@ -30,6 +30,7 @@ import { datasetStore } from '../datasetStore';
 import { h } from '../dom';
 import { field, select } from '../form';
 import { formatBytes, formatNumber, formatSeconds } from '../format';
+import { userMessage } from '../errors';
 import { highlightedCompletion } from '../highlight';
 import { adapterOnModel, configHash } from '../identity';
 import { imageCanvas } from '../imageCanvas';
@@ -255,7 +256,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     renderSummary();
   };
   const renderSummary = () => {
-    if (run.config && run.live) return void (summaryText.textContent = `${configSummary(run.config)} (run ${run.runId}; the form is locked while it runs)`);
+    if (run.config && liveNow()) return void (summaryText.textContent = `${configSummary(run.config)} (run ${run.runId}; the form is locked while it runs)`);
     try {
       summaryText.textContent = configSummary(resolveConfig({ ...formInput(), rewards: rewardTerms.current }).config);
     } catch (e) {
@@ -526,7 +527,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       adaptersChanged.set(adaptersChanged.current + 1);
       note(`Adapter saved as ${id} (Adapters panel).`);
     } catch (e) {
-      note(`The adapter was not saved: ${e instanceof Error ? e.message : String(e)}`);
+      note(`The adapter was not saved: ${userMessage(e)}`);
     }
   };
 
