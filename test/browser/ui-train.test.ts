@@ -178,6 +178,16 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
     expect(await text(p.getByTestId('train-messages'))).not.toMatch(/force: true/);
     await screenshot(page, 'ui-train-continued');
     expect(await unlabelledControls(page)).toEqual([]);
+
+    // A new run starts from a clean dashboard: no step line, rollouts or chart values of the last run.
+    await button('Start').click();
+    await waitForState(page, /^running at step 0 of 3$/);
+    expect(await text(p.getByTestId('train-stats'))).toBe('No step yet.');
+    expect(await text(p.getByTestId('rollout-inspector'))).toBe('The latest rollouts appear here after the first step.');
+    for (const label of await p.getByTestId('train-charts').locator('[role="img"]').evaluateAll((els) => els.map((e) => e.getAttribute('aria-label') ?? ''))) {
+      expect(label).not.toMatch(/at step/);
+    }
+    expect(await text(p.getByTestId('train-warnings'))).toBe('');
     console.log(`ui-train: ${((Date.now() - started) / 1000).toFixed(0)} s`);
   }, 900_000);
 });
