@@ -103,7 +103,8 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     field('Samples per row', samples, 'More than one gives pass@k in “rows with a correct sample”.'),
   );
   decoding.addEventListener('change', () => (sampledFields.hidden = decoding.value !== 'sampled'));
-  persistControls('eval', { withAdapter, decoding, temperature, topP, samples, seed, maxNew, format, label, systemPrompt });
+  // Not "Evaluate": after a reload the model starts without the adapter that choice meant.
+  persistControls('eval', { decoding, temperature, topP, samples, seed, maxNew, format, label, systemPrompt });
   sampledFields.hidden = decoding.value !== 'sampled';
   // The adapter option names the adapter it would evaluate.
   adapterOnModel.subscribe((a) => (withAdapter.options[1].textContent = a ? `With the adapter on the model: ${describeAdapter(a)}` : 'With the adapter on the model (trained or applied)'));
