@@ -97,7 +97,8 @@ export class LiveChart {
           // A flat series sits mid-chart on a small range around its value (uPlot's default spans 0 to 100).
           y: { range: (_u, min, max) => (min === max ? [min - (Math.abs(min) || 1) / 2, max + (Math.abs(max) || 1) / 2] : uPlot.rangeNum(min, max, 0.1, true)) },
         },
-        axes: [{ label: xLabel, incrs: STEP_INCREMENTS, values: (_u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : '')) }, {}],
+        // y ticks to 3 significant digits: uPlot's own format shows a range like 0 to 0.0003 as "0" twice.
+        axes: [{ label: xLabel, incrs: STEP_INCREMENTS, values: (_u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : '')) }, { values: (_u, splits) => splits.map((v) => (v === null ? '' : String(Number(v.toPrecision(3))))) }],
         legend: { show: false },
         cursor: { drag: { x: false, y: false } },
         series,
