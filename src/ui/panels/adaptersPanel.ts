@@ -29,7 +29,7 @@ export function adaptersPanel(engine: Remote<EngineApi>, status: StatusBar): HTM
   const error = h('p', { class: 'error', role: 'alert', 'data-testid': 'adapters-error', hidden: true });
   const importInput = h('input', { type: 'file', multiple: true, accept: '.json,.safetensors' });
   const importFolder = h('input', { type: 'file', webkitdirectory: true });
-  const importName = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'the folder’s name, else imported-<date>' });
+  const importName = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'the folder’s name' });
   const importButton = h('button', { type: 'button' }, 'Import');
   let importFiles: File[] = [];
   for (const input of [importInput, importFolder]) {
@@ -149,7 +149,7 @@ export function adaptersPanel(engine: Remote<EngineApi>, status: StatusBar): HTM
       { class: 'row' },
       field('Adapter files to import', importInput, `${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE} (F32, BF16 or F16).`),
       field('or their folder', importFolder),
-      field('Name', importName, 'Kept in this browser under this name.'),
+      field('Name', importName, 'Kept in this browser under this name; empty: the folder’s name, else imported-<date>.'),
       importButton,
     ),
     error,
