@@ -1,5 +1,6 @@
 // Progress inside a training step, for the dashboard: which phase runs (generating, scoring,
-// training), the tokens of each prompt group generated so far, and which micro-batch trains. It is
+// training), the tokens of each prompt group generated so far (the group in flight too, as the
+// sampler's readbacks come in), and which micro-batch trains. It is
 // read off the Policy the trainer calls (generate, forward, backward), so the trainer needs no
 // hook of its own: a step's generation calls Policy.generate once per prompt, then no-grad
 // forwards for old/reference log-probs; its training runs a training forward (or several, for a
@@ -18,6 +19,8 @@ export interface StepProgress {
   groupsToGenerate: number;
   /** Completion tokens of each group generated so far this step (all G completions together). */
   groupTokens: number[];
+  /** Tokens sampled so far in the group being generated (all its completions together). */
+  tokensInFlight: number;
   /** Prompt groups trained on so far this step (the one in flight included), of trainingGroups. */
   trainingGroup: number;
   trainingGroups: number;
@@ -41,7 +44,7 @@ export function progressPolicy(inner: Policy, config: TrainConfig, send: (e: Run
   let p: StepProgress;
   let lastTrained: unknown = null;
   const reset = (done: number) => {
-    p = { step: done + 1, phase: 'generating', groupsToGenerate: 0, groupTokens: [], trainingGroup: 0, trainingGroups, microBatch: 0, microBatches: config.gradient_accumulation_steps };
+    p = { step: done + 1, phase: 'generating', groupsToGenerate: 0, groupTokens: [], tokensInFlight: 0, trainingGroup: 0, trainingGroups, microBatch: 0, microBatches: config.gradient_accumulation_steps };
     lastTrained = null;
   };
   reset(0);
@@ -54,9 +57,17 @@ export function progressPolicy(inner: Policy, config: TrainConfig, send: (e: Run
     async generate(prompt, numSamples, opts) {
       p.phase = 'generating';
       p.groupsToGenerate = plan.promptsPerGeneration;
+      p.tokensInFlight = 0;
       emit();
-      const out = await inner.generate(prompt, numSamples, opts);
+      const out = await inner.generate(prompt, numSamples, {
+        ...opts,
+        onTokens: (n) => {
+          p.tokensInFlight = n;
+          emit();
+        },
+      });
       p.groupTokens.push(out.reduce((n, c) => n + c.tokens.length, 0));
+      p.tokensInFlight = 0;
       emit();
       return out;
     },

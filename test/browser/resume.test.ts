@@ -110,6 +110,10 @@ describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
     const phases = (await page.evaluate(`window.__events.filter((e) => e.type === 'progress' && e.progress.step === ${k + 1}).map((e) => e.progress.phase)`)) as string[];
     expect(phases[0]).toBe('generating');
     expect(phases.at(-1)).toBe('training');
+    // The sampler's readbacks report the group's tokens while it generates (2 completions of at most 4 tokens).
+    const inFlight = (await page.evaluate(`window.__events.filter((e) => e.type === 'progress' && e.progress.step === ${k + 1}).map((e) => e.progress.tokensInFlight)`)) as number[];
+    expect(Math.max(...inFlight)).toBeGreaterThan(0);
+    expect(Math.max(...inFlight)).toBeLessThanOrEqual(2 * CONFIG.max_completion_length);
     expect(await page.evaluate(weightsJs)).not.toEqual(stopped);
     await page.evaluate(`window.__api.resumeTraining()`);
     await waitFor(page, 'finished', `window.__events.some((e) => e.type === 'state' && (e.state === 'finished' || e.state === 'failed'))`);

@@ -17,7 +17,12 @@ describe('step progress from the policy calls', () => {
     let g = 0;
     const inner: Policy = {
       lora: [],
-      generate: async () => completions(lengths[g++]),
+      // Reports its tokens once mid-way, as the sampler's readbacks would.
+      generate: async (_p, _n, opts) => {
+        const c = completions(lengths[g++]);
+        opts.onTokens?.(1);
+        return c;
+      },
       forward: async () => ({}) as TrainingForward,
       backward: async () => undefined,
     };
@@ -32,7 +37,9 @@ describe('step progress from the policy calls', () => {
     for (const x of [ps[0], ps[0], ps[1], ps[2], ps[3]]) await p.policy.forward({ prompt: x, completions: [] }, { temperature: 1, lora: true, train: true });
 
     expect(events.every((e) => e.step === 5)).toBe(true);
-    expect(events.filter((e) => e.phase === 'generating').map((e) => e.groupTokens)).toEqual([[], [8], [8], [8, 2], [8, 2], [8, 2, 8], [8, 2, 8], [8, 2, 8, 8]]);
+    const generating = events.filter((e) => e.phase === 'generating');
+    expect(generating.map((e) => e.groupTokens)).toEqual([[], [], [8], [8], [8], [8, 2], [8, 2], [8, 2], [8, 2, 8], [8, 2, 8], [8, 2, 8], [8, 2, 8, 8]]);
+    expect(generating.map((e) => e.tokensInFlight)).toEqual([0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0]);
     expect(events.filter((e) => e.phase === 'scoring')).toHaveLength(4);
     expect(events.filter((e) => e.phase === 'training').map((e) => [e.trainingGroup, e.microBatch])).toEqual([[1, 1], [1, 1], [2, 1], [3, 2], [4, 2]]);
     expect(events.at(-1)).toMatchObject({ groupsToGenerate: 4, trainingGroups: 4, microBatches: 2 });

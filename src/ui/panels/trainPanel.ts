@@ -392,9 +392,10 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const stepTimes: number[] = [];
   const phaseText = (p: StepProgress): string => {
     if (p.phase === 'generating') {
-      const done = p.groupTokens.map((n, i) => `group ${i + 1}: ${n} tokens`).join(', ');
       const at = Math.min(p.groupTokens.length + 1, p.groupsToGenerate);
-      return `generating group ${at} of ${p.groupsToGenerate}${done ? ` (${done})` : ''}`;
+      const inFlight = p.groupTokens.length < p.groupsToGenerate ? [`group ${at}: ${p.tokensInFlight} tokens so far`] : [];
+      const tokens = [...p.groupTokens.map((n, i) => `group ${i + 1}: ${n} tokens`), ...inFlight].join(', ');
+      return `generating group ${at} of ${p.groupsToGenerate} (${tokens})`;
     }
     if (p.phase === 'scoring') return `scoring the ${p.groupTokens.length} groups (log-probs for the loss)`;
     return `training micro-batch ${p.microBatch} of ${p.microBatches} (group ${p.trainingGroup} of ${p.trainingGroups})`;
