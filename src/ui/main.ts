@@ -43,8 +43,6 @@ const lastTab = workspacePart<{ id: string }>('tab')?.id;
 const shell = createShell(panels, 'model', typeof lastTab === 'string' ? lastTab : 'model', (id) => saveWorkspace('tab', { id }));
 // The status bar sits above the tabs, in the flow, so that it never covers a panel.
 document.getElementById('root')!.append(status.element, shell.element);
-// The Train panel publishes its settings (the Model panel's memory estimate reads them) and lists
-// the run to continue; the Model panel does a reload of the model (its progress shows there).
-shell.build('train');
+// The Model panel reloads the model the user had loaded (its progress shows there).
 if (modelToRestore()) shell.build('model');
 window.addEventListener('pagehide', () => void flushWorkspace());

@@ -15,7 +15,8 @@ import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type M
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
 import { proxy } from '../../worker/client';
-import { loadedModel, trainSettings } from '../appState';
+import type { TrainConfigInput } from '../../rl/config';
+import { loadedModel, trainSettings, type TrainSettings } from '../appState';
 import { saveWorkspace, workspacePart } from '../workspace';
 import { h } from '../dom';
 import { field, select } from '../form';
@@ -46,6 +47,13 @@ const isChoice = (v: unknown): v is Choice => CHOICES.some((c) => c.value === v)
 export function modelToRestore(): boolean {
   const m = workspacePart<StoredModel>('model');
   return m?.loaded === true && isChoice(m.choice) && m.choice !== 'files';
+}
+
+/** The sizes of the Train form as stored in the workspace, when the Train panel has not been built yet. */
+function storedTrainSettings(): TrainSettings | null {
+  const v = workspacePart<{ values: TrainConfigInput }>('train')?.values;
+  if (!v || typeof v.num_generations !== 'number' || typeof v.max_completion_length !== 'number') return null;
+  return { num_generations: v.num_generations, max_completion_length: v.max_completion_length, max_prompt_length: v.max_prompt_length ?? null, lora_r: v.lora?.r ?? DEFAULT_TRAINING_WORK.loraRank };
 }
 
 /** Context the plan assumes for the KV cache estimate (prompt with an image plus a completion). */
@@ -128,8 +136,8 @@ async function inspect(model: Inspectable, limits: { maxBufferSize: number; maxS
 function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
   const t = r.config.text;
   const kv = r.plan.kvCacheBytesPerToken * PLAN_CONTEXT_TOKENS;
-  // The Train form's values where it has them (it publishes them), else the planner's defaults.
-  const t0 = trainSettings.current;
+  // The Train form's values (published by the panel, or stored from an earlier visit), else the planner's defaults.
+  const t0 = trainSettings.current ?? storedTrainSettings();
   const w = t0
     ? { ...DEFAULT_TRAINING_WORK, generations: t0.num_generations, completionTokens: t0.max_completion_length, promptTokens: t0.max_prompt_length ?? DEFAULT_TRAINING_WORK.promptTokens, loraRank: t0.lora_r }
     : DEFAULT_TRAINING_WORK;
