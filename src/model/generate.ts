@@ -36,6 +36,8 @@ export interface GenerateRequest {
   /** A sequence ends after it samples one of these (the token is kept). */
   stopIds: readonly number[];
   lora: readonly LayerLora[] | null;
+  /** Told the tokens kept so far over all sequences after each readback (progress for the UI). */
+  onTokens?: (tokens: number) => void;
 }
 
 export interface GeneratedSequence {
@@ -159,6 +161,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
       later?.catch(() => undefined);
       if (later) next += Math.min(STEPS_PER_SUBMIT, r.maxNewTokens - next);
       const finished = take(await inFlight);
+      r.onTokens?.(out.reduce((n, s) => n + s.tokens.length, 0));
       if (!later) break;
       if (finished) {
         await later;

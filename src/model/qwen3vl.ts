@@ -369,6 +369,7 @@ export class Qwen3VL {
           seed: opts.seed,
           stopIds: extra.stopIds ?? this.config.tokens.eos,
           lora: useLora ? this.requireLora() : null,
+          onTokens: opts.onTokens,
         },
       );
       return seqs.map((s) => ({

@@ -30,6 +30,8 @@ export interface SamplingOptions {
   repetitionPenalty?: number;
   maxNewTokens: number;
   seed: number;
+  /** Progress: the tokens sampled so far over all samples, told as they are read back (optional). */
+  onTokens?: (tokens: number) => void;
 }
 
 export interface Completion {

@@ -1,6 +1,9 @@
 // A live line chart over uPlot for the training dashboard: several named series over one x axis
-// (the step), points appended as metrics arrive, redrawn at most once a frame. The figure has an
-// accessible name (its title) and the plot a text alternative with the latest value of each series.
+// (the step, with whole-number ticks), points appended as metrics arrive, redrawn at most once a
+// frame. Each series' latest value is always visible in the legend (no hovering needed); noisy
+// series can be drawn smoothed (an exponential moving average over the faint raw line); a chart
+// with no values says why. The figure has an accessible name (its title) and the plot a text
+// alternative with the latest value of each series.
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { h } from './dom';
@@ -9,7 +12,7 @@ import { uniqueId } from './form';
 
 export interface ChartSeries {
   name: string;
-  /** CSS colour; by default one of a palette that stays distinct in grey scale too. */
+  /** CSS colour (#rrggbb); by default one of a palette that stays distinct in grey scale too. */
   color?: string;
 }
 
@@ -19,11 +22,29 @@ export interface ChartOptions {
   /** Name of the x axis (default 'step'). */
   xLabel?: string;
   height?: number;
+  /** Draw each series as its moving average over its faint raw values (noisy metrics). */
+  smooth?: boolean;
+  /** Shown while no series has a value (default: values come after the first step). */
+  emptyNote?: string;
 }
 
 const PALETTE = ['#1f5fbf', '#c2410c', '#15803d', '#7e22ce', '#a16207', '#0e7490', '#be123c', '#4b5563'];
-const DEFAULT_HEIGHT = 200;
-const FALLBACK_WIDTH = 480;
+const DEFAULT_HEIGHT = 160;
+const FALLBACK_WIDTH = 400;
+/** Weight of the previous average in the smoothed line (TensorBoard's slider at 0.6). */
+export const SMOOTHING = 0.6;
+/** Tick spacings of the step axis: whole numbers only. */
+const STEP_INCREMENTS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000];
+
+/** The exponential moving average of a column, skipping gaps (a gap stays a gap). */
+export function smoothed(column: readonly (number | null)[], weight = SMOOTHING): (number | null)[] {
+  let avg: number | null = null;
+  return column.map((v) => {
+    if (v === null) return null;
+    avg = avg === null ? v : weight * avg + (1 - weight) * v;
+    return avg;
+  });
+}
 
 export class LiveChart {
   readonly element: HTMLElement;
@@ -32,6 +53,8 @@ export class LiveChart {
   /** One column per series, aligned with xs; null where a series had no value at that x. */
   private readonly columns: (number | null)[][];
   private readonly plotArea: HTMLElement;
+  private readonly legendValues: HTMLElement[];
+  private readonly empty: HTMLElement;
   private readonly plot: uPlot;
   private readonly resize: ResizeObserver;
   private frame = 0;
@@ -42,23 +65,48 @@ export class LiveChart {
     if (this.names.length === 0) throw new Error(`chart '${options.title}': no series`);
     if (new Set(this.names).size !== this.names.length) throw new Error(`chart '${options.title}': two series share a name`);
     this.columns = this.names.map(() => []);
+    const colors = options.series.map((s, i) => s.color ?? PALETTE[i % PALETTE.length]);
 
     const captionId = uniqueId('chart');
     this.plotArea = h('div', { role: 'img', class: 'chart-plot' });
-    this.element = h('figure', { class: 'chart', 'aria-labelledby': captionId }, h('figcaption', { id: captionId }, options.title), this.plotArea);
+    this.legendValues = this.names.map(() => h('span', { class: 'chart-value' }, '—'));
+    const legend = h(
+      'ul',
+      { class: 'chart-legend', 'aria-hidden': 'true' },
+      ...this.names.map((name, i) => {
+        // Through the CSSOM, not a style attribute: a Content-Security-Policy without 'unsafe-inline' styles allows it.
+        const swatch = h('span', { class: 'swatch' });
+        swatch.style.background = colors[i];
+        return h('li', {}, swatch, h('span', { class: 'chart-series' }, name), ' ', this.legendValues[i]);
+      }),
+    );
+    this.empty = h('p', { class: 'chart-empty muted' }, options.emptyNote ?? 'No values yet: they come after the first step.');
+    this.element = h('figure', { class: 'chart', 'aria-labelledby': captionId }, h('figcaption', { id: captionId }, options.title), legend, h('div', { class: 'chart-body' }, this.plotArea, this.empty));
     const xLabel = options.xLabel ?? 'step';
+    const raw = options.smooth ? 1 : 1.5;
+    const series: uPlot.Series[] = [{ label: xLabel }];
+    options.series.forEach((s, i) => {
+      series.push({ label: s.name, stroke: options.smooth ? `${colors[i]}55` : colors[i], width: raw, spanGaps: true, points: { show: !options.smooth } });
+      if (options.smooth) series.push({ label: `${s.name} (smoothed)`, stroke: colors[i], width: 2, spanGaps: true });
+    });
     this.plot = new uPlot(
       {
         width: FALLBACK_WIDTH,
         height: options.height ?? DEFAULT_HEIGHT,
-        scales: { x: { time: false } },
-        axes: [{ label: xLabel }, {}],
-        legend: { show: true, live: true },
+        scales: {
+          x: {
+            time: false,
+            // One step still gets an axis of whole numbers around it.
+            range: (_u, min, max) => (min === max ? [Math.max(0, min - 1), max + 1] : [min, max]),
+          },
+          // A flat series sits mid-chart on a small range around its value (uPlot's default spans 0 to 100).
+          y: { range: (_u, min, max) => (min === max ? [min - (Math.abs(min) || 1) / 2, max + (Math.abs(max) || 1) / 2] : uPlot.rangeNum(min, max, 0.1, true)) },
+        },
+        // y ticks to 3 significant digits: uPlot's own format shows a range like 0 to 0.0003 as "0" twice.
+        axes: [{ label: xLabel, incrs: STEP_INCREMENTS, values: (_u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : '')) }, { values: (_u, splits) => splits.map((v) => (v === null ? '' : String(Number(v.toPrecision(3))))) }],
+        legend: { show: false },
         cursor: { drag: { x: false, y: false } },
-        series: [
-          { label: xLabel },
-          ...options.series.map((s, i) => ({ label: s.name, stroke: s.color ?? PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true })),
-        ],
+        series,
       },
       this.alignedData(),
       this.plotArea,
@@ -109,7 +157,8 @@ export class LiveChart {
   }
 
   private alignedData(): uPlot.AlignedData {
-    return [this.xs, ...this.columns];
+    const cols = this.options.smooth ? this.columns.flatMap((c) => [c, smoothed(c)]) : this.columns;
+    return [this.xs, ...cols];
   }
 
   private scheduleRedraw(): void {
@@ -122,13 +171,16 @@ export class LiveChart {
     });
   }
 
-  /** The text alternative: the latest value of every series. */
+  /** The latest value of every series, in the legend and the text alternative. */
   private describe(): void {
+    const xLabel = this.options.xLabel ?? 'step';
     const latest = this.names.map((name, i) => {
       const col = this.columns[i];
-      for (let k = col.length - 1; k >= 0; k--) if (col[k] !== null) return `${name} ${formatNumber(col[k] as number)} at ${this.options.xLabel ?? 'step'} ${this.xs[k]}`;
-      return `${name} no data`;
+      for (let k = col.length - 1; k >= 0; k--) if (col[k] !== null) return { name, value: col[k] as number, x: this.xs[k] };
+      return { name, value: null, x: null };
     });
-    this.plotArea.setAttribute('aria-label', `${this.options.title}: ${latest.join('; ')}`);
+    latest.forEach((l, i) => (this.legendValues[i].textContent = l.value === null ? '—' : formatNumber(l.value)));
+    this.empty.hidden = latest.some((l) => l.value !== null);
+    this.plotArea.setAttribute('aria-label', `${this.options.title}: ${latest.map((l) => (l.value === null ? `${l.name} no data` : `${l.name} ${formatNumber(l.value)} at ${xLabel} ${l.x}`)).join('; ')}`);
   }
 }

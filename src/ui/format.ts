@@ -12,3 +12,15 @@ export function formatBytes(n: number): string {
   if (n >= 2 ** 10) return `${(n / 2 ** 10).toFixed(0)} KiB`;
   return `${n} B`;
 }
+
+/** A duration for people: "850 ms" under a second, else seconds to 2 decimals ("12.34 s"), minutes past 100 s ("4 min 05 s"). */
+export function formatSeconds(s: number): string {
+  if (!Number.isFinite(s)) return String(s);
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
+  if (s < 100) return `${s.toFixed(2)} s`;
+  const total = Math.round(s);
+  return `${Math.floor(total / 60)} min ${String(total % 60).padStart(2, '0')} s`;
+}
+
+/** A share as a percentage to one decimal: 0.375 → "37.5%". */
+export const formatPercent = (x: number): string => `${(100 * x).toFixed(1)}%`;

@@ -13,9 +13,15 @@ export interface Shell {
   element: HTMLElement;
   /** Opens a panel by id (unknown ids open the default). */
   show(id: string): void;
+  /** Builds a panel without opening it (one whose work starts by itself, e.g. a model reload). */
+  build(id: string): void;
 }
 
-export function createShell(panels: readonly PanelDef[], defaultId: string): Shell {
+/**
+ * `initialId` opens when the URL names no panel (the tab the user last had open); `onShow` hears
+ * every panel opened.
+ */
+export function createShell(panels: readonly PanelDef[], defaultId: string, initialId = defaultId, onShow?: (id: string) => void): Shell {
   const tabs = panels.map((p) =>
     h('button', { type: 'button', role: 'tab', id: `tab-${p.id}`, 'aria-controls': `panel-${p.id}`, 'aria-selected': 'false', tabindex: '-1', 'data-panel': p.id }, p.title),
   );
@@ -28,6 +34,13 @@ export function createShell(panels: readonly PanelDef[], defaultId: string): She
     return i >= 0 ? i : panels.findIndex((p) => p.id === defaultId);
   };
 
+  const build = (id: string) => {
+    const i = panels.findIndex((p) => p.id === id);
+    if (i < 0 || built.has(id)) return;
+    built.add(id);
+    views[i].append(panels[i].build());
+  };
+
   const show = (id: string) => {
     const active = indexOf(id);
     panels.forEach((p, i) => {
@@ -35,12 +48,10 @@ export function createShell(panels: readonly PanelDef[], defaultId: string): She
       tabs[i].setAttribute('aria-selected', String(on));
       tabs[i].tabIndex = on ? 0 : -1;
       views[i].hidden = !on;
-      if (on && !built.has(p.id)) {
-        built.add(p.id);
-        views[i].append(p.build());
-      }
+      if (on) build(p.id);
     });
     document.title = `${panels[active].title} · vlrl`;
+    onShow?.(panels[active].id);
   };
 
   // Clicks and keys show the panel at once and record it in the hash (a history entry, so Back
@@ -64,6 +75,6 @@ export function createShell(panels: readonly PanelDef[], defaultId: string): She
     tabs[target].focus();
   });
 
-  show(location.hash.slice(1));
-  return { element: h('div', { class: 'shell' }, h('nav', { 'aria-label': 'Panels' }, tablist), h('main', { id: 'app' }, ...views)), show };
+  show(location.hash.slice(1) || initialId);
+  return { element: h('div', { class: 'shell' }, h('nav', { 'aria-label': 'Panels' }, tablist), h('main', { id: 'app' }, ...views)), show, build };
 }

@@ -23,6 +23,8 @@ export type ModelSource =
 export interface LoadedModel {
   /** Where it came from ("public/demo", "org/name@main", "the picked files"). */
   location: string;
+  /** What an exported adapter names as its base model: the hub repo id, 'vlrl-demo' for the bundled demo, null for picked files. */
+  baseModel: string | null;
   layers: number;
   hiddenSize: number;
   vocabSize: number;

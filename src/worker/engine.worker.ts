@@ -85,9 +85,21 @@ async function cacheOf(source: ModelSource, files: ModelFiles): Promise<OpenMode
   }
 }
 
+/**
+ * What adapter_config.json names as base_model_name_or_path for the demo: its own name (it is not
+ * on the Hub; PEFT loads it from the repository's public/demo folder, which the export message says).
+ */
+const DEMO_BASE_MODEL = 'vlrl-demo';
+
+/** The base model an adapter names: a hub id PEFT can load, the demo's name, or null for picked files. */
+function baseModelOf(source: ModelSource): string | null {
+  return source.kind === 'hub' ? source.repo : source.kind === 'demo' ? DEMO_BASE_MODEL : null;
+}
+
 let weightCache: WeightCache | null = null;
 let session: ModelSession | null = null;
 let location = '';
+let baseModel: string | null = null;
 let rows: DatasetRow[] | null = null;
 /** The eval in progress, for cancelEval. */
 let evalAbort: AbortController | null = null;
@@ -153,9 +165,10 @@ const api: EngineApi = {
     }
     session = opened;
     location = files.location;
+    baseModel = baseModelOf(source);
     const t = session.model.config.text;
     const { cached, cacheMessage } = session.model.weightSource;
-    return { location, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, products: productsOf(session.model), productsMessage };
+    return { location, baseModel, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, products: productsOf(session.model), productsMessage };
   },
   products: productsState,
   async setProducts(products) {
@@ -202,7 +215,7 @@ const api: EngineApi = {
     const s = requireSession();
     if (s.model.lora.length === 0) throw new Error('no adapter to export: train one first');
     const modules = await readLoraParams(s.model.gpu, s.model.lora);
-    const adapter = adapterFromModules('trained', modules, { baseModel: location, dropout: s.model.loraDropout });
+    const adapter = adapterFromModules('trained', modules, { baseModel, dropout: s.model.loraDropout });
     const { weights, config } = exportPeft(adapter);
     return { weights: new Blob([weights], { type: 'application/octet-stream' }), config: new Blob([config], { type: 'application/json' }) };
   },

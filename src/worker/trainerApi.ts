@@ -1,13 +1,16 @@
 // The trainer as the engine worker exposes it (comlink). The page calls start/pause/resume/stop and
-// receives every TrainerEvent through a proxied callback; the run itself goes on in the worker, so
-// no call waits for training. Checkpoints, metric history and samples go to IndexedDB
-// (src/store/runs.ts), and a run is resumed from there after a reload.
+// receives every TrainerEvent, plus progress inside a step (src/worker/stepProgress.ts), through a
+// proxied callback; the run itself goes on in the worker, so no call waits for training.
+// Checkpoints, metric history and samples go to IndexedDB (src/store/runs.ts), and a run is resumed
+// from there after a reload. A pause lands after the step in flight: the trainer's own pause
+// abandons that step, so the request is held here and handed to the trainer at the step's end.
 import type { Gpu } from '../gpu';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
 import { resolveConfig, type TrainConfig, type TrainConfigInput } from '../rl/config';
 import type { StepMetrics, RolloutSample } from '../rl/metrics';
 import type { Policy } from '../rl/policy';
 import { Trainer, type PromptSource, type TrainerEvent, type TrainerState } from '../rl/trainer';
+import { progressPolicy, type RunEvent } from './stepProgress';
 import { createRun, getRun, latestSamples, listRuns, loadCheckpoint, metricHistory, saveCheckpoint, setRunState, type RunRecord } from '../store/runs';
 
 /** What a run trains: the model behind the Policy interface and its prompts. */
@@ -15,10 +18,15 @@ export type PolicyFactory = (gpu: Gpu, config: TrainConfig) => Promise<{ policy:
 
 export interface TrainerApi {
   /** Start a new run; resolves once it is running, with its id and the config's warnings. */
-  startTraining(config: TrainConfigInput, onEvent: (e: TrainerEvent) => void): Promise<{ runId: string; warnings: string[] }>;
+  startTraining(config: TrainConfigInput, onEvent: (e: RunEvent) => void): Promise<{ runId: string; warnings: string[] }>;
   /** Continue a stored run from its latest checkpoint (after a reload). */
-  continueTraining(runId: string, onEvent: (e: TrainerEvent) => void): Promise<{ step: number }>;
-  pauseTraining(): Promise<void>;
+  continueTraining(runId: string, onEvent: (e: RunEvent) => void): Promise<{ step: number }>;
+  /**
+   * Pause after the step in flight (it is kept, not redone); resolves at once with that step's
+   * number, or null when no run is running. The 'paused' state event follows once it has landed.
+   */
+  pauseTraining(): Promise<{ afterStep: number } | null>;
+  /** Resume a paused run, or withdraw a pause that has not landed yet. */
   resumeTraining(): Promise<void>;
   stopTraining(): Promise<void>;
   trainingState(): Promise<{ runId: string | null; state: TrainerState; step: number }>;
@@ -35,22 +43,38 @@ export interface TrainerApiDeps {
 
 export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
   let current: { runId: string; trainer: Trainer } | null = null;
+  /** A pause asked for while a step runs, handed to the trainer when that step ends. */
+  let pauseAfterStep = false;
 
-  const launch = async (runId: string, config: TrainConfig, onEvent: (e: TrainerEvent) => void, resume: boolean) => {
+  const launch = async (runId: string, config: TrainConfig, onEvent: (e: RunEvent) => void, resume: boolean) => {
     if (current && ['running', 'paused'].includes(current.trainer.status)) throw new Error(`run ${current.runId} is still ${current.trainer.status}; stop it first`);
     const { loss } = resolveConfig(config);
     const gpu = await deps.gpu();
-    const { policy, data } = await deps.openPolicy(gpu, config);
+    const opened = await deps.openPolicy(gpu, config);
     const checkpoint = resume ? await loadCheckpoint(runId) : null;
+    pauseAfterStep = false;
     // A failing persistence or callback must surface as an event, never stop the run silently.
-    const report = (e: TrainerEvent) => {
+    const send = (e: RunEvent) => {
       try {
         onEvent(e);
       } catch (err) {
         console.error('trainer event callback failed', err);
       }
+    };
+    const progress = progressPolicy(opened.policy, config, send);
+    const report = (e: TrainerEvent) => {
+      // Before the page hears of the step: the trainer's pause (at its next prompt boundary) then
+      // falls right after this step, which is kept.
+      if (e.type === 'step' && pauseAfterStep) {
+        pauseAfterStep = false;
+        current?.trainer.pause();
+      }
+      if (e.type === 'step' || e.type === 'state') progress.stepBoundary(e.type === 'step' ? e.metrics.step : e.step);
+      send(e);
       if (e.type === 'state') void setRunState(runId, e.state, e.step).catch((err: unknown) => report({ type: 'warning', message: `could not record the run state: ${String(err)}` }));
     };
+    const { data } = opened;
+    const policy = progress.policy;
     const trainer = await Trainer.create({
       gpu,
       policy,
@@ -86,9 +110,12 @@ export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
       return { step: trainer.currentStep };
     },
     async pauseTraining() {
-      current?.trainer.pause();
+      if (!current || current.trainer.status !== 'running') return null;
+      pauseAfterStep = true;
+      return { afterStep: current.trainer.currentStep + 1 };
     },
     async resumeTraining() {
+      pauseAfterStep = false;
       current?.trainer.resume();
     },
     async stopTraining() {

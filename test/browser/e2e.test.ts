@@ -189,16 +189,16 @@ describe('the app end to end on the bundled demo model (SwiftShader, offline)', 
       else await el.fill(value);
     }
     await p.getByRole('button', { name: 'Start', exact: true }).click();
-    await page.waitForFunction(`/^Step 1:/.test(document.querySelector('[data-testid="train-stats"]').textContent)`, undefined, { timeout: LONG, polling: 250 });
+    await page.waitForFunction(`/^Step 1 of 2:/.test(document.querySelector('[data-testid="train-stats"]').textContent)`, undefined, { timeout: LONG, polling: 250 });
     const chartLabels = () => p.getByTestId('train-charts').locator('[role="img"]').evaluateAll((els) => els.map((e) => e.getAttribute('aria-label') ?? ''));
     const atStep = async (n: number) => (await chartLabels()).filter((l) => new RegExp(`at step ${n}\\b`).test(l)).length;
     await expect.poll(() => atStep(1), { timeout: 10_000 }).toBeGreaterThan(4); // every chart but KL (beta 0)
     const charted = await atStep(1);
     await page.waitForFunction(`/^(finished|failed)/.test(document.querySelector('[data-testid="train-state"]').textContent) || !document.querySelector('[data-testid="train-error"]').hidden`, undefined, { timeout: LONG, polling: 250 });
     expect(await p.getByTestId('train-error').isHidden()).toBe(true);
-    expect(await p.getByTestId('train-state').textContent()).toBe('finished at step 2');
+    expect(await p.getByTestId('train-state').textContent()).toBe('finished at step 2 of 2');
     await expect.poll(() => atStep(2), { timeout: 10_000 }).toBe(charted);
-    expect(await p.getByTestId('train-stats').textContent()).toMatch(/^Step 2: .* tokens\/s, reward .*; GPU memory .* in use/);
+    expect(await p.getByTestId('train-stats').textContent()).toMatch(/^Step 2 of 2: .* tokens\/s, reward .*; GPU memory .* in use/);
     const inspector = p.getByTestId('rollout-inspector');
     expect(await inspector.locator('tbody tr').count()).toBe(2);
     expect(await inspector.locator('canvas').count()).toBe(1);
@@ -216,6 +216,8 @@ describe('the app end to end on the bundled demo model (SwiftShader, offline)', 
     const after = await evalRecords(p);
     expect(after.map((r) => r[0])).toEqual(baseline.map((r) => r[0]));
     console.log(`e2e after: ${JSON.stringify(after)}`);
+    // The record names the adapter it evaluated: the run, its step and its config's hash.
+    await expect.poll(() => p.getByTestId('eval-saved').locator('tbody tr').first().locator('td').nth(1).textContent(), { timeout: 30_000 }).toMatch(/^run-\S+ at step 2 \(config [0-9a-f]{12}\)$/);
     await p.getByRole('button', { name: 'Compare' }).click();
     const counts = (await p.getByTestId('eval-diff-counts').textContent()) ?? '';
     const m = /^Fixed (\d+), broken (\d+), unchanged (\d+)\.$/.exec(counts);
@@ -242,7 +244,9 @@ describe('the app end to end on the bundled demo model (SwiftShader, offline)', 
     const files = Object.fromEntries((await Promise.all(downloads)).map((d) => [d.name, d.path]));
     expect(Object.keys(files).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
     const config = JSON.parse(readFileSync(files['adapter_config.json'], 'utf8')) as { r: number; lora_alpha: number; peft_type: string; target_modules: string[] };
-    expect(config).toMatchObject({ r: LORA_R, lora_alpha: 2 * LORA_R, peft_type: 'LORA' });
+    // The demo is not on the Hub: it is named by its own name, and the message says where it lives.
+    expect(config).toMatchObject({ r: LORA_R, lora_alpha: 2 * LORA_R, peft_type: 'LORA', base_model_name_or_path: 'vlrl-demo' });
+    expect(await p.getByTestId('adapters-message').textContent()).toMatch(/public\/demo folder/);
     expect([...config.target_modules].sort()).toEqual(['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj']);
     const tensors = readSafetensors(readFileSync(files['adapter_model.safetensors']));
     const expected = new Map<string, number[]>();
@@ -279,9 +283,13 @@ describe('the app end to end on the bundled demo model (SwiftShader, offline)', 
     expect(walked).toBeGreaterThan(60);
     phase(`names and Tab walk (${walked} controls)`, t);
 
-    // Reload: the run, both eval runs with their records, and the adapter are still there (IndexedDB).
+    // Reload: the run, both eval runs with their records, and the adapter are still there (IndexedDB);
+    // the demo model reloads itself, from the weight cache.
     await page.reload();
     await page.locator('[role="tab"]').first().waitFor();
+    p = await openPanel(page, 'model');
+    await page.waitForFunction(`document.querySelector('[data-testid="model-loaded"]').textContent.startsWith('Loaded:')`, undefined, { timeout: LONG, polling: 250 });
+    expect(await p.getByTestId('model-cache').textContent()).toMatch(/loaded from this browser's weight cache/);
     p = await openPanel(page, 'train');
     await p.getByTestId('train-runs').locator('tbody tr').first().waitFor({ timeout: 60_000 });
     expect(await p.getByTestId('train-runs').locator('tbody tr').first().textContent()).toMatch(/finished.*2 \/ 2/);

@@ -1,7 +1,8 @@
 // Resume after a reload, in Chromium on SwiftShader through the engine worker's API: a run on the
 // tiny fixture model (byte-level tokenizer, test/helpers/tinyModelFolder.ts) is stopped after a
 // step, the page reloads, the run continues from IndexedDB with the adapters it had (read back
-// through the API), and its step count goes on from there to max_steps.
+// through the API), and its step count goes on from there to max_steps. A pause asked for right
+// after the continue lands after the step in flight, which is kept.
 // (Strings for page.evaluate: vitest would rewrite a function's dynamic import.)
 import { readdirSync, rmSync } from 'node:fs';
 import type { Page } from 'playwright-core';
@@ -96,13 +97,24 @@ describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
     await engine(page, app);
     const runs = (await page.evaluate(`window.__api.trainingRuns().then((rs) => rs.map((r) => ({ runId: r.runId, step: r.step, state: r.state })))`)) as { runId: string; step: number; state: string }[];
     expect(runs.find((r) => r.runId === runId)).toMatchObject({ step: k, state: 'stopped' });
-    // Pause at once (the pause lands before the first resumed step ends: parameters change only
-    // at a step's end, and a pause inside a step rolls it back), compare, then go on.
-    const resumed = (await page.evaluate(`window.__api.continueTraining(${JSON.stringify(runId)}, window.__onEvent).then(async (r) => (await window.__api.pauseTraining(), r))`)) as { step: number };
+    // Pause at once: acknowledged with the step it waits for, it lands after that step (in flight
+    // when asked), which is kept: the adapters have moved on from the stopped ones.
+    const resumed = (await page.evaluate(`window.__api.continueTraining(${JSON.stringify(runId)}, window.__onEvent).then(async (r) => ({ ...r, pause: await window.__api.pauseTraining() }))`)) as { step: number; pause: { afterStep: number } | null };
     expect(resumed.step).toBe(k);
+    expect(resumed.pause).toEqual({ afterStep: k + 1 });
     await waitFor(page, 'paused', `window.__events.some((e) => e.type === 'state' && e.state === 'paused')`);
-    expect((await events(page)).find((e) => e.state === 'paused')?.step).toBe(k);
-    expect(await page.evaluate(weightsJs)).toEqual(stopped);
+    const paused = await events(page);
+    expect(paused.find((e) => e.state === 'paused')?.step).toBe(k + 1);
+    expect(paused.filter((e) => e.type === 'step').map((e) => e.step)).toEqual([k + 1]);
+    // Progress inside the kept step: generation of its one prompt group, then training.
+    const phases = (await page.evaluate(`window.__events.filter((e) => e.type === 'progress' && e.progress.step === ${k + 1}).map((e) => e.progress.phase)`)) as string[];
+    expect(phases[0]).toBe('generating');
+    expect(phases.at(-1)).toBe('training');
+    // The sampler's readbacks report the group's tokens while it generates (2 completions of at most 4 tokens).
+    const inFlight = (await page.evaluate(`window.__events.filter((e) => e.type === 'progress' && e.progress.step === ${k + 1}).map((e) => e.progress.tokensInFlight)`)) as number[];
+    expect(Math.max(...inFlight)).toBeGreaterThan(0);
+    expect(Math.max(...inFlight)).toBeLessThanOrEqual(2 * CONFIG.max_completion_length);
+    expect(await page.evaluate(weightsJs)).not.toEqual(stopped);
     await page.evaluate(`window.__api.resumeTraining()`);
     await waitFor(page, 'finished', `window.__events.some((e) => e.type === 'state' && (e.state === 'finished' || e.state === 'failed'))`);
     const after = await events(page);

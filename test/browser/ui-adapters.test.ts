@@ -32,17 +32,20 @@ function zeroBAdapter(dir: string): void {
   copyFileSync(join(LORA, 'adapter_config.json'), join(dir, 'adapter_config.json'));
 }
 
-/** Picks the two adapter files, presses Import from the keyboard; returns the saved adapter's name. */
-async function importAdapter(page: Page, dir: string): Promise<string> {
+/** Picks the two adapter files (and types a name, if given), presses Import from the keyboard; returns the saved adapter's name. */
+async function importAdapter(page: Page, dir: string, name?: string): Promise<string> {
   const p = await openPanel(page, 'adapters');
   await p.getByLabel('Adapter files to import').setInputFiles(['adapter_config.json', 'adapter_model.safetensors'].map((f) => resolve(dir, f)));
+  if (name) await typeInto(page, p.getByLabel('Name', { exact: true }), name);
   const before = await p.getByTestId('adapters-message').textContent();
   await tabTo(page, p.getByRole('button', { name: 'Import', exact: true }));
   await page.keyboard.press('Enter');
   await page.waitForFunction((b) => document.querySelector('[data-testid="adapters-message"]')?.textContent !== b || !document.querySelector<HTMLElement>('[data-testid="adapters-error"]')!.hidden, before);
   expect(await p.getByTestId('adapters-error').isHidden()).toBe(true);
-  const m = /^Imported (imported-\S+): r \d+, (\d+) modules\.$/.exec((await p.getByTestId('adapters-message').textContent()) ?? '');
+  const m = /^Imported (\S+): r \d+, (\d+) modules\.$/.exec((await p.getByTestId('adapters-message').textContent()) ?? '');
   expect(m).not.toBeNull();
+  // A typed name is kept; without one (and without a folder) the adapter is named by the date.
+  expect(m![1]).toMatch(name ? new RegExp(`^${name}$`) : /^imported-\S+$/);
   expect(Number(m![2])).toBe(3 * 7);
   await p.locator(`tr[data-adapter="${m![1]}"]`).waitFor();
   return m![1];
@@ -107,11 +110,12 @@ describe('adapters panel: import, apply, evaluate, refused export (tiny-a, Swift
     expect(adapted).toHaveLength(2);
     expect(adapted).not.toEqual(base);
     const saved = (await openPanel(page, 'eval')).getByTestId('eval-saved').locator('tbody tr').first();
-    expect(await saved.locator('td').nth(1).textContent()).toBe('the adapter on the model');
+    // The record names the adapter it evaluated.
+    expect(await saved.locator('td').nth(1).textContent()).toBe(trained);
     await screenshot(page, 'ui-adapters-eval');
 
     // All-zero B: import and apply work (an adapter may be applied untrained), export is refused.
-    const zero = await importAdapter(page, ZERO_DIR);
+    const zero = await importAdapter(page, ZERO_DIR, 'zero-b');
     await applyAdapter(page, zero);
     const p = await openPanel(page, 'adapters');
     let downloads = 0;
@@ -119,7 +123,7 @@ describe('adapters panel: import, apply, evaluate, refused export (tiny-a, Swift
     await tabTo(page, p.getByRole('button', { name: 'Export the adapter on the model' }), true);
     await page.keyboard.press('Enter');
     await p.getByTestId('adapters-error').waitFor({ state: 'visible' });
-    expect(await p.getByTestId('adapters-error').textContent()).toMatch(/^refusing to export: lora_B is all zeros in 21 module\(s\) \(.*\)\. An adapter with a zero A or B changes nothing \(was it trained\?\)/);
+    expect(await p.getByTestId('adapters-error').textContent()).toMatch(/^refusing to export: lora_B is all zeros in 21 module\(s\) \(.*\)\. An adapter with a zero A or B changes nothing \(was it trained\?\); train it first \(Train panel\), then export it\.$/);
     // The saved copy is refused the same way (the old message cleared first, so this one is new).
     await p.getByTestId('adapters-error').evaluate((el: HTMLElement) => ((el.textContent = ''), (el.hidden = true)));
     await tabTo(page, p.getByRole('button', { name: `Export ${zero}`, exact: true }));

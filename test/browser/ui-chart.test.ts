@@ -17,7 +17,8 @@ async function evaluateSettled(page: Page, expression: string): Promise<unknown>
 }
 
 // The live chart component (uPlot) fed by hand in the page: series lengths, gaps, the redraw,
-// the accessible name and text alternative, the legend, and refused input.
+// the accessible name and text alternative, the legend with each series' latest value (visible
+// without hovering), the empty-chart note, smoothing, and refused input.
 describe('live chart in headless Chromium', () => {
   let app: AppSession;
   beforeAll(async () => {
@@ -54,7 +55,17 @@ describe('live chart in headless Chromium', () => {
         drawn: chart.drawnPoints,
         name: document.getElementById(figure.getAttribute('aria-labelledby')).textContent,
         alt: figure.querySelector('[role="img"]').getAttribute('aria-label'),
-        legend: [...figure.querySelectorAll('.u-legend .u-label')].map((e) => e.textContent),
+        legend: [...figure.querySelectorAll('.chart-legend li')].map((e) => e.textContent),
+        emptyHidden: figure.querySelector('.chart-empty').hidden,
+        empty: await (async () => {
+          const kl = new m.LiveChart({ title: 'KL', series: [{ name: 'kl' }], emptyNote: 'No KL: beta = 0' });
+          host.append(kl.element);
+          kl.append(1, { kl: null });
+          await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+          const note = kl.element.querySelector('.chart-empty');
+          return { hidden: note.hidden, text: note.textContent, legend: kl.element.querySelector('.chart-legend').textContent };
+        })(),
+        smoothed: m.smoothed([1, null, 2, 4], 0.5),
         canvasWidth: figure.querySelector('canvas').getBoundingClientRect().width,
         errors,
       };
@@ -66,7 +77,11 @@ describe('live chart in headless Chromium', () => {
     expect(out.drawn).toBe(5);
     expect(out.name).toBe('Reward');
     expect(out.alt).toBe('Reward: reward 2.5 at step 5; format 1.0 at step 5; correctness 5.0 at step 5');
-    expect(out.legend).toEqual(['step', 'reward', 'format', 'correctness']);
+    expect(out.legend).toEqual(['reward 2.5', 'format 1.0', 'correctness 5.0']);
+    expect(out.emptyHidden).toBe(true);
+    expect(out.empty).toEqual({ hidden: false, text: 'No KL: beta = 0', legend: 'kl —' });
+    // An exponential moving average that skips gaps: 1, gap, 0.5·1 + 0.5·2, 0.5·1.5 + 0.5·4.
+    expect(out.smoothed).toEqual([1, null, 1.5, 2.75]);
     expect(out.canvasWidth).toBeGreaterThan(500);
     expect(out.errors).toEqual([
       "chart 'Reward': x 5 does not follow 5",

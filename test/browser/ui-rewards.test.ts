@@ -43,7 +43,7 @@ describe('reward playground in headless Chromium', () => {
     await expectText(page, 'reward-total', '2.1');
 
     // Make the SOLUTION match the gold exactly: correctness 2.0, total 0.6 + 2.0.
-    const completion = page.getByLabel('Completion');
+    const completion = page.getByLabel('Completion', { exact: true });
     await completion.fill('<REASONING>The tallest bar is 3.</REASONING>\n<SOLUTION>3</SOLUTION>');
     await expectText(page, 'value-correctness', '2.0');
     await expectText(page, 'why-correctness', "exact match '3'");
@@ -115,7 +115,7 @@ describe('reward playground in headless Chromium', () => {
     await expectText(page, 'value-format', '2.0');
     await expectText(page, 'value-len', '0.25');
     await expectText(page, 'reward-total', '2.35');
-    await page.getByLabel('Completion').fill('<REASONING>x</REASONING><SOLUTION>3</SOLUTION>');
+    await page.getByLabel('Completion', { exact: true }).fill('<REASONING>x</REASONING><SOLUTION>3</SOLUTION>');
     await expectText(page, 'value-correctness', '2.0');
     await expectText(page, 'reward-total', '2.85');
     await expectText(page, 'why-boom', /kaput/);

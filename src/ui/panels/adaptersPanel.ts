@@ -9,22 +9,41 @@ import { pickedFiles } from '../../model/safetensors';
 import { deleteAdapter, listAdapters, loadAdapter, saveAdapter } from '../../store/adapters';
 import type { EngineApi } from '../../worker/api';
 import { adaptersChanged, loadedModel } from '../appState';
+import { adapterOnModel, configHash, describeAdapter } from '../identity';
 import { h } from '../dom';
 import { downloadBlob } from '../download';
+import { userMessage } from '../errors';
 import { field } from '../form';
 import type { StatusBar } from '../status';
+
+/** The adapter's name from picked files: the folder they were picked in, when there is one. */
+function folderName(files: readonly File[]): string | null {
+  const rel = files.find((f) => f.webkitRelativePath)?.webkitRelativePath;
+  const top = rel?.split('/')[0];
+  return top && /^[\w.@-]+$/.test(top) ? top : null;
+}
 
 export function adaptersPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLElement {
   const exportCurrent = h('button', { type: 'button', class: 'primary' }, 'Export the adapter on the model');
   const message = h('p', { 'data-testid': 'adapters-message', 'aria-live': 'polite' });
   const error = h('p', { class: 'error', role: 'alert', 'data-testid': 'adapters-error', hidden: true });
   const importInput = h('input', { type: 'file', multiple: true, accept: '.json,.safetensors' });
+  const importFolder = h('input', { type: 'file', webkitdirectory: true });
+  const importName = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'the folder’s name' });
   const importButton = h('button', { type: 'button' }, 'Import');
+  let importFiles: File[] = [];
+  for (const input of [importInput, importFolder]) {
+    input.addEventListener('change', () => {
+      importFiles = [...(input.files ?? [])];
+      const folder = folderName(importFiles);
+      if (folder && !importName.value.trim()) importName.value = folder;
+    });
+  }
   const listBody = h('tbody', {});
 
   const showError = (e: unknown) => {
     error.hidden = false;
-    error.textContent = e instanceof Error ? e.message : String(e);
+    error.textContent = userMessage(e);
   };
   const ok = (text: string) => {
     error.hidden = true;
@@ -40,17 +59,27 @@ export function adaptersPanel(engine: Remote<EngineApi>, status: StatusBar): HTM
       .then(({ weights, config }) => {
         downloadBlob(weights, ADAPTER_WEIGHTS_FILE);
         downloadBlob(config, ADAPTER_CONFIG_FILE);
-        ok(`Exported ${ADAPTER_WEIGHTS_FILE} and ${ADAPTER_CONFIG_FILE}.`);
+        const a = adapterOnModel.current;
+        const base = loadedModel.current?.baseModel;
+        const baseNote =
+          base === 'vlrl-demo'
+            ? ' base_model_name_or_path is “vlrl-demo”, the bundled demo model: it is not on the Hub, so load the base from the public/demo folder of the vlrl repository.'
+            : base
+              ? ` base_model_name_or_path is ${base}.`
+              : ' base_model_name_or_path is empty (a model folder picked here): set it to your model’s Hub id or path.';
+        ok(`Exported ${a ? describeAdapter(a) : 'the adapter'} as ${ADAPTER_WEIGHTS_FILE} and ${ADAPTER_CONFIG_FILE}.${baseNote}`);
       }, showError)
       .finally(done);
   });
 
   importButton.addEventListener('click', () => {
-    const files = [...(importInput.files ?? [])];
+    const files = importFiles;
     void (async () => {
       try {
-        if (files.length === 0) throw new Error(`pick ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE}`);
-        const name = `imported-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+        if (files.length === 0) throw new Error(`pick ${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE}, or their folder`);
+        const typed = importName.value.trim();
+        if (typed && !/^[\w.@-]+$/.test(typed)) throw new Error(`adapter name '${typed}': use letters, digits, '_', '.', '@' or '-'`);
+        const name = typed || folderName(files) || `imported-${new Date().toISOString().replace(/[:.]/g, '-')}`;
         const adapter = await importPeft(pickedFiles(files), name);
         await saveAdapter(adapter, { origin: 'imported' });
         adaptersChanged.set(adaptersChanged.current + 1);
@@ -73,6 +102,10 @@ export function adaptersPanel(engine: Remote<EngineApi>, status: StatusBar): HTM
     const adapter = await loadAdapter(name);
     if (!adapter) throw new Error(`no saved adapter '${name}'`);
     await engine.applyAdapter(adapter);
+    // A trained adapter names its run, the step it was saved at, and the run's config.
+    const saved = (await listAdapters()).find((a) => a.name === name);
+    const runRecord = saved?.runId ? (await engine.trainingRuns()).find((r) => r.runId === saved.runId) : undefined;
+    adapterOnModel.set({ name, runId: saved?.runId, step: runRecord?.step, configHash: runRecord ? await configHash(runRecord.config) : undefined });
     message.replaceChildren(`${name} is on the model now: `, h('a', { href: '#eval' }, 'evaluate it'), ' with “With the adapter on the model”.');
     error.hidden = true;
   };
@@ -111,7 +144,14 @@ export function adaptersPanel(engine: Remote<EngineApi>, status: StatusBar): HTM
     h('h2', { id: 'adapters-h' }, 'Adapters'),
     h('p', {}, 'PEFT’s layout for Qwen3-VL: load the two files with PeftModel.from_pretrained(model, folder). An adapter whose A or B is all zeros is refused: it changes nothing.'),
     h('div', { class: 'row' }, exportCurrent),
-    h('div', { class: 'row' }, field('Adapter files to import', importInput, `${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE} (F32, BF16 or F16).`), importButton),
+    h(
+      'div',
+      { class: 'row' },
+      field('Adapter files to import', importInput, `${ADAPTER_CONFIG_FILE} and ${ADAPTER_WEIGHTS_FILE} (F32, BF16 or F16).`),
+      field('or their folder', importFolder),
+      field('Name', importName, 'Kept in this browser under this name; empty: the folder’s name, else imported-<date>.'),
+      importButton,
+    ),
     error,
     message,
     h('h3', {}, 'Saved adapters'),

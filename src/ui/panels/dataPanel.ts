@@ -22,6 +22,8 @@ import { countingFetch } from '../countingFetch';
 import { h } from '../dom';
 import { datasetStore, type SplitSettings } from '../datasetStore';
 import { checkbox, field, numberInput } from '../form';
+import { datasetKept } from '../persistState';
+import { persistControls } from '../workspace';
 import { formatBytes } from '../format';
 import type { StatusBar } from '../status';
 import { dataPreview } from './dataPreview';
@@ -245,6 +247,7 @@ export function dataPanel(status: StatusBar): HTMLElement {
       const { source: name, result, note } = await (kind === 'synthetic' ? synthetic() : kind === 'hub' ? hub() : files());
       datasetStore.set(name, finish(result), settings);
       progressText.textContent = `done: ${result.rows.length} usable of ${result.total} records${note ? `; ${note}` : ''}`;
+      if (!datasetKept()) progressText.textContent += ' (too large to keep over a reload: load it again after one)';
     } catch (e) {
       showError(e);
       progressText.textContent = '';
@@ -267,7 +270,28 @@ export function dataPanel(status: StatusBar): HTMLElement {
   heldOut.addEventListener('change', resplit);
   splitSeed.addEventListener('change', resplit);
 
+  persistControls('data', {
+    ...Object.fromEntries(sourceRadios.map((r) => [`source_${r.value}`, r])),
+    ...Object.fromEntries(taskBoxes.map((b) => [`task_${b.task}`, b.input])),
+    synSeed,
+    synCount,
+    synSize,
+    hubRepo,
+    hubConfig,
+    hubSplit,
+    limit,
+    promptKey,
+    answerKey,
+    imageKeys,
+    systemPrompt,
+    numericOnly,
+    resizeOn,
+    resizeTo,
+    heldOut,
+    splitSeed,
+  });
   updateSource();
+  if (datasetStore.current) progressText.textContent = `Restored from your last visit: ${datasetStore.current.source}.`;
   return h(
     'section',
     { class: 'panel', 'aria-labelledby': 'data-h' },

@@ -15,10 +15,18 @@ import { datasetStore } from '../datasetStore';
 import { h } from '../dom';
 import { downloadBlob } from '../download';
 import { field, numberInput, select } from '../form';
-import { formatNumber } from '../format';
+import { formatNumber, formatPercent } from '../format';
+import { adapterOnModel, describeAdapter, type AdapterIdentity } from '../identity';
+import { persistControls } from '../workspace';
 import type { StatusBar } from '../status';
 
-const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+const pct = formatPercent;
+
+/** A saved eval run with the identity of the adapter it evaluated (kept in the record and its JSON export). */
+type IdentifiedEvalRun = EvalRun & { adapterIdentity?: AdapterIdentity | null };
+
+/** Compare rows that are shares (shown as percentages; their change in percentage points). */
+const SHARE_METRICS = new Set(['accuracy', 'format compliance', 'rows with a correct sample', 'truncated']);
 
 /** A run's records; a cancelled run's table says that it holds only the rows finished before the cancel. */
 function recordsTable(records: readonly EvalRecord[], cancelled = false): HTMLTableElement {
@@ -95,9 +103,15 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     field('Samples per row', samples, 'More than one gives pass@k in “rows with a correct sample”.'),
   );
   decoding.addEventListener('change', () => (sampledFields.hidden = decoding.value !== 'sampled'));
+  // Not "Evaluate": after a reload the model starts without the adapter that choice meant.
+  persistControls('eval', { decoding, temperature, topP, samples, seed, maxNew, format, label, systemPrompt });
+  sampledFields.hidden = decoding.value !== 'sampled';
+  // The adapter option names the adapter it would evaluate.
+  adapterOnModel.subscribe((a) => (withAdapter.options[1].textContent = a ? `With the adapter on the model: ${describeAdapter(a)}` : 'With the adapter on the model (trained or applied)'));
 
   const run = h('button', { type: 'button', class: 'primary' }, 'Run eval');
   const cancel = h('button', { type: 'button', disabled: true }, 'Cancel eval');
+  const runReason = h('p', { class: 'hint', 'data-testid': 'eval-run-reason', 'aria-live': 'polite' });
   const cancelNote = h('small', { class: 'hint' }, 'Cancel stops after the row in flight; the rows finished so far are kept, marked cancelled.');
   const progress = h('progress', { max: 1, value: 0, 'aria-label': 'Eval progress', hidden: true });
   const progressText = h('span', { 'data-testid': 'eval-progress', 'aria-live': 'polite' });
@@ -118,6 +132,9 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
   };
   const sync = () => {
     run.disabled = busy || !loadedModel.current || !datasetStore.current?.split.heldOut.length;
+    // A disabled Run says why.
+    runReason.textContent = busy ? '' : !loadedModel.current ? 'Run eval needs a model: load one in the Model panel.' : !datasetStore.current?.split.heldOut.length ? 'Run eval needs held-out rows: load a data set in the Data panel.' : '';
+    runReason.hidden = runReason.textContent === '';
     cancel.disabled = !busy;
   };
   let busy = false;
@@ -207,7 +224,8 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
           },
           proxy(onProgress),
         );
-        const saved = { ...result, adapter: useAdapter ? 'the adapter on the model' : null };
+        const identity = useAdapter ? adapterOnModel.current : null;
+        const saved: IdentifiedEvalRun = { ...result, adapter: useAdapter ? (identity ? describeAdapter(identity) : 'an unnamed adapter on the model') : null, adapterIdentity: identity };
         await saveEvalRun(saved);
         latestEval.set(saved);
         summary.textContent = `${runHeading(saved)}: ${summaryLine(saved.summary)}`;
@@ -246,7 +264,16 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
           'table',
           { 'data-testid': 'eval-before-after' },
           h('thead', {}, h('tr', {}, ...['metric', b.label || 'before', a.label || 'after', 'change'].map((x) => h('th', { scope: 'col' }, x)))),
-          h('tbody', {}, ...c.table.map((r) => h('tr', {}, h('th', { scope: 'row' }, r.metric), h('td', { class: 'num' }, formatNumber(r.before)), h('td', { class: 'num' }, formatNumber(r.after)), h('td', { class: 'num' }, `${r.delta >= 0 ? '+' : ''}${formatNumber(r.delta)}`)))),
+          h(
+            'tbody',
+            {},
+            ...c.table.map((r) => {
+              const share = SHARE_METRICS.has(r.metric);
+              const v = share ? pct : formatNumber;
+              const delta = share ? `${(100 * r.delta).toFixed(1)} pp` : formatNumber(r.delta);
+              return h('tr', {}, h('th', { scope: 'row' }, r.metric), h('td', { class: 'num' }, v(r.before)), h('td', { class: 'num' }, v(r.after)), h('td', { class: 'num' }, `${r.delta >= 0 ? '+' : ''}${delta}`));
+            }),
+          ),
         ),
         h('p', { 'data-testid': 'eval-diff-counts' }, `Fixed ${c.counts.fixed}, broken ${c.counts.broken}, unchanged ${c.counts.unchanged}` + (c.onlyBefore.length || c.onlyAfter.length ? `; ${c.onlyBefore.length} samples only before, ${c.onlyAfter.length} only after` : '') + '.'),
         ...(['fixed', 'broken'] as const).map((kind) =>
@@ -273,6 +300,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     sampledFields,
     field('System prompt', systemPrompt, 'For rows without their own (as in training); empty for none.'),
     h('div', { class: 'row' }, run, cancel, progress, progressText, cancelNote),
+    runReason,
     error,
     summary,
     records,

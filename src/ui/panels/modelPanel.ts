@@ -15,7 +15,9 @@ import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type M
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
 import { proxy } from '../../worker/client';
-import { loadedModel } from '../appState';
+import type { TrainConfigInput } from '../../rl/config';
+import { loadedModel, trainSettings, type TrainSettings } from '../appState';
+import { saveWorkspace, workspacePart } from '../workspace';
 import { h } from '../dom';
 import { field, select } from '../form';
 import { formatBytes } from '../format';
@@ -31,6 +33,28 @@ const CHOICES: { value: Choice; label: string }[] = [
   { value: 'hub', label: 'Another Hugging Face repo id' },
   { value: 'files', label: 'A model folder on this computer' },
 ];
+
+interface StoredModel {
+  choice: Choice;
+  repo: string;
+  /** A model of this choice was loaded when the page was left: it reloads itself. */
+  loaded: boolean;
+}
+
+const isChoice = (v: unknown): v is Choice => CHOICES.some((c) => c.value === v);
+
+/** True when the stored workspace had a model loaded that can reload without the user (not picked files). */
+export function modelToRestore(): boolean {
+  const m = workspacePart<StoredModel>('model');
+  return m?.loaded === true && isChoice(m.choice) && m.choice !== 'files';
+}
+
+/** The sizes of the Train form as stored in the workspace, when the Train panel has not been built yet. */
+function storedTrainSettings(): TrainSettings | null {
+  const v = workspacePart<{ values: TrainConfigInput }>('train')?.values;
+  if (!v || typeof v.num_generations !== 'number' || typeof v.max_completion_length !== 'number') return null;
+  return { num_generations: v.num_generations, max_completion_length: v.max_completion_length, max_prompt_length: v.max_prompt_length ?? null, lora_r: v.lora?.r ?? DEFAULT_TRAINING_WORK.loraRank };
+}
 
 /** Context the plan assumes for the KV cache estimate (prompt with an image plus a completion). */
 const PLAN_CONTEXT_TOKENS = 2048;
@@ -112,7 +136,11 @@ async function inspect(model: Inspectable, limits: { maxBufferSize: number; maxS
 function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
   const t = r.config.text;
   const kv = r.plan.kvCacheBytesPerToken * PLAN_CONTEXT_TOKENS;
-  const w = DEFAULT_TRAINING_WORK;
+  // The Train form's values (published by the panel, or stored from an earlier visit), else the planner's defaults.
+  const t0 = trainSettings.current ?? storedTrainSettings();
+  const w = t0
+    ? { ...DEFAULT_TRAINING_WORK, generations: t0.num_generations, completionTokens: t0.max_completion_length, promptTokens: t0.max_prompt_length ?? DEFAULT_TRAINING_WORK.promptTokens, loraRank: t0.lora_r }
+    : DEFAULT_TRAINING_WORK;
   const training = trainingMemory(r.config, r.plan, w);
   return h(
     'div',
@@ -128,7 +156,7 @@ function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
       h('dd', { 'data-testid': 'model-gpu-bytes' }, formatBytes(r.plan.totalBytes)),
       h('dt', {}, `KV cache for ${PLAN_CONTEXT_TOKENS} tokens`),
       h('dd', {}, formatBytes(kv)),
-      h('dt', {}, `Training at the default config (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
+      h('dt', {}, `Training at ${t0 ? 'the Train form’s settings' : 'the default config'} (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
       h('dd', { 'data-testid': 'model-training-bytes' }, `about ${formatBytes(training.peakBytes)} of GPU memory at its peak`),
       h('dt', {}, 'Largest buffer'),
       h('dd', {}, `${formatBytes(r.plan.largestBuffer.bytes)} (${r.plan.largestBuffer.name})`),
@@ -140,8 +168,14 @@ function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
 }
 
 export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLElement {
-  const choice = select(CHOICES, 'demo');
+  const stored = workspacePart<StoredModel>('model');
+  const choice = select(CHOICES, stored && isChoice(stored.choice) ? stored.choice : 'demo');
   const repo = h('input', { type: 'text', placeholder: 'owner/name', spellcheck: 'false', autocomplete: 'off' });
+  if (typeof stored?.repo === 'string') repo.value = stored.repo;
+  // The token is never stored.
+  let wasLoaded = stored?.loaded === true;
+  const remember = () => saveWorkspace('model', { choice: choice.value as Choice, repo: repo.value, loaded: wasLoaded } satisfies StoredModel);
+  repo.addEventListener('change', remember);
   const token = h('input', { type: 'password', autocomplete: 'off' });
   const filesInput = h('input', { type: 'file', multiple: true });
   const folderInput = h('input', { type: 'file', webkitdirectory: true });
@@ -172,13 +206,26 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   let picked: File[] = [];
   filesInput.addEventListener('change', () => (picked = [...(filesInput.files ?? [])]));
   folderInput.addEventListener('change', () => (picked = [...(folderInput.files ?? [])]));
+  const choiceField = field('Model source', choice, ' ');
+  const choiceHint = choiceField.querySelector('small')!;
   const showFields = () => {
+    // Only the bundled demo trains in a minute; the hub models take a real GPU and minutes a step.
+    choiceHint.textContent =
+      choice.value === 'demo'
+        ? 'The demo is a tiny Qwen3-VL bundled with the app: it works offline and trains in a minute.'
+        : choice.value === 'files'
+          ? 'A Qwen3-VL folder in Hugging Face’s layout; after a reload, pick it again.'
+          : 'Downloaded once from huggingface.co, then kept in this browser’s weight cache.';
     repoField.hidden = choice.value !== 'hub';
     tokenField.hidden = !['hub', 'Qwen/Qwen3-VL-2B-Instruct', 'Qwen/Qwen3-VL-4B-Instruct', 'Qwen/Qwen3-VL-8B-Instruct'].includes(choice.value);
     filesField.hidden = choice.value !== 'files';
     report.replaceChildren();
   };
-  choice.addEventListener('change', showFields);
+  choice.addEventListener('change', () => {
+    wasLoaded = false;
+    remember();
+    showFields();
+  });
   showFields();
 
   const showError = (e: unknown) => {
@@ -283,6 +330,8 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         loaded.textContent += ` Products: ${ran}${info.productsMessage ? ` (the tensor cores could not start: ${info.productsMessage})` : ''}.`;
         if (productsState) showProducts({ ...productsState, current: info.products });
         loadedModel.set(info);
+        wasLoaded = true;
+        remember();
         const mem = await engine.gpuMemory();
         if (mem) status.setMemory(`${formatBytes(mem.inUse)} (pool peak ${formatBytes(mem.peak)})`);
       } catch (e) {
@@ -297,11 +346,18 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     });
   });
 
+  if (modelToRestore()) {
+    progressText.textContent = 'Reloading the model you had loaded…';
+    queueMicrotask(() => load.click());
+  } else if (stored?.loaded && stored.choice === 'files') {
+    loaded.textContent = 'No model loaded. You had a model folder loaded: pick it again to reload it.';
+  }
+
   return h(
     'section',
     { class: 'panel', 'aria-labelledby': 'model-h' },
     h('h2', { id: 'model-h' }, 'Model'),
-    field('Model source', choice, 'The demo is a tiny Qwen3-VL bundled with the app: it works offline and trains in a minute.'),
+    choiceField,
     repoField,
     tokenField,
     filesField,

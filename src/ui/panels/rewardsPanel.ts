@@ -23,7 +23,9 @@ import {
   type PresetName,
   type RewardTerm,
 } from '../../rewards';
-import { rewardTerms } from '../appState';
+import { scoreSamples, type RewardSample } from '../../rewards/registry';
+import { latestRollouts, playgroundSample, rewardTerms } from '../appState';
+import { saveWorkspace, workspacePart } from '../workspace';
 import { CODE_EDITOR_HINT, codeEditor } from '../codeEditor';
 import { h } from '../dom';
 import { field, select } from '../form';
@@ -65,12 +67,25 @@ interface TermRow {
   why: HTMLElement;
 }
 
+interface StoredPlayground {
+  preset: PresetName;
+  completion: string;
+  answer: string;
+  customName: string;
+  customSource: string;
+}
+
 export function rewardsPanel(): HTMLElement {
   const sandbox = createBrowserSandbox();
-  let state: PlaygroundState = playgroundFromPreset('seeds');
+  const stored = workspacePart<StoredPlayground>('playground');
+  const storedPreset = stored?.preset && PRESET_NAMES.includes(stored.preset) ? stored.preset : 'seeds';
+  // The terms are the page's (restored from the workspace before any panel was built).
+  let state: PlaygroundState = { ...playgroundFromPreset(storedPreset), terms: rewardTerms.current };
+  if (typeof stored?.completion === 'string') state.completion = stored.completion;
+  if (typeof stored?.answer === 'string') state.answer = stored.answer;
 
-  const preset = select(PRESET_NAMES.map((p) => ({ value: p, label: p })), 'seeds');
-  const presetInfo = h('p', { class: 'muted', 'data-testid': 'preset-description' }, REWARD_PRESETS.seeds.description);
+  const preset = select(PRESET_NAMES.map((p) => ({ value: p, label: p })), storedPreset);
+  const presetInfo = h('p', { class: 'muted', 'data-testid': 'preset-description' }, REWARD_PRESETS[storedPreset].description);
   const completion = h('textarea', { rows: 6, 'data-testid': 'completion' });
   const answer = h('input', { type: 'text', 'data-testid': 'gold-answer', autocomplete: 'off' });
   const tbody = h('tbody', {});
@@ -83,6 +98,14 @@ export function rewardsPanel(): HTMLElement {
   const customName = h('input', { type: 'text', value: 'custom', autocomplete: 'off', 'data-testid': 'custom-name' });
   const editor = codeEditor({ id: 'custom-reward-source', value: EXAMPLE_CUSTOM, rows: 9 });
   editor.dataset.testid = 'custom-source';
+  if (typeof stored?.customName === 'string') customName.value = stored.customName;
+  if (typeof stored?.customSource === 'string') editor.value = stored.customSource;
+  const remember = () => {
+    saveWorkspace('rewards', { terms: state.terms });
+    saveWorkspace('playground', { preset: preset.value as PresetName, completion: state.completion, answer: state.answer, customName: customName.value, customSource: editor.value } satisfies StoredPlayground);
+  };
+  customName.addEventListener('input', remember);
+  editor.addEventListener('input', remember);
 
   const fillSample = () => {
     completion.value = state.completion;
@@ -107,6 +130,7 @@ export function rewardsPanel(): HTMLElement {
     }
     termsError.hidden = true;
     rewardTerms.set(state.terms);
+    remember();
     if (rebuild) buildRows();
     recompute();
   };
@@ -193,6 +217,7 @@ export function rewardsPanel(): HTMLElement {
   let typing: ReturnType<typeof setTimeout> | undefined;
   const onType = () => {
     state = { ...state, completion: completion.value, answer: answer.value };
+    remember();
     clearTimeout(typing);
     typing = setTimeout(recompute, TYPING_DEBOUNCE_MS);
   };
@@ -204,6 +229,7 @@ export function rewardsPanel(): HTMLElement {
     presetInfo.textContent = REWARD_PRESETS[name].description;
     changeTerms(() => playgroundFromPreset(name));
     fillSample();
+    remember();
   });
 
   const addBuiltin = () => {
@@ -224,7 +250,75 @@ export function rewardsPanel(): HTMLElement {
     }
   });
 
-  const rolloutsReason = h('small', { class: 'hint', id: 'rollouts-reason' }, 'No rollouts yet: they come from a training run, which needs a model (Model panel).');
+  const rolloutsReason = h('small', { class: 'hint', id: 'rollouts-reason', 'aria-live': 'polite' });
+  const runOnRollouts = h('button', { type: 'button', 'aria-describedby': rolloutsReason.id, 'data-testid': 'run-on-rollouts' }, 'Run on the latest rollouts');
+  const rolloutScores = h('div', { 'data-testid': 'rollout-scores', 'aria-live': 'polite' });
+  latestRollouts.subscribe((samples) => {
+    const n = samples.reduce((k, s) => k + s.completions.length, 0);
+    // aria-disabled rather than disabled: it stays focusable, so keyboard users hear the reason.
+    runOnRollouts.setAttribute('aria-disabled', String(n === 0));
+    rolloutsReason.textContent = n
+      ? `${n} completions of ${samples.length} prompt group${samples.length === 1 ? '' : 's'}, step ${samples[0].step} (Train panel).`
+      : 'No rollouts yet: they come from a training run (Train panel), which needs a model (Model panel).';
+  });
+
+  /** The editor's term beside the playground's built-in terms, over every completion of the latest rollouts. */
+  const scoreRollouts = async () => {
+    const samples = latestRollouts.current;
+    if (!samples.length) return;
+    const name = customName.value.trim();
+    const builtins = state.terms.filter((t) => t.source === undefined && t.name !== name);
+    const terms: RewardTerm[] = [...builtins, { name, weight: 1, source: editor.value }];
+    const rows: (RewardSample & { group: number; number: number })[] = samples.flatMap((s, g) => s.completions.map((c, i) => ({ completion: c.text, answer: s.answer, prompt: s.prompt, index: i, group: g + 1, number: i + 1 })));
+    rolloutScores.replaceChildren(h('p', { class: 'muted' }, `Scoring ${rows.length} completions…`));
+    const scores = await scoreSamples(terms, rows, sandbox);
+    const custom = scores.map((sc) => sc.terms[sc.terms.length - 1]);
+    const failed = custom.filter((t) => t.error).length;
+    const mean = custom.reduce((a, t) => a + t.value, 0) / Math.max(custom.length, 1);
+    rolloutScores.replaceChildren(
+      h('p', {}, `${name} on ${rows.length} completions of step ${samples[0].step}: mean ${formatNumber(mean)}${failed ? `; failed on ${failed} (scored 0)` : ''}.`),
+      h(
+        'div',
+        { class: 'table-scroll' },
+        h(
+          'table',
+          { class: 'rollout-scores' },
+          h('thead', {}, h('tr', {}, ...['group', '#', ...terms.map((t) => t.name), 'completion'].map((c) => h('th', { scope: 'col' }, c)))),
+          h(
+            'tbody',
+            {},
+            ...rows.map((r, k) =>
+              h(
+                'tr',
+                {},
+                h('td', {}, r.group),
+                h('td', {}, r.number),
+                ...scores[k].terms.map((t, j) => h('td', { class: `num${j === terms.length - 1 ? ' custom' : ''}`, title: t.error ?? t.reason ?? '' }, t.error ? 'error' : formatNumber(t.value))),
+                h('td', {}, h('pre', { class: 'completion' }, r.completion)),
+              ),
+            ),
+          ),
+        ),
+      ),
+    );
+  };
+  runOnRollouts.addEventListener('click', () => {
+    if (runOnRollouts.getAttribute('aria-disabled') === 'true') return;
+    termsError.hidden = true;
+    scoreRollouts().catch((e: unknown) => {
+      rolloutScores.replaceChildren();
+      showError(e);
+    });
+  });
+
+  // A completion opened from the Train panel's rollout inspector.
+  playgroundSample.subscribe((s) => {
+    if (!s) return;
+    state = { ...state, completion: s.completion, answer: s.answer };
+    fillSample();
+    remember();
+    recompute();
+  });
 
   fillSample();
   buildRows();
@@ -259,10 +353,10 @@ export function rewardsPanel(): HTMLElement {
         'div',
         { class: 'row' },
         h('button', { type: 'button', onclick: applyCustom }, 'Apply to the playground sample'),
-        // aria-disabled rather than disabled: it stays focusable, so keyboard users hear the reason.
-        h('button', { type: 'button', 'aria-disabled': 'true', 'aria-describedby': rolloutsReason.id, 'data-testid': 'run-on-rollouts' }, 'Run on the latest rollouts'),
+        runOnRollouts,
         rolloutsReason,
       ),
+      rolloutScores,
     ),
   );
 }

@@ -74,6 +74,10 @@ export interface ConfigForm {
   element: HTMLElement;
   /** The form's values (empty nullable fields as null). */
   read(): TrainConfigInput;
+  /** Shows these values (a stored form, or the config of the run on the dashboard); fields left out keep theirs. */
+  write(values: TrainConfigInput): void;
+  /** Locks the fields (while a run uses the values shown). */
+  setDisabled(disabled: boolean): void;
 }
 
 /** `initial` overrides the trainer's defaults as the form's starting values (the app passes the demo run's). */
@@ -83,6 +87,8 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
   const { lora: initialLora, dataset: _dataset, rollout_correction: _rolloutCorrection, ...flat } = initial;
   const d: TrainConfig = { ...base, ...flat, lora: { ...base.lora, ...initialLora } };
   const readers: (() => [string, unknown])[] = [];
+  const writers = new Map<string, (v: unknown) => void>();
+  const shown = (v: unknown) => (v === null || v === undefined || (typeof v === 'number' && !Number.isFinite(v)) ? '' : String(v));
   const fieldsets = GROUPS.map((g) =>
     h(
       'fieldset',
@@ -95,17 +101,22 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
           const input = h('input', { 'data-key': s.key });
           input.checked = def;
           readers.push(() => [s.key, input.checked]);
+          writers.set(s.key, (v) => (input.checked = v === true));
           return checkbox(s.key, input, help);
         }
         if (s.options) {
           const sel = select(s.options.map((o) => ({ value: o, label: o })), String(def));
           sel.dataset.key = s.key;
           readers.push(() => [s.key, sel.value]);
+          writers.set(s.key, (v) => {
+            if (typeof v === 'string' && s.options!.includes(v)) sel.value = v;
+          });
           return field(s.key, sel, help);
         }
         const input = numberInput(0, { step: s.step ?? '1', 'data-key': s.key });
         input.value = def === null ? '' : String(def);
         readers.push(() => [s.key, input.value.trim() === '' && s.nullable ? null : Number(input.value)]);
+        writers.set(s.key, (v) => (input.value = shown(v)));
         return field(s.key, input, help);
       }),
     ),
@@ -132,8 +143,19 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     ),
   );
 
+  const element = h('div', {}, ...fieldsets, lora);
   return {
-    element: h('div', {}, ...fieldsets, lora),
+    element,
+    write(values) {
+      for (const [k, v] of Object.entries(values)) writers.get(k)?.(v);
+      const l = values.lora;
+      if (l?.r !== undefined) r.value = shown(l.r);
+      if (l?.lora_alpha !== undefined) alpha.value = shown(l.lora_alpha);
+      if (l?.target_modules) for (const x of targets) x.input.checked = l.target_modules.includes(x.t);
+    },
+    setDisabled(disabled) {
+      for (const el of element.querySelectorAll<HTMLInputElement | HTMLSelectElement>('input, select')) el.disabled = disabled;
+    },
     read() {
       const out: Record<string, unknown> = Object.fromEntries(readers.map((f) => f()));
       out.lora = { r: Number(r.value), lora_alpha: Number(alpha.value), target_modules: targets.filter((x) => x.input.checked).map((x) => x.t) };
