@@ -206,8 +206,8 @@ export class LossConfigError extends Error {
 }
 
 const LEVELS: readonly ImportanceSamplingLevel[] = ['token', 'sequence'];
-const LOSS_TYPES: readonly LossType[] = ['grpo', 'bnpo', 'dr_grpo', 'dapo', 'cispo', 'sapo', 'luspo', 'vespo'];
-const AGGREGATIONS: readonly MultiObjectiveAggregation[] = ['sum_then_normalize', 'normalize_then_sum'];
+export const LOSS_TYPES: readonly LossType[] = ['grpo', 'bnpo', 'dr_grpo', 'dapo', 'cispo', 'sapo', 'luspo', 'vespo'];
+export const AGGREGATIONS: readonly MultiObjectiveAggregation[] = ['sum_then_normalize', 'normalize_then_sum'];
 /** Loss types with TRL's clipped surrogate (and its clip_ratio/* metrics). */
 export const CLIPPED_LOSS_TYPES: readonly LossType[] = ['grpo', 'bnpo', 'dr_grpo', 'dapo', 'luspo'];
 const SCALES: readonly ScaleRewards[] = ['group', 'batch', 'none'];

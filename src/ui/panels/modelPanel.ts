@@ -10,7 +10,8 @@ import { DEMO_MODEL_URL_PATH } from '../../data/demo';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
 import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
-import { isProducts, PRODUCTS } from '../../model/products';
+import { capabilitiesFrom, capabilitySummary } from '../../gpu/capabilities';
+import { isProducts, productPathSummary, PRODUCTS } from '../../model/products';
 import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type MemoryPlan } from '../../model/memoryPlan';
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
@@ -233,7 +234,18 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     error.textContent = e instanceof Error ? e.message : String(e);
   };
 
-  const limits = engine.gpuInfo().then(
+  // What the GPU offers (shader-f16, subgroup-matrix configs, packed int8 dot products) and which
+  // product paths that allows, and why (src/gpu/capabilities.ts, src/model/products.ts).
+  const gpuDetails = h('details', { 'data-testid': 'gpu-capabilities' }, h('summary', {}, 'What this GPU offers'));
+  const info = engine.gpuInfo();
+  info.then(
+    (seen) => {
+      const caps = capabilitiesFrom(seen.summary, seen.enabled);
+      gpuDetails.append(h('ul', {}, ...[...capabilitySummary(caps), ...productPathSummary(caps)].map((line) => h('li', {}, line))));
+    },
+    () => gpuDetails.remove(),
+  );
+  const limits = info.then(
     (seen) => ({ limits: { maxBufferSize: seen.summary.limits.maxBufferSize, maxStorageBufferBindingSize: seen.summary.limits.maxStorageBufferBindingSize }, note: '' }),
     (e: unknown) => ({ limits: null, note: `(Not checked: the GPU is unavailable: ${e instanceof Error ? e.message : String(e)}.)` }),
   );
@@ -362,6 +374,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     tokenField,
     filesField,
     productsField,
+    gpuDetails,
     h('div', { class: 'row' }, check, load, progress, progressText),
     error,
     report,

@@ -2,10 +2,12 @@
 // its default and inline help (the doc comments, shortened). `read()` returns the TrainConfigInput
 // the worker resolves; the page resolves it first too, so a bad value is shown before a start.
 import { defaultConfig, LORA_TARGETS, LR_SCHEDULERS, type TrainConfig, type TrainConfigInput } from '../../rl/config';
+import { AGGREGATIONS, LOSS_TYPES } from '../../rl/lossConfig';
 import { h } from '../dom';
 import { checkbox, field, numberInput, select } from '../form';
 
-type Scalar = Exclude<keyof TrainConfig, 'lora' | 'dataset' | 'rollout_correction' | 'rewards' | 'system_prompt' | 'model_name_or_path'>;
+// TRL's vllm_importance_sampling_* names are aliases of rollout_correction, which the form leaves to config files.
+type Scalar = Exclude<keyof TrainConfig, 'lora' | 'dataset' | 'rollout_correction' | 'rewards' | 'system_prompt' | 'model_name_or_path' | `vllm_importance_sampling_${string}`>;
 
 interface Spec {
   key: Scalar;
@@ -26,6 +28,11 @@ const GROUPS: { legend: string; fields: Spec[] }[] = [
       { key: 'temperature', step: 'any', help: 'Sampling temperature; log-probs are taken at this temperature too.' },
       { key: 'top_p', step: 'any', help: 'Nucleus sampling mass in (0, 1]; 1 is off.' },
       { key: 'top_k', help: 'Keep the k most likely tokens; 0 is off.' },
+      { key: 'min_p', step: 'any', nullable: true, help: 'Drop tokens below min_p times the most likely one’s probability; empty: off.' },
+      { key: 'repetition_penalty', step: 'any', help: 'Penalise tokens already in the sequence, prompt included (transformers’ rule); 1 is off.' },
+      { key: 'max_images_per_message', nullable: true, help: 'Keep at most this many images of a row, dropping the rest with a warning; empty: all.' },
+      { key: 'max_images_per_step', nullable: true, help: 'At most this many images in a generation batch; prompts after the budget keep fewer, with a warning; empty: no cap.' },
+      { key: 'image_only_mode', help: 'Prompts of the images alone, without the question’s text (rows without images are skipped).' },
     ],
   },
   {
@@ -51,12 +58,33 @@ const GROUPS: { legend: string; fields: Spec[] }[] = [
     legend: 'GSPO / GRPO loss',
     fields: [
       { key: 'importance_sampling_level', options: ['token', 'sequence'], help: '“token” is GRPO; “sequence” is GSPO (one ratio per completion).' },
-      { key: 'loss_type', options: ['grpo', 'bnpo', 'dr_grpo', 'dapo'], help: 'How token losses are aggregated (dapo: over all tokens of the batch).' },
+      { key: 'loss_type', options: LOSS_TYPES, help: 'The surrogate and how token losses are aggregated (dapo: over all tokens of the batch; cispo, sapo, luspo, vespo as TRL).' },
       { key: 'epsilon', step: 'any', help: 'Lower clip range ε_low.' },
       { key: 'epsilon_high', step: 'any', nullable: true, help: 'Upper clip range; empty: epsilon.' },
       { key: 'beta', step: 'any', help: 'KL coefficient to the base model (adapter off); 0 skips the reference pass.' },
       { key: 'scale_rewards', options: ['group', 'batch', 'none'], help: 'Advantage normalisation by the group’s std, the batch’s, or none.' },
       { key: 'mask_truncated_completions', help: 'Leave completions cut at max_completion_length out of the loss.' },
+      { key: 'delta', step: 'any', nullable: true, help: 'Two-sided clipping: the unclipped ratio is capped at delta too (above 1 + epsilon_high); empty: off.' },
+      { key: 'off_policy_mask_threshold', step: 'any', nullable: true, help: 'A sequence with a negative advantage whose mean log-prob drift from sampling is above this leaves the loss (DeepSeek-V3.2); empty: off.' },
+      { key: 'top_entropy_quantile', step: 'any', help: 'Keep in the loss only this fraction of tokens, those of highest entropy; 1 keeps all.' },
+      { key: 'multi_objective_aggregation', options: AGGREGATIONS, help: 'Several reward terms: sum then normalise per group (TRL’s default), or normalise each per group, sum, and normalise over the batch (GDPO).' },
+      { key: 'sapo_temperature_pos', step: 'any', help: 'sapo: gate temperature for positive advantages.' },
+      { key: 'sapo_temperature_neg', step: 'any', help: 'sapo: gate temperature for negative advantages.' },
+      { key: 'vespo_k_pos', step: 'any', help: 'vespo: shape k for positive advantages.' },
+      { key: 'vespo_lambda_pos', step: 'any', help: 'vespo: rate λ for positive advantages.' },
+      { key: 'vespo_k_neg', step: 'any', help: 'vespo: shape k for negative advantages.' },
+      { key: 'vespo_lambda_neg', step: 'any', help: 'vespo: rate λ for negative advantages.' },
+    ],
+  },
+  {
+    legend: 'Entropy bonus',
+    fields: [
+      { key: 'entropy_coef', step: 'any', help: 'Entropy bonus: the loss minus this times the mean entropy; 0 is off (the start value when adaptive).' },
+      { key: 'use_adaptive_entropy', help: 'Skywork-OR1’s control: after each step the coefficient moves by entropy_coef_delta, up while the entropy is at or below entropy_target, down otherwise.' },
+      { key: 'entropy_target', step: 'any', help: 'Target mean entropy (nats) of the adaptive control.' },
+      { key: 'entropy_coef_delta', step: 'any', help: 'How much the adaptive coefficient moves a step.' },
+      { key: 'entropy_coef_min', step: 'any', help: 'Lowest adaptive coefficient.' },
+      { key: 'entropy_coef_max', step: 'any', help: 'Highest adaptive coefficient.' },
     ],
   },
   {
@@ -124,6 +152,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
 
   const r = numberInput(d.lora.r, { step: '1', 'data-key': 'lora.r' });
   const alpha = numberInput(d.lora.lora_alpha, { step: 'any', 'data-key': 'lora.lora_alpha' });
+  const dropout = numberInput(d.lora.lora_dropout, { step: 'any', 'data-key': 'lora.lora_dropout' });
   const targets = LORA_TARGETS.map((t) => {
     const input = h('input', { 'data-key': `lora.target_modules.${t}` });
     input.checked = d.lora.target_modules.includes(t);
@@ -135,10 +164,11 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     h('legend', {}, 'LoRA'),
     field('r', r, `Adapter rank. Default ${d.lora.r}.`),
     field('lora_alpha', alpha, `The update is scaled by lora_alpha / r. Default ${d.lora.lora_alpha}.`),
+    field('lora_dropout', dropout, `Dropout on the adapter’s input in training forwards, in [0, 1). Default ${d.lora.lora_dropout}.`),
     h(
       'fieldset',
       { class: 'inline' },
-      h('legend', {}, 'target_modules (the engine adapts all seven)'),
+      h('legend', {}, 'target_modules (the projections adapted in every layer)'),
       ...targets.map(({ t, input }) => checkbox(t, input)),
     ),
   );
@@ -151,6 +181,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
       const l = values.lora;
       if (l?.r !== undefined) r.value = shown(l.r);
       if (l?.lora_alpha !== undefined) alpha.value = shown(l.lora_alpha);
+      if (l?.lora_dropout !== undefined) dropout.value = shown(l.lora_dropout);
       if (l?.target_modules) for (const x of targets) x.input.checked = l.target_modules.includes(x.t);
     },
     setDisabled(disabled) {
@@ -158,7 +189,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     },
     read() {
       const out: Record<string, unknown> = Object.fromEntries(readers.map((f) => f()));
-      out.lora = { r: Number(r.value), lora_alpha: Number(alpha.value), target_modules: targets.filter((x) => x.input.checked).map((x) => x.t) };
+      out.lora = { r: Number(r.value), lora_alpha: Number(alpha.value), lora_dropout: Number(dropout.value), target_modules: targets.filter((x) => x.input.checked).map((x) => x.t) };
       return out as TrainConfigInput;
     },
   };

@@ -38,6 +38,7 @@ import type { StatusBar } from '../status';
 import { saveWorkspace, workspacePart } from '../workspace';
 import { modelToRestore } from './modelPanel';
 import { configForm } from './trainConfigForm';
+import { CLIPPED_LOSS_TYPES } from '../../rl/lossConfig';
 
 interface ChartSpec {
   title: string;
@@ -49,6 +50,7 @@ interface ChartSpec {
 /** Chart title → series name → metric key (TRL's names; src/rl/metrics.ts, src/rl/trainer.ts). */
 function chartSpecs(termNames: readonly string[], config: TrainConfig | null): ChartSpec[] {
   const beta = config?.beta;
+  const loss = config?.loss_type;
   return [
     { title: 'Reward', smooth: true, series: { reward: 'reward', ...Object.fromEntries(termNames.map((n) => [n, `rewards/${n}/mean`])) } },
     { title: 'Entropy', smooth: true, series: { entropy: 'entropy' } },
@@ -58,7 +60,18 @@ function chartSpecs(termNames: readonly string[], config: TrainConfig | null): C
       emptyNote: beta === 0 ? 'No KL: beta = 0 skips the reference model, so KL is not measured.' : undefined,
     },
     { title: 'Completion length (tokens)', series: { mean: 'completions/mean_length', min: 'completions/min_length', max: 'completions/max_length' } },
-    { title: 'Clip ratio', series: { region: 'clip_ratio/region_mean', low: 'clip_ratio/low_mean', high: 'clip_ratio/high_mean' } },
+    {
+      title: 'Clip ratio',
+      series: { region: 'clip_ratio/region_mean', low: 'clip_ratio/low_mean', high: 'clip_ratio/high_mean' },
+      emptyNote: loss && !CLIPPED_LOSS_TYPES.includes(loss) ? `No clip ratio: loss_type ${loss} does not clip the ratio.` : undefined,
+    },
+    // The metrics of TRL's other loss types and knobs, where the run's config turns them on.
+    ...(loss === 'cispo' ? [{ title: 'CISPO clip ratio', series: { cispo: 'cispo_clip_ratio' } }] : []),
+    ...(loss === 'vespo' ? [{ title: 'VESPO φ, sequence mean', series: { phi: 'vespo/phi_seq_mean' } }] : []),
+    ...(config && (config.entropy_coef !== 0 || config.use_adaptive_entropy)
+      ? [{ title: 'Loss and entropy coefficient', series: { loss: 'loss', policy_loss: 'policy_loss', entropy_coef: 'entropy_coef' } }]
+      : []),
+    ...(config?.off_policy_mask_threshold != null ? [{ title: 'Off-policy masked fraction', series: { masked: 'off_policy_mask/masked_fraction' } }] : []),
     { title: 'Grad norm', smooth: true, series: { grad_norm: 'grad_norm' } },
     { title: 'Learning rate', series: { learning_rate: 'learning_rate' } },
     { title: 'Rollout/trainer log-prob gap', series: { mean: 'sampling/sampling_logp_difference/mean', max: 'sampling/sampling_logp_difference/max' } },
