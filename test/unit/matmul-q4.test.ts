@@ -163,16 +163,18 @@ describe('4-bit matmul', () => {
       expect(byDefault.takesQuantizedX(1, small.w, true)).toBe(false);
       return;
     }
-    // One row on at most 16384 rows of W takes f32 x by default, int8 allowed or not.
+    // One row on a decoder weight (at most HEAD_N = 65536 rows) takes f32 x by default, int8 allowed or not.
     expect(byDefault.takesQuantizedX(1, small.w, true)).toBe(false);
-    // [n, k, the instance]: fixed two-limb layouts, and the default on more rows than 16384.
+    // [n, k, the instance]: fixed two-limb layouts, and the default on a vocabulary-sized weight (over 65536 rows).
     const shapes = [
       [70, 64, await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 32, groups: 1, int8: true, preq: true } })],
       [70, 2080, await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 64, groups: 1, int8: true, preq: true } })],
-      [16400, 64, byDefault],
+      [65600, 64, byDefault],
     ] as const;
     const rec = gpu.recorder();
     const cases = [];
+    // A decoder weight past the small-weight bound (the 4B's and 8B's joined gate/up) stays f32 at one row.
+    expect(byDefault.takesQuantizedX(1, weight(gpu, 20000, 64, 3).w, true)).toBe(false);
     for (const [n, k, mm] of shapes) {
       const { w, deq } = weight(gpu, n, k, n + k);
       const x = randUniform(k, n + k + 1);
