@@ -48,6 +48,8 @@ export class Gpu {
     readonly device: GPUDevice,
     readonly features: ReadonlySet<EngineFeature>,
     readonly adapter: AdapterSummary,
+    /** What sizes are checked against: the device's limits, or lower ones (DeviceOptions.capLimits). */
+    readonly limits: GPUSupportedLimits = device.limits,
   ) {
     this.pool = new BufferPool((bytes, label) => this.createBuffer(bytes, label, storageUsage()));
     this.bindingCache = new BindingCache(device, (bytes) => this.createBuffer(bytes, 'uniforms', GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST));
@@ -61,12 +63,8 @@ export class Gpu {
 
   static async create(gpu: GPU | undefined, opts: DeviceOptions = {}): Promise<Gpu> {
     const adapter = await requestAdapter(gpu, opts);
-    const { device, features, summary } = await requestDevice(adapter, opts, gpu?.wgslLanguageFeatures ?? []);
-    return new Gpu(device, features, summary);
-  }
-
-  get limits(): GPUSupportedLimits {
-    return this.device.limits;
+    const { device, features, summary, limits } = await requestDevice(adapter, opts, gpu?.wgslLanguageFeatures ?? []);
+    return new Gpu(device, features, summary, limits);
   }
 
   has(feature: EngineFeature): boolean {
@@ -126,7 +124,7 @@ export class Gpu {
 
   private createBuffer(bytes: number, label: string, usage: number): GPUBuffer {
     if (this.lostError) throw this.lostError;
-    const lim = this.device.limits;
+    const lim = this.limits;
     if (bytes > lim.maxBufferSize) {
       throw new BufferAllocationError(label, bytes, `larger than this GPU's maxBufferSize (${lim.maxBufferSize})`);
     }
