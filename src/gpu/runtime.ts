@@ -51,7 +51,7 @@ export class Gpu {
     /** What sizes are checked against: the device's limits, or lower ones (DeviceOptions.capLimits). */
     readonly limits: GPUSupportedLimits = device.limits,
   ) {
-    this.pool = new BufferPool((bytes, label) => this.createBuffer(bytes, label, storageUsage()));
+    this.pool = new BufferPool((bytes, label) => this.createBuffer(bytes, label, storageUsage()), Math.min(limits.maxBufferSize, limits.maxStorageBufferBindingSize));
     this.bindingCache = new BindingCache(device, (bytes) => this.createBuffer(bytes, 'uniforms', GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST));
     this.lost = device.lost.then((info) => {
       const err = new DeviceLostError(info.reason, info.message || 'no detail');
