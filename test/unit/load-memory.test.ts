@@ -1,6 +1,6 @@
-// tools/device/loadMemory.ts on tiny-a: the figures of a load from the checkpoint and of a reload
-// from the weight cache are consistent with what each reads (the checkpoint's tensor bytes, then
-// the cache's stored bytes and no checkpoint byte).
+// tools/device/loadMemory.ts on tiny-a: the figures of a load from the checkpoint, of storing it in
+// the weight cache and of a reload from the cache are consistent with what each reads and writes
+// (the checkpoint's tensor bytes; the entry's files; the entry's bytes and no checkpoint byte).
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,7 +28,9 @@ describe('loadMemory', () => {
     // Every tensor once, plus the shards' headers (a few KiB each).
     expect(r.checkpoint.checkpointBytes).toBeGreaterThanOrEqual(ckpt.totalBytes);
     expect(r.checkpoint.checkpointBytes).toBeLessThan(ckpt.totalBytes + 64 * 1024);
-    expect(r.checkpoint.cacheWrittenBytes).toBe(stored);
+    expect(r.checkpoint.cacheBytes + r.checkpoint.cacheWrittenBytes).toBe(0);
+    expect(r.cacheWrite.cacheWrittenBytes).toBe(stored);
+    expect(r.cacheWrite.checkpointBytes).toBe(0);
     // The 4-bit language model and the bf16 vision tower (f32 on the GPU, stored packed): less than the bf16 checkpoint.
     expect(parts).toBeLessThan(0.75 * ckpt.totalBytes);
 
@@ -38,7 +40,7 @@ describe('loadMemory', () => {
     expect(r.fromCache.cacheBytes).toBeGreaterThanOrEqual(stored - 64);
     expect(r.fromCache.cacheBytes).toBeLessThanOrEqual(stored);
 
-    for (const f of [r.checkpoint, r.fromCache]) {
+    for (const f of [r.checkpoint, r.cacheWrite, r.fromCache]) {
       expect(f.wallMs).toBeGreaterThan(0);
       expect(f.peakRss).toBeGreaterThanOrEqual(f.rssBefore);
       expect(f.peakArrayBuffers).toBeGreaterThan(0);

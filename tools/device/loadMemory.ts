@@ -1,8 +1,9 @@
-// Host memory and bytes read of loading a model folder, as the CLI loads it (Qwen3VL.load at 4 bits
-// by default), twice: from the checkpoint (the weight cache is filled after it), then from the cache.
-// Prints one JSON line: per load the wall time, the peak RSS and peak arrayBuffers/external over
-// the load (sampled every 10 ms, minus nothing: absolute bytes), the RSS before it, the checkpoint
-// and cache bytes read through the engine, and the process's read bytes from /proc/self/io.
+// Host memory and bytes read of loading a model folder as the CLI loads it (Qwen3VL.load at 4 bits
+// by default): from the checkpoint, then storing the weights in the weight cache, then a reload
+// served by the cache. Prints one JSON line: per phase the wall time, the peak RSS and peak
+// arrayBuffers/external (absolute, sampled every 10 ms: garbage not yet collected counts), the RSS
+// before it, the checkpoint and cache bytes read (and written) through the engine, and the
+// process's read bytes from /proc/self/io.
 // On a discrete GPU the weights live in device memory, so RSS is the loader's own footprint; on
 // software Vulkan (lavapipe) it includes the weights.
 //   npm run bench:build, then on the GPU machine:
@@ -43,7 +44,11 @@ export interface LoadFigures {
 export interface LoadMemoryReport {
   model: string;
   quant: Quantization;
+  /** The checkpoint through the loader (no cache involved). */
   checkpoint: LoadFigures;
+  /** Storing those weights in the weight cache (read back from the GPU, hashed, written). */
+  cacheWrite: Omit<LoadFigures, 'cached'>;
+  /** The reload, served by the cache. */
   fromCache: LoadFigures;
 }
 
@@ -107,10 +112,9 @@ function releaseWeights(gpu: Gpu, model: Qwen3VL): void {
   gpu.pool.trim();
 }
 
-async function measure(gpu: Gpu, files: ModelFiles, store: WeightCache, revision: string, quant: Quantization): Promise<{ figures: LoadFigures; model: Qwen3VL }> {
-  const checkpoint = { bytes: 0 };
-  const cacheCount = { read: 0, written: 0 };
-  const counted = new WeightCache(countedStorage(store.storage, cacheCount));
+/** Run `fn`, sampling the process's memory every 10 ms and counting what it reads. */
+async function phase<T>(gpu: Gpu, fn: (counts: Counts) => Promise<T>): Promise<{ result: T; figures: Omit<LoadFigures, 'cached'> }> {
+  const counts: Counts = { checkpoint: { bytes: 0 }, cache: { read: 0, written: 0 } };
   const io0 = procIo();
   const m0 = process.memoryUsage();
   const peak = { rss: m0.rss, arrayBuffers: m0.arrayBuffers, external: m0.external };
@@ -123,23 +127,22 @@ async function measure(gpu: Gpu, files: ModelFiles, store: WeightCache, revision
   const timer = setInterval(sample, 10);
   const t0 = performance.now();
   try {
-    const model = await Qwen3VL.load(gpu, countedFiles(files, checkpoint), { quant, maxLogitRows: 1, cache: { store: counted, source: files.location, revision } });
+    const result = await fn(counts);
     await gpu.sync();
     const wallMs = performance.now() - t0;
     sample();
     const io1 = procIo();
     return {
-      model,
+      result,
       figures: {
-        cached: model.weightSource.cached,
         wallMs,
         rssBefore: m0.rss,
         peakRss: peak.rss,
         peakArrayBuffers: peak.arrayBuffers,
         peakExternal: peak.external,
-        checkpointBytes: checkpoint.bytes,
-        cacheBytes: cacheCount.read,
-        cacheWrittenBytes: cacheCount.written,
+        checkpointBytes: counts.checkpoint.bytes,
+        cacheBytes: counts.cache.read,
+        cacheWrittenBytes: counts.cache.written,
         rchar: io0 && io1 ? io1.rchar - io0.rchar : null,
         diskReadBytes: io0 && io1 ? io1.readBytes - io0.readBytes : null,
       },
@@ -149,17 +152,33 @@ async function measure(gpu: Gpu, files: ModelFiles, store: WeightCache, revision
   }
 }
 
-/** Load `dir` from its checkpoint, then again from the weight cache in `cacheDir`; the figures of both. */
+interface Counts {
+  checkpoint: { bytes: number };
+  cache: { read: number; written: number };
+}
+
+/**
+ * Load `dir` from its checkpoint (no cache: the loader alone), store the weights in the weight
+ * cache in `cacheDir`, then load again through the cache; the figures of the three.
+ */
 export async function measureLoads(gpu: Gpu, dir: string, cacheDir: string, quant: Quantization = 'q4'): Promise<LoadMemoryReport> {
   const files = nodeDirFiles(dir);
-  const store = new WeightCache(directoryStorage(cacheDir));
+  const storage = directoryStorage(cacheDir);
   const revision = await servedFingerprint(files);
-  const first = await measure(gpu, files, store, revision, quant);
-  if (first.model.weightSource.cacheMessage) throw new Error(first.model.weightSource.cacheMessage);
-  releaseWeights(gpu, first.model);
-  const second = await measure(gpu, files, store, revision, quant);
-  releaseWeights(gpu, second.model);
-  return { model: dir, quant, checkpoint: first.figures, fromCache: second.figures };
+  const first = await phase(gpu, (c) => Qwen3VL.load(gpu, countedFiles(files, c.checkpoint), { quant, maxLogitRows: 1 }));
+  const write = await phase(gpu, (c) => new WeightCache(countedStorage(storage, c.cache)).write(gpu, { source: files.location, revision, quant }, first.result.weights));
+  releaseWeights(gpu, first.result);
+  const second = await phase(gpu, (c) =>
+    Qwen3VL.load(gpu, countedFiles(files, c.checkpoint), { quant, maxLogitRows: 1, cache: { store: new WeightCache(countedStorage(storage, c.cache)), source: files.location, revision } }),
+  );
+  releaseWeights(gpu, second.result);
+  return {
+    model: dir,
+    quant,
+    checkpoint: { cached: false, ...first.figures },
+    cacheWrite: write.figures,
+    fromCache: { cached: second.result.weightSource.cached, ...second.figures },
+  };
 }
 
 async function main(): Promise<void> {
