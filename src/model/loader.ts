@@ -44,6 +44,8 @@ export interface LoadOptions {
   signal?: AbortSignal;
   /** Most rows per token-table block; by default what the storage-binding limit allows. */
   maxTableRows?: number;
+  /** Checkpoint bytes of a matrix read and uploaded at once (default PIECE_BYTES, 16 MiB). */
+  pieceBytes?: number;
 }
 
 /** Token-table blocks start on multiples of this many rows (a multiple of the LM head's chunk). */
@@ -136,7 +138,8 @@ export class WeightLoader {
     }
     const matrices = [...wanted].filter(isMatrix).map((n) => ckpt.tensors.get(n)!);
     matrices.sort((a, b) => ckpt.files.indexOf(a.file) - ckpt.files.indexOf(b.file) || a.offset - b.offset);
-    const pieces = new Pieces(this.gpu, ckpt, rec, this.quantizer, this.bufferLimit, opts.signal, progress(vectorBytes), lmBytes - vectorBytes);
+    const pieceBytes = Math.min(opts.pieceBytes ?? PIECE_BYTES, this.bufferLimit);
+    const pieces = new Pieces(this.gpu, ckpt, rec, this.quantizer, pieceBytes, opts.signal, progress(vectorBytes), lmBytes - vectorBytes);
     for (const tensor of matrices) {
       const name = canonicalWeightName(tensor.name);
       const lin = LINEAR.exec(name);
@@ -206,7 +209,7 @@ class Pieces {
     private readonly ckpt: Checkpoint,
     private readonly rec: Recorder,
     private readonly quantizer: QuantizeQ4,
-    private readonly bufferLimit: number,
+    private readonly pieceBytes: number,
     private readonly signal: AbortSignal | undefined,
     private readonly onProgress: ((p: Progress) => void) | undefined,
     private readonly total: number,
@@ -217,7 +220,7 @@ class Pieces {
     const inF = w.in;
     const rowBytes = tensor.byteLength / tensor.shape[0];
     // A 4-bit piece's raw rows are a buffer of their own; even rows: it must start on an even group of 32.
-    const rows = Math.max(2, Math.floor(Math.min(PIECE_BYTES, this.bufferLimit) / rowBytes) & ~1);
+    const rows = Math.max(2, Math.floor(this.pieceBytes / rowBytes) & ~1);
     for (let a = 0; a < w.out; a += rows) {
       const m = Math.min(rows, w.out - a);
       const bytes = await this.ckpt.readRows(tensor.name, r0 + a, m, this.signal);

@@ -71,3 +71,21 @@ describe(`tiny-a with storage bindings capped at ${BINDING / 1024} KiB`, () => {
     await expect(Qwen3VL.load(small, modelFiles('tiny-a'))).rejects.toThrow(/'model\.visual\.patch_embed\.proj\.weight'.*maxStorageBufferBindingSize \(65536\)/);
   }, 600_000);
 });
+
+describe('matrices read in pieces', () => {
+  it('pieces of a few rows give the same weights as whole tensors (logits bit-equal, and the 4-bit reference)', async () => {
+    const gpu = await testGpu();
+    const whole = await Qwen3VL.load(gpu, modelFiles('tiny-a'));
+    // 4 KiB: 32 rows of the bf16 embedding (64 wide), 16 of gate/up, 32 of down (128 wide).
+    const pieces = await Qwen3VL.load(gpu, modelFiles('tiny-a'), { pieceBytes: 4096 });
+    for (const quant of ['q4', 'none'] as const) {
+      const a = quant === 'q4' ? whole : await Qwen3VL.load(gpu, modelFiles('tiny-a'), { quant });
+      const b = quant === 'q4' ? pieces : await Qwen3VL.load(gpu, modelFiles('tiny-a'), { quant, pieceBytes: 4096 });
+      const ref = await readReference('tiny-a', 'image1');
+      const images = { pixelValues: ref.pixelValues!, gridThw: ref.gridThw! };
+      const lb = await b.logits(ref.inputIds, images);
+      expect(Array.from(lb)).toEqual(Array.from(await a.logits(ref.inputIds, images)));
+      expectClose(lb, quant === 'q4' ? await readQ4Logits('tiny-a', 'image1') : ref.logits, { rtol: 0, atol: 1e-3, what: `${quant} logits loaded in pieces` });
+    }
+  }, 600_000);
+});
