@@ -60,6 +60,15 @@ describe(`tiny-a with storage bindings capped at ${BINDING / 1024} KiB`, () => {
     }
   }, 600_000);
 
+  it('a prompt whose joined gate/up workspace passes the limit takes them apart: logits equal the uncapped GPU', async () => {
+    const gpu = await capped(BINDING);
+    const net = await Qwen3VL.load(gpu, modelFiles('tiny-a'), { maxLogitRows: 4 });
+    const full = await Qwen3VL.load(await testGpu(), modelFiles('tiny-a'));
+    // 300 rows: gate and up of [300, 128] f32 (150 KiB each) fit 256 KiB, joined (300 KiB) they do not.
+    const ids = Int32Array.from({ length: 300 }, (_, i) => (i * 37 + 11) % 1000);
+    expectClose(await net.logits(ids), await full.logits(ids), { rtol: 0, atol: 1e-4, what: 'logits of 300 rows, capped' });
+  }, 600_000);
+
   it('a buffer that cannot be split is refused naming the buffer and the limit', async () => {
     const gpu = await capped(BINDING);
     // An unsplit f32 table over the binding limit, with fewer rows than the head's chunk to cut it by.
