@@ -18,6 +18,9 @@ import { BufferPool, DTYPE_BYTES, numelOf, storageUsage, Tensor, type DType } fr
 
 type TypedArray = Float32Array | Uint32Array | Int32Array | Uint16Array | Uint8Array;
 
+/** Readback buffers up to this size are kept for the next read; larger ones are destroyed after use. */
+const KEEP_STAGING_BYTES = 64 * 2 ** 20;
+
 export class Gpu {
   readonly pool: BufferPool;
   profiler: Profiler | null = null;
@@ -297,7 +300,9 @@ export class Gpu {
     await staging.mapAsync(GPUMapMode.READ, 0, bytes);
     const copy = staging.getMappedRange(0, bytes).slice(0, t.byteSize);
     staging.unmap();
-    this.staging.push(staging);
+    // A large readback (the weight cache storing a token table) gives its host memory back.
+    if (staging.size > KEEP_STAGING_BYTES) staging.destroy();
+    else this.staging.push(staging);
     switch (t.dtype) {
       case 'f32':
         return new Float32Array(copy);
