@@ -272,11 +272,14 @@ export class WeightCache {
       let pending: Uint8Array[] = [];
       let pendingBytes = 0;
       const flushPart = async () => {
-        const buf = new Uint8Array(pendingBytes);
+        // A tensor alone in its part (a token table's block) is written as read back, not copied.
+        const buf = pending.length === 1 && pending[0].byteLength === pendingBytes ? pending[0] : new Uint8Array(pendingBytes);
         let at = 0;
-        for (const b of pending) {
-          buf.set(b, at);
-          at += pad4(b.byteLength);
+        if (buf !== pending[0]) {
+          for (const b of pending) {
+            buf.set(b, at);
+            at += pad4(b.byteLength);
+          }
         }
         await this.storage.write(id, partName(parts.length), buf);
         parts.push({ bytes: buf.byteLength, sha256: await sha256Hex(buf) });
