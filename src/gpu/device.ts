@@ -30,6 +30,7 @@ export type CappedLimit = 'maxBufferSize' | 'maxStorageBufferBindingSize';
 
 /** The device's limits with `caps` applied (the object every size decision reads: Gpu.limits). */
 export function cappedLimits(limits: GPUSupportedLimits, caps: DeviceOptions['capLimits'] = {}): GPUSupportedLimits {
+  if (Object.keys(caps).length === 0) return limits;
   const out: Record<string, number> = {};
   for (const k in limits) out[k] = (limits as unknown as Record<string, number>)[k];
   for (const [k, v] of Object.entries(caps)) {
