@@ -19,6 +19,25 @@ export interface DeviceOptions {
   /** Features to leave off even when offered (tests use this to exercise fallbacks). */
   disableFeatures?: EngineFeature[];
   powerPreference?: GPUPowerPreference;
+  /** Buffer limits the engine keeps below the device's: WebGPU raises any request under its
+   * defaults (256 MiB buffers, 128 MiB bindings) to them, so the splitting a smaller browser GPU
+   * needs is tested by capping here (tests, emulating a small adapter). */
+  capLimits?: Partial<Record<CappedLimit, number>>;
+}
+
+/** The limits `capLimits` may lower. */
+export type CappedLimit = 'maxBufferSize' | 'maxStorageBufferBindingSize';
+
+/** The device's limits with `caps` applied (the object every size decision reads: Gpu.limits). */
+export function cappedLimits(limits: GPUSupportedLimits, caps: DeviceOptions['capLimits'] = {}): GPUSupportedLimits {
+  if (Object.keys(caps).length === 0) return limits;
+  const out: Record<string, number> = {};
+  for (const k in limits) out[k] = (limits as unknown as Record<string, number>)[k];
+  for (const [k, v] of Object.entries(caps)) {
+    if (!(Number.isInteger(v) && v > 0)) throw new RangeError(`capLimits.${k} must be a positive integer, got ${v}`);
+    out[k] = Math.min(out[k], v);
+  }
+  return out as unknown as GPUSupportedLimits;
 }
 
 export interface AdapterSummary {
@@ -97,6 +116,8 @@ export interface AcquiredDevice {
   device: GPUDevice;
   features: Set<EngineFeature>;
   summary: AdapterSummary;
+  /** The device's limits, lowered by DeviceOptions.capLimits. */
+  limits: GPUSupportedLimits;
 }
 
 /** `wgsl`: the WGSL language extensions of the GPU object the adapter came from (for the summary). */
@@ -121,5 +142,5 @@ export async function requestDevice(adapter: GPUAdapter, opts: DeviceOptions = {
     requiredLimits,
     label: 'vlrl',
   });
-  return { adapter, device, features, summary: summarizeAdapter(adapter, wgsl) };
+  return { adapter, device, features, summary: summarizeAdapter(adapter, wgsl), limits: cappedLimits(device.limits, opts.capLimits) };
 }

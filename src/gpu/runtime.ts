@@ -18,6 +18,9 @@ import { BufferPool, DTYPE_BYTES, numelOf, storageUsage, Tensor, type DType } fr
 
 type TypedArray = Float32Array | Uint32Array | Int32Array | Uint16Array | Uint8Array;
 
+/** Readback buffers up to this size are kept for the next read; larger ones are destroyed after use. */
+const KEEP_STAGING_BYTES = 64 * 2 ** 20;
+
 export class Gpu {
   readonly pool: BufferPool;
   profiler: Profiler | null = null;
@@ -48,8 +51,10 @@ export class Gpu {
     readonly device: GPUDevice,
     readonly features: ReadonlySet<EngineFeature>,
     readonly adapter: AdapterSummary,
+    /** What sizes are checked against: the device's limits, or lower ones (DeviceOptions.capLimits). */
+    readonly limits: GPUSupportedLimits = device.limits,
   ) {
-    this.pool = new BufferPool((bytes, label) => this.createBuffer(bytes, label, storageUsage()));
+    this.pool = new BufferPool((bytes, label) => this.createBuffer(bytes, label, storageUsage()), Math.min(limits.maxBufferSize, limits.maxStorageBufferBindingSize));
     this.bindingCache = new BindingCache(device, (bytes) => this.createBuffer(bytes, 'uniforms', GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST));
     this.lost = device.lost.then((info) => {
       const err = new DeviceLostError(info.reason, info.message || 'no detail');
@@ -61,12 +66,8 @@ export class Gpu {
 
   static async create(gpu: GPU | undefined, opts: DeviceOptions = {}): Promise<Gpu> {
     const adapter = await requestAdapter(gpu, opts);
-    const { device, features, summary } = await requestDevice(adapter, opts, gpu?.wgslLanguageFeatures ?? []);
-    return new Gpu(device, features, summary);
-  }
-
-  get limits(): GPUSupportedLimits {
-    return this.device.limits;
+    const { device, features, summary, limits } = await requestDevice(adapter, opts, gpu?.wgslLanguageFeatures ?? []);
+    return new Gpu(device, features, summary, limits);
   }
 
   has(feature: EngineFeature): boolean {
@@ -126,7 +127,7 @@ export class Gpu {
 
   private createBuffer(bytes: number, label: string, usage: number): GPUBuffer {
     if (this.lostError) throw this.lostError;
-    const lim = this.device.limits;
+    const lim = this.limits;
     if (bytes > lim.maxBufferSize) {
       throw new BufferAllocationError(label, bytes, `larger than this GPU's maxBufferSize (${lim.maxBufferSize})`);
     }
@@ -299,7 +300,9 @@ export class Gpu {
     await staging.mapAsync(GPUMapMode.READ, 0, bytes);
     const copy = staging.getMappedRange(0, bytes).slice(0, t.byteSize);
     staging.unmap();
-    this.staging.push(staging);
+    // A large readback (the weight cache storing a token table) gives its host memory back.
+    if (staging.size > KEEP_STAGING_BYTES) staging.destroy();
+    else this.staging.push(staging);
     switch (t.dtype) {
       case 'f32':
         return new Float32Array(copy);

@@ -89,10 +89,15 @@ export class BufferPool {
   private readonly held = new Map<GPUBuffer, number>();
   readonly stats: PoolStats = { inUse: 0, cached: 0, peak: 0, created: 0 };
 
-  constructor(private readonly create: (bytes: number, label: string) => GPUBuffer) {}
+  constructor(
+    private readonly create: (bytes: number, label: string) => GPUBuffer,
+    /** The largest buffer the device allows: a size class above it is cut back to it, so that a
+     * tensor that fits is never refused for its rounding (limits such as 2^31 - 1). */
+    private readonly maxBytes = Infinity,
+  ) {}
 
   acquire(bytes: number, label: string): GPUBuffer {
-    const cls = sizeClass(bytes);
+    const cls = Math.max(Math.ceil(bytes / 4) * 4, Math.min(sizeClass(bytes), Math.floor(this.maxBytes / 4) * 4));
     const list = this.free.get(cls);
     let buf = list?.pop();
     if (buf) {

@@ -440,9 +440,11 @@ export class DecoderWorkspace {
     // q/k/v and gate/up outputs back to back in one buffer each where every start can be bound
     // (a fused layer's one-row projection writes them in one GEMV), else apart.
     const align = gpu.limits.minStorageBufferOffsetAlignment;
-    const stackable = (widths: number[]) => widths.every((w) => (4 * w) % align === 0);
-    this.qkv = stackable([hq * D, hkv * D]) ? { buffer: f(R * (hq + 2 * hkv) * D, 'qkv'), widths: [hq * D, hkv * D, hkv * D] } : null;
-    this.gateUp = stackable([I]) ? { buffer: f(2 * R * I, 'gate_up'), widths: [I, I] } : null;
+    // Apart too where the joined buffer would pass the binding limit (long prefills, large micro-batches).
+    const limit = Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
+    const stackable = (widths: number[], floats: number) => widths.every((w) => (4 * w) % align === 0) && 4 * floats <= limit;
+    this.qkv = stackable([hq * D, hkv * D], R * (hq + 2 * hkv) * D) ? { buffer: f(R * (hq + 2 * hkv) * D, 'qkv'), widths: [hq * D, hkv * D, hkv * D] } : null;
+    this.gateUp = stackable([I], 2 * R * I) ? { buffer: f(2 * R * I, 'gate_up'), widths: [I, I] } : null;
     this.t = {
       h: f(R * H, 'h'),
       out: f(R * H, 'out'),

@@ -54,7 +54,7 @@ export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: Rando
 
   const table = (label: string): TokenTable => {
     // Blocks as the loader cuts a bf16 checkpoint's table (the 2B ships in bf16).
-    const rows = loader.tableRows(t.hiddenSize, 'BF16', quant);
+    const rows = loader.tableRows(label, t.vocabSize, t.hiddenSize, quant);
     const blocks: LinearWeight[] = [];
     const rowStart: number[] = [];
     for (let r0 = 0; r0 < t.vocabSize; r0 += rows) {

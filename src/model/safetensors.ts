@@ -213,6 +213,9 @@ export interface Checkpoint {
   /** Tensors one at a time, file by file in offset order; only one tensor's bytes are held. */
   stream(options?: StreamOptions): AsyncGenerator<{ tensor: CheckpointTensor; bytes: Uint8Array }>;
   read(name: string, signal?: AbortSignal): Promise<Uint8Array>;
+  /** Rows [row, row + rows) of a tensor (along its first dimension), checked finite: a large
+   * tensor read piece by piece, so that no more than a piece is ever held. */
+  readRows(name: string, row: number, rows: number, signal?: AbortSignal): Promise<Uint8Array>;
 }
 
 const INDEX = 'model.safetensors.index.json';
@@ -310,6 +313,22 @@ export async function openCheckpoint(files: ModelFiles, signal?: AbortSignal): P
       const t = tensors.get(name);
       if (!t) throw new MissingFileError(`tensor '${name}'`, files.location);
       return sources.get(t.file)!.read(t.offset, t.byteLength, readSignal);
+    },
+    async readRows(name, row, rows, readSignal) {
+      const t = tensors.get(name);
+      if (!t) throw new MissingFileError(`tensor '${name}'`, files.location);
+      const all = t.shape[0] ?? 1;
+      if (!(Number.isInteger(row) && Number.isInteger(rows) && row >= 0 && rows > 0 && row + rows <= all)) {
+        throw new SafetensorsError(t.file, `rows [${row}, ${row + rows}) of tensor '${name}' are outside its ${all}`);
+      }
+      const rowBytes = t.byteLength / all;
+      const bytes = await sources.get(t.file)!.read(t.offset + row * rowBytes, rows * rowBytes, readSignal);
+      const bad = firstNonFiniteElement(bytes, t.dtype);
+      if (bad >= 0) {
+        const at = bad + (row * rowBytes) / DTYPE_BYTES[t.dtype];
+        throw new NonFiniteWeightError(t.file, `tensor '${name}' ${t.dtype}[${t.shape.join(', ')}] holds a value that is not finite (NaN or Infinity) at element ${at}: the model's weights are corrupt or diverged`);
+      }
+      return bytes;
     },
   };
 }

@@ -3,7 +3,10 @@
 //
 // An entry is one folder named by its key's id (a SHA-256 of source, revision or content
 // fingerprint, quantization, table layout and FORMAT_VERSION):
-//   part-0000.bin ...  tensors' bytes back to back, each padded to 4 bytes, parts of ~64 MiB
+//   part-0000.bin ...  tensors' bytes back to back, each padded to 4 bytes, parts of ~64 MiB;
+//                      an f32 tensor whose values are all bf16 (the vision tower and norms of a
+//                      bf16 checkpoint) is stored as its upper halves ("packed": "bf16"), half
+//                      the bytes, and widened again on read
 //   manifest.json      written last: the key, every part's size and SHA-256, every tensor's
 //                      (part, offset, shape, dtype, label), and the ModelWeights tree with its
 //                      tensors replaced by indexes ({"$t": i}) and shared objects by {"$ref": n}
@@ -18,7 +21,7 @@ import { WeightLoader, type LoadOptions, type Quantization } from './loader';
 import type { ModelFiles } from './safetensors';
 import type { ModelWeights } from './weights';
 
-export const FORMAT_VERSION = 2;
+export const FORMAT_VERSION = 3;
 /** Tensors are grouped into part files of about this size (a larger tensor gets a part of its own). */
 const PART_BYTES = 64 * 2 ** 20;
 const MANIFEST = 'manifest.json';
@@ -62,7 +65,9 @@ const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 interface TensorRecord {
   part: number;
   offset: number;
+  /** The tensor's bytes on the GPU (stored: half as many when packed). */
   bytes: number;
+  packed?: 'bf16';
   shape: number[];
   dtype: DType;
   label: string;
@@ -168,6 +173,23 @@ function rebuild(tree: unknown, tensors: readonly Tensor[]): ModelWeights {
   return walk(tree) as ModelWeights;
 }
 
+/** The upper halves of f32 values that are all bf16 (low halves zero), else null. */
+function packBf16(x: Float32Array): Uint8Array | null {
+  const words = new Uint32Array(x.buffer, x.byteOffset, x.length);
+  for (let i = 0; i < words.length; i++) if (words[i] & 0xffff) return null;
+  const out = new Uint16Array(words.length);
+  for (let i = 0; i < words.length; i++) out[i] = words[i] >>> 16;
+  return new Uint8Array(out.buffer);
+}
+
+/** f32 values from their bf16 upper halves (`bytes` starts on a fresh buffer). */
+function widenBf16(bytes: Uint8Array): Uint32Array {
+  const halves = new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 2);
+  const out = new Uint32Array(halves.length);
+  for (let i = 0; i < halves.length; i++) out[i] = halves[i] << 16;
+  return out;
+}
+
 /** Parts are stored verbatim; a wrong size or hash means a damaged entry. */
 class DamagedEntryError extends Error {}
 
@@ -214,7 +236,7 @@ export class WeightCache {
         for (const [i, t] of m.tensors.entries()) {
           if (t.part !== p) continue;
           tensors[i] = gpu.tensor(t.shape, t.dtype, t.label);
-          gpu.write(tensors[i], bytes.subarray(t.offset, t.offset + pad4(t.bytes)));
+          gpu.write(tensors[i], t.packed ? widenBf16(bytes.slice(t.offset, t.offset + t.bytes / 2)) : bytes.subarray(t.offset, t.offset + pad4(t.bytes)));
         }
         done += bytes.byteLength;
         onBytes?.(done, m.bytes);
@@ -239,31 +261,43 @@ export class WeightCache {
   async write(gpu: Gpu, key: CacheKey, weights: ModelWeights): Promise<void> {
     const id = await cacheEntryId(key);
     const { tree, tensors } = flatten(weights);
-    const records: TensorRecord[] = [];
-    const partSizes: number[] = [];
-    for (const t of tensors) {
-      const size = pad4(t.byteSize);
-      if (partSizes.length === 0 || (partSizes[partSizes.length - 1] > 0 && partSizes[partSizes.length - 1] + size > PART_BYTES)) partSizes.push(0);
-      const part = partSizes.length - 1;
-      records.push({ part, offset: partSizes[part], bytes: t.byteSize, shape: [...t.shape], dtype: t.dtype, label: t.label });
-      partSizes[part] += size;
-    }
-    const total = partSizes.reduce((a, b) => a + b, 0);
+    // Room for the tensors unpacked: what packing saves is only known once they are read back.
+    const bound = tensors.reduce((a, t) => a + pad4(t.byteSize), 0);
     this.pinned.add(id);
     try {
       if ((await this.storage.entries()).includes(id)) await this.storage.remove(id);
-      await this.makeRoom(total, id);
+      await this.makeRoom(bound, id);
+      const records: TensorRecord[] = [];
       const parts: Manifest['parts'] = [];
-      for (let p = 0; p < partSizes.length; p++) {
-        const buf = new Uint8Array(partSizes[p]);
-        for (const [i, r] of records.entries()) {
-          if (r.part !== p) continue;
-          const data = await gpu.read(tensors[i]);
-          buf.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), r.offset);
+      let pending: Uint8Array[] = [];
+      let pendingBytes = 0;
+      const flushPart = async () => {
+        // A tensor alone in its part (a token table's block) is written as read back, not copied.
+        const buf = pending.length === 1 && pending[0].byteLength === pendingBytes ? pending[0] : new Uint8Array(pendingBytes);
+        let at = 0;
+        if (buf !== pending[0]) {
+          for (const b of pending) {
+            buf.set(b, at);
+            at += pad4(b.byteLength);
+          }
         }
-        await this.storage.write(id, partName(p), buf);
+        await this.storage.write(id, partName(parts.length), buf);
         parts.push({ bytes: buf.byteLength, sha256: await sha256Hex(buf) });
+        pending = [];
+        pendingBytes = 0;
+      };
+      for (const t of tensors) {
+        const data = await gpu.read(t);
+        const packed = t.dtype === 'f32' ? packBf16(data as Float32Array) : null;
+        const stored = packed ?? new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+        const size = pad4(stored.byteLength);
+        if (pendingBytes > 0 && pendingBytes + size > PART_BYTES) await flushPart();
+        records.push({ part: parts.length, offset: pendingBytes, bytes: t.byteSize, ...(packed ? { packed: 'bf16' as const } : {}), shape: [...t.shape], dtype: t.dtype, label: t.label });
+        pending.push(stored);
+        pendingBytes += size;
       }
+      if (pendingBytes > 0 || parts.length === 0) await flushPart();
+      const total = parts.reduce((a, p) => a + p.bytes, 0);
       const manifest: Manifest = { format: FORMAT_VERSION, key, createdAt: Date.now(), bytes: total, parts, tensors: records, tree };
       await this.storage.write(id, USED, encoder.encode(String(Date.now())));
       await this.storage.write(id, MANIFEST, encoder.encode(JSON.stringify(manifest)));

@@ -1,5 +1,5 @@
-// The weight cache's storage in Node: a directory with one folder per entry (the CLI's
-// --cache-dir, the unit tests). Files are written to a temporary name and renamed, so a process
+// The weight cache's storage in Node: a directory with one folder per entry (tools/device/
+// loadMemory.ts, the unit tests; the CLI loads without a cache). Files are written to a temporary name and renamed, so a process
 // killed mid-write leaves no file that looks whole.
 import { mkdir, readdir, readFile, rename, rm, statfs, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';

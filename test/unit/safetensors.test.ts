@@ -111,6 +111,24 @@ describe('checkpoints from local folders and picked files', () => {
     expect(toFloat32(await cp.read(name), 'BF16')).toEqual(ckpt.values.get(name));
   });
 
+  it('reads rows of a tensor in pieces, checked finite, the element index counted from the tensor start', async () => {
+    const cp = await openCheckpoint(nodeDirFiles(dir));
+    const name = 'model.language_model.layers.1.mlp.down_proj.weight';
+    const [rows, cols] = cp.tensors.get(name)!.shape;
+    const want = ckpt.values.get(name)!;
+    expect(toFloat32(await cp.readRows(name, 3, 2, undefined), 'BF16')).toEqual(want.subarray(3 * cols, 5 * cols));
+    await expect(cp.readRows(name, rows - 1, 2)).rejects.toThrow(new RegExp(`rows \\[${rows - 1}, ${rows + 1}\\) of tensor '${name.replace(/\./g, '\\.')}' are outside its ${rows}`));
+    // A NaN in row 5: found by the piece holding it, at its element of the whole tensor.
+    const nan = tinyCheckpoint();
+    const t = (await readHeader(blobSource(new Blob([nan.single])))).tensors.find((x) => x.name === name)!;
+    const at = 5 * cols + 2;
+    nan.single[t.offset + 2 * at + 1] = 0x7f;
+    nan.single[t.offset + 2 * at] = 0xc0;
+    const bad = await openCheckpoint(pickedFiles([new File([nan.single], 'model.safetensors')]));
+    await expect(bad.readRows(name, 0, 4)).resolves.toBeInstanceOf(Uint8Array);
+    await expect(bad.readRows(name, 4, 2)).rejects.toThrow(new RegExp(`not finite \\(NaN or Infinity\\) at element ${at}:`));
+  });
+
   it('names the missing shard and the missing single file', async () => {
     const files = Object.entries(ckpt.shards).slice(1).map(([n, d]) => new File([d], n));
     const picked = pickedFiles([...files, new File([ckpt.index], 'model.safetensors.index.json')], 'my folder');
