@@ -22,6 +22,12 @@ const FX = JSON.parse(readFileSync('test/fixtures/sampling/processors.json', 'ut
 const ROWS = 4096;
 
 describe('sampler: min_p and repetition_penalty against transformers processors (numpy mirror)', () => {
+  it("the mirror's probabilities are transformers' own (processors.transformers.json: `python3 tools/rl_reference.py --transformers`, transformers 5.17 on the GPU machine)", () => {
+    const tf = JSON.parse(readFileSync('test/fixtures/sampling/processors.transformers.json', 'utf8')) as { transformers: string; probs: number[][] };
+    expect(tf.probs).toHaveLength(FX.cases.length);
+    FX.cases.forEach((c, i) => expectClose(c.probs, tf.probs[i], { rtol: 0, atol: 1e-6, what: `case ${i}` }));
+  });
+
   it('the fixture exercises both knobs, alone and together', () => {
     const s = FX.cases.map((c) => c.settings);
     expect(s.some((x) => x.min_p !== null && x.repetition_penalty === 1)).toBe(true);
