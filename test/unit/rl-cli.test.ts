@@ -7,23 +7,12 @@ import { datasetRows, engineFromArgs, readCheckpointDir, trainRun } from '../../
 import { parseArgs } from '../../src/node/args';
 import { defaultEngineConfig } from '../../src/rl/engineConfig';
 import { resolveConfig } from '../../src/rl/config';
-import type { TrainConfigInput } from '../../src/rl/config';
 import { testGpu } from '../helpers/gpu';
 import { runCli } from '../helpers/cli';
 import { tinyModelFolder } from '../helpers/tinyModelFolder';
-import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
+import { ToyPolicy, toyPrompts, toyRunConfig } from '../helpers/toyPolicy';
 
-const config: TrainConfigInput = {
-  num_generations: 4,
-  per_device_train_batch_size: 4,
-  max_completion_length: 7,
-  learning_rate: 0.05,
-  lr_scheduler_type: 'constant',
-  max_steps: 5,
-  save_steps: 2,
-  loss_type: 'grpo',
-  lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj'] },
-};
+const config = toyRunConfig({ max_steps: 5, save_steps: 2 });
 
 describe('train command: engine flags', () => {
   const engine = (argv: string[], fromFile?: unknown) => engineFromArgs(parseArgs(argv), fromFile);
