@@ -68,6 +68,22 @@ export function makeCaller(): (reward: (c: string, a: string, ctx: object) => un
   };
 }
 
+/**
+ * The compile step of both workers: the source read as an expression, and as a function body where
+ * that is a syntax error. `syntaxError` is the worker realm's own SyntaxError (captured before user
+ * code runs).
+ */
+export function eitherForm<T>(compileAs: (source: string, form: SourceForm) => T, syntaxError: new (message?: string) => Error): (source: string) => T {
+  return (source) => {
+    try {
+      return compileAs(source, 'expression');
+    } catch (e) {
+      if (!(e instanceof syntaxError)) throw e;
+    }
+    return compileAs(source, 'body');
+  };
+}
+
 /** The worker's request loop: compile once per request, run every item, report each. */
 export function sandboxMain(
   post: (message: WorkerMessage) => void,
@@ -173,6 +189,7 @@ export function browserWorkerSource(): string {
   const sandboxMain = (${sandboxMain.toString()});
   const stripGlobals = (${stripGlobals.toString()});
   const rewardScript = (${rewardScript.toString()});
+  const eitherForm = (${eitherForm.toString()});
   const call = (${makeCaller.toString()})();
   const post = self.postMessage.bind(self);
   const addListener = self.addEventListener.bind(self);
@@ -196,14 +213,7 @@ export function browserWorkerSource(): string {
     if (typeof reward !== 'function') throw new TypeError('the source did not load as a reward function');
     return call(reward, form === 'expression');
   };
-  const compile = (source) => {
-    try {
-      return compileAs(source, 'expression');
-    } catch (e) {
-      if (!(e instanceof SyntaxErrorType)) throw e;
-    }
-    return compileAs(source, 'body');
-  };
+  const compile = eitherForm(compileAs, SyntaxErrorType);
   sandboxMain(post, (handler) => addListener('message', (event) => handler(event.data)), compile);
   post({ type: 'ready' });
 }
@@ -223,6 +233,7 @@ export function nodeWorkerSource(): string {
   const vm = require('node:vm');
   const sandboxMain = (${sandboxMain.toString()});
   const rewardScript = (${rewardScript.toString()});
+  const eitherForm = (${eitherForm.toString()});
   // A promise user code rejected and left behind must not take the worker down with it.
   process.on('unhandledRejection', () => undefined);
   const context = vm.createContext(Object.create(null), { codeGeneration: { strings: false, wasm: false } });
@@ -234,14 +245,7 @@ export function nodeWorkerSource(): string {
     if (typeof reward !== 'function') throw new TypeError('the source did not load as a reward function');
     return call(reward, form === 'expression');
   };
-  const compile = (source) => {
-    try {
-      return compileAs(source, 'expression');
-    } catch (e) {
-      if (!(e instanceof SyntaxError)) throw e;
-    }
-    return compileAs(source, 'body');
-  };
+  const compile = eitherForm(compileAs, SyntaxError);
   sandboxMain((message) => parentPort.postMessage(message), (handler) => parentPort.on('message', handler), compile);
   parentPort.postMessage({ type: 'ready' });
 }

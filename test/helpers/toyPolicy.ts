@@ -8,6 +8,7 @@ import { createLoraParams, Lora, type LoraParams } from '../../src/ops/lora';
 import type { Completion, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../../src/rl/policy';
 import type { PromptSource } from '../../src/rl/trainer';
 import type { DatasetRow } from '../../src/data/types';
+import type { TrainConfigInput } from '../../src/rl/config';
 
 /** Word tokens; the last ends a completion. The best completion scores 2.6 with the seeds' rewards. */
 export const TOY_VOCAB = ['<REASONING>', 'x', '</REASONING>', '<SOLUTION>', '3', '7', '</SOLUTION>', ''] as const;
@@ -181,5 +182,33 @@ export function toyPrompts(count = 4): PromptSource {
       prompt: { id: row.id, inputIds: Int32Array.from({ length: 5 + row.id.length }, (_, k) => k), images: [] },
       text: `${system ?? ''}${row.question}`,
     }),
+  };
+}
+
+/** The trainer tests' run on the toy policy: groups of 8 at temperature 1, a rate high enough to learn in a few steps. */
+export const TOY_TRAINER_CONFIG: TrainConfigInput = {
+  num_generations: 8,
+  per_device_train_batch_size: 8,
+  max_completion_length: 7,
+  temperature: 1,
+  learning_rate: 0.1,
+  lr_scheduler_type: 'constant',
+  max_grad_norm: 1,
+  seed: 7,
+  save_steps: 0,
+  lora: { r: 4, lora_alpha: 8, target_modules: ['q_proj'] },
+};
+
+/** The checkpointing tests' `trainRun` on the toy policy: groups of 4, GRPO, a constant rate. */
+export function toyRunConfig(steps: { max_steps: number; save_steps: number }): TrainConfigInput {
+  return {
+    num_generations: 4,
+    per_device_train_batch_size: 4,
+    max_completion_length: 7,
+    learning_rate: 0.05,
+    lr_scheduler_type: 'constant',
+    ...steps,
+    loss_type: 'grpo',
+    lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj'] },
   };
 }

@@ -10,21 +10,10 @@ import { trainRun, type TrainRunOptions } from '../../src/node/commands/train';
 import { DataProvenanceError, readDataRecord } from '../../src/node/dataRecord';
 import { CheckpointError, DataCursorError } from '../../src/rl/checkpoint';
 import { crc32Hex } from '../../src/rl/checksum';
-import type { TrainConfigInput } from '../../src/rl/config';
 import { testGpu } from '../helpers/gpu';
-import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
+import { ToyPolicy, toyPrompts, toyRunConfig } from '../helpers/toyPolicy';
 
-const config: TrainConfigInput = {
-  num_generations: 4,
-  per_device_train_batch_size: 4,
-  max_completion_length: 7,
-  learning_rate: 0.05,
-  lr_scheduler_type: 'constant',
-  max_steps: 2,
-  save_steps: 1,
-  loss_type: 'grpo',
-  lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj'] },
-};
+const config = toyRunConfig({ max_steps: 2, save_steps: 1 });
 const quiet = { log: () => undefined, warn: () => undefined };
 
 let gpu: Gpu;

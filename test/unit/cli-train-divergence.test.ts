@@ -1,37 +1,16 @@
 // `npm run cli -- train` with learning_rate 1e30 on the tiny Qwen3-VL: exits 1 with a
 // DivergenceError naming the step, and the current checkpoint holds only finite values.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { readCheckpointDir } from '../../src/node/commands/train';
-import { runCli } from '../helpers/cli';
-import { tinyModelFolder } from '../helpers/tinyModelFolder';
+import { runCli, tinyTrainConfigFile } from '../helpers/cli';
 
 describe('npm run cli -- train that diverges', () => {
   it('learning_rate 1e30 stops with a DivergenceError and exit 1; the last checkpoint is finite', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'vlrl-cli-div-'));
-    const model = tinyModelFolder(join(dir, 'model'));
-    const configFile = join(dir, 'config.json');
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        model_name_or_path: model,
-        dataset: { tasks: ['counting'], count: 4, seed: 0, size: 128 },
-        system_prompt: 'Answer.',
-        num_generations: 2,
-        per_device_train_batch_size: 2,
-        max_completion_length: 4,
-        learning_rate: 1e30,
-        max_grad_norm: null,
-        lr_scheduler_type: 'constant',
-        max_steps: 4,
-        save_steps: 1,
-        loss_type: 'grpo',
-        lora: { r: 2, lora_alpha: 4 },
-        rewards: [{ name: 'length', weight: 0.1, source: '(c, a, ctx) => c.length + ctx.index' }],
-      }),
-    );
+    const configFile = tinyTrainConfigFile(dir, { learning_rate: 1e30, max_grad_norm: null, max_steps: 4 });
     const out = join(dir, 'run');
     const res = await runCli(['train', '--config', configFile, '--output-dir', out]);
     expect(res.code).toBe(1);

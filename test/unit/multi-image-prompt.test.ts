@@ -12,33 +12,7 @@ import { buildPrompt, ImageOnlyPromptError, limitRowImages, PlaceholderMismatchE
 import type { EncodedImage, RgbaImage } from '../../src/data/types';
 import { parseQwen3VLConfig } from '../../src/model/config';
 import { loadTokenizer, Qwen3VLProcessor, QWEN3_VL_IMAGE_PROCESSOR, type Qwen3VLTokenizer } from '../../src/model/processor';
-
-interface FixtureTensor {
-  dtype: string;
-  shape: number[];
-  bytes: Uint8Array;
-}
-
-function readFixture(url: URL): Map<string, FixtureTensor> {
-  const file = new Uint8Array(readFileSync(url));
-  const n = Number(new DataView(file.buffer, file.byteOffset).getBigUint64(0, true));
-  const header = JSON.parse(new TextDecoder().decode(file.subarray(8, 8 + n))) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
-  const out = new Map<string, FixtureTensor>();
-  for (const [name, e] of Object.entries(header)) {
-    if (name !== '__metadata__') out.set(name, { dtype: e.dtype, shape: e.shape, bytes: file.slice(8 + n + e.data_offsets[0], 8 + n + e.data_offsets[1]) });
-  }
-  return out;
-}
-
-function rgbaOf(x: FixtureTensor): RgbaImage {
-  const [height, width] = x.shape;
-  const data = new Uint8ClampedArray(width * height * 4);
-  for (let i = 0; i < width * height; i++) {
-    data.set(x.bytes.subarray(i * 3, i * 3 + 3), i * 4);
-    data[i * 4 + 3] = 255;
-  }
-  return { width, height, data };
-}
+import { readFixture, rgbaOf } from '../helpers/safetensorsFixture';
 
 const ref = readFixture(new URL('../fixtures/tiny/tiny-a/ref/image2.safetensors', import.meta.url));
 const fixtureImages = [rgbaOf(ref.get('image_0')!), rgbaOf(ref.get('image_1')!)];

@@ -19,27 +19,8 @@ import {
   QWEN3_VL_IMAGE_PROCESSOR,
   type ChatMessage,
   type Qwen3VLTokenizer,
-  type RgbaImage,
 } from '../../src/model/processor';
-
-interface FixtureTensor {
-  dtype: string;
-  shape: number[];
-  bytes: Uint8Array;
-}
-
-/** All tensors of a small safetensors file, U8 included (the model reader accepts only weight dtypes). */
-function readFixture(url: URL): Map<string, FixtureTensor> {
-  const file = new Uint8Array(readFileSync(url));
-  const n = Number(new DataView(file.buffer, file.byteOffset).getBigUint64(0, true));
-  const header = JSON.parse(new TextDecoder().decode(file.subarray(8, 8 + n))) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
-  const out = new Map<string, FixtureTensor>();
-  for (const [name, e] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    out.set(name, { dtype: e.dtype, shape: e.shape, bytes: file.slice(8 + n + e.data_offsets[0], 8 + n + e.data_offsets[1]) });
-  }
-  return out;
-}
+import { readFixture, rgbaOf, type FixtureTensor } from '../helpers/safetensorsFixture';
 
 function get(t: Map<string, FixtureTensor>, name: string, dtype: string): FixtureTensor {
   const x = t.get(name);
@@ -54,18 +35,6 @@ function floats(x: FixtureTensor): Float32Array {
   if (x.dtype === 'F32') return new Float32Array(x.bytes.buffer, x.bytes.byteOffset, x.bytes.byteLength / 4);
   const bits = new Uint16Array(x.bytes.buffer, x.bytes.byteOffset, x.bytes.byteLength / 2);
   return Float32Array.from(bits, f16BitsToF32);
-}
-
-/** A uint8 [h, w, 3] tensor as the RGBA pixels a canvas gives. */
-function rgbaOf(x: FixtureTensor): RgbaImage {
-  const [height, width, c] = x.shape;
-  expect(c).toBe(3);
-  const data = new Uint8Array(width * height * 4);
-  for (let i = 0; i < width * height; i++) {
-    data.set(x.bytes.subarray(i * 3, i * 3 + 3), i * 4);
-    data[i * 4 + 3] = 255;
-  }
-  return { width, height, data };
 }
 
 /** Max and mean |a − b|. */

@@ -7,23 +7,12 @@ import { datasetRows, engineFromArgs, readCheckpointDir, trainRun } from '../../
 import { parseArgs } from '../../src/node/args';
 import { defaultEngineConfig } from '../../src/rl/engineConfig';
 import { resolveConfig } from '../../src/rl/config';
-import type { TrainConfigInput } from '../../src/rl/config';
 import { testGpu } from '../helpers/gpu';
-import { runCli } from '../helpers/cli';
+import { runCli, tinyTrainConfigFile } from '../helpers/cli';
 import { tinyModelFolder } from '../helpers/tinyModelFolder';
-import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
+import { ToyPolicy, toyPrompts, toyRunConfig } from '../helpers/toyPolicy';
 
-const config: TrainConfigInput = {
-  num_generations: 4,
-  per_device_train_batch_size: 4,
-  max_completion_length: 7,
-  learning_rate: 0.05,
-  lr_scheduler_type: 'constant',
-  max_steps: 5,
-  save_steps: 2,
-  loss_type: 'grpo',
-  lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj'] },
-};
+const config = toyRunConfig({ max_steps: 5, save_steps: 2 });
 
 describe('train command: engine flags', () => {
   const engine = (argv: string[], fromFile?: unknown) => engineFromArgs(parseArgs(argv), fromFile);
@@ -112,29 +101,7 @@ describe('train command (checkpoint folder, metrics lines)', () => {
 describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenizer)', () => {
   it('runs 2 steps with one metrics line each, checkpoints, and --resume continues the same run at step 3', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'vlrl-train-cli-'));
-    const model = tinyModelFolder(join(dir, 'model'));
-    const configFile = join(dir, 'config.json');
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        model_name_or_path: model,
-        dataset: { tasks: ['counting'], count: 4, seed: 0, size: 128 },
-        system_prompt: 'Answer.',
-        num_generations: 2,
-        per_device_train_batch_size: 2,
-        max_completion_length: 4,
-        learning_rate: 0.01,
-        lr_scheduler_type: 'constant',
-        max_steps: 2,
-        save_steps: 1,
-        loss_type: 'grpo',
-        lora: { r: 2, lora_alpha: 4 },
-        engine: { micro_batch_tokens: 2048 },
-        // A custom reward (run in the CLI's sandbox) that varies within a group whatever is sampled
-        // (the sample's index), so the adapters move.
-        rewards: [{ name: 'length', weight: 0.1, source: '(c, a, ctx) => c.length + ctx.index' }],
-      }),
-    );
+    const configFile = tinyTrainConfigFile(dir, { learning_rate: 0.01, max_steps: 2, engine: { micro_batch_tokens: 2048 } });
     const out = join(dir, 'run');
     const metrics = join(dir, 'metrics.jsonl');
     const first = await runCli(['train', '--config', configFile, '--metrics', metrics, '--output-dir', out]);

@@ -6,24 +6,13 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Gpu } from '../../src/gpu';
 import { readCheckpointDir, trainRun } from '../../src/node/commands/train';
-import type { TrainConfigInput } from '../../src/rl/config';
 import { DivergenceError } from '../../src/rl/divergence';
 import type { StepMetrics } from '../../src/rl/metrics';
 import type { ForwardOptions, Policy, SequenceBatch } from '../../src/rl/policy';
 import { testGpu } from '../helpers/gpu';
-import { TOY_VOCAB, ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
+import { TOY_VOCAB, ToyPolicy, toyPrompts, toyRunConfig } from '../helpers/toyPolicy';
 
-const config: TrainConfigInput = {
-  num_generations: 4,
-  per_device_train_batch_size: 4,
-  max_completion_length: 7,
-  learning_rate: 0.05,
-  lr_scheduler_type: 'constant',
-  max_steps: 4,
-  save_steps: 1,
-  loss_type: 'grpo',
-  lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj'] },
-};
+const config = toyRunConfig({ max_steps: 4, save_steps: 1 });
 
 /** The toy policy, with a fault injected from optimizer step `from` (counted by backward calls per step). */
 function faulty(gpu: Gpu, toy: ToyPolicy, fault: 'loss' | 'gradient', from: number, vocab = false): Policy & { steps: number } {

@@ -14,7 +14,7 @@ import { batchAdvantages } from '../../src/rl/groupLoss';
 import { LossMetrics } from '../../src/rl/metrics';
 import { batchPlan, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { Trainer } from '../../src/rl/trainer';
-import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
+import { TOY_TRAINER_CONFIG, ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
 import type { Gpu } from '../../src/gpu';
 
 interface FixtureCase {
@@ -237,19 +237,8 @@ describe('multi_objective_aggregation', () => {
 });
 
 describe('trainer with the TRL loss knobs (toy policy)', () => {
-  const base: TrainConfigInput = {
-    num_generations: 8,
-    per_device_train_batch_size: 8,
-    max_completion_length: 7,
-    temperature: 1,
-    learning_rate: 0.1,
-    lr_scheduler_type: 'constant',
-    max_grad_norm: 1,
-    seed: 7,
-    save_steps: 0,
-    max_steps: 6,
-    lora: { r: 4, lora_alpha: 8, target_modules: ['q_proj'] },
-  };
+  const base: TrainConfigInput = { ...TOY_TRAINER_CONFIG, max_steps: 6 };
+
   const run = async (input: TrainConfigInput) => {
     const gpu = await testGpu();
     const { config, loss } = resolveConfig({ ...base, ...input });

@@ -5,23 +5,11 @@ import { Trainer, type TrainerEvent } from '../../src/rl/trainer';
 import type { Checkpoint } from '../../src/rl/checkpoint';
 import { defaultEngineConfig, type EngineConfig } from '../../src/rl/engineConfig';
 import { testGpu } from '../helpers/gpu';
-import { ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
+import { TOY_TRAINER_CONFIG, ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
 
 const MAX_REWARD = 0.3 * 2 + 1.0 * 2; // the seeds' preset: format 2, exact answer 2
 
-const base: TrainConfigInput = {
-  num_generations: 8,
-  per_device_train_batch_size: 8,
-  max_completion_length: 7,
-  temperature: 1,
-  learning_rate: 0.1,
-  lr_scheduler_type: 'constant',
-  loss_type: 'grpo',
-  max_grad_norm: 1,
-  seed: 7,
-  save_steps: 0,
-  lora: { r: 4, lora_alpha: 8, target_modules: ['q_proj'] },
-};
+const base: TrainConfigInput = { ...TOY_TRAINER_CONFIG, loss_type: 'grpo' };
 
 async function makeTrainer(input: TrainConfigInput, extra: { events?: TrainerEvent[]; saved?: Checkpoint[]; resume?: Checkpoint; engine?: EngineConfig } = {}) {
   const gpu = await testGpu();
