@@ -63,7 +63,7 @@ describe('eval command', () => {
       for (const r of parsed.records) {
         expect(r.tokens).toBeGreaterThan(0);
         const j = judge(r.completion, r.gold, 'solution');
-        expect({ prediction: r.prediction, correct: r.correct, format_ok: r.format_ok }).toEqual(j);
+        expect({ prediction: r.prediction, correct: r.correct, correct_strict: r.correct_strict, format_ok: r.format_ok }).toEqual(j);
         expect(r.reward).toBeCloseTo(scoreBuiltins(presetTerms('seeds'), { completion: r.completion, answer: r.gold }).total, 12);
       }
       const line = JSON.parse(stdout.trim().split('\n').at(-1)!) as { accuracy: number; reward: number; samples: number };
