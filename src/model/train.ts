@@ -145,6 +145,9 @@ interface Saved {
   visual: VisualInputs | null;
 }
 
+/** Logits a log-prob dispatch computes per row at a time (LogProb's chunk along the vocabulary). */
+const LOGPROB_CHUNK = 8192;
+
 export class Qwen3VLPolicy implements Policy {
   private logprob: LogProb | null = null;
   private saved: Saved | null = null;
@@ -161,6 +164,14 @@ export class Qwen3VLPolicy implements Policy {
     return this.model.config.text.vocabSize;
   }
 
+  /** Rows whose widest f32 training buffer (the MLP's [rows, intermediate], attention's [rows, Hq·D],
+   * the log-prob chunk's [rows, ≤ 8192 logits]) fits one storage binding of this device. */
+  get maxTrainingRows(): number {
+    const t = this.model.config.text;
+    const widest = Math.max(t.intermediateSize, t.numHeads * t.headDim, t.hiddenSize, Math.min(LOGPROB_CHUNK, t.vocabSize));
+    return Math.floor(this.model.gpu.limits.maxStorageBufferBindingSize / (4 * widest));
+  }
+
   generate(prompt: PreparedPrompt, numSamples: number, opts: SamplingOptions): Promise<Completion[]> {
     return this.model.generate(prompt, numSamples, opts);
   }
@@ -168,7 +179,7 @@ export class Qwen3VLPolicy implements Policy {
   private async logprobFor(rows: number): Promise<LogProb> {
     if (!this.logprob || this.logprob.maxTokens < rows) {
       this.logprob?.release();
-      this.logprob = await LogProb.create(this.model.gpu, { maxTokens: rows, chunk: Math.min(8192, this.model.head.vocab) });
+      this.logprob = await LogProb.create(this.model.gpu, { maxTokens: rows, chunk: Math.min(LOGPROB_CHUNK, this.model.head.vocab) });
     }
     return this.logprob;
   }

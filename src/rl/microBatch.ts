@@ -75,6 +75,24 @@ export function sequenceChunks(rows: readonly number[], budget: number): [number
   return greedy(lo);
 }
 
+/**
+ * [G, T] log-probs (T the longest completion) of a no-grad forward of the group (old or reference
+ * log-probs), in chunks of whole sequences where the group is over the rows the device holds.
+ */
+export async function scoreLogps(gpu: Gpu, policy: Policy, batch: SequenceBatch, opts: { temperature: number; lora: boolean }): Promise<Float32Array> {
+  const lengths = batch.completions.map((c) => c.length);
+  const T = Math.max(1, ...lengths);
+  const chunks = sequenceChunks(lengths, Math.max(1, (policy.maxTrainingRows ?? Infinity) - batch.prompt.inputIds.length));
+  if (chunks.length === 1) return gpu.readF32((await policy.forward(batch, { ...opts, train: false })).logps);
+  const out = new Float32Array(lengths.length * T);
+  for (const [g0, g1] of chunks) {
+    const fwd = await policy.forward({ prompt: batch.prompt, completions: batch.completions.slice(g0, g1) }, { ...opts, train: false });
+    const lp = await gpu.readF32(fwd.logps);
+    for (let i = 0; i < g1 - g0; i++) out.set(lp.subarray(i * fwd.maxLen, (i + 1) * fwd.maxLen), (g0 + i) * T);
+  }
+  return out;
+}
+
 /** Training forward(s), the group's loss, backward(s) into the adapters' gradients. */
 export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupStepArgs): Promise<GroupStepResult> {
   const { batch, temperature, gradientCheckpointing, dropout } = a;
@@ -82,7 +100,9 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
   const T = Math.max(1, ...batch.completions.map((c) => c.length));
   const P = batch.prompt.inputIds.length;
   // Each forward packs the prompt once, then its completions.
-  const chunks = sequenceChunks(batch.completions.map((c) => c.length), Math.max(1, a.tokenBudget - P));
+  // The budget, and what the device's storage bindings hold: a larger group is split, not refused.
+  const budget = Math.min(a.tokenBudget, policy.maxTrainingRows ?? Infinity);
+  const chunks = sequenceChunks(batch.completions.map((c) => c.length), Math.max(1, budget - P));
   const sub = ([g0, g1]: [number, number]): SequenceBatch => ({ prompt: batch.prompt, completions: batch.completions.slice(g0, g1) });
 
   if (chunks.length === 1) {

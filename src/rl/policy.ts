@@ -79,6 +79,8 @@ export interface Policy {
   readonly lora: readonly LoraParams[];
   /** Tokens the policy chooses among: the trainer warns when the mean entropy nears ln(vocabSize) (a collapse to uniform). */
   readonly vocabSize?: number;
+  /** Most packed rows one training forward's buffers can hold on this device; micro-batches stay within it (src/rl/microBatch.ts). */
+  readonly maxTrainingRows?: number;
   /** Prefill the prompt once, fork it `numSamples` ways, sample. */
   generate(prompt: PreparedPrompt, numSamples: number, opts: SamplingOptions): Promise<Completion[]>;
   /**

@@ -26,7 +26,7 @@ import { CheckpointError, checkDataCursor, CHECKPOINT_FORMAT, CHECKPOINT_VERSION
 import { batchPlan, type BatchPlan, type TrainConfig } from './config';
 import { assertFiniteTensor, DivergenceError, explodingWeightsWarning, firstNonFinite, uniformPolicyWarning } from './divergence';
 import { defaultEngineConfig, type EngineConfig } from './engineConfig';
-import { groupStep } from './microBatch';
+import { groupStep, scoreLogps } from './microBatch';
 import type { ResolvedLossConfig } from './lossConfig';
 import { LossMetrics, rolloutMetrics, rolloutSample, type GroupRollout, type RolloutSample, type StepMetrics } from './metrics';
 import type { Policy, PreparedPrompt } from './policy';
@@ -433,14 +433,10 @@ export class Trainer {
     for (const g of groups) {
       this.interruptCheck();
       const batch = { prompt: g.prompt, completions: g.rollout.completions.map((x) => x.tokens) };
-      if (this.plan.recomputeOld) g.old = await this.gpuLogps(policy.forward(batch, { temperature: c.temperature, lora: true, train: false }));
-      if (c.beta > 0) g.ref = await this.gpuLogps(policy.forward(batch, { temperature: c.temperature, lora: false, train: false }));
+      if (this.plan.recomputeOld) g.old = await scoreLogps(this.o.gpu, policy, batch, { temperature: c.temperature, lora: true });
+      if (c.beta > 0) g.ref = await scoreLogps(this.o.gpu, policy, batch, { temperature: c.temperature, lora: false });
     }
     return { consumed: 0, groups };
-  }
-
-  private async gpuLogps(fwd: ReturnType<Policy['forward']>): Promise<Float32Array> {
-    return this.o.gpu.readF32((await fwd).logps);
   }
 
   /** TRL's group advantages over the whole generation batch, on the GPU (df64), back on the CPU. */

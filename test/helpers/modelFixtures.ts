@@ -1,6 +1,7 @@
 // The tiny Qwen3-VL fixtures of tools/make_fixtures.py: model folders and their reference outputs.
 import { toFloat32, toInt32 } from '../../src/model/dtype';
 import { nodeDirFiles, nodeFileSource, readAllTensors } from '../../src/model/safetensors';
+import type { PreparedPrompt } from '../../src/rl/policy';
 
 export const FIXTURE_ROOT = 'test/fixtures/tiny';
 export const MODELS = ['tiny-a', 'tiny-b'] as const;
@@ -70,4 +71,16 @@ export function meanKl(p: Float32Array, q: Float32Array, vocab: number): number 
     for (let j = 0; j < vocab; j++) total += Math.exp(lp[j]) * (lp[j] - lq[j]);
   }
   return total / rows;
+}
+
+/** The prompt the fixture's LoRA and GSPO batches share (one image). */
+export async function fixturePrompt(dir: string): Promise<PreparedPrompt> {
+  const t = await readAllTensors(await nodeFileSource(`${dir}/prompt.safetensors`));
+  const get = (n: string) => t.get(n)!;
+  const g = toInt32(get('image_grid_thw').bytes, get('image_grid_thw').info.dtype);
+  return {
+    id: 'fixture',
+    inputIds: toInt32(get('input_ids').bytes, get('input_ids').info.dtype),
+    images: [{ pixelValues: toFloat32(get('pixel_values').bytes, get('pixel_values').info.dtype), gridThw: [g[0], g[1], g[2]], key: 'fixture-image' }],
+  };
 }

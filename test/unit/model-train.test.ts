@@ -11,9 +11,8 @@ import { toFloat32, toInt32 } from '../../src/model/dtype';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { nodeDirFiles, nodeFileSource, readAllTensors } from '../../src/model/safetensors';
 import { packBatch, Qwen3VLPolicy } from '../../src/model/train';
-import type { PreparedPrompt } from '../../src/rl/policy';
 import { testGpu } from '../helpers/gpu';
-import { MODELS, modelDir, modelFiles } from '../helpers/modelFixtures';
+import { fixturePrompt, MODELS, modelDir, modelFiles } from '../helpers/modelFixtures';
 import { expectClose } from '../helpers/reference';
 
 async function readTensors(path: string) {
@@ -22,17 +21,6 @@ async function readTensors(path: string) {
     f32: (n: string) => toFloat32(t.get(n)!.bytes, t.get(n)!.info.dtype),
     i32: (n: string) => toInt32(t.get(n)!.bytes, t.get(n)!.info.dtype),
     names: [...t.keys()],
-  };
-}
-
-/** The prompt the fixture's LoRA and GSPO batches share (one image). */
-export async function fixturePrompt(dir: string): Promise<PreparedPrompt> {
-  const t = await readTensors(`${dir}/prompt.safetensors`);
-  const g = t.i32('image_grid_thw');
-  return {
-    id: 'fixture',
-    inputIds: t.i32('input_ids'),
-    images: [{ pixelValues: t.f32('pixel_values'), gridThw: [g[0], g[1], g[2]], key: 'fixture-image' }],
   };
 }
 

@@ -7,8 +7,7 @@ import type { Gpu } from '../../src/gpu';
 import { importPeft } from '../../src/adapter/peft';
 import { uploadAdapter } from '../../src/adapter/upload';
 import { Qwen3VL } from '../../src/model/qwen3vl';
-import { toFloat32, toInt32 } from '../../src/model/dtype';
-import { nodeDirFiles, nodeFileSource, readAllTensors } from '../../src/model/safetensors';
+import { nodeDirFiles } from '../../src/model/safetensors';
 import { Qwen3VLPolicy } from '../../src/model/train';
 import { RlLoss } from '../../src/ops/rlLoss';
 import type { LoraParams } from '../../src/ops/lora';
@@ -17,19 +16,7 @@ import type { PreparedPrompt } from '../../src/rl/policy';
 import { groupStep, sequenceChunks } from '../../src/rl/microBatch';
 import { Rng } from '../../src/data/random';
 import { testGpu } from '../helpers/gpu';
-import { modelDir, modelFiles } from '../helpers/modelFixtures';
-
-/** The fixture adapter's one-image prompt. */
-async function fixturePrompt(dir: string): Promise<PreparedPrompt> {
-  const t = await readAllTensors(await nodeFileSource(`${dir}/prompt.safetensors`));
-  const get = (n: string) => t.get(n)!;
-  const g = toInt32(get('image_grid_thw').bytes, get('image_grid_thw').info.dtype);
-  return {
-    id: 'fixture',
-    inputIds: toInt32(get('input_ids').bytes, get('input_ids').info.dtype),
-    images: [{ pixelValues: toFloat32(get('pixel_values').bytes, get('pixel_values').info.dtype), gridThw: [g[0], g[1], g[2]], key: 'fixture-image' }],
-  };
-}
+import { fixturePrompt, modelDir, modelFiles } from '../helpers/modelFixtures';
 
 describe('sequenceChunks', () => {
   it('packs consecutive sequences up to the budget, a longer one alone, in even chunks', () => {
