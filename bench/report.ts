@@ -9,6 +9,7 @@ import { cardPeak, type CardPeak } from './peaks';
 import { MODEL_BEGIN } from './sections';
 
 const SWEEPS_PATH = 'bench/results/option-sweeps.md';
+const TABLES_PATH = 'bench/results/kernel-tables.md';
 
 interface Ours {
   command: string;
@@ -206,13 +207,19 @@ function render(ours: Ours, torch: Torch | undefined): string {
     );
   } else out.push('- No datasheet peak is known for this adapter: TFLOP/s rows have no fraction of peak.');
   if (torch) out.push(`- PyTorch fp32 products ran with TF32 ${torch.tf32 ? 'ON (check!)' : 'off'}.`);
-  out.push('', '## Floors and targets', '', ...targets(ours), '## Results', '');
-  const suites = [...new Set(ours.rows.map((r) => r.suite))];
-  for (const s of suites) out.push(...suiteTable(s, ours.rows.filter((r) => r.suite === s), torch, peak));
-  out.push(`The in-stream time of every option tried for each shape (the sweeps behind the "setting" column) is in \`${SWEEPS_PATH}\`.`, '');
+  out.push('', '## Floors and targets', '', ...targets(ours));
+  out.push(`Every kernel at every shape, beside PyTorch (the rows behind the table above), is in \`${TABLES_PATH}\`; the in-stream time of every option tried for each shape (the sweeps behind its "setting" column) in \`${SWEEPS_PATH}\`.`, '');
   if (torch?.errors.length) {
     out.push('## PyTorch cases that failed', '', ...torch.errors.map((e) => `- ${e.case}: \`${e.error.replace(/\s+/g, ' ').slice(0, 300)}\``), '');
   }
+  return out.join('\n');
+}
+
+/** Every suite's table, a file of its own beside BENCHMARKS.md (the same run). */
+function renderTables(ours: Ours, torch: Torch | undefined): string {
+  const peak = cardPeak(`${ours.adapter.name} ${ours.adapter.description}`);
+  const out = ['# Kernel benchmark tables', '', 'Written by `bench/report.ts` with BENCHMARKS.md\'s kernel section (the same run; its "How these were measured" and "Limits" apply).', ''];
+  for (const s of [...new Set(ours.rows.map((r) => r.suite))]) out.push(...suiteTable(s, ours.rows.filter((r) => r.suite === s), torch, peak));
   return out.join('\n');
 }
 
@@ -248,8 +255,9 @@ function main(): void {
   const doc = existsSync(outPath) ? readFileSync(outPath, 'utf8') : '';
   const model = doc.indexOf(MODEL_BEGIN);
   writeFileSync(outPath, model >= 0 ? `${render(ours, torch).trimEnd()}\n\n${doc.slice(model)}` : render(ours, torch));
+  writeFileSync(TABLES_PATH, `${renderTables(ours, torch).trimEnd()}\n`);
   writeFileSync(SWEEPS_PATH, `${renderSweeps(ours).trimEnd()}\n`);
-  console.log(`wrote ${outPath} and ${SWEEPS_PATH}`);
+  console.log(`wrote ${outPath}, ${TABLES_PATH} and ${SWEEPS_PATH}`);
 }
 
 main();
