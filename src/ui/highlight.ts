@@ -6,14 +6,15 @@ import { answersEqual, lastBoxed } from '../rewards/normalize';
 import { DEGENERATE_TOKEN, REASONING_TAG, SOLUTION_TAG } from '../rewards/format';
 import { h } from './dom';
 
-interface Mark {
+export interface Mark {
   start: number;
   end: number;
   kind: 'tag' | 'right' | 'wrong' | 'degenerate';
   title: string;
 }
 
-function marks(text: string, gold: string): Mark[] {
+/** What the built-in terms looked at in `text`, in order, none overlapping (exported for its test). */
+export function completionMarks(text: string, gold: string): Mark[] {
   const out: Mark[] = [];
   for (const tag of [REASONING_TAG, SOLUTION_TAG]) {
     for (const t of [`<${tag}>`, `</${tag}>`]) {
@@ -52,7 +53,7 @@ function marks(text: string, gold: string): Mark[] {
 export function highlightedCompletion(text: string, gold: string): HTMLPreElement {
   const pre = h('pre', { class: 'completion' });
   let at = 0;
-  for (const m of marks(text, gold)) {
+  for (const m of completionMarks(text, gold)) {
     if (m.start > at) pre.append(text.slice(at, m.start));
     pre.append(h('mark', { class: `mark-${m.kind}`, title: m.title }, text.slice(m.start, m.end)));
     at = m.end;
