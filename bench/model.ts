@@ -43,11 +43,12 @@ import { RlLoss } from '../src/ops/rlLoss';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../src/model/config';
 import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
-import { setProducts } from '../src/model/products';
+import type { Products } from '../src/model/products';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
-import { mmaUnsupported, type MmaSteps } from '../src/ops/matmulQ4Mma';
+import { mmaUnsupported } from '../src/ops/matmulQ4Mma';
+import { f16UnsupportedOn } from '../src/ops/matmulQ4F16';
 import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from '../src/rl/microBatch';
 import { resolveLossConfig, type ResolvedLossConfig } from '../src/rl/lossConfig';
 import type { PreparedPrompt, SamplingOptions, SequenceBatch } from '../src/rl/policy';
@@ -321,13 +322,12 @@ async function stepSetup(gpu: Gpu, policy: Qwen3VLPolicy, params: LoraParams[], 
  * on int8 tensor cores. The adapters' B is filled with random values first (at PEFT's B = 0 the
  * gradients of A vanish); they are left that way (this runs after the timed steps).
  */
-async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, params: LoraParams[], batch: SequenceBatch, filler: Filler) {
+async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, params: LoraParams[], batch: SequenceBatch, filler: Filler, noF16: string | null) {
   const rec = gpu.recorder('bench.lora_b');
   for (const p of params) filler.fill(rec, p.B, 'uniform', 0.02);
   await rec.submit();
-  const run = async (limbs: 1 | 2 | null, steps: MmaSteps = 'block') => {
-    if (limbs === null) await model.setTensorCoreGemm(false);
-    else await model.setTensorCoreGemm(true, limbs, steps);
+  const run = async (products: Products) => {
+    await model.setProducts(products);
     const fwd = await policy.forward(batch, { temperature: 1, lora: true, train: true, gradientCheckpointing: true });
     const [logps, mask] = [await gpu.readF32(fwd.logps), await gpu.readF32(fwd.mask)];
     const zero = gpu.recorder('bench.zero');
@@ -338,12 +338,13 @@ async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, 
     for (const p of params) grads.push(await gpu.readF32(p.dA), await gpu.readF32(p.dB));
     return { logps, mask, grads };
   };
-  const ref = await run(null);
-  const two = await run(2);
-  const one = await run(1);
-  const byRow = await run(2, 'row');
-  await model.setTensorCoreGemm(false);
-  return { two: driftOf(ref, two), one: driftOf(ref, one), byRow: driftOf(ref, byRow) };
+  const ref = await run('f32');
+  const two = await run('int8');
+  const one = await run('int8-1limb');
+  const byRow = await run('int8-row');
+  const f16 = noF16 ? null : await run('f16');
+  await model.setProducts('f32');
+  return { two: driftOf(ref, two), one: driftOf(ref, one), byRow: driftOf(ref, byRow), f16: f16 && driftOf(ref, f16) };
 }
 
 /** How far `tc`'s log-probs and gradients are from `ref`'s (tensorCoreDrift). */
@@ -681,6 +682,7 @@ async function main(): Promise<void> {
   let stepS = NaN;
   let keptS = NaN;
   const noMma = mmaUnsupported(gpu);
+  const noF16 = f16UnsupportedOn(gpu);
   // (c) + (d) one GSPO step on the synthetic batch, and its memory.
   if (runs('gspo')) {
     const setup = await stepSetup(gpu, policy, lora16, { prompts: W.prompts, G: W.G, completion: W.completion, prompt: W.trainPrompt, image: W.trainImage }, 2);
@@ -730,9 +732,9 @@ async function main(): Promise<void> {
       // by row (ModelOptions.tensorCoreSteps); the profile of a group step with the default.
       const timings = [];
       let profile: KernelTime[] | undefined;
-      for (const [i, products] of (['int8', 'int8-1limb', 'int8-row'] as const).entries()) {
-        await setProducts(model, products); // as the app and the CLI set them
-        const [limbs, steps] = [model.tensorCoreLimbs, model.tensorCoreSteps];
+      const settings: Products[] = ['int8', 'int8-1limb', 'int8-row', ...(noF16 ? [] : (['f16'] as const))];
+      for (const [i, products] of settings.entries()) {
+        await model.setProducts(products); // as the app and the CLI set them
         const seed = 20 + 10 * i;
         await gspoStep(gpu, setup, seed, 1); // warm-up: the tensor-core pipelines compiled
         const tcS = await timed(gpu, () => gspoStep(gpu, setup, seed + 1));
@@ -740,13 +742,14 @@ async function main(): Promise<void> {
         const tcKeptS = await timed(gpu, () => gspoStep(gpu, setup, seed + 3, W.prompts, false));
         if (i === 0 && args.includes('--profile')) profile = await kernelTimes(gpu, () => gspoStep(gpu, setup, seed + 4, 1));
         timings.push({ seconds: tcS, tokensPerS: allTokens / tcS, noCheckpointingSeconds: tcKeptS, noCheckpointingTokensPerS: allTokens / tcKeptS });
-        console.error(`gspo step on tensor cores, ${limbs} limb(s), steps by ${steps}: ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s`);
+        console.error(`gspo step on tensor cores, products ${products}: ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s`);
       }
-      await model.setTensorCoreGemm(false);
-      const drift = await tensorCoreDrift(gpu, model, policy, lora16, { prompt: setup.prompts[0], completions: setup.completions[0] }, filler);
+      await model.setProducts('f32');
+      const drift = await tensorCoreDrift(gpu, model, policy, lora16, { prompt: setup.prompts[0], completions: setup.completions[0] }, filler, noF16);
       result.gspoTensorCores = { ...timings[0], drift: drift.two, profile };
       result.gspoTensorCoresOneLimb = { ...timings[1], drift: drift.one };
       result.gspoTensorCoresRowSteps = { ...timings[2], drift: drift.byRow };
+      if (drift.f16) result.gspoF16 = { ...timings[3], drift: drift.f16 };
       save();
       console.error(`tensor-core drift: ${JSON.stringify(drift)}`);
     }
@@ -792,16 +795,28 @@ async function main(): Promise<void> {
   // The same on int8 tensor cores, the app's setting where the browser offers them
   // (src/model/products.ts): a warm-up step with their pipelines compiled, then the medians of three.
   if (!noMma) {
-    await setProducts(model, 'int8');
+    await model.setProducts('int8');
     await rlStep(6);
     watch.reset();
     const tc = await rlSteps(7);
     const mem = memory('default trainer config on int8 tensor cores: generation + training step of one group');
     const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 10)) : undefined;
     result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, memory: mem, profile };
-    await setProducts(model, 'f32');
+    await model.setProducts('f32');
     save();
     console.error(`default config on tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
+  }
+  // The same on f16 tensor cores, where the device offers them (Dawn's f16 toggle: --f16).
+  if (!noF16) {
+    await model.setProducts('f16');
+    await rlStep(11);
+    watch.reset();
+    const tc = await rlSteps(12);
+    const mem = memory('default trainer config on f16 tensor cores: generation + training step of one group');
+    result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, memory: mem };
+    await model.setProducts('f32');
+    save();
+    console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
   }
 
   const rows: [string, string][] = [

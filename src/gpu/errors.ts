@@ -21,8 +21,8 @@ export class MissingFeatureError extends GpuError {
 /** The tensor-core GEMM computed a check product outside its rounding bound on this GPU (a
  * driver's cooperative matrices at fault): the products stay on the f32 kernels. */
 export class TensorCoreCheckError extends GpuError {
-  constructor(detail: string) {
-    super(`the int8 tensor-core GEMM failed its check on this GPU (${detail}); the products stay on the f32 kernels`);
+  constructor(detail: string, path = 'int8') {
+    super(`the ${path} tensor-core GEMM failed its check on this GPU (${detail}); the products stay on the f32 kernels`);
   }
 }
 

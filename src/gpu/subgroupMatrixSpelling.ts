@@ -6,7 +6,11 @@
 // The first releases took it as a bool argument and counted elements of the matrix's component
 // type (bytes for 8-bit matrices in an array<i32>), and newer Dawn only warns about that form.
 // Shaders are written in the current spelling; a device whose compiler rejects it gets them
-// rewritten by `legacySubgroupMatrixSpelling`.
+// rewritten by `legacySubgroupMatrixSpelling` (compileMatrixKernels does that).
+import { ShaderCompileError } from './errors';
+import type { Gpu } from './runtime';
+import type { Kernel, UniformType } from './kernel';
+import { preprocess, shaderSource, type Defines } from './shaders';
 
 /** The text from `open` (at `i`) to its matching `close`, exclusive, and the index after it. */
 function enclosed(code: string, i: number, open: string, close: string): { inner: string; end: number } {
@@ -80,4 +84,37 @@ export function legacySubgroupMatrixSpelling(code: string): string {
     re.lastIndex = call.end;
   }
   return out + code.slice(at);
+}
+
+/** A subgroup-matrix kernel: its file under shaders/, entry point and params struct. */
+export interface MatrixKernelEntry {
+  shader: string;
+  entry: string;
+  uniforms: Record<string, UniformType>;
+}
+
+/** The kernels of `entries`, named `<family>.<entry>`; where the compiler rejects the files'
+ * spelling of the subgroup-matrix loads and stores, the same kernels from the older spelling (an
+ * error then gives both compilers' messages). */
+export async function compileMatrixKernels(gpu: Gpu, family: string, entries: readonly MatrixKernelEntry[], defines: Defines): Promise<Kernel[]> {
+  const compile = (legacy: boolean) =>
+    Promise.all(
+      entries.map(({ shader, entry, uniforms }) => {
+        const name = `${family}.${entry}`;
+        // The rewrite takes the text with its includes in place and its templates filled.
+        const code = legacy ? legacySubgroupMatrixSpelling(preprocess(shaderSource(shader), defines)) : undefined;
+        return gpu.kernel(code ? { name, code, entry, uniforms } : { name, shader, entry, defines, uniforms });
+      }),
+    );
+  try {
+    return await compile(false);
+  } catch (current) {
+    if (!(current instanceof ShaderCompileError)) throw current;
+    try {
+      return await compile(true);
+    } catch (older) {
+      if (!(older instanceof ShaderCompileError)) throw older;
+      throw new ShaderCompileError(current.kernel, [...current.messages, 'and in the older spelling of the subgroup-matrix builtins:', ...older.messages]);
+    }
+  }
 }

@@ -1,28 +1,32 @@
 // Where a loaded model's large 4-bit products run: the one setting for it (the engine config's
-// `products`, the CLI's --products, the Model panel's choice). The f32 units run on every WebGPU
-// device and are exact to the 4-bit weights; the int8 settings use tensor cores through Chromium's
-// subgroup-matrix extension where the browser offers it. A new path (f16 tensor cores) is one more
-// value here and one more row of TENSOR_CORES.
-import { capabilitiesOf, configsOf, formatConfigs, type Capabilities, type Gpu } from '../gpu';
-import { mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
-import { PATHS } from '../ops/projection';
-import type { ModelOptions, Qwen3VL } from './qwen3vl';
+// `products`, the CLI's --products, the Model panel's choice), the path each device offers, and
+// the tensor-core ops made and checked for a setting (makeTensorCores). The f32 units run on every
+// WebGPU device and are exact to the 4-bit weights; the f16 and int8 settings use tensor cores
+// through Chromium's subgroup-matrix extension where the browser offers it.
+import { capabilitiesOf, configsOf, formatConfigs, MissingFeatureError, TensorCoreCheckError, type Capabilities, type Gpu } from '../gpu';
+import { f16Config, f16Unsupported, MatmulQ4F16 } from '../ops/matmulQ4F16';
+import { MatmulQ4Mma, mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
+import { checkQ4F16, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
+import { PATHS, tensorCoreOptions, type TensorCoreProducts } from '../ops/projection';
+import type { ModelOptions } from './qwen3vl';
 
 /**
  * The decoder's and the LM head's products of more than 8 rows (prefill, scoring, training) and
  * their input gradients; decode's GEMVs are unaffected.
- * 'f32': the f32 kernels. 'int8': tensor cores, x in two int8 limbs, steps by K block of 128.
- * 'int8-1limb': one limb (K blocks of 256), the fastest and coarsest. 'int8-row': two limbs, one
- * step per row of x and column of W over the whole of K.
+ * 'f32': the f32 kernels. 'f16': f16 tensor cores (x and the dequantized W rounded to f16, f32
+ * sums). 'int8': tensor cores, x in two int8 limbs, steps by K block of 128. 'int8-1limb': one limb
+ * (K blocks of 256), the fastest and coarsest. 'int8-row': two limbs, one step per row of x and
+ * column of W over the whole of K.
  */
-export type Products = 'f32' | 'int8' | 'int8-1limb' | 'int8-row';
+export type Products = 'f32' | 'f16' | 'int8' | 'int8-1limb' | 'int8-row';
 
 /** The vision tower's dense products: 'f32', or 'int8' (its f32 weights rounded to int8 once, x in two limbs). */
 export type VisionProducts = 'f32' | 'int8';
 export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8'];
 
 /** The tensor-core settings each int8 value stands for (ModelOptions.tensorCoreLimbs and tensorCoreSteps). */
-const TENSOR_CORES: Record<Exclude<Products, 'f32'>, { limbs: 1 | 2; steps: MmaSteps }> = {
+type Int8Products = Exclude<Products, 'f32' | 'f16'>;
+const TENSOR_CORES: Record<Int8Products, { limbs: 1 | 2; steps: MmaSteps }> = {
   int8: { limbs: 2, steps: 'block' },
   'int8-1limb': { limbs: 1, steps: 'block' },
   'int8-row': { limbs: 2, steps: 'row' },
@@ -45,6 +49,11 @@ export const PRODUCTS: readonly { value: Products; label: string; about: string 
     value: 'int8-row',
     label: 'Tensor cores, int8, two limbs, steps by row',
     about: 'About 1.2x faster products than two limbs by block on an H100; coarser where a row’s or a column’s magnitude varies along K.',
+  },
+  {
+    value: 'f16',
+    label: 'Tensor cores, f16',
+    about: 'The tensor-core path most browsers offer (shader-f16 and f16 subgroup matrices: Apple GPUs, D3D12, NVIDIA with its toggle); x and the weights rounded to f16 (relative 2^-11), f32 sums. On an H100 its products run a little slower than int8’s.',
   },
   {
     value: 'f32',
@@ -91,30 +100,29 @@ function int8Unsupported(caps: Capabilities): string | null {
   return null;
 }
 
-/** Each path family on `caps`, in the order of preference: available, or why not. f16 is reported
- * (whether f16 tensor cores are offered) but has no implementation yet, so it is never available. */
+/** Each path family on `caps`, in the order of preference: available, or why not. */
 export function productPaths(caps: Capabilities): PathAvailability[] {
   const int8 = int8Unsupported(caps);
-  const f16 = configsOf(caps, 'f16');
-  const f16Why = !caps.shaderF16
-    ? 'no shader-f16 on this device'
-    : f16.length === 0
-      ? 'shader-f16, but no f16 subgroup-matrix configuration'
-      : `f16 subgroup matrices offered (${formatConfigs(f16)})`;
+  const f16 = f16Unsupported(caps);
+  const cfg = f16Config(caps);
   return [
-    { path: 'f16', available: false, why: `${f16Why}; no f16 product path is implemented yet` },
     { path: 'int8', available: int8 === null, why: int8 ?? 'i8->i32 16x16x32 subgroup matrices offered, with packed int8 dot products and subgroups of 32' },
+    { path: 'f16', available: f16 === null, why: f16 ?? `shader-f16 and f16->f32 ${cfg!.M}x${cfg!.N}x${cfg!.K} subgroup matrices offered (of ${formatConfigs(configsOf(caps, 'f16'))})` },
     { path: 'f32', available: true, why: 'the f32 units of every WebGPU device' },
   ];
 }
 
-/** The setting a device starts with, from the implemented paths it offers, and why. */
+/** The setting a device starts with, and why: the first available path of productPaths' order
+ * (int8 before f16: its products ran faster on the H100 the benchmarks measure, BENCHMARKS.md). */
 export function chooseProducts(caps: Capabilities): { products: Products; why: string } {
-  // Of the families, f32 and int8 are implemented; f16 is only reported (productPaths).
-  const int8 = productPaths(caps).find((p) => p.path === 'int8')!;
-  return int8.available
-    ? { products: 'int8', why: `int8 tensor cores: ${int8.why}` }
-    : { products: 'f32', why: `f32 units; int8 tensor cores unavailable: ${int8.why}` };
+  const paths = productPaths(caps);
+  const best = paths.find((p) => p.available)!;
+  const passed = paths
+    .slice(0, paths.indexOf(best))
+    .map((p) => `${p.path} unavailable: ${p.why}`)
+    .join('; ');
+  const name = best.path === 'f32' ? 'f32 units' : `${best.path} tensor cores`;
+  return { products: best.path, why: `${name}: ${best.why}${passed ? `; ${passed}` : ''}` };
 }
 
 /** Lines for people: each path family, then the default setting and why (the Model panel, `cli gpu`). */
@@ -126,33 +134,65 @@ export function productPathSummary(caps: Capabilities): string[] {
   ];
 }
 
-/** Why this device cannot run the int8 settings, or null when it can. */
+/** Why this device cannot run the tensor-core settings (neither int8 nor f16), or null when one runs. */
 export function tensorCoresUnsupported(gpu: Gpu): string | null {
-  return int8Unsupported(capabilitiesOf(gpu));
+  const caps = capabilitiesOf(gpu);
+  const int8 = int8Unsupported(caps);
+  const f16 = f16Unsupported(caps);
+  return int8 && f16 ? `int8: ${int8}; f16: ${f16}` : null;
 }
 
-/** The setting a device starts with: the tensor cores where they are offered. */
+/** The setting a device starts with: the fastest tensor cores it offers, else the f32 units. */
 export function defaultProducts(gpu: Gpu): Products {
   return chooseProducts(capabilitiesOf(gpu)).products;
 }
 
 /** The model options (Qwen3VL.load) that run `products` and `vision`. */
-export function productOptions(products: Products, vision: VisionProducts): Pick<ModelOptions, 'tensorCoreGemm' | 'tensorCoreLimbs' | 'tensorCoreSteps' | 'visionTensorCores'> {
-  const tc = products === 'f32' ? null : TENSOR_CORES[products];
-  return { tensorCoreGemm: tc !== null, tensorCoreLimbs: tc?.limbs, tensorCoreSteps: tc?.steps, visionTensorCores: vision === 'int8' };
+export function productOptions(products: Products, vision: VisionProducts): Pick<ModelOptions, 'products' | 'visionTensorCores'> {
+  return { products, visionTensorCores: vision === 'int8' };
 }
 
-/** Moves a loaded model's products onto `products`; throws MissingFeatureError for an int8 setting where the GPU has no subgroup matrices. */
-export async function setProducts(model: Qwen3VL, products: Products): Promise<void> {
-  if (products === 'f32') await model.setTensorCoreGemm(false);
-  else await model.setTensorCoreGemm(true, TENSOR_CORES[products].limbs, TENSOR_CORES[products].steps);
+/** The widest x and the most rows a tensor-core op's workspace takes. */
+export interface ProductDims {
+  maxRows: number;
+  maxK: number;
 }
 
-/** The setting the model runs now. */
-export function productsOf(model: Qwen3VL): Products {
-  const [limbs, steps] = [model.tensorCoreLimbs, model.tensorCoreSteps];
-  if (limbs === null) return 'f32';
-  const found = (Object.keys(TENSOR_CORES) as (keyof typeof TENSOR_CORES)[]).find((p) => TENSOR_CORES[p].limbs === limbs && TENSOR_CORES[p].steps === steps);
-  if (found === undefined) throw new Error(`the model runs tensor cores with ${limbs} limb(s) and steps by ${steps}, which no products setting names`);
-  return found;
+/**
+ * The tensor-core op for `products` (not 'f32'), once its forward and its input gradient have each
+ * matched the f64 product on a small random product (activations with outlier channels) within
+ * their rounding bound. Otherwise it is released and TensorCoreCheckError thrown: where a driver
+ * offers the extension but computes wrongly, the model stays on the f32 kernels instead of
+ * training on wrong products. MissingFeatureError where the device lacks what it needs.
+ */
+export async function makeTensorCores(gpu: Gpu, products: Exclude<Products, 'f32'>, dims: ProductDims): Promise<TensorCoreProducts> {
+  if (products !== 'f16') return makeInt8Products(gpu, products, dims);
+  const why = f16Unsupported(capabilitiesOf(gpu));
+  if (why) throw new MissingFeatureError('shader-f16', why);
+  const op = await MatmulQ4F16.create(gpu, { maxRows: 64 * Math.ceil(dims.maxRows / 64), maxK: dims.maxK });
+  const k = Math.min(dims.maxK, 512);
+  return checked(op, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16(gpu, op, shape, 17, input));
+}
+
+/** makeTensorCores for an int8 setting (the vision tower's dense products take this op too). */
+export async function makeInt8Products(gpu: Gpu, products: Int8Products, dims: ProductDims): Promise<MatmulQ4Mma> {
+  const { limbs, steps } = TENSOR_CORES[products];
+  const op = await MatmulQ4Mma.create(gpu, { ...tensorCoreOptions(limbs, dims.maxRows, dims.maxK), steps });
+  const kb = op.kBlock;
+  const k = Math.floor(Math.min(dims.maxK, 512) / kb) * kb;
+  if (k === 0) return op; // no weight reaches it
+  return checked(op, 'int8', [[70, 96, k], false], [[70, kb, 128], true], (shape, input) => checkQ4Mma(gpu, op, shape, 17, input));
+}
+
+type CheckShape = readonly [readonly [number, number, number], boolean];
+
+async function checked<T extends Q4Product & { release(): void }>(op: T, path: string, forward: CheckShape, input: CheckShape, check: (shape: [number, number, number], input: boolean) => Promise<MmaAccuracy>): Promise<T> {
+  for (const [shape, isInput] of [forward, input]) {
+    const a = await check([...shape], isInput);
+    if (!(a.ofBound <= 1)) {
+      op.release();
+      throw new TensorCoreCheckError(`${isInput ? 'input gradient' : 'forward'} ${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`, path);
+    }
+  }
+  return op;
 }

@@ -1,11 +1,10 @@
 // Qwen3-VL on the engine: load a checkpoint (config.json, generation_config.json, safetensors),
 // encode images with the vision tower, run the decoder and the LM head for full logits, and
 // generate (the generation half of src/rl/policy.ts's Policy; the training half is train.ts).
-import { ShapeError, TensorCoreCheckError, type Gpu, type Tensor } from '../gpu';
+import { ShapeError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
-import { MatmulQ4Mma, type MmaSteps } from '../ops/matmulQ4Mma';
-import { checkQ4Mma } from '../ops/matmulQ4MmaCheck';
-import { tensorCoreOptions } from '../ops/projection';
+import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
+import type { TensorCoreProducts } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
@@ -17,6 +16,7 @@ import { getRopeIndex } from './processor/ropeIndex';
 import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
+import { makeInt8Products, makeTensorCores, type Products } from './products';
 import { VisionCache, VisionTower, type GridThw, type VisionFeatures } from './vision';
 import type { ModelWeights } from './weights';
 
@@ -36,23 +36,11 @@ export interface ModelOptions {
    * 1.5e-5 of each group's largest |x|; 78 -> 67 µs a step on an H100); its other GEMVs keep f32.
    * Default: where WGSL offers packed dot products. Training and scoring always take f32. */
   int8Decode?: boolean;
-  /** The decoder's and the LM head's 4-bit GEMMs of more than 8 rows (prefill, scoring,
-   * training) and their input gradients on int8 tensor cores (setTensorCoreGemm). Default false: it needs Chromium's
-   * subgroup-matrix extension and moves each product by about 5e-3 of its largest entry. */
-  tensorCoreGemm?: boolean;
-  /** x's int8 limbs on the tensor cores (MatmulQ4MmaOptions.limbs): 2 (default, K blocks of 128;
-   * log-probs within 0.006 of the f32 kernels' on average on the H100 bench) or 1 (K blocks of
-   * 256, half the MMAs: 1.7x faster products, the GSPO step 1.3x; log-probs within 0.008, LoRA
-   * gradients 2.6% of their norm at the median). For scale, PyTorch's bf16 against its fp32: 0.020
-   * and 4.1% (BENCHMARKS.md). Those are the random-weight bench model's; activations with strong
-   * outlier channels lose more with one limb (the kernel check, Gaussian x with 4 channels at 50x:
-   * products within 3.7e-2 of max |y| of the exact 4-bit product, two limbs 6.8e-3). */
-  tensorCoreLimbs?: 1 | 2;
-  /** Where x's and W's int8 steps change on the tensor cores (MatmulQ4MmaOptions.steps; two limbs
-   * only): 'block' (default, every K block of 128) or 'row' (one step per row of x and column of W
-   * over the whole of K: 1.2x faster products on an H100, coarser where a row's or a column's
-   * magnitude varies along K; BENCHMARKS.md gives the drift of each). */
-  tensorCoreSteps?: MmaSteps;
+  /** Where the decoder's and the LM head's 4-bit products of more than 8 rows (prefill, scoring,
+   * training) and their input gradients run (setProducts; src/model/products.ts says what each
+   * setting costs and gains). Default 'f32': the tensor-core settings need Chromium's
+   * subgroup-matrix extension (and 'f16' shader-f16) and move each product slightly. */
+  products?: Products;
   /** The vision tower's dense products (all but the patch embedding) on int8 tensor cores
    * (setVisionTensorCores): its f32 weights rounded to int8 per (row, block of 128 along K) once,
    * x in two int8 limbs. Default false: it needs Chromium's subgroup-matrix extension, and moves
@@ -95,9 +83,9 @@ export class Qwen3VL {
   tokenizer: Qwen3VLTokenizer | null = null;
   /** Whether `load` found the weights in the weight cache, and why a miss was not stored. */
   weightSource: { cached: boolean; cacheMessage?: string } = { cached: false };
-  /** The int8 tensor-core GEMM while in use (setTensorCoreGemm), and its last settings. */
-  private mma: MatmulQ4Mma | null = null;
-  private mmaSettings: { limbs: 1 | 2; steps: MmaSteps } = { limbs: 2, steps: 'block' };
+  /** The decoder's tensor-core products while a setting other than 'f32' is on (setProducts). */
+  private productOp: TensorCoreProducts | null = null;
+  private productsSetting: Products = 'f32';
   /** The vision tower's while in use (setVisionTensorCores). */
   private visionMma: MatmulQ4Mma | null = null;
 
@@ -121,7 +109,7 @@ export class Qwen3VL {
     ]);
     const head = new TableHead(gpu, decoder.ops.projection, weights.language.lmHead, opts.maxLogitRows ?? 64);
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES));
-    if (opts.tensorCoreGemm) await model.setTensorCoreGemm(true, opts.tensorCoreLimbs, opts.tensorCoreSteps);
+    if (opts.products) await model.setProducts(opts.products);
     if (opts.visionTensorCores) await model.setVisionTensorCores(true);
     return model;
   }
@@ -135,7 +123,7 @@ export class Qwen3VL {
     if (on && !this.visionMma) {
       const v = this.config.vision;
       const maxK = Math.max(v.hiddenSize, v.intermediateSize, v.hiddenSize * v.spatialMergeSize ** 2);
-      this.visionMma = await checked(this.gpu, await MatmulQ4Mma.create(this.gpu, tensorCoreOptions(2, VISION_MMA_ROWS, maxK)));
+      this.visionMma = await makeInt8Products(this.gpu, 'int8', { maxRows: VISION_MMA_ROWS, maxK });
     }
     await this.vision.useTensorCores(on ? this.visionMma : null);
     // Features encoded on the other path differ: encode again.
@@ -153,50 +141,34 @@ export class Qwen3VL {
   }
 
   /**
-   * Route the decoder's and the LM head's 4-bit products of more than 8 rows and their input
-   * gradients through the K-blocked int8 tensor-core GEMM (MatmulQ4Mma; the vision tower stays on
-   * the f32 kernels) with x in `limbs` int8 limbs (ModelOptions.tensorCoreLimbs) and its steps by
-   * `steps` (ModelOptions.tensorCoreSteps; both default to what was last set, else 2 and 'block';
-   * one limb takes steps by block), or back, which releases its workspace and the weights' int8
-   * steps. Throws MissingFeatureError where the GPU has no subgroup matrices.
+   * Run the decoder's and the LM head's 4-bit products of more than 8 rows and their input
+   * gradients on `products` (ModelOptions.products; the vision tower is setVisionTensorCores'):
+   * a tensor-core op is made and checked against the f64 product first (makeTensorCores), the one
+   * it replaces is released with its workspace. Throws MissingFeatureError where the GPU lacks what
+   * the setting needs and TensorCoreCheckError where its check fails; the model then stays as it was.
    */
-  async setTensorCoreGemm(on: boolean, limbs: 1 | 2 = this.mmaSettings.limbs, steps: MmaSteps = limbs === 2 ? this.mmaSettings.steps : 'block'): Promise<void> {
-    const keep = on && this.mma?.limbs === limbs && this.mma.steps === steps;
-    const made = on && !keep ? await this.makeMma(limbs, steps) : null;
-    if (this.mma && !keep) {
-      // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
-      await this.decoder.ops.projection.useTensorCores(null);
-      await this.gpu.sync();
-      this.mma.release();
-      this.mma = null;
-    }
-    if (made) {
-      this.mma = made;
-      this.mmaSettings = { limbs, steps };
-    }
-    await this.decoder.ops.projection.useTensorCores(this.mma);
-  }
-
-  private async makeMma(limbs: 1 | 2, steps: MmaSteps): Promise<MatmulQ4Mma> {
+  async setProducts(products: Products): Promise<void> {
+    if (products === this.productsSetting) return;
     const t = this.config.text;
     const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-    return checked(this.gpu, await MatmulQ4Mma.create(this.gpu, { ...tensorCoreOptions(limbs, MMA_ROWS, maxK), steps }));
+    const made = products === 'f32' ? null : await makeTensorCores(this.gpu, products, { maxRows: MMA_ROWS, maxK });
+    const projection = this.decoder.ops.projection;
+    if (this.productOp) {
+      // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
+      await projection.useTensorCores(null);
+      await this.gpu.sync();
+      this.productOp.release();
+    }
+    this.productOp = made;
+    this.productsSetting = products;
+    await projection.useTensorCores(made);
   }
 
-  /** x's int8 limbs on the tensor cores while they are in use (setTensorCoreGemm), else null. */
-  get tensorCoreLimbs(): 1 | 2 | null {
-    return this.tensorCoreGemm ? this.mma!.limbs : null;
+  /** The setting the decoder's products run on (setProducts). */
+  get products(): Products {
+    return this.productsSetting;
   }
 
-  /** The tensor cores' steps while they are in use (setTensorCoreGemm), else null. */
-  get tensorCoreSteps(): MmaSteps | null {
-    return this.tensorCoreGemm ? this.mma!.steps : null;
-  }
-
-  /** Whether the decoder's and the LM head's GEMMs run on the tensor cores (setTensorCoreGemm). */
-  get tensorCoreGemm(): boolean {
-    return this.decoder.ops.projection.usesTensorCores;
-  }
 
   /** Read config and weights from `files` (4-bit by default; through the weight cache when given) and build the model. */
   static async load(gpu: Gpu, files: ModelFiles, opts: CachedLoadOptions & ModelOptions = {}): Promise<Qwen3VL> {
@@ -421,22 +393,3 @@ export function pixelKey(batch: ImageBatch, k: number): string {
   return `pixels-${batch.gridThw[k].join('x')}-${hex(a)}${hex(b)}`;
 }
 
-/**
- * `mma`, once its forward and its input gradient have each matched the f64 product on a small
- * random product (activations with outlier channels) within their rounding bound. Otherwise it is
- * released and TensorCoreCheckError thrown: where a driver offers the extension but computes
- * wrongly, the model stays on the f32 kernels instead of training on wrong products.
- */
-async function checked(gpu: Gpu, mma: MatmulQ4Mma): Promise<MatmulQ4Mma> {
-  const kb = mma.kBlock;
-  const k = Math.floor(Math.min(mma.maxK, 512) / kb) * kb;
-  const checks = k === 0 ? [] : ([[[70, 96, k], false], [[70, kb, 128], true]] as const); // k 0: no weight reaches it
-  for (const [shape, input] of checks) {
-    const a = await checkQ4Mma(gpu, mma, [...shape], 17, input);
-    if (!(a.ofBound <= 1)) {
-      mma.release();
-      throw new TensorCoreCheckError(`${input ? 'input gradient' : 'forward'} ${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`);
-    }
-  }
-  return mma;
-}

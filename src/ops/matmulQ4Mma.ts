@@ -4,7 +4,7 @@
 // With `kBlock` > 32 the partials accumulate over blocks of K instead, on weights re-rounded to int8
 // per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
 // shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
-import { capabilitiesOf, grid1d, hasConfig, legacySubgroupMatrixSpelling, MissingFeatureError, preprocess, ShaderCompileError, ShapeError, shaderSource, Tensor, type Capabilities, type Defines, type Gpu, type Kernel, PACKED_INT8_DOT, type Recorder, type UniformType } from '../gpu';
+import { capabilitiesOf, compileMatrixKernels, grid1d, hasConfig, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type MatrixKernelEntry, PACKED_INT8_DOT, type Recorder } from '../gpu';
 import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
@@ -179,7 +179,7 @@ export class MatmulQ4Mma {
       ...(kBlock > 32 ? ['requant_w', 'block_steps', 'requant_wt'].map(weights) : []),
       ...(rowSteps ? [quantize('row_absmax'), weights('row_steps')] : kBlock > 32 ? [weights('quantize_w')] : []),
     ];
-    const [quantizeK, gemmK, w, blockSteps, wt, ...rest] = await compileAll(gpu, entries, defines);
+    const [quantizeK, gemmK, w, blockSteps, wt, ...rest] = await compileMatrixKernels(gpu, 'matmul_q4_mma', entries, defines);
     const [absmax, rowStepsK] = rowSteps ? rest : [];
     const dense = !rowSteps && kBlock > 32 ? rest[0] : null;
     // Acquired once: the per-call paths create no buffers. A byte per element and limb.
@@ -384,38 +384,7 @@ const ROWS_UNIFORMS = { m: 'u32', k: 'u32' } as const;
 const WEIGHT_UNIFORMS = { n: 'u32', k: 'u32' } as const;
 const GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
 
-/** A kernel of this op: its file under shaders/, entry point and params struct. */
-interface MmaEntry {
-  shader: string;
-  entry: string;
-  uniforms: Record<string, UniformType>;
-}
-
-/** The kernels of `entries`; where the compiler rejects the files' spelling of the subgroup-matrix
- * loads and stores, the same kernels from the older spelling (an error then gives both compilers'
- * messages). Named as when one file held them all (profiles match these names). */
-async function compileAll(gpu: Gpu, entries: readonly MmaEntry[], defines: Defines): Promise<Kernel[]> {
-  const compile = (legacy: boolean) =>
-    Promise.all(
-      entries.map(({ shader, entry, uniforms }) => {
-        const name = `matmul_q4_mma.${entry}`;
-        // The rewrite takes the text with its includes in place and its templates filled.
-        const code = legacy ? legacySubgroupMatrixSpelling(preprocess(shaderSource(shader), defines)) : undefined;
-        return gpu.kernel(code ? { name, code, entry, uniforms } : { name, shader, entry, defines, uniforms });
-      }),
-    );
-  try {
-    return await compile(false);
-  } catch (current) {
-    if (!(current instanceof ShaderCompileError)) throw current;
-    try {
-      return await compile(true);
-    } catch (older) {
-      if (!(older instanceof ShaderCompileError)) throw older;
-      throw new ShaderCompileError(current.kernel, [...current.messages, 'and in the older spelling of the subgroup-matrix builtins:', ...older.messages]);
-    }
-  }
-}
+type MmaEntry = MatrixKernelEntry;
 
 /** Rows [r0, r0 + rows) of a [M, width] f32 tensor as a view (the whole tensor when that is all of it). */
 function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {

@@ -2,9 +2,18 @@
 // f64 on the CPU, on activations shaped like Qwen's: Gaussian with a few outlier channels. Run by
 // the unit test (where the device has subgroup matrices), by the gemm benchmark suite, which
 // puts the figures beside the speed, and by Qwen3VL before it routes products through a new one.
-import type { Gpu, Tensor } from '../gpu';
-import { allocQ4, q4Words, Q4_GROUP } from './matmulQ4';
+import type { Gpu, Recorder, Tensor } from '../gpu';
+import { allocQ4, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 import type { MatmulQ4Mma } from './matmulQ4Mma';
+
+/** A 4-bit product under test (the int8 or the f16 tensor-core op). */
+export interface Q4Product {
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate?: boolean): void;
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate?: boolean): void;
+}
+
+/** The error one term x·w of the reduction may carry (x at row r of reduction index c, output column j). */
+type TermBound = (r: number, c: number, j: number, xv: number, wv: number) => number;
 
 export interface MmaAccuracy {
   shape: string;
@@ -42,12 +51,72 @@ function f16ToNumber(h: number): number {
 }
 
 /**
- * Run `mma.gemm` on random [m, k] activations (Gaussian, OUTLIERS.channels columns scaled by
- * OUTLIERS.gain) and a random Q4 weight [n, k], once overwriting y and once accumulating into a
- * random y0, and compare both with the f64 product of the dequantized weight. With `input`, the
- * same for `mma.backwardInput`: dX [m, k] = dY [m, n]·W.
+ * The int8 tensor-core op against the f64 product (checkQ4Product), each element within the bound
+ * x's limbs and, past a K block of 32, the weights' re-rounding allow.
  */
-export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number, input = false): Promise<MmaAccuracy> {
+export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, shape: [number, number, number], seed: number, input = false): Promise<MmaAccuracy> {
+  const kb = (red: number) => (mma.steps === 'row' ? red : mma.kBlock);
+  return checkQ4Product(gpu, mma, shape, seed, input, ({ x, m, red, out, scale }) => {
+    // The two limbs round x to a step of absmax/16256 of its group (its block where kBlock > 32),
+    // one limb to absmax/127: an error of at most half of that. Past 32, each weight is also
+    // re-rounded to a step t of 8·max|d|/127 over the scales its block shares (its column's groups
+    // in the block, or for the input gradient its group's rows in the block): at most t/2 more.
+    // With steps 'row' the block is the whole reduction.
+    const b = kb(red);
+    const blocks = red / b;
+    const step = xSteps(mma, x, m, red, b);
+    const wstep = new Float64Array(out * blocks);
+    if (b > Q4_GROUP)
+      for (let j = 0; j < out; j++)
+        for (let q = 0; q < blocks; q++) {
+          let d = 0;
+          for (let c = q * b; c < (q + 1) * b; c += input ? 1 : Q4_GROUP) d = Math.max(d, Math.abs(input ? scale(c, j) : scale(j, c)));
+          wstep[j * blocks + q] = (8 * d) / 127;
+        }
+    return (r, c, j, xv, wv) => {
+      const q = Math.floor(c / b);
+      const t = wstep[j * blocks + q];
+      return 0.5 * step[r * blocks + q] * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
+    };
+  });
+}
+
+/** Relative rounding of a value to f16 (one ulp: WGSL lets a conversion take either neighbour). */
+const F16_ULP = 2 ** -10;
+
+/**
+ * checkQ4Mma for the f16 tensor-core op (MatmulQ4F16): x (scaled by a power of two per row) and
+ * the dequantized weight are each rounded to f16, so each term x·w may be off by about 2 ulps of
+ * f16 of its magnitude, plus f16's subnormal step (2^-24 of the row's scale) on x's small values.
+ */
+export async function checkQ4F16(gpu: Gpu, op: Q4Product, shape: [number, number, number], seed: number, input = false): Promise<MmaAccuracy> {
+  return checkQ4Product(gpu, op, shape, seed, input, ({ x, m, red }) => {
+    // row_scale's power of two: the row's largest |x| into [2^14, 2^15).
+    const inv = new Float64Array(m);
+    for (let r = 0; r < m; r++) {
+      let a = 0;
+      for (let c = 0; c < red; c++) a = Math.max(a, Math.abs(x[r * red + c]));
+      inv[r] = a > 0 ? 2 ** (Math.floor(Math.log2(a)) + 1 - 15) : 1;
+    }
+    return (r, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[r] * Math.abs(wv);
+  });
+}
+
+/**
+ * Run `op.gemm` on random [m, k] activations (Gaussian, OUTLIERS.channels columns scaled by
+ * OUTLIERS.gain) and a random Q4 weight [n, k], once overwriting y and once accumulating into a
+ * random y0, and compare both with the f64 product of the dequantized weight, each element's error
+ * against the sum of `bounds`' per-term errors. With `input`, the same for `op.backwardInput`:
+ * dX [m, k] = dY [m, n]·W.
+ */
+async function checkQ4Product(
+  gpu: Gpu,
+  op: Q4Product,
+  [m, n, k]: [number, number, number],
+  seed: number,
+  input: boolean,
+  bounds: (a: { x: Float32Array; m: number; red: number; out: number; scale: (row: number, col: number) => number }) => TermBound,
+): Promise<MmaAccuracy> {
   // The product reduces over `red` (k, or n for the input gradient) into `out` columns.
   const [red, out] = input ? [n, k] : [k, n];
   const next = rng(seed);
@@ -68,11 +137,11 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
   const tacc = gpu.upload(y0, [m, out], 'f32', 'mma-check.y0');
   const rec = gpu.recorder('mma-check');
   if (input) {
-    mma.backwardInput(rec, tx, w, ty);
-    mma.backwardInput(rec, tx, w, tacc, true);
+    op.backwardInput(rec, tx, w, ty);
+    op.backwardInput(rec, tx, w, tacc, true);
   } else {
-    mma.gemm(rec, tx, w, ty);
-    mma.gemm(rec, tx, w, tacc, true);
+    op.gemm(rec, tx, w, ty);
+    op.gemm(rec, tx, w, tacc, true);
   }
   await rec.submit();
   const got = await gpu.readF32(ty);
@@ -89,23 +158,8 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number,
     }
   // The weight meeting x[., c] in output column j.
   const wAt = input ? (c: number, j: number) => deq[c * k + j] : (c: number, j: number) => deq[j * k + c];
-  // The two limbs round x to a step of absmax/16256 of its group (its block where kBlock > 32),
-  // one limb to absmax/127: an error of at most half of that. Past 32, each weight is also
-  // re-rounded to a step t of 8·max|d|/127 over the scales its block shares (its column's groups
-  // in the block, or for the input gradient its group's rows in the block): at most t/2 more.
-  // With steps 'row' the block is the whole reduction.
-  const kb = mma.steps === 'row' ? red : mma.kBlock;
-  const blocks = red / kb;
-  const step = xSteps(mma, x, m, red, kb);
-  const wstep = new Float64Array(out * blocks);
-  if (kb > Q4_GROUP)
-    for (let j = 0; j < out; j++)
-      for (let b = 0; b < blocks; b++) {
-        let d = 0;
-        for (let c = b * kb; c < (b + 1) * kb; c += input ? 1 : Q4_GROUP) d = Math.max(d, Math.abs(input ? scale(c, j) : scale(j, c)));
-        wstep[j * blocks + b] = (8 * d) / 127;
-      }
-  return compare({ x, y0, got, gotAcc, m, red, out, kb, step, wstep, wAt, shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}` });
+  const termBound = bounds({ x, m, red, out, scale });
+  return compare({ x, y0, got, gotAcc, m, red, out, termBound, wAt, shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}` });
 }
 
 /** x's rounding step per (row, K block of kb): half of it is x's error (two limbs or one). */
@@ -122,7 +176,7 @@ function xSteps(mma: MatmulQ4Mma, x: Float32Array, m: number, red: number, kb: n
 }
 
 /** The GEMM's results (`got`, and `gotAcc` on top of y0) against the f64 product, and against the
- * bound x's step and the weights' step `wstep` per (output column, K block) allow. */
+ * sum over the reduction of `termBound`. */
 function compare(a: {
   x: Float32Array;
   y0: Float32Array;
@@ -131,14 +185,11 @@ function compare(a: {
   m: number;
   red: number;
   out: number;
-  kb: number;
-  step: Float64Array;
-  wstep: Float64Array;
+  termBound: TermBound;
   wAt: (c: number, j: number) => number;
   shape: string;
 }): MmaAccuracy {
-  const { x, y0, got, gotAcc, m, red, out, kb, step, wstep, wAt } = a;
-  const blocks = red / kb;
+  const { x, y0, got, gotAcc, m, red, out, termBound, wAt } = a;
   let maxRef = 0;
   let maxErr = 0;
   let relToMagnitude = 0;
@@ -148,16 +199,12 @@ function compare(a: {
       let ref = 0;
       let mag = 0;
       let bound = 0;
-      for (let b = 0; b < blocks; b++) {
-        const t = wstep[j * blocks + b];
-        const sx = step[r * blocks + b];
-        for (let c = b * kb; c < (b + 1) * kb; c++) {
-          const xv = x[r * red + c];
-          const wv = wAt(c, j);
-          ref += xv * wv;
-          mag += Math.abs(xv * wv);
-          bound += 0.5 * sx * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
-        }
+      for (let c = 0; c < red; c++) {
+        const xv = x[r * red + c];
+        const wv = wAt(c, j);
+        ref += xv * wv;
+        mag += Math.abs(xv * wv);
+        bound += termBound(r, c, j, xv, wv);
       }
       // f32 accumulation over the scaled partials: a few ulps of the magnitude on top.
       bound += 1e-6 * mag;
@@ -204,5 +251,11 @@ export async function checkInt8Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [numbe
       for (let c = b * kb; c < (b + 1) * kb; c++) d = Math.max(d, Math.abs(w[j * k + c]));
       wstep[j * blocks + b] = d / 127;
     }
-  return compare({ x, y0, got, gotAcc, m, red: k, out: n, kb, step: xSteps(mma, x, m, k, kb), wstep, wAt: (c, j) => w[j * k + c], shape: `int8 W M${m} N${n} K${k}` });
+  const step = xSteps(mma, x, m, k, kb);
+  const termBound: TermBound = (r, c, j, xv, wv) => {
+    const q = Math.floor(c / kb);
+    const t = wstep[j * blocks + q];
+    return 0.5 * step[r * blocks + q] * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
+  };
+  return compare({ x, y0, got, gotAcc, m, red: k, out: n, termBound, wAt: (c, j) => w[j * k + c], shape: `int8 W M${m} N${n} K${k}` });
 }

@@ -22,7 +22,7 @@ import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
 import { Norms } from './norms';
 import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, MatmulQ4, type Q4Weight } from './matmulQ4';
-import type { Int8Weight, MatmulQ4Mma, MatmulQ4MmaOptions, MmaOutput } from './matmulQ4Mma';
+import { MatmulQ4Mma, type Int8Weight, type MatmulQ4MmaOptions } from './matmulQ4Mma';
 
 /** The path table: by rows of x (shape class) and x's int8 limbs on the tensor cores. */
 export const PATHS = {
@@ -37,6 +37,17 @@ export const PATHS = {
 } as const;
 
 const BIAS_WG = 256;
+
+/** A tensor-core op for 4-bit products (MatmulQ4Mma on int8, MatmulQ4F16 on f16): what the
+ * projections route through it. */
+export interface TensorCoreProducts {
+  takesForward(w: Q4Weight): boolean;
+  takesInput(w: Q4Weight): boolean;
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate?: boolean): void;
+  gemmShared(rec: Recorder, x: Tensor, outs: readonly { w: Q4Weight; y: Tensor }[], accumulate?: boolean): void;
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate?: boolean): void;
+  release(): void;
+}
 
 /** An adapter on one product: its parameters and where u = x·Aᵀ goes (kept for a backward, or scratch). */
 export interface ProductLora {
@@ -102,7 +113,9 @@ const joinedOf = new WeakMap<LinearWeight, JoinedWeight>();
 const joinedDenseOf = new WeakMap<LinearWeight, JoinedDense>();
 
 export class Projection {
-  private tensorCores: MatmulQ4Mma | null = null;
+  private tensorCores: TensorCoreProducts | null = null;
+  /** The int8 op that multiplies the int8 copies (`int8`), where `useTensorCores` made them. */
+  private int8Op: MatmulQ4Mma | null = null;
   /** f32 weights' int8 copies for the tensor cores, by the weight's tensor. */
   private int8 = new Map<Tensor, Int8Weight>();
   /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
@@ -212,24 +225,31 @@ export class Projection {
 
   /**
    * Route 4-bit products of more than PATHS.gemvMaxRows rows and 4-bit input gradients through
-   * `mma` (K-blocked; the caller owns it), and the f32 weights of `dense` through int8 copies
-   * made here once (|w − q·t| ≤ t/2, t a block's largest |w| / 127); null: the f32 kernels again.
+   * `op` (the caller owns it), and the f32 weights of `dense` through int8 copies made here once
+   * (|w − q·t| ≤ t/2, t a block's largest |w| / 127; a K-blocked int8 op only); null: the f32
+   * kernels again.
    */
-  async useTensorCores(mma: MatmulQ4Mma | null, dense: readonly DenseWeight[] = []): Promise<void> {
+  async useTensorCores(op: TensorCoreProducts | null, dense: readonly DenseWeight[] = []): Promise<void> {
+    const mma = op instanceof MatmulQ4Mma ? op : null;
     if (mma && mma.kBlock === 32) throw new ShapeError('projection', 'the tensor-core path takes a K-blocked MatmulQ4Mma (kBlock 64 or above)');
+    if (dense.length > 0 && op && !mma) throw new ShapeError('projection', 'dense weights take the tensor cores through int8 copies: an int8 op only');
     const old = this.int8;
     this.int8 = new Map();
     this.tensorCores = null;
+    this.int8Op = null;
     if (old.size > 0) {
       // Work recorded with the old copies may still be in flight.
       await this.gpu.sync();
       for (const w of old.values()) [w.w8, w.steps].forEach((t) => t.release());
     }
-    if (!mma) return;
-    const rec = this.gpu.recorder('projection.int8');
-    for (const d of dense) if (d.kind === 'f32' && d.in % mma.kBlock === 0) this.int8.set(d.w, mma.quantizeDense(rec, d.w, d.out, d.in, d.w.label));
-    await rec.submit();
-    this.tensorCores = mma;
+    if (!op) return;
+    if (mma) {
+      const rec = this.gpu.recorder('projection.int8');
+      for (const d of dense) if (d.kind === 'f32' && d.in % mma.kBlock === 0) this.int8.set(d.w, mma.quantizeDense(rec, d.w, d.out, d.in, d.w.label));
+      await rec.submit();
+      this.int8Op = mma;
+    }
+    this.tensorCores = op;
   }
 
   get usesTensorCores(): boolean {
@@ -277,7 +297,7 @@ export class Projection {
   dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
     const w8 = d.kind === 'f32' ? this.int8.get(d.w) : undefined;
     if (w8) {
-      this.tensorCores!.gemmInt8(rec, x, [{ w: w8, y }], accumulate);
+      this.int8Op!.gemmInt8(rec, x, [{ w: w8, y }], accumulate);
       if (d.b) this.addBias(rec, y, d.b);
       return;
     }
@@ -308,8 +328,8 @@ export class Projection {
    */
   denseShared(rec: Recorder, x: Tensor, outs: readonly { d: DenseWeight; y: Tensor }[]): void {
     const w8 = outs.map((o) => (o.d.kind === 'f32' ? this.int8.get(o.d.w) : undefined));
-    if (this.tensorCores && w8.every((w) => w)) {
-      this.tensorCores.gemmInt8(rec, x, outs.map((o, i) => ({ w: w8[i]!, y: o.y })));
+    if (this.int8Op && w8.every((w) => w)) {
+      this.int8Op.gemmInt8(rec, x, outs.map((o, i) => ({ w: w8[i]!, y: o.y })));
       for (const o of outs) if (o.d.b) this.addBias(rec, o.y, o.d.b);
       return;
     }
@@ -344,7 +364,7 @@ export class Projection {
     const mma = gemv ? null : this.tensorCoreWeights(x, outs.map((p) => p.w));
     if (mma) {
       // The LoRA updates follow the GEMM (in its epilogue they slowed its main loop: BENCHMARKS.md).
-      this.tensorCores!.gemmShared(rec, x, outs.map((p, i): MmaOutput => ({ w: mma[i], y: p.y })), accumulate);
+      this.tensorCores!.gemmShared(rec, x, outs.map((p, i) => ({ w: mma[i], y: p.y })), accumulate);
       this.loraGemms(rec, x, outs);
       return;
     }
@@ -500,6 +520,7 @@ export class Projection {
     for (const w of this.int8.values()) [w.w8, w.steps].forEach((t) => t.release());
     this.int8.clear();
     this.tensorCores = null;
+    this.int8Op = null;
   }
 }
 

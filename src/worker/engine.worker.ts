@@ -11,7 +11,7 @@ import { Gpu } from '../gpu/runtime';
 import { hubFiles } from '../model/hub';
 import { releaseLoraParams } from '../ops/lora';
 import { blobSource, MissingFileError, pickedFiles, type ModelFiles } from '../model/safetensors';
-import { defaultProducts, productsOf, setProducts, tensorCoresUnsupported, type Products } from '../model/products';
+import { defaultProducts, tensorCoresUnsupported, type Products } from '../model/products';
 import { configRows, openModel, type ModelSession, type OpenModelOptions } from '../model/session';
 import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '../model/weightCache';
 import { createBrowserSandbox } from '../rewards/sandboxBrowser';
@@ -114,7 +114,7 @@ async function productsSetting(g: Gpu): Promise<Products> {
 
 async function productsState(): Promise<ProductsState> {
   const g = await device();
-  return { current: session ? productsOf(session.model) : await productsSetting(g), unsupported: tensorCoresUnsupported(g) };
+  return { current: session ? session.model.products : await productsSetting(g), unsupported: tensorCoresUnsupported(g) };
 }
 
 /** Refuses to change the model under a training run or an eval. */
@@ -157,10 +157,10 @@ const api: EngineApi = {
     const opened = await openModel(g, files, { onProgress: onProgress && ((p) => onProgress({ ...p })), cache });
     let productsMessage: string | undefined;
     try {
-      await setProducts(opened.model, await productsSetting(g));
+      await opened.model.setProducts(await productsSetting(g));
     } catch (e) {
       // Offered but failing (a driver that cannot build the kernels): the f32 units still serve.
-      await setProducts(opened.model, 'f32');
+      await opened.model.setProducts('f32');
       productsMessage = e instanceof Error ? e.message : String(e);
     }
     session = opened;
@@ -168,7 +168,7 @@ const api: EngineApi = {
     baseModel = baseModelOf(source);
     const t = session.model.config.text;
     const { cached, cacheMessage } = session.model.weightSource;
-    return { location, baseModel, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, products: productsOf(session.model), productsMessage };
+    return { location, baseModel, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, products: session.model.products, productsMessage };
   },
   products: productsState,
   async setProducts(products) {
@@ -176,7 +176,7 @@ const api: EngineApi = {
     const g = await device();
     const why = tensorCoresUnsupported(g);
     if (products !== 'f32' && why) throw new Error(`the tensor cores are not available on this GPU: ${why}`);
-    if (session) await setProducts(session.model, products);
+    if (session) await session.model.setProducts(products);
     await rememberProducts(products);
     return productsState();
   },

@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { capabilitiesFrom, capabilitiesOf, capabilitySummary, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
 import { chooseProducts, defaultProducts, productPaths, productPathSummary, tensorCoresUnsupported } from '../../src/model/products';
+import { F16_TILES, f16TileFor, f16UnsupportedOn } from '../../src/ops/matmulQ4F16';
 import { createNodeGpu, dawnFlags } from '../../src/node/gpu';
 import { mmaUnsupported } from '../../src/ops/matmulQ4Mma';
 import { testGpu } from '../helpers/gpu';
@@ -63,8 +64,9 @@ describe('capabilities of the real adapter', () => {
   it('the default products on it agree with the tensor-core GEMM own check', async () => {
     const gpu = await testGpu();
     const why = tensorCoresUnsupported(gpu);
-    if (mmaUnsupported(gpu) !== null) expect(why).toBe(mmaUnsupported(gpu));
-    expect(defaultProducts(gpu)).toBe(why === null ? 'int8' : 'f32');
+    const [int8, f16] = [mmaUnsupported(gpu), f16UnsupportedOn(gpu)];
+    if (int8 !== null && f16 !== null) expect(why).toBe(`int8: ${int8}; f16: ${f16}`);
+    expect(defaultProducts(gpu)).toBe(why !== null ? 'f32' : int8 === null ? 'int8' : 'f16');
   });
 
   it('a feature left off is off in the record', async () => {
@@ -78,37 +80,44 @@ describe('capabilities of the real adapter', () => {
 });
 
 describe('the product-path chooser', () => {
-  it('int8 configs with subgroups of 32: int8 by default; f16 tensor cores reported, not chosen', () => {
+  it('int8 and f16 configs with subgroups of 32: both available, int8 by default (the faster on an H100)', () => {
     const caps = record();
     expect(path(caps, 'int8').available).toBe(true);
     expect(chooseProducts(caps).products).toBe('int8');
     const f16 = path(caps, 'f16');
-    expect(f16.available).toBe(false);
-    expect(f16.why).toContain('f16->f32 16x16x16');
-    expect(f16.why).toContain('no f16 product path is implemented yet');
+    expect(f16.available).toBe(true);
+    expect(f16.why).toMatch(/^shader-f16 and f16->f32 16x16x16 subgroup matrices offered/);
+    expect(f16TileFor(caps)).toEqual(F16_TILES[16][0]);
+    // Where int8 lacks what it needs, f16 is the default.
+    expect(chooseProducts(record({ packedInt8Dot: false }))).toEqual({ products: 'f16', why: expect.stringMatching(/^f16 tensor cores: .*; int8 unavailable: no WGSL 'packed_4x8_integer_dot_product'/) });
+    // Less workgroup memory: a smaller tile of the table.
+    expect(f16TileFor(record({ limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } }))).toEqual(F16_TILES[16][2]);
     expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8)');
     expect(capabilitySummary(caps)).toContain('subgroup matrices: i8->i32 16x16x32; f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8');
     expect(productPathSummary(caps).at(-1)).toMatch(/^default products: int8 — int8 tensor cores/);
   });
 
-  it("only f16/f32 configs (Apple's 8x8): f32, naming the missing int8 config and what is offered", () => {
+  it("only f16/f32 configs (Apple's 8x8): f16 tensor cores, naming the missing int8 config and what is offered", () => {
     const caps = record({ vendor: 'apple', subgroupMatrix: { enabled: true, configs: APPLE_CONFIGS }, limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } });
     const choice = chooseProducts(caps);
-    expect(choice.products).toBe('f32');
+    expect(choice.products).toBe('f16');
     expect(choice.why).toMatch(/no i8->i32 M16 N16 K32 subgroup-matrix configuration \(offered: f32->f32 M8 N8 K8, f16->f16 M8 N8 K8, f16->f32 M8 N8 K8\)/);
-    expect(path(caps, 'f16').why).toContain('f16->f16 8x8x8; f16->f32 8x8x8');
+    expect(path(caps, 'f16').why).toContain('f16->f32 8x8x8 subgroup matrices offered (of f16->f16 8x8x8; f16->f32 8x8x8)');
+    expect(f16TileFor(caps)).toEqual(F16_TILES[8][0]);
+    // Without shader-f16 (the same GPU, the feature not on the device): f32, saying so.
+    expect(chooseProducts({ ...caps, shaderF16: false })).toEqual({ products: 'f32', why: expect.stringContaining('f16 unavailable: no shader-f16 on this device') });
     expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f16 8x8x8; f16->f32 8x8x8)');
   });
 
   it('no subgroup matrices: f32, saying the feature is missing', () => {
     const caps = record({ subgroupMatrix: { enabled: false, configs: [] } });
     expect(chooseProducts(caps)).toEqual({ products: 'f32', why: expect.stringContaining("no 'chromium-experimental-subgroup-matrix' feature") });
-    expect(path(caps, 'f16').why).toMatch(/^shader-f16, but no f16 subgroup-matrix configuration/);
+    expect(path(caps, 'f16').why).toMatch(/^no 'chromium-experimental-subgroup-matrix' feature/);
     expect(path(caps, 'f32')).toEqual({ path: 'f32', available: true, why: expect.any(String) });
     expect(capabilitySummary(caps)).toContain('f16 tensor cores: not offered');
   });
 
-  it('int8 configs but what the K-blocked tiles need missing: f32 with that reason', () => {
+  it('int8 configs but what the K-blocked tiles need missing: f32 with that reason (f16 off, to see int8 alone)', () => {
     const cases: [Partial<Capabilities>, RegExp][] = [
       [{ subgroups: { enabled: false, minSize: 32, maxSize: 32 } }, /'subgroups'/],
       [{ packedInt8Dot: false }, /packed_4x8_integer_dot_product/],
@@ -117,7 +126,7 @@ describe('the product-path chooser', () => {
       [{ limits: { ...record().limits, maxComputeInvocationsPerWorkgroup: 128 } }, /256 threads a workgroup; this GPU allows 128/],
     ];
     for (const [over, reason] of cases) {
-      const choice = chooseProducts(record(over));
+      const choice = chooseProducts(record({ shaderF16: false, ...over }));
       expect(choice.products).toBe('f32');
       expect(choice.why).toMatch(reason);
     }

@@ -8,7 +8,8 @@ import { MatmulQ4Mma, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
 import { checkInt8Mma, checkQ4Mma } from '../../src/ops/matmulQ4MmaCheck';
 import { MissingFeatureError } from '../../src/gpu';
 import { Qwen3VL } from '../../src/model/qwen3vl';
-import { defaultProducts, PRODUCTS, productsOf, setProducts, tensorCoresUnsupported } from '../../src/model/products';
+import { defaultProducts, PRODUCTS, tensorCoresUnsupported } from '../../src/model/products';
+import { f16UnsupportedOn } from '../../src/ops/matmulQ4F16';
 import { MODELS, modelFiles } from '../helpers/modelFixtures';
 
 const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe', dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
@@ -96,28 +97,31 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
 // Where the GPU has no subgroup matrices (software Vulkan), asking the model for tensor-core GEMMs
 // fails with the reason and leaves it on the f32 kernels.
 describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgroup matrices', () => {
-  it('Qwen3VL.setTensorCoreGemm(true) and setVisionTensorCores(true) throw MissingFeatureError naming the feature; the model stays on the f32 kernels', async () => {
+  it("Qwen3VL.setProducts('int8' | 'f16') and setVisionTensorCores(true) throw MissingFeatureError naming the feature; the model stays on the f32 kernels", async () => {
     const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
-    await expect(model.setTensorCoreGemm(true)).rejects.toThrow(MissingFeatureError);
-    await expect(model.setTensorCoreGemm(true)).rejects.toThrow(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration|'subgroups'/);
-    expect(model.tensorCoreGemm).toBe(false);
-    await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { tensorCoreGemm: true })).rejects.toThrow(MissingFeatureError);
+    await expect(model.setProducts('int8')).rejects.toThrow(MissingFeatureError);
+    await expect(model.setProducts('int8')).rejects.toThrow(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration|'subgroups'/);
+    // lavapipe offers shader-f16 but no subgroup matrices: the f16 path names what is missing.
+    await expect(model.setProducts('f16')).rejects.toThrow(MissingFeatureError);
+    await expect(model.setProducts('f16')).rejects.toThrow(f16UnsupportedOn(gpu)!);
+    expect(model.products).toBe('f32');
+    await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { products: 'int8' })).rejects.toThrow(MissingFeatureError);
     // The vision tower's likewise.
     await expect(model.setVisionTensorCores(true)).rejects.toThrow(MissingFeatureError);
     expect(model.visionTensorCores).toBe(false);
     await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { visionTensorCores: true })).rejects.toThrow(MissingFeatureError);
   });
 
-  it("the app's products setting: f32 by default, the int8 settings refused with the reason, the model left on f32", async () => {
+  it("the app's products setting: f32 by default, the tensor-core settings refused with the reason, the model left on f32", async () => {
     const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
-    expect(tensorCoresUnsupported(gpu)).toBe(unsupported);
+    expect(tensorCoresUnsupported(gpu)).toBe(`int8: ${unsupported}; f16: ${f16UnsupportedOn(gpu)}`);
     expect(defaultProducts(gpu)).toBe('f32');
-    for (const p of ['int8', 'int8-1limb', 'int8-row'] as const) {
-      await expect(setProducts(model, p)).rejects.toThrow(MissingFeatureError);
-      expect(productsOf(model)).toBe('f32');
+    for (const p of ['f16', 'int8', 'int8-1limb', 'int8-row'] as const) {
+      await expect(model.setProducts(p)).rejects.toThrow(MissingFeatureError);
+      expect(model.products).toBe('f32');
     }
-    await setProducts(model, 'f32');
-    expect(productsOf(model)).toBe('f32');
-    expect(PRODUCTS.map((p) => p.value).sort()).toEqual(['f32', 'int8', 'int8-1limb', 'int8-row']);
+    await model.setProducts('f32');
+    expect(model.products).toBe('f32');
+    expect(PRODUCTS.map((p) => p.value).sort()).toEqual(['f16', 'f32', 'int8', 'int8-1limb', 'int8-row']);
   });
 });

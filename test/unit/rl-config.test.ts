@@ -183,17 +183,16 @@ describe('engine config', () => {
     expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
     expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024 })).toEqual({ products: 'int8-row', vision_products: 'f32', micro_batch_tokens: 1024 });
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
-    expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be one of int8, int8-1limb, int8-row, f32; got "int4"/);
+    expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
     expect(() => resolveEngineConfig({ micro_batch_tokens: 0 })).toThrow(/micro_batch_tokens must be an integer >= 1/);
     expect(() => resolveEngineConfig(null)).toThrow(/engine must be an object; got null/);
   });
 
   it('maps each products setting onto the model options it stands for', () => {
-    expect(productOptions('f32', 'f32')).toEqual({ tensorCoreGemm: false, tensorCoreLimbs: undefined, tensorCoreSteps: undefined, visionTensorCores: false });
-    expect(productOptions('int8', 'int8')).toEqual({ tensorCoreGemm: true, tensorCoreLimbs: 2, tensorCoreSteps: 'block', visionTensorCores: true });
-    expect(productOptions('int8-1limb', 'f32')).toMatchObject({ tensorCoreLimbs: 1, tensorCoreSteps: 'block' });
-    expect(productOptions('int8-row', 'f32')).toMatchObject({ tensorCoreLimbs: 2, tensorCoreSteps: 'row' });
+    expect(productOptions('f32', 'f32')).toEqual({ products: 'f32', visionTensorCores: false });
+    expect(productOptions('int8', 'int8')).toEqual({ products: 'int8', visionTensorCores: true });
+    expect(productOptions('f16', 'f32')).toEqual({ products: 'f16', visionTensorCores: false });
     // The name an earlier version stored in the browser still reads.
     expect(storedProductsValue('int8-one-limb')).toBe('int8-1limb');
     expect(storedProductsValue('int9')).toBeUndefined();

@@ -1,0 +1,249 @@
+enable chromium_experimental_subgroup_matrix;
+// Subgroup-matrix calls run in each subgroup's own tile loop: uniform per subgroup, which is what
+// the hardware needs; the workgroup-level analysis cannot see that.
+diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
+// requires: f16, subgroups
+
+// 4-bit weights on f16 tensor cores (f16 x f16 -> f32 subgroup matrices, FR x FR x FK):
+//   gemm:    y [M, N] (+)= x [M, K] · Wᵀ      (W [N, K] in the Q4 format; reduction over K)
+//   DINPUT:  dX [M, K] (+)= dY [M, N] · W     (the same file with the reduction over W's rows)
+// Params name the product, not the weight: `n` output columns, `k` the reduction.
+// x comes as f16, scaled per row by a power of two (f16_row_scale.wgsl: no overflow, no flush to
+// zero). Each K step of 32 (one Q4 group along the weight's K) stages x's rows and W dequantized
+// with its group's scale to f16 in workgroup memory; the accumulators stay in the tensor cores'
+// registers across the whole reduction and meet workgroup memory only in the epilogue. Global loads
+// of step s + 1 are issued before step s's MMAs, into the other of two staging buffers.
+// Error: x and W each rounded to f16 (relative 2^-11), f32 accumulation.
+
+struct Params {
+  m: u32,          // rows of x (and of y)
+  n: u32,          // columns of y
+  k: u32,          // the reduction, a multiple of 32
+  accumulate: u32, // 1: add into y instead of overwriting it
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;  // x·rs rounded to f16, 8 a vec4 (row_scale)
+@group(0) @binding(2) var<storage, read> rs: array<f32>;       // row_scale's power of two per row of x
+@group(0) @binding(3) var<storage, read> codes2: array<vec2<u32>>; // the Q4 codes, 16 a vec2
+@group(0) @binding(4) var<storage, read> scales: array<u32>;
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+
+#include q4_format
+
+const BM = {{BM}}u;       // rows of y a workgroup
+const BN = {{BN}}u;       // columns of y a workgroup
+const WG = {{WG}}u;       // threads, in subgroups of 32
+const FR = {{FR}}u;       // the fragment's rows = columns (M = N of the configuration)
+const FK = {{FK}}u;       // the fragment's K
+const TM = 2u;            // fragments a subgroup along M
+const TN = {{TN}}u;       // fragments a subgroup along N: 2, or 4 with TN4
+const BK = 32u;           // the reduction a step: one Q4 group
+const SGS = WG / 32u;
+const SG_N = BN / (FR * TN); // subgroups along N
+const AS = BK + 8u;       // row stride of the staged x (f16): 8 past 32 puts 8 rows in 8 bank groups
+const A_SIZE = BM * AS;
+#if DINPUT
+const BS = BN + 8u;       // W's rows along the reduction: [BK][BN], row-major
+const B_SIZE = BK * BS;
+#else
+const BS = AS;            // W's rows along N: [BN][BK], the right matrix column-major
+const B_SIZE = BN * BS;
+#endif
+const A_VECS = BM * 4u;       // vec4s of x a step
+const A_PER = A_VECS / WG;
+const B_VECS = BN * 2u;       // vec2s of codes (16 weights) a step
+const B_PER = (B_VECS + WG - 1u) / WG;
+
+var<workgroup> a_s: array<f16, 2u * A_SIZE>;
+var<workgroup> b_s: array<f16, 2u * B_SIZE>;
+var<workgroup> out_s: array<f32, SGS * FR * FR>; // the epilogue: one fragment a subgroup at a time
+
+struct Staged {
+  a: array<vec4<u32>, A_PER>,
+  b: array<vec2<u32>, B_PER>,
+  d: array<f32, B_PER>,
+}
+
+fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
+  var st: Staged;
+  for (var t = 0u; t < A_PER; t++) {
+    let i = lid + t * WG;
+    let m = m0 + i / 4u;
+    st.a[t] = vec4<u32>(0u);
+    if (m < params.m) {
+      st.a[t] = x[m * (params.k / 8u) + k0 / 8u + i % 4u];
+    }
+  }
+  for (var t = 0u; t < B_PER; t++) {
+    let i = lid + t * WG;
+    st.b[t] = vec2<u32>(0x88888888u); // codes 8: weight 0 past the edge
+    st.d[t] = 0.0;
+    if (i >= B_VECS) {
+      continue;
+    }
+#if DINPUT
+    // Row k0 + i / (BN / 16) of W, its 16 columns from n0 + (i % (BN / 16))·16.
+    let row = k0 + i / (BN / 16u);
+    let col = n0 + (i % (BN / 16u)) * 16u;
+    if (col < params.n) {
+      let g = row * (params.n / 32u) + col / 32u;
+      st.b[t] = codes2[2u * g + (col / 16u) % 2u];
+      st.d[t] = scale_of(g);
+    }
+#else
+    // Row n0 + i / 2 of W, its 16 columns from k0 + (i % 2)·16.
+    let row = n0 + i / 2u;
+    if (row < params.n) {
+      let g = row * (params.k / 32u) + k0 / 32u;
+      st.b[t] = codes2[2u * g + i % 2u];
+      st.d[t] = scale_of(g);
+    }
+#endif
+  }
+  return st;
+}
+
+fn stage(st: Staged, buf: u32, lid: u32) {
+  for (var t = 0u; t < A_PER; t++) {
+    let i = lid + t * WG;
+    let o = buf * A_SIZE + (i / 4u) * AS + (i % 4u) * 8u;
+    for (var j = 0u; j < 4u; j++) {
+      let h = bitcast<vec2<f16>>(st.a[t][j]);
+      a_s[o + 2u * j] = h.x;
+      a_s[o + 2u * j + 1u] = h.y;
+    }
+  }
+  for (var t = 0u; t < B_PER; t++) {
+    let i = lid + t * WG;
+    if (i >= B_VECS) {
+      continue;
+    }
+#if DINPUT
+    let o = buf * B_SIZE + (i / (BN / 16u)) * BS + (i % (BN / 16u)) * 16u;
+#else
+    let o = buf * B_SIZE + (i / 2u) * BS + (i % 2u) * 16u;
+#endif
+    let d = st.d[t];
+    let w0 = vec4<f16>(lo4(st.b[t].x) * d);
+    let w1 = vec4<f16>(hi4(st.b[t].x) * d);
+    let w2 = vec4<f16>(lo4(st.b[t].y) * d);
+    let w3 = vec4<f16>(hi4(st.b[t].y) * d);
+    for (var j = 0u; j < 4u; j++) {
+      b_s[o + j] = w0[j];
+      b_s[o + 4u + j] = w1[j];
+      b_s[o + 8u + j] = w2[j];
+      b_s[o + 12u + j] = w3[j];
+    }
+  }
+}
+
+// Fragment c (rows from m, columns from n of y) through this subgroup's corner of out_s, then to
+// y with the row's scale undone. Every subgroup calls it equally often: the barriers are uniform.
+fn put(c: subgroup_matrix_result<f32, FR, FR>, base: u32, m: u32, n: u32, lane: u32) {
+  subgroupMatrixStore<row_major>(&out_s, base, c, FR);
+  workgroupBarrier();
+  for (var e = lane; e < FR * FR; e += 32u) {
+    let r = m + e / FR;
+    let col = n + e % FR;
+    if (r < params.m && col < params.n) {
+      let o = r * params.n + col;
+      var v = out_s[base + e] / rs[r];
+      if (params.accumulate != 0u) {
+        v += y[o];
+      }
+      y[o] = v;
+    }
+  }
+  workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn gemm(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sg: u32,
+  @builtin(subgroup_invocation_id) lane: u32,
+) {
+  let m0 = wid.y * BM;
+  let n0 = wid.x * BN;
+  // This subgroup's block of TM x TN fragments.
+  let fm0 = (sg / SG_N) * TM * FR;
+  let fn0 = (sg % SG_N) * TN * FR;
+  // Fragments as named values, not arrays: the compiler then keeps them in registers.
+  var c00 = subgroup_matrix_result<f32, FR, FR>();
+  var c01 = subgroup_matrix_result<f32, FR, FR>();
+#if TN4
+  var c02 = subgroup_matrix_result<f32, FR, FR>();
+  var c03 = subgroup_matrix_result<f32, FR, FR>();
+#endif
+  var c10 = subgroup_matrix_result<f32, FR, FR>();
+  var c11 = subgroup_matrix_result<f32, FR, FR>();
+#if TN4
+  var c12 = subgroup_matrix_result<f32, FR, FR>();
+  var c13 = subgroup_matrix_result<f32, FR, FR>();
+#endif
+  let steps = params.k / BK;
+  stage(fetch(0u, m0, n0, lid), 0u, lid);
+  workgroupBarrier();
+  for (var s = 0u; s < steps; s++) {
+    let buf = s & 1u;
+    var st: Staged;
+    let more = s + 1u < steps;
+    if (more) {
+      st = fetch((s + 1u) * BK, m0, n0, lid);
+    }
+    for (var kk = 0u; kk < BK; kk += FK) {
+      let ao = buf * A_SIZE + fm0 * AS + kk;
+      let a0 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s, ao + 0u * FR * AS, AS);
+      let a1 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s, ao + 1u * FR * AS, AS);
+#if DINPUT
+      let bo = buf * B_SIZE + kk * BS + fn0;
+      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 0u * FR, BS);
+      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 1u * FR, BS);
+#if TN4
+      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 2u * FR, BS);
+      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 3u * FR, BS);
+#endif
+#else
+      let bo = buf * B_SIZE + fn0 * BS + kk;
+      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 0u * FR * BS, BS);
+      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 1u * FR * BS, BS);
+#if TN4
+      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 2u * FR * BS, BS);
+      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 3u * FR * BS, BS);
+#endif
+#endif
+      c00 = subgroupMatrixMultiplyAccumulate(a0, b0, c00);
+      c01 = subgroupMatrixMultiplyAccumulate(a0, b1, c01);
+#if TN4
+      c02 = subgroupMatrixMultiplyAccumulate(a0, b2, c02);
+      c03 = subgroupMatrixMultiplyAccumulate(a0, b3, c03);
+#endif
+      c10 = subgroupMatrixMultiplyAccumulate(a1, b0, c10);
+      c11 = subgroupMatrixMultiplyAccumulate(a1, b1, c11);
+#if TN4
+      c12 = subgroupMatrixMultiplyAccumulate(a1, b2, c12);
+      c13 = subgroupMatrixMultiplyAccumulate(a1, b3, c13);
+#endif
+    }
+    if (more) {
+      stage(st, buf ^ 1u, lid);
+    }
+    workgroupBarrier();
+  }
+  // Each fragment through this subgroup's corner of out_s, then to y with the row's scale undone.
+  let base = sg * FR * FR;
+  put(c00, base, m0 + fm0 + 0u * FR, n0 + fn0 + 0u * FR, lane);
+  put(c01, base, m0 + fm0 + 0u * FR, n0 + fn0 + 1u * FR, lane);
+#if TN4
+  put(c02, base, m0 + fm0 + 0u * FR, n0 + fn0 + 2u * FR, lane);
+  put(c03, base, m0 + fm0 + 0u * FR, n0 + fn0 + 3u * FR, lane);
+#endif
+  put(c10, base, m0 + fm0 + 1u * FR, n0 + fn0 + 0u * FR, lane);
+  put(c11, base, m0 + fm0 + 1u * FR, n0 + fn0 + 1u * FR, lane);
+#if TN4
+  put(c12, base, m0 + fm0 + 1u * FR, n0 + fn0 + 2u * FR, lane);
+  put(c13, base, m0 + fm0 + 1u * FR, n0 + fn0 + 3u * FR, lane);
+#endif
+}

@@ -1,0 +1,236 @@
+// y = x·Wᵀ and dX = dY·W for 4-bit weights on f16 tensor cores (shaders/matmul_q4_f16.wgsl): W is
+// dequantized with its group scale to f16 in workgroup memory, x (or dY) is scaled per row by a
+// power of two (shaders/f16_row_scale.wgsl) and rounded to f16, and the products accumulate in
+// f32. Needs shader-f16 and Chromium's subgroup-matrix extension with an f16 -> f32 configuration
+// of square fragments (16x16x16 on NVIDIA, 8x8x8 on Apple).
+import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
+import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
+import { SUBGROUP_MATRIX } from './matmulQ4Mma';
+
+/** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
+ * over 2 x `tn` fragments. */
+export interface F16Tile {
+  rows: number;
+  cols: number;
+  threads: number;
+  tn: 2 | 4;
+}
+
+/** The tiles by fragment size, fastest first (BENCHMARKS.md); a device takes the first that fits
+ * its workgroup memory and threads (f16TileFor). */
+export const F16_TILES: Readonly<Record<number, readonly F16Tile[]>> = {
+  16: [
+    { rows: 128, cols: 128, threads: 256, tn: 4 },
+    { rows: 64, cols: 128, threads: 256, tn: 2 },
+    { rows: 64, cols: 64, threads: 128, tn: 2 },
+  ],
+  8: [
+    { rows: 64, cols: 64, threads: 256, tn: 4 },
+    { rows: 32, cols: 64, threads: 128, tn: 4 },
+  ],
+};
+
+export const DEFAULT_F16_TILE: F16Tile = F16_TILES[16][0];
+
+export interface MatmulQ4F16Options {
+  /** Rows of x a dispatch (the workspace of x's f16 copy and row scales); more rows go through in
+   * slices. A multiple of 64. */
+  maxRows: number;
+  /** The widest x (the f16 copy of x is a workspace of maxRows x maxK halves). */
+  maxK: number;
+  /** Default: the first of F16_TILES the device runs. */
+  tile?: F16Tile;
+}
+
+/** One product of `gemmShared`: y (+)= x·Wᵀ. */
+export interface F16Output {
+  w: Q4Weight;
+  y: Tensor;
+}
+
+/** The f16 -> f32 configuration with square fragments the kernels take (the widest offered), or null. */
+export function f16Config(caps: Capabilities): SubgroupMatrixConfig | null {
+  const square = configsOf(caps, 'f16').filter((c) => c.resultComponentType === 'f32' && c.M === c.N && Q4_GROUP % c.K === 0);
+  return square.sort((a, b) => b.M - a.M || b.K - a.K)[0] ?? null;
+}
+
+/** Why `caps` cannot run the f16 tensor-core products (with `tile`, else with any tile of
+ * F16_TILES), or null when it can. */
+export function f16Unsupported(caps: Capabilities, tile?: F16Tile): string | null {
+  if (!caps.shaderF16) return 'no shader-f16 on this device';
+  if (!caps.subgroupMatrix.enabled) return `no '${SUBGROUP_MATRIX}' feature on this device`;
+  if (!caps.subgroups.enabled) return "no 'subgroups' feature";
+  const cfg = f16Config(caps);
+  if (!cfg) return 'no f16->f32 subgroup-matrix configuration with square fragments';
+  if (caps.subgroups.minSize !== 32 || caps.subgroups.maxSize !== 32) return `subgroups of ${caps.subgroups.minSize ?? '?'} to ${caps.subgroups.maxSize ?? '?'} lanes; the tiles need exactly 32`;
+  const tiles = tile ? [tile] : (F16_TILES[cfg.M] ?? []);
+  if (tiles.length === 0) return `no tile for ${cfg.M}x${cfg.M} fragments`;
+  const why = tiles.map((t) => tileMisfit(caps, t, cfg.M));
+  return why.some((w) => w === null) ? null : why[why.length - 1];
+}
+
+/** The first tile of F16_TILES that `caps` runs (f16Unsupported(caps) must be null). */
+export function f16TileFor(caps: Capabilities): F16Tile {
+  const cfg = f16Config(caps)!;
+  const tile = (F16_TILES[cfg.M] ?? []).find((t) => tileMisfit(caps, t, cfg.M) === null);
+  if (!tile) throw new ShapeError('matmulQ4F16', f16Unsupported(caps) ?? 'no tile fits');
+  return tile;
+}
+
+/** What keeps `caps` from running `tile` with fragments of `fr` x `fr`, or null. */
+function tileMisfit(caps: Capabilities, tile: F16Tile, fr: number): string | null {
+  const bad = tileProblem(tile, fr);
+  if (bad) return bad;
+  const bytes = f16TileBytes(tile, fr);
+  if (bytes > caps.limits.maxComputeWorkgroupStorageSize) return `a ${tile.rows}x${tile.cols} tile needs ${bytes} bytes of workgroup memory; this GPU has ${caps.limits.maxComputeWorkgroupStorageSize}`;
+  if (tile.threads > caps.limits.maxComputeInvocationsPerWorkgroup) return `a tile takes ${tile.threads} threads a workgroup; this GPU allows ${caps.limits.maxComputeInvocationsPerWorkgroup}`;
+  return null;
+}
+
+/** What is wrong with `tile` for fragments of `fr` x `fr`, or null. */
+function tileProblem(t: F16Tile, fr: number): string | null {
+  const { rows, cols, threads, tn } = t;
+  const tm = 2;
+  if (tn !== 2 && tn !== 4) return `tn must be 2 or 4, got ${String(tn)}`;
+  if (rows % (fr * tm) !== 0 || cols % (fr * tn) !== 0) return `a ${rows}x${cols} tile is not a whole number of ${tm}x${tn} blocks of ${fr}x${fr} fragments`;
+  if ((rows / (fr * tm)) * (cols / (fr * tn)) * 32 !== threads) return `a ${rows}x${cols} tile in ${tm}x${tn} blocks of ${fr}x${fr} takes ${(rows / (fr * tm)) * (cols / (fr * tn)) * 32} threads, not ${threads}`;
+  if ((rows * 4) % threads !== 0 || cols % 16 !== 0) return `a ${rows}x${cols} tile does not divide among ${threads} threads`;
+  return null;
+}
+
+/** Workgroup bytes: x and W staged as f16 twice (rows padded by 8), one f32 fragment a subgroup. */
+export function f16TileBytes(t: F16Tile, fr: number): number {
+  const staged = 2 * 2 * (t.rows * 40 + Math.max(t.cols * 40, 32 * (t.cols + 8)));
+  return staged + 4 * (t.threads / 32) * fr * fr;
+}
+
+export class MatmulQ4F16 {
+  private constructor(
+    private readonly rowScaleK: Kernel,
+    private readonly gemmK: Kernel,
+    private readonly dinputK: Kernel,
+    private readonly rs: Tensor,
+    private readonly x16: Tensor,
+    readonly maxK: number,
+    readonly tile: F16Tile,
+    readonly config: SubgroupMatrixConfig,
+    readonly maxRows: number,
+  ) {}
+
+  static async create(gpu: Gpu, opts: MatmulQ4F16Options): Promise<MatmulQ4F16> {
+    const caps = capabilitiesOf(gpu);
+    const why = f16Unsupported(caps, opts.tile);
+    if (why) throw new MissingFeatureError(caps.shaderF16 ? SUBGROUP_MATRIX : 'shader-f16', why);
+    const tile = opts.tile ?? f16TileFor(caps);
+    const cfg = f16Config(caps)!;
+    const { maxRows } = opts;
+    if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
+    const defines = { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: cfg.M, FK: cfg.K };
+    const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+    const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: { m: 'u32', k: 'u32' } }], {});
+    const [forward] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms: gemm }], { ...defines, DINPUT: false });
+    const [dinput] = await compileMatrixKernels(gpu, 'matmul_q4_f16.dinput', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms: gemm }], { ...defines, DINPUT: true });
+    const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
+    checkQ4Shape('matmulQ4F16', 1, opts.maxK);
+    const x16 = gpu.tensor([(maxRows * opts.maxK) / 2], 'u32', 'matmul_q4_f16.x16');
+    return new MatmulQ4F16(rowScale, forward, dinput, rs, x16, opts.maxK, tile, cfg, maxRows);
+  }
+
+  /** The forward takes weights whose rows of x (K wide) fit the workspace at least 64 at a time. */
+  takesForward(w: Q4Weight): boolean {
+    return this.rowsFitting(w.k) > 0;
+  }
+
+  /** The input gradient reduces over W's rows in steps of 32; its x (dY) is N wide. */
+  takesInput(w: Q4Weight): boolean {
+    return w.n % Q4_GROUP === 0 && this.rowsFitting(w.n) > 0;
+  }
+
+  /** Rows of x of `width` a dispatch: maxRows up to maxK wide, beyond it as many whole 64-row
+   * slices as the workspace holds (0: none fits). */
+  private rowsFitting(width: number): number {
+    if (width <= this.maxK) return this.maxRows;
+    return 64 * Math.floor((this.maxRows * this.maxK) / width / 64);
+  }
+
+  /** y [M, N] (+)= x [M, K]·Wᵀ. */
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate = false): void {
+    this.gemmShared(rec, x, [{ w, y }], accumulate);
+  }
+
+  /** Every product of `outs` on the same x (q/k/v, gate/up): x's row scales are found once a slice. */
+  gemmShared(rec: Recorder, x: Tensor, outs: readonly F16Output[], accumulate = false): void {
+    const op = 'matmulQ4F16.gemm';
+    const k = outs[0].w.k;
+    if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
+    const m = outs.map(({ w, y }) => rowsOf(op, w, x, w.k, 'K', y, w.n))[0];
+    for (const [r0, rows] of this.slices(op, m, k)) {
+      const xs = rowSlice(x, r0, rows, k);
+      const xin = this.rowScales(rec, xs, rows, k);
+      for (const { w, y } of outs) this.dispatch(rec, this.gemmK, xin, w, rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
+    }
+  }
+
+  /** dX [M, K] (+)= dY [M, N]·W; N a multiple of 32. */
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
+    const op = 'matmulQ4F16.backwardInput';
+    if (!this.takesInput(w)) throw new ShapeError(op, `N = ${w.n} must be a multiple of ${Q4_GROUP}`);
+    const m = rowsOf(op, w, dy, w.n, 'N', dx, w.k);
+    for (const [r0, rows] of this.slices(op, m, w.n)) {
+      const dys = rowSlice(dy, r0, rows, w.n);
+      const xin = this.rowScales(rec, dys, rows, w.n);
+      this.dispatch(rec, this.dinputK, xin, w, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n, accumulate: accumulate ? 1 : 0 });
+    }
+  }
+
+  /** x's row scales and its f16 copy (what the GEMM reads as x). */
+  private rowScales(rec: Recorder, x: Tensor, rows: number, width: number): Tensor {
+    rec.dispatch(this.rowScaleK, { x, rs: this.rs, x16: this.x16 }, grid1d(rows, 1), { m: rows, k: width });
+    return this.x16;
+  }
+
+  private dispatch(rec: Recorder, kernel: Kernel, x: Tensor, w: Q4Weight, y: Tensor, u: { m: number; n: number; k: number; accumulate: number }): void {
+    const grid: [number, number] = [Math.ceil(u.n / this.tile.cols), Math.ceil(u.m / this.tile.rows)];
+    rec.dispatch(kernel, { x, rs: this.rs, codes2: w.codes, scales: w.scales, y }, grid, u);
+  }
+
+  /** [first row, rows] of the slices of m rows of x `width` wide: as few as the workspace allows,
+   * of equal size rounded up to 64 rows (binding offsets). */
+  private slices(op: string, m: number, width: number): [number, number][] {
+    const cap = this.rowsFitting(width);
+    if (cap === 0) throw new ShapeError(op, `x of width ${width}: not even 64 rows fit the workspace of ${this.maxRows} x ${this.maxK}`);
+    if (m <= cap) return [[0, m]];
+    const size = Math.min(cap, 64 * Math.ceil(m / Math.ceil(m / cap) / 64));
+    const out: [number, number][] = [];
+    for (let r0 = 0; r0 < m; r0 += size) out.push([r0, Math.min(size, m - r0)]);
+    return out;
+  }
+
+  release(): void {
+    this.rs.release();
+    this.x16.release();
+  }
+}
+
+/** Why this device cannot run the f16 tensor-core products, or null when it can. */
+export function f16UnsupportedOn(gpu: Gpu): string | null {
+  return f16Unsupported(capabilitiesOf(gpu));
+}
+
+/** Rows [r0, r0 + rows) of a [M, width] f32 tensor as a view (the whole tensor when that is all of it). */
+function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {
+  if (r0 === 0 && rows * width === t.numel) return t;
+  return new Tensor(t.buffer, [rows, width], t.dtype, t.label, t.byteOffset + 4 * r0 * width);
+}
+
+/** The rows M of x [M, inWidth] and y [M, outWidth] on Q4 weight `w`, after checking dtypes and shapes. */
+function rowsOf(op: string, w: Q4Weight, x: Tensor, inWidth: number, dim: string, y: Tensor, outWidth: number): number {
+  checkQ4Shape(op, w.n, w.k);
+  const words = q4Words(w.n, w.k);
+  if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+  if (x.dtype !== 'f32' || y.dtype !== 'f32') throw new ShapeError(op, `x and y must be f32, got ${x.dtype} and ${y.dtype}`);
+  if (x.shape[x.shape.length - 1] !== inWidth) throw new ShapeError(op, `x [${x.shape.join(', ')}] must end in ${dim} = ${inWidth}`);
+  const m = x.numel / inWidth;
+  if (y.numel !== m * outWidth) throw new ShapeError(op, `y must be [${m}, ${outWidth}], got [${y.shape.join(', ')}]`);
+  return m;
+}

@@ -1,0 +1,108 @@
+// The f16 tensor-core 4-bit products (src/ops/matmulQ4F16.ts) on a real GPU: every tile checked
+// against the f64 product on odd shapes (forward and dX), then timed at the headline shapes beside
+// the default int8 tensor-core setting. Exits non-zero when a check fails.
+//   npm run bench:build, then on the GPU machine:
+//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG]
+// (--dawn: one more Dawn flag, e.g. enable-dawn-features=disable_robustness)
+import { parseArgs } from '../../src/node/args';
+import { createNodeGpu } from '../../src/node/gpu';
+import { DEFAULT_F16_TILE, f16UnsupportedOn, MatmulQ4F16, type F16Tile } from '../../src/ops/matmulQ4F16';
+import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
+import { checkQ4F16, type MmaAccuracy } from '../../src/ops/matmulQ4MmaCheck';
+import { tensorCoreOptions } from '../../src/ops/projection';
+import { Filler } from '../../src/bench/fill';
+import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
+import { measure } from '../../src/bench/harness';
+import type { Recorder, Tensor } from '../../src/gpu';
+import type { Q4Weight } from '../../src/ops/matmulQ4';
+
+const TILES: F16Tile[] = [
+  DEFAULT_F16_TILE,
+  { rows: 64, cols: 128, threads: 256, tn: 2 },
+  { rows: 128, cols: 64, threads: 256, tn: 2 },
+  { rows: 64, cols: 64, threads: 128, tn: 2 },
+];
+// [M, N, K]: M odd to the tile and to 16, N odd to the tile, K from one group to 2048.
+const SHAPES: [number, number, number][] = [
+  [1, 16, 32],
+  [77, 200, 320],
+  [130, 129, 96],
+  [300, 515, 2048],
+];
+// dX = dY [M, N]·W [N, K]: N (the reduction) a multiple of 32.
+const DX_SHAPES: [number, number, number][] = [
+  [1, 32, 64],
+  [45, 96, 192],
+  [130, 384, 320],
+  [77, 2048, 576],
+];
+const SPEED: [number, number, number][] = [
+  [8192, 6144, 2048],
+  [2816, 12288, 2048],
+  [2816, 2048, 6144],
+];
+
+const args = parseArgs(process.argv.slice(2));
+const extra = args.optStr('dawn');
+const gpu = await createNodeGpu({ unsafeApis: true, f16: true, dawnFlags: ['disable-dawn-features=timestamp_quantization', ...(extra ? [extra] : [])] });
+const only = args.optStr('only');
+const why = f16UnsupportedOn(gpu);
+if (why) {
+  console.log(`skipped: ${why}`);
+  process.exit(0);
+}
+let failed = false;
+function report(name: string, a: MmaAccuracy): void {
+  const ok = a.ofBound <= 1;
+  failed ||= !ok;
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
+}
+const name = (t: F16Tile) => `${t.rows}x${t.cols}/${t.threads} 2x${t.tn}`;
+const ops: { name: string; op: MatmulQ4F16 }[] = [];
+for (const tile of TILES) {
+  if (only !== undefined && !name(tile).includes(only)) continue;
+  try {
+    ops.push({ name: name(tile), op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, tile }) });
+  } catch (e) {
+    failed = true;
+    console.log(`FAIL ${name(tile)}: ${(e as Error).message}`);
+  }
+}
+for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
+  for (const [i, shape] of SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 100 + i));
+  for (const [i, shape] of DX_SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 200 + i, true));
+}
+
+interface Op {
+  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor): void;
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor): void;
+}
+if (!args.bool('no-speed')) {
+  const fill = await Filler.create(gpu);
+  const int8 = await MatmulQ4Mma.create(gpu, tensorCoreOptions(2, 8192, 6144));
+  const timed: { name: string; kernels: RegExp; op: Op }[] = [...ops.map((o) => ({ ...o, kernels: /^matmul_q4_f16/ })), { name: 'int8 two limbs (default)', kernels: /^matmul_q4_mma\./, op: int8 }];
+  for (const [m, n, k] of SPEED) {
+    const rec = gpu.recorder('setup');
+    const [w] = randomQ4Blocks(gpu, rec, fill, n, k, 'w', n);
+    const x = gpu.tensor([m, k], 'f32', 'x');
+    const dy = gpu.tensor([m, n], 'f32', 'dy');
+    fill.fill(rec, x, 'uniform', 1);
+    fill.fill(rec, dy, 'uniform', 1);
+    const y = gpu.tensor([m, n], 'f32', 'y');
+    const dx = gpu.tensor([m, k], 'f32', 'dx');
+    await rec.submit();
+    const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
+    for (const { name: n2, kernels, op } of timed) {
+      const time = async (run: (r: Recorder) => void) => {
+        const t = await measure(gpu, kernels, run, { maxReps: 20, gpuOnly: true });
+        return t.passMs ?? t.ms;
+      };
+      const tf = await time((r) => op.gemm(r, x, w, y));
+      const tb = await time((r) => op.backwardInput(r, dy, w, dx));
+      console.log(`${n2} M${m} N${n} K${k}: forward ${tf.toFixed(3)} ms (${tflops(tf)} TFLOP/s), dX ${tb.toFixed(3)} ms (${tflops(tb)} TFLOP/s)`);
+    }
+    for (const t of [x, dy, y, dx]) t.release();
+    releaseQ4([w]);
+  }
+}
+process.exit(failed ? 1 : 0);
