@@ -724,12 +724,12 @@ async function main(): Promise<void> {
     save();
     console.error(`gspo step without gradient checkpointing: ${keptS.toFixed(2)} s`);
     // The same steps with the decoder's and the LM head's 4-bit GEMMs and input gradients on int8 tensor cores
-    // (Qwen3VL.setTensorCoreGemm), where the GPU offers subgroup matrices; then how far that moves one
+    // (Qwen3VL.setProducts), where the GPU offers subgroup matrices; then how far that moves one
     // group's log-probs and LoRA gradients.
     if (noMma) console.error(`gspo on tensor cores: skipped (${noMma})`);
     else {
-      // Two limbs of x (the default), then one (ModelOptions.tensorCoreLimbs), then two with steps
-      // by row (ModelOptions.tensorCoreSteps); the profile of a group step with the default.
+      // Two limbs of x (the default), then one ('int8-1limb'), then two with steps by row
+      // ('int8-row'), then f16 where offered; the profile of a group step with the default.
       const timings = [];
       let profile: KernelTime[] | undefined;
       const settings: Products[] = ['int8', 'int8-1limb', 'int8-row', ...(noF16 ? [] : (['f16'] as const))];

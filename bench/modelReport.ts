@@ -29,9 +29,9 @@ interface Side {
   gspo?: { prompts: number; completionsPerPrompt: number; promptTokens: number; completionTokens: number; seconds: number; tokensPerS: number; memory: Memory };
   gspoNoCheckpointing?: { seconds: number; tokensPerS: number; memory: Memory };
   gspoTensorCores?: TensorCoreRun;
-  /** The same with x in one int8 limb (ModelOptions.tensorCoreLimbs = 1). */
+  /** The same with x in one int8 limb (products 'int8-1limb'). */
   gspoTensorCoresOneLimb?: TensorCoreRun;
-  /** Two limbs with steps by row (ModelOptions.tensorCoreSteps = 'row'). */
+  /** Two limbs with steps by row (products 'int8-row'). */
   gspoTensorCoresRowSteps?: TensorCoreRun;
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   /** The same on int8 tensor cores, two limbs (the app's setting where they are offered). */
@@ -144,9 +144,9 @@ function render(o: Side, t: Side | undefined): string {
     add('the same without gradient checkpointing: throughput', run.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
   };
   const [tc, one, byRow] = [o.gspoTensorCores, o.gspoTensorCoresOneLimb, o.gspoTensorCoresRowSteps];
-  tensorCoreRows('GSPO step, decoder and LM head GEMMs and input gradients on int8 tensor cores (ModelOptions.tensorCoreGemm)', tc);
-  tensorCoreRows('GSPO step on int8 tensor cores, x in one limb (ModelOptions.tensorCoreLimbs = 1)', one);
-  tensorCoreRows("GSPO step on int8 tensor cores, two limbs, steps by row (ModelOptions.tensorCoreSteps = 'row')", byRow);
+  tensorCoreRows('GSPO step, decoder and LM head GEMMs and input gradients on int8 tensor cores (products "int8")', tc);
+  tensorCoreRows('GSPO step on int8 tensor cores, x in one limb (products "int8-1limb")', one);
+  tensorCoreRows("GSPO step on int8 tensor cores, two limbs, steps by row (products 'int8-row')", byRow);
   // A setting's drift beside the default's: log-probs, then gradients as a share of their norm.
   const driftBrief = (what: string, run: TensorCoreRun | undefined) =>
     run ? ` ${what}: log-probs ${f(run.drift.logpMeanAbs, 2)} on average (at most ${f(run.drift.logpMaxAbs, 2)}), gradients ${f(100 * run.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * run.drift.gradNormWorst, 2)}%).` : '';

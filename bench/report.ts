@@ -133,7 +133,7 @@ function targets(ours: Ours): string[] {
     lines.push(`| ${what} | ${r ? `${num(r.rate)} ${unit}` : 'not measured'} | ${stream === undefined ? '—' : `${num(stream)} ${unit}`} | ${unit === 'GB/s' ? readCell : ''} | ${mark(floor)} | ${mark(target)} |`);
   }
   // GEMM on the tensor cores (subgroup matrices): the best shape of each int8 kernel.
-  for (const [what, suite] of [['4-bit GEMM on int8 tensor cores (exact), best shape', 'gemm-q4-mma'], ['4-bit GEMM on int8 tensor cores, K-blocked (weights re-rounded to int8), best shape', 'gemm-q4-mma-kb'], ['the same with one step per row of x and column of W over all of K (ModelOptions.tensorCoreSteps = \'row\'), best shape', 'gemm-q4-mma-kbr'], ['the same with x in one int8 limb (ModelOptions.tensorCoreLimbs = 1), best shape', 'gemm-q4-mma-kb1']]) {
+  for (const [what, suite] of [['4-bit GEMM on int8 tensor cores (exact), best shape', 'gemm-q4-mma'], ['4-bit GEMM on int8 tensor cores, K-blocked (weights re-rounded to int8), best shape', 'gemm-q4-mma-kb'], ['the same with one step per row of x and column of W over all of K (products \'int8-row\'), best shape', 'gemm-q4-mma-kbr'], ['the same with x in one int8 limb (products \'int8-1limb\'), best shape', 'gemm-q4-mma-kb1']]) {
     const rows = ours.rows.filter((r) => r.suite === suite);
     if (!rows.length) continue;
     const best = rows.reduce((x, y) => (y.rate > x.rate ? y : x));

@@ -372,7 +372,7 @@ async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: M
     'x as two int8 limbs per K block, weights re-rounded to int8 per column and K block (error ≤ 1/32 of the block\'s largest Q4 step); dX = dY·W the same with blocks along N',
     [[45, 256, 192], [77, 2048, 576]],
   );
-  // One step per row of x and column of W over the whole of K (ModelOptions.tensorCoreSteps = 'row').
+  // One step per row of x and column of W over the whole of K (products 'int8-row').
   const byRow = await mmaSet(
     ctx,
     'int8 tensor cores, K-blocked, steps by row',
@@ -381,7 +381,7 @@ async function mmaSetup(ctx: SuiteContext): Promise<{ exact: MmaSet; kBlocked: M
     'x as two int8 limbs at one step per row over all of K, weights re-rounded to int8 at one step per column; dX the same with one step per group of K over all of N',
     [[45, 256, 192], [77, 2048, 576]],
   );
-  // x in one int8 limb (ModelOptions.tensorCoreLimbs = 1), K blocks of 128 and 256.
+  // x in one int8 limb (products 'int8-1limb'), K blocks of 128 and 256.
   const oneLimb = await mmaSet(
     ctx,
     'int8 tensor cores, K-blocked, one limb',

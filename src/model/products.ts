@@ -24,7 +24,7 @@ export type Products = 'f32' | 'f16' | 'int8' | 'int8-1limb' | 'int8-row';
 export type VisionProducts = 'f32' | 'int8';
 export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8'];
 
-/** The tensor-core settings each int8 value stands for (ModelOptions.tensorCoreLimbs and tensorCoreSteps). */
+/** The int8 tensor-core op's settings each int8 value stands for (MatmulQ4MmaOptions.limbs and steps). */
 type Int8Products = Exclude<Products, 'f32' | 'f16'>;
 const TENSOR_CORES: Record<Int8Products, { limbs: 1 | 2; steps: MmaSteps }> = {
   int8: { limbs: 2, steps: 'block' },

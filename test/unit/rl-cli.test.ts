@@ -26,10 +26,13 @@ describe('train command: engine flags', () => {
     expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
     expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', micro_batch_tokens: 512 });
     expect(engine(['--products', 'f32'], { products: 'int8' }).products).toBe('f32');
+    // The default is the fastest the device offers, chosen on it.
+    expect(engine([]).products).toBe('auto');
+    expect(engine(['--products', 'auto'], { products: 'int8' }).products).toBe('auto');
   });
 
   it('refuses bad values, unknown engine keys and the old flags mixed with the new', () => {
-    expect(() => engine(['--products', 'int4'])).toThrow(/--products takes int8, int8-1limb, int8-row, f32; got 'int4'/);
+    expect(() => engine(['--products', 'int4'])).toThrow(/--products takes auto, int8, int8-1limb, int8-row, f16, f32; got 'int4'/);
     expect(() => engine(['--vision-products', 'int8-row'])).toThrow(/--vision-products takes f32, int8; got 'int8-row'/);
     expect(() => engine(['--products', 'int8', '--tensor-cores'])).toThrow(/--products replaces --tensor-cores/);
     expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
@@ -119,7 +122,9 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
-    const engine = { products: 'f32', vision_products: 'f32', micro_batch_tokens: 2048 };
+    const engine = { products: 'auto', vision_products: 'f32', micro_batch_tokens: 2048 };
+    // 'auto' on a GPU without tensor cores: the f32 units, said on stderr.
+    expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; int8 unavailable: .*; f16 unavailable: /);
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
     expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['adapter', 'checkpoint.json', 'tensors.safetensors']);
     const saved = (await readCheckpointDir(out))!;

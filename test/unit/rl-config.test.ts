@@ -183,7 +183,7 @@ describe('engine config', () => {
     expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
     expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024 })).toEqual({ products: 'int8-row', vision_products: 'f32', micro_batch_tokens: 1024 });
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
-    expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
+    expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be auto or one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
     expect(() => resolveEngineConfig({ micro_batch_tokens: 0 })).toThrow(/micro_batch_tokens must be an integer >= 1/);
     expect(() => resolveEngineConfig(null)).toThrow(/engine must be an object; got null/);

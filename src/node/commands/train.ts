@@ -17,7 +17,7 @@
 // The former top-level "data" entry is still read, as a file dataset, with a deprecation warning.
 // model_name_or_path is a local folder, or a hub id when no such folder exists.
 //
-// --products f32|f16|int8|int8-1limb|int8-row picks where the decoder's and the LM head's large
+// --products auto|f32|f16|int8|int8-1limb|int8-row (default auto: the fastest the GPU offers) picks where the decoder's and the LM head's large
 // products run (src/model/products.ts; f16 and int8 on tensor cores through Dawn started with
 // allow_unsafe_apis, which offers subgroup matrices, and for f16 vulkan_enable_f16_on_nvidia: an
 // error naming what is missing on GPUs without them); --vision-products f32|int8 the vision tower's; --micro-batch-tokens N the packed rows per
@@ -53,7 +53,8 @@ import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
 import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
-import { defaultEngineConfig, EngineConfigError, resolveEngineConfig, usesTensorCores, type EngineConfig } from '../../rl/engineConfig';
+import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveEngineConfig, resolveProducts, usesTensorCores, type EngineConfig } from '../../rl/engineConfig';
+import { capabilitiesOf } from '../../gpu';
 import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
 import { isPlainObject } from '../../rl/configKeys';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
@@ -65,7 +66,7 @@ import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -231,7 +232,9 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
     const rows = opts.rows ?? (await datasetRows(config.dataset, opts.warn));
     opts.warn(`loading ${config.model_name_or_path}`);
     const engine = opts.engine ?? defaultEngineConfig();
-    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products: engine.products, visionProducts: engine.vision_products });
+    const { products, why } = resolveProducts(engine, capabilitiesOf(gpu));
+    opts.warn(`products: ${products} (${why})`);
+    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products, visionProducts: engine.vision_products });
     session.attachLora(config.lora);
     return { policy: session.policy, data: decodingPromptSource(session.promptSource(rows), sharpDecoder) };
   };
@@ -251,7 +254,7 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
   if (products !== undefined && (tensorCores || limbs !== undefined || stepsBy !== undefined)) {
     throw new EngineConfigError('--products replaces --tensor-cores, --tensor-core-limbs and --tensor-core-steps; give one or the other');
   }
-  if (products !== undefined && !isProducts(products)) throw new EngineConfigError(`--products takes ${PRODUCTS.map((p) => p.value).join(', ')}; got '${products}'`);
+  if (products !== undefined && products !== 'auto' && !isProducts(products)) throw new EngineConfigError(`--products takes auto, ${PRODUCTS.map((p) => p.value).join(', ')}; got '${products}'`);
   if (products !== undefined) e.products = products;
   if (limbs !== undefined && !(tensorCores && (limbs === '1' || limbs === '2'))) throw new Error(`--tensor-core-limbs takes 1 or 2, with --tensor-cores (got '${limbs}'${tensorCores ? '' : ' without --tensor-cores'})`);
   if (stepsBy !== undefined && !(tensorCores && (stepsBy === 'block' || (stepsBy === 'row' && limbs !== '1')))) {
@@ -306,7 +309,7 @@ export async function run(args: CliArgs): Promise<void> {
   const engineFile = join(outDir, 'engine.json');
   if (resumeDir !== undefined && existsSync(engineFile)) engineInput = readConfigFile(engineFile);
   const engine = engineFromArgs(args, engineInput);
-  if (args.bool('demo') && usesTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
+  if (args.bool('demo') && asksTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
   const allowDataChange = args.bool('allow-data-change');
   if (allowDataChange && resumeDir === undefined) throw new Error('--allow-data-change goes with --resume');
   if (resumeDir === undefined) {
@@ -324,7 +327,7 @@ export async function run(args: CliArgs): Promise<void> {
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
   // Tensor cores need Dawn's unsafe APIs; f16 on NVIDIA's Vulkan driver also its f16 toggle.
-  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: usesTensorCores(engine), f16: engine.products === 'f16' });
+  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: usesTensorCores(engine), f16: engine.products === 'f16' || engine.products === 'auto' });
   if (args.bool('demo')) {
     const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
     const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, engine, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
