@@ -43,7 +43,7 @@ import { RlLoss } from '../src/ops/rlLoss';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../src/model/config';
 import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
-import type { Products } from '../src/model/products';
+import type { Products, VisionProducts } from '../src/model/products';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
@@ -509,19 +509,21 @@ async function main(): Promise<void> {
       result.visionProfile = await profile('vision tower', encode);
       result.prefillProfile = await profile('prefill (vision included)', () => gen(1, 1));
     }
-    // The vision tower on int8 tensor cores (ModelOptions.visionTensorCores), where offered: its
-    // time, the prefill's, its GPU time in stream, and how far its features move from the f32
+    // The vision tower on int8, then f16 tensor cores (ModelOptions.visionProducts), where offered:
+    // its time, the prefill's, its GPU time in stream, and how far its features move from the f32
     // tower's (relative RMS of the merged embeds, then of each deepstack feature).
-    if (!mmaUnsupported(gpu)) {
-      const features = async () => {
-        model.visionCache.clear();
-        const v = await model.encodeImages(prompt.inputIds, prompt.images);
-        const out = await Promise.all([v.embeds, ...v.deepstack].map((t) => gpu.readF32(t)));
-        for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
-        return out;
-      };
-      const ref = await features();
-      await model.setVisionTensorCores(true);
+    const features = async () => {
+      model.visionCache.clear();
+      const v = await model.encodeImages(prompt.inputIds, prompt.images);
+      const out = await Promise.all([v.embeds, ...v.deepstack].map((t) => gpu.readF32(t)));
+      for (const t of [v.rows, v.embeds, ...v.deepstack]) t.release();
+      return out;
+    };
+    const offered: [VisionProducts, string | null][] = [['int8', mmaUnsupported(gpu)], ['f16', f16UnsupportedOn(gpu)]];
+    const ref = offered.some(([, why]) => why === null) ? await features() : [];
+    for (const [setting, why] of offered) {
+      if (why !== null) continue;
+      await model.setVisionProducts(setting);
       const got = await features();
       const relRms = got.map((g, i) => {
         let num = 0;
@@ -532,10 +534,10 @@ async function main(): Promise<void> {
       const tcVisionS = await seconds(gpu, W.reps, encode);
       const tcPrefillS = await seconds(gpu, W.reps, () => gen(1, 1));
       const inStreamMs = await gpuMsInStream(gpu, encode);
-      await model.setVisionTensorCores(false);
-      result.visionTensorCores = { visionS: tcVisionS, prefillS: tcPrefillS, tokensPerS: W.promptLen / tcPrefillS, inStreamMs, relRms };
+      await model.setVisionProducts('f32');
+      result[setting === 'int8' ? 'visionTensorCores' : 'visionF16'] = { visionS: tcVisionS, prefillS: tcPrefillS, tokensPerS: W.promptLen / tcPrefillS, inStreamMs, relRms };
       save();
-      console.error(`vision on tensor cores: ${(1000 * tcVisionS).toFixed(1)} ms (${inStreamMs.toFixed(2)} ms GPU in stream), prefill ${(1000 * tcPrefillS).toFixed(1)} ms; features' relative RMS against f32 ${relRms.map((r) => r.toExponential(2)).join(', ')}`);
+      console.error(`vision on ${setting} tensor cores: ${(1000 * tcVisionS).toFixed(1)} ms (${inStreamMs.toFixed(2)} ms GPU in stream), prefill ${(1000 * tcPrefillS).toFixed(1)} ms; features' relative RMS against f32 ${relRms.map((r) => r.toExponential(2)).join(', ')}`);
     }
   }
 

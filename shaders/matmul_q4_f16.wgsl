@@ -7,6 +7,7 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 // 4-bit weights on f16 tensor cores (f16 x f16 -> f32 subgroup matrices, FR x FR x FK):
 //   gemm:    y [M, N] (+)= x [M, K] · Wᵀ      (W [N, K] in the Q4 format; reduction over K)
 //   DINPUT:  dX [M, K] (+)= dY [M, N] · W     (the same file with the reduction over W's rows)
+//   W16:     W given in f16 instead of Q4 (dense weights, or Q4 expanded once a call: f16_convert.wgsl)
 // Params name the product, not the weight: `n` output columns, `k` the reduction.
 // x comes as f16, scaled per row by a power of two (f16_row_scale.wgsl: no overflow, no flush to
 // zero). Each K step of 32 (one Q4 group along the weight's K) stages x's rows and W dequantized
@@ -25,11 +26,17 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;  // x·rs rounded to f16, 8 a vec4 (row_scale)
 @group(0) @binding(2) var<storage, read> rs: array<f32>;       // row_scale's power of two per row of x
+#if W16
+@group(0) @binding(3) var<storage, read> w16: array<vec4<u32>>;   // W already in f16 [N][K], 8 a vec4 (f16_convert.wgsl)
+#else
 @group(0) @binding(3) var<storage, read> codes2: array<vec2<u32>>; // the Q4 codes, 16 a vec2
 @group(0) @binding(4) var<storage, read> scales: array<u32>;
+#endif
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;
 
+#if !W16
 #include q4_format
+#endif
 
 const BM = {{BM}}u;       // rows of y a workgroup
 const BN = {{BN}}u;       // columns of y a workgroup
@@ -52,7 +59,11 @@ const B_SIZE = BN * BS;
 #endif
 const A_VECS = BM * 4u;       // vec4s of x a step
 const A_PER = A_VECS / WG;
+#if W16
+const B_VECS = BN * 4u;       // vec4s of f16 weights (8) a step
+#else
 const B_VECS = BN * 2u;       // vec2s of codes (16 weights) a step
+#endif
 const B_PER = (B_VECS + WG - 1u) / WG;
 
 var<workgroup> a_s: array<f16, 2u * A_SIZE>;
@@ -61,8 +72,12 @@ var<workgroup> out_s: array<f32, SGS * FR * FR>; // the epilogue: one fragment a
 
 struct Staged {
   a: array<vec4<u32>, A_PER>,
+#if W16
+  b: array<vec4<u32>, B_PER>,
+#else
   b: array<vec2<u32>, B_PER>,
   d: array<f32, B_PER>,
+#endif
 }
 
 fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
@@ -77,6 +92,29 @@ fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
   }
   for (var t = 0u; t < B_PER; t++) {
     let i = lid + t * WG;
+#if W16
+    st.b[t] = vec4<u32>(0u);
+    if (i >= B_VECS) {
+      continue;
+    }
+#if DINPUT
+    // Row k0 + i / (BN / 8) of W, its 8 columns from n0 + (i % (BN / 8))·8.
+    let row = k0 + i / (BN / 8u);
+    let col = n0 + (i % (BN / 8u)) * 8u;
+    if (col < params.n) {
+      st.b[t] = w16[(row * params.n + col) / 8u];
+    }
+#else
+    // Row n0 + i / 4 of W, its 8 columns from k0 + (i % 4)·8.
+    let row = n0 + i / 4u;
+    if (row < params.n) {
+      st.b[t] = w16[(row * params.k + k0) / 8u + i % 4u];
+    }
+#endif
+  }
+  return st;
+}
+#else
     st.b[t] = vec2<u32>(0x88888888u); // codes 8: weight 0 past the edge
     st.d[t] = 0.0;
     if (i >= B_VECS) {
@@ -103,6 +141,7 @@ fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
   }
   return st;
 }
+#endif
 
 fn stage(st: Staged, buf: u32, lid: u32) {
   for (var t = 0u; t < A_PER; t++) {
@@ -119,6 +158,18 @@ fn stage(st: Staged, buf: u32, lid: u32) {
     if (i >= B_VECS) {
       continue;
     }
+#if W16
+#if DINPUT
+    let o = buf * B_SIZE + (i / (BN / 8u)) * BS + (i % (BN / 8u)) * 8u;
+#else
+    let o = buf * B_SIZE + (i / 4u) * BS + (i % 4u) * 8u;
+#endif
+    for (var j = 0u; j < 4u; j++) {
+      let h = bitcast<vec2<f16>>(st.b[t][j]);
+      b_s[o + 2u * j] = h.x;
+      b_s[o + 2u * j + 1u] = h.y;
+    }
+#else
 #if DINPUT
     let o = buf * B_SIZE + (i / (BN / 16u)) * BS + (i % (BN / 16u)) * 16u;
 #else
@@ -135,6 +186,7 @@ fn stage(st: Staged, buf: u32, lid: u32) {
       b_s[o + 8u + j] = w2[j];
       b_s[o + 12u + j] = w3[j];
     }
+#endif
   }
 }
 

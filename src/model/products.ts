@@ -6,7 +6,7 @@
 import { capabilitiesOf, configsOf, formatConfigs, MissingFeatureError, TensorCoreCheckError, type Capabilities, type Gpu } from '../gpu';
 import { f16Config, f16Unsupported, MatmulQ4F16 } from '../ops/matmulQ4F16';
 import { MatmulQ4Mma, mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
-import { checkQ4F16, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
+import { checkF16Dense, checkQ4F16, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
 import { PATHS, tensorCoreOptions, type TensorCoreProducts } from '../ops/projection';
 import type { ModelOptions } from './qwen3vl';
 
@@ -20,9 +20,10 @@ import type { ModelOptions } from './qwen3vl';
  */
 export type Products = 'f32' | 'f16' | 'int8' | 'int8-1limb' | 'int8-row';
 
-/** The vision tower's dense products: 'f32', or 'int8' (its f32 weights rounded to int8 once, x in two limbs). */
-export type VisionProducts = 'f32' | 'int8';
-export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8'];
+/** The vision tower's dense products: 'f32', 'int8' (its f32 weights rounded to int8 once, x in
+ * two limbs) or 'f16' (its weights rounded to f16 once, f16 tensor cores). */
+export type VisionProducts = 'f32' | 'int8' | 'f16';
+export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8', 'f16'];
 
 /** The int8 tensor-core op's settings each int8 value stands for (MatmulQ4MmaOptions.limbs and steps). */
 type Int8Products = Exclude<Products, 'f32' | 'f16'>;
@@ -148,8 +149,8 @@ export function defaultProducts(gpu: Gpu): Products {
 }
 
 /** The model options (Qwen3VL.load) that run `products` and `vision`. */
-export function productOptions(products: Products, vision: VisionProducts): Pick<ModelOptions, 'products' | 'visionTensorCores'> {
-  return { products, visionTensorCores: vision === 'int8' };
+export function productOptions(products: Products, vision: VisionProducts): Pick<ModelOptions, 'products' | 'visionProducts'> {
+  return { products, visionProducts: vision };
 }
 
 /** The widest x and the most rows a tensor-core op's workspace takes. */
@@ -172,6 +173,14 @@ export async function makeTensorCores(gpu: Gpu, products: Exclude<Products, 'f32
   const op = await MatmulQ4F16.create(gpu, { maxRows: 64 * Math.ceil(dims.maxRows / 64), maxK: dims.maxK });
   const k = Math.min(dims.maxK, 512);
   return checked(op, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16(gpu, op, shape, 17, input));
+}
+
+/** The vision tower's op for `v`: makeTensorCores' int8 op, or its f16 op once the f16 copy of a
+ * dense weight has also matched the f64 product. */
+export async function makeVisionProducts(gpu: Gpu, v: Exclude<VisionProducts, 'f32'>, dims: ProductDims): Promise<TensorCoreProducts> {
+  if (v === 'int8') return makeInt8Products(gpu, 'int8', dims);
+  const op = (await makeTensorCores(gpu, 'f16', dims)) as MatmulQ4F16;
+  return checked(op, 'f16', [[70, 96, Math.min(dims.maxK, 512)], false], [[70, 96, 128], false], (shape) => checkF16Dense(gpu, op, shape, 19));
 }
 
 /** makeTensorCores for an int8 setting (the vision tower's dense products take this op too). */

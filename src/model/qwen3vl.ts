@@ -3,7 +3,6 @@
 // generate (the generation half of src/rl/policy.ts's Policy; the training half is train.ts).
 import { ShapeError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
-import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
 import type { TensorCoreProducts } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
@@ -16,7 +15,7 @@ import { getRopeIndex } from './processor/ropeIndex';
 import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
-import { makeInt8Products, makeTensorCores, type Products } from './products';
+import { makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
 import { VisionCache, VisionTower, type GridThw, type VisionFeatures } from './vision';
 import type { ModelWeights } from './weights';
 
@@ -41,11 +40,12 @@ export interface ModelOptions {
    * setting costs and gains). Default 'f32': the tensor-core settings need Chromium's
    * subgroup-matrix extension (and 'f16' shader-f16) and move each product slightly. */
   products?: Products;
-  /** The vision tower's dense products (all but the patch embedding) on int8 tensor cores
-   * (setVisionTensorCores): its f32 weights rounded to int8 per (row, block of 128 along K) once,
-   * x in two int8 limbs. Default false: it needs Chromium's subgroup-matrix extension, and moves
-   * the image features (BENCHMARKS.md gives by how much). */
-  visionTensorCores?: boolean;
+  /** Where the vision tower's dense products (all but the patch embedding) run
+   * (setVisionProducts): 'f32' (default), 'int8' (its f32 weights rounded to int8 per row and block
+   * of 128 along K once, x in two limbs) or 'f16' (the weights rounded to f16 once). The tensor-core
+   * settings need Chromium's subgroup-matrix extension and move the image features
+   * (BENCHMARKS.md gives by how much). */
+  visionProducts?: VisionProducts;
   /** Bytes of encoded image features kept by image key (VisionCache; default VISION_CACHE_BYTES):
    * a prompt group's images are encoded once for its sampling, old/ref log-probs and training chunks. */
   visionCacheBytes?: number;
@@ -86,8 +86,9 @@ export class Qwen3VL {
   /** The decoder's tensor-core products while a setting other than 'f32' is on (setProducts). */
   private productOp: TensorCoreProducts | null = null;
   private productsSetting: Products = 'f32';
-  /** The vision tower's while in use (setVisionTensorCores). */
-  private visionMma: MatmulQ4Mma | null = null;
+  /** The vision tower's tensor-core op while in use (setVisionProducts), and its setting. */
+  private visionOp: TensorCoreProducts | null = null;
+  private visionSetting: VisionProducts = 'f32';
 
   private constructor(
     readonly gpu: Gpu,
@@ -110,39 +111,37 @@ export class Qwen3VL {
     const head = new TableHead(gpu, decoder.ops.projection, weights.language.lmHead, opts.maxLogitRows ?? 64);
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES));
     if (opts.products) await model.setProducts(opts.products);
-    if (opts.visionTensorCores) await model.setVisionTensorCores(true);
+    if (opts.visionProducts) await model.setVisionProducts(opts.visionProducts);
     return model;
   }
 
   /**
-   * Run the vision tower's dense products on int8 tensor cores (ModelOptions.visionTensorCores:
-   * two limbs of x, K blocks of 128), or back on the f32 GEMM. Throws MissingFeatureError where
-   * the GPU has no subgroup matrices.
+   * Run the vision tower's dense products on `v` (ModelOptions.visionProducts). Throws
+   * MissingFeatureError where the GPU lacks what the setting needs, TensorCoreCheckError where its
+   * check fails; the tower then stays as it was.
    */
-  async setVisionTensorCores(on: boolean): Promise<void> {
-    if (on && !this.visionMma) {
-      const v = this.config.vision;
-      const maxK = Math.max(v.hiddenSize, v.intermediateSize, v.hiddenSize * v.spatialMergeSize ** 2);
-      this.visionMma = await makeInt8Products(this.gpu, 'int8', { maxRows: VISION_MMA_ROWS, maxK });
-    }
-    await this.vision.useTensorCores(on ? this.visionMma : null);
+  async setVisionProducts(v: VisionProducts): Promise<void> {
+    if (v === this.visionSetting) return;
+    const c = this.config.vision;
+    const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.hiddenSize * c.spatialMergeSize ** 2);
+    const made = v === 'f32' ? null : await makeVisionProducts(this.gpu, v, { maxRows: VISION_MMA_ROWS, maxK });
+    await this.vision.useTensorCores(made);
+    // Its workspace back to the pool (useTensorCores waited for work in flight).
+    this.visionOp?.release();
+    this.visionOp = made;
+    this.visionSetting = v;
     // Features encoded on the other path differ: encode again.
     this.visionCache.clear();
-    if (!on && this.visionMma) {
-      // Its workspace back to the pool (useTensorCores waited for work in flight).
-      this.visionMma.release();
-      this.visionMma = null;
-    }
   }
 
-  /** Whether the vision tower's dense products run on the tensor cores (setVisionTensorCores). */
-  get visionTensorCores(): boolean {
-    return this.vision.usesTensorCores;
+  /** The setting the vision tower's dense products run on (setVisionProducts). */
+  get visionProducts(): VisionProducts {
+    return this.visionSetting;
   }
 
   /**
    * Run the decoder's and the LM head's 4-bit products of more than 8 rows and their input
-   * gradients on `products` (ModelOptions.products; the vision tower is setVisionTensorCores'):
+   * gradients on `products` (ModelOptions.products; the vision tower's are setVisionProducts'):
    * a tensor-core op is made and checked against the f64 product first (makeTensorCores), the one
    * it replaces is released with its workspace. Throws MissingFeatureError where the GPU lacks what
    * the setting needs and TensorCoreCheckError where its check fails; the model then stays as it was.

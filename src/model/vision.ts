@@ -25,9 +25,9 @@ import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
-import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
+
 import { Norms } from '../ops/norms';
-import { Projection } from '../ops/projection';
+import { Projection, type TensorCoreProducts } from '../ops/projection';
 import { QuantizeQ4 } from '../ops/quantizeQ4';
 import { Rope } from '../ops/rope';
 import type { PreparedImage } from '../rl/policy';
@@ -82,14 +82,14 @@ export class VisionTower {
   ) {}
 
   /**
-   * Run the tower's f32 dense products (all but the patch embedding) on int8 tensor cores through
-   * `mma` (K-blocked, steps by block; the caller owns it), or, with null, on the f32 GEMM again
-   * (Projection.useTensorCores rounds each weight to int8 once).
+   * Run the tower's f32 dense products (all but the patch embedding) on tensor cores through `op`
+   * (the caller owns it; int8 or f16, and Projection.useTensorCores rounds each weight to that
+   * once), or, with null, on the f32 GEMM again.
    */
-  async useTensorCores(mma: MatmulQ4Mma | null): Promise<void> {
+  async useTensorCores(op: TensorCoreProducts | null): Promise<void> {
     const w = this.weights;
     const dense = [...w.blocks.flatMap((b) => [b.q, b.k, b.v, b.proj, b.fc1, b.fc2]), ...[w.merger, ...w.deepstackMergers].flatMap((m) => [m.fc1, m.fc2])];
-    await this.ops.projection.useTensorCores(mma, dense);
+    await this.ops.projection.useTensorCores(op, dense);
   }
 
   /** Whether the dense products run on the tensor cores (useTensorCores). */

@@ -40,12 +40,32 @@ export interface MatmulQ4F16Options {
   maxK: number;
   /** Default: the first of F16_TILES the device runs. */
   tile?: F16Tile;
+  /** The input gradient of a Q4 weight of at most this many f16 words (N·K / 2) expands the
+   * weight to f16 once a call (a scratch as large as the largest such weight) instead of in every
+   * workgroup's staging: faster for dX, slower for the forward (BENCHMARKS.md). Larger weights (the
+   * LM head) dequantize in the kernel. Default EXPAND_MAX_WORDS. */
+  expandMaxWords?: number;
+}
+
+/** 64 MiB of f16: the 2B's joined gate/up (12288 x 2048) is 48 MiB. */
+export const EXPAND_MAX_WORDS = 16 * 2 ** 20;
+
+interface GemmPair {
+  forward: Kernel;
+  dinput: Kernel;
 }
 
 /** One product of `gemmShared`: y (+)= x·Wᵀ. */
 export interface F16Output {
   w: Q4Weight;
   y: Tensor;
+}
+
+/** A weight [n, k] held in f16 (toF16), two halves a u32 word; the caller owns the tensor. */
+export interface F16Weight {
+  w16: Tensor;
+  n: number;
+  k: number;
 }
 
 /** The f16 -> f32 configuration with square fragments the kernels take (the widest offered), or null. */
@@ -105,10 +125,17 @@ export function f16TileBytes(t: F16Tile, fr: number): number {
 }
 
 export class MatmulQ4F16 {
+  /** Q4 weights expanded to f16 (expand), grown on demand. */
+  private scratch: Tensor | null = null;
+
   private constructor(
+    private readonly gpu: Gpu,
     private readonly rowScaleK: Kernel,
-    private readonly gemmK: Kernel,
-    private readonly dinputK: Kernel,
+    /** On Q4 weights, and on f16 ones (W16). */
+    private readonly q4K: GemmPair,
+    private readonly f16K: GemmPair,
+    private readonly convert: { dense: Kernel; q4: Kernel },
+    readonly expandMaxWords: number,
     private readonly rs: Tensor,
     private readonly x16: Tensor,
     readonly maxK: number,
@@ -127,13 +154,18 @@ export class MatmulQ4F16 {
     if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
     const defines = { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: cfg.M, FK: cfg.K };
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
-    const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: { m: 'u32', k: 'u32' } }], {});
-    const [forward] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms: gemm }], { ...defines, DINPUT: false });
-    const [dinput] = await compileMatrixKernels(gpu, 'matmul_q4_f16.dinput', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms: gemm }], { ...defines, DINPUT: true });
+    const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
+    const pair = async (w16: boolean): Promise<GemmPair> => ({
+      forward: await one(`matmul_q4_f16${w16 ? '.w16' : ''}`, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: false }),
+      dinput: await one(`matmul_q4_f16${w16 ? '.w16' : ''}.dinput`, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: true }),
+    });
+    const rowScale = await one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {});
+    const [q4K, f16K] = [await pair(false), await pair(true)];
+    const convert = { dense: await one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32' }, {}), q4: await one('matmul_q4_f16', 'f16_convert', 'q4_to_f16', { count: 'u32' }, {}) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * opts.maxK) / 2], 'u32', 'matmul_q4_f16.x16');
-    return new MatmulQ4F16(rowScale, forward, dinput, rs, x16, opts.maxK, tile, cfg, maxRows);
+    return new MatmulQ4F16(gpu, rowScale, q4K, f16K, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tile, cfg, maxRows);
   }
 
   /** The forward takes weights whose rows of x (K wide) fit the workspace at least 64 at a time. */
@@ -167,8 +199,44 @@ export class MatmulQ4F16 {
     for (const [r0, rows] of this.slices(op, m, k)) {
       const xs = rowSlice(x, r0, rows, k);
       const xin = this.rowScales(rec, xs, rows, k);
-      for (const { w, y } of outs) this.dispatch(rec, this.gemmK, xin, w, rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
+      for (const { w, y } of outs) this.dispatch(rec, false, xin, { codes2: w.codes, scales: w.scales }, rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
     }
+  }
+
+  /** y (+)= x·Wᵀ for weights held in f16 (toF16), every product of `outs` on one x. */
+  gemmF16(rec: Recorder, x: Tensor, outs: readonly { w: F16Weight; y: Tensor }[], accumulate = false): void {
+    const op = 'matmulQ4F16.gemmF16';
+    const k = outs[0].w.k;
+    if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
+    const m = outs.map(({ w, y }) => f32Rows(op, x, w.k, 'K', y, w.n))[0];
+    for (const [r0, rows] of this.slices(op, m, k)) {
+      const xin = this.rowScales(rec, rowSlice(x, r0, rows, k), rows, k);
+      for (const { w, y } of outs) this.dispatch(rec, false, xin, { w16: w.w16 }, rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
+    }
+  }
+
+  /** An f32 weight W [n, k] (nn.Linear's [out, in]) rounded to f16 once, for gemmF16; K a multiple of 32. */
+  toF16(rec: Recorder, w: Tensor, n: number, k: number, label: string): F16Weight {
+    const op = 'matmulQ4F16.toF16';
+    if (w.dtype !== 'f32' || w.numel !== n * k) throw new ShapeError(op, `${label} must be f32 [${n}, ${k}], got ${w.dtype} [${w.shape.join(', ')}]`);
+    if (!Number.isInteger(n) || n < 1 || k % Q4_GROUP !== 0 || k < Q4_GROUP) throw new ShapeError(op, `${label}: K = ${k} must be a positive multiple of ${Q4_GROUP}`);
+    const w16 = this.gpu.tensor([(n * k) / 2], 'u32', `${label}.f16`);
+    rec.dispatch(this.convert.dense, { w, w16 }, grid1d((n * k) / 2, 256), { count: (n * k) / 2 });
+    return { w16, n, k };
+  }
+
+  /** The bindings of a Q4 weight for the input gradient: its f16 expansion (expandMaxWords), or its codes and scales. */
+  private weight(rec: Recorder, w: Q4Weight): Record<string, Tensor> {
+    const words = (w.n * w.k) / 2;
+    if (words > this.expandMaxWords) return { codes2: w.codes, scales: w.scales };
+    if (!this.scratch || this.scratch.numel < words) {
+      // As MatmulQ4Mma's scratch: calls recorded before still read the smaller one, and the
+      // queue orders them before any reuse of its buffer; kept while a tape is captured.
+      if (!rec.capturing) this.scratch?.release();
+      this.scratch = this.gpu.tensor([words], 'u32', 'matmul_q4_f16.w16');
+    }
+    rec.dispatch(this.convert.q4, { codes: w.codes, scales: w.scales, w16: this.scratch }, grid1d(words, 256), { count: words });
+    return { w16: this.scratch };
   }
 
   /** dX [M, K] (+)= dY [M, N]·W; N a multiple of 32. */
@@ -176,10 +244,11 @@ export class MatmulQ4F16 {
     const op = 'matmulQ4F16.backwardInput';
     if (!this.takesInput(w)) throw new ShapeError(op, `N = ${w.n} must be a multiple of ${Q4_GROUP}`);
     const m = rowsOf(op, w, dy, w.n, 'N', dx, w.k);
+    const weight = this.weight(rec, w);
     for (const [r0, rows] of this.slices(op, m, w.n)) {
       const dys = rowSlice(dy, r0, rows, w.n);
       const xin = this.rowScales(rec, dys, rows, w.n);
-      this.dispatch(rec, this.dinputK, xin, w, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n, accumulate: accumulate ? 1 : 0 });
+      this.dispatch(rec, true, xin, weight, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n, accumulate: accumulate ? 1 : 0 });
     }
   }
 
@@ -189,9 +258,10 @@ export class MatmulQ4F16 {
     return this.x16;
   }
 
-  private dispatch(rec: Recorder, kernel: Kernel, x: Tensor, w: Q4Weight, y: Tensor, u: { m: number; n: number; k: number; accumulate: number }): void {
+  private dispatch(rec: Recorder, dinput: boolean, x: Tensor, weight: Record<string, Tensor>, y: Tensor, u: { m: number; n: number; k: number; accumulate: number }): void {
+    const pair = 'w16' in weight ? this.f16K : this.q4K;
     const grid: [number, number] = [Math.ceil(u.n / this.tile.cols), Math.ceil(u.m / this.tile.rows)];
-    rec.dispatch(kernel, { x, rs: this.rs, codes2: w.codes, scales: w.scales, y }, grid, u);
+    rec.dispatch(dinput ? pair.dinput : pair.forward, { x, rs: this.rs, ...weight, y }, grid, u);
   }
 
   /** [first row, rows] of the slices of m rows of x `width` wide: as few as the workspace allows,
@@ -209,6 +279,8 @@ export class MatmulQ4F16 {
   release(): void {
     this.rs.release();
     this.x16.release();
+    this.scratch?.release();
+    this.scratch = null;
   }
 }
 
@@ -228,6 +300,11 @@ function rowsOf(op: string, w: Q4Weight, x: Tensor, inWidth: number, dim: string
   checkQ4Shape(op, w.n, w.k);
   const words = q4Words(w.n, w.k);
   if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+  return f32Rows(op, x, inWidth, dim, y, outWidth);
+}
+
+/** The rows M of f32 x [M, inWidth] and y [M, outWidth]. */
+function f32Rows(op: string, x: Tensor, inWidth: number, dim: string, y: Tensor, outWidth: number): number {
   if (x.dtype !== 'f32' || y.dtype !== 'f32') throw new ShapeError(op, `x and y must be f32, got ${x.dtype} and ${y.dtype}`);
   if (x.shape[x.shape.length - 1] !== inWidth) throw new ShapeError(op, `x [${x.shape.join(', ')}] must end in ${dim} = ${inWidth}`);
   const m = x.numel / inWidth;

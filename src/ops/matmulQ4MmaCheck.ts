@@ -91,15 +91,52 @@ const F16_ULP = 2 ** -10;
  */
 export async function checkQ4F16(gpu: Gpu, op: Q4Product, shape: [number, number, number], seed: number, input = false): Promise<MmaAccuracy> {
   return checkQ4Product(gpu, op, shape, seed, input, ({ x, m, red }) => {
-    // row_scale's power of two: the row's largest |x| into [2^14, 2^15).
-    const inv = new Float64Array(m);
-    for (let r = 0; r < m; r++) {
-      let a = 0;
-      for (let c = 0; c < red; c++) a = Math.max(a, Math.abs(x[r * red + c]));
-      inv[r] = a > 0 ? 2 ** (Math.floor(Math.log2(a)) + 1 - 15) : 1;
-    }
+    const inv = rowScaleInverses(x, m, red);
     return (r, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[r] * Math.abs(wv);
   });
+}
+
+/** An op that multiplies f32 weights held in f16 (MatmulQ4F16's toF16 and gemmF16). */
+export interface F16DenseProduct {
+  toF16(rec: Recorder, w: Tensor, n: number, k: number, label: string): { w16: Tensor; n: number; k: number };
+  gemmF16(rec: Recorder, x: Tensor, outs: readonly { w: { w16: Tensor; n: number; k: number }; y: Tensor }[], accumulate?: boolean): void;
+}
+
+/** toF16 then gemmF16 on a random f32 weight [n, k] (Gaussian, 0.02) and checkQ4F16's activations,
+ * against the f64 product with the f32 weight: x and w each rounded to f16. */
+export async function checkF16Dense(gpu: Gpu, op: F16DenseProduct, [m, n, k]: [number, number, number], seed: number): Promise<MmaAccuracy> {
+  const next = rng(seed);
+  const x = new Float32Array(m * k).map(() => gaussian(next));
+  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * k));
+  for (let r = 0; r < m; r++) for (const c of outliers) x[r * k + c] *= OUTLIERS.gain;
+  const w = new Float32Array(n * k).map(() => 0.02 * gaussian(next));
+  const y0 = new Float32Array(m * n).map(() => gaussian(next));
+  const tw = gpu.upload(w, [n, k], 'f32', 'f16-check.w');
+  const tx = gpu.upload(x, [m, k], 'f32', 'f16-check.x');
+  const ty = gpu.tensor([m, n], 'f32', 'f16-check.y');
+  const tacc = gpu.upload(y0, [m, n], 'f32', 'f16-check.y0');
+  const rec = gpu.recorder('f16-check');
+  const w16 = op.toF16(rec, tw, n, k, 'f16-check.w');
+  op.gemmF16(rec, tx, [{ w: w16, y: ty }]);
+  op.gemmF16(rec, tx, [{ w: w16, y: tacc }], true);
+  await rec.submit();
+  const got = await gpu.readF32(ty);
+  const gotAcc = await gpu.readF32(tacc);
+  for (const t of [tw, tx, ty, tacc, w16.w16]) t.release();
+  const inv = rowScaleInverses(x, m, k);
+  const termBound: TermBound = (r, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[r] * Math.abs(wv) + 2 ** -24 * Math.abs(xv);
+  return compare({ x, y0, got, gotAcc, m, red: k, out: n, termBound, wAt: (c, j) => w[j * k + c], shape: `f16 W M${m} N${n} K${k}` });
+}
+
+/** 1 / row_scale's power of two per row of x [m, red] (the row's largest |x| into [2^14, 2^15)). */
+function rowScaleInverses(x: Float32Array, m: number, red: number): Float64Array {
+  const inv = new Float64Array(m);
+  for (let r = 0; r < m; r++) {
+    let a = 0;
+    for (let c = 0; c < red; c++) a = Math.max(a, Math.abs(x[r * red + c]));
+    inv[r] = a > 0 ? 2 ** (Math.floor(Math.log2(a)) + 1 - 15) : 1;
+  }
+  return inv;
 }
 
 /**

@@ -22,6 +22,7 @@ import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
 import { Norms } from './norms';
 import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, MatmulQ4, type Q4Weight } from './matmulQ4';
+import { MatmulQ4F16, type F16Weight } from './matmulQ4F16';
 import { MatmulQ4Mma, type Int8Weight, type MatmulQ4MmaOptions } from './matmulQ4Mma';
 
 /** The path table: by rows of x (shape class) and x's int8 limbs on the tensor cores. */
@@ -114,10 +115,8 @@ const joinedDenseOf = new WeakMap<LinearWeight, JoinedDense>();
 
 export class Projection {
   private tensorCores: TensorCoreProducts | null = null;
-  /** The int8 op that multiplies the int8 copies (`int8`), where `useTensorCores` made them. */
-  private int8Op: MatmulQ4Mma | null = null;
-  /** f32 weights' int8 copies for the tensor cores, by the weight's tensor. */
-  private int8 = new Map<Tensor, Int8Weight>();
+  /** f32 weights' tensor-core copies (int8 or f16, by the op given to useTensorCores), by the weight's tensor. */
+  private copies = new Map<Tensor, DenseCopy>();
   /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
   private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
   /** A GEMV's x as int8 groups, written by the kernel before (quantizedInput). */
@@ -225,31 +224,36 @@ export class Projection {
 
   /**
    * Route 4-bit products of more than PATHS.gemvMaxRows rows and 4-bit input gradients through
-   * `op` (the caller owns it), and the f32 weights of `dense` through int8 copies made here once
-   * (|w − q·t| ≤ t/2, t a block's largest |w| / 127; a K-blocked int8 op only); null: the f32
-   * kernels again.
+   * `op` (the caller owns it), and the f32 weights of `dense` through copies made here once: int8
+   * on a K-blocked MatmulQ4Mma (|w − q·t| ≤ t/2, t a block's largest |w| / 127), f16 on a
+   * MatmulQ4F16; null: the f32 kernels again.
    */
   async useTensorCores(op: TensorCoreProducts | null, dense: readonly DenseWeight[] = []): Promise<void> {
-    const mma = op instanceof MatmulQ4Mma ? op : null;
-    if (mma && mma.kBlock === 32) throw new ShapeError('projection', 'the tensor-core path takes a K-blocked MatmulQ4Mma (kBlock 64 or above)');
-    if (dense.length > 0 && op && !mma) throw new ShapeError('projection', 'dense weights take the tensor cores through int8 copies: an int8 op only');
-    const old = this.int8;
-    this.int8 = new Map();
+    if (op instanceof MatmulQ4Mma && op.kBlock === 32) throw new ShapeError('projection', 'the tensor-core path takes a K-blocked MatmulQ4Mma (kBlock 64 or above)');
+    const old = this.copies;
+    this.copies = new Map();
     this.tensorCores = null;
-    this.int8Op = null;
     if (old.size > 0) {
       // Work recorded with the old copies may still be in flight.
       await this.gpu.sync();
-      for (const w of old.values()) [w.w8, w.steps].forEach((t) => t.release());
+      for (const c of old.values()) releaseCopy(c);
     }
     if (!op) return;
-    if (mma) {
-      const rec = this.gpu.recorder('projection.int8');
-      for (const d of dense) if (d.kind === 'f32' && d.in % mma.kBlock === 0) this.int8.set(d.w, mma.quantizeDense(rec, d.w, d.out, d.in, d.w.label));
-      await rec.submit();
-      this.int8Op = mma;
+    const rec = this.gpu.recorder('projection.dense_copies');
+    for (const d of dense) {
+      if (d.kind !== 'f32') continue;
+      if (op instanceof MatmulQ4Mma && d.in % op.kBlock === 0) this.copies.set(d.w, { op, w: op.quantizeDense(rec, d.w, d.out, d.in, d.w.label) });
+      else if (op instanceof MatmulQ4F16 && d.in % 32 === 0) this.copies.set(d.w, { op, w: op.toF16(rec, d.w, d.out, d.in, d.w.label) });
     }
+    await rec.submit();
     this.tensorCores = op;
+  }
+
+  /** y (+)= x·Wᵀ for each output on its weight's tensor-core copy (all made by one op). */
+  private denseCopies(rec: Recorder, x: Tensor, outs: readonly { c: DenseCopy; y: Tensor }[], accumulate: boolean): void {
+    const op = outs[0].c.op;
+    if (op instanceof MatmulQ4Mma) op.gemmInt8(rec, x, outs.map((o) => ({ w: o.c.w as Int8Weight, y: o.y })), accumulate);
+    else op.gemmF16(rec, x, outs.map((o) => ({ w: o.c.w as F16Weight, y: o.y })), accumulate);
   }
 
   get usesTensorCores(): boolean {
@@ -293,11 +297,11 @@ export class Projection {
     else this.q4.backwardInput(rec, dy, w, dx, accumulate);
   }
 
-  /** y (+)= x·Wᵀ + b for a layer with an optional bias: on the tensor cores where W has an int8 copy. */
+  /** y (+)= x·Wᵀ + b for a layer with an optional bias: on the tensor cores where W has a copy for them. */
   dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
-    const w8 = d.kind === 'f32' ? this.int8.get(d.w) : undefined;
-    if (w8) {
-      this.int8Op!.gemmInt8(rec, x, [{ w: w8, y }], accumulate);
+    const c = d.kind === 'f32' ? this.copies.get(d.w) : undefined;
+    if (c) {
+      this.denseCopies(rec, x, [{ c, y }], accumulate);
       if (d.b) this.addBias(rec, y, d.b);
       return;
     }
@@ -313,7 +317,7 @@ export class Projection {
 
   /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views for 4-bit and the tensor cores (the caller aligns them). */
   denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
-    if (d.kind === 'f32' && !this.int8.has(d.w)) {
+    if (d.kind === 'f32' && !this.copies.has(d.w)) {
       this.matmul.gemm(rec, { a: x, b: d.w, c: y, m, n: d.out, k: d.in, transB: true, offsetA: xRow * d.in, offsetC: yRow * d.out, beta: accumulate ? 1 : 0, bias: d.b ?? undefined });
       return;
     }
@@ -327,9 +331,9 @@ export class Projection {
    * in one buffer; else a product each.
    */
   denseShared(rec: Recorder, x: Tensor, outs: readonly { d: DenseWeight; y: Tensor }[]): void {
-    const w8 = outs.map((o) => (o.d.kind === 'f32' ? this.int8.get(o.d.w) : undefined));
-    if (this.int8Op && w8.every((w) => w)) {
-      this.int8Op.gemmInt8(rec, x, outs.map((o, i) => ({ w: w8[i]!, y: o.y })));
+    const copies = outs.map((o) => (o.d.kind === 'f32' ? this.copies.get(o.d.w) : undefined));
+    if (copies.every((c) => c)) {
+      this.denseCopies(rec, x, outs.map((o, i) => ({ c: copies[i]!, y: o.y })), false);
       for (const o of outs) if (o.d.b) this.addBias(rec, o.y, o.d.b);
       return;
     }
@@ -517,11 +521,18 @@ export class Projection {
   }
 
   release(): void {
-    for (const w of this.int8.values()) [w.w8, w.steps].forEach((t) => t.release());
-    this.int8.clear();
+    for (const c of this.copies.values()) releaseCopy(c);
+    this.copies.clear();
     this.tensorCores = null;
-    this.int8Op = null;
   }
+}
+
+/** An f32 weight's copy for the tensor cores, and the op that made it and multiplies it. */
+type DenseCopy = { op: MatmulQ4Mma; w: Int8Weight } | { op: MatmulQ4F16; w: F16Weight };
+
+function releaseCopy(c: DenseCopy): void {
+  if (c.op instanceof MatmulQ4Mma) for (const t of [(c.w as Int8Weight).w8, (c.w as Int8Weight).steps]) t.release();
+  else (c.w as F16Weight).w16.release();
 }
 
 /** The tensor-core options for x in `limbs` int8 limbs (PATHS' tile and K block). */

@@ -97,7 +97,7 @@ describe.skipIf(unsupported !== null)('4-bit GEMM on int8 tensor cores', () => {
 // Where the GPU has no subgroup matrices (software Vulkan), asking the model for tensor-core GEMMs
 // fails with the reason and leaves it on the f32 kernels.
 describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgroup matrices', () => {
-  it("Qwen3VL.setProducts('int8' | 'f16') and setVisionTensorCores(true) throw MissingFeatureError naming the feature; the model stays on the f32 kernels", async () => {
+  it("Qwen3VL.setProducts('int8' | 'f16') and setVisionProducts('int8' | 'f16') throw MissingFeatureError naming the feature; the model stays on the f32 kernels", async () => {
     const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
     await expect(model.setProducts('int8')).rejects.toThrow(MissingFeatureError);
     await expect(model.setProducts('int8')).rejects.toThrow(/chromium-experimental-subgroup-matrix|subgroup-matrix configuration|'subgroups'/);
@@ -107,9 +107,9 @@ describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgrou
     expect(model.products).toBe('f32');
     await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { products: 'int8' })).rejects.toThrow(MissingFeatureError);
     // The vision tower's likewise.
-    await expect(model.setVisionTensorCores(true)).rejects.toThrow(MissingFeatureError);
-    expect(model.visionTensorCores).toBe(false);
-    await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { visionTensorCores: true })).rejects.toThrow(MissingFeatureError);
+    for (const v of ['int8', 'f16'] as const) await expect(model.setVisionProducts(v)).rejects.toThrow(MissingFeatureError);
+    expect(model.visionProducts).toBe('f32');
+    await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { visionProducts: 'f16' })).rejects.toThrow(MissingFeatureError);
   });
 
   it("the app's products setting: f32 by default, the tensor-core settings refused with the reason, the model left on f32", async () => {

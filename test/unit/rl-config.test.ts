@@ -185,14 +185,15 @@ describe('engine config', () => {
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
     expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be auto or one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
+    expect(resolveEngineConfig({ vision_products: 'f16' }).vision_products).toBe('f16');
     expect(() => resolveEngineConfig({ micro_batch_tokens: 0 })).toThrow(/micro_batch_tokens must be an integer >= 1/);
     expect(() => resolveEngineConfig(null)).toThrow(/engine must be an object; got null/);
   });
 
   it('maps each products setting onto the model options it stands for', () => {
-    expect(productOptions('f32', 'f32')).toEqual({ products: 'f32', visionTensorCores: false });
-    expect(productOptions('int8', 'int8')).toEqual({ products: 'int8', visionTensorCores: true });
-    expect(productOptions('f16', 'f32')).toEqual({ products: 'f16', visionTensorCores: false });
+    expect(productOptions('f32', 'f32')).toEqual({ products: 'f32', visionProducts: 'f32' });
+    expect(productOptions('int8', 'int8')).toEqual({ products: 'int8', visionProducts: 'int8' });
+    expect(productOptions('f16', 'f16')).toEqual({ products: 'f16', visionProducts: 'f16' });
     // The name an earlier version stored in the browser still reads.
     expect(storedProductsValue('int8-one-limb')).toBe('int8-1limb');
     expect(storedProductsValue('int9')).toBeUndefined();

@@ -8,7 +8,8 @@ import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { DEFAULT_F16_TILE, f16UnsupportedOn, MatmulQ4F16, type F16Tile } from '../../src/ops/matmulQ4F16';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
-import { checkQ4F16, type MmaAccuracy } from '../../src/ops/matmulQ4MmaCheck';
+import { checkF16Dense, checkQ4F16, type MmaAccuracy } from '../../src/ops/matmulQ4MmaCheck';
+import { Matmul } from '../../src/ops/matmul';
 import { tensorCoreOptions } from '../../src/ops/projection';
 import { Filler } from '../../src/bench/fill';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
@@ -59,18 +60,22 @@ function report(name: string, a: MmaAccuracy): void {
 }
 const name = (t: F16Tile) => `${t.rows}x${t.cols}/${t.threads} 2x${t.tn}`;
 const ops: { name: string; op: MatmulQ4F16 }[] = [];
-for (const tile of TILES) {
-  if (only !== undefined && !name(tile).includes(only)) continue;
-  try {
-    ops.push({ name: name(tile), op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, tile }) });
-  } catch (e) {
-    failed = true;
-    console.log(`FAIL ${name(tile)}: ${(e as Error).message}`);
+for (const tile of TILES)
+  for (const expand of [false, true]) {
+    if (!expand && tile !== DEFAULT_F16_TILE) continue;
+    const n = `${name(tile)}${expand ? '' : ', dX dequantizing in the kernel'}`;
+    if (only !== undefined && !n.includes(only)) continue;
+    try {
+      ops.push({ name: n, op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, tile, ...(expand ? {} : { expandMaxWords: 0 }) }) });
+    } catch (e) {
+      failed = true;
+      console.log(`FAIL ${n}: ${(e as Error).message}`);
+    }
   }
-}
 for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
   for (const [i, shape] of SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 100 + i));
   for (const [i, shape] of DX_SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 200 + i, true));
+  for (const [i, shape] of SHAPES.entries()) report(n, await checkF16Dense(gpu, op, shape, 300 + i));
 }
 
 interface Op {
@@ -103,6 +108,28 @@ if (!args.bool('no-speed')) {
     }
     for (const t of [x, dy, y, dx]) t.release();
     releaseQ4([w]);
+  }
+  // f32 weights (the vision tower's dense layers at a 448x448 image: 784 patches, 196 merged):
+  // held in f16, as int8 copies, or on the f32 GEMM.
+  const mm = await Matmul.create(gpu);
+  for (const [m, n, k] of [[784, 3072, 1024], [784, 4096, 1024], [784, 1024, 4096], [196, 4096, 4096], [8192, 6144, 2048]] as [number, number, number][]) {
+    const rec = gpu.recorder('setup');
+    const w = gpu.tensor([n, k], 'f32', 'w');
+    const x = gpu.tensor([m, k], 'f32', 'x');
+    const y = gpu.tensor([m, n], 'f32', 'y');
+    fill.fill(rec, w, 'uniform', 0.02);
+    fill.fill(rec, x, 'uniform', 1);
+    const f16 = ops.find((o) => o.op.expandMaxWords > 0)!.op;
+    const w16 = f16.toF16(rec, w, n, k, 'w');
+    const w8 = int8.quantizeDense(rec, w, n, k, 'w');
+    await rec.submit();
+    const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
+    const t16 = await measure(gpu, /^matmul_q4_f16/, (r) => f16.gemmF16(r, x, [{ w: w16, y }]), { maxReps: 20, gpuOnly: true });
+    const t8 = await measure(gpu, /^matmul_q4_mma\./, (r) => int8.gemmInt8(r, x, [{ w: w8, y }]), { maxReps: 20, gpuOnly: true });
+    const t32 = await measure(gpu, /^matmul\.gemm/, (r) => mm.gemm(r, { a: x, b: w, c: y, m, n, k, transB: true }), { maxReps: 20, gpuOnly: true });
+    const ms = (t: { passMs?: number; ms: number }) => t.passMs ?? t.ms;
+    console.log(`dense M${m} N${n} K${k}: f16 ${ms(t16).toFixed(3)} ms (${tflops(ms(t16))} TFLOP/s), int8 ${ms(t8).toFixed(3)} ms (${tflops(ms(t8))}), f32 ${ms(t32).toFixed(3)} ms (${tflops(ms(t32))})`);
+    for (const t of [w, x, y, w16.w16, w8.w8, w8.steps]) t.release();
   }
 }
 process.exit(failed ? 1 : 0);

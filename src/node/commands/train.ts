@@ -20,7 +20,7 @@
 // --products auto|f32|f16|int8|int8-1limb|int8-row (default auto: the fastest the GPU offers) picks where the decoder's and the LM head's large
 // products run (src/model/products.ts; f16 and int8 on tensor cores through Dawn started with
 // allow_unsafe_apis, which offers subgroup matrices, and for f16 vulkan_enable_f16_on_nvidia: an
-// error naming what is missing on GPUs without them); --vision-products f32|int8 the vision tower's; --micro-batch-tokens N the packed rows per
+// error naming what is missing on GPUs without them); --vision-products f32|int8|f16 the vision tower's; --micro-batch-tokens N the packed rows per
 // training forward. They override the config's "engine" entry. Older flags, kept as aliases:
 // --tensor-cores = --products int8, with --tensor-core-limbs 1 = int8-1limb, with
 // --tensor-core-steps row = int8-row; --vision-tensor-cores = --vision-products int8.
@@ -66,7 +66,7 @@ import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -327,7 +327,7 @@ export async function run(args: CliArgs): Promise<void> {
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
   // Tensor cores need Dawn's unsafe APIs; f16 on NVIDIA's Vulkan driver also its f16 toggle.
-  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: usesTensorCores(engine), f16: engine.products === 'f16' || engine.products === 'auto' });
+  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: usesTensorCores(engine), f16: engine.products === 'f16' || engine.products === 'auto' || engine.vision_products === 'f16' });
   if (args.bool('demo')) {
     const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
     const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, engine, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
