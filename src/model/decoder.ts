@@ -9,16 +9,16 @@
 //
 // Every product with a frozen weight goes through src/ops/projection.ts, which picks its path
 // (GEMV, GEMM, tensor cores, LoRA GEMV, folds). Every projection takes a LoRA update when the
-// layer has an adapter for it. Attention is either over the
-// packed rows themselves (whole sequences: logits, training) or over a KV cache (prefill and
-// decode in generation). The two blocks of a layer are functions of their own (attentionBlock,
+// layer has an adapter for it. Attention, from the q/k/v projections to o_proj, is one call to
+// src/ops/selfAttention.ts, which picks its kernels from how the layer attends: over the packed
+// rows themselves (whole sequences: logits, training) or over a KV cache (prefill and decode in
+// generation). The two blocks of a layer are functions of their own (attentionBlock,
 // mlpBlock) over explicit buffers, so that the training backward can rerun them on its own.
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
-import { Attention, type AttentionSplit } from '../ops/attention';
+import { Attention } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
-import type { KvCache } from '../ops/kvCache';
 import { dropoutSeed, type Lora, type LoraParams } from '../ops/lora';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
@@ -26,7 +26,8 @@ import { QkNormRope } from '../ops/qkNormRope';
 import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
-import { Projection, type LoraGemvCall, type LoraScratch, type Product } from '../ops/projection';
+import { Projection, type LoraScratch, type Product } from '../ops/projection';
+import { SelfAttention, type AttendMode, type AttentionBuffers } from '../ops/selfAttention';
 import { mropeLayout } from './ropeTables';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
@@ -49,6 +50,8 @@ export interface DecoderOps {
   norms: Norms;
   rope: Rope;
   attention: Attention;
+  /** A layer's attention from its q/k/v projections to o_proj, and the path it takes. */
+  selfAttention: SelfAttention;
   act: Activations;
   embedding: Embedding;
   elementwise: Elementwise;
@@ -56,23 +59,6 @@ export interface DecoderOps {
   loraGemv: LoraGemv;
   qkNormRope: QkNormRope;
   tokenIds: TokenIds;
-}
-
-/** Buffers of one layer's attention block for T rows (the training backward keeps its own). */
-export interface AttentionBuffers {
-  /** rms(h) [T, hidden] */
-  xn: Tensor;
-  /** q_proj and k_proj outputs before their norms: [T, Hq·D], [T, Hkv·D] */
-  qRaw: Tensor;
-  kRaw: Tensor;
-  /** After q/k norm and RoPE: q [T, Hq·D], k and v [T, Hkv·D] */
-  q: Tensor;
-  k: Tensor;
-  v: Tensor;
-  /** Attention output [T, Hq·D] (o_proj's input) */
-  attn: Tensor;
-  /** Optional per-row rstd of the input norm [T] and of the q/k norms [T·Hq], [T·Hkv] (training). */
-  rstd?: { input: Tensor; q: Tensor; k: Tensor };
 }
 
 export interface MlpBuffers {
@@ -93,11 +79,6 @@ export interface LoraCall {
   /** lora_dropout (training): probability, each projection's mask seed, workspace [T, widest in]. */
   dropout?: { p: number; seed: (proj: LoraProjection) => number; xd: (adapter: LoraParams) => Tensor };
 }
-
-/** How the attention block attends: over its own rows, or through the KV cache. */
-export type AttendMode =
-  | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor; sharedPrefix?: number }
-  | { kind: 'cached'; cache: KvCache; slot0: number; count: number; split?: AttentionSplit };
 
 /** Visual rows of the sequence: image embeddings and DeepStack features, one row per <|image_pad|>. */
 export interface VisualInputs {
@@ -177,16 +158,12 @@ export function view(t: Tensor, shape: readonly number[], label = t.label): Tens
 const FLUSH_MIN_ROWS = 64;
 
 export class Decoder {
-  readonly scale: number;
-
   private constructor(
     readonly gpu: Gpu,
     readonly config: Qwen3VLTextConfig,
     readonly weights: LanguageModelWeights,
     readonly ops: DecoderOps,
-  ) {
-    this.scale = 1 / Math.sqrt(config.headDim);
-  }
+  ) {}
 
   /** `int8`: whether decode's GEMVs may take int8 x (ModelOptions.int8Decode). */
   static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights, opts: { int8?: boolean } = {}): Promise<Decoder> {
@@ -207,7 +184,8 @@ export class Decoder {
       await projection.joinRows([w.gate, w.up], `decoder.layers.${l}.gate_up`);
     }
     const { lora, loraGemv } = projection;
-    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds });
+    const selfAttention = new SelfAttention({ attention, projection, norms, rope, qkNormRope }, { hq: config.numHeads, hkv: config.numKvHeads, headDim: config.headDim, eps: config.rmsNormEps });
+    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds });
   }
 
   /** The products of one block's input, each with the layer's adapter of its projection when there is one. */
@@ -221,68 +199,17 @@ export class Decoder {
   }
 
   /**
-   * h += o_proj(attention(...)) for one layer. `cs` is the rope table of the rows [T, D/2, 2].
-   * In cached mode the layer's k and v are appended to the cache first (by the q/k norm's
-   * dispatch itself at inference).
+   * h += o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), q, k, v = q/k/v_proj(rms(h)).
+   * `cs` is the rope table of the rows [T, D/2, 2].
    */
   attentionBlock(rec: Recorder, layer: number, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null): void {
-    const { numHeads: hq, rmsNormEps: eps } = this.config;
-    const T = h.shape[0];
-    const { attention, projection } = this.ops;
-    const outs = this.products(lora, [[w.q, b.qRaw, 'q'], [w.k, b.kRaw, 'k'], [w.v, b.v, 'v']]);
     // Cached attention is inference (prefill and decode of generation): its GEMVs may take int8 x.
     const int8 = attend.kind === 'cached';
-    const opts = { int8, scratch: lora?.scratch };
-    const gemv = projection.normProject(rec, h, { weight: w.inputNorm, eps, rstd: b.rstd?.input }, b.xn, outs, opts);
-    this.qkNormRope(rec, layer, w, b, cs, attend, gemv, outs);
-    const [oOut] = this.products(lora, [[w.o, h, 'o']]);
-    if (attend.kind === 'packed') {
-      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
-      projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
-      return;
-    }
-    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
-    // after the base projection one dispatch finishes the update.
-    const fold = projection.attentionFold(gemv, oOut, T, hq, lora?.scratch, { quantizes: !!attend.split && attention.foldQuantizes, int8 });
-    const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
-    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
-    if (folded) projection.projectFolded(rec, b.attn, oOut, fold!, int8);
-    else projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
-  }
-
-  /**
-   * q, k = rope(q_norm(q_proj)), rope(k_norm(k_proj)), with the q/k/v LoRA updates still owed by
-   * the LoRA GEMV path (`gemv`), and in cached mode k and v appended to the cache. Training keeps
-   * the norms' rstd (separate dispatches); inference takes one fused dispatch.
-   */
-  private qkNormRope(rec: Recorder, layer: number, w: DecoderLayerWeights, b: AttentionBuffers, cs: Tensor, attend: AttendMode, gemv: LoraGemvCall | null, outs: readonly Product[]): void {
-    const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
-    const T = b.q.shape[0];
-    const { norms, rope } = this.ops;
-    const [qRaw, kRaw, qWeight, kWeight, q] = [b.qRaw, b.kRaw, w.qNorm, w.kNorm, b.q];
-    if (b.rstd) {
-      norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
-      norms.rmsnorm(rec, b.kRaw.reshape([T * hkv, D]), w.kNorm, b.k.reshape([T * hkv, D]), eps, b.rstd.k);
-      rope.apply(rec, cs, b.q, hq);
-      rope.apply(rec, cs, b.k, hkv);
-      if (attend.kind === 'cached') attend.cache.append(rec, layer, b.k, b.v, attend.slot0, attend.count);
-    } else if (attend.kind === 'cached') {
-      // No rstd to keep (inference): one dispatch for the q/k/v LoRA updates, the norms, RoPE and
-      // the cache append, as far as the device binds enough storage buffers for it.
-      const { cache, slot0, count } = attend;
-      const { qkNormRope } = this.ops;
-      const fused = gemv && qkNormRope.writesCache(true) ? { q: gemv.ps[0], k: gemv.ps[1], v: gemv.ps[2], u: gemv.u } : undefined;
-      if (gemv && !fused) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
-      if (qkNormRope.writesCache(false)) {
-        qkNormRope.applyToCache(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, v: b.v, hq, hkv, eps, cache, layer, slot0, count, lora: fused });
-      } else {
-        qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
-        cache.append(rec, layer, b.k, b.v, slot0, count);
-      }
-    } else {
-      if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
-      this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
-    }
+    const scratch = lora?.scratch;
+    const qkv = this.products(lora, [[w.q, b.qRaw, 'q'], [w.k, b.kRaw, 'k'], [w.v, b.v, 'v']]);
+    const gemv = this.ops.projection.normProject(rec, h, { weight: w.inputNorm, eps: this.config.rmsNormEps, rstd: b.rstd?.input }, b.xn, qkv, { int8, scratch });
+    const [o] = this.products(lora, [[w.o, h, 'o']]);
+    this.ops.selfAttention.forward(rec, { layer, qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, qkv, gemv, o, scratch, int8 });
   }
 
   /**
@@ -396,7 +323,7 @@ export class Decoder {
       // A prefill or a training forward submits each layer: the GPU starts on it while the next is recorded.
       if (T >= FLUSH_MIN_ROWS || keep) rec.flush();
     });
-    if (a.attend.kind === 'cached') a.attend.cache.advance(rec, a.attend.slot0, a.attend.count, T / a.attend.count);
+    this.ops.selfAttention.finish(rec, a.attend, T);
     if (keep) rec.copy(b.h, keep.inputs[c.numLayers]);
     this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);
     return b.out;

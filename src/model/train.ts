@@ -341,7 +341,7 @@ export class Qwen3VLPolicy implements Policy {
         loraBack('o', A.attn, bufs.dh, bufs.dattn);
         attention.backward(rec, {
           q: A.q, k: A.k, v: A.v, o: A.attn, lse: layer.lse, dout: bufs.dattn, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
-          causal: true, scale: dec.scale, rowStats: bufs.rowStats, dq: bufs.dq, dk: bufs.dk, dv: bufs.dv,
+          causal: true, scale: dec.ops.selfAttention.scale, rowStats: bufs.rowStats, dq: bufs.dq, dk: bufs.dk, dv: bufs.dv,
         });
         rope.applyBackward(rec, cs, bufs.dq, hq);
         rope.applyBackward(rec, cs, bufs.dk, hkv);
