@@ -1,4 +1,5 @@
-// The Qwen3-VL language model's forward (spec B3 step 7-8, B4) on the kernels of src/ops:
+// The Qwen3-VL language model's forward (spec B3 step 7-8, B4) and its backward into the LoRA
+// adapters, on the kernels of src/ops:
 //
 //   h = embed(ids);  h[image rows] = image embeddings                       (masked_scatter)
 //   for each layer l:
@@ -13,7 +14,9 @@
 // src/ops/selfAttention.ts, which picks its kernels from how the layer attends: over the packed
 // rows themselves (whole sequences: logits, training) or over a KV cache (prefill and decode in
 // generation). The two blocks of a layer are functions of their own (attentionBlock,
-// mlpBlock) over explicit buffers, so that the training backward can rerun them on its own.
+// mlpBlock) over explicit buffers; the backward walks the layers in reverse through their
+// backwards (mlpBlockBackward, attentionBlockBackward), rerunning a layer's blocks first where
+// the forward kept only its input (gradient checkpointing).
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
@@ -27,7 +30,7 @@ import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
 import { Projection, type LoraScratch, type Product } from '../ops/projection';
-import { SelfAttention, type AttendMode, type AttentionBuffers } from '../ops/selfAttention';
+import { SelfAttention, type AttendMode, type AttentionBuffers, type PackedAttend } from '../ops/selfAttention';
 import { mropeLayout } from './ropeTables';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
@@ -146,6 +149,77 @@ export interface KeptActivations {
   layers: readonly LayerActivations[] | null;
 }
 
+/** A layer's intermediates for T rows, with the rstd a backward reads (label: the buffers' prefix). */
+export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank: number, label: string): LayerActivations {
+  const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
+  const f = (shape: number[], name: string) => gpu.tensor(shape, 'f32', `${label}.${name}`);
+  return {
+    A: {
+      xn: f([T, H], 'xn_attn'), qRaw: f([T, hq * D], 'q_raw'), kRaw: f([T, hkv * D], 'k_raw'),
+      q: f([T, hq * D], 'q'), k: f([T, hkv * D], 'k'), v: f([T, hkv * D], 'v'), attn: f([T, hq * D], 'attn'),
+      rstd: { input: f([T], 'rstd_in'), q: f([T * hq], 'rstd_q'), k: f([T * hkv], 'rstd_k') },
+    },
+    M: { xn: f([T, H], 'xn_mlp'), gate: f([T, I], 'gate'), up: f([T, I], 'up'), act: f([T, I], 'act'), rstd: f([T], 'rstd_post') },
+    lse: f([T, hq], 'lse'),
+    hmid: f([T, H], 'hmid'),
+    u: Object.fromEntries(LORA_PROJECTIONS.map((p) => [p, f([T, Math.max(1, rank)], `lora_u.${p}`)])) as Record<LoraProjection, Tensor>,
+  };
+}
+
+export function releaseActivations(a: LayerActivations): void {
+  const { rstd, ...attn } = a.A;
+  for (const t of [...Object.values(attn), rstd!.input, rstd!.q, rstd!.k, ...Object.values(a.M), a.lse, a.hmid, ...Object.values(a.u)]) t.release();
+}
+
+/** The gradients a layer's backward passes through, for T rows; every layer reuses them. */
+export interface LayerGradients {
+  /** The residual stream's [T, hidden]: of a block's output on entry, of its input on return. */
+  dh: Tensor;
+  /** Of a block's normed input [T, hidden]. */
+  dxn: Tensor;
+  /** MLP: of silu(gate)·up, gate and up [T, intermediate]. */
+  dact: Tensor;
+  dgate: Tensor;
+  dup: Tensor;
+  /** Attention: of its output and of q [T, Hq·D]; of k and v [T, Hkv·D]; of the projections before the q/k norms. */
+  dattn: Tensor;
+  dq: Tensor;
+  dk: Tensor;
+  dv: Tensor;
+  dqRaw: Tensor;
+  dkRaw: Tensor;
+  /** The attention backward's workspace (Attention.rowStatsShape). */
+  rowStats: Tensor;
+  /** LoRA's backward workspace dy·B [T, widest rank]. */
+  loraT: Tensor;
+}
+
+/** What a backward over T rows writes besides the adapters' gradients (Decoder.backwardWorkspace). */
+export interface BackwardWorkspace {
+  grads: LayerGradients;
+  /** The final norm's output and rstd, recomputed [T, hidden], [T]; a recomputed layer's residual stream. */
+  h: Tensor;
+  rstdFinal: Tensor;
+  /** One set of layer intermediates each layer's recompute refills (gradient checkpointing), or null. */
+  recompute: LayerActivations | null;
+  release(): void;
+}
+
+/** The backward of a training forward (`forward` with `keep`) over its packed rows. */
+export interface BackwardArgs {
+  /** Gradient of the forward's output rms(h_final) [T, hidden]. */
+  dout: Tensor;
+  /** What the forward kept; without its layers each layer is recomputed from its input. */
+  keep: KeptActivations;
+  /** The forward's rope table [T, D/2, 2] and packed rows. */
+  cs: Tensor;
+  cuSeqlens: Tensor;
+  sharedPrefix?: number;
+  lora: readonly LayerLora[] | null;
+  /** The forward's lora_dropout (the same masks are regenerated). */
+  dropout?: ForwardDropout;
+}
+
 /** A typed view of the first elements of a workspace tensor. */
 export function view(t: Tensor, shape: readonly number[], label = t.label): Tensor {
   const need = shape.reduce((a, b) => a * b, 1);
@@ -242,6 +316,49 @@ export class Decoder {
     else projection.project(rec, b.act, [downOut], { ...call, accumulate: true });
   }
 
+  /**
+   * The backward of mlpBlock: dh, the gradient of its output, becomes that of its input `h` (h_mid).
+   *   dact = dh·W_down (+LoRA) → SwiGLU' → dxn = dgate·W_gate + dup·W_up (+LoRA);  dh += RMSNorm'(dxn)
+   */
+  mlpBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, g: LayerGradients, lora: LoraCall | null): void {
+    const { projection, act, norms } = this.ops;
+    projection.backwardInput(rec, g.dh, w.down, g.dact);
+    this.loraBackward(rec, lora, 'down', b.act, g.dh, g.dact, g.loraT);
+    act.swigluBackward(rec, b.gate, b.up, g.dact, g.dgate, g.dup);
+    projection.backwardInput(rec, g.dgate, w.gate, g.dxn);
+    projection.backwardInput(rec, g.dup, w.up, g.dxn, true);
+    this.loraBackward(rec, lora, 'gate', b.xn, g.dgate, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, 'up', b.xn, g.dup, g.dxn, g.loraT);
+    norms.rmsnormBackward(rec, g.dxn, h, w.postAttentionNorm, b.rstd!, g.dh, true);
+  }
+
+  /**
+   * The backward of attentionBlock: dh, the gradient of its output, becomes that of its input `h`.
+   *   dattn = dh·W_o (+LoRA) → attention' → RoPE' → q/k RMSNorm' → dxn = dq·W_q + dk·W_k + dv·W_v (+LoRA);
+   *   dh += RMSNorm'(dxn)
+   */
+  attentionBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: PackedAttend, g: LayerGradients, lora: LoraCall | null): void {
+    const { projection, norms } = this.ops;
+    projection.backwardInput(rec, g.dh, w.o, g.dattn);
+    this.loraBackward(rec, lora, 'o', b.attn, g.dh, g.dattn, g.loraT);
+    this.ops.selfAttention.backward(rec, { qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, dattn: g.dattn, rowStats: g.rowStats, dq: g.dq, dk: g.dk, dqRaw: g.dqRaw, dkRaw: g.dkRaw, dv: g.dv });
+    projection.backwardInput(rec, g.dqRaw, w.q, g.dxn);
+    projection.backwardInput(rec, g.dkRaw, w.k, g.dxn, true);
+    projection.backwardInput(rec, g.dv, w.v, g.dxn, true);
+    this.loraBackward(rec, lora, 'q', b.xn, g.dqRaw, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, 'k', b.xn, g.dkRaw, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, 'v', b.xn, g.dv, g.dxn, g.loraT);
+    norms.rmsnormBackward(rec, g.dxn, h, w.inputNorm, b.rstd!.input, g.dh, true);
+  }
+
+  /** dx += the adapter's dy·B·A·s (its input's dropout mask applied), and its dA, dB accumulated; nothing without an adapter. */
+  private loraBackward(rec: Recorder, lora: LoraCall | null, proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor, t: Tensor): void {
+    const p = lora?.params[proj];
+    if (!p) return;
+    const d = lora!.dropout;
+    this.ops.lora.backward(rec, p, { x, dy, u: lora!.u(proj), dx, t: view(t, [x.shape[0], p.r]), xd: d?.xd(p) }, d && { dropout: d.p, seed: d.seed(proj) });
+  }
+
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */
   embed(rec: Recorder, ws: DecoderWorkspace, ids: Tensor, idsHost: ArrayLike<number> | undefined, h: Tensor): void {
     const table = this.weights.embed;
@@ -327,6 +444,70 @@ export class Decoder {
     if (keep) rec.copy(b.h, keep.inputs[c.numLayers]);
     this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);
     return b.out;
+  }
+
+  /** Buffers of a backward over T rows with LoRA rank up to `rank`; `recompute`: the forward kept no layers. */
+  backwardWorkspace(T: number, rank: number, recompute: boolean): BackwardWorkspace {
+    const gpu = this.gpu;
+    const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = this.config;
+    const f = (shape: number[], label: string) => gpu.tensor(shape, 'f32', `decoder.backward.${label}`);
+    const grads: LayerGradients = {
+      dh: f([T, H], 'dh'), dxn: f([T, H], 'dxn'),
+      dact: f([T, I], 'dact'), dgate: f([T, I], 'dgate'), dup: f([T, I], 'dup'),
+      dattn: f([T, hq * D], 'dattn'), dq: f([T, hq * D], 'dq'), dk: f([T, hkv * D], 'dk'), dv: f([T, hkv * D], 'dv'),
+      dqRaw: f([T, hq * D], 'dq_raw'), dkRaw: f([T, hkv * D], 'dk_raw'),
+      rowStats: f(Attention.rowStatsShape(T, hq), 'row_stats'),
+      loraT: f([T, Math.max(1, rank)], 'lora_t'),
+    };
+    const h = f([T, H], 'h');
+    const rstdFinal = f([T], 'rstd_final');
+    const shared = recompute ? layerActivations(gpu, this.config, T, rank, 'decoder.backward') : null;
+    return {
+      grads,
+      h,
+      rstdFinal,
+      recompute: shared,
+      release: () => {
+        for (const t of [...Object.values(grads), h, rstdFinal]) t.release();
+        if (shared) releaseActivations(shared);
+      },
+    };
+  }
+
+  /**
+   * Record the backward of a training forward from d rms(h_final) into the adapters' gradients
+   * (dA, dB accumulate): the final norm's, then one reverse loop over the layers, each the
+   * backward of its MLP block, then of its attention block. Without kept layers (gradient
+   * checkpointing) each layer is first rerun from its input with the forward's masks, keeping
+   * what its backward reads. The DeepStack add is a residual add of frozen features: the gradient
+   * passes through it.
+   */
+  backward(rec: Recorder, ws: BackwardWorkspace, a: BackwardArgs): void {
+    const c = this.config;
+    const L = c.numLayers;
+    const T = a.dout.shape[0];
+    const { inputs, layers } = a.keep;
+    const g = ws.grads;
+    if (inputs.length !== L + 1 || (!layers && !ws.recompute)) throw new ShapeError('decoder.backward', `a backward reads ${L + 1} hidden states, and every layer's intermediates or a workspace to recompute them`);
+    this.ops.norms.rmsnorm(rec, inputs[L], this.weights.finalNorm, ws.h, c.rmsNormEps, ws.rstdFinal);
+    this.ops.norms.rmsnormBackward(rec, a.dout, inputs[L], this.weights.finalNorm, ws.rstdFinal, g.dh, false);
+    for (let l = L - 1; l >= 0; l--) {
+      const w = this.weights.layers[l];
+      const kept = layers?.[l] ?? ws.recompute!;
+      const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
+      const ad = a.lora?.[l];
+      const lora = ad ? { params: ad, u: (proj: LoraProjection) => view(kept.u[proj], [T, ad[proj]!.r]), dropout: a.dropout && layerDropout(a.dropout, l) } : null;
+      if (!layers) {
+        // h_{l+1} is kept: the MLP's recompute stops before down_proj.
+        rec.copy(inputs[l], ws.h);
+        this.attentionBlock(rec, l, w, ws.h, kept.A, a.cs, attend, lora);
+        rec.copy(ws.h, kept.hmid);
+        this.mlpBlock(rec, w, ws.h, kept.M, lora, { output: false });
+      }
+      this.mlpBlockBackward(rec, w, kept.hmid, kept.M, g, lora);
+      this.attentionBlockBackward(rec, w, inputs[l], kept.A, a.cs, attend, g, lora);
+      rec.flush(); // a layer a submit, as in the forward
+    }
   }
 }
 

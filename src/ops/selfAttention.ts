@@ -1,6 +1,7 @@
 // A decoder layer's self-attention from its q/k/v projections on: h += o_proj(attention(rope(q_norm(q)),
-// rope(k_norm(k)), v)). The model calls `forward` once a layer; which kernels run is chosen here, from how the layer attends (AttendMode)
-// and whether a backward reads the norms' rstd:
+// rope(k_norm(k)), v)), and the backward of a training forward down to the projections' gradients.
+// The model calls `forward` once a layer; which kernels run is chosen here, from how the layer
+// attends (AttendMode) and whether a backward reads the norms' rstd:
 //   training (rstd kept)    q/k RMSNorm keeping rstd, RoPE; attention over the packed rows with lse
 //   packed inference        q/k norm and RoPE in one dispatch; attention over the packed rows
 //   cached (generation)     q/k norm, RoPE and the KV-cache append in one dispatch (with the LoRA
@@ -18,6 +19,9 @@ import type { Rope } from './rope';
 export type AttendMode =
   | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor; sharedPrefix?: number }
   | { kind: 'cached'; cache: KvCache; slot0: number; count: number; split?: AttentionSplit };
+
+/** A training forward's attention: over its packed rows, keeping the log-sum-exp [T, Hq] for the backward. */
+export type PackedAttend = Extract<AttendMode, { kind: 'packed' }> & { lse: Tensor };
 
 /** Buffers of one layer's attention block for T rows. */
 export interface AttentionBuffers {
@@ -61,6 +65,26 @@ export interface SelfAttentionArgs {
   /** Inference: the LoRA scratch, and whether the 4-bit GEMVs take int8 x. */
   scratch?: LoraScratch;
   int8: boolean;
+}
+
+/** The backward of a training forward over packed rows (the buffers hold what it kept). */
+export interface SelfAttentionBackwardArgs {
+  qNorm: Tensor;
+  kNorm: Tensor;
+  b: AttentionBuffers;
+  cs: Tensor;
+  /** The forward's packed rows and its log-sum-exp [T, Hq]. */
+  attend: PackedAttend;
+  /** Gradient of the attention output (o_proj's input) [T, Hq·D]. */
+  dattn: Tensor;
+  /** Workspaces: Attention.rowStatsShape, and the gradients of q, k after RoPE. */
+  rowStats: Tensor;
+  dq: Tensor;
+  dk: Tensor;
+  /** Outputs, overwritten: the gradients of q_proj's, k_proj's and v_proj's outputs. */
+  dqRaw: Tensor;
+  dkRaw: Tensor;
+  dv: Tensor;
 }
 
 export interface SelfAttentionOps {
@@ -140,5 +164,21 @@ export class SelfAttention {
       if (gemv) loraGemv.up(rec, gemv.ps, gemv.u, a.qkv.map((o) => o.y));
       qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
     }
+  }
+
+  /** dattn → attention' (from the saved log-sum-exp) → RoPE' → q/k RMSNorm': the gradients of the q, k, v projections. */
+  backward(rec: Recorder, a: SelfAttentionBackwardArgs): void {
+    const { hq, hkv, headDim: D } = this.config;
+    const { norms, rope, attention } = this.ops;
+    const { b, cs, attend } = a;
+    const T = b.q.shape[0];
+    attention.backward(rec, {
+      q: b.q, k: b.k, v: b.v, o: b.attn, lse: attend.lse, dout: a.dattn, cuSeqlens: attend.cuSeqlens, sharedPrefix: attend.sharedPrefix,
+      causal: true, scale: this.scale, rowStats: a.rowStats, dq: a.dq, dk: a.dk, dv: a.dv,
+    });
+    rope.applyBackward(rec, cs, a.dq, hq);
+    rope.applyBackward(rec, cs, a.dk, hkv);
+    norms.rmsnormBackward(rec, a.dq.reshape([T * hq, D]), b.qRaw.reshape([T * hq, D]), a.qNorm, b.rstd!.q, a.dqRaw.reshape([T * hq, D]), false);
+    norms.rmsnormBackward(rec, a.dk.reshape([T * hkv, D]), b.kRaw.reshape([T * hkv, D]), a.kNorm, b.rstd!.k, a.dkRaw.reshape([T * hkv, D]), false);
   }
 }
