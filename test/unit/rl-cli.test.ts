@@ -97,7 +97,10 @@ describe('train command (checkpoint folder, metrics lines)', () => {
     await trainRun(gpu, open, { config, steps: 5, outDir: join(dir, 'a'), resume: true, ...io });
     expect(lines.map((l) => JSON.parse(l).step)).toEqual([1, 2, 3, 4, 5]);
     lines.length = 0;
-    await trainRun(gpu, open, { config, outDir: join(dir, 'b'), resume: false, ...io });
+    // Without an engine config, the config's gradient_checkpointing (transformers' name) is the engine's.
+    await trainRun(gpu, open, { config: { ...config, gradient_checkpointing: false }, outDir: join(dir, 'b'), resume: false, ...io });
+    expect(new Set(policies[0].checkpointing)).toEqual(new Set([true]));
+    expect(new Set(policies[2].checkpointing)).toEqual(new Set([false]));
     // (A constant rate: --steps changes max_steps, which a decaying schedule depends on.)
     expect(Array.from(await gpu.readF32(policies[1].lora[0].B))).toEqual(Array.from(await gpu.readF32(policies[2].lora[0].B)));
   });

@@ -121,7 +121,8 @@ export interface TrainRunOptions {
   resume: boolean;
   /** Runs custom reward terms (a worker_threads sandbox in the CLI). */
   sandbox?: CustomRewardEvaluator;
-  /** How the engine runs it (micro_batch_tokens, gradient_checkpointing; the products are the policy factory's). Default defaultEngineConfig(). */
+  /** How the engine runs it (micro_batch_tokens, gradient_checkpointing; the products are the policy factory's).
+   * Default: the defaults, with the config's own gradient_checkpointing. */
   engine?: EngineConfig;
   /** Resume even when the data differs from what DIR/data.json records (or it is missing), and record the new data. */
   allowDataChange?: boolean;
@@ -166,7 +167,7 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
     loss,
     runId: resumeFrom?.meta.runId ?? `cli-${Date.now().toString(36)}`,
     sandbox: o.sandbox,
-    engine: o.engine,
+    engine: o.engine ?? resolveEngineConfig({}, 'engine', resolved.engine),
     onEvent,
     // Each checkpoint also as a PEFT adapter folder beside it and in the run folder (src/node/adapterDir.ts).
     saveCheckpoint: async (c) => writeCheckpointAdapters(o.outDir, await writeCheckpointDir(o.outDir, c), c),
