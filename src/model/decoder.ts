@@ -60,7 +60,6 @@ export interface DecoderOps {
   elementwise: Elementwise;
   lora: Lora;
   loraGemv: LoraGemv;
-  qkNormRope: QkNormRope;
   tokenIds: TokenIds;
 }
 
@@ -259,7 +258,7 @@ export class Decoder {
     }
     const { lora, loraGemv } = projection;
     const selfAttention = new SelfAttention({ attention, projection, norms, rope, qkNormRope }, { hq: config.numHeads, hkv: config.numKvHeads, headDim: config.headDim, eps: config.rmsNormEps });
-    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds });
+    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, tokenIds });
   }
 
   /** The products of one block's input, each with the layer's adapter of its projection when there is one. */
