@@ -1,5 +1,5 @@
 // The tiny-a fixture opened as a session (a model folder with a byte-level tokenizer, f32 weights,
-// two samples), and hooks through which the RL tests see what the model is asked for.
+// two samples), with adapters for a short RL run, and hooks through which the RL tests see what the model is asked for.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,6 +7,7 @@ import type { Gpu } from '../../src/gpu';
 import { nodeDirFiles } from '../../src/model/safetensors';
 import { openModel, type ModelSession } from '../../src/model/session';
 import type { GridThw, VisionTower } from '../../src/model/vision';
+import { resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import type { PreparedPrompt } from '../../src/rl/policy';
 import type { PromptSource } from '../../src/rl/trainer';
 import { testGpu } from './gpu';
@@ -17,6 +18,17 @@ export async function openTinySession(prefix: string): Promise<{ gpu: Gpu; sessi
   const gpu = await testGpu();
   const dir = tinyModelFolder(join(mkdtempSync(join(tmpdir(), prefix)), 'tiny-a'));
   return { gpu, session: await openModel(gpu, nodeDirFiles(dir), { quant: 'none', maxSamples: 2 }) };
+}
+
+/**
+ * openTinySession with adapters for a short RL run: groups of 2 completions of up to 3 tokens,
+ * 2 steps, no checkpoints, rank 2 (alpha 4); `fields` over these.
+ */
+export async function openTinyRun(prefix: string, fields: TrainConfigInput) {
+  const { gpu, session } = await openTinySession(prefix);
+  const { config, loss } = resolveConfig({ num_generations: 2, max_completion_length: 3, max_steps: 2, save_steps: 0, ...fields, lora: { r: 2, lora_alpha: 4, ...fields.lora } });
+  session.attachLora(config.lora);
+  return { gpu, session, config, loss };
 }
 
 /** Calls `seen` with the grids of every image batch the tower encodes from now on. */

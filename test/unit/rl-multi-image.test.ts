@@ -7,10 +7,9 @@ import { describe, expect, it } from 'vitest';
 import type { DatasetRow, RgbaImage } from '../../src/data/types';
 import { imageKey } from '../../src/model/session';
 import type { GridThw } from '../../src/model/vision';
-import { resolveConfig } from '../../src/rl/config';
 import { Trainer, type TrainerEvent } from '../../src/rl/trainer';
 import type { PreparedPrompt } from '../../src/rl/policy';
-import { onEncode, openTinySession, watchedSource } from '../helpers/tinySession';
+import { onEncode, openTinyRun, watchedSource } from '../helpers/tinySession';
 
 /** A picture with structure in both axes, distinct per `seed`. */
 function picture(width: number, height: number, seed: number): RgbaImage {
@@ -29,21 +28,15 @@ function picture(width: number, height: number, seed: number): RgbaImage {
 
 describe('multi-image rows in RL steps of the tiny model', () => {
   it('trains on two-image prompts (interleaved, and a capped images-first row) with finite loss and both images encoded', async () => {
-    const { gpu, session } = await openTinySession('vlrl-multi-image-');
-    const { config, loss } = resolveConfig({
-      num_generations: 2,
+    const { gpu, session, config, loss } = await openTinyRun('vlrl-multi-image-', {
       per_device_train_batch_size: 2,
-      max_completion_length: 3,
-      max_steps: 2,
-      save_steps: 0,
       seed: 9,
       max_images_per_message: 2,
       // Three-token completions rarely earn a reward, so a group's advantages are often all 0; the
       // entropy bonus gives every step a gradient whatever the rewards.
       entropy_coef: 0.01,
-      lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj', 'v_proj'] },
+      lora: { target_modules: ['q_proj', 'v_proj'] },
     });
-    session.attachLora(config.lora);
     const dropped = picture(96, 96, 5);
     const rows: DatasetRow[] = [
       { id: 'interleaved', question: 'Is <image> wider than <image>?', images: [picture(128, 128, 1), picture(64, 256, 2)], answer: '1', meta: {} },

@@ -4,29 +4,22 @@
 import { describe, expect, it } from 'vitest';
 import { syntheticDataset } from '../../src/data/synthetic';
 import type { GridThw } from '../../src/model/vision';
-import { resolveConfig } from '../../src/rl/config';
 import { defaultEngineConfig } from '../../src/rl/engineConfig';
 import { Trainer } from '../../src/rl/trainer';
-import { onEncode, openTinySession, watchedSource } from '../helpers/tinySession';
+import { onEncode, openTinyRun, watchedSource } from '../helpers/tinySession';
 
 describe('the vision tower in an RL step', () => {
   it('encodes each distinct image once across sampling, old/ref log-probs and every training chunk', async () => {
-    const { gpu, session } = await openTinySession('vlrl-vision-once-');
     // One generation of 4 prompts serves 2 optimizer steps of 2 groups: old log-probs are
     // recomputed (the policy moves inside the generation), beta > 0 adds the reference forward.
-    const { config, loss } = resolveConfig({
-      num_generations: 2,
+    const { gpu, session, config, loss } = await openTinyRun('vlrl-vision-once-', {
       per_device_train_batch_size: 4,
       steps_per_generation: 2,
-      max_completion_length: 3,
       beta: 0.04,
-      max_steps: 2,
-      save_steps: 0,
       seed: 5,
       // A subset of the modules with lora_dropout: the chunks' no-grad and training forwards drop too.
-      lora: { r: 2, lora_alpha: 4, lora_dropout: 0.1, target_modules: ['q_proj', 'v_proj', 'down_proj'] },
+      lora: { lora_dropout: 0.1, target_modules: ['q_proj', 'v_proj', 'down_proj'] },
     });
-    session.attachLora(config.lora);
     const rows = syntheticDataset({ seed: 11, count: 4, tasks: ['counting'], size: 128 });
     const keys = new Set<string>();
     const data = watchedSource(session.promptSource(rows), (p) => p.images.forEach((im) => keys.add(im.key)));
