@@ -286,6 +286,17 @@ export class Decoder {
   }
 
   /**
+   * One decoder layer on h: the attention block, then the MLP block (mlpBlock's `int8` and
+   * `output`), with h between them copied to `hmid` where a backward reads it. The forward's
+   * loop and the backward's recompute both run it.
+   */
+  private layer(rec: Recorder, l: number, w: DecoderLayerWeights, h: Tensor, A: AttentionBuffers, M: MlpBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null, o: { hmid?: Tensor; int8?: boolean; output?: boolean }): void {
+    this.attentionBlock(rec, l, w, h, A, cs, attend, lora);
+    if (o.hmid) rec.copy(h, o.hmid);
+    this.mlpBlock(rec, w, h, M, lora, { int8: o.int8, output: o.output });
+  }
+
+  /**
    * h += down(silu(gate(n))·up(n)), n = rms(h). On the LoRA GEMV path the gate/up updates go
    * straight into the SwiGLU (b.gate and b.up then keep the base projections only). `int8`:
    * decode's int8 x. `output` false stops before down_proj, after the down adapter's u = act·Aᵀ:
@@ -431,9 +442,7 @@ export class Decoder {
       const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
       if (keep) rec.copy(b.h, keep.inputs[l]);
       const attend = kept && a.attend.kind === 'packed' ? { ...a.attend, lse: kept.lse } : a.attend;
-      this.attentionBlock(rec, l, w, b.h, kept?.A ?? b.attn, b.cs, attend, lora);
-      if (kept) rec.copy(b.h, kept.hmid);
-      this.mlpBlock(rec, w, b.h, kept?.M ?? b.mlp, lora, { int8: a.attend.kind === 'cached' });
+      this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached' });
       const ds = a.visual?.deepstack[l];
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
       // A prefill or a training forward submits each layer: the GPU starts on it while the next is recorded.
@@ -497,11 +506,9 @@ export class Decoder {
       const ad = a.lora?.[l];
       const lora = ad ? { params: ad, u: (proj: LoraProjection) => view(kept.u[proj], [T, ad[proj]!.r]), dropout: a.dropout && layerDropout(a.dropout, l) } : null;
       if (!layers) {
-        // h_{l+1} is kept: the MLP's recompute stops before down_proj.
+        // The forward's layer again; h_{l+1} is kept, so its MLP stops before down_proj.
         rec.copy(inputs[l], ws.h);
-        this.attentionBlock(rec, l, w, ws.h, kept.A, a.cs, attend, lora);
-        rec.copy(ws.h, kept.hmid);
-        this.mlpBlock(rec, w, ws.h, kept.M, lora, { output: false });
+        this.layer(rec, l, w, ws.h, kept.A, kept.M, a.cs, attend, lora, { hmid: kept.hmid, output: false });
       }
       this.mlpBlockBackward(rec, w, kept.hmid, kept.M, g, lora);
       this.attentionBlockBackward(rec, w, inputs[l], kept.A, a.cs, attend, g, lora);
