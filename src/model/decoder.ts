@@ -1,4 +1,5 @@
-// The Qwen3-VL language model's forward (spec B3 step 7-8, B4) on the kernels of src/ops:
+// The Qwen3-VL language model's forward (spec B3 step 7-8, B4) and its backward into the LoRA
+// adapters, on the kernels of src/ops:
 //
 //   h = embed(ids);  h[image rows] = image embeddings                       (masked_scatter)
 //   for each layer l:
@@ -9,16 +10,18 @@
 //
 // Every product with a frozen weight goes through src/ops/projection.ts, which picks its path
 // (GEMV, GEMM, tensor cores, LoRA GEMV, folds). Every projection takes a LoRA update when the
-// layer has an adapter for it. Attention is either over the
-// packed rows themselves (whole sequences: logits, training) or over a KV cache (prefill and
-// decode in generation). The two blocks of a layer are functions of their own (attentionBlock,
-// mlpBlock) over explicit buffers, so that the training backward can rerun them on its own.
+// layer has an adapter for it. Attention, from the q/k/v projections to o_proj, is one call to
+// src/ops/selfAttention.ts, which picks its kernels from how the layer attends: over the packed
+// rows themselves (whole sequences: logits, training) or over a KV cache (prefill and decode in
+// generation). The two blocks of a layer are functions of their own (attentionBlock,
+// mlpBlock) over explicit buffers; the backward walks the layers in reverse through their
+// backwards (mlpBlockBackward, attentionBlockBackward), rerunning a layer's blocks first where
+// the forward kept only its input (gradient checkpointing).
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
-import { Attention, type AttentionSplit } from '../ops/attention';
+import { Attention } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
-import type { KvCache } from '../ops/kvCache';
 import { dropoutSeed, type Lora, type LoraParams } from '../ops/lora';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
@@ -26,7 +29,8 @@ import { QkNormRope } from '../ops/qkNormRope';
 import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
-import { Projection, type LoraGemvCall, type LoraScratch, type Product } from '../ops/projection';
+import { Projection, type LoraScratch, type Product } from '../ops/projection';
+import { SelfAttention, type AttendMode, type AttentionBuffers, type PackedAttend } from '../ops/selfAttention';
 import { mropeLayout } from './ropeTables';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
 
@@ -49,30 +53,14 @@ export interface DecoderOps {
   norms: Norms;
   rope: Rope;
   attention: Attention;
+  /** A layer's attention from its q/k/v projections to o_proj, and the path it takes. */
+  selfAttention: SelfAttention;
   act: Activations;
   embedding: Embedding;
   elementwise: Elementwise;
   lora: Lora;
   loraGemv: LoraGemv;
-  qkNormRope: QkNormRope;
   tokenIds: TokenIds;
-}
-
-/** Buffers of one layer's attention block for T rows (the training backward keeps its own). */
-export interface AttentionBuffers {
-  /** rms(h) [T, hidden] */
-  xn: Tensor;
-  /** q_proj and k_proj outputs before their norms: [T, Hq·D], [T, Hkv·D] */
-  qRaw: Tensor;
-  kRaw: Tensor;
-  /** After q/k norm and RoPE: q [T, Hq·D], k and v [T, Hkv·D] */
-  q: Tensor;
-  k: Tensor;
-  v: Tensor;
-  /** Attention output [T, Hq·D] (o_proj's input) */
-  attn: Tensor;
-  /** Optional per-row rstd of the input norm [T] and of the q/k norms [T·Hq], [T·Hkv] (training). */
-  rstd?: { input: Tensor; q: Tensor; k: Tensor };
 }
 
 export interface MlpBuffers {
@@ -93,11 +81,6 @@ export interface LoraCall {
   /** lora_dropout (training): probability, each projection's mask seed, workspace [T, widest in]. */
   dropout?: { p: number; seed: (proj: LoraProjection) => number; xd: (adapter: LoraParams) => Tensor };
 }
-
-/** How the attention block attends: over its own rows, or through the KV cache. */
-export type AttendMode =
-  | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor; sharedPrefix?: number }
-  | { kind: 'cached'; cache: KvCache; slot0: number; count: number; split?: AttentionSplit };
 
 /** Visual rows of the sequence: image embeddings and DeepStack features, one row per <|image_pad|>. */
 export interface VisualInputs {
@@ -165,6 +148,77 @@ export interface KeptActivations {
   layers: readonly LayerActivations[] | null;
 }
 
+/** A layer's intermediates for T rows, with the rstd a backward reads (label: the buffers' prefix). */
+export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank: number, label: string): LayerActivations {
+  const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
+  const f = (shape: number[], name: string) => gpu.tensor(shape, 'f32', `${label}.${name}`);
+  return {
+    A: {
+      xn: f([T, H], 'xn_attn'), qRaw: f([T, hq * D], 'q_raw'), kRaw: f([T, hkv * D], 'k_raw'),
+      q: f([T, hq * D], 'q'), k: f([T, hkv * D], 'k'), v: f([T, hkv * D], 'v'), attn: f([T, hq * D], 'attn'),
+      rstd: { input: f([T], 'rstd_in'), q: f([T * hq], 'rstd_q'), k: f([T * hkv], 'rstd_k') },
+    },
+    M: { xn: f([T, H], 'xn_mlp'), gate: f([T, I], 'gate'), up: f([T, I], 'up'), act: f([T, I], 'act'), rstd: f([T], 'rstd_post') },
+    lse: f([T, hq], 'lse'),
+    hmid: f([T, H], 'hmid'),
+    u: Object.fromEntries(LORA_PROJECTIONS.map((p) => [p, f([T, Math.max(1, rank)], `lora_u.${p}`)])) as Record<LoraProjection, Tensor>,
+  };
+}
+
+export function releaseActivations(a: LayerActivations): void {
+  const { rstd, ...attn } = a.A;
+  for (const t of [...Object.values(attn), rstd!.input, rstd!.q, rstd!.k, ...Object.values(a.M), a.lse, a.hmid, ...Object.values(a.u)]) t.release();
+}
+
+/** The gradients a layer's backward passes through, for T rows; every layer reuses them. */
+export interface LayerGradients {
+  /** The residual stream's [T, hidden]: of a block's output on entry, of its input on return. */
+  dh: Tensor;
+  /** Of a block's normed input [T, hidden]. */
+  dxn: Tensor;
+  /** MLP: of silu(gate)·up, gate and up [T, intermediate]. */
+  dact: Tensor;
+  dgate: Tensor;
+  dup: Tensor;
+  /** Attention: of its output and of q [T, Hq·D]; of k and v [T, Hkv·D]; of the projections before the q/k norms. */
+  dattn: Tensor;
+  dq: Tensor;
+  dk: Tensor;
+  dv: Tensor;
+  dqRaw: Tensor;
+  dkRaw: Tensor;
+  /** The attention backward's workspace (Attention.rowStatsShape). */
+  rowStats: Tensor;
+  /** LoRA's backward workspace dy·B [T, widest rank]. */
+  loraT: Tensor;
+}
+
+/** What a backward over T rows writes besides the adapters' gradients (Decoder.backwardWorkspace). */
+export interface BackwardWorkspace {
+  grads: LayerGradients;
+  /** The final norm's output and rstd, recomputed [T, hidden], [T]; a recomputed layer's residual stream. */
+  h: Tensor;
+  rstdFinal: Tensor;
+  /** One set of layer intermediates each layer's recompute refills (gradient checkpointing), or null. */
+  recompute: LayerActivations | null;
+  release(): void;
+}
+
+/** The backward of a training forward (`forward` with `keep`) over its packed rows. */
+export interface BackwardArgs {
+  /** Gradient of the forward's output rms(h_final) [T, hidden]. */
+  dout: Tensor;
+  /** What the forward kept; without its layers each layer is recomputed from its input. */
+  keep: KeptActivations;
+  /** The forward's rope table [T, D/2, 2] and packed rows. */
+  cs: Tensor;
+  cuSeqlens: Tensor;
+  sharedPrefix?: number;
+  lora: readonly LayerLora[] | null;
+  /** The forward's lora_dropout (the same masks are regenerated). */
+  dropout?: ForwardDropout;
+}
+
 /** A typed view of the first elements of a workspace tensor. */
 export function view(t: Tensor, shape: readonly number[], label = t.label): Tensor {
   const need = shape.reduce((a, b) => a * b, 1);
@@ -177,16 +231,12 @@ export function view(t: Tensor, shape: readonly number[], label = t.label): Tens
 const FLUSH_MIN_ROWS = 64;
 
 export class Decoder {
-  readonly scale: number;
-
   private constructor(
     readonly gpu: Gpu,
     readonly config: Qwen3VLTextConfig,
     readonly weights: LanguageModelWeights,
     readonly ops: DecoderOps,
-  ) {
-    this.scale = 1 / Math.sqrt(config.headDim);
-  }
+  ) {}
 
   /** `int8`: whether decode's GEMVs may take int8 x (ModelOptions.int8Decode). */
   static async create(gpu: Gpu, config: Qwen3VLTextConfig, weights: LanguageModelWeights, opts: { int8?: boolean } = {}): Promise<Decoder> {
@@ -207,7 +257,8 @@ export class Decoder {
       await projection.joinRows([w.gate, w.up], `decoder.layers.${l}.gate_up`);
     }
     const { lora, loraGemv } = projection;
-    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, act, embedding, elementwise, lora, loraGemv, qkNormRope, tokenIds });
+    const selfAttention = new SelfAttention({ attention, projection, norms, rope, qkNormRope }, { hq: config.numHeads, hkv: config.numKvHeads, headDim: config.headDim, eps: config.rmsNormEps });
+    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, tokenIds });
   }
 
   /** The products of one block's input, each with the layer's adapter of its projection when there is one. */
@@ -221,68 +272,28 @@ export class Decoder {
   }
 
   /**
-   * h += o_proj(attention(...)) for one layer. `cs` is the rope table of the rows [T, D/2, 2].
-   * In cached mode the layer's k and v are appended to the cache first (by the q/k norm's
-   * dispatch itself at inference).
+   * h += o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), q, k, v = q/k/v_proj(rms(h)).
+   * `cs` is the rope table of the rows [T, D/2, 2].
    */
   attentionBlock(rec: Recorder, layer: number, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null): void {
-    const { numHeads: hq, rmsNormEps: eps } = this.config;
-    const T = h.shape[0];
-    const { attention, projection } = this.ops;
-    const outs = this.products(lora, [[w.q, b.qRaw, 'q'], [w.k, b.kRaw, 'k'], [w.v, b.v, 'v']]);
     // Cached attention is inference (prefill and decode of generation): its GEMVs may take int8 x.
     const int8 = attend.kind === 'cached';
-    const opts = { int8, scratch: lora?.scratch };
-    const gemv = projection.normProject(rec, h, { weight: w.inputNorm, eps, rstd: b.rstd?.input }, b.xn, outs, opts);
-    this.qkNormRope(rec, layer, w, b, cs, attend, gemv, outs);
-    const [oOut] = this.products(lora, [[w.o, h, 'o']]);
-    if (attend.kind === 'packed') {
-      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
-      projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
-      return;
-    }
-    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
-    // after the base projection one dispatch finishes the update.
-    const fold = projection.attentionFold(gemv, oOut, T, hq, lora?.scratch, { quantizes: !!attend.split && attention.foldQuantizes, int8 });
-    const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
-    const folded = attention.forwardCached(rec, b.q, attend.cache, layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
-    if (folded) projection.projectFolded(rec, b.attn, oOut, fold!, int8);
-    else projection.project(rec, b.attn, [oOut], { ...opts, accumulate: true });
+    const scratch = lora?.scratch;
+    const qkv = this.products(lora, [[w.q, b.qRaw, 'q'], [w.k, b.kRaw, 'k'], [w.v, b.v, 'v']]);
+    const gemv = this.ops.projection.normProject(rec, h, { weight: w.inputNorm, eps: this.config.rmsNormEps, rstd: b.rstd?.input }, b.xn, qkv, { int8, scratch });
+    const [o] = this.products(lora, [[w.o, h, 'o']]);
+    this.ops.selfAttention.forward(rec, { layer, qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, qkv, gemv, o, scratch, int8 });
   }
 
   /**
-   * q, k = rope(q_norm(q_proj)), rope(k_norm(k_proj)), with the q/k/v LoRA updates still owed by
-   * the LoRA GEMV path (`gemv`), and in cached mode k and v appended to the cache. Training keeps
-   * the norms' rstd (separate dispatches); inference takes one fused dispatch.
+   * One decoder layer on h: the attention block, then the MLP block (mlpBlock's `int8` and
+   * `output`), with h between them copied to `hmid` where a backward reads it. The forward's
+   * loop and the backward's recompute both run it.
    */
-  private qkNormRope(rec: Recorder, layer: number, w: DecoderLayerWeights, b: AttentionBuffers, cs: Tensor, attend: AttendMode, gemv: LoraGemvCall | null, outs: readonly Product[]): void {
-    const { numHeads: hq, numKvHeads: hkv, headDim: D, rmsNormEps: eps } = this.config;
-    const T = b.q.shape[0];
-    const { norms, rope } = this.ops;
-    const [qRaw, kRaw, qWeight, kWeight, q] = [b.qRaw, b.kRaw, w.qNorm, w.kNorm, b.q];
-    if (b.rstd) {
-      norms.rmsnorm(rec, b.qRaw.reshape([T * hq, D]), w.qNorm, b.q.reshape([T * hq, D]), eps, b.rstd.q);
-      norms.rmsnorm(rec, b.kRaw.reshape([T * hkv, D]), w.kNorm, b.k.reshape([T * hkv, D]), eps, b.rstd.k);
-      rope.apply(rec, cs, b.q, hq);
-      rope.apply(rec, cs, b.k, hkv);
-      if (attend.kind === 'cached') attend.cache.append(rec, layer, b.k, b.v, attend.slot0, attend.count);
-    } else if (attend.kind === 'cached') {
-      // No rstd to keep (inference): one dispatch for the q/k/v LoRA updates, the norms, RoPE and
-      // the cache append, as far as the device binds enough storage buffers for it.
-      const { cache, slot0, count } = attend;
-      const { qkNormRope } = this.ops;
-      const fused = gemv && qkNormRope.writesCache(true) ? { q: gemv.ps[0], k: gemv.ps[1], v: gemv.ps[2], u: gemv.u } : undefined;
-      if (gemv && !fused) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
-      if (qkNormRope.writesCache(false)) {
-        qkNormRope.applyToCache(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, v: b.v, hq, hkv, eps, cache, layer, slot0, count, lora: fused });
-      } else {
-        qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
-        cache.append(rec, layer, b.k, b.v, slot0, count);
-      }
-    } else {
-      if (gemv) this.ops.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((o) => o.y));
-      this.ops.qkNormRope.apply(rec, { qRaw, kRaw, qWeight, kWeight, cs, q, k: b.k, hq, hkv, eps });
-    }
+  private layer(rec: Recorder, l: number, w: DecoderLayerWeights, h: Tensor, A: AttentionBuffers, M: MlpBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null, o: { hmid?: Tensor; int8?: boolean; output?: boolean }): void {
+    this.attentionBlock(rec, l, w, h, A, cs, attend, lora);
+    if (o.hmid) rec.copy(h, o.hmid);
+    this.mlpBlock(rec, w, h, M, lora, { int8: o.int8, output: o.output });
   }
 
   /**
@@ -313,6 +324,49 @@ export class Decoder {
     else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
     if (fold) projection.projectFolded(rec, b.act, downOut, fold, int8);
     else projection.project(rec, b.act, [downOut], { ...call, accumulate: true });
+  }
+
+  /**
+   * The backward of mlpBlock: dh, the gradient of its output, becomes that of its input `h` (h_mid).
+   *   dact = dh·W_down (+LoRA) → SwiGLU' → dxn = dgate·W_gate + dup·W_up (+LoRA);  dh += RMSNorm'(dxn)
+   */
+  mlpBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, g: LayerGradients, lora: LoraCall | null): void {
+    const { projection, act, norms } = this.ops;
+    projection.backwardInput(rec, g.dh, w.down, g.dact);
+    this.loraBackward(rec, lora, 'down', b.act, g.dh, g.dact, g.loraT);
+    act.swigluBackward(rec, b.gate, b.up, g.dact, g.dgate, g.dup);
+    projection.backwardInput(rec, g.dgate, w.gate, g.dxn);
+    projection.backwardInput(rec, g.dup, w.up, g.dxn, true);
+    this.loraBackward(rec, lora, 'gate', b.xn, g.dgate, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, 'up', b.xn, g.dup, g.dxn, g.loraT);
+    norms.rmsnormBackward(rec, g.dxn, h, w.postAttentionNorm, b.rstd!, g.dh, true);
+  }
+
+  /**
+   * The backward of attentionBlock: dh, the gradient of its output, becomes that of its input `h`.
+   *   dattn = dh·W_o (+LoRA) → attention' → RoPE' → q/k RMSNorm' → dxn = dq·W_q + dk·W_k + dv·W_v (+LoRA);
+   *   dh += RMSNorm'(dxn)
+   */
+  attentionBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: PackedAttend, g: LayerGradients, lora: LoraCall | null): void {
+    const { projection, norms } = this.ops;
+    projection.backwardInput(rec, g.dh, w.o, g.dattn);
+    this.loraBackward(rec, lora, 'o', b.attn, g.dh, g.dattn, g.loraT);
+    this.ops.selfAttention.backward(rec, { qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, dattn: g.dattn, rowStats: g.rowStats, dq: g.dq, dk: g.dk, dqRaw: g.dqRaw, dkRaw: g.dkRaw, dv: g.dv });
+    projection.backwardInput(rec, g.dqRaw, w.q, g.dxn);
+    projection.backwardInput(rec, g.dkRaw, w.k, g.dxn, true);
+    projection.backwardInput(rec, g.dv, w.v, g.dxn, true);
+    this.loraBackward(rec, lora, 'q', b.xn, g.dqRaw, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, 'k', b.xn, g.dkRaw, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, 'v', b.xn, g.dv, g.dxn, g.loraT);
+    norms.rmsnormBackward(rec, g.dxn, h, w.inputNorm, b.rstd!.input, g.dh, true);
+  }
+
+  /** dx += the adapter's dy·B·A·s (its input's dropout mask applied), and its dA, dB accumulated; nothing without an adapter. */
+  private loraBackward(rec: Recorder, lora: LoraCall | null, proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor, t: Tensor): void {
+    const p = lora?.params[proj];
+    if (!p) return;
+    const d = lora!.dropout;
+    this.ops.lora.backward(rec, p, { x, dy, u: lora!.u(proj), dx, t: view(t, [x.shape[0], p.r]), xd: d?.xd(p) }, d && { dropout: d.p, seed: d.seed(proj) });
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */
@@ -388,18 +442,78 @@ export class Decoder {
       const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
       if (keep) rec.copy(b.h, keep.inputs[l]);
       const attend = kept && a.attend.kind === 'packed' ? { ...a.attend, lse: kept.lse } : a.attend;
-      this.attentionBlock(rec, l, w, b.h, kept?.A ?? b.attn, b.cs, attend, lora);
-      if (kept) rec.copy(b.h, kept.hmid);
-      this.mlpBlock(rec, w, b.h, kept?.M ?? b.mlp, lora, { int8: a.attend.kind === 'cached' });
+      this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached' });
       const ds = a.visual?.deepstack[l];
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
       // A prefill or a training forward submits each layer: the GPU starts on it while the next is recorded.
       if (T >= FLUSH_MIN_ROWS || keep) rec.flush();
     });
-    if (a.attend.kind === 'cached') a.attend.cache.advance(rec, a.attend.slot0, a.attend.count, T / a.attend.count);
+    this.ops.selfAttention.finish(rec, a.attend, T);
     if (keep) rec.copy(b.h, keep.inputs[c.numLayers]);
     this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);
     return b.out;
+  }
+
+  /** Buffers of a backward over T rows with LoRA rank up to `rank`; `recompute`: the forward kept no layers. */
+  backwardWorkspace(T: number, rank: number, recompute: boolean): BackwardWorkspace {
+    const gpu = this.gpu;
+    const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = this.config;
+    const f = (shape: number[], label: string) => gpu.tensor(shape, 'f32', `decoder.backward.${label}`);
+    const grads: LayerGradients = {
+      dh: f([T, H], 'dh'), dxn: f([T, H], 'dxn'),
+      dact: f([T, I], 'dact'), dgate: f([T, I], 'dgate'), dup: f([T, I], 'dup'),
+      dattn: f([T, hq * D], 'dattn'), dq: f([T, hq * D], 'dq'), dk: f([T, hkv * D], 'dk'), dv: f([T, hkv * D], 'dv'),
+      dqRaw: f([T, hq * D], 'dq_raw'), dkRaw: f([T, hkv * D], 'dk_raw'),
+      rowStats: f(Attention.rowStatsShape(T, hq), 'row_stats'),
+      loraT: f([T, Math.max(1, rank)], 'lora_t'),
+    };
+    const h = f([T, H], 'h');
+    const rstdFinal = f([T], 'rstd_final');
+    const shared = recompute ? layerActivations(gpu, this.config, T, rank, 'decoder.backward') : null;
+    return {
+      grads,
+      h,
+      rstdFinal,
+      recompute: shared,
+      release: () => {
+        for (const t of [...Object.values(grads), h, rstdFinal]) t.release();
+        if (shared) releaseActivations(shared);
+      },
+    };
+  }
+
+  /**
+   * Record the backward of a training forward from d rms(h_final) into the adapters' gradients
+   * (dA, dB accumulate): the final norm's, then one reverse loop over the layers, each the
+   * backward of its MLP block, then of its attention block. Without kept layers (gradient
+   * checkpointing) each layer is first rerun from its input with the forward's masks, keeping
+   * what its backward reads. The DeepStack add is a residual add of frozen features: the gradient
+   * passes through it.
+   */
+  backward(rec: Recorder, ws: BackwardWorkspace, a: BackwardArgs): void {
+    const c = this.config;
+    const L = c.numLayers;
+    const T = a.dout.shape[0];
+    const { inputs, layers } = a.keep;
+    const g = ws.grads;
+    if (inputs.length !== L + 1 || (!layers && !ws.recompute)) throw new ShapeError('decoder.backward', `a backward reads ${L + 1} hidden states, and every layer's intermediates or a workspace to recompute them`);
+    this.ops.norms.rmsnorm(rec, inputs[L], this.weights.finalNorm, ws.h, c.rmsNormEps, ws.rstdFinal);
+    this.ops.norms.rmsnormBackward(rec, a.dout, inputs[L], this.weights.finalNorm, ws.rstdFinal, g.dh, false);
+    for (let l = L - 1; l >= 0; l--) {
+      const w = this.weights.layers[l];
+      const kept = layers?.[l] ?? ws.recompute!;
+      const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
+      const ad = a.lora?.[l];
+      const lora = ad ? { params: ad, u: (proj: LoraProjection) => view(kept.u[proj], [T, ad[proj]!.r]), dropout: a.dropout && layerDropout(a.dropout, l) } : null;
+      if (!layers) {
+        // The forward's layer again; h_{l+1} is kept, so its MLP stops before down_proj.
+        rec.copy(inputs[l], ws.h);
+        this.layer(rec, l, w, ws.h, kept.A, kept.M, a.cs, attend, lora, { hmid: kept.hmid, output: false });
+      }
+      this.mlpBlockBackward(rec, w, kept.hmid, kept.M, g, lora);
+      this.attentionBlockBackward(rec, w, inputs[l], kept.A, a.cs, attend, g, lora);
+      rec.flush(); // a layer a submit, as in the forward
+    }
   }
 }
 

@@ -13,21 +13,15 @@
 // completion's first token, so its gradient is the sum of theirs (Embedding.sumRows).
 //
 // Memory is bounded by recomputation (activation checkpointing per layer, the default): the
-// forward keeps only each layer's input h_l [T, hidden]; the backward reruns layer l from h_l,
-// keeping that one layer's intermediates, and walks back through it. Without checkpointing the
-// forward keeps every layer's intermediates (LayerActivations) and the backward only walks back:
-//   MLP:        dact = dh·W_down (+LoRA)  → SwiGLU' → dxn2 = dgate·W_gate + dup·W_up (+LoRA)
-//               dh  += RMSNorm'(dxn2)                              (h_mid = h_l + attention)
-//   attention:  dattn = dh·W_o (+LoRA) → attention' (from the saved log-sum-exp) → RoPE'
-//               → q/k RMSNorm' → dxn1 = dq·W_q + dk·W_k + dv·W_v (+LoRA)
-//               dh  += RMSNorm'(dxn1)                              (→ gradient of h_l)
-// The DeepStack add is a residual add of frozen features: the gradient passes through it.
+// forward keeps only each layer's input h_l [T, hidden]; the backward (Decoder.backward, beside
+// the forward in src/model/decoder.ts) reruns layer l from h_l, keeping that one layer's
+// intermediates, and walks back through it. Without checkpointing the forward keeps every layer's
+// intermediates (LayerActivations) and the backward only walks back.
 import { ShapeError, type Tensor } from '../gpu';
-import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { layerDropout, LORA_PROJECTIONS, view, type LayerActivations, type LayerLora, type LoraProjection, type VisualInputs } from './decoder';
+import { layerActivations, releaseActivations, type LayerActivations, type LayerLora, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
@@ -54,27 +48,6 @@ export interface PackedBatch {
 }
 
 const PAD_ROW = 0xffffffff;
-
-function layerActivations(gpu: Qwen3VL['gpu'], c: Qwen3VL['config']['text'], T: number, rank: number, label: string): LayerActivations {
-  const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
-  const f = (shape: number[], name: string) => gpu.tensor(shape, 'f32', `${label}.${name}`);
-  return {
-    A: {
-      xn: f([T, H], 'xn_attn'), qRaw: f([T, hq * D], 'q_raw'), kRaw: f([T, hkv * D], 'k_raw'),
-      q: f([T, hq * D], 'q'), k: f([T, hkv * D], 'k'), v: f([T, hkv * D], 'v'), attn: f([T, hq * D], 'attn'),
-      rstd: { input: f([T], 'rstd_in'), q: f([T * hq], 'rstd_q'), k: f([T * hkv], 'rstd_k') },
-    },
-    M: { xn: f([T, H], 'xn_mlp'), gate: f([T, I], 'gate'), up: f([T, I], 'up'), act: f([T, I], 'act'), rstd: f([T], 'rstd_post') },
-    lse: f([T, hq], 'lse'),
-    hmid: f([T, H], 'hmid'),
-    u: Object.fromEntries(LORA_PROJECTIONS.map((p) => [p, f([T, Math.max(1, rank)], `lora_u.${p}`)])) as Record<LoraProjection, Tensor>,
-  };
-}
-
-function releaseActivations(a: LayerActivations): void {
-  const { rstd, ...attn } = a.A;
-  for (const t of [...Object.values(attn), rstd!.input, rstd!.q, rstd!.k, ...Object.values(a.M), a.lse, a.hmid, ...Object.values(a.u)]) t.release();
-}
 
 /**
  * Pack `completions` after one prompt, which comes once. The prompt's positions are its rope
@@ -257,110 +230,37 @@ export class Qwen3VLPolicy implements Policy {
     const { model } = this;
     const gpu = model.gpu;
     const dec = model.decoder;
-    const { norms, projection, act, rope, lora: loraOp, embedding } = dec.ops;
-    const c = model.config.text;
-    const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I, rmsNormEps: eps } = c;
+    const { embedding } = dec.ops;
+    const { hiddenSize: H } = model.config.text;
     const T = s.batch.ids.length;
     const N = s.targets.numel;
     if (gradLogps.numel !== N || (gradEntropy && gradEntropy.numel !== N)) {
       throw new ShapeError('train.backward', `gradients must have ${N} elements ([G, maxLen]), got ${gradLogps.numel}`);
     }
     const logprob = await this.logprobFor(N);
-    const attention = dec.ops.attention;
-    const f = (shape: number[], label: string) => gpu.tensor(shape, 'f32', `train.${label}`);
-    const bufs = {
-      hcur: f([T, H], 'hcur'),
-      dh: f([T, H], 'dh'),
-      dsel: f([N, H], 'dsel'),
-      dout: f([T, H], 'dout'),
-      rowStats: gpu.tensor(Attention.rowStatsShape(T, hq), 'f32', 'train.row_stats'),
-      rstdFinal: f([T], 'rstd_final'),
-      dact: f([T, I], 'dact'),
-      dgate: f([T, I], 'dgate'),
-      dup: f([T, I], 'dup'),
-      dattn: f([T, hq * D], 'dattn'),
-      dq: f([T, hq * D], 'dq'),
-      dk: f([T, hkv * D], 'dk'),
-      dv: f([T, hkv * D], 'dv'),
-      dqRaw: f([T, hq * D], 'dq_raw'),
-      dkRaw: f([T, hkv * D], 'dk_raw'),
-      dxn: f([T, H], 'dxn'),
-    };
+    const dsel = gpu.tensor([N, H], 'f32', 'train.dsel');
+    const dout = gpu.tensor([T, H], 'f32', 'train.dout');
     const rank = s.lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
-    const tLora = f([T, Math.max(1, rank)], 'lora_t');
-    // With checkpointing, one set of layer intermediates that each layer's recompute refills.
-    const shared = s.layers ? null : layerActivations(gpu, c, T, rank, 'train');
-    const cs = s.cs!;
-    const tOf = (r: number) => view(tLora, [T, r]);
+    const ws = dec.backwardWorkspace(T, rank, !s.layers);
     const xd = s.dropout && dropoutWorkspace(gpu, model.lora, T);
 
     try {
       const rec = gpu.recorder('train.backward');
-      // Log-probs → the predicting rows of the final norm's output → the final hidden state.
-      rec.clear(bufs.dsel);
-      logprob.backward(rec, model.head, s.hsel, s.targets, s.temperature, s.stats, gradLogps.reshape([N]), gradEntropy ? gradEntropy.reshape([N]) : null, bufs.dsel);
-      rec.clear(bufs.dout);
-      embedding.scatterRows(rec, bufs.dsel, s.scatterRows, bufs.dout);
-      if (s.firstTokens) embedding.sumRows(rec, bufs.dsel, s.firstTokens, bufs.dout, s.batch.sharedPrefix - 1);
-      norms.rmsnorm(rec, s.hs[c.numLayers], dec.weights.finalNorm, bufs.hcur, eps, bufs.rstdFinal);
-      norms.rmsnormBackward(rec, bufs.dout, s.hs[c.numLayers], dec.weights.finalNorm, bufs.rstdFinal, bufs.dh, false);
-
-      for (let l = c.numLayers - 1; l >= 0; l--) {
-        const w = dec.weights.layers[l];
-        const ad = s.lora?.[l] ?? null;
-        const layer = s.layers?.[l] ?? shared!;
-        const { A, M } = layer;
-        const rstd = A.rstd!;
-        const uOf = (proj: LoraProjection) => view(layer.u[proj], [T, ad![proj]!.r]);
-        const drop = s.dropout && xd ? layerDropout({ ...s.dropout, xd }, l) : undefined;
-        const loraBack = (proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor) => {
-          const p = ad?.[proj];
-          if (p) loraOp.backward(rec, p, { x, dy, u: uOf(proj), dx, t: tOf(p.r), xd: drop?.xd(p) }, drop && { dropout: drop.p, seed: drop.seed(proj) });
-        };
-        if (!s.layers) {
-          // Recompute the layer from its input, keeping what its backward reads (the same masks).
-          const call = ad ? { params: ad, u: uOf, dropout: drop } : null;
-          rec.copy(s.hs[l], bufs.hcur);
-          dec.attentionBlock(rec, l, w, bufs.hcur, A, cs, { kind: 'packed', cuSeqlens: s.cu, lse: layer.lse, sharedPrefix: s.batch.sharedPrefix }, call);
-          rec.copy(bufs.hcur, layer.hmid);
-          dec.mlpBlock(rec, w, bufs.hcur, M, call, { output: false }); // h_{l+1} is saved
-        }
-
-        // MLP block: dh is the gradient of the layer's output.
-        projection.backwardInput(rec, bufs.dh, w.down, bufs.dact);
-        loraBack('down', M.act, bufs.dh, bufs.dact);
-        act.swigluBackward(rec, M.gate, M.up, bufs.dact, bufs.dgate, bufs.dup);
-        projection.backwardInput(rec, bufs.dgate, w.gate, bufs.dxn);
-        projection.backwardInput(rec, bufs.dup, w.up, bufs.dxn, true);
-        loraBack('gate', M.xn, bufs.dgate, bufs.dxn);
-        loraBack('up', M.xn, bufs.dup, bufs.dxn);
-        norms.rmsnormBackward(rec, bufs.dxn, layer.hmid, w.postAttentionNorm, M.rstd!, bufs.dh, true);
-
-        // Attention block: dh is now the gradient of h_mid.
-        projection.backwardInput(rec, bufs.dh, w.o, bufs.dattn);
-        loraBack('o', A.attn, bufs.dh, bufs.dattn);
-        attention.backward(rec, {
-          q: A.q, k: A.k, v: A.v, o: A.attn, lse: layer.lse, dout: bufs.dattn, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
-          causal: true, scale: dec.scale, rowStats: bufs.rowStats, dq: bufs.dq, dk: bufs.dk, dv: bufs.dv,
-        });
-        rope.applyBackward(rec, cs, bufs.dq, hq);
-        rope.applyBackward(rec, cs, bufs.dk, hkv);
-        norms.rmsnormBackward(rec, bufs.dq.reshape([T * hq, D]), A.qRaw.reshape([T * hq, D]), w.qNorm, rstd.q, bufs.dqRaw.reshape([T * hq, D]), false);
-        norms.rmsnormBackward(rec, bufs.dk.reshape([T * hkv, D]), A.kRaw.reshape([T * hkv, D]), w.kNorm, rstd.k, bufs.dkRaw.reshape([T * hkv, D]), false);
-        projection.backwardInput(rec, bufs.dqRaw, w.q, bufs.dxn);
-        projection.backwardInput(rec, bufs.dkRaw, w.k, bufs.dxn, true);
-        projection.backwardInput(rec, bufs.dv, w.v, bufs.dxn, true);
-        loraBack('q', A.xn, bufs.dqRaw, bufs.dxn);
-        loraBack('k', A.xn, bufs.dkRaw, bufs.dxn);
-        loraBack('v', A.xn, bufs.dv, bufs.dxn);
-        norms.rmsnormBackward(rec, bufs.dxn, s.hs[l], w.inputNorm, rstd.input, bufs.dh, true);
-        rec.flush(); // a layer a submit, as in the forward
-      }
+      // Log-probs → the predicting rows of the final norm's output → all its rows.
+      rec.clear(dsel);
+      logprob.backward(rec, model.head, s.hsel, s.targets, s.temperature, s.stats, gradLogps.reshape([N]), gradEntropy ? gradEntropy.reshape([N]) : null, dsel);
+      rec.clear(dout);
+      embedding.scatterRows(rec, dsel, s.scatterRows, dout);
+      if (s.firstTokens) embedding.sumRows(rec, dsel, s.firstTokens, dout, s.batch.sharedPrefix - 1);
+      dec.backward(rec, ws, {
+        dout, keep: { inputs: s.hs, layers: s.layers }, cs: s.cs!, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
+        lora: s.lora, dropout: s.dropout && xd ? { ...s.dropout, xd } : undefined,
+      });
       await rec.submit();
     } finally {
-      for (const t of [...Object.values(bufs), tLora]) t.release();
+      for (const t of [dsel, dout]) t.release();
+      ws.release();
       xd?.release();
-      if (shared) releaseActivations(shared);
       this.releaseSaved(s);
     }
   }

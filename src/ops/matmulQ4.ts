@@ -4,7 +4,7 @@
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 import { DEFAULT_GEMM, gemmSplitOf, gemvLayout, gemvLayouts, Q4_TUNING } from './matmulQ4Tuning';
 
-export { DEFAULT_GEMM, DEFAULT_GEMV, gemmSplitOf } from './matmulQ4Tuning';
+export { DEFAULT_GEMM, DEFAULT_GEMV } from './matmulQ4Tuning';
 
 /**
  * A weight W [n, k] (nn.Linear [out, in]) in the Q4 format; shaders/q4_format.wgsl has the

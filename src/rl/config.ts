@@ -14,6 +14,7 @@ import { presetTerms, validateTerms, type RewardTerm } from '../rewards/registry
 import { ConfigError, findUnknownKey, isPlainObject, unknownFieldMessage } from './configKeys';
 import { datasetTemplate, DATASET_KINDS, defaultDataset, legacyDataTemplate, resolveDataset, type DatasetKind, type DatasetSettings } from './dataSource';
 import { DEFAULT_LOSS_CONFIG, effectiveRolloutCorrection, LossConfigError, resolveLossConfig, validateLossSetup, type LossConfig, type ResolvedLossConfig, type RolloutCorrection } from './lossConfig';
+import type { ConfigEngineFields } from './engineConfig';
 
 export { ConfigError } from './configKeys';
 export type { DatasetSettings, FileDatasetSettings, HubDatasetSettings, SyntheticDatasetSettings } from './dataSource';
@@ -124,14 +125,6 @@ export interface TrainConfig extends TrainLossSettings {
   steps_per_generation: number | null;
   /** Passes over each generation batch (TRL `num_iterations`, μ in the GRPO paper; default 1). */
   num_iterations: number;
-  /**
-   * Recompute each decoder layer during the backward instead of keeping its activations
-   * (transformers' `gradient_checkpointing`). Default true here (False in transformers): a browser
-   * GPU's memory is the limit. false keeps every layer's activations (about 130 KB a token a layer
-   * for the 2B, 10 GiB for 8 completions of 352 tokens) and saves one forward of the layers.
-   */
-  gradient_checkpointing: boolean;
-
   // ── loss: the fields of TrainLossSettings (src/rl/lossConfig.ts), and ──
   /** Leave completions cut at max_completion_length out of the loss (TRL default false). */
   mask_truncated_completions: boolean;
@@ -158,6 +151,12 @@ export type TrainConfigInput = Partial<Omit<TrainConfig, 'lora' | 'dataset' | 'r
   /** A kind's fields over its defaults; without `kind`, synthetic. */
   dataset?: Partial<DatasetSettings>;
   rollout_correction?: Partial<RolloutCorrection> | null;
+  /**
+   * transformers' TrainingArguments name of the engine's gradient_checkpointing
+   * (src/rl/engineConfig.ts), read onto it (ResolvedConfig.engine): configs of earlier versions,
+   * stored runs and checkpoints, and the app's Train form keep setting it here.
+   */
+  gradient_checkpointing?: boolean;
   /**
    * Deprecated: the CLI's former file source, {path, mapping, image_folder, limit, numeric_only};
    * read as `dataset: {kind: 'file', ...}` with a warning, so older configs and run folders work.
@@ -195,7 +194,6 @@ export function defaultConfig(): TrainConfig {
     gradient_accumulation_steps: 1,
     steps_per_generation: null,
     num_iterations: 1,
-    gradient_checkpointing: true,
     ...lossDefaults(),
     mask_truncated_completions: false,
     lora: { r: 8, lora_alpha: 16, lora_dropout: 0, target_modules: [...LORA_TARGETS] },
@@ -211,6 +209,8 @@ export interface ResolvedConfig {
   config: TrainConfig;
   /** The loss settings derived from it (what src/ops/rlLoss.ts takes). */
   loss: ResolvedLossConfig;
+  /** The engine fields the input set under transformers' names (resolveEngineConfig's `fromConfig`). */
+  engine: ConfigEngineFields;
   warnings: string[];
 }
 
@@ -256,8 +256,9 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   if (!isPlainObject(input)) throw new ConfigError(`the config must be a JSON object; got ${input === null ? 'null' : Array.isArray(input) ? 'an array' : JSON.stringify(input)}`);
   const d = defaultConfig();
   const warnings: string[] = [];
-  const { data: legacyData, ...given } = input;
+  const { data: legacyData, gradient_checkpointing, ...given } = input;
   checkKeys(given, legacyData);
+  if (gradient_checkpointing !== undefined && typeof gradient_checkpointing !== 'boolean') throw new ConfigError('gradient_checkpointing must be true or false');
   let datasetInput: Record<string, unknown> = isPlainObject(given.dataset) ? given.dataset : {};
   if (given.dataset !== undefined && !isPlainObject(given.dataset)) throw new ConfigError(`dataset must be an object; got ${JSON.stringify(given.dataset)}`);
   if (legacyData !== undefined) {
@@ -343,7 +344,6 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
     throw e;
   }
   if (typeof c.mask_truncated_completions !== 'boolean') throw new ConfigError('mask_truncated_completions must be true or false');
-  if (typeof c.gradient_checkpointing !== 'boolean') throw new ConfigError('gradient_checkpointing must be true or false');
 
   int('lora.r', c.lora.r, 1);
   num('lora.lora_alpha', c.lora.lora_alpha, 0, Infinity, { openLo: true });
@@ -373,7 +373,7 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   if (c.scale_rewards === 'batch' && plan.promptsPerGeneration === 1) {
     warnings.push(`scale_rewards = 'batch' with one prompt per generation batch is the same as 'group'`);
   }
-  return { config: c, loss, warnings };
+  return { config: c, loss, engine: gradient_checkpointing === undefined ? {} : { gradient_checkpointing }, warnings };
 }
 
 /** The keys a config may hold, at every depth: the defaults' (the dataset's by its kind), rewards' terms, and the deprecated "data". */

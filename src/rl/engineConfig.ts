@@ -1,8 +1,11 @@
 // How the engine runs a training config, apart from what training does (src/rl/config.ts): where
-// the matrix products run and how many packed rows a training forward holds. Neither changes what
-// is trained beyond rounding; both trade speed against memory or precision on one device. The CLI's
-// --products, --vision-products and --micro-batch-tokens (and a config file's "engine" entry), and
-// the app's Model panel, set these fields and nothing else.
+// the matrix products run, how many packed rows a training forward holds, and whether the backward
+// recomputes layers. None changes what is trained beyond rounding; each trades speed against memory
+// or precision on one device. The CLI's --products, --vision-products, --micro-batch-tokens and
+// --gradient-checkpointing (and a config file's "engine" entry), the app's Model panel and the
+// Train form's gradient_checkpointing set these fields and nothing else. A training config may
+// also hold gradient_checkpointing at its top level, transformers' TrainingArguments name: it is
+// read onto this field (ConfigEngineFields), so configs of earlier versions and TRL-style files run.
 import { chooseProducts, isProducts, PRODUCTS, VISION_PRODUCTS, type Products, type VisionProducts } from '../model/products';
 import type { Capabilities } from '../gpu';
 import { findUnknownKey, isPlainObject } from './configKeys';
@@ -19,10 +22,20 @@ export interface EngineConfig {
    * against one extra no-grad forward of a larger group. Default DEFAULT_MICRO_BATCH_TOKENS.
    */
   micro_batch_tokens: number;
+  /**
+   * Recompute each decoder layer in the backward from its input instead of keeping its
+   * activations. Default true (transformers' default is false): a browser GPU's memory is the
+   * limit. false keeps every layer's activations (about 130 KB a token a layer for the 2B, 10 GiB
+   * for 8 completions of 352 tokens) and saves one forward of the layers.
+   */
+  gradient_checkpointing: boolean;
 }
 
+/** The engine fields a training config may set itself, under transformers' names (TrainConfigInput). */
+export type ConfigEngineFields = Partial<Pick<EngineConfig, 'gradient_checkpointing'>>;
+
 export function defaultEngineConfig(): EngineConfig {
-  return { products: 'auto', vision_products: 'f32', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS };
+  return { products: 'auto', vision_products: 'f32', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true };
 }
 
 export class EngineConfigError extends Error {
@@ -32,17 +45,27 @@ export class EngineConfigError extends Error {
   }
 }
 
-/** `input` over the defaults, unknown keys refused with their path (under `path`), every field checked. */
-export function resolveEngineConfig(input: unknown = {}, path = 'engine'): EngineConfig {
+/**
+ * `input` over the defaults, unknown keys refused with their path (under `path`), every field
+ * checked. `fromConfig`: the fields the training config set (ResolvedConfig.engine); giving one
+ * there and another value in `input` is refused.
+ */
+export function resolveEngineConfig(input: unknown = {}, path = 'engine', fromConfig: ConfigEngineFields = {}): EngineConfig {
   if (!isPlainObject(input)) throw new EngineConfigError(`${path} must be an object; got ${input === null ? 'null' : JSON.stringify(input)}`);
   const d = defaultEngineConfig();
   const unknown = findUnknownKey(input, { ...d }, path);
   if (unknown !== null) throw new EngineConfigError(unknown);
   const c = { ...d, ...input } as EngineConfig;
+  for (const [key, value] of Object.entries(fromConfig) as [keyof ConfigEngineFields, boolean | undefined][]) {
+    if (value === undefined) continue;
+    if (key in input && input[key] !== value) throw new EngineConfigError(`${path}.${key} is ${JSON.stringify(input[key])} and the training config's ${key} ${JSON.stringify(value)}: give one`);
+    c[key] = value;
+  }
   if (c.products !== 'auto' && !isProducts(c.products)) throw new EngineConfigError(`${path}.products must be auto or one of ${PRODUCTS.map((p) => p.value).join(', ')}; got ${JSON.stringify(c.products)}`);
   if (!VISION_PRODUCTS.includes(c.vision_products)) throw new EngineConfigError(`${path}.vision_products must be one of ${VISION_PRODUCTS.join(', ')}; got ${JSON.stringify(c.vision_products)}`);
   const t = c.micro_batch_tokens;
   if (typeof t !== 'number' || !Number.isInteger(t) || t < 1) throw new EngineConfigError(`${path}.micro_batch_tokens must be an integer >= 1; got ${JSON.stringify(t)}`);
+  if (typeof c.gradient_checkpointing !== 'boolean') throw new EngineConfigError(`${path}.gradient_checkpointing must be true or false; got ${JSON.stringify(c.gradient_checkpointing)}`);
   return c;
 }
 

@@ -27,7 +27,7 @@ export interface GroupStepArgs {
   loss: Omit<GroupLossArgs, 'fwd'>;
   /** Most packed rows (the prompt once, then completion tokens) per training forward; a longer completion goes alone. */
   tokenBudget: number;
-  /** Recompute layers in the backward (TrainConfig.gradient_checkpointing; default true). */
+  /** Recompute layers in the backward (EngineConfig.gradient_checkpointing; default true). */
   gradientCheckpointing?: boolean;
   /** lora_dropout masks of this group's forwards (ForwardOptions.dropout): chunks' no-grad and training forwards alike. */
   dropout?: { seed: number; step: number };

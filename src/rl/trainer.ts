@@ -64,7 +64,7 @@ export interface TrainerOptions {
   saveCheckpoint?: (c: Checkpoint) => Promise<void>;
   /** Continue from here instead of initialising the adapters. */
   resume?: Checkpoint;
-  /** How the engine runs it (src/rl/engineConfig.ts; the trainer reads micro_batch_tokens). Default defaultEngineConfig(). */
+  /** How the engine runs it (src/rl/engineConfig.ts; the trainer reads micro_batch_tokens and gradient_checkpointing). Default defaultEngineConfig(). */
   engine?: EngineConfig;
   /** The resumed run's data changed (allowed by the user): its cursor over the old rows is dropped for a new pass. */
   newData?: boolean;
@@ -475,12 +475,13 @@ export class Trainer {
       return out;
     };
     const sampling = pad(g.rollout.completions.map((x) => x.samplingLogps));
+    const engine = this.o.engine ?? defaultEngineConfig();
     const { result: res, logps, entropy } = await groupStep(gpu, policy, this.rl, {
       batch,
       temperature: c.temperature,
       loss: { mask, old: g.old, ref: g.ref, sampling, scores: { advantages: g.rollout.advantages }, config: lossCfg, entropyCoef: this.entropyControl.applied(), entropyDenominator },
-      tokenBudget: (this.o.engine ?? defaultEngineConfig()).micro_batch_tokens,
-      gradientCheckpointing: c.gradient_checkpointing,
+      tokenBudget: engine.micro_batch_tokens,
+      gradientCheckpointing: engine.gradient_checkpointing,
       dropout,
     });
     let entropySum = 0;

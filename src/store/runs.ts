@@ -4,6 +4,7 @@
 // transaction: a tab closed mid-write leaves the previous checkpoint current and readable.
 import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../rl/checkpoint';
 import type { TrainConfig } from '../rl/config';
+import type { EngineConfig } from '../rl/engineConfig';
 import type { RolloutSample, StepMetrics } from '../rl/metrics';
 import type { TrainerState } from '../rl/trainer';
 import { openStore } from './db';
@@ -13,6 +14,8 @@ export interface RunRecord {
   createdAt: number;
   updatedAt: number;
   config: TrainConfig;
+  /** How the engine runs it; absent in runs of earlier versions, whose config held gradient_checkpointing. */
+  engine?: EngineConfig;
   state: TrainerState;
   step: number;
   /** Key of the current checkpoint in 'checkpoints', or null before the first. */
@@ -38,9 +41,9 @@ export type SamplesRecord = RolloutSample[];
 /** Checkpoints kept per run: the current one and the one before it. */
 const KEEP = 2;
 
-export async function createRun(runId: string, config: TrainConfig): Promise<RunRecord> {
+export async function createRun(runId: string, config: TrainConfig, engine: EngineConfig): Promise<RunRecord> {
   const now = Date.now();
-  const run: RunRecord = { runId, createdAt: now, updatedAt: now, config, state: 'idle', step: 0, checkpoint: null };
+  const run: RunRecord = { runId, createdAt: now, updatedAt: now, config, engine, state: 'idle', step: 0, checkpoint: null };
   await (await openStore()).put('runs', run, runId);
   return run;
 }

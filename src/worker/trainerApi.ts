@@ -7,6 +7,7 @@
 import type { Gpu } from '../gpu';
 import type { CustomRewardEvaluator } from '../rewards/sandbox';
 import { resolveConfig, type TrainConfig, type TrainConfigInput } from '../rl/config';
+import { resolveEngineConfig, type EngineConfig } from '../rl/engineConfig';
 import type { StepMetrics, RolloutSample } from '../rl/metrics';
 import type { Policy } from '../rl/policy';
 import { Trainer, type PromptSource, type TrainerEvent, type TrainerState } from '../rl/trainer';
@@ -46,9 +47,11 @@ export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
   /** A pause asked for while a step runs, handed to the trainer when that step ends. */
   let pauseAfterStep = false;
 
-  const launch = async (runId: string, config: TrainConfig, onEvent: (e: RunEvent) => void, resume: boolean) => {
+  /** `stored` undefined: a run of an earlier version, whose config's gradient_checkpointing holds. */
+  const launch = async (runId: string, config: TrainConfig, stored: EngineConfig | undefined, onEvent: (e: RunEvent) => void, resume: boolean) => {
     if (current && ['running', 'paused'].includes(current.trainer.status)) throw new Error(`run ${current.runId} is still ${current.trainer.status}; stop it first`);
-    const { loss } = resolveConfig(config);
+    const { loss, engine: fromConfig } = resolveConfig(config);
+    const engine = stored ?? resolveEngineConfig({}, 'engine', fromConfig);
     const gpu = await deps.gpu();
     const opened = await deps.openPolicy(gpu, config);
     const checkpoint = resume ? await loadCheckpoint(runId) : null;
@@ -86,6 +89,7 @@ export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
       onEvent: report,
       saveCheckpoint: async (c) => void (await saveCheckpoint(c)),
       resume: checkpoint ?? undefined,
+      engine,
     });
     current = { runId, trainer };
     void gpu.lost.then((e) => report({ type: 'error', message: e.message, name: e.name }));
@@ -96,17 +100,19 @@ export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
 
   return {
     async startTraining(input, onEvent) {
-      const { config, warnings } = resolveConfig(input);
+      // The form's gradient_checkpointing is the engine's (transformers' name); the rest of the engine config keeps its defaults here.
+      const { config, warnings, engine: fromConfig } = resolveConfig(input);
+      const engine = resolveEngineConfig({}, 'engine', fromConfig);
       const runId = `run-${Date.now().toString(36)}-${Math.floor(Math.random() * 1e6).toString(36)}`;
-      await createRun(runId, config);
+      await createRun(runId, config, engine);
       for (const message of warnings) onEvent({ type: 'warning', message });
-      await launch(runId, config, onEvent, false);
+      await launch(runId, config, engine, onEvent, false);
       return { runId, warnings };
     },
     async continueTraining(runId, onEvent) {
       const run = await getRun(runId);
       if (!run) throw new Error(`no stored run '${runId}'`);
-      const trainer = await launch(runId, run.config, onEvent, true);
+      const trainer = await launch(runId, run.config, run.engine, onEvent, true);
       return { step: trainer.currentStep };
     },
     async pauseTraining() {

@@ -1,14 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { screenshot, startApp, type AppSession } from '../helpers/browser';
+import { describe, expect, it } from 'vitest';
+import { screenshot, servedApp } from '../helpers/browser';
 
 describe('app in headless Chromium (WebGPU on SwiftShader)', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it('shows the GPU adapter obtained in the worker, and remembers it across reloads', async () => {
     const page = await app.page();

@@ -2,8 +2,8 @@
 // facts as the browser's own adapter (features, subgroup sizes, subgroup-matrix configurations),
 // and the default products chosen from them.
 // (A string for page.evaluate: vitest would rewrite a function's dynamic import.)
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startApp, type AppSession } from '../helpers/browser';
+import { describe, expect, it } from 'vitest';
+import { servedApp } from '../helpers/browser';
 import type { Capabilities } from '../../src/gpu';
 
 interface Seen {
@@ -15,13 +15,7 @@ interface Seen {
 }
 
 describe('capabilities in Chromium', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it("match the browser's adapter, and the default products follow from them", async () => {
     const page = await app.page();

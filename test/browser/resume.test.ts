@@ -4,11 +4,10 @@
 // through the API), and its step count goes on from there to max_steps. A pause asked for right
 // after the continue lands after the step in flight, which is kept.
 // (Strings for page.evaluate: vitest would rewrite a function's dynamic import.)
-import { readdirSync, rmSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import type { Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startApp, type AppSession } from '../helpers/browser';
-import { tinyModelFolder } from '../helpers/tinyModelFolder';
+import { describe, expect, it } from 'vitest';
+import { appWithTinyModel, type AppSession } from '../helpers/browser';
 
 const MODEL_DIR = 'test-results/resume-model';
 
@@ -64,15 +63,7 @@ async function waitFor(page: Page, what: string, predicate: string, timeoutMs = 
 }
 
 describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    rmSync(MODEL_DIR, { recursive: true, force: true });
-    tinyModelFolder(MODEL_DIR, 'tiny-a', true);
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = appWithTinyModel(MODEL_DIR);
 
   it('continues after a reload with the same adapters and the next step', async () => {
     const page = await app.page();

@@ -3,20 +3,14 @@
 // browser and GPU). This checks it where it matters: the demo's held-out rows generated inside
 // Chromium hash to the same bytes (id, question, answer, every RGBA pixel) as in Node.
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { demoRows } from '../../src/data/demo';
-import { startApp, type AppSession } from '../helpers/browser';
+import { servedApp } from '../helpers/browser';
 
 const ROWS = 9;
 
 describe('synthetic images in the browser (headless Chromium)', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it(`renders the demo's first ${ROWS} held-out rows byte for byte as Node does`, async () => {
     const node = demoRows('heldOut')

@@ -3,18 +3,12 @@
 // slowly), run from the keyboard, fills the table with our rows and onnxruntime-web's
 // MatMulNBits beside them, whose output agrees with ours on the same weights and input; the
 // result copies as Markdown with the same rows; a second run cancels.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { benchShapes } from '../../src/bench/shapes';
-import { screenshot, startApp, type AppSession } from '../helpers/browser';
+import { screenshot, servedApp } from '../helpers/browser';
 
 describe('Benchmark page', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it('runs the GEMV suite with onnxruntime-web beside it and copies the table', async () => {
     const page = await app.page();

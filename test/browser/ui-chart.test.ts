@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { screenshot, startApp, type AppSession } from '../helpers/browser';
+import { screenshot, servedApp } from '../helpers/browser';
 
 /**
  * Nothing in the app draws a chart yet, so Vite's dev server meets uplot only when the test imports
@@ -20,13 +20,7 @@ async function evaluateSettled(page: Page, expression: string): Promise<unknown>
 // the accessible name and text alternative, the legend with each series' latest value (visible
 // without hovering), the empty-chart note, smoothing, and refused input.
 describe('live chart in headless Chromium', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it('appends points to named series and redraws once a frame', async () => {
     const page = await app.page();

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { screenshot, startApp, type AppSession } from '../helpers/browser';
+import { describe, expect, it } from 'vitest';
+import { screenshot, servedApp } from '../helpers/browser';
 
 // The Data panel: a synthetic set generated, previewed with its images on canvases, split and
 // re-split; the data set lands in the store the Train/Eval panels read; a local JSONL file with
@@ -10,13 +10,7 @@ import { screenshot, startApp, type AppSession } from '../helpers/browser';
 const PNG_2X1 = 'iVBORw0KGgoAAAANSUhEUgAAAAIAAAABCAIAAAB7QOjdAAAADUlEQVR4nGP4zwAE/wEHAAH/4iOeWQAAAABJRU5ErkJggg==';
 
 describe('data panel in headless Chromium', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it('generates a synthetic set, previews rows with images, splits it', async () => {
     const page = await app.page();

@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { screenshot, startApp, type AppSession } from '../helpers/browser';
+import { screenshot, servedApp } from '../helpers/browser';
 
 // The reward playground in the page: numbers follow the text as it is typed, weights are
 // editable, terms come and go, and a custom reward runs in the sandbox worker (its error shown,
@@ -26,13 +26,7 @@ async function expectText(page: Page, testId: string, expected: string | RegExp)
 }
 
 describe('reward playground in headless Chromium', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it('recomputes every term and the total as the sample, the weights and the terms change', async () => {
     const page = await app.page();

@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { screenshot, startApp, type AppSession } from '../helpers/browser';
+import { describe, expect, it } from 'vitest';
+import { screenshot, servedApp } from '../helpers/browser';
 
 // The shell: every panel reached from the keyboard (arrow keys across the tabs), the hash follows,
 // and every control of every panel has an accessible name.
@@ -7,13 +7,7 @@ import { screenshot, startApp, type AppSession } from '../helpers/browser';
 const ORDER = ['data', 'rewards', 'train', 'eval', 'adapters', 'gpu', 'model'];
 
 describe('app shell in headless Chromium', () => {
-  let app: AppSession;
-  beforeAll(async () => {
-    app = await startApp();
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+  const app = servedApp();
 
   it('moves across the panels with the arrow keys, follows the hash, and labels every control', async () => {
     const page = await app.page();

@@ -5,7 +5,7 @@
 // everything the trainer touches (LoRA tensors, log-prob/entropy/grad tensors) is on the GPU.
 import type { Gpu, Tensor } from '../../src/gpu';
 import { createLoraParams, Lora, type LoraParams } from '../../src/ops/lora';
-import type { Completion, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../../src/rl/policy';
+import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../../src/rl/policy';
 import type { PromptSource } from '../../src/rl/trainer';
 import type { DatasetRow } from '../../src/data/types';
 import type { TrainConfigInput } from '../../src/rl/config';
@@ -32,6 +32,8 @@ export class ToyPolicy implements Policy {
   private kept: { batch: SequenceBatch; probs: Float64Array[]; temperature: number; maxLen: number } | null = null;
   private outputs: Tensor[] = [];
   forwards = 0;
+  /** ForwardOptions.gradientCheckpointing of each training forward. */
+  readonly checkpointing: (boolean | undefined)[] = [];
 
   private constructor(
     private readonly gpu: Gpu,
@@ -102,8 +104,9 @@ export class ToyPolicy implements Policy {
     });
   }
 
-  async forward(batch: SequenceBatch, o: { temperature: number; lora: boolean; train: boolean }): Promise<TrainingForward> {
+  async forward(batch: SequenceBatch, o: ForwardOptions): Promise<TrainingForward> {
     this.forwards++;
+    if (o.train) this.checkpointing.push(o.gradientCheckpointing);
     const probs = await this.distributions(o.temperature, o.lora);
     const G = batch.completions.length;
     const maxLen = Math.max(1, ...batch.completions.map((c) => c.length));

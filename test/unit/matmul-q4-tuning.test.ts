@@ -53,11 +53,17 @@ describe('4-bit GEMV tuning table', () => {
     expect(gemvLayout(1, LM_HEAD, 4096, true).int8).toBe(true);
   });
 
-  it('splits a GEMM along K by tiles and K', () => {
+  it('splits a GEMM of few tiles over a long K: the most of 8, 4, 2 chunks within 512 workgroups and chunks of K ≥ 256', () => {
+    // A 512-token prefill's products in 128x64 tiles: k/v_proj (64 tiles), q/o_proj (128), down_proj (128
+    // over K 6144), gate/up_proj (384); then 1024 rows of q_proj, a long prompt and a short K.
     expect(gemmSplitOf(64, 2048)).toBe(8);
     expect(gemmSplitOf(128, 2048)).toBe(4);
+    expect(gemmSplitOf(128, 6144)).toBe(4);
+    expect(gemmSplitOf(384, 2048)).toBe(1);
     expect(gemmSplitOf(256, 2048)).toBe(2);
     expect(gemmSplitOf(512, 6144)).toBe(1);
+    expect(gemmSplitOf(16, 512)).toBe(2);
     expect(gemmSplitOf(64, 512)).toBe(2);
+    expect(gemmSplitOf(16, 256)).toBe(1);
   });
 });

@@ -15,20 +15,24 @@ import { ToyPolicy, toyPrompts, toyRunConfig } from '../helpers/toyPolicy';
 const config = toyRunConfig({ max_steps: 5, save_steps: 2 });
 
 describe('train command: engine flags', () => {
-  const engine = (argv: string[], fromFile?: unknown) => engineFromArgs(parseArgs(argv), fromFile);
+  const engine = (argv: string[], fromFile?: unknown, fromConfig?: { gradient_checkpointing?: boolean }) => engineFromArgs(parseArgs(argv), fromFile, fromConfig);
   it('maps --products and its older aliases onto one field, over the config file\'s "engine" entry', () => {
     expect(engine([])).toEqual(defaultEngineConfig());
-    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', micro_batch_tokens: 2048 });
+    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', micro_batch_tokens: 2048, gradient_checkpointing: false });
     expect(engine(['--tensor-cores']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '2']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '1']).products).toBe('int8-1limb');
     expect(engine(['--tensor-cores', '--tensor-core-steps', 'row']).products).toBe('int8-row');
     expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
-    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', micro_batch_tokens: 512 });
+    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', micro_batch_tokens: 512, gradient_checkpointing: true });
     expect(engine(['--products', 'f32'], { products: 'int8' }).products).toBe('f32');
     // The default is the fastest the device offers, chosen on it.
     expect(engine([]).products).toBe('auto');
     expect(engine(['--products', 'auto'], { products: 'int8' }).products).toBe('auto');
+    // The training config's gradient_checkpointing (transformers' name) sets the engine's; the flag overrides both.
+    expect(engine([], {}, { gradient_checkpointing: false }).gradient_checkpointing).toBe(false);
+    expect(engine(['--gradient-checkpointing'], { gradient_checkpointing: false }).gradient_checkpointing).toBe(true);
+    expect(engine(['--gradient-checkpointing', 'true'], {}, { gradient_checkpointing: false }).gradient_checkpointing).toBe(true);
   });
 
   it('refuses bad values, unknown engine keys and the old flags mixed with the new', () => {
@@ -38,6 +42,7 @@ describe('train command: engine flags', () => {
     expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
     expect(() => engine(['--tensor-core-limbs', '1'])).toThrow(/--tensor-core-limbs takes 1 or 2, with --tensor-cores/);
     expect(() => engine(['--micro-batch-tokens', '0'])).toThrow(/--micro-batch-tokens takes an integer >= 1; got 0/);
+    expect(() => engine(['--gradient-checkpointing', 'no'])).toThrow(/--gradient-checkpointing takes true or false; got 'no'/);
     expect(() => engine([], { micro_batch_tokens: 0.5 })).toThrow(/engine\.micro_batch_tokens must be an integer >= 1/);
     expect(() => engine([], { producs: 'int8' })).toThrow(/engine\.producs: unknown field; did you mean products\?/);
   });
@@ -95,7 +100,10 @@ describe('train command (checkpoint folder, metrics lines)', () => {
     await trainRun(gpu, open, { config, steps: 5, outDir: join(dir, 'a'), resume: true, ...io });
     expect(lines.map((l) => JSON.parse(l).step)).toEqual([1, 2, 3, 4, 5]);
     lines.length = 0;
-    await trainRun(gpu, open, { config, outDir: join(dir, 'b'), resume: false, ...io });
+    // Without an engine config, the config's gradient_checkpointing (transformers' name) is the engine's.
+    await trainRun(gpu, open, { config: { ...config, gradient_checkpointing: false }, outDir: join(dir, 'b'), resume: false, ...io });
+    expect(new Set(policies[0].checkpointing)).toEqual(new Set([true]));
+    expect(new Set(policies[2].checkpointing)).toEqual(new Set([false]));
     // (A constant rate: --steps changes max_steps, which a decaying schedule depends on.)
     expect(Array.from(await gpu.readF32(policies[1].lora[0].B))).toEqual(Array.from(await gpu.readF32(policies[2].lora[0].B)));
   });
@@ -104,7 +112,8 @@ describe('train command (checkpoint folder, metrics lines)', () => {
 describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenizer)', () => {
   it('runs 2 steps with one metrics line each, checkpoints, and --resume continues the same run at step 3', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'vlrl-train-cli-'));
-    const configFile = tinyTrainConfigFile(dir, { learning_rate: 0.01, max_steps: 2, engine: { micro_batch_tokens: 2048 } });
+    // gradient_checkpointing at the top level: transformers' name, read as the engine's.
+    const configFile = tinyTrainConfigFile(dir, { learning_rate: 0.01, max_steps: 2, gradient_checkpointing: false, engine: { micro_batch_tokens: 2048 } });
     const out = join(dir, 'run');
     const metrics = join(dir, 'metrics.jsonl');
     const first = await runCli(['train', '--config', configFile, '--metrics', metrics, '--output-dir', out]);
@@ -122,7 +131,7 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
-    const engine = { products: 'auto', vision_products: 'f32', micro_batch_tokens: 2048 };
+    const engine = { products: 'auto', vision_products: 'f32', micro_batch_tokens: 2048, gradient_checkpointing: false };
     // 'auto' on a GPU without tensor cores: the f32 units, said on stderr.
     expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; int8 unavailable: .*; f16 unavailable: /);
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
@@ -136,6 +145,14 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     const b = saved.tensors.get('model.language_model.layers.0.self_attn.q_proj.lora_B.weight')!;
     expect(b.some((v) => v !== 0)).toBe(true);
 
+    expect('gradient_checkpointing' in saved.meta.config).toBe(false);
+
+    // A run folder of an earlier version: gradient_checkpointing in the checkpoint's config, not in engine.json.
+    const { gradient_checkpointing: _, ...olderEngine } = engine;
+    writeFileSync(join(out, 'engine.json'), JSON.stringify(olderEngine));
+    const metaFile = join(out, 'step-00000002', 'checkpoint.json');
+    const meta = JSON.parse(readFileSync(metaFile, 'utf8'));
+    writeFileSync(metaFile, JSON.stringify({ ...meta, config: { ...meta.config, gradient_checkpointing: false } }));
     const resumed = await runCli(['train', '--resume', out, '--steps', '3']);
     expect(resumed.code).toBe(0);
     expect(resumed.stdout.trim().split('\n').map((l) => JSON.parse(l).step)).toEqual([3]);
@@ -144,7 +161,6 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     expect(after.meta.runId).toBe(saved.meta.runId);
     expect(after.meta.history.map((m) => m.step)).toEqual([1, 2, 3]);
     expect(after.meta.history.slice(0, 2)).toEqual(saved.meta.history);
-    expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
   }, 180_000);
 
   it('refuses conflicting sources and a missing demo model with a reason', async () => {

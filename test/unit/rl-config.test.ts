@@ -181,13 +181,24 @@ describe('trainer RNG', () => {
 describe('engine config', () => {
   it('fills defaults, refuses unknown keys with their path, and checks each field', () => {
     expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
-    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024 })).toEqual({ products: 'int8-row', vision_products: 'f32', micro_batch_tokens: 1024 });
+    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', micro_batch_tokens: 1024, gradient_checkpointing: false });
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
     expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be auto or one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
     expect(resolveEngineConfig({ vision_products: 'f16' }).vision_products).toBe('f16');
     expect(() => resolveEngineConfig({ micro_batch_tokens: 0 })).toThrow(/micro_batch_tokens must be an integer >= 1/);
     expect(() => resolveEngineConfig(null)).toThrow(/engine must be an object; got null/);
+    expect(() => resolveEngineConfig({ gradient_checkpointing: 'no' })).toThrow(/engine\.gradient_checkpointing must be true or false; got "no"/);
+  });
+
+  it('reads a training config\'s gradient_checkpointing (transformers\' name) as the engine\'s', () => {
+    const { config, engine } = resolveConfig({ gradient_checkpointing: false });
+    expect('gradient_checkpointing' in config).toBe(false);
+    expect(engine).toEqual({ gradient_checkpointing: false });
+    expect(resolveConfig({}).engine).toEqual({});
+    expect(resolveEngineConfig({}, 'engine', engine).gradient_checkpointing).toBe(false);
+    expect(resolveEngineConfig({ gradient_checkpointing: false }, 'engine', engine).gradient_checkpointing).toBe(false);
+    expect(() => resolveEngineConfig({ gradient_checkpointing: true }, 'engine', engine)).toThrow(/engine\.gradient_checkpointing is true and the training config's gradient_checkpointing false: give one/);
   });
 
   it('maps each products setting onto the model options it stands for', () => {

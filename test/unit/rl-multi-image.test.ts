@@ -3,19 +3,13 @@
 // max_images_per_message = 2 cuts to two. Each step's loss is finite with a gradient, each
 // prompt carries one vision block per kept image with its grid's pads, and the vision tower
 // encodes exactly the kept images, never the dropped one.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { DatasetRow, RgbaImage } from '../../src/data/types';
-import { nodeDirFiles } from '../../src/model/safetensors';
-import { imageKey, openModel } from '../../src/model/session';
+import { imageKey } from '../../src/model/session';
 import type { GridThw } from '../../src/model/vision';
-import { resolveConfig } from '../../src/rl/config';
-import { Trainer, type PromptSource, type TrainerEvent } from '../../src/rl/trainer';
+import { Trainer, type TrainerEvent } from '../../src/rl/trainer';
 import type { PreparedPrompt } from '../../src/rl/policy';
-import { testGpu } from '../helpers/gpu';
-import { tinyModelFolder } from '../helpers/tinyModelFolder';
+import { onEncode, openTinyRun, watchedSource } from '../helpers/tinySession';
 
 /** A picture with structure in both axes, distinct per `seed`. */
 function picture(width: number, height: number, seed: number): RgbaImage {
@@ -34,45 +28,24 @@ function picture(width: number, height: number, seed: number): RgbaImage {
 
 describe('multi-image rows in RL steps of the tiny model', () => {
   it('trains on two-image prompts (interleaved, and a capped images-first row) with finite loss and both images encoded', async () => {
-    const gpu = await testGpu();
-    const dir = tinyModelFolder(join(mkdtempSync(join(tmpdir(), 'vlrl-multi-image-')), 'tiny-a'));
-    const session = await openModel(gpu, nodeDirFiles(dir), { quant: 'none', maxSamples: 2 });
-    const { config, loss } = resolveConfig({
-      num_generations: 2,
+    const { gpu, session, config, loss } = await openTinyRun('vlrl-multi-image-', {
       per_device_train_batch_size: 2,
-      max_completion_length: 3,
-      max_steps: 2,
-      save_steps: 0,
       seed: 9,
       max_images_per_message: 2,
       // Three-token completions rarely earn a reward, so a group's advantages are often all 0; the
       // entropy bonus gives every step a gradient whatever the rewards.
       entropy_coef: 0.01,
-      lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj', 'v_proj'] },
+      lora: { target_modules: ['q_proj', 'v_proj'] },
     });
-    session.attachLora(config.lora);
     const dropped = picture(96, 96, 5);
     const rows: DatasetRow[] = [
       { id: 'interleaved', question: 'Is <image> wider than <image>?', images: [picture(128, 128, 1), picture(64, 256, 2)], answer: '1', meta: {} },
       { id: 'first', question: 'How many pictures?', images: [picture(256, 64, 3), picture(160, 96, 4), dropped], answer: '2', meta: {} },
     ];
-    const source = session.promptSource(rows);
     const prompts: PreparedPrompt[] = [];
-    const data: PromptSource = {
-      rows,
-      prepare: async (row, system) => {
-        const p = await source.prepare(row, system);
-        prompts.push(p.prompt);
-        return p;
-      },
-    };
+    const data = watchedSource(session.promptSource(rows), (p) => prompts.push(p));
     const encoded: GridThw[] = [];
-    const tower = session.model.vision;
-    const encode = tower.encode.bind(tower);
-    tower.encode = (rec, pixels, grids) => {
-      encoded.push(...grids);
-      return encode(rec, pixels, grids);
-    };
+    onEncode(session.model.vision, (grids) => encoded.push(...grids));
     const events: TrainerEvent[] = [];
     const trainer = await Trainer.create({ gpu, policy: session.policy, data, config, loss, runId: 'multi-image', onEvent: (e) => events.push(e) });
     expect(await trainer.run()).toBe('finished');

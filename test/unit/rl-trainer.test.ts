@@ -3,7 +3,7 @@ import { presetTerms, scoreBuiltins } from '../../src/rewards/registry';
 import { resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { Trainer, type TrainerEvent } from '../../src/rl/trainer';
 import type { Checkpoint } from '../../src/rl/checkpoint';
-import { defaultEngineConfig, type EngineConfig } from '../../src/rl/engineConfig';
+import { defaultEngineConfig, resolveEngineConfig, type EngineConfig } from '../../src/rl/engineConfig';
 import { testGpu } from '../helpers/gpu';
 import { TOY_TRAINER_CONFIG, ToyPolicy, toyPrompts } from '../helpers/toyPolicy';
 
@@ -53,6 +53,18 @@ describe('trainer and the engine config', () => {
     // budget under one completion, each completion alone (and the group's no-grad pass).
     expect(await forwards(defaultEngineConfig().micro_batch_tokens)).toBe(1);
     expect(await forwards(1)).toBeGreaterThanOrEqual(8);
+  });
+
+  it('recomputes layers in the backward as engine.gradient_checkpointing says, the config\'s transformers name mapping onto it', async () => {
+    const checkpointing = async (input: TrainConfigInput, engine?: EngineConfig) => {
+      const { trainer, policy } = await makeTrainer({ max_steps: 1, ...input }, { engine });
+      await trainer.run();
+      return [...new Set(policy.checkpointing)];
+    };
+    expect(await checkpointing({})).toEqual([true]);
+    expect(await checkpointing({}, { ...defaultEngineConfig(), gradient_checkpointing: false })).toEqual([false]);
+    const { engine: fromConfig } = resolveConfig({ ...base, gradient_checkpointing: false });
+    expect(await checkpointing({}, resolveEngineConfig({}, 'engine', fromConfig))).toEqual([false]);
   });
 });
 

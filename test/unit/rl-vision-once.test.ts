@@ -1,58 +1,30 @@
 // Images are encoded once per prompt group: in one generation batch the vision tower sees each
 // distinct image exactly once, though its group is sampled, scored by the old and the reference
 // policy, and trained in chunks of one completion each (a token budget below every group).
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { syntheticDataset } from '../../src/data/synthetic';
-import { nodeDirFiles } from '../../src/model/safetensors';
-import { openModel } from '../../src/model/session';
 import type { GridThw } from '../../src/model/vision';
-import { resolveConfig } from '../../src/rl/config';
 import { defaultEngineConfig } from '../../src/rl/engineConfig';
-import { Trainer, type PromptSource } from '../../src/rl/trainer';
-import { testGpu } from '../helpers/gpu';
-import { tinyModelFolder } from '../helpers/tinyModelFolder';
+import { Trainer } from '../../src/rl/trainer';
+import { onEncode, openTinyRun, watchedSource } from '../helpers/tinySession';
 
 describe('the vision tower in an RL step', () => {
   it('encodes each distinct image once across sampling, old/ref log-probs and every training chunk', async () => {
-    const gpu = await testGpu();
-    const dir = tinyModelFolder(join(mkdtempSync(join(tmpdir(), 'vlrl-vision-once-')), 'tiny-a'));
-    const session = await openModel(gpu, nodeDirFiles(dir), { quant: 'none', maxSamples: 2 });
     // One generation of 4 prompts serves 2 optimizer steps of 2 groups: old log-probs are
     // recomputed (the policy moves inside the generation), beta > 0 adds the reference forward.
-    const { config, loss } = resolveConfig({
-      num_generations: 2,
+    const { gpu, session, config, loss } = await openTinyRun('vlrl-vision-once-', {
       per_device_train_batch_size: 4,
       steps_per_generation: 2,
-      max_completion_length: 3,
       beta: 0.04,
-      max_steps: 2,
-      save_steps: 0,
       seed: 5,
       // A subset of the modules with lora_dropout: the chunks' no-grad and training forwards drop too.
-      lora: { r: 2, lora_alpha: 4, lora_dropout: 0.1, target_modules: ['q_proj', 'v_proj', 'down_proj'] },
+      lora: { lora_dropout: 0.1, target_modules: ['q_proj', 'v_proj', 'down_proj'] },
     });
-    session.attachLora(config.lora);
     const rows = syntheticDataset({ seed: 11, count: 4, tasks: ['counting'], size: 128 });
     const keys = new Set<string>();
-    const source = session.promptSource(rows);
-    const data: PromptSource = {
-      rows,
-      prepare: async (row, system) => {
-        const p = await source.prepare(row, system);
-        for (const im of p.prompt.images) keys.add(im.key);
-        return p;
-      },
-    };
-    const tower = session.model.vision;
+    const data = watchedSource(session.promptSource(rows), (p) => p.images.forEach((im) => keys.add(im.key)));
     const encoded: GridThw[][] = [];
-    const encode = tower.encode.bind(tower);
-    tower.encode = (rec, pixels, grids) => {
-      encoded.push([...grids]);
-      return encode(rec, pixels, grids);
-    };
+    onEncode(session.model.vision, (grids) => encoded.push([...grids]));
     const forwards = { n: 0 };
     const forward = session.policy.forward.bind(session.policy);
     session.policy.forward = (batch, opts) => {

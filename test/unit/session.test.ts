@@ -13,11 +13,11 @@ import { imageKey, openModel, type ModelSession } from '../../src/model/session'
 import { defaultConfig } from '../../src/rl/config';
 import { testGpu } from '../helpers/gpu';
 import { tinyModelFolder } from '../helpers/tinyModelFolder';
+import { openTinySession } from '../helpers/tinySession';
 
 let session: ModelSession;
 beforeAll(async () => {
-  const dir = tinyModelFolder(join(mkdtempSync(join(tmpdir(), 'vlrl-session-')), 'tiny-a'));
-  session = await openModel(await testGpu(), nodeDirFiles(dir), { quant: 'none', maxSamples: 2 });
+  ({ session } = await openTinySession('vlrl-session-'));
 }, 60_000);
 
 describe('openModel', () => {

@@ -10,6 +10,7 @@ import { DEMO_TRAIN_CONFIG, demoRows } from '../../data/demo';
 import type { DatasetRow } from '../../data/types';
 import { readModelConfig } from '../../model/qwen3vl';
 import { resolveConfig, type TrainConfigInput } from '../../rl/config';
+import { resolveEngineConfig } from '../../rl/engineConfig';
 import type { CliArgs } from '../args';
 import { checkAdapterFits, checkOutputFree, readAdapterDir, replaceDir } from '../adapterDir';
 import { geo3kParquet } from '../trl/geo3kParquet';
@@ -25,13 +26,16 @@ export async function run(args: CliArgs): Promise<void> {
   const file = args.optStr('config');
   if (demo === (file !== undefined)) throw new Error('export-trl: give exactly one of --config FILE.json or --demo');
   let input: TrainConfigInput;
+  let engineInput: unknown;
   if (demo) input = { ...DEMO_TRAIN_CONFIG };
   else {
-    // The "engine" entry says how this engine runs the run; TRL has no counterpart.
-    const { engine: _, ...rest } = readConfigFile(file!, `--config ${file}`);
+    // Of the "engine" entry, TRL has a counterpart for gradient_checkpointing only.
+    const { engine, ...rest } = readConfigFile(file!, `--config ${file}`);
     input = rest as TrainConfigInput;
+    engineInput = engine;
   }
-  const { config, warnings } = resolveConfig(input);
+  const { config, warnings, engine: fromConfig } = resolveConfig(input);
+  const engine = resolveEngineConfig(engineInput ?? {}, 'engine', fromConfig);
   for (const w of warnings) console.error(`warning: ${w}`);
   const warn = (line: string) => console.error(line);
   const rows: DatasetRow[] = demo ? demoRows('rl') : await decodedDatasetRows(config.dataset, warn);
@@ -42,14 +46,14 @@ export async function run(args: CliArgs): Promise<void> {
     if (existsSync(config.model_name_or_path)) checkAdapterFits(adapter, await readModelConfig(modelFilesAt(config.model_name_or_path)), { engine: false });
   }
   const files: Record<string, string> = {
-    'train.py': trainPy({ config, model, adapter: adapterDir !== undefined }),
+    'train.py': trainPy({ config, engine, model, adapter: adapterDir !== undefined }),
     'rewards.py': rewardsPy(config.rewards),
     'vlrl_rewards.py': VLRL_REWARDS_PY,
     'accelerate_zero2.yaml': ACCELERATE_ZERO2,
     'launch.sh': LAUNCH_SH,
     'requirements.txt': REQUIREMENTS,
-    'README.md': projectReadme({ config, model, rows: rows.length, adapter: adapterDir ?? null, source: demo ? 'train --demo' : file! }),
-    'run_config.json': `${JSON.stringify(config, null, 2)}\n`,
+    'README.md': projectReadme({ config, engine, model, rows: rows.length, adapter: adapterDir ?? null, source: demo ? 'train --demo' : file! }),
+    'run_config.json': `${JSON.stringify({ ...config, engine }, null, 2)}\n`,
   };
   const parquet = await geo3kParquet(rows);
   checkOutputFree(out, args.bool('overwrite'));

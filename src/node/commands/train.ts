@@ -7,7 +7,8 @@
 //
 // The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, and the
 // `dataset`: synthetic, a local file or a hub data set, src/rl/dataSource.ts), plus an optional
-// "engine" entry (src/rl/engineConfig.ts: products, vision_products, micro_batch_tokens):
+// "engine" entry (src/rl/engineConfig.ts: products, vision_products, micro_batch_tokens,
+// gradient_checkpointing; a top-level gradient_checkpointing, transformers' name, is read onto it):
 //   "dataset": {"kind": "file", "path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "format": null,
 //               "mapping": {prompt_key, answer_key, image_keys, ...} | null, "image_folder": "images/",
 //               "limit": 500, "numeric_only": true}
@@ -21,7 +22,8 @@
 // products run (src/model/products.ts; f16 and int8 on tensor cores through Dawn started with
 // allow_unsafe_apis, which offers subgroup matrices, and for f16 vulkan_enable_f16_on_nvidia: an
 // error naming what is missing on GPUs without them); --vision-products f32|int8|f16 the vision tower's; --micro-batch-tokens N the packed rows per
-// training forward. They override the config's "engine" entry. Older flags, kept as aliases:
+// training forward; --gradient-checkpointing true|false whether the backward recomputes each layer
+// (default true). They override the config's "engine" entry. Older flags, kept as aliases:
 // --tensor-cores = --products int8, with --tensor-core-limbs 1 = int8-1limb, with
 // --tensor-core-steps row = int8-row; --vision-tensor-cores = --vision-products int8.
 //
@@ -53,7 +55,7 @@ import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
 import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
-import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveEngineConfig, resolveProducts, usesTensorCores, type EngineConfig } from '../../rl/engineConfig';
+import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveEngineConfig, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
 import { capabilitiesOf } from '../../gpu';
 import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
 import { isPlainObject } from '../../rl/configKeys';
@@ -66,7 +68,7 @@ import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--micro-batch-tokens N] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--micro-batch-tokens N] [--gradient-checkpointing true|false] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -85,6 +87,12 @@ export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<st
 
 /** The checkpoint DIR/latest names, or null when DIR has none. */
 export async function readCheckpointDir(dir: string): Promise<Checkpoint | null> {
+  const files = latestCheckpointFiles(dir);
+  return files && decodeCheckpoint(readFileSync(files[0], 'utf8'), readFileSync(files[1]));
+}
+
+/** checkpoint.json and tensors.safetensors of the folder DIR/latest names, or null before the first checkpoint. */
+function latestCheckpointFiles(dir: string): [string, string] | null {
   const latest = join(dir, 'latest');
   if (!existsSync(latest)) return null;
   const name = readFileSync(latest, 'utf8').trim();
@@ -94,7 +102,15 @@ export async function readCheckpointDir(dir: string): Promise<Checkpoint | null>
   const files = ['checkpoint.json', 'tensors.safetensors'].map((f) => join(folder, f));
   const missing = files.filter((f) => !existsSync(f));
   if (missing.length > 0) throw new CheckpointError(`${absolute(latest)} names ${name}, but ${missing.map((f) => absolute(f)).join(' and ')} ${missing.length > 1 ? 'are' : 'is'} missing`);
-  return decodeCheckpoint(readFileSync(files[0], 'utf8'), readFileSync(files[1]));
+  return [files[0], files[1]];
+}
+
+/** The training config of DIR's latest checkpoint, or {} without one (trainRun says why). */
+function latestCheckpointConfig(dir: string): TrainConfigInput {
+  const files = latestCheckpointFiles(dir);
+  if (!files) return {};
+  const meta = readConfigFile(files[0]);
+  return isPlainObject(meta.config) ? meta.config : {};
 }
 
 export interface TrainRunOptions {
@@ -106,7 +122,8 @@ export interface TrainRunOptions {
   resume: boolean;
   /** Runs custom reward terms (a worker_threads sandbox in the CLI). */
   sandbox?: CustomRewardEvaluator;
-  /** How the engine runs it (micro_batch_tokens; the products are the policy factory's). Default defaultEngineConfig(). */
+  /** How the engine runs it (micro_batch_tokens, gradient_checkpointing; the products are the policy factory's).
+   * Default: the defaults, with the config's own gradient_checkpointing. */
   engine?: EngineConfig;
   /** Resume even when the data differs from what DIR/data.json records (or it is missing), and record the new data. */
   allowDataChange?: boolean;
@@ -151,7 +168,7 @@ export async function trainRun(gpu: Gpu, openPolicy: PolicyFactory, o: TrainRunO
     loss,
     runId: resumeFrom?.meta.runId ?? `cli-${Date.now().toString(36)}`,
     sandbox: o.sandbox,
-    engine: o.engine,
+    engine: o.engine ?? resolveEngineConfig({}, 'engine', resolved.engine),
     onEvent,
     // Each checkpoint also as a PEFT adapter folder beside it and in the run folder (src/node/adapterDir.ts).
     saveCheckpoint: async (c) => writeCheckpointAdapters(o.outDir, await writeCheckpointDir(o.outDir, c), c),
@@ -241,12 +258,13 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
 }
 
 /**
- * The engine config: the config file's "engine" entry, then --products, --vision-products and
- * --micro-batch-tokens over it; the older tensor-core flags map onto `products` and
- * `vision_products` (they cannot be mixed with the new ones).
+ * The engine config: the config file's "engine" entry with the fields the training config set
+ * under transformers' names (`fromConfig`), then --products, --vision-products,
+ * --micro-batch-tokens and --gradient-checkpointing over it; the older tensor-core flags map onto
+ * `products` and `vision_products` (they cannot be mixed with the new ones).
  */
-export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
-  const e: Record<string, unknown> = { ...resolveEngineConfig(fromFile ?? {}) };
+export function engineFromArgs(args: CliArgs, fromFile: unknown, fromConfig: ConfigEngineFields = {}): EngineConfig {
+  const e: Record<string, unknown> = { ...resolveEngineConfig(fromFile ?? {}, 'engine', fromConfig) };
   const tensorCores = args.bool('tensor-cores');
   const limbs = args.optStr('tensor-core-limbs');
   const stepsBy = args.optStr('tensor-core-steps');
@@ -270,6 +288,11 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown): EngineConfig {
     const n = args.num('micro-batch-tokens');
     if (!Number.isInteger(n) || n < 1) throw new EngineConfigError(`--micro-batch-tokens takes an integer >= 1; got ${n}`);
     e.micro_batch_tokens = n;
+  }
+  const checkpointing = args.flags.get('gradient-checkpointing');
+  if (checkpointing !== undefined) {
+    if (checkpointing !== true && checkpointing !== 'true' && checkpointing !== 'false') throw new EngineConfigError(`--gradient-checkpointing takes true or false; got '${checkpointing}'`);
+    e.gradient_checkpointing = checkpointing !== 'false';
   }
   return resolveEngineConfig(e);
 }
@@ -301,14 +324,17 @@ export async function run(args: CliArgs): Promise<void> {
   }
   const model = args.optStr('model');
   if (model) config.model_name_or_path = model;
-  if (resumeDir === undefined) resolveConfig(config); // refuse a bad config before touching the GPU
+  // Refuse a bad config before touching the GPU.
+  let fromConfig = resumeDir === undefined ? resolveConfig(config).engine : {};
   const quant = args.optStr('quant') ?? 'q4';
   if (quant !== 'q4' && quant !== 'none') throw new Error(`--quant must be 'q4' or 'none', got '${quant}'`);
   const outDir = resumeDir ?? args.optStr('output-dir') ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-'));
   // The engine config a run started with (DIR/engine.json) holds on --resume; flags given then override it for that session.
   const engineFile = join(outDir, 'engine.json');
   if (resumeDir !== undefined && existsSync(engineFile)) engineInput = readConfigFile(engineFile);
-  const engine = engineFromArgs(args, engineInput);
+  // A run of an earlier version kept gradient_checkpointing in its config, not in engine.json.
+  if (resumeDir !== undefined && !(isPlainObject(engineInput) && 'gradient_checkpointing' in engineInput)) fromConfig = resolveConfig(latestCheckpointConfig(resumeDir)).engine;
+  const engine = engineFromArgs(args, engineInput, fromConfig);
   if (args.bool('demo') && asksTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
   const allowDataChange = args.bool('allow-data-change');
   if (allowDataChange && resumeDir === undefined) throw new Error('--allow-data-change goes with --resume');

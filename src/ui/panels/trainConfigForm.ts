@@ -2,12 +2,15 @@
 // its default and inline help (the doc comments, shortened). `read()` returns the TrainConfigInput
 // the worker resolves; the page resolves it first too, so a bad value is shown before a start.
 import { defaultConfig, LORA_TARGETS, LR_SCHEDULERS, type TrainConfig, type TrainConfigInput } from '../../rl/config';
+import { defaultEngineConfig } from '../../rl/engineConfig';
 import { AGGREGATIONS, LOSS_TYPES } from '../../rl/lossConfig';
 import { h } from '../dom';
 import { checkbox, field, numberInput, select } from '../form';
 
 // TRL's vllm_importance_sampling_* names are aliases of rollout_correction, which the form leaves to config files.
-type Scalar = Exclude<keyof TrainConfig, 'lora' | 'dataset' | 'rollout_correction' | 'rewards' | 'system_prompt' | 'model_name_or_path' | `vllm_importance_sampling_${string}`>;
+// gradient_checkpointing is the engine's, set here under transformers' name (src/rl/engineConfig.ts).
+type FormValues = TrainConfig & { gradient_checkpointing: boolean };
+type Scalar = Exclude<keyof FormValues, 'lora' | 'dataset' | 'rollout_correction' | 'rewards' | 'system_prompt' | 'model_name_or_path' | `vllm_importance_sampling_${string}`>;
 
 interface Spec {
   key: Scalar;
@@ -113,7 +116,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
   const base = defaultConfig();
   // The form has no dataset or rollout-correction fields; only the flat settings and LoRA's apply.
   const { lora: initialLora, dataset: _dataset, rollout_correction: _rolloutCorrection, ...flat } = initial;
-  const d: TrainConfig = { ...base, ...flat, lora: { ...base.lora, ...initialLora } };
+  const d: FormValues = { ...base, gradient_checkpointing: defaultEngineConfig().gradient_checkpointing, ...flat, lora: { ...base.lora, ...initialLora } };
   const readers: (() => [string, unknown])[] = [];
   const writers = new Map<string, (v: unknown) => void>();
   const shown = (v: unknown) => (v === null || v === undefined || (typeof v === 'number' && !Number.isFinite(v)) ? '' : String(v));
