@@ -13,6 +13,7 @@
 import { Tensor, type Gpu, type Tape } from '../gpu';
 import { KvCache } from '../ops/kvCache';
 import { Sampler, type SamplingConfig } from '../ops/sampling';
+import { ThinkingBudget, type ThinkingBudgetSettings } from '../ops/thinkingBudget';
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
 import type { TableHead } from './lmHead';
 
@@ -35,6 +36,11 @@ export interface GenerateRequest {
   seed: number;
   /** A sequence ends after it samples one of these (the token is kept). */
   stopIds: readonly number[];
+  /**
+   * Stop each sequence's thinking after `budget` tokens by forcing the end sequence on the GPU
+   * (src/ops/thinkingBudget.ts); forced tokens are returned like drawn ones, with log-prob 0.
+   */
+  thinking?: ThinkingBudgetSettings;
   lora: readonly LayerLora[] | null;
   /** Told the tokens kept so far over all sequences after each readback (progress for the UI). */
   onTokens?: (tokens: number) => void;
@@ -78,6 +84,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   // The repetition penalty's record of each sample's tokens, from the prompt's.
   const penalty = r.sampling.repetitionPenalty ?? 1;
   const seen = penalty !== 1 ? Sampler.seenBitmap(gpu, G, head.vocab, Array.from(r.inputIds)) : undefined;
+  const thinking = r.thinking ? ThinkingBudget.create(gpu, G, r.thinking) : undefined;
   // Per step of a batch: G ids, then G log-prob bits.
   const packed = gpu.tensor([STEPS_PER_SUBMIT * 2 * G], 'u32', 'generate.readback');
   // What a step reads from the GPU, one row per step: its [3, G] positions (padded to the storage
@@ -122,7 +129,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     const rng = { seed: r.seed, step: stepNumber };
     const sample = (hidden: Tensor) => {
       head.fullLogits(rec, hidden, logits, true);
-      sampler.sample(rec, logits, r.sampling, rng, { ids, logp }, seen);
+      sampler.sample(rec, logits, r.sampling, rng, { ids, logp }, seen, thinking && ((rr) => thinking.record(rr, { ids, logp })));
     };
     const recordStep = (step: number, j: number) => {
       rec.copy(steps, current, 4 * rowWords, 4 * rowWords * step);
@@ -173,6 +180,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     stepTape?.release();
     for (const t of [promptIds, last, logits, ids, logp, packed, steps, current, splitWs]) t.release();
     seen?.release();
+    thinking?.release();
     ws.release();
     cache.release();
   }
