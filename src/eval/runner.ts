@@ -20,7 +20,7 @@ export interface EvalProgress {
 export interface EvalOptions {
   policy: Policy;
   rows: readonly DatasetRow[];
-  /** Row to model input (prompt builder + processor); the runner stays free of tokenizer and images. */
+  /** Row to model input (prompt builder + processor); the runner stays free of tokenizer and images. A prompt that opened a <think> block (`thinking`) has the answer after </think> judged and scored. */
   prepare: (row: DatasetRow) => PreparedPrompt | Promise<PreparedPrompt>;
   terms: readonly RewardTerm[];
   /** Needed when a term is a custom reward. */
@@ -68,11 +68,11 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
     if (completions.length !== samplesPerRow) throw new Error(`eval: the policy returned ${completions.length} completions for row '${row.id}', asked for ${samplesPerRow}`);
     const scores = await scoreSamples(
       terms,
-      completions.map((c, k) => ({ completion: c.text, answer: row.answer, prompt: row.question, index: k })),
+      completions.map((c, k) => ({ completion: c.text, answer: row.answer, prompt: row.question, index: k, thinking: prompt.thinking })),
       options.sandbox,
     );
     const rowRecords = completions.map((c, k): EvalRecord => {
-      const { prediction, correct, correct_strict, format_ok } = judge(c.text, row.answer, answerFormat);
+      const { prediction, correct, correct_strict, format_ok } = judge(c.text, row.answer, answerFormat, prompt.thinking);
       return {
         id: row.id,
         sample: k,
