@@ -200,6 +200,7 @@ const api: EngineApi = {
       terms: req.terms,
       sandbox,
       answerFormat: req.answerFormat,
+      answerMatch: req.answerMatch,
       sampling: req.sampling,
       samplesPerRow: req.samplesPerRow,
       label: req.label,

@@ -24,8 +24,9 @@ import { DEMO_MODEL_DIR, DEMO_SYSTEM_PROMPT, demoRows } from '../../data/demo';
 import type { DatasetRow } from '../../data/types';
 import { uploadAdapter } from '../../adapter/upload';
 import { compareRuns, type Change } from '../../eval/diff';
-import { evalRunFromJson, evalRunToJson, type AnswerFormat, type EvalRun } from '../../eval/records';
+import { evalRunFromJson, type AnswerFormat, type EvalRun } from '../../eval/records';
 import { runEval } from '../../eval/runner';
+import { evalExportJson } from '../../eval/groups';
 import { openModel } from '../../model/session';
 import { presetTerms, validateTerms, type RewardTerm } from '../../rewards/registry';
 import { createNodeSandbox } from '../../rewards/sandboxNode';
@@ -200,7 +201,7 @@ export async function run(args: CliArgs): Promise<void> {
   });
   const tasks = rowTasks(rows);
   const file: EvalFile = tasks ? { ...result, row_tasks: tasks } : result;
-  if (out !== undefined) writeFileSync(out, evalRunToJson(file));
+  if (out !== undefined) writeFileSync(out, evalExportJson(file, result.settings.answerMatch ?? 'numeric'));
   const s = result.summary;
   console.log(JSON.stringify({ eval: result.label, rows: s.rows, samples: s.samples, accuracy: s.accuracy, format: s.formatCompliance, reward: s.meanReward, terms: s.termMeans, any_correct: s.anyCorrect, mean_tokens: s.meanTokens, truncated: s.truncated, by_task: byTask(file), ...(out !== undefined ? { out } : {}) }));
 }
