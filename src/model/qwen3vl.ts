@@ -339,9 +339,14 @@ export class Qwen3VL {
 
   /** The ids that open and close a thinking block: as given, else the tokenizer's <think> and </think>. */
   private thinkingTokens(given?: { start: number; end: readonly number[] }): { startId: number; endIds: readonly number[] } {
-    if (given) return { startId: given.start, endIds: given.end };
-    if (!this.tokenizer) throw new ShapeError('qwen3vl', 'a thinking budget needs the tokenizer (for <think> and </think>) or explicit thinking token ids');
-    return { startId: this.tokenizer.tokenId(THINK_OPEN), endIds: this.tokenizer.encode(THINK_CLOSE) };
+    let ids: { startId: number; endIds: readonly number[] };
+    if (given) ids = { startId: given.start, endIds: given.end };
+    else if (!this.tokenizer) throw new ShapeError('qwen3vl', 'a thinking budget needs the tokenizer (for <think> and </think>) or explicit thinking token ids');
+    else ids = { startId: this.tokenizer.tokenId(THINK_OPEN), endIds: this.tokenizer.encode(THINK_CLOSE) };
+    // A forced id is fed back to the embedding: it must be one of the model's tokens.
+    const outside = [ids.startId, ...ids.endIds].find((id) => !(id >= 0 && id < this.head.vocab));
+    if (outside !== undefined) throw new ShapeError('qwen3vl', `thinking budget: token ${outside} (${given ? 'given' : `${THINK_OPEN} / ${THINK_CLOSE}`}) is outside the model's vocabulary of ${this.head.vocab}`);
+    return ids;
   }
 
   private requireLora(): LayerLora[] {

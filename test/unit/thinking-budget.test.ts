@@ -113,4 +113,11 @@ describe('thinking budget (tiny-a, seeded group)', () => {
     expect(untouched.length).toBeGreaterThanOrEqual(1);
     expect(out[2].tokens[free[2].tokens.indexOf(start) + 1 + 3]).toBe(5);
   }, 300_000);
+
+  it('refuses thinking ids outside the vocabulary, and a budget without a tokenizer or ids', async () => {
+    const m = await model();
+    const p = await textPrompt(true);
+    await expect(m.generate(p, 2, { ...OPTS, thinkingBudget: 2 }, { stopIds: [], thinkingTokens: { start: 1, end: [151668] } })).rejects.toThrow(/token 151668 \(given\) is outside the model's vocabulary of 1024/);
+    await expect(m.generate(p, 2, { ...OPTS, thinkingBudget: 2 }, { stopIds: [] })).rejects.toThrow(/needs the tokenizer/);
+  }, 300_000);
 });
