@@ -13,6 +13,7 @@
 // Summaries count one or the other (AnswerMatch).
 import { answersEqual, EXACT_MATCH_REWARD, splitThinking, explainCorrectness, explainFormat, extractTagged, isDegenerate, lastBoxed, normalizeAnswer, type RewardTerm, type TermScore } from '../rewards';
 import { SOLUTION_TAG } from '../rewards/format';
+import type { ThinkingMode } from '../model/processor/chat';
 import type { SamplingOptions } from '../rl/policy';
 
 export type AnswerFormat = 'solution' | 'boxed';
@@ -134,6 +135,8 @@ export interface EvalSettings {
   sampling: SamplingOptions;
   samplesPerRow: number;
   terms: RewardTerm[];
+  /** The chat template's thinking switch the prompts were rendered with (absent: 'auto'; the budget is sampling.thinkingBudget). */
+  thinkingMode?: ThinkingMode;
 }
 
 export interface EvalRun {

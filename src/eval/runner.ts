@@ -2,6 +2,7 @@
 // each completion scored by the reward terms and judged for correctness and format, row by row
 // so that progress shows and a cancel takes effect between rows.
 import type { DatasetRow } from '../data/types';
+import type { ThinkingMode } from '../model/processor/chat';
 import { scoreSamples, validateTerms, type CustomRewardEvaluator, type RewardTerm } from '../rewards';
 import type { Policy, PreparedPrompt, SamplingOptions } from '../rl/policy';
 import { imageSizeClass, rowTask } from './groups';
@@ -30,6 +31,8 @@ export interface EvalOptions {
   answerMatch?: AnswerMatch;
   /** temperature 0 gives greedy decoding; the seed makes sampled runs repeatable. */
   sampling: SamplingOptions;
+  /** The thinking switch `prepare` renders prompts with, recorded in the run's settings (default 'auto'). */
+  thinkingMode?: ThinkingMode;
   /** Completions per row (default 1; more only makes sense sampled). */
   samplesPerRow?: number;
   label?: string;
@@ -99,7 +102,7 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
     adapter: options.adapter ?? null,
     createdAt,
     status,
-    settings: { answerFormat, answerMatch, sampling: { ...sampling }, samplesPerRow, terms: terms.map((t) => ({ ...t })) },
+    settings: { answerFormat, answerMatch, sampling: { ...sampling }, samplesPerRow, terms: terms.map((t) => ({ ...t })), ...(options.thinkingMode && options.thinkingMode !== 'auto' ? { thinkingMode: options.thinkingMode } : {}) },
     records,
     summary: summarize(records, answerMatch),
   };

@@ -113,8 +113,9 @@ export interface TrainConfig extends TrainLossSettings {
    * <think> block, </think> is forced (on the GPU, per completion) and generation goes on with the
    * answer, within max_completion_length. Forced tokens are completion tokens like drawn ones:
    * they count in the loss, with sampling log-prob 0 (vLLM's thinking_token_budget forces them
-   * through a logits processor, and TRL trains on every token vLLM returns). null: no budget
-   * (vLLM's default). Default null.
+   * through a logits processor, and TRL trains on every token vLLM returns); under a rollout
+   * correction a forced token's ratio is therefore the policy's own probability of it, as with
+   * vLLM's processed log-probs. null: no budget (vLLM's default). Default null.
    */
   thinking_budget: number | null;
 

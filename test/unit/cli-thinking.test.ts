@@ -62,10 +62,11 @@ describe('thinking flags of generate and eval', () => {
   it('eval records the budget, judges the answer after </think>, and exports the breakdown', async () => {
     const model = thinkingDemo();
     const file = join(dir, 'eval.json');
-    const r = await runCli(['eval', '--demo', '--model', model, '--rows', '2', '--max-new-tokens', '5', '--quant', 'none', '--thinking-budget', '1', '--out', file]);
+    const r = await runCli(['eval', '--demo', '--model', model, '--rows', '2', '--max-new-tokens', '5', '--quant', 'none', '--thinking-budget', '1', '--thinking-mode', 'on', '--out', file]);
     expect(r.code, r.stderr).toBe(0);
     const run = JSON.parse(readFileSync(file, 'utf8')) as EvalRun & { breakdown: unknown };
     expect(run.settings.sampling.thinkingBudget).toBe(1);
+    expect(run.settings.thinkingMode).toBe('on');
     expect(run.breakdown).toEqual(breakdown(run.records, 'numeric'));
     for (const rec of run.records) {
       expect(rec.completion).toContain('</think>');

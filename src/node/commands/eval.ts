@@ -190,6 +190,7 @@ export async function run(args: CliArgs): Promise<void> {
     policy: session.policy,
     rows,
     prepare: (row) => session.prepare(row, systemPrompt, { thinkingMode: thinking.mode }).prompt,
+    thinkingMode: thinking.mode,
     terms,
     sandbox,
     answerFormat,
