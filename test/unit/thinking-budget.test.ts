@@ -8,6 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { modelFiles, readReference } from '../helpers/modelFixtures';
 import { Qwen3VL } from '../../src/model/qwen3vl';
+import { Sampler } from '../../src/ops/sampling';
+import { ThinkingBudget } from '../../src/ops/thinkingBudget';
 import type { Completion, PreparedPrompt } from '../../src/rl/policy';
 
 const G = 6;
@@ -120,4 +122,29 @@ describe('thinking budget (tiny-a, seeded group)', () => {
     await expect(m.generate(p, 2, { ...OPTS, thinkingBudget: 2 }, { stopIds: [], thinkingTokens: { start: 1, end: [151668] } })).rejects.toThrow(/token 151668 \(given\) is outside the model's vocabulary of 1024/);
     await expect(m.generate(p, 2, { ...OPTS, thinkingBudget: 2 }, { stopIds: [] })).rejects.toThrow(/needs the tokenizer/);
   }, 300_000);
+
+  it('under a repetition penalty the forced token, not the drawn one, is marked as seen', async () => {
+    const gpu = await testGpu();
+    const sampler = await Sampler.create(gpu);
+    const V = 40;
+    const rows = 2;
+    // Greedy draws token 3 on both rows; both are inside a block with budget 0, so 17 is forced.
+    const z = new Float32Array(rows * V).map((_, i) => (i % V === 3 ? 5 : 0));
+    const logits = gpu.upload(z, [rows, V], 'f32', 'test.logits');
+    const ids = gpu.tensor([rows], 'u32', 'test.ids');
+    const logp = gpu.tensor([rows], 'f32', 'test.logp');
+    const seen = Sampler.seenBitmap(gpu, rows, V, [0]);
+    const budget = ThinkingBudget.create(gpu, rows, { budget: 0, opened: true, startId: 39, endIds: [17] });
+    const rec = gpu.recorder('test.penalty');
+    sampler.sample(rec, logits, { temperature: 0, repetitionPenalty: 1.5 }, { seed: 1, step: 0 }, { ids, logp }, seen, (r) => budget.record(r, { ids, logp }));
+    await rec.submit();
+    expect(Array.from(await gpu.read(ids))).toEqual([17, 17]);
+    expect(Array.from(await gpu.read(logp))).toEqual([0, 0]);
+    const bits = (await gpu.read(seen)) as Uint32Array;
+    const words = Math.ceil(V / 32);
+    const has = (row: number, id: number) => (bits[row * words + (id >>> 5)] >>> (id & 31)) & 1;
+    for (const row of [0, 1]) expect([has(row, 17), has(row, 3), has(row, 0)]).toEqual([1, 0, 1]);
+    for (const t of [logits, ids, logp, seen]) t.release();
+    budget.release();
+  }, 120_000);
 });

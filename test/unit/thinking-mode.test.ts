@@ -10,6 +10,7 @@ import { runEval } from '../../src/eval/runner';
 import { loadTokenizer, nodeQwen3TokenizerFolder, promptOpensThinking, Qwen3VLTokenizer, templateReadsThinkingSwitch, type ChatMessage, type ThinkingMode } from '../../src/model/processor';
 import { presetTerms, scoreBuiltins } from '../../src/rewards/registry';
 import { ConfigError, defaultConfig, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
+import { trlFields } from '../../src/node/trl/project';
 import type { Completion, Policy, PreparedPrompt, SamplingOptions } from '../../src/rl/policy';
 import { Trainer, type PromptOptions, type PromptSource, type TrainerEvent } from '../../src/rl/trainer';
 import { testGpu } from '../helpers/gpu';
@@ -66,6 +67,14 @@ describe('thinking_mode and thinking_budget in the train config', () => {
   it.each(refusals)('refuses %s by name', (_, input, reason) => {
     expect(() => resolveConfig(input)).toThrow(ConfigError);
     expect(() => resolveConfig(input)).toThrow(reason);
+  });
+
+  it('export-trl writes thinking_mode as TRL\'s chat_template_kwargs and names the budget it cannot carry', () => {
+    expect('chat_template_kwargs' in trlFields(defaultConfig()).grpo).toBe(false);
+    expect(trlFields(resolveConfig({ thinking_mode: 'off' }).config).grpo.chat_template_kwargs).toEqual({ enable_thinking: false });
+    expect(trlFields(resolveConfig({ thinking_mode: 'on' }).config).grpo.chat_template_kwargs).toEqual({ enable_thinking: true });
+    expect(trlFields(resolveConfig({ thinking_budget: 64 }).config).notCarried.find((f) => f.field === 'thinking_budget')?.why).toMatch(/^64 here; not carried/);
+    expect(trlFields(defaultConfig()).notCarried.some((f) => f.field === 'thinking_budget')).toBe(false);
   });
 
   it('warns when the budget cannot end thinking before max_completion_length', () => {
