@@ -72,6 +72,8 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   if (!Number.isInteger(r.maxNewTokens) || r.maxNewTokens < 0) throw new RangeError(`generate: maxNewTokens must be a non-negative integer, got ${r.maxNewTokens}`);
   const out: GeneratedSequence[] = Array.from({ length: G }, () => ({ tokens: [], logps: [], terminated: false }));
   if (r.maxNewTokens === 0) return out;
+  // First, so that a refused budget leaves nothing allocated.
+  const thinking = r.thinking ? ThinkingBudget.create(gpu, G, r.thinking) : undefined;
 
   // The prompt's positions are stored once, in slot 0, and shared by every sample (share below).
   const cache = await KvCache.create(gpu, { layers: c.numLayers, slots: G, capacity: T + r.maxNewTokens, hkv: c.numKvHeads, headDim: c.headDim, prefix: T });
@@ -84,7 +86,6 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   // The repetition penalty's record of each sample's tokens, from the prompt's.
   const penalty = r.sampling.repetitionPenalty ?? 1;
   const seen = penalty !== 1 ? Sampler.seenBitmap(gpu, G, head.vocab, Array.from(r.inputIds)) : undefined;
-  const thinking = r.thinking ? ThinkingBudget.create(gpu, G, r.thinking) : undefined;
   // Per step of a batch: G ids, then G log-prob bits.
   const packed = gpu.tensor([STEPS_PER_SUBMIT * 2 * G], 'u32', 'generate.readback');
   // What a step reads from the GPU, one row per step: its [3, G] positions (padded to the storage

@@ -342,7 +342,13 @@ export class Qwen3VL {
     let ids: { startId: number; endIds: readonly number[] };
     if (given) ids = { startId: given.start, endIds: given.end };
     else if (!this.tokenizer) throw new ShapeError('qwen3vl', 'a thinking budget needs the tokenizer (for <think> and </think>) or explicit thinking token ids');
-    else ids = { startId: this.tokenizer.tokenId(THINK_OPEN), endIds: this.tokenizer.encode(THINK_CLOSE) };
+    else {
+      try {
+        ids = { startId: this.tokenizer.tokenId(THINK_OPEN), endIds: this.tokenizer.encode(THINK_CLOSE) };
+      } catch (e) {
+        throw new ShapeError('qwen3vl', `thinking budget: ${(e as Error).message}`);
+      }
+    }
     // A forced id is fed back to the embedding: it must be one of the model's tokens.
     const outside = [ids.startId, ...ids.endIds].find((id) => !(id >= 0 && id < this.head.vocab));
     if (outside !== undefined) throw new ShapeError('qwen3vl', `thinking budget: token ${outside} (${given ? 'given' : `${THINK_OPEN} / ${THINK_CLOSE}`}) is outside the model's vocabulary of ${this.head.vocab}`);

@@ -5,6 +5,7 @@ import type { PeftAdapter } from '../adapter/peft';
 import type { DatasetRow } from '../data/types';
 import type { EvalProgress } from '../eval/runner';
 import type { AnswerFormat, AnswerMatch, EvalRun } from '../eval/records';
+import type { ThinkingMode } from '../model/processor/chat';
 import type { LoadProgress } from '../model/loader';
 import type { Products } from '../model/products';
 import type { RewardTerm } from '../rewards/registry';
@@ -58,6 +59,8 @@ export interface EvalRequest {
   /** Evaluate the base model (false) or the trained adapters (true, the default when attached). */
   lora?: boolean;
   systemPrompt?: string | null;
+  /** The chat template's thinking switch for the prompts (TrainConfig thinking_mode; default 'auto'). */
+  thinkingMode?: ThinkingMode;
   label?: string;
 }
 

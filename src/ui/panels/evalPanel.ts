@@ -22,6 +22,7 @@ import { field, numberInput, select } from '../form';
 import { formatNumber, formatPercent } from '../format';
 import { adapterOnModel, describeAdapter, type AdapterIdentity } from '../identity';
 import { persistControls } from '../workspace';
+import { THINKING_MODES, type ThinkingMode } from '../../model/processor/chat';
 import type { StatusBar } from '../status';
 
 const pct = formatPercent;
@@ -153,6 +154,8 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     ],
     'numeric',
   );
+  const thinkingMode = select<ThinkingMode>(THINKING_MODES.map((m) => ({ value: m, label: m })), 'auto');
+  const thinkingBudget = h('input', { type: 'number', step: '1', min: 0, value: '' });
   const label = h('input', { type: 'text', value: 'baseline' });
   const systemPrompt = h('textarea', { rows: 2 });
   systemPrompt.value = DEFAULT_SYSTEM_PROMPT;
@@ -165,7 +168,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
   );
   decoding.addEventListener('change', () => (sampledFields.hidden = decoding.value !== 'sampled'));
   // Not "Evaluate": after a reload the model starts without the adapter that choice meant.
-  persistControls('eval', { decoding, temperature, topP, samples, seed, maxNew, format, answerMatch, label, systemPrompt });
+  persistControls('eval', { decoding, temperature, topP, samples, seed, maxNew, format, answerMatch, thinkingMode, thinkingBudget, label, systemPrompt });
   sampledFields.hidden = decoding.value !== 'sampled';
   // The adapter option names the adapter it would evaluate.
   adapterOnModel.subscribe((a) => (withAdapter.options[1].textContent = a ? `With the adapter on the model: ${describeAdapter(a)}` : 'With the adapter on the model (trained or applied)'));
@@ -281,6 +284,8 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     const rows = datasetStore.current?.split.heldOut;
     if (!rows?.length || busy) return;
     error.hidden = true;
+    const budget = thinkingBudget.value.trim() === '' ? null : Number(thinkingBudget.value);
+    if (budget !== null && !(Number.isInteger(budget) && budget >= 0)) return showError(new Error(`Thinking budget must be an integer >= 0 or empty; got ${thinkingBudget.value}`));
     const pressedRun = document.activeElement === run;
     busy = true;
     sync();
@@ -308,7 +313,8 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
             terms: rewardTerms.current,
             answerFormat: format.value as AnswerFormat,
             answerMatch: match(),
-            sampling: { temperature: sampled ? Number(temperature.value) : 0, topP: sampled ? Number(topP.value) : 1, topK: 0, maxNewTokens: Number(maxNew.value), seed: Number(seed.value) },
+            sampling: { temperature: sampled ? Number(temperature.value) : 0, topP: sampled ? Number(topP.value) : 1, topK: 0, maxNewTokens: Number(maxNew.value), seed: Number(seed.value), ...(budget !== null ? { thinkingBudget: budget } : {}) },
+            thinkingMode: thinkingMode.value as ThinkingMode,
             samplesPerRow: sampled ? Number(samples.value) : 1,
             lora: useAdapter,
             systemPrompt: systemPrompt.value.trim() === '' ? null : systemPrompt.value,
@@ -401,7 +407,13 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     h('h2', { id: 'eval-h' }, 'Eval'),
     rowsNote,
     h('div', { class: 'row' }, field('Evaluate', withAdapter), field('Decoding', decoding), field('Answer format', format, 'Decides prediction, correct and format_ok; the reward terms (Rewards panel) are recorded beside them.'), field('Max new tokens', maxNew), field('Seed', seed), field('Label', label)),
-    field('Answer match', answerMatch, 'What counts as correct in the summaries, the breakdowns, the comparison and the export; each record keeps both.'),
+    h(
+      'div',
+      { class: 'row' },
+      field('Answer match', answerMatch, 'What counts as correct in the summaries, the breakdowns, the comparison and the export; each record keeps both.'),
+      field('Thinking', thinkingMode, 'The chat template’s enable_thinking (as the Train form’s thinking_mode): auto renders the template as the model ships it.'),
+      field('Thinking budget', thinkingBudget, 'Force </think> after this many thinking tokens in each completion (as thinking_budget); empty: none.'),
+    ),
     sampledFields,
     field('System prompt', systemPrompt, 'For rows without their own (as in training); empty for none.'),
     h('div', { class: 'row' }, run, cancel, progress, progressText, cancelNote),
