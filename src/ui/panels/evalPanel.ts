@@ -4,7 +4,8 @@
 // accuracy per image type); every run saved in IndexedDB (src/store/evals.ts), exportable as JSON
 // with its breakdown, and importable (the CLI's `eval --out`); a before/after table, the same per
 // group, and a per-sample diff (fixed, broken, unchanged) of any two saved runs. The answer-match
-// toggle (numeric tolerance or strict) decides what counts as correct everywhere it is shown.
+// toggle (numeric tolerance or strict) decides what counts as correct everywhere it is shown. The
+// thinking switch and budget are the Train form's thinking_mode and thinking_budget, for a run.
 import type { Remote } from 'comlink';
 import { DEFAULT_SYSTEM_PROMPT } from '../../data/prompt';
 import { compareRuns, type Change } from '../../eval/diff';
