@@ -68,6 +68,8 @@ describe('eval panel: by task and image size, strict or numeric answers, per-gro
     // By hand: chart is right on both rows with tolerance; small holds a and b; sizes smallest first.
     expect((await cells(p.getByTestId('eval-by-task')))[1].slice(0, 3)).toEqual(['chart', '2', '100.0%']);
     expect((await cells(p.getByTestId('eval-by-image-size'))).map((r) => r[0])).toEqual(['small', 'medium', 'large']);
+    const dCorrect = p.getByTestId('eval-records').locator('tr[data-id="d"] td').nth(3);
+    expect(await dCorrect.textContent()).toBe('yes');
 
     // Strict answers: d's 3.0-style answer no longer counts.
     const match = p.getByLabel('Answer match');
@@ -75,6 +77,7 @@ describe('eval panel: by task and image size, strict or numeric answers, per-gro
     await expect.poll(() => p.getByTestId('eval-summary').textContent()).toMatch(/accuracy 50\.0%.*\(strict answers\)$/);
     expect(await cells(p.getByTestId('eval-by-task'))).toEqual(expectedRows(breakdown(AFTER, 'strict').by_task));
     expect((await cells(p.getByTestId('eval-by-task')))[1].slice(0, 3)).toEqual(['chart', '2', '50.0%']);
+    expect(await dCorrect.textContent()).toBe('no');
 
     // Before/after per group, under strict answers.
     await p.getByLabel('Before', { exact: true }).selectOption('eval-before');

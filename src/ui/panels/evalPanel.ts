@@ -10,7 +10,7 @@ import type { Remote } from 'comlink';
 import { DEFAULT_SYSTEM_PROMPT } from '../../data/prompt';
 import { compareRuns, type Change } from '../../eval/diff';
 import { breakdown, compareByGroup, evalExportJson, type GroupDiff, type GroupRow } from '../../eval/groups';
-import { evalRunFromJson, summarize, type AnswerFormat, type AnswerMatch, type EvalRecord, type EvalRun, type EvalSummary } from '../../eval/records';
+import { evalRunFromJson, isCorrect, summarize, type AnswerFormat, type AnswerMatch, type EvalRecord, type EvalRun, type EvalSummary } from '../../eval/records';
 import type { EvalProgress } from '../../eval/runner';
 import { listEvalRuns, loadEvalRun, saveEvalRun } from '../../store/evals';
 import type { EngineApi } from '../../worker/api';
@@ -34,8 +34,8 @@ type IdentifiedEvalRun = EvalRun & { adapterIdentity?: AdapterIdentity | null };
 /** Compare rows that are shares (shown as percentages; their change in percentage points). */
 const SHARE_METRICS = new Set(['accuracy', 'format compliance', 'rows with a correct sample', 'truncated']);
 
-/** A run's records; a cancelled run's table says that it holds only the rows finished before the cancel. */
-function recordsTable(records: readonly EvalRecord[], cancelled = false): HTMLTableElement {
+/** A run's records, correct under `match`; a cancelled run's table says that it holds only the rows finished before the cancel. */
+function recordsTable(records: readonly EvalRecord[], match: AnswerMatch, cancelled = false): HTMLTableElement {
   const cols = ['id', 'prediction', 'gold', 'correct', 'format_ok', 'reward terms', 'completion'];
   return h(
     'table',
@@ -52,7 +52,7 @@ function recordsTable(records: readonly EvalRecord[], cancelled = false): HTMLTa
           h('td', {}, r.sample ? `${r.id} #${r.sample}` : r.id),
           h('td', {}, r.prediction ?? '—'),
           h('td', {}, r.gold),
-          h('td', {}, r.correct ? 'yes' : 'no'),
+          h('td', {}, isCorrect(r, match) ? 'yes' : 'no'),
           h('td', {}, r.format_ok ? 'yes' : 'no'),
           h('td', { class: 'num' }, r.terms.map((t) => `${t.name} ${formatNumber(t.value)}`).join(', ')),
           h('td', {}, h('pre', { class: 'completion' }, r.completion)),
@@ -252,7 +252,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     summary.textContent = `${runHeading(r)}: ${summaryLine(summarize(r.records, match()))} (${MATCH_NOTE[match()]})`;
     const b = breakdown(r.records, match());
     groups.replaceChildren(groupTable('eval-by-task', 'By task / category', b.by_task), groupTable('eval-by-image-size', 'By image size (largest image: small < 256², medium < 768²)', b.by_image_size));
-    records.replaceChildren(recordsTable(r.records, r.status === 'cancelled'));
+    records.replaceChildren(recordsTable(r.records, match(), r.status === 'cancelled'));
   };
   const show = async (id: string) => {
     const r = await loadEvalRun(id);
@@ -304,7 +304,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
       progressText.textContent = `${p.done} of ${p.total} rows`;
       sofar.push(...p.records);
       summary.textContent = summaryLine(p.summary);
-      records.replaceChildren(recordsTable(sofar));
+      records.replaceChildren(recordsTable(sofar, match()));
     };
     void (async () => {
       try {
