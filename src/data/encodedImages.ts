@@ -37,5 +37,5 @@ export async function decodeRowImages(row: DatasetRow, decoder: ImageDecoder, li
 
 /** `inner` with each row's images decoded just before it is prepared. */
 export function decodingPromptSource(inner: PromptSource, decoder: ImageDecoder, limits: ImageLimits = QWEN3_VL_IMAGE_LIMITS): PromptSource {
-  return { rows: inner.rows, prepare: async (row, systemPrompt) => inner.prepare(await decodeRowImages(row, decoder, limits), systemPrompt) };
+  return { rows: inner.rows, prepare: async (row, systemPrompt, options) => inner.prepare(await decodeRowImages(row, decoder, limits), systemPrompt, options) };
 }

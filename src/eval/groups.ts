@@ -3,7 +3,7 @@
 // Accuracy, format compliance and mean reward of each group are those of `summarize` over its
 // records, under the strict or the numeric-tolerance answer match.
 import type { DatasetRow, RgbaImage } from '../data/types';
-import { summarize, type AnswerMatch, type EvalRecord, type EvalRun, type EvalSummary, type ImageSizeClass } from './records';
+import { evalRunToJson, summarize, type AnswerMatch, type EvalRecord, type EvalRun, type EvalSummary, type ImageSizeClass } from './records';
 
 /** Pixel bounds of the size classes (of a row's largest image): small below 256², medium below 768². */
 export const IMAGE_SIZE_BOUNDS = { small: 256 * 256, medium: 768 * 768 } as const;
@@ -32,7 +32,10 @@ export function groupOf(r: EvalRecord, by: GroupBy): string {
   return v === null || v === undefined ? '(none)' : v;
 }
 
-/** One summary per group, groups in order of first appearance. */
+/** Size classes from the smallest up; records of older files ('(none)') last. */
+const SIZE_ORDER: readonly string[] = ['none', 'small', 'medium', 'large', '(none)'];
+
+/** One summary per group: tasks in order of first appearance, image size classes smallest first. */
 export function summarizeBy(records: readonly EvalRecord[], by: GroupBy, match: AnswerMatch = 'numeric'): Map<string, EvalSummary> {
   const groups = new Map<string, EvalRecord[]>();
   for (const r of records) {
@@ -41,7 +44,39 @@ export function summarizeBy(records: readonly EvalRecord[], by: GroupBy, match: 
     list.push(r);
     groups.set(g, list);
   }
-  return new Map([...groups].map(([g, rs]) => [g, summarize(rs, match)]));
+  const entries = [...groups];
+  if (by === 'image_size') entries.sort(([a], [b]) => SIZE_ORDER.indexOf(a) - SIZE_ORDER.indexOf(b));
+  return new Map(entries.map(([g, rs]) => [g, summarize(rs, match)]));
+}
+
+/** A group's line of the breakdown (the eval panel's tables and its JSON export). */
+export interface GroupRow {
+  group: string;
+  samples: number;
+  accuracy: number;
+  format_compliance: number;
+  mean_reward: number;
+}
+
+export interface EvalBreakdown {
+  /** What counted as correct. */
+  answer_match: AnswerMatch;
+  by_task: GroupRow[];
+  by_image_size: GroupRow[];
+}
+
+export function breakdown(records: readonly EvalRecord[], match: AnswerMatch = 'numeric'): EvalBreakdown {
+  const rows = (by: GroupBy) => [...summarizeBy(records, by, match)].map(([group, s]): GroupRow => ({ group, samples: s.samples, accuracy: s.accuracy, format_compliance: s.formatCompliance, mean_reward: s.meanReward }));
+  return { answer_match: match, by_task: rows('task'), by_image_size: rows('image_size') };
+}
+
+/**
+ * The eval panel's export of a run under `match`: the run with its summary counted that way
+ * (settings.answerMatch says so, and a load recounts the same), and the breakdown by task and by
+ * image size class beside it.
+ */
+export function evalExportJson(run: EvalRun, match: AnswerMatch): string {
+  return evalRunToJson({ ...run, settings: { ...run.settings, answerMatch: match }, summary: summarize(run.records, match) }, { breakdown: breakdown(run.records, match) });
 }
 
 export interface GroupDiff {

@@ -13,6 +13,7 @@
 // Summaries count one or the other (AnswerMatch).
 import { answersEqual, EXACT_MATCH_REWARD, splitThinking, explainCorrectness, explainFormat, extractTagged, isDegenerate, lastBoxed, normalizeAnswer, type RewardTerm, type TermScore } from '../rewards';
 import { SOLUTION_TAG } from '../rewards/format';
+import type { ThinkingMode } from '../model/processor/chat';
 import type { SamplingOptions } from '../rl/policy';
 
 export type AnswerFormat = 'solution' | 'boxed';
@@ -134,6 +135,8 @@ export interface EvalSettings {
   sampling: SamplingOptions;
   samplesPerRow: number;
   terms: RewardTerm[];
+  /** The chat template's thinking switch the prompts were rendered with (absent: 'auto'; the budget is sampling.thinkingBudget). */
+  thinkingMode?: ThinkingMode;
 }
 
 export interface EvalRun {
@@ -154,9 +157,12 @@ export interface EvalRun {
 export const EVAL_JSON_FORMAT = 'vlrl-eval';
 export const EVAL_JSON_VERSION = 1;
 
-/** The export file: the run as stored, tagged with a format name and version. */
-export function evalRunToJson(run: EvalRun): string {
-  return JSON.stringify({ format: EVAL_JSON_FORMAT, version: EVAL_JSON_VERSION, ...run }, null, 2);
+/** Fields an export carries beside the run that a load recomputes instead of reading (src/eval/groups.ts evalExportJson). */
+const DERIVED_FIELDS = ['breakdown'] as const;
+
+/** The export file: the run as stored, tagged with a format name and version; `derived` (the breakdown) after it. */
+export function evalRunToJson(run: EvalRun, derived: Partial<Record<(typeof DERIVED_FIELDS)[number], unknown>> = {}): string {
+  return JSON.stringify({ format: EVAL_JSON_FORMAT, version: EVAL_JSON_VERSION, ...run, ...derived }, null, 2);
 }
 
 /** Read an exported run back (the eval panel's "load records"); checks the tag and the fields it relies on. */
@@ -171,5 +177,6 @@ export function evalRunFromJson(text: string): EvalRun {
   const run = { ...data } as Record<string, unknown>;
   delete run.format;
   delete run.version;
+  for (const f of DERIVED_FIELDS) delete run[f];
   return { ...(run as unknown as EvalRun), summary: summarize(data.records, data.settings.answerMatch ?? 'numeric') };
 }

@@ -2,6 +2,7 @@
 // each completion scored by the reward terms and judged for correctness and format, row by row
 // so that progress shows and a cancel takes effect between rows.
 import type { DatasetRow } from '../data/types';
+import type { ThinkingMode } from '../model/processor/chat';
 import { scoreSamples, validateTerms, type CustomRewardEvaluator, type RewardTerm } from '../rewards';
 import type { Policy, PreparedPrompt, SamplingOptions } from '../rl/policy';
 import { imageSizeClass, rowTask } from './groups';
@@ -20,7 +21,7 @@ export interface EvalProgress {
 export interface EvalOptions {
   policy: Policy;
   rows: readonly DatasetRow[];
-  /** Row to model input (prompt builder + processor); the runner stays free of tokenizer and images. */
+  /** Row to model input (prompt builder + processor); the runner stays free of tokenizer and images. A prompt that opened a <think> block (`thinking`) has the answer after </think> judged and scored. */
   prepare: (row: DatasetRow) => PreparedPrompt | Promise<PreparedPrompt>;
   terms: readonly RewardTerm[];
   /** Needed when a term is a custom reward. */
@@ -30,6 +31,8 @@ export interface EvalOptions {
   answerMatch?: AnswerMatch;
   /** temperature 0 gives greedy decoding; the seed makes sampled runs repeatable. */
   sampling: SamplingOptions;
+  /** The thinking switch `prepare` renders prompts with, recorded in the run's settings (default 'auto'). */
+  thinkingMode?: ThinkingMode;
   /** Completions per row (default 1; more only makes sense sampled). */
   samplesPerRow?: number;
   label?: string;
@@ -68,11 +71,11 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
     if (completions.length !== samplesPerRow) throw new Error(`eval: the policy returned ${completions.length} completions for row '${row.id}', asked for ${samplesPerRow}`);
     const scores = await scoreSamples(
       terms,
-      completions.map((c, k) => ({ completion: c.text, answer: row.answer, prompt: row.question, index: k })),
+      completions.map((c, k) => ({ completion: c.text, answer: row.answer, prompt: row.question, index: k, thinking: prompt.thinking })),
       options.sandbox,
     );
     const rowRecords = completions.map((c, k): EvalRecord => {
-      const { prediction, correct, correct_strict, format_ok } = judge(c.text, row.answer, answerFormat);
+      const { prediction, correct, correct_strict, format_ok } = judge(c.text, row.answer, answerFormat, prompt.thinking);
       return {
         id: row.id,
         sample: k,
@@ -99,7 +102,7 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
     adapter: options.adapter ?? null,
     createdAt,
     status,
-    settings: { answerFormat, answerMatch, sampling: { ...sampling }, samplesPerRow, terms: terms.map((t) => ({ ...t })) },
+    settings: { answerFormat, answerMatch, sampling: { ...sampling }, samplesPerRow, terms: terms.map((t) => ({ ...t })), ...(options.thinkingMode && options.thinkingMode !== 'auto' ? { thinkingMode: options.thinkingMode } : {}) },
     records,
     summary: summarize(records, answerMatch),
   };

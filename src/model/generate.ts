@@ -13,6 +13,7 @@
 import { Tensor, type Gpu, type Tape } from '../gpu';
 import { KvCache } from '../ops/kvCache';
 import { Sampler, type SamplingConfig } from '../ops/sampling';
+import { ThinkingBudget, type ThinkingBudgetSettings } from '../ops/thinkingBudget';
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
 import type { TableHead } from './lmHead';
 
@@ -35,6 +36,11 @@ export interface GenerateRequest {
   seed: number;
   /** A sequence ends after it samples one of these (the token is kept). */
   stopIds: readonly number[];
+  /**
+   * Stop each sequence's thinking after `budget` tokens by forcing the end sequence on the GPU
+   * (src/ops/thinkingBudget.ts); forced tokens are returned like drawn ones, with log-prob 0.
+   */
+  thinking?: ThinkingBudgetSettings;
   lora: readonly LayerLora[] | null;
   /** Told the tokens kept so far over all sequences after each readback (progress for the UI). */
   onTokens?: (tokens: number) => void;
@@ -66,6 +72,8 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   if (!Number.isInteger(r.maxNewTokens) || r.maxNewTokens < 0) throw new RangeError(`generate: maxNewTokens must be a non-negative integer, got ${r.maxNewTokens}`);
   const out: GeneratedSequence[] = Array.from({ length: G }, () => ({ tokens: [], logps: [], terminated: false }));
   if (r.maxNewTokens === 0) return out;
+  // First, so that a refused budget leaves nothing allocated.
+  const thinking = r.thinking ? ThinkingBudget.create(gpu, G, r.thinking) : undefined;
 
   // The prompt's positions are stored once, in slot 0, and shared by every sample (share below).
   const cache = await KvCache.create(gpu, { layers: c.numLayers, slots: G, capacity: T + r.maxNewTokens, hkv: c.numKvHeads, headDim: c.headDim, prefix: T });
@@ -122,7 +130,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     const rng = { seed: r.seed, step: stepNumber };
     const sample = (hidden: Tensor) => {
       head.fullLogits(rec, hidden, logits, true);
-      sampler.sample(rec, logits, r.sampling, rng, { ids, logp }, seen);
+      sampler.sample(rec, logits, r.sampling, rng, { ids, logp }, seen, thinking && ((rr) => thinking.record(rr, { ids, logp })));
     };
     const recordStep = (step: number, j: number) => {
       rec.copy(steps, current, 4 * rowWords, 4 * rowWords * step);
@@ -173,6 +181,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
     stepTape?.release();
     for (const t of [promptIds, last, logits, ids, logp, packed, steps, current, splitWs]) t.release();
     seen?.release();
+    thinking?.release();
     ws.release();
     cache.release();
   }

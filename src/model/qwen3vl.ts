@@ -5,6 +5,7 @@ import { ShapeError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
 import type { TensorCoreProducts } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
+import { THINK_CLOSE, THINK_OPEN } from '../rewards/thinking';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
 import { applyGenerationConfig, parseQwen3VLConfig, type Qwen3VLConfig } from './config';
@@ -307,6 +308,24 @@ export class Qwen3VL {
     return out;
   }
 
+  /** The ids that open and close a thinking block: as given, else the tokenizer's <think> and </think>. */
+  private thinkingTokens(given?: { start: number; end: readonly number[] }): { startId: number; endIds: readonly number[] } {
+    let ids: { startId: number; endIds: readonly number[] };
+    if (given) ids = { startId: given.start, endIds: given.end };
+    else if (!this.tokenizer) throw new ShapeError('qwen3vl', 'a thinking budget needs the tokenizer (for <think> and </think>) or explicit thinking token ids');
+    else {
+      try {
+        ids = { startId: this.tokenizer.tokenId(THINK_OPEN), endIds: this.tokenizer.encode(THINK_CLOSE) };
+      } catch (e) {
+        throw new ShapeError('qwen3vl', `thinking budget: ${(e as Error).message}`);
+      }
+    }
+    // A forced id is fed back to the embedding: it must be one of the model's tokens.
+    const outside = [ids.startId, ...ids.endIds].find((id) => !(id >= 0 && id < this.head.vocab));
+    if (outside !== undefined) throw new ShapeError('qwen3vl', `thinking budget: token ${outside} (${given ? 'given' : `${THINK_OPEN} / ${THINK_CLOSE}`}) is outside the model's vocabulary of ${this.head.vocab}`);
+    return ids;
+  }
+
   private requireLora(): LayerLora[] {
     if (!this.layerLora) throw new ShapeError('qwen3vl', 'LoRA requested but no adapters are attached');
     return this.layerLora;
@@ -315,14 +334,16 @@ export class Qwen3VL {
   /**
    * G completions of one prompt: prefill once, fork the cache, sample (Policy.generate).
    * `lora` (default: when adapters are attached) selects the adapted or the base model;
-   * `stopIds` defaults to the config's eos ids.
+   * `stopIds` defaults to the config's eos ids; `thinkingTokens` (what opens and closes a thinking
+   * block, for `opts.thinkingBudget`) to the tokenizer's <think> and </think>.
    */
   async generate(
     prompt: PreparedPrompt,
     numSamples: number,
     opts: SamplingOptions,
-    extra: { lora?: boolean; stopIds?: readonly number[] } = {},
+    extra: { lora?: boolean; stopIds?: readonly number[]; thinkingTokens?: { start: number; end: readonly number[] } } = {},
   ): Promise<Completion[]> {
+    const thinking = opts.thinkingBudget === undefined || opts.thinkingBudget === null ? undefined : { budget: opts.thinkingBudget, opened: prompt.thinking ?? false, ...this.thinkingTokens(extra.thinkingTokens) };
     const { positions, ropeDelta } = this.positions(prompt.inputIds, prompt.images.map((i) => i.gridThw));
     const visual = prompt.images.length > 0 ? await this.encodeImages(prompt.inputIds, prompt.images) : undefined;
     const useLora = extra.lora ?? this.layerLora !== null;
@@ -339,6 +360,7 @@ export class Qwen3VL {
           maxNewTokens: opts.maxNewTokens,
           seed: opts.seed,
           stopIds: extra.stopIds ?? this.config.tokens.eos,
+          thinking,
           lora: useLora ? this.requireLora() : null,
           onTokens: opts.onTokens,
         },

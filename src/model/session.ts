@@ -11,11 +11,11 @@ import type { Gpu } from '../gpu';
 import { createLoraParams, releaseLoraParams, type LoraParams } from '../ops/lora';
 import { LORA_TARGETS, type DatasetSettings, type LoraSettings, type LoraTarget } from '../rl/config';
 import type { PreparedImage, PreparedPrompt } from '../rl/policy';
-import type { PromptSource } from '../rl/trainer';
+import type { PromptOptions, PromptSource } from '../rl/trainer';
 import { LORA_PROJECTIONS, loraModuleName } from './decoder';
 import type { LoadProgress, Quantization } from './loader';
 import { productOptions, type Products, type VisionProducts } from './products';
-import { parsePreprocessorConfig, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, Qwen3VLTokenizer, readChatTemplate } from './processor';
+import { parsePreprocessorConfig, promptOpensThinking, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, Qwen3VLTokenizer, readChatTemplate } from './processor';
 import { Qwen3VL, readModelConfig } from './qwen3vl';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { Qwen3VLPolicy } from './train';
@@ -47,8 +47,8 @@ export interface ModelSession {
   model: Qwen3VL;
   policy: Qwen3VLPolicy;
   processor: Qwen3VLProcessor;
-  /** Row → model inputs; `systemPrompt` applies to rows without their own (null: none). */
-  prepare(row: DatasetRow, systemPrompt: string | null): PreparedRow;
+  /** Row → model inputs; `systemPrompt` applies to rows without their own (null: none); `options.thinkingMode` sets the template's thinking switch. */
+  prepare(row: DatasetRow, systemPrompt: string | null, options?: PromptOptions): PreparedRow;
   /** Fresh adapters on the target modules of every layer (with their lora_dropout), replacing (and releasing) any attached; the trainer initialises A and B. */
   attachLora(settings: LoraSettings): readonly LoraParams[];
   /** The trainer's data interface over `rows`. */
@@ -113,9 +113,9 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   const policy = new Qwen3VLPolicy(model);
   const t = config.text;
 
-  const prepare = (row: DatasetRow, systemPrompt: string | null): PreparedRow => {
+  const prepare = (row: DatasetRow, systemPrompt: string | null, options: PromptOptions = {}): PreparedRow => {
     const { messages, images } = buildPrompt(row, { systemPrompt });
-    const text = tokenizer.renderChat(messages);
+    const text = tokenizer.renderChat(messages, true, options.thinkingMode ?? 'auto');
     const out = processor.processText(text, images);
     const vocabBad = out.inputIds.findIndex((id) => id >= t.vocabSize);
     if (vocabBad >= 0) throw new SessionError(`row ${row.id}: token ${out.inputIds[vocabBad]} is outside the model's vocabulary of ${t.vocabSize}`);
@@ -127,7 +127,7 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
       at += patches[k];
       return { pixelValues, gridThw, key: imageKey(images[k]) };
     });
-    return { prompt: { id: row.id, inputIds: out.inputIds, images: prepared }, text };
+    return { prompt: { id: row.id, inputIds: out.inputIds, images: prepared, thinking: promptOpensThinking(text) }, text };
   };
 
   const attachLora = (s: LoraSettings): readonly LoraParams[] => {
@@ -164,6 +164,6 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
     processor,
     prepare,
     attachLora,
-    promptSource: (rows) => ({ rows, prepare: async (row, systemPrompt) => prepare(row, systemPrompt) }),
+    promptSource: (rows) => ({ rows, prepare: async (row, systemPrompt, options) => prepare(row, systemPrompt, options) }),
   };
 }

@@ -8,7 +8,7 @@ import { dirname, resolve } from 'node:path';
 import { sharpDecoder } from '../data/node/sharpDecoder';
 import type { Qwen3VLConfig } from '../model/config';
 import { toFloat32, toInt32 } from '../model/dtype';
-import { loadTokenizer, parsePreprocessorConfig, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, readChatTemplate, type ChatMessage, type ChatPart, type Qwen3VLTokenizer, type RgbaImage } from '../model/processor';
+import { loadTokenizer, parsePreprocessorConfig, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, readChatTemplate, type ChatMessage, type ChatPart, type Qwen3VLTokenizer, type RgbaImage, type ThinkingMode } from '../model/processor';
 import type { ImageBatch } from '../model/qwen3vl';
 import { nodeDirFiles, nodeFileSource, readAllTensors } from '../model/safetensors';
 
@@ -55,7 +55,7 @@ async function fromSafetensors(path: string): Promise<ModelInput> {
   return { inputIds, images: { pixelValues: toFloat32(pv.bytes, pv.info.dtype), gridThw } };
 }
 
-async function fromChat(path: string, modelDir: string, config: Qwen3VLConfig): Promise<ModelInput> {
+async function fromChat(path: string, modelDir: string, config: Qwen3VLConfig, thinking: ThinkingMode): Promise<ModelInput> {
   let json: unknown;
   try {
     json = JSON.parse(await readFile(path, 'utf8'));
@@ -93,11 +93,11 @@ async function fromChat(path: string, modelDir: string, config: Qwen3VLConfig): 
   }
   const pre = await nodeDirFiles(modelDir).text('preprocessor_config.json');
   const processor = new Qwen3VLProcessor(tokenizer, config, pre === null ? QWEN3_VL_IMAGE_PROCESSOR : parsePreprocessorConfig(pre));
-  const out = processor.process(messages, images);
+  const out = processor.process(messages, images, true, thinking);
   return { inputIds: out.inputIds, images: out.imageGridThw.length ? { pixelValues: out.pixelValues, gridThw: out.imageGridThw } : undefined };
 }
 
-/** Read --input: a .json chat, anything else as safetensors. */
-export function readModelInput(path: string, modelDir: string, config: Qwen3VLConfig): Promise<ModelInput> {
-  return path.toLowerCase().endsWith('.json') ? fromChat(path, modelDir, config) : fromSafetensors(path);
+/** Read --input: a .json chat (rendered with the template's thinking switch set by `thinking`), anything else as safetensors. */
+export function readModelInput(path: string, modelDir: string, config: Qwen3VLConfig, thinking: ThinkingMode = 'auto'): Promise<ModelInput> {
+  return path.toLowerCase().endsWith('.json') ? fromChat(path, modelDir, config, thinking) : fromSafetensors(path);
 }

@@ -107,6 +107,11 @@ export class Sampler {
     out: { ids: Tensor; logp: Tensor },
     /** The repetition penalty's bitmap (Sampler.seenBitmap); required when the penalty is not 1. The logits are penalised in place. */
     seen?: Tensor,
+    /**
+     * Recorded after the draw and before the penalty marks the drawn ids as seen: a step that
+     * rewrites ids (the thinking budget, src/ops/thinkingBudget.ts) has the tokens it wrote marked.
+     */
+    rewrite?: (rec: Recorder) => void,
   ): void {
     const name = 'sampling';
     if (logits.dtype !== 'f32' || logits.shape.length !== 2) {
@@ -159,6 +164,7 @@ export class Sampler {
       rec.dispatch(this.chunksK, { logits, part }, [chunks, rows], uniforms);
       rec.dispatch(this.finishK, { logits, part_in: part, ids: out.ids, logp: out.logp, step_in: stepIn }, rows, uniforms);
     }
+    rewrite?.(rec);
     if (penalise) rec.dispatch(this.markK, { seen: seen!, ids_in: out.ids }, Math.ceil(rows / WG), uniforms);
   }
 

@@ -10,6 +10,7 @@
 //                       once and trained on num_iterations times before the next generation
 // `step` (max_steps, save_steps, logging_steps, the LR schedule) counts optimizer steps.
 import { DEFAULT_SYSTEM_PROMPT } from '../data/prompt';
+import { THINKING_MODES, type ThinkingMode } from '../model/processor/chat';
 import { presetTerms, validateTerms, type RewardTerm } from '../rewards/registry';
 import { ConfigError, findUnknownKey, isPlainObject, unknownFieldMessage } from './configKeys';
 import { datasetTemplate, DATASET_KINDS, defaultDataset, legacyDataTemplate, resolveDataset, type DatasetKind, type DatasetSettings } from './dataSource';
@@ -97,6 +98,27 @@ export interface TrainConfig extends TrainLossSettings {
   min_p: number | null;
   /** Repetition penalty > 0 on tokens already in the sequence (prompt included); 1.0 off (TRL default 1.0). */
   repetition_penalty: number;
+  // Thinking models (Qwen3-VL-*-Thinking, Qwen3's hybrid templates). TRL has neither field: it
+  // passes `chat_template_kwargs` ({"enable_thinking": ...}, default None) to the chat template,
+  // and a thinking budget is vLLM's (SamplingParams `thinking_token_budget`, default None).
+  /**
+   * The chat template's thinking switch: 'auto' renders the template as shipped (enable_thinking
+   * unset, transformers' default), 'on' / 'off' pass enable_thinking = true / false, as TRL's
+   * chat_template_kwargs would. A template that opens <think> in its generation prompt (the
+   * Thinking models') makes every completion start inside the block; rewards then score the
+   * answer after </think> (src/rewards/thinking.ts). Default 'auto'.
+   */
+  thinking_mode: ThinkingMode;
+  /**
+   * Stop thinking after this many tokens: once a completion has drawn that many tokens inside its
+   * <think> block, </think> is forced (on the GPU, per completion) and generation goes on with the
+   * answer, within max_completion_length. Forced tokens are completion tokens like drawn ones:
+   * they count in the loss, with sampling log-prob 0 (vLLM's thinking_token_budget forces them
+   * through a logits processor, and TRL trains on every token vLLM returns); under a rollout
+   * correction a forced token's ratio is therefore the policy's own probability of it, as with
+   * vLLM's processed log-probs. null: no budget (vLLM's default). Default null.
+   */
+  thinking_budget: number | null;
 
   // ── optimisation ──
   /** Peak AdamW learning rate. Default 1e-5 (TRL's GRPOConfig uses 1e-6 for full fine-tuning; LoRA wants more). */
@@ -181,6 +203,8 @@ export function defaultConfig(): TrainConfig {
     top_k: 0,
     min_p: null,
     repetition_penalty: 1.0,
+    thinking_mode: 'auto',
+    thinking_budget: null,
     learning_rate: 1e-5,
     lr_scheduler_type: 'linear',
     warmup_ratio: 0,
@@ -297,6 +321,14 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   int('top_k', c.top_k, 0);
   if (c.min_p !== null) num('min_p', c.min_p, 0, 1);
   num('repetition_penalty', c.repetition_penalty, 0, Infinity, { openLo: true });
+  if (!THINKING_MODES.includes(c.thinking_mode)) throw new ConfigError(`thinking_mode must be one of ${THINKING_MODES.join(', ')}; got ${JSON.stringify(c.thinking_mode)}`);
+  if (c.thinking_budget !== null) {
+    int('thinking_budget', c.thinking_budget, 0);
+    if (c.thinking_budget >= c.max_completion_length) {
+      warnings.push(`thinking_budget = ${c.thinking_budget} is not below max_completion_length = ${c.max_completion_length}: a completion is cut before the budget can end its thinking`);
+    }
+    if (c.thinking_mode === 'off') warnings.push(`thinking_budget = ${c.thinking_budget} with thinking_mode 'off': it applies only where a completion still opens a <think> block`);
+  }
 
   num('learning_rate', c.learning_rate, 0, Infinity);
   if (!LR_SCHEDULERS.includes(c.lr_scheduler_type)) {

@@ -17,6 +17,8 @@ export interface PreparedPrompt {
   id: string;
   inputIds: Int32Array;
   images: PreparedImage[];
+  /** The rendered prompt opened a <think> block (a thinking model's generation prompt): the completion starts inside it. */
+  thinking?: boolean;
 }
 
 export interface SamplingOptions {
@@ -30,6 +32,11 @@ export interface SamplingOptions {
   repetitionPenalty?: number;
   maxNewTokens: number;
   seed: number;
+  /**
+   * Force </think> after this many thinking tokens (TrainConfig `thinking_budget`), per sequence;
+   * the forced tokens are part of the completion. Undefined or null: no budget.
+   */
+  thinkingBudget?: number | null;
   /** Progress: the tokens sampled so far over all samples, told as they are read back (optional). */
   onTokens?: (tokens: number) => void;
 }

@@ -15,6 +15,7 @@
 import type { Gpu, Tensor } from '../gpu';
 import { limitRowImages, rowImageCount } from '../data/prompt';
 import type { DatasetRow } from '../data/types';
+import type { ThinkingMode } from '../model/processor/chat';
 import { AdamW } from '../ops/adamw';
 import { Lora } from '../ops/lora';
 import { RlLoss } from '../ops/rlLoss';
@@ -34,9 +35,15 @@ import { TrainerRng } from './rng';
 import { learningRate, scheduleOf } from './schedule';
 
 /** Rows and how to turn one into model inputs (chat template, images); src/model provides it for Qwen3-VL. */
+/** How a row becomes a prompt beyond its system prompt: the chat template's thinking switch (TrainConfig thinking_mode). */
+export interface PromptOptions {
+  thinkingMode?: ThinkingMode;
+}
+
 export interface PromptSource {
   rows: readonly DatasetRow[];
-  prepare(row: DatasetRow, systemPrompt: string | null): Promise<{ prompt: PreparedPrompt; text: string }>;
+  /** `prompt.thinking` says whether the rendered prompt opened a <think> block. */
+  prepare(row: DatasetRow, systemPrompt: string | null, options?: PromptOptions): Promise<{ prompt: PreparedPrompt; text: string }>;
 }
 
 export type TrainerState = 'idle' | 'running' | 'paused' | 'stopped' | 'finished' | 'failed';
@@ -372,7 +379,7 @@ export class Trainer {
       const row = this.cursor.order[this.cursor.position++];
       let prepared: Awaited<ReturnType<PromptSource['prepare']>>;
       try {
-        prepared = await data.prepare(this.imageLimited(row, imageBudget), c.system_prompt);
+        prepared = await data.prepare(this.imageLimited(row, imageBudget), c.system_prompt, { thinkingMode: c.thinking_mode });
       } catch (e) {
         // A row that loading accepted but that cannot become a prompt (an image that does not
         // decode) costs that row, never the run.
@@ -403,12 +410,13 @@ export class Trainer {
         repetitionPenalty: c.repetition_penalty,
         maxNewTokens: c.max_completion_length,
         seed: this.rng.seed(),
+        thinkingBudget: c.thinking_budget,
       });
       if (completions.length !== G) throw new Error(`trainer: the policy returned ${completions.length} completions, expected ${G}`);
       const answer = data.rows[row].answer;
       const scores = await scoreSamples(
         c.rewards,
-        completions.map((x, index) => ({ completion: x.text, answer, prompt: text, index })),
+        completions.map((x, index) => ({ completion: x.text, answer, prompt: text, index, thinking: prompt.thinking })),
         this.o.sandbox,
       );
       for (const s of scores) for (const t of s.terms) if (t.error) this.emit({ type: 'warning', message: `reward '${t.name}' on prompt ${data.rows[row].id}: ${t.error} (scored 0)` });
@@ -629,7 +637,7 @@ export class Trainer {
       // The same image caps, in the same order, give the prompts the generation was sampled with.
       let imageBudget = this.o.config.max_images_per_step ?? Infinity;
       for (const g of m.pending.groups) {
-        const { prompt } = await data.prepare(this.imageLimited(g.row, imageBudget, true), this.o.config.system_prompt);
+        const { prompt } = await data.prepare(this.imageLimited(g.row, imageBudget, true), this.o.config.system_prompt, { thinkingMode: this.o.config.thinking_mode });
         imageBudget -= prompt.images.length;
         const { row, old, ref, ...rollout } = g;
         groups.push({ row, prompt, rollout, old: old && Float32Array.from(old), ref: ref && Float32Array.from(ref) });

@@ -4,7 +4,8 @@
 import type { PeftAdapter } from '../adapter/peft';
 import type { DatasetRow } from '../data/types';
 import type { EvalProgress } from '../eval/runner';
-import type { AnswerFormat, EvalRun } from '../eval/records';
+import type { AnswerFormat, AnswerMatch, EvalRun } from '../eval/records';
+import type { ThinkingMode } from '../model/processor/chat';
 import type { LoadProgress } from '../model/loader';
 import type { Products } from '../model/products';
 import type { RewardTerm } from '../rewards/registry';
@@ -51,11 +52,15 @@ export interface EvalRequest {
   rows?: DatasetRow[];
   terms: RewardTerm[];
   answerFormat: AnswerFormat;
+  /** What the run's summary counts as correct (default 'numeric'); records keep both. */
+  answerMatch?: AnswerMatch;
   sampling: SamplingOptions;
   samplesPerRow?: number;
   /** Evaluate the base model (false) or the trained adapters (true, the default when attached). */
   lora?: boolean;
   systemPrompt?: string | null;
+  /** The chat template's thinking switch for the prompts (TrainConfig thinking_mode; default 'auto'). */
+  thinkingMode?: ThinkingMode;
   label?: string;
 }
 

@@ -15,6 +15,37 @@ export interface ChatMessage {
   content: string | ChatPart[];
 }
 
+/**
+ * TrainConfig `thinking_mode`, the chat template's thinking switch as Qwen3's templates read it:
+ * 'auto' renders the template as shipped (enable_thinking not passed, transformers' default);
+ * 'on' and 'off' pass enable_thinking = true / false (TRL: chat_template_kwargs). Qwen3's hybrid
+ * templates answer 'off' by closing an empty block in the generation prompt
+ * ("<|im_start|>assistant\n<think>\n\n</think>\n\n"); the Qwen3-VL-*-Thinking templates open one
+ * whatever the switch ("<|im_start|>assistant\n<think>\n"); the Instruct templates ignore it.
+ */
+export type ThinkingMode = 'auto' | 'on' | 'off';
+export const THINKING_MODES: readonly ThinkingMode[] = ['auto', 'on', 'off'];
+
+/** The template variables a thinking mode sets. */
+export function thinkingTemplateKwargs(mode: ThinkingMode): { enable_thinking?: boolean } {
+  return mode === 'auto' ? {} : { enable_thinking: mode === 'on' };
+}
+
+/** Whether a chat template reads the thinking switch at all (else thinking_mode 'on'/'off' renders as 'auto'). */
+export function templateReadsThinkingSwitch(template: string): boolean {
+  return template.replace(/\{#[\s\S]*?#\}/g, '').includes('enable_thinking');
+}
+
+/**
+ * Whether a rendered prompt leaves a <think> block open in its generation prompt (after the last
+ * <|im_start|>): the completion then starts inside the block, as with a Thinking model's template.
+ */
+export function promptOpensThinking(rendered: string): boolean {
+  const turn = rendered.slice(rendered.lastIndexOf('<|im_start|>') + 1);
+  const open = turn.lastIndexOf('<think>');
+  return open >= 0 && turn.indexOf('</think>', open) < 0;
+}
+
 export const IMAGE_PAD = '<|image_pad|>';
 export const VISION_START = '<|vision_start|>';
 export const VISION_END = '<|vision_end|>';

@@ -3,7 +3,7 @@
 // get_rope_index produce them.
 import type { Qwen3VLConfig } from '../config';
 import { ConfigError } from '../config';
-import { countImages, expandImagePads, type ChatMessage } from './chat';
+import { countImages, expandImagePads, type ChatMessage, type ThinkingMode } from './chat';
 import { preprocessImages, QWEN3_VL_IMAGE_PROCESSOR, type ImageProcessorConfig, type RgbaImage } from './image';
 import { getRopeIndex, ImageTokenMismatchError } from './ropeIndex';
 import type { Qwen3VLTokenizer } from './tokenizer';
@@ -41,12 +41,12 @@ export class Qwen3VLProcessor {
   }
 
   /** Render `messages` with the chat template and process them with `images` (one per image part, in order). */
-  process(messages: ChatMessage[], images: RgbaImage[], addGenerationPrompt = true): ProcessorOutputs {
+  process(messages: ChatMessage[], images: RgbaImage[], addGenerationPrompt = true, thinking: ThinkingMode = 'auto'): ProcessorOutputs {
     const referenced = countImages(messages);
     if (referenced !== images.length) {
       throw new ImageTokenMismatchError(`the messages refer to ${referenced} image(s) but ${images.length} were given`);
     }
-    return this.processText(this.tokenizer.renderChat(messages, addGenerationPrompt), images);
+    return this.processText(this.tokenizer.renderChat(messages, addGenerationPrompt, thinking), images);
   }
 
   /** Process a prompt already rendered, with one <|image_pad|> per image. */

@@ -2,7 +2,7 @@
 // In Node from a local folder; in the browser from the hub or from a folder the app serves
 // (public/). transformers.js finds files through its global `env`, so loading sets it.
 import { AutoTokenizer, env, type PreTrainedTokenizer } from '@huggingface/transformers';
-import { QWEN3_VL_CHAT_TEMPLATE, validateMessages, type ChatMessage } from './chat';
+import { QWEN3_VL_CHAT_TEMPLATE, thinkingTemplateKwargs, validateMessages, type ChatMessage, type ThinkingMode } from './chat';
 
 export type TokenizerSource =
   /** A folder holding tokenizer.json: a file system path in Node, a URL path (e.g. /tokenizers/qwen3) in the browser. */
@@ -33,13 +33,14 @@ export class Qwen3VLTokenizer {
     return ids[0];
   }
 
-  /** The prompt text for `messages` (one <|image_pad|> per image, not yet expanded). */
-  renderChat(messages: ChatMessage[], addGenerationPrompt = true): string {
+  /** The prompt text for `messages` (one <|image_pad|> per image, not yet expanded); `thinking` sets the template's enable_thinking (chat.ts ThinkingMode). */
+  renderChat(messages: ChatMessage[], addGenerationPrompt = true, thinking: ThinkingMode = 'auto'): string {
     validateMessages(messages);
     return this.inner.apply_chat_template(messages as unknown as Parameters<PreTrainedTokenizer['apply_chat_template']>[0], {
       tokenize: false,
       add_generation_prompt: addGenerationPrompt,
       chat_template: this.chatTemplate,
+      ...thinkingTemplateKwargs(thinking),
     }) as string;
   }
 }

@@ -14,6 +14,8 @@
 //   --temperature T (0: greedy, the default) --top-p P --top-k K --samples K --seed S
 //   --max-new-tokens N (default 256; 64 with --demo)   --quant q4|none   --label TEXT
 //   --system-prompt TEXT | --no-system-prompt          --overwrite (replace an existing --out)
+//   --thinking-mode auto|on|off   the chat template's enable_thinking (TrainConfig thinking_mode)
+//   --thinking-budget N           force </think> after N thinking tokens (TrainConfig thinking_budget)
 // `eval --compare before.json after.json [--json]` prints the before/after diff of two such files
 // (src/eval/diff.ts): the metric table, fixed / broken / unchanged samples, by task where known.
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -22,8 +24,9 @@ import { DEMO_MODEL_DIR, DEMO_SYSTEM_PROMPT, demoRows } from '../../data/demo';
 import type { DatasetRow } from '../../data/types';
 import { uploadAdapter } from '../../adapter/upload';
 import { compareRuns, type Change } from '../../eval/diff';
-import { evalRunFromJson, evalRunToJson, type AnswerFormat, type EvalRun } from '../../eval/records';
+import { evalRunFromJson, type AnswerFormat, type EvalRun } from '../../eval/records';
 import { runEval } from '../../eval/runner';
+import { evalExportJson } from '../../eval/groups';
 import { openModel } from '../../model/session';
 import { presetTerms, validateTerms, type RewardTerm } from '../../rewards/registry';
 import { createNodeSandbox } from '../../rewards/sandboxNode';
@@ -33,6 +36,7 @@ import { DEMO_EVAL_MAX_NEW_TOKENS } from '../demoRun';
 import { createNodeGpu } from '../gpu';
 import { decodedDatasetRows, modelFilesAt } from './train';
 import { defaultDataset } from '../../rl/dataSource';
+import { thinkingArgs, thinkingModeWarning } from '../thinkingArgs';
 
 export const summary = 'the app\'s eval of a model (+ adapter) on rows (--model M --data FILE|--demo [--adapter DIR] [--out FILE]), or --compare before.json after.json';
 
@@ -149,12 +153,14 @@ export async function run(args: CliArgs): Promise<void> {
   const temperature = args.num('temperature', 0);
   if (!(temperature >= 0)) throw new Error(`--temperature must be >= 0, got ${temperature}`);
   const samplesPerRow = integer(args, 'samples', 1, 1);
+  const thinking = thinkingArgs(args);
   const sampling = {
     temperature,
     topP: args.num('top-p', 1),
     topK: integer(args, 'top-k', 0, 0),
     maxNewTokens: integer(args, 'max-new-tokens', demo ? DEMO_EVAL_MAX_NEW_TOKENS : 256, 1),
     seed: integer(args, 'seed', 0, 0),
+    ...(thinking.budget !== null ? { thinkingBudget: thinking.budget } : {}),
   };
   const systemPrompt = args.bool('no-system-prompt') ? null : (args.optStr('system-prompt') ?? (demo ? DEMO_SYSTEM_PROMPT : DEFAULT_SYSTEM_PROMPT));
   const quant = args.optStr('quant') ?? 'q4';
@@ -177,11 +183,14 @@ export async function run(args: CliArgs): Promise<void> {
     checkAdapterFits(adapter, session.model.config, { engine: true });
     session.model.attachLora(uploadAdapter(gpu, adapter, session.model.config.text.numLayers));
   }
+  const thinkingWarning = thinkingModeWarning(thinking.mode, session.processor.tokenizer.chatTemplate);
+  if (thinkingWarning) warn(thinkingWarning);
   const sandbox = terms.some((t) => t.source !== undefined) ? createNodeSandbox() : undefined;
   const result = await runEval({
     policy: session.policy,
     rows,
-    prepare: (row) => session.prepare(row, systemPrompt).prompt,
+    prepare: (row) => session.prepare(row, systemPrompt, { thinkingMode: thinking.mode }).prompt,
+    thinkingMode: thinking.mode,
     terms,
     sandbox,
     answerFormat,
@@ -193,7 +202,7 @@ export async function run(args: CliArgs): Promise<void> {
   });
   const tasks = rowTasks(rows);
   const file: EvalFile = tasks ? { ...result, row_tasks: tasks } : result;
-  if (out !== undefined) writeFileSync(out, evalRunToJson(file));
+  if (out !== undefined) writeFileSync(out, evalExportJson(file, result.settings.answerMatch ?? 'numeric'));
   const s = result.summary;
   console.log(JSON.stringify({ eval: result.label, rows: s.rows, samples: s.samples, accuracy: s.accuracy, format: s.formatCompliance, reward: s.meanReward, terms: s.termMeans, any_correct: s.anyCorrect, mean_tokens: s.meanTokens, truncated: s.truncated, by_task: byTask(file), ...(out !== undefined ? { out } : {}) }));
 }

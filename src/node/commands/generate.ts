@@ -1,5 +1,9 @@
 // `npm run cli -- generate --model DIR --input FILE [--quant q4|none] --max-new-tokens N
-//  --temperature T [--top-p P] [--top-k K] [--num-samples G] [--seed S] [--adapter DIR] [--driver ...]`.
+//  --temperature T [--top-p P] [--top-k K] [--num-samples G] [--seed S] [--adapter DIR] [--driver ...]
+//  [--thinking-mode auto|on|off] [--thinking-budget N]`.
+// --thinking-mode sets a JSON chat's enable_thinking (TrainConfig thinking_mode); --thinking-budget
+// forces </think> after N thinking tokens in each sample (TrainConfig thinking_budget), counted
+// from the prompt's open <think> when the rendered prompt leaves one open.
 // --adapter DIR: a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors) applied on
 // the model as the trainer applies its own (src/node/adapterDir.ts checks that it fits).
 // Prints one JSON line: {"tokens", "text", "logprobs", "terminated"}, each a value for one sample,
@@ -14,6 +18,8 @@ import { createNodeGpu } from '../gpu';
 import { checkAdapterFits, readAdapterDir } from '../adapterDir';
 import { uploadAdapter } from '../../adapter/upload';
 import { folderTokenizer, readModelInput } from '../modelInput';
+import { promptOpensThinking } from '../../model/processor';
+import { thinkingArgs, thinkingModeWarning } from '../thinkingArgs';
 
 export const summary = 'sample a continuation of a prompt (--model DIR --input FILE --max-new-tokens N --temperature T [--num-samples G] [--seed S] [--adapter DIR])';
 
@@ -47,12 +53,17 @@ export async function run(args: CliArgs): Promise<void> {
   const topP = args.num('top-p', 1);
   const topK = integer(args, 'top-k', 0);
   if (!(temperature >= 0)) throw new Error(`--temperature must be ≥ 0, got ${temperature}`);
+  const thinking = thinkingArgs(args);
   const gpu = await createNodeGpu({ driver: args.optStr('driver') });
   const { model, dir } = await loadCliModel(gpu, args);
   model.tokenizer = await folderTokenizer(dir);
-  const input = await readModelInput(args.str('input'), dir, model.config);
+  const warning = model.tokenizer ? thinkingModeWarning(thinking.mode, model.tokenizer.chatTemplate) : null;
+  if (warning) console.error(warning);
+  const input = await readModelInput(args.str('input'), dir, model.config, thinking.mode);
   const images = input.images ? splitImages(input.images, input.images.gridThw.map((_, k) => `input image ${k}`)) : [];
-  const out = await model.generate({ id: 'cli', inputIds: input.inputIds, images }, numSamples, { temperature, topP, topK, maxNewTokens, seed });
+  // Whether the prompt left a <think> block open, read from its text (a chat or token ids alike).
+  const opened = model.tokenizer ? promptOpensThinking(model.tokenizer.decode(input.inputIds)) : false;
+  const out = await model.generate({ id: 'cli', inputIds: input.inputIds, images, thinking: opened }, numSamples, { temperature, topP, topK, maxNewTokens, seed, thinkingBudget: thinking.budget });
   const one = <T>(xs: T[]): T | T[] => (numSamples === 1 ? xs[0] : xs);
   console.log(
     JSON.stringify({

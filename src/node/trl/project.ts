@@ -40,6 +40,8 @@ export function trlFields(c: TrainConfig, engine: Pick<EngineConfig, 'gradient_c
     beta: c.beta,
     scale_rewards: c.scale_rewards,
     mask_truncated_completions: c.mask_truncated_completions,
+    // thinking_mode 'on' / 'off' is the template's enable_thinking, which TRL passes through chat_template_kwargs.
+    ...(c.thinking_mode !== 'auto' ? { chat_template_kwargs: { enable_thinking: c.thinking_mode === 'on' } } : {}),
     reward_weights: c.rewards.map((t) => t.weight),
     // Ours counts prompt groups, TRL's completions.
     num_completions_to_print: c.num_completions_to_print * c.num_generations,
@@ -81,6 +83,7 @@ export function trlFields(c: TrainConfig, engine: Pick<EngineConfig, 'gradient_c
       { field: 'system_prompt', why: 'SYSTEM_PROMPT in train.py, put before each prompt' },
       { field: 'rewards', why: 'the functions of rewards.py (reward_funcs) and reward_weights' },
       { field: 'lora', why: "PEFT's LoraConfig in train.py" },
+      ...(c.thinking_budget !== null ? [{ field: 'thinking_budget', why: `${c.thinking_budget} here; not carried: GRPOConfig has no thinking budget (vLLM's SamplingParams thinking_token_budget would need a custom rollout)` }] : []),
       ...(['max_images_per_message', 'max_images_per_step', 'image_only_mode'] as const).map((field) => ({
         field,
         why: `${JSON.stringify(c[field])} here; not carried: TRL's GRPOConfig has no image caps (every image of a row reaches the prompt, with its text)`,

@@ -1,11 +1,16 @@
 // The Eval panel: the loaded model, with or without its adapter, over the Data panel's held-out
 // rows, greedy or sampled; progress row by row; per-sample records, accuracy and format
-// compliance; every run saved in IndexedDB (src/store/evals.ts) and exportable as JSON; a
-// before/after table and a per-sample diff (fixed, broken, unchanged) of any two saved runs.
+// compliance, broken down by the rows' task/category column and image size class (as verl tracks
+// accuracy per image type); every run saved in IndexedDB (src/store/evals.ts), exportable as JSON
+// with its breakdown, and importable (the CLI's `eval --out`); a before/after table, the same per
+// group, and a per-sample diff (fixed, broken, unchanged) of any two saved runs. The answer-match
+// toggle (numeric tolerance or strict) decides what counts as correct everywhere it is shown. The
+// thinking switch and budget are the Train form's thinking_mode and thinking_budget, for a run.
 import type { Remote } from 'comlink';
 import { DEFAULT_SYSTEM_PROMPT } from '../../data/prompt';
 import { compareRuns, type Change } from '../../eval/diff';
-import { evalRunToJson, type AnswerFormat, type EvalRecord, type EvalRun, type EvalSummary } from '../../eval/records';
+import { breakdown, compareByGroup, evalExportJson, type GroupDiff, type GroupRow } from '../../eval/groups';
+import { evalRunFromJson, isCorrect, summarize, type AnswerFormat, type AnswerMatch, type EvalRecord, type EvalRun, type EvalSummary } from '../../eval/records';
 import type { EvalProgress } from '../../eval/runner';
 import { listEvalRuns, loadEvalRun, saveEvalRun } from '../../store/evals';
 import type { EngineApi } from '../../worker/api';
@@ -18,6 +23,7 @@ import { field, numberInput, select } from '../form';
 import { formatNumber, formatPercent } from '../format';
 import { adapterOnModel, describeAdapter, type AdapterIdentity } from '../identity';
 import { persistControls } from '../workspace';
+import { THINKING_MODES, type ThinkingMode } from '../../model/processor/chat';
 import type { StatusBar } from '../status';
 
 const pct = formatPercent;
@@ -28,8 +34,8 @@ type IdentifiedEvalRun = EvalRun & { adapterIdentity?: AdapterIdentity | null };
 /** Compare rows that are shares (shown as percentages; their change in percentage points). */
 const SHARE_METRICS = new Set(['accuracy', 'format compliance', 'rows with a correct sample', 'truncated']);
 
-/** A run's records; a cancelled run's table says that it holds only the rows finished before the cancel. */
-function recordsTable(records: readonly EvalRecord[], cancelled = false): HTMLTableElement {
+/** A run's records, correct under `match`; a cancelled run's table says that it holds only the rows finished before the cancel. */
+function recordsTable(records: readonly EvalRecord[], match: AnswerMatch, cancelled = false): HTMLTableElement {
   const cols = ['id', 'prediction', 'gold', 'correct', 'format_ok', 'reward terms', 'completion'];
   return h(
     'table',
@@ -46,7 +52,7 @@ function recordsTable(records: readonly EvalRecord[], cancelled = false): HTMLTa
           h('td', {}, r.sample ? `${r.id} #${r.sample}` : r.id),
           h('td', {}, r.prediction ?? '—'),
           h('td', {}, r.gold),
-          h('td', {}, r.correct ? 'yes' : 'no'),
+          h('td', {}, isCorrect(r, match) ? 'yes' : 'no'),
           h('td', {}, r.format_ok ? 'yes' : 'no'),
           h('td', { class: 'num' }, r.terms.map((t) => `${t.name} ${formatNumber(t.value)}`).join(', ')),
           h('td', {}, h('pre', { class: 'completion' }, r.completion)),
@@ -63,6 +69,56 @@ function runHeading(r: EvalRun): string {
 
 function summaryLine(s: EvalSummary): string {
   return `${s.samples} samples over ${s.rows} rows: accuracy ${pct(s.accuracy)}, format compliance ${pct(s.formatCompliance)}, mean reward ${formatNumber(s.meanReward)}.`;
+}
+
+const MATCH_NOTE: Record<AnswerMatch, string> = { numeric: 'numeric tolerance', strict: 'strict answers' };
+
+/** A run's accuracy, format compliance and mean reward per group. */
+function groupTable(testId: string, title: string, rows: readonly GroupRow[]): HTMLTableElement {
+  return h(
+    'table',
+    { 'data-testid': testId },
+    h('caption', {}, title),
+    h('thead', {}, h('tr', {}, ...['group', 'samples', 'accuracy', 'format compliance', 'mean reward'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, ...rows.map((r) => h('tr', { 'data-group': r.group }, h('th', { scope: 'row' }, r.group), h('td', { class: 'num' }, r.samples), h('td', { class: 'num' }, pct(r.accuracy)), h('td', { class: 'num' }, pct(r.format_compliance)), h('td', { class: 'num' }, formatNumber(r.mean_reward))))),
+  );
+}
+
+/** A share and its change in percentage points, or a number and its change; '—' where a run lacks the group. */
+const shareCell = (x: number) => (Number.isNaN(x) ? '—' : pct(x));
+const numberCell = (x: number) => (Number.isNaN(x) ? '—' : formatNumber(x));
+const changeCell = (d: number, share: boolean) => (Number.isNaN(d) ? '—' : `${d >= 0 ? '+' : ''}${share ? `${(100 * d).toFixed(1)} pp` : formatNumber(d)}`);
+
+/** Before/after per group: each metric before, after and its change. */
+function groupDiffTable(testId: string, title: string, diffs: readonly GroupDiff[]): HTMLTableElement {
+  const metrics = [
+    ['accuracy', (g: GroupDiff) => g.accuracy, true],
+    ['format compliance', (g: GroupDiff) => g.formatCompliance, true],
+    ['mean reward', (g: GroupDiff) => g.meanReward, false],
+  ] as const;
+  return h(
+    'table',
+    { 'data-testid': testId },
+    h('caption', {}, title),
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'group'), h('th', { scope: 'col' }, 'samples before / after'), ...metrics.flatMap(([m]) => [`${m} before`, `${m} after`, `${m} change`].map((c) => h('th', { scope: 'col' }, c))))),
+    h(
+      'tbody',
+      {},
+      ...diffs.map((g) =>
+        h(
+          'tr',
+          { 'data-group': g.group },
+          h('th', { scope: 'row' }, g.group),
+          h('td', { class: 'num' }, `${g.samples.before} / ${g.samples.after}`),
+          ...metrics.flatMap(([, f, share]) => {
+            const v = f(g);
+            const cell = share ? shareCell : numberCell;
+            return [h('td', { class: 'num' }, cell(v.before)), h('td', { class: 'num' }, cell(v.after)), h('td', { class: 'num' }, changeCell(v.delta, share))];
+          }),
+        ),
+      ),
+    ),
+  );
 }
 
 export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLElement {
@@ -92,6 +148,15 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     ],
     'solution',
   );
+  const answerMatch = select<AnswerMatch>(
+    [
+      { value: 'numeric', label: 'Numeric tolerance (3 = 3.0, 3/4 = 0.75)' },
+      { value: 'strict', label: 'Strict (exact answers only)' },
+    ],
+    'numeric',
+  );
+  const thinkingMode = select<ThinkingMode>(THINKING_MODES.map((m) => ({ value: m, label: m })), 'auto');
+  const thinkingBudget = h('input', { type: 'number', step: '1', min: 0, value: '' });
   const label = h('input', { type: 'text', value: 'baseline' });
   const systemPrompt = h('textarea', { rows: 2 });
   systemPrompt.value = DEFAULT_SYSTEM_PROMPT;
@@ -104,7 +169,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
   );
   decoding.addEventListener('change', () => (sampledFields.hidden = decoding.value !== 'sampled'));
   // Not "Evaluate": after a reload the model starts without the adapter that choice meant.
-  persistControls('eval', { decoding, temperature, topP, samples, seed, maxNew, format, label, systemPrompt });
+  persistControls('eval', { decoding, temperature, topP, samples, seed, maxNew, format, answerMatch, thinkingMode, thinkingBudget, label, systemPrompt });
   sampledFields.hidden = decoding.value !== 'sampled';
   // The adapter option names the adapter it would evaluate.
   adapterOnModel.subscribe((a) => (withAdapter.options[1].textContent = a ? `With the adapter on the model: ${describeAdapter(a)}` : 'With the adapter on the model (trained or applied)'));
@@ -118,13 +183,19 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
   const rowsNote = h('p', { 'data-testid': 'eval-rows' });
   const error = h('p', { class: 'error', role: 'alert', 'data-testid': 'eval-error', hidden: true });
   const summary = h('p', { 'data-testid': 'eval-summary', 'aria-live': 'polite' });
+  const groups = h('div', { 'data-testid': 'eval-groups' });
   const records = h('div', {});
+  const importFile = h('input', { type: 'file', accept: '.json,application/json' });
 
   const savedBody = h('tbody', {});
   const before = select([{ value: '', label: '—' }], '');
   const after = select([{ value: '', label: '—' }], '');
   const compare = h('button', { type: 'button' }, 'Compare');
   const comparison = h('div', { 'data-testid': 'eval-compare', 'aria-live': 'polite' });
+  /** The run whose records are shown, and the two runs compared: redrawn when the answer match changes. */
+  let shown: EvalRun | null = null;
+  let compared: { b: EvalRun; a: EvalRun } | null = null;
+  const match = () => answerMatch.value as AnswerMatch;
 
   const showError = (e: unknown) => {
     error.hidden = false;
@@ -175,21 +246,47 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
       ),
     );
   };
+  /** A run's summary and breakdown under the answer match chosen now, and its records. */
+  const showRun = (r: EvalRun) => {
+    shown = r;
+    summary.textContent = `${runHeading(r)}: ${summaryLine(summarize(r.records, match()))} (${MATCH_NOTE[match()]})`;
+    const b = breakdown(r.records, match());
+    groups.replaceChildren(groupTable('eval-by-task', 'By task / category', b.by_task), groupTable('eval-by-image-size', 'By image size (largest image: small < 256², medium < 768²)', b.by_image_size));
+    records.replaceChildren(recordsTable(r.records, match(), r.status === 'cancelled'));
+  };
   const show = async (id: string) => {
     const r = await loadEvalRun(id);
-    if (!r) return;
-    summary.textContent = `${runHeading(r)}: ${summaryLine(r.summary)}`;
-    records.replaceChildren(recordsTable(r.records, r.status === 'cancelled'));
+    if (r) showRun(r);
   };
   const exportRun = async (id: string) => {
     const r = await loadEvalRun(id);
-    if (r) downloadBlob(new Blob([evalRunToJson(r)], { type: 'application/json' }), `eval-${(r.label || r.id).replace(/[^\w.-]+/g, '_')}.json`);
+    if (r) downloadBlob(new Blob([evalExportJson(r, match())], { type: 'application/json' }), `eval-${(r.label || r.id).replace(/[^\w.-]+/g, '_')}.json`);
   };
+  importFile.addEventListener('change', () => {
+    const file = importFile.files?.[0];
+    if (!file) return;
+    error.hidden = true;
+    void (async () => {
+      let run: EvalRun;
+      try {
+        run = evalRunFromJson(await file.text());
+      } catch (e) {
+        throw new Error(`${file.name}: ${(e as Error).message}`);
+      }
+      await saveEvalRun(run);
+      await refreshSaved();
+      showRun(run);
+    })()
+      .catch(showError)
+      .finally(() => (importFile.value = ''));
+  });
 
   run.addEventListener('click', () => {
     const rows = datasetStore.current?.split.heldOut;
     if (!rows?.length || busy) return;
     error.hidden = true;
+    const budget = thinkingBudget.value.trim() === '' ? null : Number(thinkingBudget.value);
+    if (budget !== null && !(Number.isInteger(budget) && budget >= 0)) return showError(new Error(`Thinking budget must be an integer >= 0 or empty; got ${thinkingBudget.value}`));
     const pressedRun = document.activeElement === run;
     busy = true;
     sync();
@@ -201,13 +298,13 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     progress.hidden = false;
     progress.max = rows.length;
     progress.value = 0;
-    const shown: EvalRecord[] = [];
+    const sofar: EvalRecord[] = [];
     const onProgress = (p: EvalProgress) => {
       progress.value = p.done;
       progressText.textContent = `${p.done} of ${p.total} rows`;
-      shown.push(...p.records);
+      sofar.push(...p.records);
       summary.textContent = summaryLine(p.summary);
-      records.replaceChildren(recordsTable(shown));
+      records.replaceChildren(recordsTable(sofar, match()));
     };
     void (async () => {
       try {
@@ -216,7 +313,9 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
           {
             terms: rewardTerms.current,
             answerFormat: format.value as AnswerFormat,
-            sampling: { temperature: sampled ? Number(temperature.value) : 0, topP: sampled ? Number(topP.value) : 1, topK: 0, maxNewTokens: Number(maxNew.value), seed: Number(seed.value) },
+            answerMatch: match(),
+            sampling: { temperature: sampled ? Number(temperature.value) : 0, topP: sampled ? Number(topP.value) : 1, topK: 0, maxNewTokens: Number(maxNew.value), seed: Number(seed.value), ...(budget !== null ? { thinkingBudget: budget } : {}) },
+            thinkingMode: thinkingMode.value as ThinkingMode,
             samplesPerRow: sampled ? Number(samples.value) : 1,
             lora: useAdapter,
             systemPrompt: systemPrompt.value.trim() === '' ? null : systemPrompt.value,
@@ -228,8 +327,7 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
         const saved: IdentifiedEvalRun = { ...result, adapter: useAdapter ? (identity ? describeAdapter(identity) : 'an unnamed adapter on the model') : null, adapterIdentity: identity };
         await saveEvalRun(saved);
         latestEval.set(saved);
-        summary.textContent = `${runHeading(saved)}: ${summaryLine(saved.summary)}`;
-        records.replaceChildren(recordsTable(saved.records, saved.status === 'cancelled'));
+        showRun(saved);
         if (saved.status === 'cancelled') progressText.textContent = `Cancelled after ${new Set(saved.records.map((r) => r.id)).size} of ${rows.length} rows.`;
         await refreshSaved();
       } catch (e) {
@@ -250,42 +348,55 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     void engine.cancelEval();
   });
 
+  const renderComparison = () => {
+    if (!compared) return;
+    const { b, a } = compared;
+    const c = compareRuns(b, a, match());
+    const changed = (kind: Change) => c.samples.filter((x) => x.change === kind);
+    comparison.replaceChildren(
+      h('p', { class: 'hint' }, `Correct means ${MATCH_NOTE[match()]}.`),
+      h(
+        'table',
+        { 'data-testid': 'eval-before-after' },
+        h('thead', {}, h('tr', {}, ...['metric', b.label || 'before', a.label || 'after', 'change'].map((x) => h('th', { scope: 'col' }, x)))),
+        h(
+          'tbody',
+          {},
+          ...c.table.map((r) => {
+            const share = SHARE_METRICS.has(r.metric);
+            const v = share ? pct : formatNumber;
+            return h('tr', {}, h('th', { scope: 'row' }, r.metric), h('td', { class: 'num' }, v(r.before)), h('td', { class: 'num' }, v(r.after)), h('td', { class: 'num' }, changeCell(r.delta, share)));
+          }),
+        ),
+      ),
+      groupDiffTable('eval-diff-by-task', 'Before and after by task / category', compareByGroup(b, a, 'task', match())),
+      groupDiffTable('eval-diff-by-image-size', 'Before and after by image size', compareByGroup(b, a, 'image_size', match())),
+      h('p', { 'data-testid': 'eval-diff-counts' }, `Fixed ${c.counts.fixed}, broken ${c.counts.broken}, unchanged ${c.counts.unchanged}` + (c.onlyBefore.length || c.onlyAfter.length ? `; ${c.onlyBefore.length} samples only before, ${c.onlyAfter.length} only after` : '') + '.'),
+      ...(['fixed', 'broken'] as const).map((kind) =>
+        h(
+          'details',
+          { open: changed(kind).length > 0 },
+          h('summary', {}, `${kind} (${changed(kind).length})`),
+          h('ul', {}, ...changed(kind).map((x) => h('li', {}, `${x.id}: ${x.before.prediction ?? '—'} → ${x.after.prediction ?? '—'} (gold ${x.before.gold})`))),
+        ),
+      ),
+    );
+  };
   compare.addEventListener('click', () => {
     void (async () => {
       const [b, a] = await Promise.all([loadEvalRun(before.value), loadEvalRun(after.value)]);
       if (!b || !a) {
+        compared = null;
         comparison.replaceChildren(h('p', { class: 'error' }, 'Pick two saved runs.'));
         return;
       }
-      const c = compareRuns(b, a);
-      const changed = (kind: Change) => c.samples.filter((s) => s.change === kind);
-      comparison.replaceChildren(
-        h(
-          'table',
-          { 'data-testid': 'eval-before-after' },
-          h('thead', {}, h('tr', {}, ...['metric', b.label || 'before', a.label || 'after', 'change'].map((x) => h('th', { scope: 'col' }, x)))),
-          h(
-            'tbody',
-            {},
-            ...c.table.map((r) => {
-              const share = SHARE_METRICS.has(r.metric);
-              const v = share ? pct : formatNumber;
-              const delta = share ? `${(100 * r.delta).toFixed(1)} pp` : formatNumber(r.delta);
-              return h('tr', {}, h('th', { scope: 'row' }, r.metric), h('td', { class: 'num' }, v(r.before)), h('td', { class: 'num' }, v(r.after)), h('td', { class: 'num' }, `${r.delta >= 0 ? '+' : ''}${delta}`));
-            }),
-          ),
-        ),
-        h('p', { 'data-testid': 'eval-diff-counts' }, `Fixed ${c.counts.fixed}, broken ${c.counts.broken}, unchanged ${c.counts.unchanged}` + (c.onlyBefore.length || c.onlyAfter.length ? `; ${c.onlyBefore.length} samples only before, ${c.onlyAfter.length} only after` : '') + '.'),
-        ...(['fixed', 'broken'] as const).map((kind) =>
-          h(
-            'details',
-            { open: changed(kind).length > 0 },
-            h('summary', {}, `${kind} (${changed(kind).length})`),
-            h('ul', {}, ...changed(kind).map((s) => h('li', {}, `${s.id}: ${s.before.prediction ?? '—'} → ${s.after.prediction ?? '—'} (gold ${s.before.gold})`))),
-          ),
-        ),
-      );
+      compared = { b, a };
+      renderComparison();
     })().catch((e: unknown) => comparison.replaceChildren(h('p', { class: 'error' }, String(e))));
+  });
+  answerMatch.addEventListener('change', () => {
+    if (shown && !busy) showRun(shown);
+    renderComparison();
   });
 
   void refreshSaved().catch(showError);
@@ -297,14 +408,23 @@ export function evalPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEle
     h('h2', { id: 'eval-h' }, 'Eval'),
     rowsNote,
     h('div', { class: 'row' }, field('Evaluate', withAdapter), field('Decoding', decoding), field('Answer format', format, 'Decides prediction, correct and format_ok; the reward terms (Rewards panel) are recorded beside them.'), field('Max new tokens', maxNew), field('Seed', seed), field('Label', label)),
+    h(
+      'div',
+      { class: 'row' },
+      field('Answer match', answerMatch, 'What counts as correct in the summaries, the breakdowns, the comparison and the export; each record keeps both.'),
+      field('Thinking', thinkingMode, 'The chat template’s enable_thinking (as the Train form’s thinking_mode): auto renders the template as the model ships it.'),
+      field('Thinking budget', thinkingBudget, 'Force </think> after this many thinking tokens in each completion (as thinking_budget); empty: none.'),
+    ),
     sampledFields,
     field('System prompt', systemPrompt, 'For rows without their own (as in training); empty for none.'),
     h('div', { class: 'row' }, run, cancel, progress, progressText, cancelNote),
     runReason,
     error,
     summary,
+    groups,
     records,
     h('h3', {}, 'Saved eval runs'),
+    field('Import eval JSON', importFile, 'An export of this panel or of `npm run cli -- eval --out`; it joins the saved runs.'),
     h('table', { 'data-testid': 'eval-saved' }, h('thead', {}, h('tr', {}, ...['label', 'adapter', 'when', 'accuracy', 'format', 'samples', ''].map((x) => h('th', { scope: 'col' }, x)))), savedBody),
     h('h3', {}, 'Before and after'),
     h('div', { class: 'row' }, field('Before', before), field('After', after), compare),

@@ -4,6 +4,7 @@
 import { defaultConfig, LORA_TARGETS, LR_SCHEDULERS, type TrainConfig, type TrainConfigInput } from '../../rl/config';
 import { defaultEngineConfig } from '../../rl/engineConfig';
 import { AGGREGATIONS, LOSS_TYPES } from '../../rl/lossConfig';
+import { THINKING_MODES } from '../../model/processor/chat';
 import { h } from '../dom';
 import { checkbox, field, numberInput, select } from '../form';
 
@@ -36,6 +37,8 @@ const GROUPS: { legend: string; fields: Spec[] }[] = [
       { key: 'max_images_per_message', nullable: true, help: 'Keep at most this many images of a row, dropping the rest with a warning; empty: all.' },
       { key: 'max_images_per_step', nullable: true, help: 'At most this many images in a generation batch; prompts after the budget keep fewer, with a warning; empty: no cap.' },
       { key: 'image_only_mode', help: 'Prompts of the images alone, without the question’s text (rows without images are skipped).' },
+      { key: 'thinking_mode', options: THINKING_MODES, help: 'The chat template’s thinking switch (enable_thinking): auto renders it as the model ships it; on / off set it (Qwen3’s hybrid templates close an empty <think> block when off; Thinking models always open one). Rewards score the answer after </think>.' },
+      { key: 'thinking_budget', nullable: true, help: 'Force </think> after this many thinking tokens in each completion, which then goes on with its answer; forced tokens count in the loss (as vLLM’s thinking_token_budget under TRL); empty: no budget.' },
     ],
   },
   {
