@@ -35,19 +35,51 @@ const CHOICES: { value: Choice; label: string }[] = [
   { value: 'files', label: 'A model folder on this computer' },
 ];
 
+/**
+ * Picked files as kept over a reload: their small files themselves (IndexedDB copies them), the
+ * weight files' names and sizes (for the size check), and the fingerprint their weights are cached
+ * under. The weights are only in the weight cache: the shards are never copied.
+ */
+interface StoredPick {
+  files: File[];
+  weights: { name: string; size: number }[];
+  fingerprint: string;
+}
+
 interface StoredModel {
   choice: Choice;
   repo: string;
   /** A model of this choice was loaded when the page was left: it reloads itself. */
   loaded: boolean;
+  /** For picked files whose weights reached the weight cache. */
+  pick?: StoredPick;
 }
 
 const isChoice = (v: unknown): v is Choice => CHOICES.some((c) => c.value === v);
 
-/** True when the stored workspace had a model loaded that can reload without the user (not picked files). */
+/** The stored pick when it has the shape this version writes. */
+function storedPick(m: Partial<StoredModel> | undefined): StoredPick | null {
+  const p = m?.pick;
+  if (!p || typeof p.fingerprint !== 'string' || !Array.isArray(p.files) || !Array.isArray(p.weights)) return null;
+  return p.files.every((f) => f instanceof File) ? p : null;
+}
+
+/** True when the stored workspace had a model loaded that can reload without the user (picked files: from the weight cache). */
 export function modelToRestore(): boolean {
   const m = workspacePart<StoredModel>('model');
-  return m?.loaded === true && isChoice(m.choice) && m.choice !== 'files';
+  return m?.loaded === true && isChoice(m.choice) && (m.choice !== 'files' || storedPick(m) !== null);
+}
+
+/** Every file but the weight shards, up to this size, is kept for the reload (config, tokenizer, templates). */
+const MAX_KEPT_FILE_BYTES = 32 * 2 ** 20;
+const isWeightFile = (f: File) => f.name.endsWith('.safetensors');
+
+function pickToStore(files: readonly File[], fingerprint: string): StoredPick {
+  return {
+    files: files.filter((f) => !isWeightFile(f) && f.size <= MAX_KEPT_FILE_BYTES),
+    weights: files.filter(isWeightFile).map((f) => ({ name: f.name, size: f.size })),
+    fingerprint,
+  };
 }
 
 /** The sizes of the Train form as stored in the workspace, when the Train panel has not been built yet. */
@@ -75,6 +107,21 @@ export interface ModelReport {
   downloadBytes: number | null;
   plan: MemoryPlan;
   problems: string[];
+}
+
+/** Files picked before a reload: small files from the stored pick, weight sizes as recorded, weights from the cache. */
+function restoredInspectable(pick: StoredPick): Inspectable {
+  const picked = pickedFiles(pick.files);
+  return {
+    source: { kind: 'cached-files', files: pick.files, fingerprint: pick.fingerprint },
+    name: 'the picked files (from the weight cache)',
+    text: (f) => picked.text(f),
+    async size(f) {
+      const w = pick.weights.find((x) => x.name === f);
+      if (!w) throw new Error(`${f} was not among the picked files: pick the model's files again`);
+      return w.size;
+    },
+  };
 }
 
 function inspectable(choice: Choice, repo: string, token: string, files: File[]): Inspectable {
@@ -175,7 +222,10 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   if (typeof stored?.repo === 'string') repo.value = stored.repo;
   // The token is never stored.
   let wasLoaded = stored?.loaded === true;
-  const remember = () => saveWorkspace('model', { choice: choice.value as Choice, repo: repo.value, loaded: wasLoaded } satisfies StoredModel);
+  // The pick a reload loads from the weight cache, until the user picks other files.
+  let restoredPick = choice.value === 'files' ? storedPick(stored) : null;
+  let keptPick: StoredPick | undefined = restoredPick ?? undefined;
+  const remember = () => saveWorkspace('model', { choice: choice.value as Choice, repo: repo.value, loaded: wasLoaded, ...(keptPick ? { pick: keptPick } : {}) } satisfies StoredModel);
   repo.addEventListener('change', remember);
   const token = h('input', { type: 'password', autocomplete: 'off' });
   const filesInput = h('input', { type: 'file', multiple: true });
@@ -205,8 +255,12 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   productsNote.setAttribute('aria-live', 'polite');
 
   let picked: File[] = [];
-  filesInput.addEventListener('change', () => (picked = [...(filesInput.files ?? [])]));
-  folderInput.addEventListener('change', () => (picked = [...(folderInput.files ?? [])]));
+  const onPick = (input: HTMLInputElement) => () => {
+    picked = [...(input.files ?? [])];
+    restoredPick = null;
+  };
+  filesInput.addEventListener('change', onPick(filesInput));
+  folderInput.addEventListener('change', onPick(folderInput));
   const choiceField = field('Model source', choice, ' ');
   const choiceHint = choiceField.querySelector('small')!;
   const showFields = () => {
@@ -215,7 +269,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       choice.value === 'demo'
         ? 'The demo is a tiny Qwen3-VL bundled with the app: it works offline and trains in a minute.'
         : choice.value === 'files'
-          ? 'A Qwen3-VL folder in Hugging Face’s layout; after a reload, pick it again.'
+          ? 'A Qwen3-VL folder in Hugging Face’s layout; once loaded, its weights are kept in this browser’s weight cache and a reload loads them from there.'
           : 'Downloaded once from huggingface.co, then kept in this browser’s weight cache.';
     repoField.hidden = choice.value !== 'hub';
     tokenField.hidden = !['hub', 'Qwen/Qwen3-VL-2B-Instruct', 'Qwen/Qwen3-VL-4B-Instruct', 'Qwen/Qwen3-VL-8B-Instruct'].includes(choice.value);
@@ -224,6 +278,8 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   };
   choice.addEventListener('change', () => {
     wasLoaded = false;
+    restoredPick = null;
+    keptPick = undefined;
     remember();
     showFields();
   });
@@ -255,8 +311,8 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     error.hidden = true;
     report.replaceChildren(h('p', { class: 'muted' }, 'Reading config.json…'));
     try {
-      if (choice.value === 'files' && picked.length === 0) throw new Error('pick the model folder or its files first');
-      const model = inspectable(choice.value as Choice, repo.value, token.value, picked);
+      if (choice.value === 'files' && picked.length === 0 && !restoredPick) throw new Error('pick the model folder or its files first');
+      const model = choice.value === 'files' && restoredPick ? restoredInspectable(restoredPick) : inspectable(choice.value as Choice, repo.value, token.value, picked);
       const l = await limits;
       const r = await inspect(model, l.limits);
       report.replaceChildren(describeReport(r, l.limits ? limitsNote : l.note));
@@ -343,12 +399,22 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         if (productsState) showProducts({ ...productsState, current: info.products });
         loadedModel.set(info);
         wasLoaded = true;
+        // Picked files reload from the weight cache only when their weights got there.
+        if (checked.model.source.kind === 'files') keptPick = info.fingerprint && !info.cacheMessage ? pickToStore(picked, info.fingerprint) : undefined;
         remember();
         const mem = await engine.gpuMemory();
         if (mem) status.setMemory(`${formatBytes(mem.inUse)} (pool peak ${formatBytes(mem.peak)})`);
       } catch (e) {
         progressText.textContent = '';
         showError(e);
+        if (checked.model.source.kind === 'cached-files') {
+          // The cache lost the weights: the files must be picked again (no other model is loaded instead).
+          restoredPick = null;
+          keptPick = undefined;
+          wasLoaded = false;
+          remember();
+          loaded.textContent = 'No model loaded. Pick the model folder again to load it.';
+        }
       } finally {
         progress.hidden = true;
       }
@@ -359,10 +425,10 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   });
 
   if (modelToRestore()) {
-    progressText.textContent = 'Reloading the model you had loaded…';
+    progressText.textContent = restoredPick ? 'Reloading the model folder you had picked, from the weight cache…' : 'Reloading the model you had loaded…';
     queueMicrotask(() => load.click());
   } else if (stored?.loaded && stored.choice === 'files') {
-    loaded.textContent = 'No model loaded. You had a model folder loaded: pick it again to reload it.';
+    loaded.textContent = 'No model loaded. You had a model folder loaded whose weights could not be kept in this browser: pick it again to reload it.';
   }
 
   return h(
