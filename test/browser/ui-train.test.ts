@@ -8,7 +8,7 @@
 // waits until then), and one click finishes the run from its last checkpoint.
 import type { Locator, Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
-import { loadModelFiles, generateCounting, openApp, openPanel, panel, tabTo, typeInto, unlabelledControls } from '../helpers/appPanels';
+import { loadModelFiles, generateCounting, openApp, openConfigSections, openPanel, panel, tabTo, typeInto, unlabelledControls } from '../helpers/appPanels';
 import { appWithTinyModel, screenshot } from '../helpers/browser';
 
 const MODEL_DIR = 'test-results/ui-train-model';
@@ -63,6 +63,7 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
 
     p = await openPanel(page, 'train');
     expect(await text(p.getByTestId('train-rewards'))).toMatch(/·boom\b/);
+    await openConfigSections(page, p);
     await typeInto(page, p.locator('[data-key="system_prompt"]'), 'Answer.');
     for (const [k, v] of Object.entries(FORM)) await typeInto(page, p.locator(`[data-key="${k}"]`), v);
     // Selects from the keyboard: Home picks the first option (constant, grpo).
@@ -76,7 +77,7 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
     const enabled = async () => Object.fromEntries(await Promise.all(['Start', 'Pause', 'Resume', 'Stop'].map(async (n) => [n, await button(n).isEnabled()] as const)));
 
     // Start (Enter): the config folds to its summary and locks; focus moves to Pause.
-    await tabTo(page, button('Start'));
+    await tabTo(page, button('Start'), false, 150); // past every field of the opened sections
     await page.keyboard.press('Enter');
     await waitForState(page, /^running/);
     expect(await enabled()).toEqual({ Start: false, Pause: true, Resume: false, Stop: true });
