@@ -2,7 +2,8 @@
 // (Basics open, the other sections closed to one line of their non-default values) and is short
 // enough that the run controls are on the first screen; yet every field of TrainConfig has its
 // input, one click away (a section opens from the keyboard), and a changed value shows in its
-// section's line. No model is loaded: this is the form a new user meets.
+// section's line. The Model panel's training memory estimate is the form's run, before the Train
+// panel was ever opened and after its values change. No model is loaded: this is the form a new user meets.
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { openApp, openPanel } from '../helpers/appPanels';
@@ -106,4 +107,25 @@ describe('train form: sections at a glance, every field reachable (Chromium)', (
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBe(1920);
     await screenshot(page, 'ui-train-form-1920');
   }, 300_000);
+
+  it('estimates training memory at the Train form’s settings, before the Train panel is opened and after the form changes', async () => {
+    const page = await app.page();
+    await openApp(page, `${app.url}#model`);
+    const m = await openPanel(page, 'model');
+    // The bundled demo's config.json and sizes are enough for the estimate; nothing is loaded.
+    await m.getByRole('button', { name: 'Check size and memory' }).click();
+    const at = m.getByTestId('model-training-at');
+    await at.waitFor({ timeout: 60_000 });
+    const demo = defaultConfig();
+    expect(await at.textContent()).toBe(`Training at the Train form’s settings (8 x 64 tokens after a ${demo.max_prompt_length}-token prompt, LoRA r=${demo.lora.r})`);
+    const before = await m.getByTestId('model-training-bytes').textContent();
+
+    // The form changes: the estimate on screen follows, with no new check.
+    const t = await openPanel(page, 'train');
+    expect(await t.locator('[data-key="max_completion_length"]').inputValue()).toBe('64');
+    await t.locator('[data-key="max_completion_length"]').fill('512');
+    await openPanel(page, 'model');
+    expect(await at.textContent()).toBe(`Training at the Train form’s settings (8 x 512 tokens after a ${demo.max_prompt_length}-token prompt, LoRA r=${demo.lora.r})`);
+    expect(await m.getByTestId('model-training-bytes').textContent()).not.toBe(before);
+  }, 120_000);
 });

@@ -6,7 +6,7 @@
 // cache is stated after each load. Where the large products run (f32 units or int8 tensor cores,
 // src/model/products.ts) is chosen here: the tensor cores by default where the browser offers them.
 import type { Remote } from 'comlink';
-import { DEMO_MODEL_URL_PATH } from '../../data/demo';
+import { DEMO_MODEL_URL_PATH, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
 import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
@@ -16,7 +16,7 @@ import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type M
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
 import { proxy } from '../../worker/client';
-import type { TrainConfigInput } from '../../rl/config';
+import { defaultConfig, type TrainConfigInput } from '../../rl/config';
 import { loadedModel, trainSettings, type TrainSettings } from '../appState';
 import { saveWorkspace, workspacePart } from '../workspace';
 import { h } from '../dom';
@@ -82,11 +82,23 @@ function pickToStore(files: readonly File[], fingerprint: string): StoredPick {
   };
 }
 
-/** The sizes of the Train form as stored in the workspace, when the Train panel has not been built yet. */
-function storedTrainSettings(): TrainSettings | null {
+/** The Train form's sizes from its values (any subset) over its starting values (the demo run's over the trainer's defaults). */
+function formSettings(v: TrainConfigInput = {}): TrainSettings {
+  const d = defaultConfig();
+  const pick = <T,>(...xs: (T | undefined)[]) => xs.find((x) => x !== undefined) as T;
+  return {
+    num_generations: pick(v.num_generations, DEMO_TRAIN_CONFIG.num_generations, d.num_generations),
+    max_completion_length: pick(v.max_completion_length, DEMO_TRAIN_CONFIG.max_completion_length, d.max_completion_length),
+    max_prompt_length: pick(v.max_prompt_length, DEMO_TRAIN_CONFIG.max_prompt_length, d.max_prompt_length),
+    lora_r: pick(v.lora?.r, DEMO_TRAIN_CONFIG.lora?.r, d.lora.r),
+  };
+}
+
+/** The Train form's sizes: as it publishes them, else as stored in the workspace, else its starting values (the panel is not built yet). */
+function currentTrainSettings(): TrainSettings {
+  if (trainSettings.current) return trainSettings.current;
   const v = workspacePart<{ values: TrainConfigInput }>('train')?.values;
-  if (!v || typeof v.num_generations !== 'number' || typeof v.max_completion_length !== 'number') return null;
-  return { num_generations: v.num_generations, max_completion_length: v.max_completion_length, max_prompt_length: v.max_prompt_length ?? null, lora_r: v.lora?.r ?? DEFAULT_TRAINING_WORK.loraRank };
+  return formSettings(v && typeof v === 'object' ? v : {});
 }
 
 /** Context the plan assumes for the KV cache estimate (prompt with an image plus a completion). */
@@ -184,11 +196,9 @@ async function inspect(model: Inspectable, limits: { maxBufferSize: number; maxS
 function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
   const t = r.config.text;
   const kv = r.plan.kvCacheBytesPerToken * PLAN_CONTEXT_TOKENS;
-  // The Train form's values (published by the panel, or stored from an earlier visit), else the planner's defaults.
-  const t0 = trainSettings.current ?? storedTrainSettings();
-  const w = t0
-    ? { ...DEFAULT_TRAINING_WORK, generations: t0.num_generations, completionTokens: t0.max_completion_length, promptTokens: t0.max_prompt_length ?? DEFAULT_TRAINING_WORK.promptTokens, loraRank: t0.lora_r }
-    : DEFAULT_TRAINING_WORK;
+  // The Train form's values, whether or not its panel was opened yet: the estimate is of the run the form would start.
+  const t0 = currentTrainSettings();
+  const w = { ...DEFAULT_TRAINING_WORK, generations: t0.num_generations, completionTokens: t0.max_completion_length, promptTokens: t0.max_prompt_length ?? DEFAULT_TRAINING_WORK.promptTokens, loraRank: t0.lora_r };
   const training = trainingMemory(r.config, r.plan, w);
   return h(
     'div',
@@ -204,7 +214,7 @@ function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
       h('dd', { 'data-testid': 'model-gpu-bytes' }, formatBytes(r.plan.totalBytes)),
       h('dt', {}, `KV cache for ${PLAN_CONTEXT_TOKENS} tokens`),
       h('dd', {}, formatBytes(kv)),
-      h('dt', {}, `Training at ${t0 ? 'the Train form’s settings' : 'the default config'} (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
+      h('dt', { 'data-testid': 'model-training-at' }, `Training at the Train form’s settings (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
       h('dd', { 'data-testid': 'model-training-bytes' }, `about ${formatBytes(training.peakBytes)} of GPU memory at its peak`),
       h('dt', {}, 'Largest buffer'),
       h('dd', {}, `${formatBytes(r.plan.largestBuffer.bytes)} (${r.plan.largestBuffer.name})`),
@@ -243,6 +253,8 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const progress = h('progress', { max: 1, value: 0, 'aria-label': 'Model loading progress', hidden: true });
   const progressText = h('span', { 'data-testid': 'model-progress', 'aria-live': 'polite' });
   const report = h('div', { 'aria-live': 'polite' });
+  /** The size and memory report on screen (null while none is). */
+  let shownReport: { report: ModelReport; note: string } | null = null;
   const error = h('p', { class: 'error', role: 'alert', 'data-testid': 'model-error', hidden: true });
   const loaded = h('p', { 'data-testid': 'model-loaded' }, 'No model loaded.');
   const cache = h('p', { class: 'muted', 'data-testid': 'model-cache', 'aria-live': 'polite' }, 'Cache: a loaded model is kept in this browser, and its next load reads no files.');
@@ -274,6 +286,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     repoField.hidden = choice.value !== 'hub';
     tokenField.hidden = !['hub', 'Qwen/Qwen3-VL-2B-Instruct', 'Qwen/Qwen3-VL-4B-Instruct', 'Qwen/Qwen3-VL-8B-Instruct'].includes(choice.value);
     filesField.hidden = choice.value !== 'files';
+    shownReport = null;
     report.replaceChildren();
   };
   choice.addEventListener('change', () => {
@@ -307,15 +320,21 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   );
   const limitsNote = 'WebGPU does not report free GPU memory: the browser may still refuse buffers when other tabs hold memory.';
 
+  // The report on screen is drawn again when the Train form changes, so its training estimate is the form's.
+  trainSettings.subscribe(() => {
+    if (shownReport) report.replaceChildren(describeReport(shownReport.report, shownReport.note));
+  });
   const checkModel = async (): Promise<{ model: Inspectable; report: ModelReport } | null> => {
     error.hidden = true;
+    shownReport = null;
     report.replaceChildren(h('p', { class: 'muted' }, 'Reading config.json…'));
     try {
       if (choice.value === 'files' && picked.length === 0 && !restoredPick) throw new Error('pick the model folder or its files first');
       const model = choice.value === 'files' && restoredPick ? restoredInspectable(restoredPick) : inspectable(choice.value as Choice, repo.value, token.value, picked);
       const l = await limits;
       const r = await inspect(model, l.limits);
-      report.replaceChildren(describeReport(r, l.limits ? limitsNote : l.note));
+      shownReport = { report: r, note: l.limits ? limitsNote : l.note };
+      report.replaceChildren(describeReport(r, shownReport.note));
       return { model, report: r };
     } catch (e) {
       report.replaceChildren();

@@ -535,6 +535,15 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       adaptersChanged.set(adaptersChanged.current + 1);
       note(`Adapter saved as ${id} (Adapters panel).`);
     } catch (e) {
+      // A run's adapter whose B never moved: say why a trained run can end so, not the export's advice.
+      if (e instanceof Error && e.name === 'UntrainedAdapterError') {
+        note(
+          `The adapter of ${id} was not saved: its lora_B is still all zeros, so it would change nothing. ` +
+            'That happens when every completion of a prompt got the same reward at every step (zero advantages): ' +
+            'use reward terms that tell completions apart (Rewards panel), more completions per prompt, or more steps.',
+        );
+        return;
+      }
       note(`The adapter was not saved: ${userMessage(e)}`);
     }
   };
