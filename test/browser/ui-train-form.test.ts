@@ -94,13 +94,18 @@ describe('train form: sections at a glance, every field reachable (Chromium)', (
     expect(hidden).toEqual([]);
     await screenshot(page, 'ui-train-form-1280-open');
 
-    // At 1920 x 1080, after a reload (the form's values come back; sections closed again), the same holds.
+    // Left with Basics and the checkpoint section open: after a reload at 1920 x 1080 the values and
+    // the open sections come back, and the bounds still hold.
+    const all = await sections.evaluateAll((els) => els.map((e) => e.getAttribute('data-section')!));
+    for (const id of all) if (id !== 'basics' && id !== 'run') await p.locator(`details[data-section="${id}"] > summary`).click();
+    expect(await sections.evaluateAll((els) => els.filter((e) => (e as HTMLDetailsElement).open).map((e) => e.getAttribute('data-section')))).toEqual(['basics', 'run']);
     await page.waitForTimeout(500); // the workspace writes the form after 300 ms
     await page.setViewportSize({ width: 1920, height: 1080 });
     await page.reload();
     await page.waitForLoadState('networkidle');
     await page.locator('#panel-train section').waitFor();
     expect(await p.getByTestId('config-section-sampling').textContent()).toBe('temperature 0.7, top_k 20');
+    expect(await sections.evaluateAll((els) => els.filter((e) => (e as HTMLDetailsElement).open).map((e) => e.getAttribute('data-section')))).toEqual(['basics', 'run']);
     const g2 = await geometry(page);
     expect(g2.configHeight, 'config height at 1920 x 1080').toBeLessThanOrEqual(g2.viewport / 2);
     expect(g2.startBottom, 'Start at 1920 x 1080').toBeLessThanOrEqual(g2.viewport);

@@ -125,6 +125,10 @@ export interface ConfigForm {
   write(values: TrainConfigInput): void;
   /** Locks the fields (while a run uses the values shown). */
   setDisabled(disabled: boolean): void;
+  /** The ids of the sections open now (kept with the workspace). */
+  openSections(): string[];
+  /** Opens exactly these sections (unknown ids are ignored). */
+  setOpenSections(ids: readonly string[]): void;
 }
 
 /** A collapsible section: its title, then (for the fields it holds) the values that differ from the defaults. */
@@ -132,6 +136,12 @@ function section(id: string, title: string, open: boolean, ...content: HTMLEleme
   const summary = h('span', { class: 'section-summary', 'data-testid': `config-section-${id}` });
   const element = h('details', { class: 'form-section', 'data-section': id, open }, h('summary', {}, h('span', { class: 'section-title' }, title), summary), h('div', { class: 'form-fields' }, ...content));
   return { element, summary };
+}
+
+/** A section's summary line; a closed section's line may be cut with an ellipsis, so hovering shows it whole. */
+function show(summary: HTMLElement, text: string): void {
+  summary.textContent = text;
+  summary.parentElement!.title = text;
 }
 
 /** A value as the section summaries show it: short, so a line holds several. */
@@ -182,7 +192,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
   const summaries: (() => void)[] = [];
   const sections = SECTIONS.map((g) => {
     const sec = section(g.id, g.title, g.open === true, ...g.fields.map(control));
-    summaries.push(() => (sec.summary.textContent = changedText(g.fields.map((f): [string, unknown] => [f.key, readers.get(f.key)!()]).filter(([k, v]) => v !== d[k as Scalar]))));
+    summaries.push(() => show(sec.summary, changedText(g.fields.map((f): [string, unknown] => [f.key, readers.get(f.key)!()]).filter(([k, v]) => v !== d[k as Scalar]))));
     return sec.element;
   });
 
@@ -213,7 +223,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     const now = readLora();
     const changed = (['r', 'lora_alpha', 'lora_dropout'] as const).filter((k) => now[k] !== d.lora[k]).map((k): [string, unknown] => [k, now[k]]);
     if (now.target_modules.join() !== LORA_TARGETS.filter((t) => d.lora.target_modules.includes(t)).join()) changed.push(['target_modules', now.target_modules]);
-    lora.summary.textContent = changedText(changed);
+    show(lora.summary, changedText(changed));
   });
 
   const systemPrompt = h('textarea', { rows: 3, 'data-key': 'system_prompt' });
@@ -221,7 +231,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
   const prompt = section('prompt', 'System prompt', false, field('system_prompt', systemPrompt, 'For rows without their own; empty for none. Default: the seeds’ <REASONING>/<SOLUTION> prompt.'));
   summaries.push(() => {
     const v = systemPrompt.value;
-    prompt.summary.textContent = v === (d.system_prompt ?? '') ? 'default' : v.trim() === '' ? 'none' : `“${v.length > 48 ? `${v.slice(0, 47)}…` : v}”`;
+    show(prompt.summary, v === (d.system_prompt ?? '') ? 'default' : v.trim() === '' ? 'none' : `“${v.length > 48 ? `${v.slice(0, 47)}…` : v}”`);
   });
 
   const element = h('div', { class: 'form-sections' }, ...sections, lora.element, prompt.element);
@@ -240,6 +250,12 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
       if (l?.lora_dropout !== undefined) dropout.value = shown(l.lora_dropout);
       if (l?.target_modules) for (const x of targets) x.input.checked = l.target_modules.includes(x.t);
       summarize();
+    },
+    openSections() {
+      return [...element.querySelectorAll<HTMLDetailsElement>('details.form-section')].filter((d) => d.open).map((d) => d.dataset.section!);
+    },
+    setOpenSections(ids) {
+      for (const d of element.querySelectorAll<HTMLDetailsElement>('details.form-section')) d.open = ids.includes(d.dataset.section!);
     },
     setDisabled(disabled) {
       for (const el of element.querySelectorAll<HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement>('input, select, textarea')) el.disabled = disabled;

@@ -214,6 +214,8 @@ function storedState(run: RunRecord): string {
 interface StoredForm {
   values: TrainConfigInput;
   configOpen: boolean;
+  /** The form's sections left open. */
+  sections?: string[];
 }
 
 export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLElement {
@@ -221,6 +223,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const form = configForm(DEMO_TRAIN_CONFIG);
   const storedForm = workspacePart<StoredForm>('train');
   if (storedForm?.values && typeof storedForm.values === 'object') form.write(storedForm.values);
+  if (Array.isArray(storedForm?.sections)) form.setOpenSections(storedForm.sections);
 
   const data = h('p', { 'data-testid': 'train-data' });
   const rewards = h('p', { 'data-testid': 'train-rewards' });
@@ -257,7 +260,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const formInput = (): TrainConfigInput => form.read();
   const onFormChange = () => {
     const input = formInput();
-    saveWorkspace('train', { values: input, configOpen: config.open } satisfies StoredForm);
+    saveWorkspace('train', { values: input, configOpen: config.open, sections: form.openSections() } satisfies StoredForm);
     if (typeof input.num_generations === 'number' && typeof input.max_completion_length === 'number') {
       trainSettings.set({ num_generations: input.num_generations, max_completion_length: input.max_completion_length, max_prompt_length: input.max_prompt_length ?? null, lora_r: input.lora?.r ?? defaultConfig().lora.r });
     }
@@ -273,7 +276,8 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   };
   config.addEventListener('input', onFormChange);
   config.addEventListener('change', onFormChange);
-  config.addEventListener('toggle', onFormChange);
+  // 'toggle' does not bubble: the capture phase hears the sections' toggles too.
+  config.addEventListener('toggle', onFormChange, true);
 
   datasetStore.subscribe((d) => {
     data.textContent = d
