@@ -426,12 +426,14 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       } catch (e) {
         progressText.textContent = '';
         showError(e);
+        // The engine dropped the model it had: a reload must not bring back one that is not loaded now.
+        wasLoaded = false;
+        keptPick = undefined;
+        remember();
+        loaded.textContent = 'No model loaded.';
         if (checked.model.source.kind === 'cached-files') {
           // The cache lost the weights: the files must be picked again (no other model is loaded instead).
           restoredPick = null;
-          keptPick = undefined;
-          wasLoaded = false;
-          remember();
           loaded.textContent = 'No model loaded. Pick the model folder again to load it.';
         }
       } finally {
