@@ -390,8 +390,20 @@ export function opfsStorage(root: () => Promise<FileSystemDirectoryHandle> = () 
 }
 
 export interface CachedLoadOptions extends LoadOptions {
-  /** Where the checkpoint comes from; the quantization and table layout complete the key. */
-  cache?: { store: WeightCache; source: string; revision: string };
+  /**
+   * Where the checkpoint comes from; the quantization and table layout complete the key.
+   * `required`: the checkpoint's weight files are not at hand (files picked before a reload), so a
+   * miss throws WeightCacheMissError instead of reading them.
+   */
+  cache?: { store: WeightCache; source: string; revision: string; required?: boolean };
+}
+
+/** The weights had to come from the cache (their files are not at hand) and it no longer holds them. */
+export class WeightCacheMissError extends Error {
+  constructor(readonly source: string) {
+    super(`the browser's weight cache no longer holds the weights of ${source} (evicted for another model, or the site's data was cleared): pick the model's files again`);
+    this.name = 'WeightCacheMissError';
+  }
 }
 
 export interface LoadedWeights {
@@ -409,6 +421,7 @@ export async function loadWeights(gpu: Gpu, files: ModelFiles, config: Qwen3VLCo
   if (cache && key) {
     const hit = await cache.store.read(gpu, key, (bytesDone, bytesTotal) => opts.onProgress?.({ bytesDone, bytesTotal, tensor: 'weight cache', fromCache: true }));
     if (hit) return { weights: hit, cached: true };
+    if (cache.required) throw new WeightCacheMissError(files.location);
   }
   const loader = await WeightLoader.create(gpu);
   const weights = await loader.load(files, config, opts);

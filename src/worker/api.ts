@@ -19,7 +19,12 @@ export type ModelSource =
   | { kind: 'demo' }
   | { kind: 'hub'; repo: string; revision?: string; token?: string }
   /** A model folder the user picked (config.json, safetensors shards, tokenizer files, ...). */
-  | { kind: 'files'; files: File[] };
+  | { kind: 'files'; files: File[] }
+  /**
+   * Files picked before a reload: `files` holds their small files (config, tokenizer), and the
+   * weights come from the weight cache entry `fingerprint` names (a miss is an error, never a fallback).
+   */
+  | { kind: 'cached-files'; files: File[]; fingerprint: string };
 
 export interface LoadedModel {
   /** Where it came from ("public/demo", "org/name@main", "the picked files"). */
@@ -33,6 +38,8 @@ export interface LoadedModel {
   cached: boolean;
   /** Why the weights could not be cached after a download (e.g. too little storage), if so. */
   cacheMessage?: string;
+  /** Picked files: the content fingerprint their weights are cached under (a reload loads them with it). */
+  fingerprint?: string;
   /** Where its large products run (ProductsState.current). */
   products: Products;
   /** Why the tensor cores chosen for it could not start (it runs on the f32 units then), if so. */

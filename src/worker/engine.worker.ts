@@ -67,13 +67,17 @@ function filesOf(source: ModelSource): ModelFiles {
     case 'hub':
       return hubFiles(source.repo, { revision: source.revision, token: source.token });
     case 'files':
+    case 'cached-files':
       return pickedFiles(source.files);
   }
 }
 
 /** The weight cache entry for `source` (hub: repo@revision; otherwise a fingerprint of the files); none without OPFS. */
 async function cacheOf(source: ModelSource, files: ModelFiles): Promise<OpenModelOptions['cache']> {
-  if (!navigator.storage?.getDirectory) return undefined;
+  if (!navigator.storage?.getDirectory) {
+    if (source.kind === 'cached-files') throw new Error('this browser has no weight cache (origin private file system): pick the model\'s files again');
+    return undefined;
+  }
   const store = (weightCache ??= new WeightCache(opfsStorage()));
   switch (source.kind) {
     case 'demo':
@@ -82,6 +86,8 @@ async function cacheOf(source: ModelSource, files: ModelFiles): Promise<OpenMode
       return { store, source: `hub:${source.repo}`, revision: source.revision ?? 'main' };
     case 'files':
       return { store, source: 'picked files', revision: await filesFingerprint(source.files) };
+    case 'cached-files':
+      return { store, source: 'picked files', revision: source.fingerprint, required: true };
   }
 }
 
@@ -168,7 +174,8 @@ const api: EngineApi = {
     baseModel = baseModelOf(source);
     const t = session.model.config.text;
     const { cached, cacheMessage } = session.model.weightSource;
-    return { location, baseModel, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, products: session.model.products, productsMessage };
+    const fingerprint = source.kind === 'files' || source.kind === 'cached-files' ? cache?.revision : undefined;
+    return { location, baseModel, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, fingerprint, products: session.model.products, productsMessage };
   },
   products: productsState,
   async setProducts(products) {

@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Locator, Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
-import { openApp, openPanel, panel, tabTo } from '../helpers/appPanels';
+import { openApp, openConfigSections, openPanel, panel, tabTo } from '../helpers/appPanels';
 import { accessibleNames, offOrigin, recordRequests, screenshot, servedApp, unreachedByTab } from '../helpers/browser';
 
 const DATA_FILE = resolve('test/fixtures/data/demo-rows.jsonl');
@@ -171,6 +171,7 @@ describe('the app end to end on the bundled demo model (SwiftShader, offline)', 
     p = await openPanel(page, 'train');
     expect(await p.getByTestId('train-model').textContent()).toMatch(/^Model: the bundled demo model/);
     expect(await p.getByTestId('train-data').textContent()).toBe(`Data: the ${8 - HELD_OUT} training rows of demo-rows.jsonl (Data panel).`);
+    await openConfigSections(page, p);
     for (const [key, value] of Object.entries({
       num_generations: '2',
       per_device_train_batch_size: '2',

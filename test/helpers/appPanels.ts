@@ -26,6 +26,15 @@ export async function tabTo(page: Page, target: Locator, back = false, limit = 6
   throw new Error(`Tab never reached ${target}`);
 }
 
+/** Opens every closed section of the Train panel's config form (Enter on its summary), so that all its fields can be typed into. */
+export async function openConfigSections(page: Page, train: Locator): Promise<void> {
+  const closed = await train.locator('details.form-section:not([open])').evaluateAll((els) => els.map((e) => e.getAttribute('data-section')!));
+  for (const id of closed) {
+    await train.locator(`details[data-section="${id}"] > summary`).focus();
+    await page.keyboard.press('Enter');
+  }
+}
+
 /** Replaces the value of a text or number field from the keyboard. */
 export async function typeInto(page: Page, field: Locator, text: string): Promise<void> {
   await field.focus();

@@ -4,6 +4,7 @@
 // says whether it opened a <think> block, the config checks both fields by name, and the trainer
 // and the eval runner carry them: the prompt options, the sampler's budget, and rewards and the
 // judge scoring the answer after </think> when the prompt opened the block.
+import { defaultEngineConfig } from '../../src/rl/engineConfig';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { runEval } from '../../src/eval/runner';
@@ -70,11 +71,11 @@ describe('thinking_mode and thinking_budget in the train config', () => {
   });
 
   it('export-trl writes thinking_mode as TRL\'s chat_template_kwargs and names the budget it cannot carry', () => {
-    expect('chat_template_kwargs' in trlFields(defaultConfig()).grpo).toBe(false);
-    expect(trlFields(resolveConfig({ thinking_mode: 'off' }).config).grpo.chat_template_kwargs).toEqual({ enable_thinking: false });
-    expect(trlFields(resolveConfig({ thinking_mode: 'on' }).config).grpo.chat_template_kwargs).toEqual({ enable_thinking: true });
-    expect(trlFields(resolveConfig({ thinking_budget: 64 }).config).notCarried.find((f) => f.field === 'thinking_budget')?.why).toMatch(/^64 here; not carried/);
-    expect(trlFields(defaultConfig()).notCarried.some((f) => f.field === 'thinking_budget')).toBe(false);
+    expect('chat_template_kwargs' in trlFields(defaultConfig(), defaultEngineConfig()).grpo).toBe(false);
+    expect(trlFields(resolveConfig({ thinking_mode: 'off' }).config, defaultEngineConfig()).grpo.chat_template_kwargs).toEqual({ enable_thinking: false });
+    expect(trlFields(resolveConfig({ thinking_mode: 'on' }).config, defaultEngineConfig()).grpo.chat_template_kwargs).toEqual({ enable_thinking: true });
+    expect(trlFields(resolveConfig({ thinking_budget: 64 }).config, defaultEngineConfig()).notCarried.find((f) => f.field === 'thinking_budget')?.why).toMatch(/^64 here; not carried/);
+    expect(trlFields(defaultConfig(), defaultEngineConfig()).notCarried.some((f) => f.field === 'thinking_budget')).toBe(false);
   });
 
   it('warns when the budget cannot end thinking before max_completion_length', () => {

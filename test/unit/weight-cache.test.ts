@@ -1,7 +1,8 @@
 // The weight cache in Node (directory storage): key derivation, a model stored then read back
 // with identical logits and no checkpoint read, the manifest written last (an interrupted write
 // leaves no entry), damaged and partial entries ignored and rewritten, LRU eviction within the
-// quota and the quota message.
+// quota and the quota message; a required entry (picked files after a reload) that is missing is
+// an error, never a read of the weight files.
 import { mkdtempSync, readdirSync, rmSync, unlinkSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { Gpu } from '../../src/gpu';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import type { ModelFiles } from '../../src/model/safetensors';
-import { cacheEntryId, filesFingerprint, FORMAT_VERSION, WeightCache, WeightCacheQuotaError, type CacheKey, type CacheStorage } from '../../src/model/weightCache';
+import { cacheEntryId, filesFingerprint, FORMAT_VERSION, WeightCache, WeightCacheMissError, WeightCacheQuotaError, type CacheKey, type CacheStorage } from '../../src/model/weightCache';
 import { directoryStorage } from '../../src/model/weightCacheNode';
 import type { ModelWeights } from '../../src/model/weights';
 import { testGpu } from '../helpers/gpu';
@@ -145,6 +146,22 @@ function limitedStorage(dir: string, quota: number): CacheStorage & { failAfter:
   };
   return s;
 }
+
+describe('weights required from the cache (files picked before a reload)', () => {
+  it('a missing entry throws WeightCacheMissError without opening a weight file; once stored, it loads from the cache alone', async () => {
+    const gpu = await testGpu();
+    const store = new WeightCache(directoryStorage(tempDir()));
+    const cache = { store, source: 'picked files', revision: 'content-fixture', required: true };
+    const missing = counted(modelFiles('tiny-a'));
+    await expect(Qwen3VL.load(gpu, missing.files, { cache })).rejects.toThrow(WeightCacheMissError);
+    await expect(Qwen3VL.load(gpu, missing.files, { cache })).rejects.toThrow(/no longer holds the weights of .*pick the model's files again/);
+    expect(missing.opened).toEqual([]);
+    await Qwen3VL.load(gpu, modelFiles('tiny-a'), { cache: { ...cache, required: false } });
+    const again = counted(modelFiles('tiny-a'));
+    expect((await Qwen3VL.load(gpu, again.files, { cache })).weightSource.cached).toBe(true);
+    expect(again.opened).toEqual([]);
+  });
+});
 
 describe('writes and eviction', () => {
   it('an interrupted write leaves no entry (the manifest goes last), and the tree reads back with shared objects', async () => {

@@ -6,7 +6,7 @@
 // cache is stated after each load. Where the large products run (f32 units or int8 tensor cores,
 // src/model/products.ts) is chosen here: the tensor cores by default where the browser offers them.
 import type { Remote } from 'comlink';
-import { DEMO_MODEL_URL_PATH } from '../../data/demo';
+import { DEMO_MODEL_URL_PATH, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
 import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
@@ -16,7 +16,7 @@ import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type M
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
 import { proxy } from '../../worker/client';
-import type { TrainConfigInput } from '../../rl/config';
+import { defaultConfig, type TrainConfigInput } from '../../rl/config';
 import { loadedModel, trainSettings, type TrainSettings } from '../appState';
 import { saveWorkspace, workspacePart } from '../workspace';
 import { h } from '../dom';
@@ -35,26 +35,70 @@ const CHOICES: { value: Choice; label: string }[] = [
   { value: 'files', label: 'A model folder on this computer' },
 ];
 
+/**
+ * Picked files as kept over a reload: their small files themselves (IndexedDB copies them), the
+ * weight files' names and sizes (for the size check), and the fingerprint their weights are cached
+ * under. The weights are only in the weight cache: the shards are never copied.
+ */
+interface StoredPick {
+  files: File[];
+  weights: { name: string; size: number }[];
+  fingerprint: string;
+}
+
 interface StoredModel {
   choice: Choice;
   repo: string;
   /** A model of this choice was loaded when the page was left: it reloads itself. */
   loaded: boolean;
+  /** For picked files whose weights reached the weight cache. */
+  pick?: StoredPick;
 }
 
 const isChoice = (v: unknown): v is Choice => CHOICES.some((c) => c.value === v);
 
-/** True when the stored workspace had a model loaded that can reload without the user (not picked files). */
-export function modelToRestore(): boolean {
-  const m = workspacePart<StoredModel>('model');
-  return m?.loaded === true && isChoice(m.choice) && m.choice !== 'files';
+/** The stored pick when it has the shape this version writes. */
+function storedPick(m: Partial<StoredModel> | undefined): StoredPick | null {
+  const p = m?.pick;
+  if (!p || typeof p.fingerprint !== 'string' || !Array.isArray(p.files) || !Array.isArray(p.weights)) return null;
+  return p.files.every((f) => f instanceof File) ? p : null;
 }
 
-/** The sizes of the Train form as stored in the workspace, when the Train panel has not been built yet. */
-function storedTrainSettings(): TrainSettings | null {
+/** True when the stored workspace had a model loaded that can reload without the user (picked files: from the weight cache). */
+export function modelToRestore(): boolean {
+  const m = workspacePart<StoredModel>('model');
+  return m?.loaded === true && isChoice(m.choice) && (m.choice !== 'files' || storedPick(m) !== null);
+}
+
+/** Every file but the weight shards, up to this size, is kept for the reload (config, tokenizer, templates). */
+const MAX_KEPT_FILE_BYTES = 32 * 2 ** 20;
+const isWeightFile = (f: File) => f.name.endsWith('.safetensors');
+
+function pickToStore(files: readonly File[], fingerprint: string): StoredPick {
+  return {
+    files: files.filter((f) => !isWeightFile(f) && f.size <= MAX_KEPT_FILE_BYTES),
+    weights: files.filter(isWeightFile).map((f) => ({ name: f.name, size: f.size })),
+    fingerprint,
+  };
+}
+
+/** The Train form's sizes from its values (any subset) over its starting values (the demo run's over the trainer's defaults). */
+function formSettings(v: TrainConfigInput = {}): TrainSettings {
+  const d = defaultConfig();
+  const pick = <T,>(...xs: (T | undefined)[]) => xs.find((x) => x !== undefined) as T;
+  return {
+    num_generations: pick(v.num_generations, DEMO_TRAIN_CONFIG.num_generations, d.num_generations),
+    max_completion_length: pick(v.max_completion_length, DEMO_TRAIN_CONFIG.max_completion_length, d.max_completion_length),
+    max_prompt_length: pick(v.max_prompt_length, DEMO_TRAIN_CONFIG.max_prompt_length, d.max_prompt_length),
+    lora_r: pick(v.lora?.r, DEMO_TRAIN_CONFIG.lora?.r, d.lora.r),
+  };
+}
+
+/** The Train form's sizes: as it publishes them, else as stored in the workspace, else its starting values (the panel is not built yet). */
+function currentTrainSettings(): TrainSettings {
+  if (trainSettings.current) return trainSettings.current;
   const v = workspacePart<{ values: TrainConfigInput }>('train')?.values;
-  if (!v || typeof v.num_generations !== 'number' || typeof v.max_completion_length !== 'number') return null;
-  return { num_generations: v.num_generations, max_completion_length: v.max_completion_length, max_prompt_length: v.max_prompt_length ?? null, lora_r: v.lora?.r ?? DEFAULT_TRAINING_WORK.loraRank };
+  return formSettings(v && typeof v === 'object' ? v : {});
 }
 
 /** Context the plan assumes for the KV cache estimate (prompt with an image plus a completion). */
@@ -75,6 +119,21 @@ export interface ModelReport {
   downloadBytes: number | null;
   plan: MemoryPlan;
   problems: string[];
+}
+
+/** Files picked before a reload: small files from the stored pick, weight sizes as recorded, weights from the cache. */
+function restoredInspectable(pick: StoredPick): Inspectable {
+  const picked = pickedFiles(pick.files);
+  return {
+    source: { kind: 'cached-files', files: pick.files, fingerprint: pick.fingerprint },
+    name: 'the picked files (from the weight cache)',
+    text: (f) => picked.text(f),
+    async size(f) {
+      const w = pick.weights.find((x) => x.name === f);
+      if (!w) throw new Error(`${f} was not among the picked files: pick the model's files again`);
+      return w.size;
+    },
+  };
 }
 
 function inspectable(choice: Choice, repo: string, token: string, files: File[]): Inspectable {
@@ -137,11 +196,9 @@ async function inspect(model: Inspectable, limits: { maxBufferSize: number; maxS
 function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
   const t = r.config.text;
   const kv = r.plan.kvCacheBytesPerToken * PLAN_CONTEXT_TOKENS;
-  // The Train form's values (published by the panel, or stored from an earlier visit), else the planner's defaults.
-  const t0 = trainSettings.current ?? storedTrainSettings();
-  const w = t0
-    ? { ...DEFAULT_TRAINING_WORK, generations: t0.num_generations, completionTokens: t0.max_completion_length, promptTokens: t0.max_prompt_length ?? DEFAULT_TRAINING_WORK.promptTokens, loraRank: t0.lora_r }
-    : DEFAULT_TRAINING_WORK;
+  // The Train form's values, whether or not its panel was opened yet: the estimate is of the run the form would start.
+  const t0 = currentTrainSettings();
+  const w = { ...DEFAULT_TRAINING_WORK, generations: t0.num_generations, completionTokens: t0.max_completion_length, promptTokens: t0.max_prompt_length ?? DEFAULT_TRAINING_WORK.promptTokens, loraRank: t0.lora_r };
   const training = trainingMemory(r.config, r.plan, w);
   return h(
     'div',
@@ -157,7 +214,7 @@ function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
       h('dd', { 'data-testid': 'model-gpu-bytes' }, formatBytes(r.plan.totalBytes)),
       h('dt', {}, `KV cache for ${PLAN_CONTEXT_TOKENS} tokens`),
       h('dd', {}, formatBytes(kv)),
-      h('dt', {}, `Training at ${t0 ? 'the Train form’s settings' : 'the default config'} (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
+      h('dt', { 'data-testid': 'model-training-at' }, `Training at the Train form’s settings (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
       h('dd', { 'data-testid': 'model-training-bytes' }, `about ${formatBytes(training.peakBytes)} of GPU memory at its peak`),
       h('dt', {}, 'Largest buffer'),
       h('dd', {}, `${formatBytes(r.plan.largestBuffer.bytes)} (${r.plan.largestBuffer.name})`),
@@ -175,7 +232,10 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   if (typeof stored?.repo === 'string') repo.value = stored.repo;
   // The token is never stored.
   let wasLoaded = stored?.loaded === true;
-  const remember = () => saveWorkspace('model', { choice: choice.value as Choice, repo: repo.value, loaded: wasLoaded } satisfies StoredModel);
+  // The pick a reload loads from the weight cache, until the user picks other files.
+  let restoredPick = choice.value === 'files' ? storedPick(stored) : null;
+  let keptPick: StoredPick | undefined = restoredPick ?? undefined;
+  const remember = () => saveWorkspace('model', { choice: choice.value as Choice, repo: repo.value, loaded: wasLoaded, ...(keptPick ? { pick: keptPick } : {}) } satisfies StoredModel);
   repo.addEventListener('change', remember);
   const token = h('input', { type: 'password', autocomplete: 'off' });
   const filesInput = h('input', { type: 'file', multiple: true });
@@ -193,6 +253,8 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const progress = h('progress', { max: 1, value: 0, 'aria-label': 'Model loading progress', hidden: true });
   const progressText = h('span', { 'data-testid': 'model-progress', 'aria-live': 'polite' });
   const report = h('div', { 'aria-live': 'polite' });
+  /** The size and memory report on screen (null while none is). */
+  let shownReport: { report: ModelReport; note: string } | null = null;
   const error = h('p', { class: 'error', role: 'alert', 'data-testid': 'model-error', hidden: true });
   const loaded = h('p', { 'data-testid': 'model-loaded' }, 'No model loaded.');
   const cache = h('p', { class: 'muted', 'data-testid': 'model-cache', 'aria-live': 'polite' }, 'Cache: a loaded model is kept in this browser, and its next load reads no files.');
@@ -205,8 +267,12 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   productsNote.setAttribute('aria-live', 'polite');
 
   let picked: File[] = [];
-  filesInput.addEventListener('change', () => (picked = [...(filesInput.files ?? [])]));
-  folderInput.addEventListener('change', () => (picked = [...(folderInput.files ?? [])]));
+  const onPick = (input: HTMLInputElement) => () => {
+    picked = [...(input.files ?? [])];
+    restoredPick = null;
+  };
+  filesInput.addEventListener('change', onPick(filesInput));
+  folderInput.addEventListener('change', onPick(folderInput));
   const choiceField = field('Model source', choice, ' ');
   const choiceHint = choiceField.querySelector('small')!;
   const showFields = () => {
@@ -215,15 +281,18 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       choice.value === 'demo'
         ? 'The demo is a tiny Qwen3-VL bundled with the app: it works offline and trains in a minute.'
         : choice.value === 'files'
-          ? 'A Qwen3-VL folder in Hugging Face’s layout; after a reload, pick it again.'
+          ? 'A Qwen3-VL folder in Hugging Face’s layout; once loaded, its weights are kept in this browser’s weight cache and a reload loads them from there.'
           : 'Downloaded once from huggingface.co, then kept in this browser’s weight cache.';
     repoField.hidden = choice.value !== 'hub';
     tokenField.hidden = !['hub', 'Qwen/Qwen3-VL-2B-Instruct', 'Qwen/Qwen3-VL-4B-Instruct', 'Qwen/Qwen3-VL-8B-Instruct'].includes(choice.value);
     filesField.hidden = choice.value !== 'files';
+    shownReport = null;
     report.replaceChildren();
   };
   choice.addEventListener('change', () => {
     wasLoaded = false;
+    restoredPick = null;
+    keptPick = undefined;
     remember();
     showFields();
   });
@@ -251,15 +320,21 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   );
   const limitsNote = 'WebGPU does not report free GPU memory: the browser may still refuse buffers when other tabs hold memory.';
 
+  // The report on screen is drawn again when the Train form changes, so its training estimate is the form's.
+  trainSettings.subscribe(() => {
+    if (shownReport) report.replaceChildren(describeReport(shownReport.report, shownReport.note));
+  });
   const checkModel = async (): Promise<{ model: Inspectable; report: ModelReport } | null> => {
     error.hidden = true;
+    shownReport = null;
     report.replaceChildren(h('p', { class: 'muted' }, 'Reading config.json…'));
     try {
-      if (choice.value === 'files' && picked.length === 0) throw new Error('pick the model folder or its files first');
-      const model = inspectable(choice.value as Choice, repo.value, token.value, picked);
+      if (choice.value === 'files' && picked.length === 0 && !restoredPick) throw new Error('pick the model folder or its files first');
+      const model = choice.value === 'files' && restoredPick ? restoredInspectable(restoredPick) : inspectable(choice.value as Choice, repo.value, token.value, picked);
       const l = await limits;
       const r = await inspect(model, l.limits);
-      report.replaceChildren(describeReport(r, l.limits ? limitsNote : l.note));
+      shownReport = { report: r, note: l.limits ? limitsNote : l.note };
+      report.replaceChildren(describeReport(r, shownReport.note));
       return { model, report: r };
     } catch (e) {
       report.replaceChildren();
@@ -343,12 +418,24 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         if (productsState) showProducts({ ...productsState, current: info.products });
         loadedModel.set(info);
         wasLoaded = true;
+        // Picked files reload from the weight cache only when their weights got there.
+        if (checked.model.source.kind === 'files') keptPick = info.fingerprint && !info.cacheMessage ? pickToStore(picked, info.fingerprint) : undefined;
         remember();
         const mem = await engine.gpuMemory();
         if (mem) status.setMemory(`${formatBytes(mem.inUse)} (pool peak ${formatBytes(mem.peak)})`);
       } catch (e) {
         progressText.textContent = '';
         showError(e);
+        // The engine dropped the model it had: a reload must not bring back one that is not loaded now.
+        wasLoaded = false;
+        keptPick = undefined;
+        remember();
+        loaded.textContent = 'No model loaded.';
+        if (checked.model.source.kind === 'cached-files') {
+          // The cache lost the weights: the files must be picked again (no other model is loaded instead).
+          restoredPick = null;
+          loaded.textContent = 'No model loaded. Pick the model folder again to load it.';
+        }
       } finally {
         progress.hidden = true;
       }
@@ -359,10 +446,10 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   });
 
   if (modelToRestore()) {
-    progressText.textContent = 'Reloading the model you had loaded…';
+    progressText.textContent = restoredPick ? 'Reloading the model folder you had picked, from the weight cache…' : 'Reloading the model you had loaded…';
     queueMicrotask(() => load.click());
   } else if (stored?.loaded && stored.choice === 'files') {
-    loaded.textContent = 'No model loaded. You had a model folder loaded: pick it again to reload it.';
+    loaded.textContent = 'No model loaded. You had a model folder loaded whose weights could not be kept in this browser: pick it again to reload it.';
   }
 
   return h(

@@ -213,18 +213,17 @@ function storedState(run: RunRecord): string {
 
 interface StoredForm {
   values: TrainConfigInput;
-  systemPrompt: string;
   configOpen: boolean;
+  /** The form's sections left open. */
+  sections?: string[];
 }
 
 export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLElement {
   // The demo run's settings (GSPO, 4 prompts x 8) are the starting values: the bundled model is the app's default.
   const form = configForm(DEMO_TRAIN_CONFIG);
-  const systemPrompt = h('textarea', { rows: 3, 'data-key': 'system_prompt' });
-  systemPrompt.value = defaultConfig().system_prompt ?? '';
   const storedForm = workspacePart<StoredForm>('train');
   if (storedForm?.values && typeof storedForm.values === 'object') form.write(storedForm.values);
-  if (typeof storedForm?.systemPrompt === 'string') systemPrompt.value = storedForm.systemPrompt;
+  if (Array.isArray(storedForm?.sections)) form.setOpenSections(storedForm.sections);
 
   const data = h('p', { 'data-testid': 'train-data' });
   const rewards = h('p', { 'data-testid': 'train-rewards' });
@@ -234,7 +233,6 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     'details',
     { class: 'config', 'data-testid': 'train-config', open: storedForm?.configOpen ?? true },
     h('summary', {}, h('strong', {}, 'Config: '), summaryText),
-    field('system_prompt', systemPrompt, 'For rows without their own; empty for none. Default: the seeds’ <REASONING>/<SOLUTION> prompt.'),
     form.element,
   );
   const start = h('button', { type: 'button', class: 'primary' }, 'Start');
@@ -259,10 +257,10 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   let pressed: HTMLButtonElement | null = null;
 
   // --- the form: summary, persistence, the settings the Model panel's memory estimate reads ---
-  const formInput = (): TrainConfigInput => ({ ...form.read(), system_prompt: systemPrompt.value.trim() === '' ? null : systemPrompt.value });
+  const formInput = (): TrainConfigInput => form.read();
   const onFormChange = () => {
     const input = formInput();
-    saveWorkspace('train', { values: input, systemPrompt: systemPrompt.value, configOpen: config.open } satisfies StoredForm);
+    saveWorkspace('train', { values: input, configOpen: config.open, sections: form.openSections() } satisfies StoredForm);
     if (typeof input.num_generations === 'number' && typeof input.max_completion_length === 'number') {
       trainSettings.set({ num_generations: input.num_generations, max_completion_length: input.max_completion_length, max_prompt_length: input.max_prompt_length ?? null, lora_r: input.lora?.r ?? defaultConfig().lora.r });
     }
@@ -278,7 +276,8 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   };
   config.addEventListener('input', onFormChange);
   config.addEventListener('change', onFormChange);
-  config.addEventListener('toggle', onFormChange);
+  // 'toggle' does not bubble: the capture phase hears the sections' toggles too.
+  config.addEventListener('toggle', onFormChange, true);
 
   datasetStore.subscribe((d) => {
     data.textContent = d
@@ -325,7 +324,6 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     resume.disabled = !run.live || !(run.state === 'paused' || (run.state === 'running' && run.pauseAfter !== null));
     stop.disabled = !live;
     form.setDisabled(live);
-    systemPrompt.disabled = live;
     renderRuns();
     // A disabled or removed button drops keyboard focus to <body>; give it to the control that
     // does the next thing (Pause while running, Resume when paused, Start after the end).
@@ -541,6 +539,15 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       adaptersChanged.set(adaptersChanged.current + 1);
       note(`Adapter saved as ${id} (Adapters panel).`);
     } catch (e) {
+      // A run's adapter whose B never moved: say why a trained run can end so, not the export's advice.
+      if (e instanceof Error && e.name === 'UntrainedAdapterError') {
+        note(
+          `The adapter of ${id} was not saved: its lora_B is still all zeros, so it would change nothing. ` +
+            'That happens when every completion of a prompt got the same reward at every step (zero advantages): ' +
+            'use reward terms that tell completions apart (Rewards panel), more completions per prompt, or more steps.',
+        );
+        return;
+      }
       note(`The adapter was not saved: ${userMessage(e)}`);
     }
   };
@@ -564,7 +571,6 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       });
     }
     form.write(cfg);
-    systemPrompt.value = cfg.system_prompt ?? '';
     renderRewards();
     renderSummary();
   };
