@@ -7,7 +7,7 @@ export { resizeArea, type ImageDecoder } from './image';
 export { browserDecoder } from './decodeBrowser';
 export { seededSplit, type Split } from './split';
 export { loadFile, loadHubDataset, loadJsonText, loadParquet, type LoadOptions } from './loaders';
-export { listHubParquet, listHubParquetAt, hubDatasetFileUrl, HUB_DEFAULT_REVISION } from './loaders/hub';
+export { listHubParquet, hubDatasetFileUrl } from './loaders/hub';
 export { detectLayout, GEO3K_MAPPING, MATHVISTA_MAPPING, type ColumnMapping } from './loaders/mapping';
 export { brokenCounts, type LoadResult } from './loaders/rows';
 export { DataFileError } from './loaders/errors';
