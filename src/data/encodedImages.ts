@@ -1,7 +1,7 @@
 // Rows whose images stay encoded until a batch needs them (loaders' `lazy` option): decoding,
 // down-scaled to max_pixels, happens in the prompt source's `prepare`, one row at a time.
 import type { PromptSource } from '../rl/trainer';
-import { decodedSize, imageSizeProblem, QWEN3_VL_IMAGE_LIMITS, type ImageDecoder, type ImageLimits } from './image';
+import { decodedSize, imageSizeProblem, QWEN3_VL_IMAGE_LIMITS, resizeArea, type ImageDecoder, type ImageLimits } from './image';
 import type { DatasetRow } from './types';
 
 /** An image that loading accepted from its header but that does not decode to a usable picture. */
@@ -25,11 +25,12 @@ export async function decodeRowImages(row: DatasetRow, decoder: ImageDecoder, li
     }
     // The header may lie: the decoded picture must be the size it declared (or its down-scaled size) and usable.
     const want = decodedSize(e, limits.maxPixels);
-    const problem = imageSizeProblem(image, limits);
+    // A resized image's own size need not suit the processor (the loader checked the resize target).
+    const problem = imageSizeProblem(image, e.resize ? { ...limits, minSide: 1, maxAspect: Infinity } : limits);
     if (Math.abs(image.width - want.width) > 1 || Math.abs(image.height - want.height) > 1 || problem) {
       throw new BrokenImageError(`${e.source}: decodes to ${image.width}x${image.height}, its header declares ${e.width}x${e.height}${problem ? ` (${problem.detail})` : ''}`);
     }
-    images.push(image);
+    images.push(e.resize ? resizeArea(image, e.resize.width, e.resize.height) : image);
   }
   const { encoded: _, ...rest } = row;
   return { ...rest, images };

@@ -37,6 +37,8 @@ export interface EncodedImage {
   height: number;
   /** For messages: "FILE row N image K". */
   source: string;
+  /** Resized to exactly this after decoding (the loader's `resize` option); the processor sees this size. */
+  resize?: { width: number; height: number };
 }
 
 /** A row that could not be used, with the reason; loaders never drop a row without one. */

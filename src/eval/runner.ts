@@ -85,7 +85,8 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
         correct_strict,
         format_ok,
         task: rowTask(row),
-        image_size: imageSizeClass(row.images),
+        // Rows kept encoded (the app's) are classed by the sizes their headers declare.
+        image_size: imageSizeClass(row.encoded?.length ? row.encoded : row.images),
         reward: scores[k].total,
         terms: scores[k].terms,
         completion: c.text,

@@ -57,6 +57,11 @@ export interface HubDatasetSettings extends MappedSource {
   config: string;
   /** Default 'train'. */
   split: string;
+  /**
+   * Default 'main': the Hub's current parquet export. Another branch, tag or commit is read from its
+   * tree `{config}/{split}/*.parquet` (the export's layout): a commit of `refs/convert/parquet` pins the rows.
+   */
+  revision: string;
 }
 
 export type DatasetSettings = SyntheticDatasetSettings | FileDatasetSettings | HubDatasetSettings;
@@ -71,7 +76,7 @@ export function defaultDataset<K extends DatasetKind>(kind: K): Extract<DatasetS
   const all: { [k in DatasetKind]: Extract<DatasetSettings, { kind: k }> } = {
     synthetic: { kind: 'synthetic', tasks: [...SYNTHETIC_TASK_NAMES], count: 256, seed: 0, size: 224 },
     file: { kind: 'file', path: '', format: null, image_folder: null, ...mapped },
-    hub: { kind: 'hub', repo_id: '', config: 'default', split: 'train', ...mapped },
+    hub: { kind: 'hub', repo_id: '', config: 'default', split: 'train', revision: 'main', ...mapped },
   };
   return all[kind];
 }
@@ -151,6 +156,8 @@ export function resolveDataset(input: Record<string, unknown>, name = 'dataset')
       if (!/^[\w.-]+\/[\w.-]+$/.test(text(`${name}.repo_id`, d.repo_id))) throw new ConfigError(`${name}.repo_id must be "org/name"; got ${JSON.stringify(d.repo_id)}`);
       text(`${name}.config`, d.config);
       text(`${name}.split`, d.split);
+      // A git ref or commit: no spaces, no "..", not starting with "/" or "-".
+      if (!/^(?![/-])(?!.*\.\.)[^\s~^:?*[\\]+$/.test(text(`${name}.revision`, d.revision))) throw new ConfigError(`${name}.revision must be a branch, tag or commit of the data set (e.g. "main"); got ${JSON.stringify(d.revision)}`);
       return { ...d, ...checkMapped(name, d) };
     }
   }

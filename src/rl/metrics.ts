@@ -32,6 +32,8 @@ export type StepMetrics = Record<string, number> & { warnings?: string[] };
 /** A prompt with its completions, for the dashboard's "latest rollouts". */
 export interface RolloutSample {
   step: number;
+  /** The row's id (the page decodes that row's images to show them); absent in samples of older versions. */
+  promptId?: string;
   prompt: string;
   imageKeys: string[];
   answer: string;
@@ -197,6 +199,7 @@ export class LossMetrics {
 export function rolloutSample(step: number, g: GroupRollout): RolloutSample {
   return {
     step,
+    promptId: g.promptId,
     prompt: g.promptText,
     imageKeys: g.imageKeys,
     answer: g.answer,

@@ -2,6 +2,7 @@
 // the JSON and the safetensors bytes), the metric history and the latest samples.
 // A checkpoint is written under a new key, and the run's pointer flipped to it, in one
 // transaction: a tab closed mid-write leaves the previous checkpoint current and readable.
+import type { DataProvenance } from '../data/provenance';
 import { decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../rl/checkpoint';
 import type { TrainConfig } from '../rl/config';
 import type { EngineConfig } from '../rl/engineConfig';
@@ -20,6 +21,8 @@ export interface RunRecord {
   step: number;
   /** Key of the current checkpoint in 'checkpoints', or null before the first. */
   checkpoint: string | null;
+  /** The data the run trains on (the CLI's data.json fields); absent in runs of older versions. */
+  data?: DataProvenance;
 }
 
 export interface CheckpointRecord {
@@ -61,6 +64,16 @@ export async function setRunState(runId: string, state: TrainerState, step: numb
   const tx = db.transaction('runs', 'readwrite');
   const run = await tx.store.get(runId);
   if (run) await tx.store.put({ ...run, state, step, updatedAt: Date.now() }, runId);
+  await tx.done;
+}
+
+/** Records the data the run trains on (at its start, and when a resume is allowed other data). */
+export async function setRunData(runId: string, data: DataProvenance): Promise<void> {
+  const db = await openStore();
+  const tx = db.transaction('runs', 'readwrite');
+  const run = await tx.store.get(runId);
+  if (!run) throw new Error(`store: no run '${runId}'`);
+  await tx.store.put({ ...run, data, updatedAt: Date.now() }, runId);
   await tx.done;
 }
 

@@ -1,6 +1,9 @@
 // The data set the user has loaded (Data panel), split into train and held-out rows; the Train and
-// Eval panels read it from here. One current data set per page; listeners hear every change.
+// Eval panels read it from here. One current data set per page; listeners hear every change. Rows
+// of files and hub data sets keep their images encoded (DatasetRow.encoded) until they are shown or
+// a batch needs them.
 import { seededSplit, type DatasetRow, type LoadResult, type Split } from '../data';
+import type { DatasetSettings } from '../rl/dataSource';
 
 export interface SplitSettings {
   /** A fraction in [0, 1) or a row count, as seededSplit takes it. */
@@ -11,6 +14,10 @@ export interface SplitSettings {
 export interface LoadedDataset {
   /** Where it came from, for people ("synthetic counting+bar_value, seed 1", "hiyouga/geometry3k train"). */
   source: string;
+  /** The TrainConfig.dataset the rows were loaded with (a run on these rows records it in its config). */
+  settings: DatasetSettings;
+  /** Size in bytes of the file the rows were read from (file data sets), for the run's data record. */
+  fileBytes?: number;
   /** Every record read: usable rows, broken rows with reasons, filtered rows. */
   result: LoadResult;
   split: Split<DatasetRow>;
@@ -28,9 +35,9 @@ export class DatasetStore {
   }
 
   /** Replaces the data set; throws (and keeps the old one) when the split is impossible. */
-  set(source: string, result: LoadResult, splitSettings: SplitSettings): LoadedDataset {
-    const split = seededSplit(result.rows, splitSettings.heldOut, splitSettings.seed);
-    this.value = { source, result, split, splitSettings };
+  set(loaded: { source: string; settings: DatasetSettings; fileBytes?: number; result: LoadResult }, splitSettings: SplitSettings): LoadedDataset {
+    const split = seededSplit(loaded.result.rows, splitSettings.heldOut, splitSettings.seed);
+    this.value = { ...loaded, split, splitSettings };
     this.emit();
     return this.value;
   }

@@ -1,7 +1,8 @@
-// The shared page state that outlives a reload: the loaded data set (its rows, images included, and
-// its split settings) and the reward terms. Restored into datasetStore and rewardTerms before any
+// The shared page state that outlives a reload: the loaded data set (its rows, images included, the
+// settings it was loaded with, and its split settings) and the reward terms. Restored into datasetStore and rewardTerms before any
 // panel is built; saved on every change. Forms keep their own parts (each panel saves its fields).
 import type { LoadResult } from '../data';
+import type { DatasetSettings } from '../rl/dataSource';
 import { validateTerms, type RewardTerm } from '../rewards/registry';
 import { rewardTerms } from './appState';
 import { datasetStore, type SplitSettings } from './datasetStore';
@@ -12,17 +13,21 @@ export const MAX_STORED_DATASET_BYTES = 256 * 2 ** 20;
 
 interface StoredDataset {
   source: string;
+  settings: DatasetSettings;
+  fileBytes?: number;
   result: LoadResult;
   splitSettings: SplitSettings;
 }
 
-const imageBytes = (r: LoadResult) => r.rows.reduce((n, row) => n + row.images.reduce((m, im) => m + im.data.byteLength, 0), 0);
+/** Bytes of the rows' images: pixels of decoded ones, file bytes of those kept encoded. */
+const imageBytes = (r: LoadResult) => r.rows.reduce((n, row) => n + row.images.reduce((m, im) => m + im.data.byteLength, 0) + (row.encoded ?? []).reduce((m, e) => m + e.bytes.byteLength, 0), 0);
 
 export function restoreWorkspaceState(): void {
   const d = workspacePart<StoredDataset>('dataset');
-  if (d && typeof d.source === 'string' && d.result && Array.isArray(d.result.rows) && d.splitSettings) {
+  // A data set stored by an older version, without the settings it was loaded with, is not restored.
+  if (d && typeof d.source === 'string' && d.settings && d.result && Array.isArray(d.result.rows) && d.splitSettings) {
     try {
-      datasetStore.set(d.source, d.result, d.splitSettings);
+      datasetStore.set({ source: d.source, settings: d.settings, fileBytes: d.fileBytes, result: d.result }, d.splitSettings);
     } catch (e) {
       console.warn('workspace: the stored data set could not be split again', e);
     }
@@ -45,7 +50,7 @@ export function persistWorkspaceState(): void {
     if (first) return void (first = false);
     if (!d) return saveWorkspace('dataset', null);
     if (imageBytes(d.result) > MAX_STORED_DATASET_BYTES) return saveWorkspace('dataset', null);
-    saveWorkspace('dataset', { source: d.source, result: d.result, splitSettings: d.splitSettings } satisfies StoredDataset, 0);
+    saveWorkspace('dataset', { source: d.source, settings: d.settings, fileBytes: d.fileBytes, result: d.result, splitSettings: d.splitSettings } satisfies StoredDataset, 0);
   });
 }
 

@@ -81,8 +81,12 @@ export interface EngineApi extends TrainerApi {
   /** Run the loaded model's products (and later loads') this way, remembered in this browser;
    * refused while a training run is running or paused, or an eval runs. */
   setProducts(products: Products): Promise<ProductsState>;
-  /** The prompts of the next training run or eval (structured-cloned: images as pixel arrays); null: the config's synthetic set. */
-  setDataset(rows: DatasetRow[] | null): Promise<{ rows: number }>;
+  /**
+   * The prompts of the next training run or eval (structured-cloned: images as pixel arrays, or
+   * still encoded, decoded when a batch needs them); null: the config's synthetic set.
+   * `origin.fileBytes`: the size of the file they were read from, for the run's data record.
+   */
+  setDataset(rows: DatasetRow[] | null, origin?: { fileBytes?: number }): Promise<{ rows: number }>;
   /** Greedy or sampled completions of held-out rows, scored; records as src/eval describes them. */
   runEval(request: EvalRequest, onProgress?: (p: EvalProgress) => void): Promise<EvalRun>;
   /** Stop the eval in progress after its row in flight: runEval then resolves with status 'cancelled' and the records so far. */

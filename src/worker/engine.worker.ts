@@ -4,7 +4,10 @@
 import * as Comlink from 'comlink';
 import { adapterFromModules, exportPeft, readLoraParams, tensorNames, validateAgainstModel } from '../adapter/peft';
 import { uploadAdapter } from '../adapter/upload';
+import { browserDecoder } from '../data/decodeBrowser';
 import { DEMO_MODEL_URL_PATH } from '../data/demo';
+import { decodeRowImages, decodingPromptSource } from '../data/encodedImages';
+import { imageLimitsFor } from '../data/image';
 import type { DatasetRow } from '../data/types';
 import { runEval } from '../eval/runner';
 import { Gpu } from '../gpu/runtime';
@@ -106,7 +109,9 @@ let weightCache: WeightCache | null = null;
 let session: ModelSession | null = null;
 let location = '';
 let baseModel: string | null = null;
+/** The rows handed over with setDataset (images may stay encoded until a batch needs them), and the size of their file. */
 let rows: DatasetRow[] | null = null;
+let rowsFileBytes: number | undefined;
 /** The eval in progress, for cancelEval. */
 let evalAbort: AbortController | null = null;
 const sandbox = createBrowserSandbox();
@@ -135,15 +140,20 @@ function requireSession(): ModelSession {
   return session;
 }
 
+/** The row with its images decoded, down-scaled to the loaded processor's max_pixels. */
+const decodedRow = (s: ModelSession, row: DatasetRow) => decodeRowImages(row, browserDecoder, imageLimitsFor(s.processor.image));
+
 const trainer = createTrainerApi({
   gpu: device,
   sandbox,
-  // Fresh adapters of the run's LoRA settings on the loaded model (the trainer initialises or restores them).
+  // Fresh adapters of the run's LoRA settings on the loaded model (the trainer initialises or restores them);
+  // each prompt's images are decoded when its batch needs them.
   openPolicy: async (_gpu, config) => {
     const s = requireSession();
     s.attachLora(config.lora);
-    return { policy: s.policy, data: s.promptSource(rows ?? configRows(config.dataset)) };
+    return { policy: s.policy, data: decodingPromptSource(s.promptSource(rows ?? configRows(config.dataset)), browserDecoder, imageLimitsFor(s.processor.image)) };
   },
+  dataFileBytes: () => (rows ? rowsFileBytes : undefined),
 });
 
 const api: EngineApi = {
@@ -187,8 +197,9 @@ const api: EngineApi = {
     await rememberProducts(products);
     return productsState();
   },
-  async setDataset(given) {
+  async setDataset(given, origin) {
     rows = given;
+    rowsFileBytes = origin?.fileBytes;
     return { rows: given?.length ?? 0 };
   },
   async runEval(req, onProgress) {
@@ -203,7 +214,7 @@ const api: EngineApi = {
       signal: abort.signal,
       policy,
       rows: evalRows,
-      prepare: (row) => s.prepare(row, req.systemPrompt ?? null, { thinkingMode: req.thinkingMode }).prompt,
+      prepare: async (row) => s.prepare(await decodedRow(s, row), req.systemPrompt ?? null, { thinkingMode: req.thinkingMode }).prompt,
       thinkingMode: req.thinkingMode,
       terms: req.terms,
       sandbox,

@@ -119,8 +119,9 @@ describe('the app end to end on the bundled demo model (SwiftShader, offline)', 
     const preview = p.getByTestId('preview-table');
     expect(await preview.locator('tbody tr').count()).toBe(8);
     expect(await preview.locator('tbody tr th').first().textContent()).toBe('counting-7003-0');
+    // The rows keep their images encoded; the page shown decodes its own.
     const canvases = preview.locator('canvas');
-    expect(await canvases.count()).toBe(8);
+    await expect.poll(() => canvases.count()).toBe(8);
     expect(await canvases.first().evaluate((c: HTMLCanvasElement) => [c.width, c.height])).toEqual([128, 128]);
     expect(await canvases.first().getAttribute('aria-label')).toBe('image 1 of row counting-7003-0, 128×128');
     await screenshot(page, 'e2e-data');
@@ -202,7 +203,7 @@ describe('the app end to end on the bundled demo model (SwiftShader, offline)', 
     expect(await p.getByTestId('train-stats').textContent()).toMatch(/^Step 2 of 2: .* tokens\/s, reward .*; GPU memory .* in use/);
     const inspector = p.getByTestId('rollout-inspector');
     expect(await inspector.locator('tbody tr').count()).toBe(2);
-    expect(await inspector.locator('canvas').count()).toBe(1);
+    await expect.poll(() => inspector.locator('canvas').count()).toBe(1);
     await p.getByTestId('train-messages').getByText(/Adapter saved as run-/).waitFor({ timeout: 60_000 });
     await screenshot(page, 'e2e-train');
     phase('train', t);

@@ -2,7 +2,8 @@
 // tiny fixture model (byte-level tokenizer, test/helpers/tinyModelFolder.ts) is stopped after a
 // step, the page reloads, the run continues from IndexedDB with the adapters it had (read back
 // through the API), and its step count goes on from there to max_steps. A pause asked for right
-// after the continue lands after the step in flight, which is kept.
+// after the continue lands after the step in flight, which is kept. The run records the data it
+// trains on; continuing it on other rows is refused with a DataChangeError unless allowed.
 // (Strings for page.evaluate: vitest would rewrite a function's dynamic import.)
 import { readdirSync } from 'node:fs';
 import type { Page } from 'playwright-core';
@@ -88,6 +89,16 @@ describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
     await engine(page, app);
     const runs = (await page.evaluate(`window.__api.trainingRuns().then((rs) => rs.map((r) => ({ runId: r.runId, step: r.step, state: r.state })))`)) as { runId: string; step: number; state: string }[];
     expect(runs.find((r) => r.runId === runId)).toMatchObject({ step: k, state: 'stopped' });
+    const recorded = (await page.evaluate(`window.__api.trainingRuns().then((rs) => rs.find((r) => r.runId === ${JSON.stringify(runId)}).data)`)) as { dataset: { kind: string; seed: number }; rows: number; rowsSha256: string };
+    expect(recorded).toMatchObject({ dataset: { kind: 'synthetic', seed: 0 }, rows: 4 });
+    expect(recorded.rowsSha256).toMatch(/^[0-9a-f]{64}$/);
+    // Other rows (another seed) are refused, naming the difference; the config's own rows go on below.
+    const otherRows = `import('/src/data/index.ts').then((m) => window.__api.setDataset(m.syntheticDataset({ seed: 1, count: 4, tasks: ['counting'], size: 128 })))`;
+    await page.evaluate(otherRows);
+    const refused = (await page.evaluate(`window.__api.continueTraining(${JSON.stringify(runId)}, window.__onEvent).then(() => null, (e) => [e.name, e.message])`)) as [string, string] | null;
+    expect(refused?.[0]).toBe('DataChangeError');
+    expect(refused?.[1]).toMatch(new RegExp(`^run ${runId}: the rows differ from those it trained on \\(4 rows with SHA-256 [0-9a-f]{12}… now, 4 with ${recorded.rowsSha256.slice(0, 12)}… recorded\\)$`));
+    await page.evaluate(`window.__api.setDataset(null)`);
     // Pause at once: acknowledged with the step it waits for, it lands after that step (in flight
     // when asked), which is kept: the adapters have moved on from the stopped ones.
     const resumed = (await page.evaluate(`window.__api.continueTraining(${JSON.stringify(runId)}, window.__onEvent).then(async (r) => ({ ...r, pause: await window.__api.pauseTraining() }))`)) as { step: number; pause: { afterStep: number } | null };
@@ -113,5 +124,14 @@ describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
     expect(after.filter((e) => e.type === 'step').map((e) => e.step)).toEqual(Array.from({ length: CONFIG.max_steps - k }, (_, i) => k + 1 + i));
     const history = (await page.evaluate(`window.__api.trainingMetrics(${JSON.stringify(runId)}).then((ms) => ms.map((m) => m.step))`)) as number[];
     expect(history).toEqual([1, 2, 3, 4]);
+    const data = `window.__api.trainingRuns().then((rs) => rs.find((r) => r.runId === ${JSON.stringify(runId)}).data.rowsSha256)`;
+    expect(await page.evaluate(data)).toBe(recorded.rowsSha256);
+
+    // Allowed (the page asks the user first), the other rows are recorded and said so.
+    await page.evaluate(otherRows);
+    await page.evaluate(`window.__api.continueTraining(${JSON.stringify(runId)}, window.__onEvent, { allowDataChange: true })`);
+    await waitFor(page, 'finished again', `window.__events.filter((e) => e.type === 'state' && e.state === 'finished').length >= 2`);
+    expect((await events(page)).some((e) => e.type === 'warning' && /^continuing on other data \(the rows differ/.test(e.message ?? ''))).toBe(true);
+    expect(await page.evaluate(data)).not.toBe(recorded.rowsSha256);
   }, 600_000);
 });

@@ -5,7 +5,8 @@
 // playground, and "Run on the latest rollouts" scores them with the custom term beside the
 // built-ins. Then a reload mid-run: the workspace comes back (data set, reward terms, form values,
 // open tab), the picked model folder reloads itself from the weight cache (Continue says why it
-// waits until then), and one click finishes the run from its last checkpoint.
+// waits until then), and, with other rows loaded, it asks before continuing on them; confirmed, it
+// finishes the run from its last checkpoint.
 import type { Locator, Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { loadModelFiles, generateCounting, openApp, openConfigSections, openPanel, panel, tabTo, typeInto, unlabelledControls } from '../helpers/appPanels';
@@ -166,11 +167,25 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
     if (await continueButton.isDisabled()) expect(await text(p.getByTestId('continue-reason'))).toMatch(/needs the model loaded \(Model panel\): the model you had loaded is reloading by itself/);
     await screenshot(page, 'ui-train-after-reload');
 
-    // Nothing picked again: one click continues from step 2 to the end.
+    // Nothing picked again: the model reloads itself.
     await expect.poll(() => continueButton.isEnabled(), { timeout: LONG }).toBe(true);
     expect(await text(p.getByTestId('train-model'))).toBe('Model: the picked files.');
+    // Other rows than the run trained on (another seed): the page asks first, and goes on when told to.
+    const data = await openPanel(page, 'data');
+    await typeInto(page, data.getByLabel('Seed', { exact: true }), '2');
+    await data.getByRole('button', { name: 'Generate' }).click();
+    await data.getByTestId('data-summary').getByText(/seed 2\b/).waitFor({ timeout: 60_000 });
+    let asked = '';
+    page.once('dialog', (dialog) => {
+      asked = dialog.message();
+      void dialog.accept();
+    });
+    p = await openPanel(page, 'train');
+    await expect.poll(() => continueButton.isEnabled()).toBe(true);
     await continueButton.click();
     await p.getByTestId('train-messages').getByText(`Run ${runId} continues from step 2.`).waitFor({ timeout: LONG });
+    expect(asked).toMatch(new RegExp(`^run ${runId}: the rows differ from those it trained on \\(2 rows with SHA-256 [0-9a-f]{12}… now, 2 with [0-9a-f]{12}… recorded\\)\\.\\n\\nContinue the run on the data loaded now\\?$`));
+    await expect.poll(() => text(p.getByTestId('train-warnings'))).toMatch(/continuing on other data \(the rows differ/);
     expect(await text(p.getByTestId('train-rewards'))).toMatch(new RegExp(`^Rewards of run ${runId}: .*·boom\\b`));
     expect(await waitForState(page, /^(finished|stopped|failed)/)).toBe('finished at step 3 of 3');
     await expect.poll(async () => (await agreement(page, runId)).row).toBe('finished 3 / 3');

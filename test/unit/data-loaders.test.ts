@@ -16,13 +16,13 @@ import type { RgbaImage } from '../../src/data/types';
 
 const dir = fileURLToPath(new URL('../fixtures/data/', import.meta.url));
 const decoder = sharpDecoder;
-// The fixtures' images are 8x6 to 11x9 pixels: under the processor's 32-pixel minimum side, which
-// test/unit/data-reliability.test.ts covers; these tests are about reading rows.
+// The fixtures' images are all within the processor's limits; these tests resize some to a few
+// pixels, so the minimum side is lifted (test/unit/data-reliability.test.ts covers the limits).
 const limits = { ...QWEN3_VL_IMAGE_LIMITS, minSide: 1 };
 
-/** Fixture image k: solid (k*40 mod 256, (255-k*40) mod 256, 100), size (8+k)×(6+k). */
+/** Fixture image k: solid (k*40 mod 256, (255-k*40) mod 256, 100), size (40+k)×(32+k). */
 function expectFixtureImage(img: RgbaImage, k: number) {
-  expect([img.width, img.height]).toEqual([8 + k, 6 + k]);
+  expect([img.width, img.height]).toEqual([40 + k, 32 + k]);
   const rgb = [(k * 40) % 256, (((255 - k * 40) % 256) + 256) % 256, 100, 255];
   for (let p = 0; p < img.width * img.height; p++) expect([...img.data.subarray(p * 4, p * 4 + 4)]).toEqual(rgb);
 }

@@ -111,7 +111,7 @@ describe('resolveConfig', () => {
     expect(old.warnings).toHaveLength(1);
     expect(old.warnings[0]).toMatch(/^the "data" entry is deprecated: write it as "dataset": \{"kind":"file","path":"geo3k.parquet"/);
     const hub = resolveConfig({ dataset: { kind: 'hub', repo_id: 'hiyouga/geometry3k', limit: 8 } });
-    expect(hub.config.dataset).toEqual({ kind: 'hub', repo_id: 'hiyouga/geometry3k', config: 'default', split: 'train', mapping: null, limit: 8, numeric_only: false });
+    expect(hub.config.dataset).toEqual({ kind: 'hub', repo_id: 'hiyouga/geometry3k', config: 'default', split: 'train', revision: 'main', mapping: null, limit: 8, numeric_only: false });
     // A synthetic dataset without its kind, as older configs and checkpoints write it.
     expect(resolveConfig({ dataset: { count: 4 } }).config.dataset).toEqual({ ...defaultConfig().dataset, count: 4 });
   });

@@ -3,7 +3,9 @@
 // /{config}/{split} appended it returns just that split's [url, ...]. Each url
 // (…/parquet/{config}/{split}/{n}.parquet) redirects to the file on the refs/convert/parquet
 // branch, which serves HTTP Range requests. Files of the repo itself are at
-// {endpoint}/datasets/{repo}/resolve/{revision}/{path}.
+// {endpoint}/datasets/{repo}/resolve/{revision}/{path}. The listing knows only the current export;
+// another revision (a commit of refs/convert/parquet pins the rows) is listed through
+// /api/datasets/{repo}/tree/{revision}/{config}/{split}, the export's own layout.
 import { HF_ENDPOINT } from '../../model/hub';
 
 export interface HubDatasetOptions {
@@ -31,6 +33,30 @@ const encodePath = (path: string) => path.split('/').map(encodeURIComponent).joi
 
 export function hubDatasetFileUrl(repo: string, path: string, revision = 'main', options: HubDatasetOptions = {}): string {
   return `${base(options)}/datasets/${repo}/resolve/${encodeURIComponent(revision)}/${encodePath(path)}`;
+}
+
+/** The revision that reads the Hub's current parquet export through its listing. */
+export const HUB_DEFAULT_REVISION = 'main';
+
+/**
+ * The parquet files of one config and split at `revision`: 'main' lists the current export; any
+ * other revision lists the tree `{config}/{split}/` of that branch, tag or commit, shard by name.
+ */
+export async function listHubParquetAt(repo: string, where: { config: string; split: string; revision: string }, options: HubDatasetOptions = {}): Promise<HubParquetFile[]> {
+  if (where.revision === HUB_DEFAULT_REVISION) return listHubParquet(repo, where, options);
+  const folder = `${where.config}/${where.split}`;
+  const url = `${base(options)}/api/datasets/${repo}/tree/${encodeURIComponent(where.revision)}/${encodePath(folder)}`;
+  const res = await (options.fetch ?? fetch)(url, { headers: hubHeaders(options) });
+  if (res.status === 401 || res.status === 403) throw new Error(`${repo}@${where.revision}: access denied (HTTP ${res.status}); the data set is gated or private: pass a token`);
+  if (res.status === 404) throw new Error(`${repo}@${where.revision}: no such data set, revision, or folder ${folder} (HTTP 404)`);
+  if (!res.ok) throw new Error(`${repo}@${where.revision}: listing ${folder} failed (HTTP ${res.status})`);
+  const entries = (await res.json()) as { type?: string; path?: string }[];
+  if (!Array.isArray(entries)) throw new Error(`${repo}@${where.revision}: unexpected answer from ${url}`);
+  return entries
+    .filter((e) => e.type === 'file' && typeof e.path === 'string' && e.path.endsWith('.parquet'))
+    .map((e) => e.path!)
+    .sort()
+    .map((path) => ({ config: where.config, split: where.split, url: hubDatasetFileUrl(repo, path, where.revision, options) }));
 }
 
 /** The parquet files of a data set, optionally of one config and split, in shard order. */

@@ -2,7 +2,7 @@
 // (parquet, JSON, JSONL) with an optional picked image folder. Columns are mapped by the given
 // mapping, or by recognising the geo3k or MathVista layout.
 import { InvalidRecord, buildRows, emptyResult, mergeResults, type BuildOptions, type LoadResult } from './rows';
-import { listHubParquet, hubHeaders, type HubDatasetOptions } from './hub';
+import { HUB_DEFAULT_REVISION, listHubParquetAt, hubHeaders, type HubDatasetOptions } from './hub';
 import { parseJsonRecords, parseJsonl } from './json';
 import { detectLayout, type ColumnMapping } from './mapping';
 import { asyncBufferFromBlob, parquetFromUrl, parquetInfo, readParquetRecords, type AsyncBuffer } from './parquet';
@@ -96,14 +96,15 @@ export async function loadFile(file: Blob & { name: string }, options: LoadOptio
   throw new Error(`${file.name}: not a parquet, JSON or JSONL file`);
 }
 
-/** One split of a hub data set, through its parquet export, shard by shard. */
+/** One split of a hub data set, through its parquet export (at `revision`, default main: listHubParquetAt), shard by shard. */
 export async function loadHubDataset(
   repo: string,
-  where: { config: string; split: string },
+  where: { config: string; split: string; revision?: string },
   options: LoadOptions & HubDatasetOptions,
 ): Promise<LoadResult> {
-  const files = await listHubParquet(repo, where, options);
-  if (files.length === 0) throw new Error(`${repo}: no parquet files for ${where.config}/${where.split}`);
+  const revision = where.revision ?? HUB_DEFAULT_REVISION;
+  const files = await listHubParquetAt(repo, { ...where, revision }, options);
+  if (files.length === 0) throw new Error(`${repo}${revision === HUB_DEFAULT_REVISION ? '' : `@${revision}`}: no parquet files for ${where.config}/${where.split}`);
   const result = emptyResult();
   for (const f of files) {
     const left = options.limit === undefined ? undefined : options.limit - result.total;

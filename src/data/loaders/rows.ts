@@ -17,7 +17,7 @@ export interface BuildOptions {
   folder?: ImageFolder;
   /** Keep only rows whose gold answer reads as a number (integers, decimals, fractions, \frac, %...). */
   numericOnly?: boolean;
-  /** Resize every image to exactly this size with area resampling (see resizeArea). */
+  /** Resize every image to exactly this size with area resampling (see resizeArea); lazy rows resize when decoded. */
   resize?: { width: number; height: number };
   /** Index of the first record, when a data set is read in several parts. */
   firstIndex?: number;
@@ -188,17 +188,19 @@ async function loadImage(entry: unknown, options: BuildOptions, source: string):
   const kind = sniffImageType(bytes);
   const size = imageHeaderSize(bytes);
   if (!size) throw new CellError('undecodable image', `${bytes.length} bytes (${kind ?? 'unknown format'}): no readable ${kind ? `${kind} header` : 'PNG, JPEG, GIF, WebP or BMP signature'}`);
-  const problem = imageSizeProblem(size, limits);
+  // Resized, the processor sees the resize target: the header is then checked only for a bomb.
+  const { resize } = options;
+  const problem = resize ? imageSizeProblem(size, { ...limits, minSide: 1, maxAspect: Infinity }) ?? imageSizeProblem(resize, limits) : imageSizeProblem(size, limits);
   if (problem) throw new CellError(problem.reason, problem.detail);
   const damaged = imageStructureProblem(bytes);
   if (damaged) throw new CellError('undecodable image', `${bytes.length} bytes: ${damaged}`);
   // A copy: the bytes may be a view into a whole parquet page or file.
-  if (options.lazy) return { bytes: bytes.slice(), width: size.width, height: size.height, source };
+  if (options.lazy) return { bytes: bytes.slice(), width: size.width, height: size.height, source, ...(resize ? { resize } : {}) };
   let image: RgbaImage;
   try {
     image = await options.decoder.decode(bytes, { maxPixels: limits.maxPixels });
   } catch (e) {
     throw new CellError('undecodable image', `${bytes.length} bytes (${kind}): ${(e as Error).message}`);
   }
-  return options.resize ? resizeArea(image, options.resize.width, options.resize.height) : image;
+  return resize ? resizeArea(image, resize.width, resize.height) : image;
 }

@@ -12,7 +12,7 @@
 //   "dataset": {"kind": "file", "path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "format": null,
 //               "mapping": {prompt_key, answer_key, image_keys, ...} | null, "image_folder": "images/",
 //               "limit": 500, "numeric_only": true}
-//   "dataset": {"kind": "hub", "repo_id": "hiyouga/geometry3k", "config": "default", "split": "train", "mapping": null}
+//   "dataset": {"kind": "hub", "repo_id": "hiyouga/geometry3k", "config": "default", "split": "train", "revision": "main", "mapping": null}
 // (relative paths are read from the working directory and stored absolute in the checkpoints; a
 // null mapping recognises the geo3k or MathVista layout; HF_TOKEN for gated data sets and models).
 // The former top-level "data" entry is still read, as a file dataset, with a deprecation warning.
@@ -204,8 +204,8 @@ export async function loadDatasetRows(d: FileDatasetSettings | HubDatasetSetting
   let where: string;
   let result;
   if (d.kind === 'hub') {
-    where = `${d.repo_id} (${d.config}/${d.split})`;
-    result = await loadHubDataset(d.repo_id, { config: d.config, split: d.split }, { ...options, token: process.env.HF_TOKEN, endpoint: process.env.HF_ENDPOINT });
+    where = `${d.repo_id} (${d.config}/${d.split}${d.revision === 'main' ? '' : `@${d.revision}`})`;
+    result = await loadHubDataset(d.repo_id, { config: d.config, split: d.split, revision: d.revision }, { ...options, token: process.env.HF_TOKEN, endpoint: process.env.HF_ENDPOINT });
   } else {
     where = d.path;
     if (!existsSync(d.path)) throw new DataFileError(d.path, 'no such file (dataset.path)');

@@ -2,9 +2,14 @@
 // local parquet/JSON/JSONL files with an optional image folder), how columns map (RLinf's
 // prompt_key, answer_key, image_keys, system_prompt), filters and resize, and the seeded
 // train/held-out split. The result goes to datasetStore, which the Train and Eval panels read.
+// The source fields are the run config's `dataset` (src/ui/datasetConfig.ts): read from it, written
+// back on every change. Files and hub data sets are checked against the image processor's limits at
+// load (a row whose image it would refuse is a broken row naming file and row) and keep their
+// images encoded: a row's images are decoded when it is shown or a batch needs them.
 import {
   DEFAULT_IMAGE_SIZE,
   DEFAULT_SYSTEM_PROMPT,
+  QWEN3_VL_IMAGE_LIMITS,
   SYNTHETIC_TASK_NAMES,
   browserDecoder,
   generateSynthetic,
@@ -16,23 +21,23 @@ import {
   type ImageFolder,
   type LoadOptions,
   type LoadResult,
-  type SyntheticTask,
 } from '../../data';
+import type { DatasetKind, DatasetSettings, FileDatasetSettings, HubDatasetSettings, SyntheticDatasetSettings } from '../../rl/dataSource';
 import { countingFetch } from '../countingFetch';
+import { checkedDataset, datasetConfig } from '../datasetConfig';
 import { h } from '../dom';
 import { datasetStore, type SplitSettings } from '../datasetStore';
 import { checkbox, field, numberInput } from '../form';
 import { datasetKept } from '../persistState';
-import { persistControls } from '../workspace';
+import { persistControls, saveWorkspace, workspacePart } from '../workspace';
 import { formatBytes } from '../format';
 import type { StatusBar } from '../status';
 import { dataPreview } from './dataPreview';
 
-type Source = 'synthetic' | 'hub' | 'files';
-
 interface Loaded {
   source: string;
   result: LoadResult;
+  fileBytes?: number;
   /** Shown after the counts when loading ends (bytes received from the Hub). */
   note?: string;
 }
@@ -45,6 +50,9 @@ function integer(input: HTMLInputElement, what: string, min: number): number {
   if (!Number.isInteger(v) || v < min) throw new Error(`${what} must be a whole number ≥ ${min}, got '${input.value}'`);
   return v;
 }
+
+/** A number field as the config takes it: a number, or the text itself when it is not one (the config's check names it). */
+const numberOrText = (input: HTMLInputElement): unknown => (input.value.trim() === '' || !Number.isFinite(Number(input.value)) ? input.value : Number(input.value));
 
 /** "512x512", "512×512" or "512" (square). */
 function parseSize(text: string): { width: number; height: number } {
@@ -76,15 +84,25 @@ function folderFromFiles(files: FileList): ImageFolder {
 
 const yieldToPage = () => new Promise((r) => setTimeout(r, 0));
 
+/** The panel's first `dataset`, before the user changes it: a small synthetic set. */
+const INITIAL_DATASET: SyntheticDatasetSettings = { kind: 'synthetic', tasks: [...SYNTHETIC_TASK_NAMES], count: 48, seed: 1, size: DEFAULT_IMAGE_SIZE };
+
+/** The stored `dataset` of the last visit, resolved, or the initial one. */
+function storedDataset(): DatasetSettings {
+  const stored = workspacePart<{ dataset: Record<string, unknown> }>('data-config')?.dataset;
+  const checked = stored ? checkedDataset(stored) : null;
+  return checked?.dataset ?? INITIAL_DATASET;
+}
+
 export function dataPanel(status: StatusBar): HTMLElement {
   // Where the rows come from.
-  const sourceRadios = (['synthetic', 'hub', 'files'] as const).map((value) => {
+  const sourceRadios = (['synthetic', 'hub', 'file'] as const).map((value) => {
     const input = h('input', { type: 'radio', name: 'data-source', value, id: `data-source-${value}` });
     input.checked = value === 'synthetic';
     return input;
   });
-  const sourceLabels: Record<Source, string> = { synthetic: 'Synthetic tasks', hub: 'Hugging Face data set', files: 'Local files' };
-  const source = () => (sourceRadios.find((r) => r.checked)?.value ?? 'synthetic') as Source;
+  const sourceLabels: Record<DatasetKind, string> = { synthetic: 'Synthetic tasks', hub: 'Hugging Face data set', file: 'Local files' };
+  const source = () => (sourceRadios.find((r) => r.checked)?.value ?? 'synthetic') as DatasetKind;
 
   // Synthetic.
   const taskBoxes = SYNTHETIC_TASK_NAMES.map((t) => {
@@ -100,11 +118,14 @@ export function dataPanel(status: StatusBar): HTMLElement {
   const hubRepo = h('input', { type: 'text', value: 'hiyouga/geometry3k', autocomplete: 'off', spellcheck: 'false' });
   const hubConfig = h('input', { type: 'text', value: 'default', autocomplete: 'off' });
   const hubSplit = h('input', { type: 'text', value: 'train', autocomplete: 'off' });
+  const hubRevision = h('input', { type: 'text', value: 'main', autocomplete: 'off', spellcheck: 'false' });
   const hubToken = h('input', { type: 'password', autocomplete: 'off' });
 
-  // Local files.
+  // Local files. The config names the picked file and folder (kept over a reload; the files are not).
   const fileInput = h('input', { type: 'file', accept: '.parquet,.json,.jsonl,.ndjson' });
   const folderInput = h('input', { type: 'file', webkitdirectory: true, multiple: true });
+  let filePath = '';
+  let imageFolder: string | null = null;
   const limit = numberInput(200, { min: 1, step: 1 });
 
   // Mapping and options.
@@ -123,7 +144,7 @@ export function dataPanel(status: StatusBar): HTMLElement {
   const progressText = h('span', { 'aria-live': 'polite', 'data-testid': 'data-progress' });
   const error = h('p', { class: 'error', role: 'alert', hidden: true, 'data-testid': 'data-error' });
 
-  const groups: Record<Source, HTMLElement> = {
+  const groups: Record<DatasetKind, HTMLElement> = {
     synthetic: h(
       'div',
       {},
@@ -133,16 +154,23 @@ export function dataPanel(status: StatusBar): HTMLElement {
     hub: h(
       'div',
       { hidden: true },
-      h('div', { class: 'row' }, field('Repo id', hubRepo, 'e.g. hiyouga/geometry3k or AI4Math/MathVista'), field('Config', hubConfig), field('Split', hubSplit)),
+      h(
+        'div',
+        { class: 'row' },
+        field('Repo id', hubRepo, 'e.g. hiyouga/geometry3k or AI4Math/MathVista'),
+        field('Config', hubConfig),
+        field('Split', hubSplit),
+        field('Revision', hubRevision, 'main: the current parquet export; a commit of refs/convert/parquet pins the rows'),
+      ),
       h('div', { class: 'row' }, field('Access token (gated or private data sets)', hubToken, 'used only for requests to the Hub; not stored')),
     ),
-    files: h(
+    file: h(
       'div',
       { hidden: true },
       h('div', { class: 'row' }, field('Data file (parquet, JSON, JSONL)', fileInput), field('Image folder', folderInput, 'only needed when image cells are file names')),
     ),
   };
-  const limitField = field('Read at most (rows)', limit);
+  const limitField = field('Read at most (rows)', limit, 'empty: all');
   const numericField = checkbox('Numeric answers only', numericOnly, 'rows whose answer is not a number are counted as filtered out');
 
   const updateSource = () => {
@@ -152,7 +180,6 @@ export function dataPanel(status: StatusBar): HTMLElement {
     for (const el of [limitField, numericField, mapping]) el.hidden = s === 'synthetic';
     load.textContent = s === 'synthetic' ? 'Generate' : s === 'hub' ? 'Load from the Hub' : 'Load file';
   };
-  for (const r of sourceRadios) r.addEventListener('change', updateSource);
 
   const mapping = h(
     'fieldset',
@@ -162,11 +189,49 @@ export function dataPanel(status: StatusBar): HTMLElement {
     h('div', { class: 'row' }, field('prompt_key', promptKey), field('answer_key', answerKey), field('image_keys', imageKeys, 'comma-separated')),
   );
 
-  const columnMapping = (): ColumnMapping | undefined => {
+  const columnMapping = (): ColumnMapping | null => {
     const keys = [promptKey.value.trim(), answerKey.value.trim(), imageKeys.value.trim()];
-    if (keys.every((k) => k === '')) return undefined;
+    if (keys.every((k) => k === '')) return null;
     if (keys.some((k) => k === '')) throw new Error('set all of prompt_key, answer_key and image_keys, or none of them');
     return { prompt_key: keys[0], answer_key: keys[1], image_keys: keys[2].split(',').map((k) => k.trim()).filter(Boolean) };
+  };
+
+  /** The fields as TrainConfig.dataset (unchecked: checkedDataset names what is wrong). */
+  const readDataset = (): Record<string, unknown> => {
+    const kind = source();
+    if (kind === 'synthetic') {
+      return { kind, tasks: taskBoxes.filter((b) => b.input.checked).map((b) => b.task), seed: numberOrText(synSeed), count: numberOrText(synCount), size: numberOrText(synSize) };
+    }
+    const mapped = { mapping: columnMapping(), limit: limit.value.trim() === '' ? null : numberOrText(limit), numeric_only: numericOnly.checked };
+    if (kind === 'hub') return { kind, repo_id: hubRepo.value.trim(), config: hubConfig.value.trim(), split: hubSplit.value.trim(), revision: hubRevision.value.trim(), ...mapped };
+    return { kind, path: filePath, format: null, image_folder: imageFolder, ...mapped };
+  };
+
+  /** Shows `d` in the fields (those of its kind; the others keep theirs). */
+  const writeDataset = (d: DatasetSettings) => {
+    for (const r of sourceRadios) r.checked = r.value === d.kind;
+    if (d.kind === 'synthetic') {
+      for (const b of taskBoxes) b.input.checked = d.tasks.includes(b.task);
+      [synSeed.value, synCount.value, synSize.value] = [String(d.seed), String(d.count), String(d.size)];
+      return;
+    }
+    [promptKey.value, answerKey.value, imageKeys.value] = d.mapping ? [d.mapping.prompt_key, d.mapping.answer_key, d.mapping.image_keys.join(', ')] : ['', '', ''];
+    limit.value = d.limit === null ? '' : String(d.limit);
+    numericOnly.checked = d.numeric_only;
+    if (d.kind === 'hub') [hubRepo.value, hubConfig.value, hubSplit.value, hubRevision.value] = [d.repo_id, d.config, d.split, d.revision];
+    else [filePath, imageFolder] = [d.path, d.image_folder];
+  };
+
+  /** Publishes the fields as the run config's dataset (with its error while one is not valid), and saves a valid one. */
+  const publish = () => {
+    let checked;
+    try {
+      checked = checkedDataset(readDataset());
+    } catch (e) {
+      checked = { dataset: null, error: e instanceof Error ? e.message : String(e) };
+    }
+    datasetConfig.set(checked);
+    if (checked.dataset) saveWorkspace('data-config', { dataset: checked.dataset });
   };
 
   const splitSettings = (): SplitSettings => ({ heldOut: parseHeldOut(heldOut.value), seed: integer(splitSeed, 'split seed', 0) });
@@ -176,16 +241,11 @@ export function dataPanel(status: StatusBar): HTMLElement {
     error.textContent = e instanceof Error ? e.message : String(e);
   };
 
-  const synthetic = async (): Promise<Loaded> => {
-    const tasks = taskBoxes.filter((b) => b.input.checked).map((b) => b.task);
-    if (tasks.length === 0) throw new Error('choose at least one synthetic task');
-    const seed = integer(synSeed, 'seed', 0);
-    const count = integer(synCount, 'rows', 1);
-    const size = integer(synSize, 'image size', 112);
+  const synthetic = async ({ tasks, seed, count, size }: SyntheticDatasetSettings): Promise<Loaded> => {
     const rows: DatasetRow[] = [];
     progress.max = count;
     for (let i = 0; i < count; i++) {
-      rows.push(generateSynthetic(tasks[i % tasks.length] as SyntheticTask, { seed, index: i, size }));
+      rows.push(generateSynthetic(tasks[i % tasks.length], { seed, index: i, size }));
       if ((i + 1) % SYNTHETIC_CHUNK === 0) {
         progress.value = i + 1;
         progressText.textContent = `${i + 1} of ${count} rows`;
@@ -195,30 +255,30 @@ export function dataPanel(status: StatusBar): HTMLElement {
     return { source: `synthetic ${tasks.join('+')}, seed ${seed}, ${size}px`, result: { rows, broken: [], filtered: [], total: rows.length } };
   };
 
-  const loadOptions = (): LoadOptions => ({
+  // Images stay encoded (decoded when shown or trained on); the processor's limits apply at load.
+  const loadOptions = (d: HubDatasetSettings | FileDatasetSettings): LoadOptions => ({
     decoder: browserDecoder,
-    mapping: columnMapping(),
-    numericOnly: numericOnly.checked,
+    lazy: true,
+    limits: QWEN3_VL_IMAGE_LIMITS,
+    mapping: d.mapping ?? undefined,
+    numericOnly: d.numeric_only,
     resize: resizeOn.checked ? parseSize(resizeTo.value) : undefined,
-    limit: integer(limit, 'rows to read', 1),
+    limit: d.limit ?? undefined,
   });
 
-  const hub = async (): Promise<Loaded> => {
-    const repo = hubRepo.value.trim();
-    if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) throw new Error(`'${repo}' is not a repo id like owner/name`);
-    const where = { config: hubConfig.value.trim(), split: hubSplit.value.trim() };
+  const hub = async (d: HubDatasetSettings): Promise<Loaded> => {
     let received = '';
     const fetchCounted = countingFetch((p) => (progressText.textContent = received = `${formatBytes(p.bytes)} received in ${p.requests} request(s)`));
-    const result = await loadHubDataset(repo, where, { ...loadOptions(), token: hubToken.value || undefined, fetch: fetchCounted });
-    return { source: `${repo} (${where.config}/${where.split})`, result, note: received };
+    const result = await loadHubDataset(d.repo_id, d, { ...loadOptions(d), token: hubToken.value || undefined, fetch: fetchCounted });
+    return { source: `${d.repo_id} (${d.config}/${d.split}${d.revision === 'main' ? '' : `@${d.revision}`})`, result, note: received };
   };
 
-  const files = async (): Promise<Loaded> => {
+  const files = async (d: FileDatasetSettings): Promise<Loaded> => {
     const file = fileInput.files?.[0];
-    if (!file) throw new Error('pick a data file first');
+    if (!file) throw new Error(d.path ? `pick ${d.path} again: the browser does not keep picked files over a reload` : 'pick a data file first');
     const folder = folderInput.files?.length ? folderFromFiles(folderInput.files) : undefined;
     progressText.textContent = `reading ${file.name} (${formatBytes(file.size)})`;
-    return { source: file.name, result: await loadFile(file, { ...loadOptions(), folder }) };
+    return { source: file.name, fileBytes: file.size, result: await loadFile(file, { ...loadOptions(d), folder, source: file.name }) };
   };
 
   /** Resize (synthetic rows; loaders resize while decoding) and the data set's system prompt. */
@@ -243,9 +303,12 @@ export function dataPanel(status: StatusBar): HTMLElement {
     const kind = source();
     const done = status.begin(`Data: ${sourceLabels[kind].toLowerCase()}`);
     try {
-      const settings = splitSettings();
-      const { source: name, result, note } = await (kind === 'synthetic' ? synthetic() : kind === 'hub' ? hub() : files());
-      datasetStore.set(name, finish(result), settings);
+      const split = splitSettings();
+      publish();
+      const { dataset: d, error: invalid } = datasetConfig.current;
+      if (!d) throw new Error(kind === 'file' && !fileInput.files?.length ? 'pick a data file first' : invalid);
+      const { source: name, result, note, fileBytes } = await (d.kind === 'synthetic' ? synthetic(d) : d.kind === 'hub' ? hub(d) : files(d));
+      datasetStore.set({ source: name, settings: d, fileBytes, result: finish(result) }, split);
       progressText.textContent = `done: ${result.rows.length} usable of ${result.total} records${note ? `; ${note}` : ''}`;
       if (!datasetKept()) progressText.textContent += ' (too large to keep over a reload: load it again after one)';
     } catch (e) {
@@ -270,27 +333,22 @@ export function dataPanel(status: StatusBar): HTMLElement {
   heldOut.addEventListener('change', resplit);
   splitSeed.addEventListener('change', resplit);
 
-  persistControls('data', {
-    ...Object.fromEntries(sourceRadios.map((r) => [`source_${r.value}`, r])),
-    ...Object.fromEntries(taskBoxes.map((b) => [`task_${b.task}`, b.input])),
-    synSeed,
-    synCount,
-    synSize,
-    hubRepo,
-    hubConfig,
-    hubSplit,
-    limit,
-    promptKey,
-    answerKey,
-    imageKeys,
-    systemPrompt,
-    numericOnly,
-    resizeOn,
-    resizeTo,
-    heldOut,
-    splitSeed,
+  // The options beyond the config's dataset are the panel's own.
+  persistControls('data', { systemPrompt, resizeOn, resizeTo, heldOut, splitSeed });
+  writeDataset(storedDataset());
+  fileInput.addEventListener('change', () => (filePath = fileInput.files?.[0]?.name ?? ''));
+  folderInput.addEventListener('change', () => {
+    const first = folderInput.files?.[0];
+    imageFolder = first ? (first.webkitRelativePath || first.name).split('/')[0] : null;
   });
+  for (const r of sourceRadios) r.addEventListener('change', updateSource);
+  const sourceFields = [...sourceRadios, ...taskBoxes.map((b) => b.input), synSeed, synCount, synSize, hubRepo, hubConfig, hubSplit, hubRevision, fileInput, folderInput, limit, promptKey, answerKey, imageKeys, numericOnly];
+  for (const el of sourceFields) {
+    el.addEventListener('input', publish);
+    el.addEventListener('change', publish);
+  }
   updateSource();
+  publish();
   if (datasetStore.current) progressText.textContent = `Restored from your last visit: ${datasetStore.current.source}.`;
   return h(
     'section',
@@ -300,11 +358,11 @@ export function dataPanel(status: StatusBar): HTMLElement {
       'fieldset',
       { class: 'inline' },
       h('legend', {}, 'Source'),
-      ...sourceRadios.map((r) => h('label', { for: r.id }, r, ` ${sourceLabels[r.value as Source]}`)),
+      ...sourceRadios.map((r) => h('label', { for: r.id }, r, ` ${sourceLabels[r.value as DatasetKind]}`)),
     ),
     groups.synthetic,
     groups.hub,
-    groups.files,
+    groups.file,
     mapping,
     h(
       'fieldset',

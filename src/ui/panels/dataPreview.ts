@@ -1,6 +1,7 @@
 // What the Data panel shows of the current data set: counts (usable, broken by reason, filtered,
-// train/held-out), every broken row with its reason, and a paged table of rows with their images.
-import { brokenCounts, type DatasetRow } from '../../data';
+// train/held-out), every broken row with its file, row and reason, and a paged table of rows with
+// their images (rows kept encoded are decoded for the page shown, and only then).
+import { brokenCounts, browserDecoder, decodeRowImages, type DatasetRow } from '../../data';
 import { h } from '../dom';
 import { datasetStore, type LoadedDataset } from '../datasetStore';
 import { select } from '../form';
@@ -44,11 +45,25 @@ function brokenList(d: LoadedDataset): HTMLElement | null {
     h(
       'table',
       { class: 'broken' },
-      h('thead', {}, h('tr', {}, ...['Index', 'Id', 'Reason', 'Detail'].map((c) => h('th', { scope: 'col' }, c)))),
-      h('tbody', {}, ...shown.map((b) => h('tr', {}, h('td', { class: 'num' }, b.index), h('td', {}, b.id ?? ''), h('td', {}, b.reason), h('td', {}, b.detail)))),
+      h('thead', {}, h('tr', {}, ...['Row', 'Id', 'Reason', 'Detail'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, ...shown.map((b) => h('tr', {}, h('td', {}, `${d.source} row ${b.index}`), h('td', {}, b.id ?? ''), h('td', {}, b.reason), h('td', {}, b.detail)))),
     ),
     broken.length > shown.length ? h('p', { class: 'muted' }, `${broken.length - shown.length} more not listed; the counts above include them.`) : null,
   );
+}
+
+/** The row's images on canvases; encoded ones are decoded now (a failure is shown in their place). */
+function imagesCell(row: DatasetRow): HTMLElement {
+  const canvases = (images: DatasetRow['images']) => images.map((img, i) => imageCanvas(img, `image ${i + 1} of row ${row.id}, ${img.width}×${img.height}`));
+  const cell = h('td', { class: 'images' }, ...canvases(row.images));
+  if (row.encoded?.length) {
+    cell.append(h('span', { class: 'muted' }, 'decoding…'));
+    decodeRowImages(row, browserDecoder).then(
+      (decoded) => cell.replaceChildren(...canvases(decoded.images)),
+      (e: unknown) => cell.replaceChildren(h('span', { class: 'error' }, e instanceof Error ? e.message : String(e))),
+    );
+  }
+  return cell;
 }
 
 function rowElement(row: DatasetRow, part: 'train' | 'held-out'): HTMLTableRowElement {
@@ -57,7 +72,7 @@ function rowElement(row: DatasetRow, part: 'train' | 'held-out'): HTMLTableRowEl
     { 'data-row-id': row.id },
     h('th', { scope: 'row' }, row.id),
     h('td', {}, part),
-    h('td', { class: 'images' }, ...row.images.map((img, i) => imageCanvas(img, `image ${i + 1} of row ${row.id}, ${img.width}×${img.height}`))),
+    imagesCell(row),
     h('td', { class: 'question' }, row.question),
     h('td', {}, row.answer, row.answer_type ? h('small', { class: 'muted block' }, row.answer_type) : null),
   );

@@ -11,7 +11,11 @@
 // all drawn from it, so they cannot disagree.
 import type { Remote } from 'comlink';
 import { importPeft } from '../../adapter/peft';
+import { browserDecoder } from '../../data/decodeBrowser';
+import { decodeRowImages } from '../../data/encodedImages';
+import { datasetSourceText } from '../../data/provenance';
 import type { DatasetRow, RgbaImage } from '../../data/types';
+import type { DatasetSettings } from '../../rl/dataSource';
 import { pickedFiles } from '../../model/safetensors';
 import { imageKey } from '../../model/session';
 import { batchPlan, defaultConfig, resolveConfig, type TrainConfig, type TrainConfigInput } from '../../rl/config';
@@ -26,6 +30,7 @@ import { proxy } from '../../worker/client';
 import type { RunEvent, StepProgress } from '../../worker/stepProgress';
 import { adaptersChanged, latestRollouts, loadedModel, playgroundSample, rewardTerms, trainSettings } from '../appState';
 import { LiveChart } from '../chart';
+import { datasetConfig } from '../datasetConfig';
 import { datasetStore } from '../datasetStore';
 import { h } from '../dom';
 import { field, select } from '../form';
@@ -111,25 +116,34 @@ function openInPlayground(completion: string, answer: string): void {
   location.hash = 'rewards';
 }
 
-function inspector(): { element: HTMLElement; show(samples: RolloutSample[], images: () => Map<string, RgbaImage>): void; clear(): void } {
+/** The image of a sample: by its content key among decoded rows, else decoded now from its row (rows kept encoded). */
+function sampleImage(s: RolloutSample, i: number, images: Map<string, RgbaImage>, rows: readonly DatasetRow[]): HTMLElement {
+  const im = images.get(s.imageKeys[i]);
+  if (im) return imageCanvas(im, `Image ${i + 1} of the prompt`);
+  const row = s.promptId === undefined ? undefined : rows.find((r) => r.id === s.promptId && r.encoded?.length);
+  const slot = h('span', { class: 'muted' }, row ? `image ${i + 1}: decoding…` : `image ${i + 1}: not among the rows on this page`);
+  if (row) {
+    decodeRowImages(row, browserDecoder).then(
+      (d) => slot.replaceWith(d.images[i] ? imageCanvas(d.images[i], `Image ${i + 1} of the prompt`) : h('span', { class: 'muted' }, `image ${i + 1}: not in row ${row.id}`)),
+      (e: unknown) => (slot.textContent = `image ${i + 1}: ${e instanceof Error ? e.message : String(e)}`),
+    );
+  }
+  return slot;
+}
+
+function inspector(): { element: HTMLElement; show(samples: RolloutSample[], rows: () => readonly DatasetRow[]): void; clear(): void } {
   const pick = select([{ value: '0', label: 'no rollouts yet' }], '0');
   const placeholder = () => h('p', { class: 'muted' }, 'The latest rollouts appear here after the first step.');
   const body = h('div', { 'data-testid': 'rollout-inspector' }, placeholder());
   let current: RolloutSample[] = [];
-  let lookup: () => Map<string, RgbaImage> = () => new Map();
+  let rowsOf: () => readonly DatasetRow[] = () => [];
   const render = () => {
     const s = current[Number(pick.value)];
     if (!s) return;
-    const imgs = lookup();
+    const rows = rowsOf();
+    const imgs = imageLookup(rows);
     body.replaceChildren(
-      h(
-        'div',
-        { class: 'row' },
-        ...s.imageKeys.map((k, i) => {
-          const im = imgs.get(k);
-          return im ? imageCanvas(im, `Image ${i + 1} of the prompt`) : h('span', { class: 'muted' }, `image ${i + 1}: not among the rows on this page`);
-        }),
-      ),
+      h('div', { class: 'row' }, ...s.imageKeys.map((_, i) => sampleImage(s, i, imgs, rows))),
       h('p', {}, h('strong', {}, 'Gold answer: '), s.answer),
       h('details', {}, h('summary', {}, 'Prompt'), h('pre', { class: 'prompt' }, s.prompt)),
       h('p', { class: 'hint' }, 'Marked in each completion: the format tags, the extracted answer (green when it matches the gold answer, red when not) and any addCriterion.'),
@@ -164,9 +178,9 @@ function inspector(): { element: HTMLElement; show(samples: RolloutSample[], ima
   pick.addEventListener('change', render);
   return {
     element: h('div', {}, field('Prompt group', pick), body),
-    show(samples, images) {
+    show(samples, rows) {
       current = samples;
-      lookup = images;
+      rowsOf = rows;
       const keep = Math.min(Number(pick.value), samples.length - 1);
       pick.replaceChildren(...samples.map((s, i) => h('option', { value: String(i) }, `step ${s.step}, group ${i + 1}: ${s.answer}`)));
       pick.value = String(Math.max(keep, 0));
@@ -209,6 +223,13 @@ interface RunView {
 /** What a stored run's state means when no page is training it (a tab closed mid-run). */
 function storedState(run: RunRecord): string {
   return run.state === 'running' ? 'interrupted' : run.state;
+}
+
+/** Equal settings, whatever the order of their keys. */
+function sameSettings(a: unknown, b: unknown): boolean {
+  const canonical = (v: unknown): unknown =>
+    Array.isArray(v) ? v.map(canonical) : v !== null && typeof v === 'object' ? Object.fromEntries(Object.entries(v).sort(([x], [y]) => x.localeCompare(y)).map(([k, x]) => [k, canonical(x)])) : v;
+  return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
 }
 
 interface StoredForm {
@@ -258,6 +279,20 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
 
   // --- the form: summary, persistence, the settings the Model panel's memory estimate reads ---
   const formInput = (): TrainConfigInput => form.read();
+  /** The run's dataset: the Data panel's config.dataset, whose rows (a file or hub data set) must be loaded with these settings. */
+  const runDataset = (): DatasetSettings => {
+    const { dataset, error: invalid } = datasetConfig.current;
+    if (!dataset) throw new Error(`the Data panel's settings are not valid: ${invalid}`);
+    const loaded = datasetStore.current;
+    if (loaded && !sameSettings(loaded.settings, dataset)) throw new Error(`the Data panel's settings changed since ${loaded.source} was loaded: load it again, or put them back`);
+    if (!loaded && dataset.kind !== 'synthetic') throw new Error(`${datasetSourceText(dataset)} is not loaded: load it in the Data panel first`);
+    return dataset;
+  };
+  /** The Data panel's training rows to the worker (none: it generates the config's synthetic set). */
+  const handOverRows = () => {
+    const d = datasetStore.current;
+    return engine.setDataset(d ? d.split.train : null, { fileBytes: d?.fileBytes });
+  };
   const onFormChange = () => {
     const input = formInput();
     saveWorkspace('train', { values: input, configOpen: config.open, sections: form.openSections() } satisfies StoredForm);
@@ -279,11 +314,16 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   // 'toggle' does not bubble: the capture phase hears the sections' toggles too.
   config.addEventListener('toggle', onFormChange, true);
 
-  datasetStore.subscribe((d) => {
-    data.textContent = d
-      ? `Data: the ${d.split.train.length} training rows of ${d.source} (Data panel).`
-      : 'Data: none loaded in the Data panel, so the config’s synthetic set (all three tasks, 256 rows) is used.';
-  });
+  const renderData = () => {
+    const d = datasetStore.current;
+    const { dataset, error: invalid } = datasetConfig.current;
+    if (d) data.textContent = `Data: the ${d.split.train.length} training rows of ${d.source} (Data panel).`;
+    else if (!dataset) data.textContent = `Data: the Data panel’s settings are not valid: ${invalid}`;
+    else if (dataset.kind === 'synthetic') data.textContent = `Data: none loaded in the Data panel, so the config’s dataset is generated: ${datasetSourceText(dataset)}.`;
+    else data.textContent = `Data: ${datasetSourceText(dataset)} is not loaded yet: load it in the Data panel.`;
+  };
+  datasetStore.subscribe(renderData);
+  datasetConfig.subscribe(renderData);
   const renderRewards = () => {
     if (run.config && run.runId) {
       rewards.replaceChildren(`Rewards of run ${run.runId}: ${termsText(run.config.rewards)}.`, run.live ? '' : ' ', run.live ? '' : h('a', { href: '#rewards' }, 'Edit the terms of the next run'));
@@ -302,7 +342,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     sync();
   });
 
-  const rowImages = () => imageLookup(datasetStore.current?.split.train ?? []);
+  const trainRows = () => datasetStore.current?.split.train ?? [];
 
   // --- one render of the run state: state line, buttons, runs table, continue reason ---
   function liveNow(): boolean {
@@ -464,7 +504,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   };
   const showSamples = (samples: RolloutSample[]) => {
     if (!samples.length) return;
-    inspect.show(samples, rowImages);
+    inspect.show(samples, trainRows);
     latestRollouts.set(samples);
   };
 
@@ -580,7 +620,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     let input: TrainConfigInput;
     let cfg: TrainConfig;
     try {
-      input = { ...formInput(), rewards: rewardTerms.current };
+      input = { ...formInput(), dataset: runDataset(), rewards: rewardTerms.current };
       cfg = resolveConfig(input).config;
     } catch (e) {
       error.hidden = true;
@@ -594,7 +634,7 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     controlsNote.textContent = 'Starting: the first step compiles the GPU kernels it uses, which takes longest.';
     void (async () => {
       try {
-        await engine.setDataset(datasetStore.current ? datasetStore.current.split.train : null);
+        await handOverRows();
         // Events may arrive before the reply; the run id they belong to comes with it.
         const r = await engine.startTraining(input, eventProxy);
         run.runId = r.runId;
@@ -649,12 +689,20 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     pressed = button;
     button.disabled = true;
     try {
-      await engine.setDataset(datasetStore.current ? datasetStore.current.split.train : null);
+      if (r.config.dataset.kind !== 'synthetic' && !datasetStore.current) throw new Error(`run ${r.runId} trained on ${datasetSourceText(r.config.dataset)}: load it in the Data panel first`);
+      await handOverRows();
       await fillFromStore(r);
       adopt(r.runId, r.config, true);
       Object.assign(run, { state: 'idle', step: r.step });
       config.open = false;
-      const c = await engine.continueTraining(r.runId, eventProxy);
+      let c;
+      try {
+        c = await engine.continueTraining(r.runId, eventProxy);
+      } catch (e) {
+        // Other data than the run trained on: only on the user's word (its order then starts a new pass).
+        if (!(e instanceof Error && e.name === 'DataChangeError' && confirm(`${e.message}.\n\nContinue the run on the data loaded now?`))) throw e;
+        c = await engine.continueTraining(r.runId, eventProxy, { allowDataChange: true });
+      }
       note(`Run ${r.runId} continues from step ${c.step}.`);
     } catch (e) {
       run.live = false;
