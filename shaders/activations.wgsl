@@ -2,7 +2,8 @@
 //   swiglu_fwd      h = silu(gate)·up                      (decoder MLP, hidden_act silu)
 //   swiglu_bwd      dgate = dh·up·σ(g)(1 + g(1 − σ(g))),  dup = dh·silu(g)
 //   gelu_tanh_fwd   gelu_pytorch_tanh (vision blocks' MLP); forward only, the tower is frozen
-//   gelu_erf_fwd    exact GELU, nn.GELU() (the vision PatchMergers); forward only
+//   gelu_erf_fwd    exact GELU, nn.GELU() (the vision PatchMergers)
+//   gelu_erf_bwd    y = dh·(Φ(x) + x·φ(x)): the mergers' backward, for LoRA on them
 // WGSL does not promise sane exp/tanh results on overflow, so every formula below only takes
 // exp of non-positive arguments. Grids are 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
 
@@ -79,5 +80,15 @@ fn gelu_erf_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   if (i < p.n) {
     let v = x[i];
     y[i] = v * normal_cdf(v);
+  }
+}
+
+// d/dx x·Φ(x) = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π); x is the forward's input, dh the output's gradient.
+@compute @workgroup_size(WG)
+fn gelu_erf_bwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let i = flat_index(wid, nwg, lid);
+  if (i < p.n) {
+    let v = x[i];
+    y[i] = dh[i] * (normal_cdf(v) + v * 0.3989422804014327 * exp(-0.5 * v * v));
   }
 }
