@@ -21,7 +21,10 @@
 //   attention:  dattn = dh·W_o (+LoRA) → attention' (from the saved log-sum-exp) → RoPE'
 //               → q/k RMSNorm' → dxn1 = dq·W_q + dk·W_k + dv·W_v (+LoRA)
 //               dh  += RMSNorm'(dxn1)                              (→ gradient of h_l)
-// The DeepStack add is a residual add of frozen features: the gradient passes through it.
+// The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
+// mergers (Qwen3VL.visionLora) the gradient at the image rows is also gathered where the features
+// enter (the embeddings at h_0, DeepStack level l at h_{l+1}) and goes back through the mergers
+// (VisionTower.backwardMergers) from the activations the forward's vision pass kept.
 import { ShapeError, type Tensor } from '../gpu';
 import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
@@ -29,6 +32,7 @@ import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
 import { layerDropout, LORA_PROJECTIONS, view, type LayerActivations, type LayerLora, type LoraProjection, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
+import { releaseMergerActivations, type MergerActivations } from './vision';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
 export interface PackedBatch {
@@ -143,6 +147,8 @@ interface Saved {
   stats: Tensor;
   mask: Tensor;
   visual: VisualInputs | null;
+  /** The adapted vision mergers' activations (training forwards with vision LoRA), else null. */
+  visionSaved: (MergerActivations | null)[] | null;
 }
 
 /** Logits a log-prob dispatch computes per row at a time (LogProb's chunk along the vocabulary). */
@@ -202,8 +208,15 @@ export class Qwen3VLPolicy implements Policy {
     const dropout = lora && opts.dropout && model.loraDropout > 0 ? { p: model.loraDropout, ...opts.dropout } : null;
     const logprob = await this.logprobFor(N);
     // The prompt's rows come first, so its image rows are those of the prompt alone; its images'
-    // features come from the model's vision cache (encoded once for the group).
-    const visual = prompt.images.length > 0 ? await model.encodeImages(prompt.inputIds, prompt.images) : null;
+    // features come from the model's vision cache (encoded once for the group), or with vision
+    // LoRA from a pass through the adapted mergers (kept for the backward when training).
+    const vis =
+      prompt.images.length === 0
+        ? null
+        : lora && opts.train && model.visionLora
+          ? await model.encodeImagesWithLora(prompt.inputIds, prompt.images, true)
+          : { visual: await model.encodeImages(prompt.inputIds, prompt.images, { lora: !!lora }), saved: null };
+    const visual = vis?.visual ?? null;
     const ws = model.decoder.workspace(T, rank);
     const ids = gpu.upload(Uint32Array.from(packed.ids), [T], 'u32', 'train.ids');
     const cu = gpu.upload(packed.cuSeqlens, [G + 2], 'u32', 'train.cu_seqlens');
@@ -235,7 +248,7 @@ export class Qwen3VLPolicy implements Policy {
     ws.release();
     xd?.release();
     predictRows.release();
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     this.outputs = [logp, entropy, mask];
@@ -248,6 +261,7 @@ export class Qwen3VLPolicy implements Policy {
     for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
     s.firstTokens?.release();
     if (s.visual) releaseVisual(s.visual);
+    if (s.visionSaved) releaseMergerActivations(s.visionSaved);
   }
 
   async backward(gradLogps: Tensor, gradEntropy?: Tensor): Promise<void> {
@@ -293,6 +307,8 @@ export class Qwen3VLPolicy implements Policy {
     const cs = s.cs!;
     const tOf = (r: number) => view(tLora, [T, r]);
     const xd = s.dropout && dropoutWorkspace(gpu, model.lora, T);
+    // The gradients of the image features (embeds, then each DeepStack level) for the vision adapters.
+    const dVisual = s.visionSaved && s.visual ? [s.visual.embeds, ...s.visual.deepstack].map((t, j) => f([...t.shape], j === 0 ? 'd_image_embeds' : `d_deepstack${j - 1}`)) : null;
 
     try {
       const rec = gpu.recorder('train.backward');
@@ -312,6 +328,8 @@ export class Qwen3VLPolicy implements Policy {
         const { A, M } = layer;
         const rstd = A.rstd!;
         const uOf = (proj: LoraProjection) => view(layer.u[proj], [T, ad![proj]!.r]);
+        // dh is the gradient of h_{l+1}, DeepStack level l's add included.
+        if (dVisual && l + 1 < dVisual.length) embedding.gather(rec, bufs.dh, s.visual!.rows, dVisual[l + 1]);
         const drop = s.dropout && xd ? layerDropout({ ...s.dropout, xd }, l) : undefined;
         const loraBack = (proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor) => {
           const p = ad?.[proj];
@@ -356,9 +374,13 @@ export class Qwen3VLPolicy implements Policy {
         norms.rmsnormBackward(rec, bufs.dxn, s.hs[l], w.inputNorm, rstd.input, bufs.dh, true);
         rec.flush(); // a layer a submit, as in the forward
       }
+      if (dVisual) {
+        embedding.gather(rec, bufs.dh, s.visual!.rows, dVisual[0]); // the gradient of h_0 at the image rows
+        model.vision.backwardMergers(rec, model.visionLora!, s.visionSaved!, dVisual);
+      }
       await rec.submit();
     } finally {
-      for (const t of [...Object.values(bufs), tLora]) t.release();
+      for (const t of [...Object.values(bufs), tLora, ...(dVisual ?? [])]) t.release();
       xd?.release();
       if (shared) releaseActivations(shared);
       this.releaseSaved(s);

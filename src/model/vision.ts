@@ -1,4 +1,5 @@
-// Qwen3-VL's vision tower on the GPU (frozen, inference only), as transformers' Qwen3VLVisionModel:
+// Qwen3-VL's vision tower on the GPU, as transformers' Qwen3VLVisionModel: frozen, but for
+// optional LoRA on the mergers' linear_fc1/linear_fc2 (VisionLora), whose backward is here too:
 //
 //   pixel_values [N, C·Tp·P·P] ──patch embed (Conv3d with kernel = stride, i.e. a dense layer over
 //   the flattened patch; the processor flattens in (c, t, y, x) order, the conv weight's own order)
@@ -19,10 +20,19 @@
 // relative RMS (test/unit/model-vision.test.ts). The fused attn.qkv is split into q, k and v at load;
 // with f32 weights the product backend joins them again (Projection.joinDense) for one batched GEMM.
 //
+// LoRA on a merger: fc1 and fc2 each get y += s·x·Aᵀ·Bᵀ (src/ops/lora.ts). Its backward starts
+// from the gradient of the merger's output (the decoder's at the image rows for the final merger,
+// at the rows of its DeepStack add for the others) and walks back through fc2, the erf-GELU and
+// fc1; nothing flows into the blocks (they are frozen and have no adapters), so the LayerNorm's
+// output is all the forward keeps besides the GELU's input and output and the adapters' u.
+// Features with LoRA depend on the adapter: they are encoded per forward, not cached.
+//
 // Also here: loadVisionWeights (checkpoint → VisionWeights on the GPU) and VisionCache, the
-// per-image LRU of encoded features the trainer reuses across the samples and iterations of a step.
+// per-image LRU of encoded features (without LoRA) the trainer reuses across the samples and
+// iterations of a step.
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
+import type { LoraParams } from '../ops/lora';
 import { Attention } from '../ops/attention';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
 import type { MatmulQ4Mma } from '../ops/matmulQ4Mma';
@@ -69,6 +79,42 @@ export interface VisionFeatures {
   embeds: Tensor;
   /** One per deepstack_visual_indexes entry, in block order (added after decoder layers 0, 1, …). */
   deepstack: Tensor[];
+}
+
+/** A merger's adapters: on linear_fc1, linear_fc2, or both. */
+export interface MergerLora {
+  fc1?: LoraParams;
+  fc2?: LoraParams;
+}
+
+/** The tower's adapters by merger: [0] the final merger, [1 + j] DeepStack merger j. */
+export type VisionLora = readonly MergerLora[];
+
+/** PEFT's module path of merger `m` (VisionLora's index)'s linear_fc1 or linear_fc2. */
+export function visionLoraModuleName(m: number, fc: 1 | 2): string {
+  return m === 0 ? `model.visual.merger.linear_fc${fc}` : `model.visual.deepstack_merger_list.${m - 1}.linear_fc${fc}`;
+}
+
+/** What one adapted merger's backward reads: [merged rows, unit·hidden] each, and the adapters' u [rows, r]. */
+export interface MergerActivations {
+  /** The LayerNorm's output: fc1's input. */
+  xn: Tensor;
+  /** fc1's output: the GELU's input. */
+  pre: Tensor;
+  /** The GELU's output: fc2's input. */
+  act: Tensor;
+  u1: Tensor | null;
+  u2: Tensor | null;
+}
+
+/** A forward with LoRA on the mergers; `saved` (when given) receives each merger's activations (null: no adapter), for backwardMergers. */
+export interface VisionLoraCall {
+  adapters: VisionLora;
+  saved?: (MergerActivations | null)[];
+}
+
+export function releaseMergerActivations(saved: readonly (MergerActivations | null)[]): void {
+  for (const a of saved) if (a) for (const t of [a.xn, a.pre, a.act, a.u1, a.u2]) t?.release();
 }
 
 export class VisionTower {
@@ -133,7 +179,7 @@ export class VisionTower {
    * [N, hidden] workspaces: maxStorageBufferBindingSize / (4·hidden) patches (32,768 for the 2B
    * at 128 MiB); the MLP runs in row chunks and is not the limit.
    */
-  encode(rec: Recorder, pixelValues: Tensor, gridThw: readonly GridThw[]): VisionFeatures {
+  encode(rec: Recorder, pixelValues: Tensor, gridThw: readonly GridThw[], lora?: VisionLoraCall): VisionFeatures {
     const op = 'vision_encode';
     const v = this.config;
     const { gpu, weights: w, ops } = this;
@@ -175,13 +221,29 @@ export class VisionTower {
     ops.pos.add(rec, w.posEmbed, interp, x);
     ops.rope.table(rec, positions, cs);
 
-    const merger = (m: PatchMergerWeights, label: string): Tensor => {
-      if (m.postShuffleNorm) ops.norms.layernorm(rec, x.reshape([M, unit * H]), m.norm.w, m.norm.b, merge1, LN_EPS);
-      else ops.norms.layernorm(rec, x, m.norm.w, m.norm.b, merge1.reshape([N, H]), LN_EPS);
-      ops.projection.dense(rec, merge1, m.fc1, merge2);
-      ops.act.geluErf(rec, merge2, merge1);
+    if (lora && lora.adapters.length !== 1 + w.deepstackMergers.length) throw new ShapeError(op, `LoRA for ${lora.adapters.length} mergers, the tower has ${1 + w.deepstackMergers.length}`);
+    const merger = (m: PatchMergerWeights, slot: number, label: string): Tensor => {
+      const ad = lora?.adapters[slot];
+      const adapted = !!(ad?.fc1 || ad?.fc2);
+      // With adapters, the merger's intermediates get tensors of their own (kept for the backward
+      // when asked); without, they share the two workspaces.
+      const own = (what: string) => gpu.tensor([M, unit * H], 'f32', `vision ${label} ${what}`);
+      const u = (p: LoraParams | undefined, what: string) => (p ? gpu.tensor([M, p.r], 'f32', `vision ${label} ${what}`) : null);
+      const xn = adapted ? own('normed') : merge1;
+      const pre = adapted ? own('fc1 out') : merge2;
+      const act = adapted ? own('gelu out') : merge1;
+      const u1 = u(ad?.fc1, 'lora u fc1');
+      const u2 = u(ad?.fc2, 'lora u fc2');
+      if (m.postShuffleNorm) ops.norms.layernorm(rec, x.reshape([M, unit * H]), m.norm.w, m.norm.b, xn, LN_EPS);
+      else ops.norms.layernorm(rec, x, m.norm.w, m.norm.b, xn.reshape([N, H]), LN_EPS);
+      ops.projection.dense(rec, xn, m.fc1, pre);
+      if (ad?.fc1) ops.projection.lora.forward(rec, ad.fc1, { x: xn, y: pre, u: u1! });
+      ops.act.geluErf(rec, pre, act);
       const out = gpu.tensor([M, v.outHiddenSize], 'f32', `vision ${label}`);
-      ops.projection.dense(rec, merge1, m.fc2, out);
+      ops.projection.dense(rec, act, m.fc2, out);
+      if (ad?.fc2) ops.projection.lora.forward(rec, ad.fc2, { x: act, y: out, u: u2! });
+      if (lora?.saved) lora.saved[slot] = adapted ? { xn, pre, act, u1, u2 } : null;
+      else if (adapted) workspaces.push(...[xn, pre, act, u1, u2].filter((t): t is Tensor => t !== null));
       return out;
     };
 
@@ -204,11 +266,11 @@ export class VisionTower {
       }
       // In block order, as transformers appends them (the same as index order when sorted).
       const j = v.deepstackVisualIndexes.indexOf(i);
-      if (j >= 0) deepstack.push(merger(w.deepstackMergers[j], `deepstack ${j}`));
+      if (j >= 0) deepstack.push(merger(w.deepstackMergers[j], 1 + j, `deepstack ${j}`));
       // A submit a block: the GPU starts on the first blocks while the later ones are recorded.
       rec.flush();
     });
-    const embeds = merger(w.merger, 'image embeds');
+    const embeds = merger(w.merger, 0, 'image embeds');
 
     rec.flush();
     for (const t of workspaces) t.release();
@@ -222,35 +284,11 @@ export class VisionTower {
    * never evicted by it, even when they alone exceed the budget).
    */
   async encodeImages(rec: Recorder, images: readonly PreparedImage[], cache: VisionCache): Promise<VisionFeatures[]> {
-    const gpu = this.gpu;
     const misses = new Map<string, PreparedImage>();
     for (const img of images) if (!cache.has(img.key) && !misses.has(img.key)) misses.set(img.key, img);
     if (misses.size > 0) {
       const list = [...misses.values()];
-      const grids = list.map((img) => img.gridThw);
-      const total = checkGrids('vision_encode', grids, this.config.spatialMergeSize);
-      const width = this.patchWidth;
-      for (const img of list) {
-        const patches = img.gridThw[0] * img.gridThw[1] * img.gridThw[2];
-        if (img.pixelValues.length !== patches * width) {
-          throw new ShapeError('vision_encode', `image '${img.key}' has ${img.pixelValues.length} pixel values, its grid ${JSON.stringify(img.gridThw)} needs ${patches * width}`);
-        }
-      }
-      // One image goes up as it is; several are packed first. Megabytes of pixels go through a
-      // reused write-mapped buffer (Gpu.uploadMapped), cheaper on the host than a queue write.
-      let packed = list[0].pixelValues;
-      if (list.length > 1) {
-        packed = new Float32Array(total * width);
-        let row = 0;
-        for (const img of list) {
-          packed.set(img.pixelValues, row * width);
-          row += img.gridThw[0] * img.gridThw[1] * img.gridThw[2];
-        }
-      }
-      rec.flush();
-      const pixels = await gpu.uploadMapped(packed, [total, width], 'f32', 'vision pixel values');
-      const all = this.encode(rec, pixels, grids); // flushed: the pixels can go back at once
-      pixels.release();
+      const all = await this.encodePacked(rec, list);
       if (list.length === 1) cache.put(list[0].key, all);
       else this.splitInto(rec, cache, list, all);
     }
@@ -258,6 +296,77 @@ export class VisionTower {
     const out = images.map((img) => cache.get(img.key)!);
     cache.evict(keys);
     return out;
+  }
+
+  /**
+   * Encode `images` together in one pass, in order (repeats included), with `lora` when given:
+   * the outputs' rows are the images' features back to back, new tensors the caller owns.
+   */
+  async encodePacked(rec: Recorder, images: readonly PreparedImage[], lora?: VisionLoraCall): Promise<VisionFeatures> {
+    const grids = images.map((img) => img.gridThw);
+    const total = checkGrids('vision_encode', grids, this.config.spatialMergeSize);
+    const width = this.patchWidth;
+    for (const img of images) {
+      const patches = img.gridThw[0] * img.gridThw[1] * img.gridThw[2];
+      if (img.pixelValues.length !== patches * width) {
+        throw new ShapeError('vision_encode', `image '${img.key}' has ${img.pixelValues.length} pixel values, its grid ${JSON.stringify(img.gridThw)} needs ${patches * width}`);
+      }
+    }
+    // One image goes up as it is; several are packed first. Megabytes of pixels go through a
+    // reused write-mapped buffer (Gpu.uploadMapped), cheaper on the host than a queue write.
+    let packed = images[0].pixelValues;
+    if (images.length > 1) {
+      packed = new Float32Array(total * width);
+      let row = 0;
+      for (const img of images) {
+        packed.set(img.pixelValues, row * width);
+        row += img.gridThw[0] * img.gridThw[1] * img.gridThw[2];
+      }
+    }
+    rec.flush();
+    const pixels = await this.gpu.uploadMapped(packed, [total, width], 'f32', 'vision pixel values');
+    const all = this.encode(rec, pixels, grids, lora); // flushed: the pixels can go back at once
+    pixels.release();
+    return all;
+  }
+
+  /**
+   * The backward of the adapted mergers: from the gradients of their outputs (`grads[0]` of the
+   * image embeds, `grads[1 + j]` of DeepStack features j, each [merged rows, out_hidden]) into
+   * the adapters' dA and dB (accumulated), through the activations encode kept (`saved`).
+   */
+  backwardMergers(rec: Recorder, adapters: VisionLora, saved: readonly (MergerActivations | null)[], grads: readonly Tensor[]): void {
+    const op = 'vision_merger_backward';
+    const w = this.weights;
+    const mergers = [w.merger, ...w.deepstackMergers];
+    if (adapters.length !== mergers.length || saved.length !== mergers.length || grads.length !== mergers.length) {
+      throw new ShapeError(op, `${adapters.length} adapters, ${saved.length} saved and ${grads.length} gradients for ${mergers.length} mergers`);
+    }
+    const { projection, act } = this.ops;
+    const temps: Tensor[] = [];
+    const f = (shape: number[], label: string) => {
+      const t = this.gpu.tensor(shape, 'f32', `vision backward ${label}`);
+      temps.push(t);
+      return t;
+    };
+    mergers.forEach((m, slot) => {
+      const a = saved[slot];
+      const ad = adapters[slot];
+      if (!a) return;
+      const dOut = grads[slot];
+      const [M, width] = a.xn.shape;
+      if (dOut.shape[0] !== M || dOut.shape[1] !== m.fc2.out) throw new ShapeError(op, `merger ${slot}: gradient [${dOut.shape.join(', ')}], its output is [${M}, ${m.fc2.out}]`);
+      const dAct = ad.fc1 ? f([M, width], `merger ${slot} d gelu out`) : undefined;
+      if (dAct) projection.backwardInput(rec, dOut, m.fc2, dAct);
+      if (ad.fc2) projection.lora.backward(rec, ad.fc2, { x: a.act, dy: dOut, u: a.u2!, t: f([M, ad.fc2.r], `merger ${slot} lora t fc2`), dx: dAct });
+      if (ad.fc1) {
+        const dPre = f([M, width], `merger ${slot} d fc1 out`);
+        act.geluErfBackward(rec, a.pre, dAct!, dPre);
+        projection.lora.backward(rec, ad.fc1, { x: a.xn, dy: dPre, u: a.u1!, t: f([M, ad.fc1.r], `merger ${slot} lora t fc1`) });
+      }
+    });
+    rec.flush();
+    for (const t of temps) t.release();
   }
 
   /** Store the packed outputs of `list` per image (each image's rows are contiguous), then release them. */

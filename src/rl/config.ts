@@ -24,6 +24,14 @@ export const LR_SCHEDULERS: readonly LrSchedulerType[] = ['constant', 'constant_
 /** The language model's linear layers that can carry an adapter (PEFT module names). */
 export const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
+/**
+ * The vision modules lora.target_modules may name (opt-in): a vision merger's linear_fc1 or
+ * linear_fc2 as a PEFT list entry, which matches a module whose name is it or ends in "." + it:
+ * `merger.linear_fc1` (the final merger's alone), `deepstack_merger_list.<j>.linear_fc2`
+ * (DeepStack merger j's), each optionally under `visual.` or `model.visual.`. A bare
+ * `linear_fc1` would also match the vision blocks' MLPs, which the engine does not adapt.
+ */
+export const VISION_LORA_TARGET = /^(?:(?:model\.)?visual\.)?(?:merger|deepstack_merger_list\.(?:0|[1-9]\d*))\.linear_fc[12]$/;
 
 /** PEFT LoraConfig fields, as adapter_config.json writes them. */
 export interface LoraSettings {
@@ -33,8 +41,13 @@ export interface LoraSettings {
   lora_alpha: number;
   /** Dropout on the adapter's input during training forwards, in [0, 1). Default 0 (PEFT 0.0). */
   lora_dropout: number;
-  /** Adapted modules of every decoder layer. Default all seven linear layers (TRL's "all-linear" for the LM). */
-  target_modules: LoraTarget[];
+  /**
+   * Adapted modules, as PEFT's list: the short names of LORA_TARGETS (that projection of every
+   * decoder layer), and, opt-in, vision mergers' layers (VISION_LORA_TARGET, e.g.
+   * `merger.linear_fc1`, `deepstack_merger_list.0.linear_fc2`; lora_dropout must then be 0).
+   * Default all seven decoder linear layers (TRL's "all-linear" for the LM), no vision module.
+   */
+  target_modules: string[];
 }
 
 /**
@@ -351,9 +364,17 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   if (!Array.isArray(c.lora.target_modules) || c.lora.target_modules.length === 0) throw new ConfigError('lora.target_modules must list at least one module');
   const seen = new Set<string>();
   for (const m of c.lora.target_modules) {
-    if (!(LORA_TARGETS as readonly string[]).includes(m)) throw new ConfigError(`lora.target_modules: no module '${m}' (modules: ${LORA_TARGETS.join(', ')})`);
+    if (typeof m !== 'string' || (!(LORA_TARGETS as readonly string[]).includes(m) && !VISION_LORA_TARGET.test(m))) {
+      throw new ConfigError(
+        `lora.target_modules: no module ${JSON.stringify(m)} (modules: ${LORA_TARGETS.join(', ')}; vision mergers: merger.linear_fc1|2, deepstack_merger_list.<j>.linear_fc1|2; the vision blocks are not adapted)`,
+      );
+    }
     if (seen.has(m)) throw new ConfigError(`lora.target_modules lists '${m}' twice`);
     seen.add(m);
+  }
+  const vision = c.lora.target_modules.filter((m) => VISION_LORA_TARGET.test(m));
+  if (vision.length > 0 && c.lora.lora_dropout > 0) {
+    throw new ConfigError(`lora.lora_dropout is ${c.lora.lora_dropout} with vision modules in lora.target_modules (${vision.join(', ')}): the engine applies lora_dropout to the decoder's projections only; set it to 0`);
   }
 
   int('seed', c.seed, 0);

@@ -1,0 +1,118 @@
+// LoRA on the vision mergers (model.visual.merger.*, model.visual.deepstack_merger_list.<j>.*):
+// attaching and refusing adapters, and the backward's gradients of Σ completion log-probs w.r.t.
+// every merger adapter against central finite differences of the engine's own forward on tiny-b
+// (with LoRA on the decoder's q_proj as well, so the image rows' gradient crosses adapted layers).
+import { describe, expect, it } from 'vitest';
+import { createLoraParams, type LoraParams } from '../../src/ops/lora';
+import { loraModuleName } from '../../src/model/decoder';
+import { Qwen3VL } from '../../src/model/qwen3vl';
+import { Qwen3VLPolicy } from '../../src/model/train';
+import { visionLoraModuleName } from '../../src/model/vision';
+import { testGpu } from '../helpers/gpu';
+import { fixturePrompt, modelDir, modelFiles } from '../helpers/modelFixtures';
+import { expectClose, randNormal } from '../helpers/reference';
+
+const R = 4;
+const ALPHA = 8;
+
+async function tinyB() {
+  const gpu = await testGpu();
+  const model = await Qwen3VL.load(gpu, modelFiles('tiny-b'), { quant: 'none' });
+  return { gpu, model };
+}
+
+/** Adapters with random A and B on q_proj of every layer and on every merger's fc1 and fc2. */
+function adapters(gpu: Awaited<ReturnType<typeof testGpu>>, model: Qwen3VL): LoraParams[] {
+  const t = model.config.text;
+  const v = model.config.vision;
+  const merged = v.hiddenSize * v.spatialMergeSize ** 2;
+  const specs = Array.from({ length: t.numLayers }, (_, l) => ({ name: loraModuleName(l, 'q'), in: t.hiddenSize, out: t.numHeads * t.headDim }));
+  for (let m = 0; m <= v.deepstackVisualIndexes.length; m++) {
+    specs.push({ name: visionLoraModuleName(m, 1), in: merged, out: merged }, { name: visionLoraModuleName(m, 2), in: merged, out: v.outHiddenSize });
+  }
+  return specs.map((s, i) => {
+    const p = createLoraParams(gpu, { ...s, r: R, alpha: ALPHA });
+    gpu.write(p.A, randNormal(R * s.in, 100 + i, 1 / Math.sqrt(s.in)));
+    gpu.write(p.B, randNormal(s.out * R, 200 + i, 0.05));
+    return p;
+  });
+}
+
+describe('vision LoRA', () => {
+  it('attaches merger adapters beside the decoder\'s and refuses vision blocks, wrong shapes and lora_dropout', async () => {
+    const { gpu, model } = await tinyB();
+    const params = adapters(gpu, model);
+    model.attachLora(params);
+    expect(model.visionLora).toHaveLength(1 + model.config.vision.deepstackVisualIndexes.length);
+    expect(model.visionLora![0].fc1!.name).toBe('model.visual.merger.linear_fc1');
+    expect(model.visionLora![3].fc2!.name).toBe('model.visual.deepstack_merger_list.2.linear_fc2');
+    expect(() => model.attachLora(params, { dropout: 0.1 })).toThrow(/lora_dropout 0.1 with adapters on the vision mergers/);
+    const block = createLoraParams(gpu, { name: 'model.visual.blocks.0.mlp.linear_fc1', in: 64, out: 128, r: R, alpha: ALPHA });
+    expect(() => model.attachLora([block])).toThrow(/not an adaptable vision module.*not the vision blocks/);
+    const wrong = createLoraParams(gpu, { name: visionLoraModuleName(1, 2), in: 256, out: 64, r: R, alpha: ALPHA });
+    expect(() => model.attachLora([wrong])).toThrow(/deepstack_merger_list\.0\.linear_fc2 is \[64, 256\], the layer is \[96, 256\]/);
+    model.attachLora(params.slice(0, model.config.text.numLayers));
+    expect(model.visionLora).toBeNull();
+  });
+
+  it('d(Σ completion log-probs)/d(merger A, B) matches central finite differences of the forward', { timeout: 600_000 }, async () => {
+    const { gpu, model } = await tinyB();
+    const params = adapters(gpu, model);
+    model.attachLora(params);
+    const policy = new Qwen3VLPolicy(model);
+    const prompt = await fixturePrompt(`${modelDir('tiny-b')}/lora`);
+    const seqs = { prompt, completions: [[312, 777, 394, 607, 472], [353, 106, 305, 631, 40, 41, 42]] };
+    const objective = async () => {
+      const f = await policy.forward(seqs, { temperature: 1, lora: true, train: false });
+      const [lp, mask] = [await gpu.readF32(f.logps), await gpu.readF32(f.mask)];
+      return lp.reduce((s, x, i) => s + x * mask[i], 0);
+    };
+    const fwd = await policy.forward(seqs, { temperature: 1, lora: true, train: true });
+    const rec = gpu.recorder();
+    for (const p of params) model.decoder.ops.lora.zeroGrad(rec, p);
+    await rec.submit();
+    await policy.backward(fwd.mask);
+
+    let worst = 0;
+    const vision = params.filter((p) => p.name.startsWith('model.visual.'));
+    expect(vision).toHaveLength(8);
+    // Without gradient checkpointing (every layer's activations kept) the same gradients.
+    const checkpointed = await Promise.all(vision.flatMap((p) => [gpu.readF32(p.dA), gpu.readF32(p.dB)]));
+    const again = await policy.forward(seqs, { temperature: 1, lora: true, train: true, gradientCheckpointing: false });
+    const rec2 = gpu.recorder();
+    for (const p of params) model.decoder.ops.lora.zeroGrad(rec2, p);
+    await rec2.submit();
+    await policy.backward(again.mask);
+    for (const [k, p] of vision.entries()) {
+      for (const [j, g] of [p.dA, p.dB].entries()) {
+        const want = checkpointed[2 * k + j];
+        expectClose(await gpu.readF32(g), want, { rtol: 0, atol: 1e-5 * Math.max(...want.map(Math.abs)), what: `${p.name} d${'AB'[j]} without checkpointing` });
+      }
+    }
+    for (const [i, p] of vision.entries()) {
+      for (const [which, w, g] of [['A', p.A, p.dA], ['B', p.B, p.dB]] as const) {
+        const base = await gpu.readF32(w);
+        const grad = await gpu.readF32(g);
+        const dir = randNormal(base.length, 300 + 2 * i + (which === 'B' ? 1 : 0));
+        const analytic = grad.reduce((s, x, k) => s + x * dir[k], 0);
+        // Central differences at steps h and h/2, Richardson-combined (the h² term cancels): h moves
+        // the objective by ~0.05 (well above its f32 noise) or the tensor by half its RMS, the smaller.
+        const rms = Math.sqrt(base.reduce((s, x) => s + x * x, 0) / base.length);
+        const h = Math.min(0.05 / Math.max(Math.abs(analytic), 1e-3), 0.5 * rms);
+        const at = async (step: number) => {
+          gpu.write(w, base.map((x, k) => x + step * dir[k]));
+          return objective();
+        };
+        const central = async (step: number) => ((await at(step)) - (await at(-step))) / (2 * step);
+        const [d1, d2] = [await central(h), await central(h / 2)];
+        const numeric = (4 * d2 - d1) / 3;
+        gpu.write(w, base);
+        const err = Math.abs(numeric - analytic) / Math.abs(analytic);
+        expect(Math.abs(analytic), `${p.name} d${which} is non-zero`).toBeGreaterThan(1e-4);
+        expect(err, `${p.name} d${which}: analytic ${analytic}, finite differences ${numeric}`).toBeLessThan(5e-3);
+        worst = Math.max(worst, err);
+      }
+    }
+    console.log(`tiny-b vision LoRA: worst relative error of the directional derivative against finite differences ${worst.toExponential(2)}`);
+  });
+});
