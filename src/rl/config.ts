@@ -366,7 +366,7 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   for (const m of c.lora.target_modules) {
     if (typeof m !== 'string' || (!(LORA_TARGETS as readonly string[]).includes(m) && !VISION_LORA_TARGET.test(m))) {
       throw new ConfigError(
-        `lora.target_modules: no module ${JSON.stringify(m)} (modules: ${LORA_TARGETS.join(', ')}; vision mergers: merger.linear_fc1|2, deepstack_merger_list.<j>.linear_fc1|2; the vision blocks are not adapted)`,
+        `lora.target_modules: no module '${String(m)}' (modules: ${LORA_TARGETS.join(', ')}; vision mergers: merger.linear_fc1|2, deepstack_merger_list.<j>.linear_fc1|2; the vision blocks are not adapted)`,
       );
     }
     if (seen.has(m)) throw new ConfigError(`lora.target_modules lists '${m}' twice`);
