@@ -1,7 +1,7 @@
 // The training config form: every field of src/rl/config.ts under its TRL/PEFT name, grouped, with
 // its default and inline help (the doc comments, shortened). `read()` returns the TrainConfigInput
 // the worker resolves; the page resolves it first too, so a bad value is shown before a start.
-import { defaultConfig, LORA_TARGETS, LR_SCHEDULERS, type TrainConfig, type TrainConfigInput } from '../../rl/config';
+import { defaultConfig, LORA_TARGETS, LR_SCHEDULERS, VISION_LORA_TARGET, type TrainConfig, type TrainConfigInput } from '../../rl/config';
 import { AGGREGATIONS, LOSS_TYPES } from '../../rl/lossConfig';
 import { h } from '../dom';
 import { checkbox, field, numberInput, select } from '../form';
@@ -158,6 +158,10 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     input.checked = d.lora.target_modules.includes(t);
     return { t, input };
   });
+  // Vision mergers' layers, opt-in, as PEFT list entries separated by commas or spaces.
+  const visionText = (modules: readonly string[]) => modules.filter((m) => VISION_LORA_TARGET.test(m)).join(', ');
+  const vision = h('input', { type: 'text', 'data-key': 'lora.target_modules.vision', placeholder: 'merger.linear_fc1, deepstack_merger_list.0.linear_fc2' });
+  vision.value = visionText(d.lora.target_modules);
   const lora = h(
     'fieldset',
     { class: 'inline' },
@@ -171,6 +175,11 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
       h('legend', {}, 'target_modules (the projections adapted in every layer)'),
       ...targets.map(({ t, input }) => checkbox(t, input)),
     ),
+    field(
+      'vision modules',
+      vision,
+      'Also adapt vision mergers’ layers (PEFT names): merger.linear_fc1|2 (the final merger), deepstack_merger_list.<j>.linear_fc1|2 (DeepStack merger j); lora_dropout must be 0. Default none.',
+    ),
   );
 
   const element = h('div', {}, ...fieldsets, lora);
@@ -182,14 +191,17 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
       if (l?.r !== undefined) r.value = shown(l.r);
       if (l?.lora_alpha !== undefined) alpha.value = shown(l.lora_alpha);
       if (l?.lora_dropout !== undefined) dropout.value = shown(l.lora_dropout);
-      if (l?.target_modules) for (const x of targets) x.input.checked = l.target_modules.includes(x.t);
+      if (l?.target_modules) {
+        for (const x of targets) x.input.checked = l.target_modules.includes(x.t);
+        vision.value = visionText(l.target_modules);
+      }
     },
     setDisabled(disabled) {
       for (const el of element.querySelectorAll<HTMLInputElement | HTMLSelectElement>('input, select')) el.disabled = disabled;
     },
     read() {
       const out: Record<string, unknown> = Object.fromEntries(readers.map((f) => f()));
-      out.lora = { r: Number(r.value), lora_alpha: Number(alpha.value), lora_dropout: Number(dropout.value), target_modules: targets.filter((x) => x.input.checked).map((x) => x.t) };
+      out.lora = { r: Number(r.value), lora_alpha: Number(alpha.value), lora_dropout: Number(dropout.value), target_modules: [...targets.filter((x) => x.input.checked).map((x) => x.t), ...vision.value.split(/[\s,]+/).filter(Boolean)] };
       return out as TrainConfigInput;
     },
   };
