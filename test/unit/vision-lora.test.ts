@@ -2,7 +2,15 @@
 // attaching and refusing adapters, and the backward's gradients of Σ completion log-probs w.r.t.
 // every merger adapter against central finite differences of the engine's own forward on tiny-b
 // (with LoRA on the decoder's q_proj as well, so the image rows' gradient crosses adapted layers).
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { nodeDirFiles } from '../../src/model/safetensors';
+import { openModel } from '../../src/model/session';
+import { resolveConfig } from '../../src/rl/config';
+import { Trainer } from '../../src/rl/trainer';
+import { tinyModelFolder } from '../helpers/tinyModelFolder';
 import { createLoraParams, type LoraParams } from '../../src/ops/lora';
 import { loraModuleName } from '../../src/model/decoder';
 import { Qwen3VL } from '../../src/model/qwen3vl';
@@ -114,5 +122,39 @@ describe('vision LoRA', () => {
       }
     }
     console.log(`tiny-b vision LoRA: worst relative error of the directional derivative against finite differences ${worst.toExponential(2)}`);
+  });
+
+  it('trains the merger adapters in RL steps from lora.target_modules: B leaves zero, then A moves', { timeout: 600_000 }, async () => {
+    const gpu = await testGpu();
+    const dir = tinyModelFolder(join(mkdtempSync(join(tmpdir(), 'vlrl-vision-lora-')), 'tiny-a'));
+    const session = await openModel(gpu, nodeDirFiles(dir), { quant: 'none', maxSamples: 2 });
+    const { config, loss } = resolveConfig({
+      num_generations: 2,
+      per_device_train_batch_size: 2,
+      max_completion_length: 3,
+      max_steps: 2,
+      save_steps: 0,
+      seed: 5,
+      learning_rate: 0.01,
+      // The entropy bonus gives every step a gradient whatever the rewards of three-token completions.
+      entropy_coef: 0.01,
+      lora: { r: 2, lora_alpha: 4, target_modules: ['q_proj', 'merger.linear_fc2', 'deepstack_merger_list.1.linear_fc1'] },
+    });
+    const params = session.attachLora(config.lora);
+    const vision = params.filter((p) => p.name.startsWith('model.visual.'));
+    expect(vision.map((p) => p.name)).toEqual(['model.visual.merger.linear_fc2', 'model.visual.deepstack_merger_list.1.linear_fc1']);
+    const data = new Uint8ClampedArray(64 * 64 * 4).map((_, i) => (i * 37) & 255);
+    const rows = [{ id: 'r', question: 'What is in <image>?', images: [{ width: 64, height: 64, data }], answer: '1', meta: {} }];
+    const trainer = await Trainer.create({ gpu, policy: session.policy, data: session.promptSource(rows), config, loss, runId: 'vision-lora' });
+    const before = await Promise.all(vision.map((p) => gpu.readF32(p.A)));
+    for (const p of vision) expect((await gpu.readF32(p.B)).every((x) => x === 0), `${p.name} lora_B starts at zero (PEFT's init)`).toBe(true);
+    expect(await trainer.run()).toBe('finished');
+    for (const [k, p] of vision.entries()) {
+      const B = await gpu.readF32(p.B);
+      const A = await gpu.readF32(p.A);
+      expect(B.every(Number.isFinite) && A.every(Number.isFinite), p.name).toBe(true);
+      expect(Math.max(...B.map(Math.abs)), `${p.name} lora_B after two steps`).toBeGreaterThan(0);
+      expect(Math.max(...A.map((x, i) => Math.abs(x - before[k][i]))), `${p.name} lora_A moved`).toBeGreaterThan(0);
+    }
   });
 });
