@@ -21,6 +21,8 @@ mrope_section, DeepStack indexes, vision depth and tied/untied embeddings):
       on two language-model projections and on the vision mergers (model.visual.merger.* and every
       model.visual.deepstack_merger_list.<j>.*), A and B random non-zero, the image features with
       it, and the gradients of the sum of two completions' log-probs w.r.t. every LoRA tensor
+  tiny-b/vision-lora-blocks/  `--only vision-lora-blocks`: the same with every vision block's
+      attn.qkv, attn.proj, mlp.linear_fc1 and mlp.linear_fc2 adapted too
   processor/                  three RGB images of different sizes (raw bytes) and what
       Qwen2VLImageProcessorFast makes of them with Qwen3-VL's settings
 The weights are random (no download); computation is in float32 on weights rounded to bf16, with
@@ -332,8 +334,10 @@ def lora_dropout_fixture(out, dev):
     print(json.dumps({"lora-dropout": {"logps": logps}}))
 
 
-def vision_lora_fixture(out, dev):
-    """tiny-b/vision-lora: LoRA on q_proj, down_proj and the vision mergers (final and DeepStack)."""
+def vision_lora_fixture(out, dev, blocks=False):
+    """tiny-b/vision-lora: LoRA on q_proj, down_proj and the vision mergers (final and DeepStack);
+    with `blocks` (tiny-b/vision-lora-blocks) also on every vision block's attn.qkv, attn.proj,
+    mlp.linear_fc1 and mlp.linear_fc2."""
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
 
@@ -343,7 +347,8 @@ def vision_lora_fixture(out, dev):
     n_ds = len(model.config.vision_config.deepstack_visual_indexes)
     vision = [f"merger.{fc}" for fc in VISION_LORA_FC]
     vision += [f"deepstack_merger_list.{j}.{fc}" for j in range(n_ds) for fc in VISION_LORA_FC]
-    targets = VISION_LORA_LM + vision
+    block_targets = ["attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2"] if blocks else []
+    targets = VISION_LORA_LM + vision + block_targets
     torch.manual_seed(123)
     pmodel = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets, bias="none"))
     with torch.no_grad():
@@ -352,6 +357,7 @@ def vision_lora_fixture(out, dev):
                 prm.normal_(0, 0.05)  # non-zero B so that A's gradient is non-zero too
     adapted = sorted({n.split(".lora_")[0] for n, _ in pmodel.named_parameters() if "lora_A" in n})
     want = [f"model.visual.{v}" for v in vision]
+    want += [f"model.visual.blocks.{i}.{b}" for i in range(model.config.vision_config.depth) for b in block_targets]
     got_vision = [a for a in adapted if ".visual." in a]
     assert sorted(a.split("base_model.model.")[-1] for a in got_vision) == sorted(want), got_vision
     layers = model.config.text_config.num_hidden_layers
@@ -375,7 +381,7 @@ def vision_lora_fixture(out, dev):
     feats = {"image_embeds": emb.detach().float().cpu().contiguous()}
     for j, d in enumerate(ds):
         feats[f"deepstack_{j}"] = d.detach().float().cpu().contiguous()
-    d = os.path.join(out, "tiny-b", "vision-lora")
+    d = os.path.join(out, "tiny-b", "vision-lora-blocks" if blocks else "vision-lora")
     pmodel.save_pretrained(d)
     grads = peft_grads(pmodel)
     missing = [a for a in adapted if f"{a.replace('.default', '')}.lora_A.weight" not in grads]
@@ -385,19 +391,19 @@ def vision_lora_fixture(out, dev):
     with open(os.path.join(d, "batch.json"), "w") as f:
         json.dump({"prompt": "../lora/prompt.safetensors", "completions": comps, "temperature": 1.0,
                    "target_modules": targets, "objective": "sum of completion log-probs", "logps": logps}, f)
-    print(json.dumps({"vision-lora": {"logps": logps, "grads": len(grads)}}))
+    print(json.dumps({os.path.basename(d): {"logps": logps, "grads": len(grads)}}))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--only", choices=["all", "lora-dropout", "vision-lora"], default="all")
+    ap.add_argument("--only", choices=["all", "lora-dropout", "vision-lora", "vision-lora-blocks"], default="all")
     args = ap.parse_args()
     if args.only == "lora-dropout":
         lora_dropout_fixture(args.out, "cuda" if torch.cuda.is_available() else "cpu")
         return
-    if args.only == "vision-lora":
-        vision_lora_fixture(args.out, "cuda" if torch.cuda.is_available() else "cpu")
+    if args.only in ("vision-lora", "vision-lora-blocks"):
+        vision_lora_fixture(args.out, "cuda" if torch.cuda.is_available() else "cpu", blocks=args.only == "vision-lora-blocks")
         return
     import transformers
     import peft
