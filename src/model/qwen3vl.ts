@@ -17,7 +17,7 @@ import { getRopeIndex } from './processor/ropeIndex';
 import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
-import { VisionCache, visionLoraModuleName, VisionTower, type GridThw, type MergerActivations, type MergerLora, type VisionFeatures, type VisionLora } from './vision';
+import { VISION_BLOCK_LORA, VisionCache, visionBlockLoraModuleName, visionLoraModuleName, VisionTower, type BlockLora, type GridThw, type MergerLora, type VisionBlockLayer, type VisionFeatures, type VisionLora, type VisionSaved } from './vision';
 import type { ModelWeights } from './weights';
 
 /** Images of one prompt, concatenated as the processor makes them. */
@@ -89,7 +89,7 @@ export class Qwen3VL {
   /** The trainable adapters, layer by layer in LORA_PROJECTIONS order, then the vision mergers' (empty: none attached). */
   lora: readonly LoraParams[] = [];
   private layerLora: LayerLora[] | null = null;
-  /** The vision mergers' adapters (attachLora), or null when none is adapted. */
+  /** The vision tower's adapters (attachLora), or null when none is adapted. */
   visionLora: VisionLora | null = null;
   /** lora_dropout of the attached adapters in training forwards (attachLora). */
   loraDropout = 0;
@@ -212,9 +212,10 @@ export class Qwen3VL {
   /**
    * Attach adapters: any subset of each layer's projections (PEFT's target_modules), layer after
    * layer, in LORA_PROJECTIONS order within a layer, then any of the vision mergers' linear_fc1
-   * and linear_fc2 (visionLoraModuleName), named as PEFT names the modules (src/adapter reads and
-   * writes them in that form). `dropout`: lora_dropout of training forwards (default 0; the
-   * vision adapters take none).
+   * and linear_fc2 (visionLoraModuleName) and the vision blocks' attn.qkv, attn.proj,
+   * mlp.linear_fc1 and mlp.linear_fc2 (visionBlockLoraModuleName), named as PEFT names the
+   * modules (src/adapter reads and writes them in that form). `dropout`: lora_dropout of training
+   * forwards (default 0; the vision adapters take none).
    */
   attachLora(params: readonly LoraParams[], opts: { dropout?: number } = {}): void {
     const t = this.config.text;
@@ -222,7 +223,7 @@ export class Qwen3VL {
     if (!(dropout >= 0 && dropout < 1)) throw new ShapeError('lora', `lora_dropout must be in [0, 1), got ${dropout}`);
     const visual = params.filter((p) => p.name.startsWith('model.visual.'));
     const visionLora = this.visionAdapters(visual);
-    if (visionLora && dropout > 0) throw new ShapeError('lora', `lora_dropout ${dropout} with adapters on the vision mergers (${visual[0].name}, ...): the engine applies lora_dropout to the language model's projections only; use 0`);
+    if (visionLora && dropout > 0) throw new ShapeError('lora', `lora_dropout ${dropout} with adapters on the vision tower (${visual[0].name}, ...): the engine applies lora_dropout to the language model's projections only; use 0`);
     const q = t.numHeads * t.headDim;
     const kv = t.numKvHeads * t.headDim;
     const dims: Record<string, [number, number]> = {
@@ -252,23 +253,29 @@ export class Qwen3VL {
     this.loraDropout = dropout;
   }
 
-  /** The vision adapters by merger, checked against the tower's shapes; null when there are none. */
+  /** The vision adapters by merger and block, checked against the tower's shapes; null when there are none. */
   private visionAdapters(params: readonly LoraParams[]): VisionLora | null {
     if (params.length === 0) return null;
     const v = this.config.vision;
-    const merged = v.hiddenSize * v.spatialMergeSize ** 2;
+    const H = v.hiddenSize;
+    const merged = H * v.spatialMergeSize ** 2;
     const mergers: MergerLora[] = Array.from({ length: 1 + v.deepstackVisualIndexes.length }, () => ({}));
-    const slots = new Map<string, { m: number; fc: 1 | 2 }>();
-    mergers.forEach((_, m) => ([1, 2] as const).forEach((fc) => slots.set(visionLoraModuleName(m, fc), { m, fc })));
+    const blocks: BlockLora[] = Array.from({ length: v.depth }, () => ({}));
+    const dims: Record<VisionBlockLayer, [number, number]> = { qkv: [3 * H, H], proj: [H, H], fc1: [v.intermediateSize, H], fc2: [H, v.intermediateSize] };
+    const slots = new Map<string, { holder: Record<string, LoraParams | undefined>; key: string; out: number; in: number }>();
+    mergers.forEach((m, i) => ([1, 2] as const).forEach((fc) => slots.set(visionLoraModuleName(i, fc), { holder: m as Record<string, LoraParams | undefined>, key: `fc${fc}`, out: fc === 1 ? merged : v.outHiddenSize, in: merged })));
+    blocks.forEach((b, i) => (Object.keys(VISION_BLOCK_LORA) as VisionBlockLayer[]).forEach((l) => slots.set(visionBlockLoraModuleName(i, l), { holder: b, key: l, out: dims[l][0], in: dims[l][1] })));
+    const align = this.gpu.limits.minStorageBufferOffsetAlignment;
     for (const p of params) {
       const slot = slots.get(p.name);
-      if (!slot) throw new ShapeError('lora', `'${p.name}' is not an adaptable vision module: the engine adapts the mergers' linear_fc1 and linear_fc2 (${visionLoraModuleName(0, 1)}, ${visionLoraModuleName(1, 1)}, ...), not the vision blocks`);
-      const [out, inF] = slot.fc === 1 ? [merged, merged] : [v.outHiddenSize, merged];
-      if (p.out !== out || p.in !== inF) throw new ShapeError('lora', `${p.name} is [${p.out}, ${p.in}], the layer is [${out}, ${inF}]`);
-      if (mergers[slot.m][`fc${slot.fc}`]) throw new ShapeError('lora', `${p.name} is attached twice`);
-      mergers[slot.m][`fc${slot.fc}`] = p;
+      if (!slot) throw new ShapeError('lora', `'${p.name}' is not an adaptable vision module: the engine adapts the mergers' linear_fc1 and linear_fc2 (${visionLoraModuleName(0, 1)}, ${visionLoraModuleName(1, 1)}, ...) and the blocks' ${Object.values(VISION_BLOCK_LORA).join(', ')}`);
+      if (p.out !== slot.out || p.in !== slot.in) throw new ShapeError('lora', `${p.name} is [${p.out}, ${p.in}], the layer is [${slot.out}, ${slot.in}]`);
+      if (slot.holder[slot.key]) throw new ShapeError('lora', `${p.name} is attached twice`);
+      // The fused qkv's B is used as three row views (splitQkvLora): each must start aligned.
+      if (slot.key === 'qkv' && (4 * H * p.r) % align !== 0) throw new ShapeError('lora', `${p.name}: rank ${p.r} makes lora_B's q, k and v parts start ${4 * H * p.r} bytes apart, not a multiple of the device's ${align}-byte storage offset alignment`);
+      slot.holder[slot.key] = p;
     }
-    return mergers;
+    return { mergers, blocks };
   }
 
   /** The attached adapters by layer (throws when none are attached). */
@@ -311,15 +318,15 @@ export class Qwen3VL {
   }
 
   /**
-   * The prompt's image features through the adapted mergers (visionLora), all its images in one
+   * The prompt's image features through the adapted tower (visionLora), all its images in one
    * pass in prompt order, bypassing visionCache (the features change with the adapter). `keep`:
-   * also return each merger's activations for VisionTower.backwardMergers (the caller releases
-   * them with releaseMergerActivations); else null.
+   * also return what VisionTower.backward reads (the caller releases it with
+   * releaseVisionSaved); else null.
    */
-  async encodeImagesWithLora(inputIds: Int32Array, images: readonly PreparedImage[], keep: boolean): Promise<{ visual: VisualInputs; saved: (MergerActivations | null)[] | null }> {
+  async encodeImagesWithLora(inputIds: Int32Array, images: readonly PreparedImage[], keep: boolean): Promise<{ visual: VisualInputs; saved: VisionSaved | null }> {
     if (!this.visionLora) throw new ShapeError('qwen3vl', 'vision LoRA requested but no vision adapters are attached');
     const rows = this.imageRows(inputIds, images);
-    const saved: (MergerActivations | null)[] | undefined = keep ? [] : undefined;
+    const saved: VisionSaved | undefined = keep ? { mergers: [], blocks: null } : undefined;
     const rec = this.gpu.recorder('vision lora');
     const f = await this.vision.encodePacked(rec, images, { adapters: this.visionLora, saved });
     await rec.submit();

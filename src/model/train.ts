@@ -22,9 +22,9 @@
 //               → q/k RMSNorm' → dxn1 = dq·W_q + dk·W_k + dv·W_v (+LoRA)
 //               dh  += RMSNorm'(dxn1)                              (→ gradient of h_l)
 // The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
-// mergers (Qwen3VL.visionLora) the gradient at the image rows is also gathered where the features
-// enter (the embeddings at h_0, DeepStack level l at h_{l+1}) and goes back through the mergers
-// (VisionTower.backwardMergers) from the activations the forward's vision pass kept.
+// tower (Qwen3VL.visionLora) the gradient at the image rows is also gathered where the features
+// enter (the embeddings at h_0, DeepStack level l at h_{l+1}) and goes back through the tower
+// (VisionTower.backward) from what the forward's vision pass kept.
 import { ShapeError, type Tensor } from '../gpu';
 import { Attention } from '../ops/attention';
 import { LogProb } from '../ops/logprob';
@@ -32,7 +32,7 @@ import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
 import { layerDropout, LORA_PROJECTIONS, view, type LayerActivations, type LayerLora, type LoraProjection, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
-import { releaseMergerActivations, type MergerActivations } from './vision';
+import { releaseVisionSaved, type VisionSaved } from './vision';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
 export interface PackedBatch {
@@ -147,8 +147,8 @@ interface Saved {
   stats: Tensor;
   mask: Tensor;
   visual: VisualInputs | null;
-  /** The adapted vision mergers' activations (training forwards with vision LoRA), else null. */
-  visionSaved: (MergerActivations | null)[] | null;
+  /** What the vision backward reads (training forwards with vision LoRA), else null. */
+  visionSaved: VisionSaved | null;
 }
 
 /** Logits a log-prob dispatch computes per row at a time (LogProb's chunk along the vocabulary). */
@@ -209,7 +209,7 @@ export class Qwen3VLPolicy implements Policy {
     const logprob = await this.logprobFor(N);
     // The prompt's rows come first, so its image rows are those of the prompt alone; its images'
     // features come from the model's vision cache (encoded once for the group), or with vision
-    // LoRA from a pass through the adapted mergers (kept for the backward when training).
+    // LoRA from a pass through the adapted tower (kept for the backward when training).
     const vis =
       prompt.images.length === 0
         ? null
@@ -261,7 +261,7 @@ export class Qwen3VLPolicy implements Policy {
     for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
     s.firstTokens?.release();
     if (s.visual) releaseVisual(s.visual);
-    if (s.visionSaved) releaseMergerActivations(s.visionSaved);
+    if (s.visionSaved) releaseVisionSaved(s.visionSaved);
   }
 
   async backward(gradLogps: Tensor, gradEntropy?: Tensor): Promise<void> {
@@ -376,7 +376,7 @@ export class Qwen3VLPolicy implements Policy {
       }
       if (dVisual) {
         embedding.gather(rec, bufs.dh, s.visual!.rows, dVisual[0]); // the gradient of h_0 at the image rows
-        model.vision.backwardMergers(rec, model.visionLora!, s.visionSaved!, dVisual);
+        model.vision.backward(rec, model.visionLora!, s.visionSaved!, dVisual);
       }
       await rec.submit();
     } finally {

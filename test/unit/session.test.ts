@@ -74,7 +74,7 @@ describe('openModel', () => {
       ['model.visual.merger.linear_fc2', 64, 128],
       ['model.visual.deepstack_merger_list.1.linear_fc1', 128, 128],
     ]);
-    expect(session.model.visionLora?.[0].fc2?.name).toBe('model.visual.merger.linear_fc2');
+    expect(session.model.visionLora?.mergers[0].fc2?.name).toBe('model.visual.merger.linear_fc2');
     // tiny-a has two DeepStack mergers: a third names nothing.
     expect(() => session.attachLora({ ...lora, target_modules: ['q_proj', 'deepstack_merger_list.2.linear_fc1'] })).toThrow(
       /deepstack_merger_list.2.linear_fc1 name no module of this model \(its vision tower has 2 DeepStack mergers/,
