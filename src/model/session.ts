@@ -18,7 +18,7 @@ import type { LoadProgress, Quantization } from './loader';
 import { productOptions, type Products, type VisionProducts } from './products';
 import { parsePreprocessorConfig, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, Qwen3VLTokenizer, readChatTemplate } from './processor';
 import { Qwen3VL, readModelConfig } from './qwen3vl';
-import { visionLoraModuleName } from './vision';
+import { visionBlockLoraModuleName, visionLoraModuleName, type VisionBlockLayer } from './vision';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { Qwen3VLPolicy } from './train';
 import type { CachedLoadOptions } from './weightCache';
@@ -136,7 +136,7 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
     const vision = s.target_modules.filter((m) => VISION_LORA_TARGET.test(m));
     const unknown = s.target_modules.filter((m) => !(LORA_TARGETS as readonly string[]).includes(m) && !vision.includes(m));
     if (unknown.length > 0 || s.target_modules.length === 0) {
-      throw new SessionError(`lora.target_modules: ${unknown.length > 0 ? `${unknown.join(', ')} not among` : 'name at least one of'} ${LORA_TARGETS.join(', ')} and the vision mergers' linear_fc1|2`);
+      throw new SessionError(`lora.target_modules: ${unknown.length > 0 ? `${unknown.join(', ')} not among` : 'name at least one of'} ${LORA_TARGETS.join(', ')} and the vision modules`);
     }
     const q = t.numHeads * t.headDim;
     const kv = t.numKvHeads * t.headDim;
@@ -157,23 +157,26 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
         params.push(createLoraParams(gpu, { name: loraModuleName(l, proj), in: inF, out, r: s.r, alpha: s.lora_alpha }));
       }
     }
-    // Vision mergers, as PEFT matches list entries against module paths (every entry must match one).
+    // Vision modules, as PEFT matches list entries against module paths (every entry must match one).
     const v = config.vision;
-    const merged = v.hiddenSize * v.spatialMergeSize ** 2;
+    const H = v.hiddenSize;
+    const merged = H * v.spatialMergeSize ** 2;
     const matched = new Set<string>();
-    for (let m = 0; m <= v.deepstackVisualIndexes.length; m++) {
-      for (const fc of [1, 2] as const) {
-        const name = visionLoraModuleName(m, fc);
-        const hits = vision.filter((t) => matchesTargetModules(name, [t]));
-        if (hits.length === 0) continue;
-        hits.forEach((t) => matched.add(t));
-        params.push(createLoraParams(gpu, { name, in: merged, out: fc === 1 ? merged : v.outHiddenSize, r: s.r, alpha: s.lora_alpha }));
-      }
-    }
+    const add = (name: string, inF: number, out: number) => {
+      const hits = vision.filter((t) => matchesTargetModules(name, [t]));
+      if (hits.length === 0) return;
+      hits.forEach((t) => matched.add(t));
+      params.push(createLoraParams(gpu, { name, in: inF, out, r: s.r, alpha: s.lora_alpha }));
+    };
+    const block: Record<VisionBlockLayer, [number, number]> = { qkv: [H, 3 * H], proj: [H, H], fc1: [H, v.intermediateSize], fc2: [v.intermediateSize, H] };
+    for (let m = 0; m <= v.deepstackVisualIndexes.length; m++) for (const fc of [1, 2] as const) add(visionLoraModuleName(m, fc), merged, fc === 1 ? merged : v.outHiddenSize);
+    for (let i = 0; i < v.depth; i++) for (const l of Object.keys(block) as VisionBlockLayer[]) add(visionBlockLoraModuleName(i, l), ...block[l]);
     const none = vision.filter((t) => !matched.has(t));
     if (none.length > 0) {
       params.forEach(releaseLoraParams);
-      throw new SessionError(`lora.target_modules: ${none.join(', ')} name no module of this model (its vision tower has ${v.deepstackVisualIndexes.length} DeepStack mergers, deepstack_merger_list.0 to .${v.deepstackVisualIndexes.length - 1})`);
+      throw new SessionError(
+        `lora.target_modules: ${none.join(', ')} name no module of this model (its vision tower has ${v.depth} blocks and ${v.deepstackVisualIndexes.length} DeepStack mergers, deepstack_merger_list.0 to .${v.deepstackVisualIndexes.length - 1})`,
+      );
     }
     const old = model.lora;
     model.attachLora(params, { dropout: s.lora_dropout });

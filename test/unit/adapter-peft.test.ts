@@ -173,7 +173,7 @@ describe('PEFT export', () => {
     expect(JSON.parse(exportPeft({ ...back, targetModules: ['q_proj'] }).config).target_modules).toEqual(['q_proj']);
   });
 
-  it('vision merger modules: PEFT names out and in, target_modules that PEFT matches to exactly them, uploaded after the decoder\'s', async () => {
+  it('vision modules: PEFT names out and in, target_modules that PEFT matches to exactly them, uploaded after the decoder\'s', async () => {
     const config = modelConfig('tiny-b');
     const a = adapterFromModules('v', [
       module('model.visual.deepstack_merger_list.1.linear_fc2', 4, 256, 96, 21),
@@ -206,9 +206,12 @@ describe('PEFT export', () => {
       'model.visual.deepstack_merger_list.0.linear_fc1',
       'model.visual.deepstack_merger_list.1.linear_fc2',
     ]);
-    // A vision block's layer is a linear layer of the model, but not one the engine adapts.
-    const block = adapterFromModules('b', [module('model.visual.blocks.0.attn.proj', 4, 64, 64, 29)]);
-    expect(() => uploadAdapter(gpu, block, LAYERS['tiny-b'])).toThrow(/adapts model.visual.blocks.0.attn.proj; .*the vision mergers' linear_fc1 and linear_fc2/);
+    // Vision blocks' layers come after the mergers, by block; a module the engine does not adapt is refused.
+    const blocks = adapterFromModules('b', [module('model.visual.blocks.1.attn.qkv', 4, 64, 192, 29), module('model.visual.merger.linear_fc2', 4, 256, 96, 31), module('model.visual.blocks.0.mlp.linear_fc2', 4, 128, 64, 33)]);
+    expect(uploadAdapter(gpu, blocks, LAYERS['tiny-b']).map((p) => p.name)).toEqual(['model.visual.merger.linear_fc2', 'model.visual.blocks.0.mlp.linear_fc2', 'model.visual.blocks.1.attn.qkv']);
+    expect(blocks.targetModules).toEqual(['blocks.0.mlp.linear_fc2', 'blocks.1.attn.qkv', 'merger.linear_fc2']);
+    const patch = adapterFromModules('p', [module('model.visual.patch_embed.proj', 4, 1536, 64, 35)]);
+    expect(() => uploadAdapter(gpu, patch, LAYERS['tiny-b'])).toThrow(/adapts model.visual.patch_embed.proj; .*the vision blocks' attn.qkv, attn.proj, mlp.linear_fc1, mlp.linear_fc2/);
   });
 
   it('BF16 export rounds to nearest even and imports back as f32', async () => {

@@ -1,6 +1,6 @@
 // The TRL project's LoraConfig.target_modules (src/node/trl/project.ts): one regex PEFT full-matches
-// against module paths; with vision merger entries in lora.target_modules it picks exactly those
-// vision modules beside the decoder's projections (never a vision block's layers).
+// against module paths; with vision entries in lora.target_modules it picks exactly the vision
+// modules PEFT's list rule would, beside the decoder's projections.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseQwen3VLConfig } from '../../src/model/config';
@@ -33,5 +33,10 @@ describe('export-trl target_modules', () => {
     const vision = picked(regex).filter((n) => n.includes('.visual.'));
     expect(vision.sort()).toEqual(['model.visual.deepstack_merger_list.2.linear_fc2', 'model.visual.merger.linear_fc1']);
     expect(picked(regex).filter((n) => !n.includes('.visual.'))).toHaveLength(4);
+  });
+
+  it('with vision block entries: every block\'s layer, or block i\'s under blocks.<i>.', () => {
+    const regex = targetRegex(['q_proj', 'attn.qkv', 'blocks.1.mlp.linear_fc2']);
+    expect(picked(regex).filter((n) => n.includes('.visual.'))).toEqual([0, 1, 2, 3].flatMap((i) => [`model.visual.blocks.${i}.attn.qkv`, ...(i === 1 ? ['model.visual.blocks.1.mlp.linear_fc2'] : [])]));
   });
 });

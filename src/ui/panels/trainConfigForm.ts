@@ -158,7 +158,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     input.checked = d.lora.target_modules.includes(t);
     return { t, input };
   });
-  // Vision mergers' layers, opt-in, as PEFT list entries separated by commas or spaces.
+  // Vision modules, opt-in, as PEFT list entries separated by commas or spaces.
   const visionText = (modules: readonly string[]) => modules.filter((m) => VISION_LORA_TARGET.test(m)).join(', ');
   const vision = h('input', { type: 'text', 'data-key': 'lora.target_modules.vision', placeholder: 'merger.linear_fc1, deepstack_merger_list.0.linear_fc2' });
   vision.value = visionText(d.lora.target_modules);
@@ -178,7 +178,7 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     field(
       'vision modules',
       vision,
-      'Also adapt vision mergers’ layers (PEFT names): merger.linear_fc1|2 (the final merger), deepstack_merger_list.<j>.linear_fc1|2 (DeepStack merger j); lora_dropout must be 0. Default none.',
+      'Also adapt vision modules (PEFT list entries): merger.linear_fc1|2 (the final merger), deepstack_merger_list.<j>.linear_fc1|2 (DeepStack merger j), attn.qkv, attn.proj, mlp.linear_fc1|2 (every block; blocks.<i>. before them: block i); lora_dropout must be 0. Default none.',
     ),
   );
 
