@@ -2,19 +2,25 @@
 // and the blocks' attn.qkv, attn.proj, mlp.linear_fc1/2): attaching and refusing adapters, the
 // backward's gradients of Σ completion log-probs w.r.t. every vision adapter against central
 // finite differences of the engine's own forward on tiny-b (with LoRA on the decoder's q_proj as
-// well, so the image rows' gradient crosses adapted layers), and RL steps that train them.
-import { mkdtempSync } from 'node:fs';
+// well, so the image rows' gradient crosses adapted layers), the same against PyTorch + PEFT
+// autograd on tiny-b (tools/make_fixtures.py --only vision-lora / vision-lora-blocks: adapters on
+// q_proj, down_proj, every merger's fc1 and fc2, and in the second every block's layers too), and
+// RL steps that train them.
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { nodeDirFiles } from '../../src/model/safetensors';
+import { importPeft } from '../../src/adapter/peft';
+import { uploadAdapter } from '../../src/adapter/upload';
+import { toFloat32 } from '../../src/model/dtype';
+import { nodeDirFiles, nodeFileSource, readAllTensors } from '../../src/model/safetensors';
 import { openModel } from '../../src/model/session';
 import { resolveConfig } from '../../src/rl/config';
 import { Trainer } from '../../src/rl/trainer';
 import { tinyModelFolder } from '../helpers/tinyModelFolder';
 import { createLoraParams, type LoraParams } from '../../src/ops/lora';
 import { loraModuleName } from '../../src/model/decoder';
-import { Qwen3VL } from '../../src/model/qwen3vl';
+import { Qwen3VL, releaseVisual } from '../../src/model/qwen3vl';
 import { Qwen3VLPolicy } from '../../src/model/train';
 import { visionBlockLoraModuleName, visionLoraModuleName, type VisionBlockLayer } from '../../src/model/vision';
 import { testGpu } from '../helpers/gpu';
@@ -166,5 +172,55 @@ describe('vision LoRA', () => {
       expect(Math.max(...B.map(Math.abs)), `${p.name} lora_B after two steps`).toBeGreaterThan(0);
       expect(Math.max(...A.map((x, i) => Math.abs(x - before[k][i]))), `${p.name} lora_A moved`).toBeGreaterThan(0);
     }
+  });
+});
+
+describe.each(['vision-lora', 'vision-lora-blocks'])('tiny-b %s against PEFT', (fixture) => {
+  it('image features with the adapter within 1e-3, completion log-probs, and d(Σ log-probs)/d(every LoRA A, B) within 1e-3 relative, with and without checkpointing', { timeout: 600_000 }, async () => {
+    const dir = `${modelDir('tiny-b')}/${fixture}`;
+    const { gpu, model } = await tinyB();
+    type Batch = { completions: number[][]; logps: number[][]; temperature: number; target_modules: string[] };
+    const batch = JSON.parse(readFileSync(`${dir}/batch.json`, 'utf8')) as Batch;
+    const params = uploadAdapter(gpu, await importPeft(nodeDirFiles(dir)), model.config.text.numLayers);
+    const v = model.config.vision;
+    const blocks = fixture === 'vision-lora-blocks' ? 4 * v.depth : 0;
+    expect(params.filter((p) => p.name.startsWith('model.visual.'))).toHaveLength(2 * (1 + v.deepstackVisualIndexes.length) + blocks);
+    model.attachLora(params);
+    const prompt = await fixturePrompt(`${modelDir('tiny-b')}/lora`);
+    const tensors = async (file: string) => {
+      const t = await readAllTensors(await nodeFileSource(`${dir}/${file}`));
+      return (n: string) => toFloat32(t.get(n)!.bytes, t.get(n)!.info.dtype);
+    };
+    const [ref, feats] = [await tensors('grads.safetensors'), await tensors('features.safetensors')];
+
+    // The adapted tower's outputs.
+    const { visual } = await model.encodeImagesWithLora(prompt.inputIds, prompt.images, false);
+    for (const [j, t] of [visual.embeds, ...visual.deepstack].entries()) {
+      expectClose(await gpu.readF32(t), feats(j === 0 ? 'image_embeds' : `deepstack_${j - 1}`), { rtol: 0, atol: 1e-3, what: j === 0 ? 'image embeds with LoRA' : `DeepStack ${j - 1} with LoRA` });
+    }
+    releaseVisual(visual);
+
+    const policy = new Qwen3VLPolicy(model);
+    const seqs = { prompt, completions: batch.completions };
+    const rows = (flat: Float32Array, maxLen: number) => batch.completions.flatMap((c, i) => Array.from(flat.subarray(i * maxLen, i * maxLen + c.length)));
+    let worst = 0;
+    for (const gradientCheckpointing of [true, false]) {
+      const fwd = await policy.forward(seqs, { temperature: batch.temperature, lora: true, train: true, gradientCheckpointing });
+      expectClose(rows(await gpu.readF32(fwd.logps), fwd.maxLen), batch.logps.flat(), { rtol: 0, atol: 2e-4, what: `${fixture} completion log-probs` });
+      const rec = gpu.recorder();
+      for (const p of params) model.decoder.ops.lora.zeroGrad(rec, p);
+      await rec.submit();
+      await policy.backward(fwd.mask); // gradient 1 on every completion token: d(Σ logps)
+      for (const p of params) {
+        for (const [which, t] of [['A', p.dA], ['B', p.dB]] as const) {
+          const want = ref(`base_model.model.${p.name}.lora_${which}.weight`);
+          const scale = Math.max(...want.map(Math.abs));
+          expect(scale, `${p.name} d${which} is non-zero in the reference`).toBeGreaterThan(0);
+          const r = expectClose(await gpu.readF32(t), want, { rtol: 0, atol: 1e-3 * scale, what: `${p.name} d${which}${gradientCheckpointing ? '' : ' (no checkpointing)'}` });
+          worst = Math.max(worst, r.maxAbs / scale);
+        }
+      }
+    }
+    console.log(`tiny-b ${fixture} vs PEFT: worst LoRA gradient error ${worst.toExponential(2)} of the tensor's largest entry`);
   });
 });
