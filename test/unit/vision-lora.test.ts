@@ -22,7 +22,7 @@ import { createLoraParams, type LoraParams } from '../../src/ops/lora';
 import { loraModuleName } from '../../src/model/decoder';
 import { Qwen3VL, releaseVisual } from '../../src/model/qwen3vl';
 import { Qwen3VLPolicy } from '../../src/model/train';
-import { visionBlockLoraModuleName, visionLoraModuleName, type VisionBlockLayer } from '../../src/model/vision';
+import { releaseVisionSaved, visionBlockLoraModuleName, visionLoraModuleName, VisionTower, type VisionBlockLayer, type VisionSaved } from '../../src/model/vision';
 import { testGpu } from '../helpers/gpu';
 import { fixturePrompt, modelDir, modelFiles } from '../helpers/modelFixtures';
 import { expectClose, randNormal } from '../helpers/reference';
@@ -110,7 +110,10 @@ describe('vision LoRA', () => {
         expectClose(await gpu.readF32(g), want, { rtol: 0, atol: 1e-5 * Math.max(...want.map(Math.abs)), what: `${p.name} d${'AB'[j]} without checkpointing` });
       }
     }
-    for (const [i, p] of vision.entries()) {
+    // With block adapters, finite differences on the first and the last block's (the PEFT parity below covers every one).
+    const last = model.config.vision.depth - 1;
+    const checked = blocks ? vision.filter((p) => p.name.startsWith('model.visual.blocks.0.') || p.name.startsWith(`model.visual.blocks.${last}.`)) : vision;
+    for (const [i, p] of checked.entries()) {
       for (const [which, w, g] of [['A', p.A, p.dA], ['B', p.B, p.dB]] as const) {
         const base = await gpu.readF32(w);
         const grad = await gpu.readF32(g);
@@ -138,6 +141,40 @@ describe('vision LoRA', () => {
       }
     }
     console.log(`tiny-b vision LoRA on ${what}: worst error of the directional derivative against finite differences, relative to max(|derivative|, ‖g‖) ${worst.toExponential(2)}`);
+  });
+
+  it('block adapters with the MLP in row chunks (144 patches in chunks of 64) give the features and gradients of one pass', { timeout: 600_000 }, async () => {
+    const { gpu, model } = await tinyB();
+    model.attachLora(adapters(gpu, model, true));
+    const lora = model.visionLora!;
+    const vision = model.lora.filter((p) => p.name.startsWith('model.visual.'));
+    const chunked = await VisionTower.create(gpu, model.config, model.weights.vision, { mlpChunkRows: 64 });
+    const grids = [[1, 12, 12] as const];
+    const N = 144;
+    const pixels = gpu.upload(randNormal(N * chunked.patchWidth, 7), [N, chunked.patchWidth], 'f32', 'pixels');
+    const run = async (tower: VisionTower) => {
+      const rec = gpu.recorder();
+      for (const p of vision) model.decoder.ops.lora.zeroGrad(rec, p);
+      const saved: VisionSaved = { mergers: [], blocks: null };
+      const out = tower.encode(rec, pixels, grids, { adapters: lora, saved });
+      const features = [out.embeds, ...out.deepstack];
+      const grads = features.map((f, j) => gpu.upload(randNormal(f.numel, 40 + j), [...f.shape], 'f32', 'd features'));
+      tower.backward(rec, lora, saved, grads);
+      await rec.submit();
+      const got = [...(await Promise.all(features.map((f) => gpu.readF32(f)))), ...(await Promise.all(vision.flatMap((p) => [gpu.readF32(p.dA), gpu.readF32(p.dB)])))];
+      for (const t of [...features, ...grads]) t.release();
+      releaseVisionSaved(saved);
+      return got;
+    };
+    const whole = await run(model.vision);
+    const parts = await run(chunked);
+    for (const [k, want] of whole.entries()) {
+      const scale = Math.max(...want.map(Math.abs));
+      expect(scale, `entry ${k} is non-zero`).toBeGreaterThan(0);
+      expectClose(parts[k], want, { rtol: 0, atol: 1e-5 * scale, what: k < 4 ? `features ${k}` : `${vision[(k - 4) >> 1].name} d${'AB'[(k - 4) & 1]}` });
+    }
+    pixels.release();
+    chunked.release();
   });
 
   it('trains the merger adapters in RL steps from lora.target_modules: B leaves zero, then A moves', { timeout: 600_000 }, async () => {
