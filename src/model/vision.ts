@@ -1,5 +1,5 @@
 // Qwen3-VL's vision tower on the GPU, as transformers' Qwen3VLVisionModel: frozen, but for
-// optional LoRA on the mergers' linear_fc1/linear_fc2 (VisionLora), whose backward is here too:
+// optional LoRA on the mergers' and the blocks' linear layers (VisionLora), whose backward is here too:
 //
 //   pixel_values [N, C·Tp·P·P] ──patch embed (Conv3d with kernel = stride, i.e. a dense layer over
 //   the flattened patch; the processor flattens in (c, t, y, x) order, the conv weight's own order)
@@ -20,11 +20,15 @@
 // relative RMS (test/unit/model-vision.test.ts). The fused attn.qkv is split into q, k and v at load;
 // with f32 weights the product backend joins them again (Projection.joinDense) for one batched GEMM.
 //
-// LoRA on a merger: fc1 and fc2 each get y += s·x·Aᵀ·Bᵀ (src/ops/lora.ts). Its backward starts
-// from the gradient of the merger's output (the decoder's at the image rows for the final merger,
-// at the rows of its DeepStack add for the others) and walks back through fc2, the erf-GELU and
-// fc1; nothing flows into the blocks (they are frozen and have no adapters), so the LayerNorm's
-// output is all the forward keeps besides the GELU's input and output and the adapters' u.
+// LoRA (src/ops/lora.ts: y += s·x·Aᵀ·Bᵀ) on a merger's fc1 and fc2 and on a block's attn.qkv (PEFT
+// adapts the fused layer: one A, B's rows q, k, v; splitQkvLora), attn.proj, mlp.linear_fc1/2.
+// The backward (VisionTower.backward) starts from the gradients of the mergers' outputs (the
+// decoder's at the image rows for the final merger, at the rows of its DeepStack add for the
+// others) and walks back through fc2, the erf-GELU and fc1 from what the forward kept (the
+// LayerNorm's output, the GELU's input and output, the adapters' u). With adapted blocks, the
+// mergers' LayerNorms pass it on into the residual stream at the block they read, and the blocks
+// from the last down to the lowest adapted one are recomputed from their kept inputs and walked
+// back (LN, attention, RoPE, tanh-GELU), as the decoder's checkpointed backward does.
 // Features with LoRA depend on the adapter: they are encoded per forward, not cached.
 //
 // Also here: loadVisionWeights (checkpoint → VisionWeights on the GPU) and VisionCache, the
