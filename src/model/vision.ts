@@ -297,6 +297,11 @@ export class VisionTower {
     const unit = v.spatialMergeSize * v.spatialMergeSize;
     const M = N / unit;
 
+    const ad = lora?.adapters;
+    if (ad && (ad.mergers.length !== 1 + w.deepstackMergers.length || ad.blocks.length !== w.blocks.length)) {
+      throw new ShapeError(op, `LoRA for ${ad.mergers.length} mergers and ${ad.blocks.length} blocks, the tower has ${1 + w.deepstackMergers.length} and ${w.blocks.length}`);
+    }
+
     rec.flush();
     // One attention sequence per frame (transformers: repeat_interleave(h·w, t).cumsum()).
     const cu = [0];
@@ -306,10 +311,6 @@ export class VisionTower {
     const interp = gpu.upload(posEmbedInterpolation(gridThw, this.side, v.spatialMergeSize), [N, 8], 'u32', 'vision pos-embed interpolation');
 
     const ws = (shape: number[], label: string) => gpu.tensor(shape, 'f32', `vision ${label}`);
-    const ad = lora?.adapters;
-    if (ad && (ad.mergers.length !== 1 + w.deepstackMergers.length || ad.blocks.length !== w.blocks.length)) {
-      throw new ShapeError(op, `LoRA for ${ad.mergers.length} mergers and ${ad.blocks.length} blocks, the tower has ${1 + w.deepstackMergers.length} and ${w.blocks.length}`);
-    }
     const first = firstAdaptedBlock(ad);
     const keep = lora?.saved;
     const x = ws([N, H], 'hidden');
@@ -328,7 +329,10 @@ export class VisionTower {
     const workspaces = [positions, interp, x, att.xn, qkv.all, att.o, mlpIn, mlpAct, merge1, merge2, ...(att.u ? [att.u.qkv, att.u.proj, u1!, u2!] : [])];
     // The backward of adapted blocks recomputes them: it keeps the tables and each block's input.
     const xs: Tensor[] = [];
-    if (keep) keep.blocks = first >= 0 && keep ? { first, xs, cuSeqlens, cs } : null;
+    if (keep) {
+      keep.mergers = new Array<MergerActivations | null>(1 + w.deepstackMergers.length).fill(null);
+      keep.blocks = first >= 0 ? { first, xs, cuSeqlens, cs } : null;
+    }
     if (!keep?.blocks) workspaces.push(cuSeqlens, cs);
     const keepX = () => {
       const t = ws([N, H], `block ${first + xs.length} input`);
@@ -366,7 +370,6 @@ export class VisionTower {
       else if (adapted) workspaces.push(...[xn, pre, act, mu1, mu2].filter((t): t is Tensor => t !== null));
       return out;
     };
-    if (keep) keep.mergers = new Array<MergerActivations | null>(1 + w.deepstackMergers.length).fill(null);
 
     const deepstack: Tensor[] = [];
     w.blocks.forEach((b, i) => {
