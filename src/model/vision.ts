@@ -528,7 +528,7 @@ export class VisionTower {
     const qkv = this.qkvBuffers(N);
     const dqkv = this.qkvBuffers(N);
     const a: AttentionBuffers = { xn: f([N, H], 'xn1'), q: qkv.q, k: qkv.k, v: qkv.v, o: f([N, H], 'attn out'), lse: f([N, heads], 'lse'), u: { qkv: f([N, rMax], 'u qkv'), proj: f([N, rMax], 'u proj') } };
-    const b_ = {
+    const bufs = {
       dX: f([N, H], 'dx'),
       xmid: f([N, H], 'x mid'),
       xn2: f([N, H], 'xn2'),
@@ -543,56 +543,56 @@ export class VisionTower {
       u2: f([chunk, rMax], 'u fc2'),
       t: f([N, rMax], 'lora t'),
     };
-    const t = (rows: number, r: number) => rowsOf(b_.t, 0, rows, r);
-    rec.clear(b_.dX);
+    const t = (rows: number, r: number) => rowsOf(bufs.t, 0, rows, r);
+    rec.clear(bufs.dX);
     // Merger `slot`'s LayerNorm backward into dX, from the output of the block it reads (xs[after + 1 - first]).
     const intoStream = (slot: number) => {
       const dxn = dNormed[slot];
       if (!dxn) return;
       const m = mergers[slot];
       const x = xs[after[slot] + 1 - first];
-      if (m.postShuffleNorm) norms.layernormBackward(rec, dxn, x.reshape([N / unit, unit * H]), m.norm.w, b_.dX.reshape([N / unit, unit * H]), LN_EPS, true);
-      else norms.layernormBackward(rec, dxn.reshape([N, H]), x, m.norm.w, b_.dX, LN_EPS, true);
+      if (m.postShuffleNorm) norms.layernormBackward(rec, dxn, x.reshape([N / unit, unit * H]), m.norm.w, bufs.dX.reshape([N / unit, unit * H]), LN_EPS, true);
+      else norms.layernormBackward(rec, dxn.reshape([N, H]), x, m.norm.w, bufs.dX, LN_EPS, true);
     };
     for (let i = this.weights.blocks.length - 1; i >= first; i--) {
       const b = this.weights.blocks[i];
       const ad = adapters.blocks[i];
       mergers.forEach((_, slot) => after[slot] === i && intoStream(slot));
       // Recompute the block from its input: attention half (x_mid), then the MLP chunk by chunk.
-      rec.copy(xs[i - first], b_.xmid);
-      this.attentionHalf(rec, b, ad, b_.xmid, a, cs, cuSeqlens);
-      norms.layernorm(rec, b_.xmid, b.norm2.w, b.norm2.b, b_.xn2, LN_EPS);
+      rec.copy(xs[i - first], bufs.xmid);
+      this.attentionHalf(rec, b, ad, bufs.xmid, a, cs, cuSeqlens);
+      norms.layernorm(rec, bufs.xmid, b.norm2.w, b.norm2.b, bufs.xn2, LN_EPS);
       for (let r0 = 0; r0 < N; r0 += chunk) {
         const m = Math.min(chunk, N - r0);
-        const dX = rowsOf(b_.dX, r0, m, H);
-        const mlpAct = rowsOf(b_.mlpAct, 0, m, I);
-        const dAct = rowsOf(b_.dAct, 0, m, I);
-        const dIn = rowsOf(b_.dIn, 0, m, I);
-        this.mlpUp(rec, b, ad, b_.xn2, r0, m, b_.mlpIn, b_.mlpAct, b_.u1);
+        const dX = rowsOf(bufs.dX, r0, m, H);
+        const mlpAct = rowsOf(bufs.mlpAct, 0, m, I);
+        const dAct = rowsOf(bufs.dAct, 0, m, I);
+        const dIn = rowsOf(bufs.dIn, 0, m, I);
+        this.mlpUp(rec, b, ad, bufs.xn2, r0, m, bufs.mlpIn, bufs.mlpAct, bufs.u1);
         projection.backwardInput(rec, dX, b.fc2, dAct);
         if (ad.fc2) {
-          const u2 = rowsOf(b_.u2, 0, m, ad.fc2.r);
+          const u2 = rowsOf(bufs.u2, 0, m, ad.fc2.r);
           lora.down(rec, ad.fc2, mlpAct, u2);
           lora.backward(rec, ad.fc2, { x: mlpAct, dy: dX, u: u2, t: t(m, ad.fc2.r), dx: dAct });
         }
-        act.geluTanhBackward(rec, rowsOf(b_.mlpIn, 0, m, I), dAct, dIn);
-        projection.backwardInput(rec, dIn, b.fc1, rowsOf(b_.dxn, r0, m, H));
-        if (ad.fc1) lora.backward(rec, ad.fc1, { x: rowsOf(b_.xn2, r0, m, H), dy: dIn, u: rowsOf(b_.u1, 0, m, ad.fc1.r), t: t(m, ad.fc1.r), dx: rowsOf(b_.dxn, r0, m, H) });
+        act.geluTanhBackward(rec, rowsOf(bufs.mlpIn, 0, m, I), dAct, dIn);
+        projection.backwardInput(rec, dIn, b.fc1, rowsOf(bufs.dxn, r0, m, H));
+        if (ad.fc1) lora.backward(rec, ad.fc1, { x: rowsOf(bufs.xn2, r0, m, H), dy: dIn, u: rowsOf(bufs.u1, 0, m, ad.fc1.r), t: t(m, ad.fc1.r), dx: rowsOf(bufs.dxn, r0, m, H) });
       }
-      norms.layernormBackward(rec, b_.dxn, b_.xmid, b.norm2.w, b_.dX, LN_EPS, true); // dX: the gradient of x_mid
-      projection.backwardInput(rec, b_.dX, b.proj, b_.dO);
-      if (ad.proj) lora.backward(rec, ad.proj, { x: a.o, dy: b_.dX, u: rowsOf(a.u!.proj, 0, N, ad.proj.r), t: t(N, ad.proj.r), dx: b_.dO });
-      attn.backward(rec, { q: a.q, k: a.k, v: a.v, o: a.o, lse: a.lse!, dout: b_.dO, cuSeqlens, causal: false, scale: 1 / Math.sqrt(H / heads), rowStats: b_.rowStats, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
+      norms.layernormBackward(rec, bufs.dxn, bufs.xmid, b.norm2.w, bufs.dX, LN_EPS, true); // dX: the gradient of x_mid
+      projection.backwardInput(rec, bufs.dX, b.proj, bufs.dO);
+      if (ad.proj) lora.backward(rec, ad.proj, { x: a.o, dy: bufs.dX, u: rowsOf(a.u!.proj, 0, N, ad.proj.r), t: t(N, ad.proj.r), dx: bufs.dO });
+      attn.backward(rec, { q: a.q, k: a.k, v: a.v, o: a.o, lse: a.lse!, dout: bufs.dO, cuSeqlens, causal: false, scale: 1 / Math.sqrt(H / heads), rowStats: bufs.rowStats, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
       rope.applyBackward(rec, cs, dqkv.q, heads);
       rope.applyBackward(rec, cs, dqkv.k, heads);
-      projection.backwardInput(rec, dqkv.q, b.q, b_.dxn);
-      projection.backwardInput(rec, dqkv.k, b.k, b_.dxn, true);
-      projection.backwardInput(rec, dqkv.v, b.v, b_.dxn, true);
+      projection.backwardInput(rec, dqkv.q, b.q, bufs.dxn);
+      projection.backwardInput(rec, dqkv.k, b.k, bufs.dxn, true);
+      projection.backwardInput(rec, dqkv.v, b.v, bufs.dxn, true);
       if (ad.qkv) {
         const r = ad.qkv.r;
-        splitQkvLora(ad.qkv, H).forEach((p, j) => lora.backward(rec, p, { x: a.xn, dy: [dqkv.q, dqkv.k, dqkv.v][j], u: rowsOf(a.u!.qkv, 0, N, r), t: t(N, r), dx: b_.dxn }));
+        splitQkvLora(ad.qkv, H).forEach((p, j) => lora.backward(rec, p, { x: a.xn, dy: [dqkv.q, dqkv.k, dqkv.v][j], u: rowsOf(a.u!.qkv, 0, N, r), t: t(N, r), dx: bufs.dxn }));
       }
-      norms.layernormBackward(rec, b_.dxn, xs[i - first], b.norm1.w, b_.dX, LN_EPS, true); // dX: the gradient of the block's input
+      norms.layernormBackward(rec, bufs.dxn, xs[i - first], b.norm1.w, bufs.dX, LN_EPS, true); // dX: the gradient of the block's input
       rec.flush();
     }
     rec.flush();
