@@ -1,8 +1,10 @@
 // Elementwise activations over flat f32 arrays.
 //   swiglu_fwd      h = silu(gate)·up                      (decoder MLP, hidden_act silu)
 //   swiglu_bwd      dgate = dh·up·σ(g)(1 + g(1 − σ(g))),  dup = dh·silu(g)
-//   gelu_tanh_fwd   gelu_pytorch_tanh (vision blocks' MLP); forward only, the tower is frozen
-//   gelu_erf_fwd    exact GELU, nn.GELU() (the vision PatchMergers); forward only
+//   gelu_tanh_fwd   gelu_pytorch_tanh (vision blocks' MLP)
+//   gelu_tanh_bwd   y = dh·gelu_tanh'(x): the blocks' backward, for LoRA on them
+//   gelu_erf_fwd    exact GELU, nn.GELU() (the vision PatchMergers)
+//   gelu_erf_bwd    y = dh·(Φ(x) + x·φ(x)): the mergers' backward, for LoRA on them
 // WGSL does not promise sane exp/tanh results on overflow, so every formula below only takes
 // exp of non-positive arguments. Grids are 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
 
@@ -79,5 +81,26 @@ fn gelu_erf_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   if (i < p.n) {
     let v = x[i];
     y[i] = v * normal_cdf(v);
+  }
+}
+
+// d/dx x·Φ(x) = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π); x is the forward's input, dh the output's gradient.
+@compute @workgroup_size(WG)
+fn gelu_erf_bwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let i = flat_index(wid, nwg, lid);
+  if (i < p.n) {
+    let v = x[i];
+    y[i] = dh[i] * (normal_cdf(v) + v * 0.3989422804014327 * exp(-0.5 * v * v));
+  }
+}
+
+// With z = 2c(x + 0.044715x³), c = √(2/π): gelu = x·σ(z), gelu' = σ(z) + x·σ(z)(1 − σ(z))·2c(1 + 3·0.044715x²).
+@compute @workgroup_size(WG)
+fn gelu_tanh_bwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let i = flat_index(wid, nwg, lid);
+  if (i < p.n) {
+    let v = x[i];
+    let s = sigmoid(1.5957691216057308 * (v + 0.044715 * v * v * v));
+    y[i] = dh[i] * (s + v * s * (1.0 - s) * 1.5957691216057308 * (1.0 + 0.134145 * v * v));
   }
 }

@@ -5,8 +5,11 @@
 //                 2048 is then two loads per thread of 256, not sixteen dependent-latency loads of 128)
 //   rmsnorm_bwd   dx from dy, x, w and the saved rstd r (w is frozen, so no dw):
 //                 dx = r·(w⊙dy) − x · r³/n · Σ(w⊙dy⊙x);  ACCUMULATE adds into dx (residual stream).
-//   layernorm_fwd y = (x − mean) · rsqrt(var + eps) · w + b  (vision tower, frozen: forward only);
+//   layernorm_fwd y = (x − mean) · rsqrt(var + eps) · w + b  (vision tower);
 //                 mean first, then the variance about it (no E[x²] − mean² cancellation).
+//   layernorm_bwd dx from dy, x, w (the row's mean and r = rsqrt(var + eps) recomputed; w, b frozen):
+//                 with g = w⊙dy and x̂ = (x − mean)·r, dx = r·(g − mean(g) − x̂·mean(g⊙x̂));
+//                 ACCUMULATE adds into dx (LoRA on the vision blocks: the residual stream).
 // Grids are 2-D (src/gpu/grid.ts): row = wid.x + wid.y * nwg.x.
 
 struct Params {
@@ -136,5 +139,42 @@ fn layernorm_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
   let r = inverseSqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps);
   for (var i = lid; i < p.n; i += WG) {
     y[base + i] = (x[base + i] - mean) * r * weight[i] + bias[i];
+  }
+}
+
+@compute @workgroup_size(WG)
+fn layernorm_bwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let row = wid.x + wid.y * nwg.x;
+  if (row >= p.rows) {
+    return;
+  }
+  let base = row * p.n;
+  var s = 0.0;
+  for (var i = lid; i < p.n; i += WG) {
+    s += x[base + i];
+  }
+  let mean = workgroup_sum(s, lid) / f32(p.n);
+  var ss = 0.0;
+  for (var i = lid; i < p.n; i += WG) {
+    let d = x[base + i] - mean;
+    ss += d * d;
+  }
+  let r = inverseSqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps);
+  var sg = 0.0;
+  var sgx = 0.0;
+  for (var i = lid; i < p.n; i += WG) {
+    let g = weight[i] * dy[base + i];
+    sg += g;
+    sgx += g * (x[base + i] - mean) * r;
+  }
+  let mg = workgroup_sum(sg, lid) / f32(p.n);
+  let mgx = workgroup_sum(sgx, lid) / f32(p.n);
+  for (var i = lid; i < p.n; i += WG) {
+    let v = r * (weight[i] * dy[base + i] - mg - (x[base + i] - mean) * r * mgx);
+#if ACCUMULATE
+    dx[base + i] += v;
+#else
+    dx[base + i] = v;
+#endif
   }
 }

@@ -17,6 +17,12 @@ mrope_section, DeepStack indexes, vision depth and tied/untied embeddings):
   tiny-b/lora-dropout/        `--only lora-dropout` (reads the committed tiny-b weights): an adapter
       on a subset of the target modules with lora_dropout, its masks those of the engine
       (dropout_mask below), and the gradients of the sum of two completions' log-probs
+  tiny-b/vision-lora/         `--only vision-lora` (reads the committed tiny-b weights): an adapter
+      on two language-model projections and on the vision mergers (model.visual.merger.* and every
+      model.visual.deepstack_merger_list.<j>.*), A and B random non-zero, the image features with
+      it, and the gradients of the sum of two completions' log-probs w.r.t. every LoRA tensor
+  tiny-b/vision-lora-blocks/  `--only vision-lora-blocks`: the same with every vision block's
+      attn.qkv, attn.proj, mlp.linear_fc1 and mlp.linear_fc2 adapted too
   processor/                  three RGB images of different sizes (raw bytes) and what
       Qwen2VLImageProcessorFast makes of them with Qwen3-VL's settings
 The weights are random (no download); computation is in float32 on weights rounded to bf16, with
@@ -260,10 +266,14 @@ class HashDropout(torch.nn.Module):
         return x * keep.to(x.dtype) * torch.tensor(1 / (1 - self.p), dtype=torch.float32, device=x.device)
 
 
-def lora_dropout_fixture(out, dev):
-    """tiny-b/lora-dropout: target_modules a subset, lora_dropout 0.25 with the engine's masks."""
-    from peft import LoraConfig, get_peft_model
-    from safetensors.torch import load_file
+# LM projections and vision modules of the vision-lora fixture. PEFT matches a list entry against a
+# module name by equality or as a "."-separated suffix: "merger.linear_fc1" is the final merger's
+# alone (a DeepStack merger's name ends in "deepstack_merger_list.<j>.linear_fc1").
+VISION_LORA_LM = ["q_proj", "down_proj"]
+VISION_LORA_FC = ["linear_fc1", "linear_fc2"]
+
+
+def load_tiny_b(dev):
     from transformers import Qwen3VLForConditionalGeneration
 
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "fixtures", "tiny", "tiny-b")
@@ -271,7 +281,15 @@ def lora_dropout_fixture(out, dev):
         model = Qwen3VLForConditionalGeneration.from_pretrained(src, dtype=torch.float32, attn_implementation="eager")
     except TypeError:  # transformers 4.x names it torch_dtype
         model = Qwen3VLForConditionalGeneration.from_pretrained(src, torch_dtype=torch.float32, attn_implementation="eager")
-    model = model.to(dev).eval()
+    return src, model.to(dev).eval()
+
+
+def lora_dropout_fixture(out, dev):
+    """tiny-b/lora-dropout: target_modules a subset, lora_dropout 0.25 with the engine's masks."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    src, model = load_tiny_b(dev)
     targets = ["q_proj", "v_proj", "o_proj", "up_proj", "down_proj"]
     p, seed, step = 0.25, 1234, 5
     torch.manual_seed(77)
@@ -316,13 +334,76 @@ def lora_dropout_fixture(out, dev):
     print(json.dumps({"lora-dropout": {"logps": logps}}))
 
 
+def vision_lora_fixture(out, dev, blocks=False):
+    """tiny-b/vision-lora: LoRA on q_proj, down_proj and the vision mergers (final and DeepStack);
+    with `blocks` (tiny-b/vision-lora-blocks) also on every vision block's attn.qkv, attn.proj,
+    mlp.linear_fc1 and mlp.linear_fc2."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    src, model = load_tiny_b(dev)
+    n_ds = len(model.config.vision_config.deepstack_visual_indexes)
+    vision = [f"merger.{fc}" for fc in VISION_LORA_FC]
+    vision += [f"deepstack_merger_list.{j}.{fc}" for j in range(n_ds) for fc in VISION_LORA_FC]
+    block_targets = ["attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2"] if blocks else []
+    targets = VISION_LORA_LM + vision + block_targets
+    torch.manual_seed(123)
+    pmodel = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets, bias="none"))
+    with torch.no_grad():
+        for pname, prm in pmodel.named_parameters():
+            if "lora_B" in pname:
+                prm.normal_(0, 0.05)  # non-zero B so that A's gradient is non-zero too
+    adapted = sorted({n.split(".lora_")[0] for n, _ in pmodel.named_parameters() if "lora_A" in n})
+    want = [f"model.visual.{v}" for v in vision]
+    want += [f"model.visual.blocks.{i}.{b}" for i in range(model.config.vision_config.depth) for b in block_targets]
+    got_vision = [a for a in adapted if ".visual." in a]
+    assert sorted(a.split("base_model.model.")[-1] for a in got_vision) == sorted(want), got_vision
+    layers = model.config.text_config.num_hidden_layers
+    assert len(adapted) == layers * len(VISION_LORA_LM) + len(want), adapted
+
+    prompt_t = load_file(os.path.join(src, "lora", "prompt.safetensors"))
+    prompt = prompt_t["input_ids"].tolist()
+    pv, grid = prompt_t["pixel_values"].float().to(dev), prompt_t["image_grid_thw"].long().to(dev)
+    crng = np.random.default_rng(31)
+    comps = [[int(t) for t in crng.integers(20, 990, n)] for n in (5, 7)]
+    P = len(prompt)
+    cap = Capture(pmodel.base_model.model)
+    pmodel.zero_grad()
+    logps = []
+    for c in comps:
+        ids = torch.tensor([prompt + c], device=dev)
+        lp = completion_logps(pmodel, ids, P, 1.0, pv, grid)
+        lp.sum().backward()
+        logps.append(lp.detach().cpu().tolist())
+    emb, ds = vision_outputs(cap.visual)
+    feats = {"image_embeds": emb.detach().float().cpu().contiguous()}
+    for j, d in enumerate(ds):
+        feats[f"deepstack_{j}"] = d.detach().float().cpu().contiguous()
+    d = os.path.join(out, "tiny-b", "vision-lora-blocks" if blocks else "vision-lora")
+    pmodel.save_pretrained(d)
+    grads = peft_grads(pmodel)
+    missing = [a for a in adapted if f"{a.replace('.default', '')}.lora_A.weight" not in grads]
+    assert not missing, f"no gradient for {missing}"
+    save_file(grads, os.path.join(d, "grads.safetensors"))
+    save_file(feats, os.path.join(d, "features.safetensors"))
+    with open(os.path.join(d, "batch.json"), "w") as f:
+        json.dump({"prompt": "../lora/prompt.safetensors", "completions": comps, "temperature": 1.0,
+                   "target_modules": targets, "objective": "sum of completion log-probs", "logps": logps}, f)
+    print(json.dumps({os.path.basename(d): {"logps": logps, "grads": len(grads)}}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--only", choices=["all", "lora-dropout"], default="all")
+    ap.add_argument("--only", choices=["all", "lora-dropout", "vision-lora", "vision-lora-blocks"], default="all")
     args = ap.parse_args()
     if args.only == "lora-dropout":
         lora_dropout_fixture(args.out, "cuda" if torch.cuda.is_available() else "cpu")
+        return
+    if args.only in ("vision-lora", "vision-lora-blocks"):
+        vision_lora_fixture(args.out, "cuda" if torch.cuda.is_available() else "cpu", blocks=args.only == "vision-lora-blocks")
         return
     import transformers
     import peft

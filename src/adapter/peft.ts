@@ -90,9 +90,24 @@ export async function readLoraParams(gpu: Gpu, params: readonly LoraParams[]): P
   return out;
 }
 
-/** The short names of the modules adapted (q_proj, ...), sorted: the usual target_modules. */
+/**
+ * PEFT's target_modules rule for one module path: a string is a regex the whole path must match;
+ * a list entry matches the path itself or a "."-separated suffix of it.
+ */
+export function matchesTargetModules(module: string, targets: string | readonly string[]): boolean {
+  if (typeof targets === 'string') return new RegExp(`^(?:${targets})$`).test(module);
+  return targets.some((t) => module === t || module.endsWith(`.${t}`));
+}
+
+/**
+ * The usual target_modules of the modules adapted, sorted: the decoder's by short name (q_proj,
+ * ...), the vision tower's by their path below model.visual (merger.linear_fc1,
+ * deepstack_merger_list.0.linear_fc1): a bare linear_fc1 would match the vision blocks' too.
+ */
 export function shortTargetNames(modules: readonly AdapterModule[]): string[] {
-  return [...new Set(modules.map((m) => m.module.slice(m.module.lastIndexOf('.') + 1)))].sort();
+  const VISUAL = 'model.visual.';
+  const entry = (m: string) => (m.startsWith(VISUAL) ? m.slice(VISUAL.length) : m.slice(m.lastIndexOf('.') + 1));
+  return [...new Set(modules.map((m) => entry(m.module)))].sort();
 }
 
 export interface AdapterHealth {

@@ -1,10 +1,24 @@
 // An imported PEFT adapter onto the GPU, in the order the model attaches adapters
-// (layer after layer, LORA_PROJECTIONS order within a layer: Qwen3VL.attachLora); any subset of
-// the projections (PEFT's target_modules).
+// (layer after layer, LORA_PROJECTIONS order within a layer, then the vision mergers':
+// Qwen3VL.attachLora); any subset of the projections (PEFT's target_modules).
 import type { Gpu } from '../gpu';
 import { createLoraParams, type LoraParams } from '../ops/lora';
 import { LORA_PROJECTIONS, loraModuleName } from '../model/decoder';
-import { AdapterError, type PeftAdapter } from './peft';
+import { AdapterError, type AdapterModule, type PeftAdapter } from './peft';
+
+/** A vision merger's linear layer: [1] the merger (absent: the final one), [2] 1 or 2. */
+const VISION_MERGER = /^model\.visual\.(?:merger|deepstack_merger_list\.(\d+))\.linear_fc([12])$/;
+/** A vision block's adaptable layer: [1] the block, [2] the layer. */
+const VISION_BLOCK = /^model\.visual\.blocks\.(\d+)\.(attn\.qkv|attn\.proj|mlp\.linear_fc1|mlp\.linear_fc2)$/;
+const BLOCK_LAYERS = ['attn.qkv', 'attn.proj', 'mlp.linear_fc1', 'mlp.linear_fc2'];
+
+/** Mergers first (the final one, then the DeepStack ones by index; fc1 before fc2), then the blocks by index and layer. */
+function visionOrder(m: AdapterModule): number {
+  const merger = VISION_MERGER.exec(m.module);
+  if (merger) return (merger[1] === undefined ? 0 : 1 + Number(merger[1])) * 2 + Number(merger[2]);
+  const [, i, layer] = VISION_BLOCK.exec(m.module)!;
+  return 1e6 + Number(i) * BLOCK_LAYERS.length + BLOCK_LAYERS.indexOf(layer);
+}
 
 export function uploadAdapter(gpu: Gpu, adapter: PeftAdapter, numLayers: number): LoraParams[] {
   const byName = new Map(adapter.modules.map((m) => [m.module, m]));
@@ -22,8 +36,20 @@ export function uploadAdapter(gpu: Gpu, adapter: PeftAdapter, numLayers: number)
       out.push(p);
     }
   }
+  const vision = adapter.modules.filter((m) => VISION_MERGER.test(m.module) || VISION_BLOCK.test(m.module)).sort((a, b) => visionOrder(a) - visionOrder(b));
+  for (const m of vision) {
+    const p = createLoraParams(gpu, { name: m.module, in: m.in, out: m.out, r: m.r, alpha: m.alpha });
+    gpu.write(p.A, m.A);
+    gpu.write(p.B, m.B);
+    out.push(p);
+    known.add(m.module);
+  }
   const other = adapter.modules.find((m) => !known.has(m.module));
-  if (other) throw new AdapterError(`adapter '${adapter.name}' adapts ${other.module}; the engine adapts q, k, v, o, gate, up and down_proj of the ${numLayers} language-model layers`);
+  if (other) {
+    throw new AdapterError(
+      `adapter '${adapter.name}' adapts ${other.module}; the engine adapts q, k, v, o, gate, up and down_proj of the ${numLayers} language-model layers, the vision mergers' linear_fc1 and linear_fc2 and the vision blocks' ${BLOCK_LAYERS.join(', ')}`,
+    );
+  }
   if (out.length === 0) throw new AdapterError(`adapter '${adapter.name}' has no weights`);
   return out;
 }

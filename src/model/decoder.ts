@@ -217,6 +217,9 @@ export interface BackwardArgs {
   lora: readonly LayerLora[] | null;
   /** The forward's lora_dropout (the same masks are regenerated). */
   dropout?: ForwardDropout;
+  /** Vision LoRA: the gradient at the image rows gathered where the vision features enter,
+   * grads[0] at h_0 (the embeddings) and grads[j] at h_j (DeepStack level j − 1's add). */
+  visual?: { rows: Tensor; grads: readonly Tensor[] };
 }
 
 /** A typed view of the first elements of a workspace tensor. */
@@ -499,7 +502,11 @@ export class Decoder {
     if (inputs.length !== L + 1 || (!layers && !ws.recompute)) throw new ShapeError('decoder.backward', `a backward reads ${L + 1} hidden states, and every layer's intermediates or a workspace to recompute them`);
     this.ops.norms.rmsnorm(rec, inputs[L], this.weights.finalNorm, ws.h, c.rmsNormEps, ws.rstdFinal);
     this.ops.norms.rmsnormBackward(rec, a.dout, inputs[L], this.weights.finalNorm, ws.rstdFinal, g.dh, false);
+    const gatherVisual = (level: number) => {
+      if (a.visual && level < a.visual.grads.length) this.ops.embedding.gather(rec, g.dh, a.visual.rows, a.visual.grads[level]);
+    };
     for (let l = L - 1; l >= 0; l--) {
+      gatherVisual(l + 1); // dh is the gradient of h_{l+1}, DeepStack level l's add included
       const w = this.weights.layers[l];
       const kept = layers?.[l] ?? ws.recompute!;
       const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
@@ -514,6 +521,7 @@ export class Decoder {
       this.attentionBlockBackward(rec, w, inputs[l], kept.A, a.cs, attend, g, lora);
       rec.flush(); // a layer a submit, as in the forward
     }
+    gatherVisual(0);
   }
 }
 

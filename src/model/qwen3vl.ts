@@ -17,7 +17,7 @@ import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
 import { makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
-import { VisionCache, VisionTower, type GridThw, type VisionFeatures } from './vision';
+import { VISION_BLOCK_LORA, VisionCache, visionBlockLoraModuleName, visionLoraModuleName, VisionTower, type BlockLora, type GridThw, type MergerLora, type VisionBlockLayer, type VisionFeatures, type VisionLora, type VisionSaved } from './vision';
 import type { ModelWeights } from './weights';
 
 /** Images of one prompt, concatenated as the processor makes them. */
@@ -75,9 +75,11 @@ export async function readModelConfig(files: ModelFiles): Promise<Qwen3VLConfig>
 }
 
 export class Qwen3VL {
-  /** The trainable adapters, layer by layer in LORA_PROJECTIONS order (empty: none attached). */
+  /** The trainable adapters, layer by layer in LORA_PROJECTIONS order, then the vision mergers' (empty: none attached). */
   lora: readonly LoraParams[] = [];
   private layerLora: LayerLora[] | null = null;
+  /** The vision tower's adapters (attachLora), or null when none is adapted. */
+  visionLora: VisionLora | null = null;
   /** lora_dropout of the attached adapters in training forwards (attachLora). */
   loraDropout = 0;
   /** Decodes generated tokens to text when set. */
@@ -181,13 +183,19 @@ export class Qwen3VL {
 
   /**
    * Attach adapters: any subset of each layer's projections (PEFT's target_modules), layer after
-   * layer, in LORA_PROJECTIONS order within a layer, named as PEFT names the modules (src/adapter
-   * reads and writes them in that form). `dropout`: lora_dropout of training forwards (default 0).
+   * layer, in LORA_PROJECTIONS order within a layer, then any of the vision mergers' linear_fc1
+   * and linear_fc2 (visionLoraModuleName) and the vision blocks' attn.qkv, attn.proj,
+   * mlp.linear_fc1 and mlp.linear_fc2 (visionBlockLoraModuleName), named as PEFT names the
+   * modules (src/adapter reads and writes them in that form). `dropout`: lora_dropout of training
+   * forwards (default 0; the vision adapters take none).
    */
   attachLora(params: readonly LoraParams[], opts: { dropout?: number } = {}): void {
     const t = this.config.text;
     const dropout = opts.dropout ?? 0;
     if (!(dropout >= 0 && dropout < 1)) throw new ShapeError('lora', `lora_dropout must be in [0, 1), got ${dropout}`);
+    const visual = params.filter((p) => p.name.startsWith('model.visual.'));
+    const visionLora = this.visionAdapters(visual);
+    if (visionLora && dropout > 0) throw new ShapeError('lora', `lora_dropout ${dropout} with adapters on the vision tower (${visual[0].name}, ...): the engine applies lora_dropout to the language model's projections only; use 0`);
     const q = t.numHeads * t.headDim;
     const kv = t.numKvHeads * t.headDim;
     const dims: Record<string, [number, number]> = {
@@ -203,6 +211,7 @@ export class Qwen3VL {
     const layers: LayerLora[] = Array.from({ length: t.numLayers }, () => ({}));
     let at = 0;
     params.forEach((p, i) => {
+      if (p.name.startsWith('model.visual.')) return;
       while (at < slots.length && !p.name.endsWith(slots[at].name)) at++;
       if (at === slots.length) throw new ShapeError('lora', `adapter ${i} is '${p.name}': not a projection of a layer, or out of order (layer after layer, ${LORA_PROJECTIONS.join(', ')} within one)`);
       const { l, proj } = slots[at++];
@@ -212,7 +221,33 @@ export class Qwen3VL {
     });
     this.lora = params;
     this.layerLora = params.length > 0 ? layers : null;
+    this.visionLora = visionLora;
     this.loraDropout = dropout;
+  }
+
+  /** The vision adapters by merger and block, checked against the tower's shapes; null when there are none. */
+  private visionAdapters(params: readonly LoraParams[]): VisionLora | null {
+    if (params.length === 0) return null;
+    const v = this.config.vision;
+    const H = v.hiddenSize;
+    const merged = H * v.spatialMergeSize ** 2;
+    const mergers: MergerLora[] = Array.from({ length: 1 + v.deepstackVisualIndexes.length }, () => ({}));
+    const blocks: BlockLora[] = Array.from({ length: v.depth }, () => ({}));
+    const dims: Record<VisionBlockLayer, [number, number]> = { qkv: [3 * H, H], proj: [H, H], fc1: [v.intermediateSize, H], fc2: [H, v.intermediateSize] };
+    const slots = new Map<string, { holder: Record<string, LoraParams | undefined>; key: string; out: number; in: number }>();
+    mergers.forEach((m, i) => ([1, 2] as const).forEach((fc) => slots.set(visionLoraModuleName(i, fc), { holder: m as Record<string, LoraParams | undefined>, key: `fc${fc}`, out: fc === 1 ? merged : v.outHiddenSize, in: merged })));
+    blocks.forEach((b, i) => (Object.keys(VISION_BLOCK_LORA) as VisionBlockLayer[]).forEach((l) => slots.set(visionBlockLoraModuleName(i, l), { holder: b, key: l, out: dims[l][0], in: dims[l][1] })));
+    const align = this.gpu.limits.minStorageBufferOffsetAlignment;
+    for (const p of params) {
+      const slot = slots.get(p.name);
+      if (!slot) throw new ShapeError('lora', `'${p.name}' is not an adaptable vision module: the engine adapts the mergers' linear_fc1 and linear_fc2 (${visionLoraModuleName(0, 1)}, ${visionLoraModuleName(1, 1)}, ...) and the blocks' ${Object.values(VISION_BLOCK_LORA).join(', ')}`);
+      if (p.out !== slot.out || p.in !== slot.in) throw new ShapeError('lora', `${p.name} is [${p.out}, ${p.in}], the layer is [${slot.out}, ${slot.in}]`);
+      if (slot.holder[slot.key]) throw new ShapeError('lora', `${p.name} is attached twice`);
+      // The fused qkv's B is used as three row views (splitQkvLora): each must start aligned.
+      if (slot.key === 'qkv' && (4 * H * p.r) % align !== 0) throw new ShapeError('lora', `${p.name}: rank ${p.r} makes lora_B's q, k and v parts start ${4 * H * p.r} bytes apart, not a multiple of the device's ${align}-byte storage offset alignment`);
+      slot.holder[slot.key] = p;
+    }
+    return { mergers, blocks };
   }
 
   /** The attached adapters by layer (throws when none are attached). */
@@ -227,16 +262,13 @@ export class Qwen3VL {
   /**
    * The prompt's image features placed at its image-pad rows. Images come through visionCache:
    * one it holds (same key) is not encoded again, the others are encoded together in one pass.
-   * The returned tensors belong to the caller (release with releaseVisual).
+   * With `lora` and vision adapters attached, the features are the adapted mergers' and are
+   * encoded afresh (encodeImagesWithLora). The returned tensors belong to the caller (release
+   * with releaseVisual).
    */
-  async encodeImages(inputIds: Int32Array, images: readonly PreparedImage[]): Promise<VisualInputs> {
-    const rows: number[] = [];
-    inputIds.forEach((id, i) => id === this.config.tokens.image && rows.push(i));
-    const merge = this.config.vision.spatialMergeSize ** 2;
-    const need = images.reduce((a, { gridThw: [t, h, w] }) => a + (t * h * w) / merge, 0);
-    if (rows.length !== need) {
-      throw new ShapeError('qwen3vl', `the prompt has ${rows.length} image tokens, but its ${images.length} image(s) make ${need} features`);
-    }
+  async encodeImages(inputIds: Int32Array, images: readonly PreparedImage[], opts: { lora?: boolean } = {}): Promise<VisualInputs> {
+    if (opts.lora && this.visionLora) return (await this.encodeImagesWithLora(inputIds, images, false)).visual;
+    const rows = this.imageRows(inputIds, images);
     const rec = this.gpu.recorder('vision');
     const features = await this.vision.encodeImages(rec, images, this.visionCache);
     // The prompt's own copy in image order (cached entries may be evicted by a later prompt).
@@ -257,6 +289,34 @@ export class Qwen3VL {
     return { rows: this.gpu.upload(Uint32Array.from(rows), [rows.length], 'u32', 'image rows'), embeds, deepstack };
   }
 
+  /**
+   * The prompt's image features through the adapted tower (visionLora), all its images in one
+   * pass in prompt order, bypassing visionCache (the features change with the adapter). `keep`:
+   * also return what VisionTower.backward reads (the caller releases it with
+   * releaseVisionSaved); else null.
+   */
+  async encodeImagesWithLora(inputIds: Int32Array, images: readonly PreparedImage[], keep: boolean): Promise<{ visual: VisualInputs; saved: VisionSaved | null }> {
+    if (!this.visionLora) throw new ShapeError('qwen3vl', 'vision LoRA requested but no vision adapters are attached');
+    const rows = this.imageRows(inputIds, images);
+    const saved: VisionSaved | undefined = keep ? { mergers: [], blocks: null } : undefined;
+    const rec = this.gpu.recorder('vision lora');
+    const f = await this.vision.encodePacked(rec, images, { adapters: this.visionLora, saved });
+    await rec.submit();
+    return { visual: { rows: this.gpu.upload(Uint32Array.from(rows), [rows.length], 'u32', 'image rows'), embeds: f.embeds, deepstack: f.deepstack }, saved: saved ?? null };
+  }
+
+  /** The prompt's image-pad rows, checked against the features its images make. */
+  private imageRows(inputIds: Int32Array, images: readonly PreparedImage[]): number[] {
+    const rows: number[] = [];
+    inputIds.forEach((id, i) => id === this.config.tokens.image && rows.push(i));
+    const merge = this.config.vision.spatialMergeSize ** 2;
+    const need = images.reduce((a, { gridThw: [t, h, w] }) => a + (t * h * w) / merge, 0);
+    if (rows.length !== need) {
+      throw new ShapeError('qwen3vl', `the prompt has ${rows.length} image tokens, but its ${images.length} image(s) make ${need} features`);
+    }
+    return rows;
+  }
+
   /** Positions of a prompt (spec B4) and its rope delta; throws on ids outside the vocabulary. */
   positions(inputIds: Int32Array, gridThw: readonly GridThw[]): { positions: Int32Array; ropeDelta: number } {
     const t = this.config.tokens;
@@ -271,7 +331,7 @@ export class Qwen3VL {
     const gpu = this.gpu;
     const T = inputIds.length;
     const { positions } = this.positions(inputIds, images?.gridThw ?? []);
-    const visual = images && images.gridThw.length > 0 ? await this.encodeImages(inputIds, splitImages(images, images.gridThw.map((_, k) => pixelKey(images, k)))) : undefined;
+    const visual = images && images.gridThw.length > 0 ? await this.encodeImages(inputIds, splitImages(images, images.gridThw.map((_, k) => pixelKey(images, k))), { lora: opts.lora }) : undefined;
     const vocab = this.head.vocab;
     const H = this.config.text.hiddenSize;
     const chunkRows = Math.max(1, Math.min(T, this.head.maxRows, Math.floor((gpu.limits.maxStorageBufferBindingSize * LOGIT_HEADROOM) / (4 * vocab))));
@@ -345,8 +405,8 @@ export class Qwen3VL {
   ): Promise<Completion[]> {
     const thinking = opts.thinkingBudget === undefined || opts.thinkingBudget === null ? undefined : { budget: opts.thinkingBudget, opened: prompt.thinking ?? false, ...this.thinkingTokens(extra.thinkingTokens) };
     const { positions, ropeDelta } = this.positions(prompt.inputIds, prompt.images.map((i) => i.gridThw));
-    const visual = prompt.images.length > 0 ? await this.encodeImages(prompt.inputIds, prompt.images) : undefined;
     const useLora = extra.lora ?? this.layerLora !== null;
+    const visual = prompt.images.length > 0 ? await this.encodeImages(prompt.inputIds, prompt.images, { lora: useLora }) : undefined;
     try {
       const seqs = await generate(
         { gpu: this.gpu, decoder: this.decoder, head: this.head, sampler: this.sampler, loraRank: useLora ? this.loraRank : 0 },

@@ -9,7 +9,8 @@ import { syntheticDataset } from '../data/synthetic';
 import type { DatasetRow, RgbaImage } from '../data/types';
 import type { Gpu } from '../gpu';
 import { createLoraParams, releaseLoraParams, type LoraParams } from '../ops/lora';
-import { LORA_TARGETS, type DatasetSettings, type LoraSettings, type LoraTarget } from '../rl/config';
+import { matchesTargetModules } from '../adapter/peft';
+import { LORA_TARGETS, VISION_LORA_TARGET, type DatasetSettings, type LoraSettings, type LoraTarget } from '../rl/config';
 import type { PreparedImage, PreparedPrompt } from '../rl/policy';
 import type { PromptOptions, PromptSource } from '../rl/trainer';
 import { LORA_PROJECTIONS, loraModuleName } from './decoder';
@@ -17,6 +18,7 @@ import type { LoadProgress, Quantization } from './loader';
 import { productOptions, type Products, type VisionProducts } from './products';
 import { parsePreprocessorConfig, promptOpensThinking, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, Qwen3VLTokenizer, readChatTemplate } from './processor';
 import { Qwen3VL, readModelConfig } from './qwen3vl';
+import { visionBlockLoraModuleName, visionLoraModuleName, type VisionBlockLayer } from './vision';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { Qwen3VLPolicy } from './train';
 import type { CachedLoadOptions } from './weightCache';
@@ -131,8 +133,11 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   };
 
   const attachLora = (s: LoraSettings): readonly LoraParams[] => {
-    const unknown = s.target_modules.filter((m) => !(LORA_TARGETS as readonly string[]).includes(m));
-    if (unknown.length > 0 || s.target_modules.length === 0) throw new SessionError(`lora.target_modules: ${unknown.length > 0 ? `${unknown.join(', ')} not among` : 'name at least one of'} ${LORA_TARGETS.join(', ')}`);
+    const vision = s.target_modules.filter((m) => VISION_LORA_TARGET.test(m));
+    const unknown = s.target_modules.filter((m) => !(LORA_TARGETS as readonly string[]).includes(m) && !vision.includes(m));
+    if (unknown.length > 0 || s.target_modules.length === 0) {
+      throw new SessionError(`lora.target_modules: ${unknown.length > 0 ? `${unknown.join(', ')} not among` : 'name at least one of'} ${LORA_TARGETS.join(', ')} and the vision modules`);
+    }
     const q = t.numHeads * t.headDim;
     const kv = t.numKvHeads * t.headDim;
     const dims: Record<(typeof LORA_PROJECTIONS)[number], [number, number]> = {
@@ -151,6 +156,27 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
         const [out, inF] = dims[proj];
         params.push(createLoraParams(gpu, { name: loraModuleName(l, proj), in: inF, out, r: s.r, alpha: s.lora_alpha }));
       }
+    }
+    // Vision modules, as PEFT matches list entries against module paths (every entry must match one).
+    const v = config.vision;
+    const H = v.hiddenSize;
+    const merged = H * v.spatialMergeSize ** 2;
+    const matched = new Set<string>();
+    const add = (name: string, inF: number, out: number) => {
+      const hits = vision.filter((t) => matchesTargetModules(name, [t]));
+      if (hits.length === 0) return;
+      hits.forEach((t) => matched.add(t));
+      params.push(createLoraParams(gpu, { name, in: inF, out, r: s.r, alpha: s.lora_alpha }));
+    };
+    const block: Record<VisionBlockLayer, [number, number]> = { qkv: [H, 3 * H], proj: [H, H], fc1: [H, v.intermediateSize], fc2: [v.intermediateSize, H] };
+    for (let m = 0; m <= v.deepstackVisualIndexes.length; m++) for (const fc of [1, 2] as const) add(visionLoraModuleName(m, fc), merged, fc === 1 ? merged : v.outHiddenSize);
+    for (let i = 0; i < v.depth; i++) for (const l of Object.keys(block) as VisionBlockLayer[]) add(visionBlockLoraModuleName(i, l), ...block[l]);
+    const none = vision.filter((t) => !matched.has(t));
+    if (none.length > 0) {
+      params.forEach(releaseLoraParams);
+      throw new SessionError(
+        `lora.target_modules: ${none.join(', ')} name no module of this model (its vision tower has ${v.depth} blocks and ${v.deepstackVisualIndexes.length} DeepStack mergers, deepstack_merger_list.0 to .${v.deepstackVisualIndexes.length - 1})`,
+      );
     }
     const old = model.lora;
     model.attachLora(params, { dropout: s.lora_dropout });

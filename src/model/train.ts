@@ -17,12 +17,17 @@
 // the forward in src/model/decoder.ts) reruns layer l from h_l, keeping that one layer's
 // intermediates, and walks back through it. Without checkpointing the forward keeps every layer's
 // intermediates (LayerActivations) and the backward only walks back.
+// The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
+// tower (Qwen3VL.visionLora) the gradient at the image rows is also gathered where the features
+// enter (the embeddings at h_0, DeepStack level l at h_{l+1}) and goes back through the tower
+// (VisionTower.backward) from what the forward's vision pass kept.
 import { ShapeError, type Tensor } from '../gpu';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
 import { layerActivations, releaseActivations, type LayerActivations, type LayerLora, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
+import { releaseVisionSaved, type VisionSaved } from './vision';
 
 /** Where the packed rows and the completion grid come from, built on the CPU. */
 export interface PackedBatch {
@@ -116,6 +121,8 @@ interface Saved {
   stats: Tensor;
   mask: Tensor;
   visual: VisualInputs | null;
+  /** What the vision backward reads (training forwards with vision LoRA), else null. */
+  visionSaved: VisionSaved | null;
 }
 
 /** Logits a log-prob dispatch computes per row at a time (LogProb's chunk along the vocabulary). */
@@ -175,8 +182,15 @@ export class Qwen3VLPolicy implements Policy {
     const dropout = lora && opts.dropout && model.loraDropout > 0 ? { p: model.loraDropout, ...opts.dropout } : null;
     const logprob = await this.logprobFor(N);
     // The prompt's rows come first, so its image rows are those of the prompt alone; its images'
-    // features come from the model's vision cache (encoded once for the group).
-    const visual = prompt.images.length > 0 ? await model.encodeImages(prompt.inputIds, prompt.images) : null;
+    // features come from the model's vision cache (encoded once for the group), or with vision
+    // LoRA from a pass through the adapted tower (kept for the backward when training).
+    const vis =
+      prompt.images.length === 0
+        ? null
+        : lora && opts.train && model.visionLora
+          ? await model.encodeImagesWithLora(prompt.inputIds, prompt.images, true)
+          : { visual: await model.encodeImages(prompt.inputIds, prompt.images, { lora: !!lora }), saved: null };
+    const visual = vis?.visual ?? null;
     const ws = model.decoder.workspace(T, rank);
     const ids = gpu.upload(Uint32Array.from(packed.ids), [T], 'u32', 'train.ids');
     const cu = gpu.upload(packed.cuSeqlens, [G + 2], 'u32', 'train.cu_seqlens');
@@ -208,7 +222,7 @@ export class Qwen3VLPolicy implements Policy {
     ws.release();
     xd?.release();
     predictRows.release();
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     this.outputs = [logp, entropy, mask];
@@ -221,6 +235,7 @@ export class Qwen3VLPolicy implements Policy {
     for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
     s.firstTokens?.release();
     if (s.visual) releaseVisual(s.visual);
+    if (s.visionSaved) releaseVisionSaved(s.visionSaved);
   }
 
   async backward(gradLogps: Tensor, gradEntropy?: Tensor): Promise<void> {
@@ -243,6 +258,8 @@ export class Qwen3VLPolicy implements Policy {
     const rank = s.lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
     const ws = dec.backwardWorkspace(T, rank, !s.layers);
     const xd = s.dropout && dropoutWorkspace(gpu, model.lora, T);
+    // The gradients of the image features (embeds, then each DeepStack level) for the vision adapters.
+    const dVisual = s.visionSaved && s.visual ? [s.visual.embeds, ...s.visual.deepstack].map((t, j) => gpu.tensor([...t.shape], 'f32', j === 0 ? 'train.d_image_embeds' : `train.d_deepstack${j - 1}`)) : null;
 
     try {
       const rec = gpu.recorder('train.backward');
@@ -255,10 +272,12 @@ export class Qwen3VLPolicy implements Policy {
       dec.backward(rec, ws, {
         dout, keep: { inputs: s.hs, layers: s.layers }, cs: s.cs!, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
         lora: s.lora, dropout: s.dropout && xd ? { ...s.dropout, xd } : undefined,
+        visual: dVisual ? { rows: s.visual!.rows, grads: dVisual } : undefined,
       });
+      if (dVisual) model.vision.backward(rec, model.visionLora!, s.visionSaved!, dVisual);
       await rec.submit();
     } finally {
-      for (const t of [dsel, dout]) t.release();
+      for (const t of [dsel, dout, ...(dVisual ?? [])]) t.release();
       ws.release();
       xd?.release();
       this.releaseSaved(s);

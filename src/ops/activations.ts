@@ -1,5 +1,6 @@
 // Activations over f32 tensors of any shape (elementwise): SwiGLU forward and backward for the
-// decoder MLP, tanh-GELU and exact (erf) GELU forward for the frozen vision tower.
+// decoder MLP, tanh-GELU (vision blocks) and exact (erf) GELU (vision mergers) forward and backward
+// (the backwards for LoRA on the vision tower).
 // Outputs are separate tensors: WebGPU forbids binding one buffer as both input and output.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 
@@ -11,12 +12,14 @@ export class Activations {
     private readonly swigluBwdK: Kernel,
     private readonly geluTanhK: Kernel,
     private readonly geluErfK: Kernel,
+    private readonly geluErfBwdK: Kernel,
+    private readonly geluTanhBwdK: Kernel,
   ) {}
 
   static async create(gpu: Gpu): Promise<Activations> {
     const spec = (entry: string) => ({ shader: 'activations', entry, constants: { WG }, uniforms: { n: 'u32' } as const });
-    const ks = ['swiglu_fwd', 'swiglu_bwd', 'gelu_tanh_fwd', 'gelu_erf_fwd'].map((e) => gpu.kernelOnUse(spec(e)));
-    return new Activations(ks[0], ks[1], ks[2], ks[3]);
+    const ks = ['swiglu_fwd', 'swiglu_bwd', 'gelu_tanh_fwd', 'gelu_erf_fwd', 'gelu_erf_bwd', 'gelu_tanh_bwd'].map((e) => gpu.kernelOnUse(spec(e)));
+    return new Activations(ks[0], ks[1], ks[2], ks[3], ks[4], ks[5]);
   }
 
   /** h = silu(gate)·up, e.g. gate and up [T, intermediate]. */
@@ -41,6 +44,18 @@ export class Activations {
   geluErf(rec: Recorder, x: Tensor, y: Tensor): void {
     const n = check('gelu_erf', { x, y });
     rec.dispatch(this.geluErfK, { x, y }, grid1d(n, WG), { n });
+  }
+
+  /** dx = dy·gelu_tanh'(x), from the forward's input x. */
+  geluTanhBackward(rec: Recorder, x: Tensor, dy: Tensor, dx: Tensor): void {
+    const n = check('gelu_tanh_backward', { x, dy, dx });
+    rec.dispatch(this.geluTanhBwdK, { x, dh: dy, y: dx }, grid1d(n, WG), { n });
+  }
+
+  /** dx = dy·gelu_erf'(x), from the forward's input x. */
+  geluErfBackward(rec: Recorder, x: Tensor, dy: Tensor, dx: Tensor): void {
+    const n = check('gelu_erf_backward', { x, dy, dx });
+    rec.dispatch(this.geluErfBwdK, { x, dh: dy, y: dx }, grid1d(n, WG), { n });
   }
 }
 

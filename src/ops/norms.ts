@@ -1,4 +1,4 @@
-// RMSNorm (forward, backward to x) and LayerNorm (forward) over the rows of [rows, n] f32 tensors.
+// RMSNorm (forward, backward to x) and LayerNorm (forward, backward to x) over the rows of [rows, n] f32 tensors.
 //
 // The per-head q/k norm is the same op on a [T·heads, head_dim] view: `q.reshape([T * H, D])`.
 // The backward needs x (the norm's input) and the per-row rstd [rows] saved by the forward; it
@@ -19,6 +19,8 @@ export class Norms {
     private readonly layerK: Kernel,
     private readonly rmsVec4K: Kernel,
     private readonly rmsVec4SaveK: Kernel,
+    private readonly layerBwdK: Kernel,
+    private readonly layerBwdAccK: Kernel,
   ) {}
 
   static async create(gpu: Gpu): Promise<Norms> {
@@ -31,8 +33,10 @@ export class Norms {
       gpu.kernelOnUse(spec('layernorm_fwd')),
       gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', {}, VEC4_WG)),
       gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', { SAVE_RSTD: true }, VEC4_WG)),
+      gpu.kernelOnUse(spec('layernorm_bwd')),
+      gpu.kernelOnUse(spec('layernorm_bwd', { ACCUMULATE: true })),
     ];
-    return new Norms(ks[0], ks[1], ks[2], ks[3], ks[4], ks[5], ks[6]);
+    return new Norms(ks[0], ks[1], ks[2], ks[3], ks[4], ks[5], ks[6], ks[7], ks[8]);
   }
 
   /** y = x·rsqrt(mean(x²)+eps)·w per row; `rstd` [rows], when given, receives rsqrt(mean(x²)+eps). */
@@ -64,6 +68,13 @@ export class Norms {
     const rows = this.checkRows(op, x, weight, { y });
     if (bias.dtype !== 'f32' || bias.numel !== weight.numel) throw new ShapeError(op, `bias must be f32 [${weight.numel}], got ${bias.dtype} [${bias.shape.join(', ')}]`);
     rec.dispatch(this.layerK, { x, weight, bias, y }, grid1d(rows, 1), { rows, n: weight.numel, eps });
+  }
+
+  /** dx (=, or += with accumulate) of layernorm, from dy, its input x and w (the row statistics are recomputed). */
+  layernormBackward(rec: Recorder, dy: Tensor, x: Tensor, weight: Tensor, dx: Tensor, eps: number, accumulate = false): void {
+    const op = 'layernorm_backward';
+    const rows = this.checkRows(op, x, weight, { dy, dx });
+    rec.dispatch(accumulate ? this.layerBwdAccK : this.layerBwdK, { dy, x, weight, dx }, grid1d(rows, 1), { rows, n: weight.numel, eps });
   }
 
   /** x is [..., n] with n = weight.numel; every other tensor matches x's shape. Returns the row count. */

@@ -26,6 +26,16 @@ export const LR_SCHEDULERS: readonly LrSchedulerType[] = ['constant', 'constant_
 /** The language model's linear layers that can carry an adapter (PEFT module names). */
 export const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
+/**
+ * The vision modules lora.target_modules may name (opt-in), as PEFT list entries, which match a
+ * module whose name is the entry or ends in "." + it: a merger's layer, `merger.linear_fc1|2`
+ * (the final merger's alone) or `deepstack_merger_list.<j>.linear_fc1|2` (DeepStack merger j's),
+ * and the blocks' layers, `attn.qkv`, `attn.proj`, `mlp.linear_fc1`, `mlp.linear_fc2` (every
+ * block's) or under `blocks.<i>.` (block i's); each optionally under `visual.` or `model.visual.`.
+ * A bare `linear_fc1` is refused: it names the blocks' MLP layers and every merger's at once.
+ */
+export const VISION_LORA_TARGET =
+  /^(?:(?:model\.)?visual\.)?(?:(?:merger|deepstack_merger_list\.(?:0|[1-9]\d*))\.linear_fc[12]|(?:blocks\.(?:0|[1-9]\d*)\.)?(?:attn\.(?:qkv|proj)|mlp\.linear_fc[12]))$/;
 
 /** PEFT LoraConfig fields, as adapter_config.json writes them. */
 export interface LoraSettings {
@@ -35,8 +45,14 @@ export interface LoraSettings {
   lora_alpha: number;
   /** Dropout on the adapter's input during training forwards, in [0, 1). Default 0 (PEFT 0.0). */
   lora_dropout: number;
-  /** Adapted modules of every decoder layer. Default all seven linear layers (TRL's "all-linear" for the LM). */
-  target_modules: LoraTarget[];
+  /**
+   * Adapted modules, as PEFT's list: the short names of LORA_TARGETS (that projection of every
+   * decoder layer), and, opt-in, vision modules (VISION_LORA_TARGET, e.g. `merger.linear_fc1`,
+   * `deepstack_merger_list.0.linear_fc2`, `attn.qkv`, `blocks.3.mlp.linear_fc1`; lora_dropout
+   * must then be 0).
+   * Default all seven decoder linear layers (TRL's "all-linear" for the LM), no vision module.
+   */
+  target_modules: string[];
 }
 
 /**
@@ -383,9 +399,17 @@ export function resolveConfig(input: TrainConfigInput | null = {}): ResolvedConf
   if (!Array.isArray(c.lora.target_modules) || c.lora.target_modules.length === 0) throw new ConfigError('lora.target_modules must list at least one module');
   const seen = new Set<string>();
   for (const m of c.lora.target_modules) {
-    if (!(LORA_TARGETS as readonly string[]).includes(m)) throw new ConfigError(`lora.target_modules: no module '${m}' (modules: ${LORA_TARGETS.join(', ')})`);
+    if (typeof m !== 'string' || (!(LORA_TARGETS as readonly string[]).includes(m) && !VISION_LORA_TARGET.test(m))) {
+      throw new ConfigError(
+        `lora.target_modules: no module '${String(m)}' (modules: ${LORA_TARGETS.join(', ')}; vision mergers: merger.linear_fc1|2, deepstack_merger_list.<j>.linear_fc1|2; vision blocks: [blocks.<i>.]attn.qkv|attn.proj|mlp.linear_fc1|mlp.linear_fc2)`,
+      );
+    }
     if (seen.has(m)) throw new ConfigError(`lora.target_modules lists '${m}' twice`);
     seen.add(m);
+  }
+  const vision = c.lora.target_modules.filter((m) => VISION_LORA_TARGET.test(m));
+  if (vision.length > 0 && c.lora.lora_dropout > 0) {
+    throw new ConfigError(`lora.lora_dropout is ${c.lora.lora_dropout} with vision modules in lora.target_modules (${vision.join(', ')}): the engine applies lora_dropout to the decoder's projections only; set it to 0`);
   }
 
   int('seed', c.seed, 0);

@@ -75,6 +75,36 @@ describe('activations', () => {
     }
   });
 
+  it('erf-GELU backward matches finite differences of the f64 forward, tails included', async () => {
+    const gpu = await testGpu();
+    const act = await Activations.create(gpu);
+    for (const n of [1, 3, 65, 130]) {
+      const x = inputs(n, 4 * n);
+      const dy = randNormal(n, 4 * n + 1);
+      const loss = (v: Float64Array) => dy.reduce((s, d, i) => s + d * geluErf(v[i]), 0);
+      const want = finiteDifferences(loss, [...x], { eps: 1e-6 });
+      const t = [gpu.upload(x, [n], 'f32', 'x'), gpu.upload(dy, [n], 'f32', 'dy'), gpu.tensor([n], 'f32', 'dx')];
+      const [dx] = await run(gpu, (rec) => act.geluErfBackward(rec, t[0], t[1], t[2]), [t[2]]);
+      expectClose(dx, want, { rtol: 1e-5, atol: 1e-6, what: `gelu_erf backward n=${n}` });
+      t.forEach((v) => v.release());
+    }
+  });
+
+  it('tanh-GELU backward matches finite differences of the f64 forward, tails included', async () => {
+    const gpu = await testGpu();
+    const act = await Activations.create(gpu);
+    for (const n of [1, 3, 65, 130]) {
+      const x = inputs(n, 5 * n);
+      const dy = randNormal(n, 5 * n + 1);
+      const loss = (v: Float64Array) => dy.reduce((s, d, i) => s + d * geluTanh(v[i]), 0);
+      const want = finiteDifferences(loss, [...x], { eps: 1e-6 });
+      const t = [gpu.upload(x, [n], 'f32', 'x'), gpu.upload(dy, [n], 'f32', 'dy'), gpu.tensor([n], 'f32', 'dx')];
+      const [dx] = await run(gpu, (rec) => act.geluTanhBackward(rec, t[0], t[1], t[2]), [t[2]]);
+      expectClose(dx, want, { rtol: 1e-5, atol: 1e-6, what: `gelu_tanh backward n=${n}` });
+      t.forEach((v) => v.release());
+    }
+  });
+
   it('tanh-GELU and erf-GELU forward match f64, tails included', async () => {
     const gpu = await testGpu();
     const act = await Activations.create(gpu);

@@ -7,6 +7,7 @@ import {
   adapterFromModules,
   exportPeft,
   importPeft,
+  matchesTargetModules,
   parsePeft,
   readLoraParams,
   tensorNames,
@@ -18,6 +19,8 @@ import {
 import { parseQwen3VLConfig } from '../../src/model/config';
 import { bf16BitsToF32, f32ToBf16Bits } from '../../src/model/dtype';
 import { blobSource, MissingFileError, nodeDirFiles, readAllTensors, serializeSafetensors } from '../../src/model/safetensors';
+import { uploadAdapter } from '../../src/adapter/upload';
+import { expectedWeights } from '../../src/model/weightShapes';
 import { createLoraParams } from '../../src/ops/lora';
 import { testGpu } from '../helpers/gpu';
 import { randNormal } from '../helpers/reference';
@@ -168,6 +171,47 @@ describe('PEFT export', () => {
     expect(back.targetModules).toEqual([regex]);
     expect(JSON.parse(exportPeft(back).config).target_modules).toBe(regex);
     expect(JSON.parse(exportPeft({ ...back, targetModules: ['q_proj'] }).config).target_modules).toEqual(['q_proj']);
+  });
+
+  it('vision modules: PEFT names out and in, target_modules that PEFT matches to exactly them, uploaded after the decoder\'s', async () => {
+    const config = modelConfig('tiny-b');
+    const a = adapterFromModules('v', [
+      module('model.visual.deepstack_merger_list.1.linear_fc2', 4, 256, 96, 21),
+      module('model.language_model.layers.0.self_attn.q_proj', 4, 96, 192, 23),
+      module('model.visual.merger.linear_fc1', 4, 256, 256, 25),
+      module('model.visual.deepstack_merger_list.0.linear_fc1', 4, 256, 256, 27),
+    ]);
+    expect(a.targetModules).toEqual(['deepstack_merger_list.0.linear_fc1', 'deepstack_merger_list.1.linear_fc2', 'merger.linear_fc1', 'q_proj']);
+    const files = exportPeft(a);
+    const names = [...(await readAllTensors(blobSource(new Blob([files.weights])))).keys()];
+    expect(names).toContain('base_model.model.model.visual.merger.linear_fc1.lora_A.weight');
+    expect(names).toContain('base_model.model.model.visual.deepstack_merger_list.1.linear_fc2.lora_B.weight');
+    // Under PEFT's list rule the exported target_modules pick, among the model's linear layers, the
+    // adapted vision modules and q_proj of every layer: no vision block, no other merger layer.
+    const linear = [...expectedWeights(config)].filter(([n, sh]) => n.endsWith('.weight') && sh.length === 2).map(([n]) => n.slice(0, -'.weight'.length));
+    const picked = linear.filter((n) => matchesTargetModules(n, JSON.parse(files.config).target_modules as string[]));
+    expect(picked.filter((n) => n.includes('.visual.')).sort()).toEqual(a.modules.filter((m) => m.module.includes('.visual.')).map((m) => m.module).sort());
+    expect(picked.filter((n) => !n.includes('.visual.'))).toEqual(Array.from({ length: LAYERS['tiny-b'] }, (_, l) => `model.language_model.layers.${l}.self_attn.q_proj`));
+    const back = await reimport(a);
+    validateAgainstModel(back, config);
+    for (const m of a.modules) {
+      const b = back.modules.find((x) => x.module === m.module)!;
+      expect([b.in, b.out, b.r, Array.from(b.A), Array.from(b.B)]).toEqual([m.in, m.out, m.r, Array.from(m.A), Array.from(m.B)]);
+    }
+    const gpu = await testGpu();
+    const params = uploadAdapter(gpu, back, LAYERS['tiny-b']);
+    expect(params.map((p) => p.name)).toEqual([
+      'model.language_model.layers.0.self_attn.q_proj',
+      'model.visual.merger.linear_fc1',
+      'model.visual.deepstack_merger_list.0.linear_fc1',
+      'model.visual.deepstack_merger_list.1.linear_fc2',
+    ]);
+    // Vision blocks' layers come after the mergers, by block; a module the engine does not adapt is refused.
+    const blocks = adapterFromModules('b', [module('model.visual.blocks.1.attn.qkv', 4, 64, 192, 29), module('model.visual.merger.linear_fc2', 4, 256, 96, 31), module('model.visual.blocks.0.mlp.linear_fc2', 4, 128, 64, 33)]);
+    expect(uploadAdapter(gpu, blocks, LAYERS['tiny-b']).map((p) => p.name)).toEqual(['model.visual.merger.linear_fc2', 'model.visual.blocks.0.mlp.linear_fc2', 'model.visual.blocks.1.attn.qkv']);
+    expect(blocks.targetModules).toEqual(['blocks.0.mlp.linear_fc2', 'blocks.1.attn.qkv', 'merger.linear_fc2']);
+    const patch = adapterFromModules('p', [module('model.visual.patch_embed.proj', 4, 1536, 64, 35)]);
+    expect(() => uploadAdapter(gpu, patch, LAYERS['tiny-b'])).toThrow(/adapts model.visual.patch_embed.proj; .*the vision blocks' attn.qkv, attn.proj, mlp.linear_fc1, mlp.linear_fc2/);
   });
 
   it('BF16 export rounds to nearest even and imports back as f32', async () => {

@@ -156,6 +156,35 @@ describe('norms', () => {
     }
   });
 
+  it('layernorm backward matches finite differences of the f64 forward, and accumulates', async () => {
+    const gpu = await testGpu();
+    const norms = await Norms.create(gpu);
+    for (const [rows, n] of SHAPES.filter(([, n]) => n > 1)) {
+      const x = randNormal(rows * n, 13 * n + rows).map((v, i) => (i < n ? v + 3 : v)); // row 0: mean 3
+      const w = randUniform(n, n + 7, 0.5, 1.5);
+      const b = randUniform(n, n + 8);
+      const dy = randNormal(rows * n, 5 * n + rows);
+      const eps = 1e-6;
+      const loss = (v: Float64Array) => layernormRef(v, w, b, eps).reduce((s, y, i) => s + y * dy[i], 0);
+      const want = finiteDifferences(loss, x, { eps: 1e-5 });
+      const prior = randUniform(rows * n, 98);
+      const t = {
+        x: gpu.upload(x, [rows, n], 'f32', 'x'),
+        w: gpu.upload(w, [n], 'f32', 'w'),
+        dy: gpu.upload(dy, [rows, n], 'f32', 'dy'),
+        dx: gpu.tensor([rows, n], 'f32', 'dx'),
+        acc: gpu.upload(prior, [rows, n], 'f32', 'dres'),
+      };
+      const rec = gpu.recorder();
+      norms.layernormBackward(rec, t.dy, t.x, t.w, t.dx, eps);
+      norms.layernormBackward(rec, t.dy, t.x, t.w, t.acc, eps, true);
+      await rec.submit();
+      expectClose(await gpu.readF32(t.dx), want, { rtol: 1e-4, atol: 1e-5, what: `layernorm backward ${rows}x${n}` });
+      expectClose(await gpu.readF32(t.acc), want.map((g, i) => g + prior[i]), { rtol: 1e-4, atol: 1e-5, what: `accumulate ${rows}x${n}` });
+      Object.values(t).forEach((v) => v.release());
+    }
+  });
+
   it('rejects mismatched shapes and dtypes with ShapeError naming the op', async () => {
     const gpu = await testGpu();
     const norms = await Norms.create(gpu);

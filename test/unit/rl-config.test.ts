@@ -77,6 +77,10 @@ describe('resolveConfig', () => {
     ['no target modules', { lora: { target_modules: [] } }, /at least one module/],
     ['an unknown module', { lora: { target_modules: ['lm_head' as 'q_proj'] } }, /no module 'lm_head'/],
     ['a module twice', { lora: { target_modules: ['q_proj', 'q_proj'] } }, /lists 'q_proj' twice/],
+    ['a bare linear_fc1 (it would match the vision blocks too)', { lora: { target_modules: ['q_proj', 'linear_fc1'] } }, /no module 'linear_fc1'.*vision mergers: merger.linear_fc1\|2/],
+    ['a vision layer not adapted', { lora: { target_modules: ['blocks.0.norm1'] } }, /no module 'blocks.0.norm1'.*vision blocks: \[blocks.<i>.\]attn.qkv\|attn.proj\|mlp.linear_fc1\|mlp.linear_fc2/],
+    ['a bare qkv', { lora: { target_modules: ['qkv'] } }, /no module 'qkv'/],
+    ['lora_dropout with vision modules', { lora: { lora_dropout: 0.05, target_modules: ['q_proj', 'merger.linear_fc1'] } }, /lora.lora_dropout is 0.05 with vision modules in lora.target_modules \(merger.linear_fc1\)/],
     ['a seed over u32', { seed: 2 ** 32 }, /seed must be below 2\^32/],
     ['max_steps 0', { max_steps: 0 }, /max_steps/],
     ['negative save_steps', { save_steps: -1 }, /save_steps/],
@@ -87,6 +91,11 @@ describe('resolveConfig', () => {
     ['an unknown task', { dataset: { tasks: ['maze' as 'counting'] } }, /no task 'maze'/],
     ['an empty model path', { model_name_or_path: '' }, /model_name_or_path/],
   ];
+  it('takes the vision mergers\' and blocks\' layers as PEFT list entries beside the decoder\'s projections', () => {
+    const targets = ['q_proj', 'merger.linear_fc1', 'visual.merger.linear_fc2', 'model.visual.deepstack_merger_list.2.linear_fc1', 'deepstack_merger_list.0.linear_fc2', 'attn.qkv', 'blocks.3.mlp.linear_fc2', 'model.visual.blocks.0.attn.proj'];
+    expect(resolveConfig({ lora: { target_modules: targets } }).config.lora.target_modules).toEqual(targets);
+  });
+
   it.each(refusals)('refuses %s', (_, input, reason) => {
     expect(() => resolveConfig(input)).toThrow(ConfigError);
     expect(() => resolveConfig(input)).toThrow(reason);

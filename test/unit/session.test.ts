@@ -66,6 +66,33 @@ describe('openModel', () => {
     expect(session.policy.lora).toBe(subset);
   });
 
+  it('attachLora: vision entries of target_modules adapt the modules PEFT matches them to, after the decoder\'s', () => {
+    const lora = { ...defaultConfig().lora, r: 2, lora_alpha: 4 };
+    const params = session.attachLora({ ...lora, target_modules: ['q_proj', 'merger.linear_fc2', 'visual.deepstack_merger_list.1.linear_fc1', 'model.visual.merger.linear_fc1'] });
+    expect(params.slice(3).map((p) => [p.name, p.out, p.in])).toEqual([
+      ['model.visual.merger.linear_fc1', 128, 128],
+      ['model.visual.merger.linear_fc2', 64, 128],
+      ['model.visual.deepstack_merger_list.1.linear_fc1', 128, 128],
+    ]);
+    expect(session.model.visionLora?.mergers[0].fc2?.name).toBe('model.visual.merger.linear_fc2');
+    // tiny-a has two DeepStack mergers: a third names nothing.
+    expect(() => session.attachLora({ ...lora, target_modules: ['q_proj', 'deepstack_merger_list.2.linear_fc1'] })).toThrow(
+      /deepstack_merger_list.2.linear_fc1 name no module of this model \(its vision tower has 3 blocks and 2 DeepStack mergers/,
+    );
+    expect(session.policy.lora).toBe(params);
+    // Block entries: every block's attn.qkv, block 1's mlp.linear_fc2 (tiny-a: 3 blocks, hidden 32, intermediate 64).
+    const withBlocks = session.attachLora({ ...lora, target_modules: ['q_proj', 'attn.qkv', 'blocks.1.mlp.linear_fc2'] });
+    expect(withBlocks.slice(3).map((p) => [p.name, p.out, p.in])).toEqual([
+      ['model.visual.blocks.0.attn.qkv', 96, 32],
+      ['model.visual.blocks.1.attn.qkv', 96, 32],
+      ['model.visual.blocks.1.mlp.linear_fc2', 32, 64],
+      ['model.visual.blocks.2.attn.qkv', 96, 32],
+    ]);
+    expect(session.model.visionLora?.blocks[1].fc2?.name).toBe('model.visual.blocks.1.mlp.linear_fc2');
+    expect(() => session.attachLora({ ...lora, target_modules: ['q_proj', 'blocks.3.attn.proj'] })).toThrow(/blocks.3.attn.proj name no module of this model \(its vision tower has 3 blocks/);
+    expect(session.policy.lora).toBe(withBlocks);
+  });
+
   it('refuses a tokenizer that does not belong to the model, and a folder without one', async () => {
     const gpu = await testGpu();
     // Qwen's real tokenizer: <|image_pad|> is 151655, the fixture's config says 1000.

@@ -3,7 +3,7 @@
 // others closed to one line of their values that differ from the defaults, so that the form reads
 // at a glance and every field stays one click away. `read()` returns the TrainConfigInput the
 // worker resolves; the page resolves it first too, so a bad value is shown before a start.
-import { defaultConfig, LORA_TARGETS, LR_SCHEDULERS, type TrainConfig, type TrainConfigInput } from '../../rl/config';
+import { defaultConfig, LORA_TARGETS, LR_SCHEDULERS, VISION_LORA_TARGET, type TrainConfig, type TrainConfigInput } from '../../rl/config';
 import { defaultEngineConfig } from '../../rl/engineConfig';
 import { AGGREGATIONS, LOSS_TYPES } from '../../rl/lossConfig';
 import { THINKING_MODES } from '../../model/processor/chat';
@@ -210,7 +210,16 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
     input.checked = d.lora.target_modules.includes(t);
     return { t, input };
   });
-  const readLora = () => ({ r: Number(r.value), lora_alpha: Number(alpha.value), lora_dropout: Number(dropout.value), target_modules: targets.filter((x) => x.input.checked).map((x) => x.t) });
+  // Vision modules, opt-in, as PEFT list entries separated by commas or spaces.
+  const visionText = (modules: readonly string[]) => modules.filter((m) => VISION_LORA_TARGET.test(m)).join(', ');
+  const vision = h('input', { type: 'text', 'data-key': 'lora.target_modules.vision', placeholder: 'merger.linear_fc1, deepstack_merger_list.0.linear_fc2' });
+  vision.value = visionText(d.lora.target_modules);
+  const readLora = () => ({
+    r: Number(r.value),
+    lora_alpha: Number(alpha.value),
+    lora_dropout: Number(dropout.value),
+    target_modules: [...targets.filter((x) => x.input.checked).map((x) => x.t), ...vision.value.split(/[\s,]+/).filter(Boolean)],
+  });
   const lora = section(
     'lora',
     'LoRA',
@@ -223,6 +232,11 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
       { class: 'inline' },
       h('legend', {}, 'target_modules (the projections adapted in every layer)'),
       ...targets.map(({ t, input }) => checkbox(t, input)),
+    ),
+    field(
+      'vision modules',
+      vision,
+      'Also adapt vision modules (PEFT list entries): merger.linear_fc1|2 (the final merger), deepstack_merger_list.<j>.linear_fc1|2 (DeepStack merger j), attn.qkv, attn.proj, mlp.linear_fc1|2 (every block; blocks.<i>. before them: block i); lora_dropout must be 0. Default none.',
     ),
   );
   summaries.push(() => {
@@ -254,7 +268,10 @@ export function configForm(initial: TrainConfigInput = {}): ConfigForm {
       if (l?.r !== undefined) r.value = shown(l.r);
       if (l?.lora_alpha !== undefined) alpha.value = shown(l.lora_alpha);
       if (l?.lora_dropout !== undefined) dropout.value = shown(l.lora_dropout);
-      if (l?.target_modules) for (const x of targets) x.input.checked = l.target_modules.includes(x.t);
+      if (l?.target_modules) {
+        for (const x of targets) x.input.checked = l.target_modules.includes(x.t);
+        vision.value = visionText(l.target_modules);
+      }
       summarize();
     },
     openSections() {
