@@ -320,13 +320,9 @@ export class Decoder {
       if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), d && { dropout: d.p, seed: d.seed('down') });
       return;
     }
-    // down_proj's down product starts in the SwiGLU dispatch: its update is one dispatch after its GEMV.
+    // h += down(silu(gate)·up): the residual add is the down projection's accumulate.
     const [downOut] = this.products(lora, [[w.down, h, 'down']]);
-    const fold = projection.swigluFold(gemv, downOut, h.shape[0], lora?.scratch, int8);
-    if (gemv) this.ops.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { p: fold.p, parts: fold.parts, quantized: fold.quantized });
-    else this.ops.act.swiglu(rec, b.gate, b.up, b.act);
-    if (fold) projection.projectFolded(rec, b.act, downOut, fold, int8);
-    else projection.project(rec, b.act, [downOut], { ...call, accumulate: true });
+    projection.swigluDown(rec, gemv, b, downOut, { ...call, accumulate: true });
   }
 
   /**

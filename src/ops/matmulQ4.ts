@@ -561,3 +561,14 @@ export class MatmulQ4 {
     });
   }
 }
+
+/** [first row, rows] of the slices of m rows at most `cap` (a multiple of 64) a slice: as few as
+ * that allows, of equal size rounded up to 64 rows (binding offsets; a short last slice would leave
+ * SMs idle). */
+export function rowSlices(m: number, cap: number): [number, number][] {
+  if (m <= cap) return [[0, m]];
+  const size = Math.min(cap, 64 * Math.ceil(m / Math.ceil(m / cap) / 64));
+  const out: [number, number][] = [];
+  for (let r0 = 0; r0 < m; r0 += size) out.push([r0, Math.min(size, m - r0)]);
+  return out;
+}

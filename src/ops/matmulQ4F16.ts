@@ -4,7 +4,7 @@
 // f32. Needs shader-f16 and Chromium's subgroup-matrix extension with an f16 -> f32 configuration
 // of square fragments (16x16x16 on NVIDIA, 8x8x8 on Apple).
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
-import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
+import { checkQ4Shape, q4Words, Q4_GROUP, rowSlices, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
@@ -269,11 +269,7 @@ export class MatmulQ4F16 {
   private slices(op: string, m: number, width: number): [number, number][] {
     const cap = this.rowsFitting(width);
     if (cap === 0) throw new ShapeError(op, `x of width ${width}: not even 64 rows fit the workspace of ${this.maxRows} x ${this.maxK}`);
-    if (m <= cap) return [[0, m]];
-    const size = Math.min(cap, 64 * Math.ceil(m / Math.ceil(m / cap) / 64));
-    const out: [number, number][] = [];
-    for (let r0 = 0; r0 < m; r0 += size) out.push([r0, Math.min(size, m - r0)]);
-    return out;
+    return rowSlices(m, cap);
   }
 
   release(): void {

@@ -5,7 +5,7 @@
 // per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
 // shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
 import { capabilitiesOf, compileMatrixKernels, grid1d, hasConfig, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type MatrixKernelEntry, PACKED_INT8_DOT, type Recorder } from '../gpu';
-import { checkQ4Shape, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
+import { checkQ4Shape, q4Words, Q4_GROUP, rowSlices, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
 
@@ -358,12 +358,8 @@ export class MatmulQ4Mma {
    * leave SMs idle). */
   private slices(m: number, width: number): [number, number][] {
     const cap = this.rowsFitting(width);
-    if (m <= cap) return [[0, m]];
-    if (cap % 64 !== 0) throw new ShapeError('matmulQ4Mma', `${m} rows need slices of maxRows = ${cap}, which is not a multiple of 64`);
-    const size = Math.min(cap, 64 * Math.ceil(m / Math.ceil(m / cap) / 64));
-    const out: [number, number][] = [];
-    for (let r0 = 0; r0 < m; r0 += size) out.push([r0, Math.min(size, m - r0)]);
-    return out;
+    if (m > cap && cap % 64 !== 0) throw new ShapeError('matmulQ4Mma', `${m} rows need slices of maxRows = ${cap}, which is not a multiple of 64`);
+    return rowSlices(m, cap);
   }
 
   release(): void {

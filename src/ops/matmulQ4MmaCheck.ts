@@ -73,12 +73,16 @@ export async function checkQ4Mma(gpu: Gpu, mma: MatmulQ4Mma, shape: [number, num
           for (let c = q * b; c < (q + 1) * b; c += input ? 1 : Q4_GROUP) d = Math.max(d, Math.abs(input ? scale(c, j) : scale(j, c)));
           wstep[j * blocks + q] = (8 * d) / 127;
         }
-    return (r, c, j, xv, wv) => {
-      const q = Math.floor(c / b);
-      const t = wstep[j * blocks + q];
-      return 0.5 * step[r * blocks + q] * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
-    };
+    return limbBound(step, wstep, b, blocks);
   });
+}
+
+/** Gaussian activations [m, width] with OUTLIERS.channels columns scaled by OUTLIERS.gain, as Qwen's have. */
+function activations(next: () => number, m: number, width: number): Float32Array {
+  const x = new Float32Array(m * width).map(() => gaussian(next));
+  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * width));
+  for (let r = 0; r < m; r++) for (const c of outliers) x[r * width + c] *= OUTLIERS.gain;
+  return x;
 }
 
 /** Relative rounding of a value to f16 (one ulp: WGSL lets a conversion take either neighbour). */
@@ -104,28 +108,47 @@ export interface F16DenseProduct {
 
 /** toF16 then gemmF16 on a random f32 weight [n, k] (Gaussian, 0.02) and checkQ4F16's activations,
  * against the f64 product with the f32 weight: x and w each rounded to f16. */
-export async function checkF16Dense(gpu: Gpu, op: F16DenseProduct, [m, n, k]: [number, number, number], seed: number): Promise<MmaAccuracy> {
+export async function checkF16Dense(gpu: Gpu, op: F16DenseProduct, shape: [number, number, number], seed: number): Promise<MmaAccuracy> {
+  return checkDense(gpu, shape, seed, 'f16', (rec, tw, n, k) => {
+    const w16 = op.toF16(rec, tw, n, k, 'f16-check.w');
+    return { run: (r, x, y, acc) => op.gemmF16(r, x, [{ w: w16, y }], acc), release: () => w16.w16.release() };
+  }, ({ x, m, k }) => {
+    const inv = rowScaleInverses(x, m, k);
+    return (r, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[r] * Math.abs(wv) + 2 ** -24 * Math.abs(xv);
+  });
+}
+
+/**
+ * A product on a copy of a random f32 weight [n, k] (Gaussian, 0.02) made by `copy`, on the
+ * activations of checkQ4Product, once overwriting y and once accumulating into a random y0,
+ * against the f64 product with the f32 weight and the sum of `bounds`' per-term errors.
+ */
+async function checkDense(
+  gpu: Gpu,
+  [m, n, k]: [number, number, number],
+  seed: number,
+  what: string,
+  copy: (rec: Recorder, w: Tensor, n: number, k: number) => { run: (rec: Recorder, x: Tensor, y: Tensor, accumulate: boolean) => void; release: () => void },
+  bounds: (a: { x: Float32Array; w: Float32Array; m: number; n: number; k: number }) => TermBound,
+): Promise<MmaAccuracy> {
   const next = rng(seed);
-  const x = new Float32Array(m * k).map(() => gaussian(next));
-  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * k));
-  for (let r = 0; r < m; r++) for (const c of outliers) x[r * k + c] *= OUTLIERS.gain;
+  const x = activations(next, m, k);
   const w = new Float32Array(n * k).map(() => 0.02 * gaussian(next));
   const y0 = new Float32Array(m * n).map(() => gaussian(next));
-  const tw = gpu.upload(w, [n, k], 'f32', 'f16-check.w');
-  const tx = gpu.upload(x, [m, k], 'f32', 'f16-check.x');
-  const ty = gpu.tensor([m, n], 'f32', 'f16-check.y');
-  const tacc = gpu.upload(y0, [m, n], 'f32', 'f16-check.y0');
-  const rec = gpu.recorder('f16-check');
-  const w16 = op.toF16(rec, tw, n, k, 'f16-check.w');
-  op.gemmF16(rec, tx, [{ w: w16, y: ty }]);
-  op.gemmF16(rec, tx, [{ w: w16, y: tacc }], true);
+  const tw = gpu.upload(w, [n, k], 'f32', `${what}-check.w`);
+  const tx = gpu.upload(x, [m, k], 'f32', `${what}-check.x`);
+  const ty = gpu.tensor([m, n], 'f32', `${what}-check.y`);
+  const tacc = gpu.upload(y0, [m, n], 'f32', `${what}-check.y0`);
+  const rec = gpu.recorder(`${what}-check`);
+  const c = copy(rec, tw, n, k);
+  c.run(rec, tx, ty, false);
+  c.run(rec, tx, tacc, true);
   await rec.submit();
   const got = await gpu.readF32(ty);
   const gotAcc = await gpu.readF32(tacc);
-  for (const t of [tw, tx, ty, tacc, w16.w16]) t.release();
-  const inv = rowScaleInverses(x, m, k);
-  const termBound: TermBound = (r, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[r] * Math.abs(wv) + 2 ** -24 * Math.abs(xv);
-  return compare({ x, y0, got, gotAcc, m, red: k, out: n, termBound, wAt: (c, j) => w[j * k + c], shape: `f16 W M${m} N${n} K${k}` });
+  for (const t of [tw, tx, ty, tacc]) t.release();
+  c.release();
+  return compare({ x, y0, got, gotAcc, m, red: k, out: n, termBound: bounds({ x, w, m, n, k }), wAt: (col, j) => w[j * k + col], shape: `${what} W M${m} N${n} K${k}` });
 }
 
 /** 1 / row_scale's power of two per row of x [m, red] (the row's largest |x| into [2^14, 2^15)). */
@@ -157,9 +180,7 @@ async function checkQ4Product(
   // The product reduces over `red` (k, or n for the input gradient) into `out` columns.
   const [red, out] = input ? [n, k] : [k, n];
   const next = rng(seed);
-  const x = new Float32Array(m * red).map(() => gaussian(next));
-  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * red));
-  for (let r = 0; r < m; r++) for (const c of outliers) x[r * red + c] *= OUTLIERS.gain;
+  const x = activations(next, m, red);
   const words = q4Words(n, k);
   const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
   // f16 scales of either sign around 2^-8, as Q4 of weights of about 0.01 have.
@@ -197,6 +218,16 @@ async function checkQ4Product(
   const wAt = input ? (c: number, j: number) => deq[c * k + j] : (c: number, j: number) => deq[j * k + c];
   const termBound = bounds({ x, m, red, out, scale });
   return compare({ x, y0, got, gotAcc, m, red, out, termBound, wAt, shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}` });
+}
+
+/** x rounded to `step` per (row, K block of kb) and each weight to `wstep` per (output column,
+ * block), `blocks` blocks a row: half a step of each on a term, and their product. */
+function limbBound(step: Float64Array, wstep: Float64Array, kb: number, blocks: number): TermBound {
+  return (r, c, j, xv, wv) => {
+    const q = Math.floor(c / kb);
+    const t = wstep[j * blocks + q];
+    return 0.5 * step[r * blocks + q] * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
+  };
 }
 
 /** x's rounding step per (row, K block of kb): half of it is x's error (two limbs or one). */
@@ -260,39 +291,20 @@ function compare(a: {
  * same activations as checkQ4Mma, against the f64 product with the f32 weight: each weight is
  * rounded to a step of its (row, K block)'s largest |w| / 127.
  */
-export async function checkInt8Mma(gpu: Gpu, mma: MatmulQ4Mma, [m, n, k]: [number, number, number], seed: number): Promise<MmaAccuracy> {
-  const next = rng(seed);
-  const x = new Float32Array(m * k).map(() => gaussian(next));
-  const outliers = Array.from({ length: OUTLIERS.channels }, () => Math.floor(next() * k));
-  for (let r = 0; r < m; r++) for (const c of outliers) x[r * k + c] *= OUTLIERS.gain;
-  const w = new Float32Array(n * k).map(() => 0.02 * gaussian(next));
-  const y0 = new Float32Array(m * n).map(() => gaussian(next));
-  const tw = gpu.upload(w, [n, k], 'f32', 'int8-check.w');
-  const tx = gpu.upload(x, [m, k], 'f32', 'int8-check.x');
-  const ty = gpu.tensor([m, n], 'f32', 'int8-check.y');
-  const tacc = gpu.upload(y0, [m, n], 'f32', 'int8-check.y0');
-  const rec = gpu.recorder('int8-check');
-  const w8 = mma.quantizeDense(rec, tw, n, k, 'int8-check.w');
-  mma.gemmInt8(rec, tx, [{ w: w8, y: ty }]);
-  mma.gemmInt8(rec, tx, [{ w: w8, y: tacc }], true);
-  await rec.submit();
-  const got = await gpu.readF32(ty);
-  const gotAcc = await gpu.readF32(tacc);
-  for (const t of [tw, tx, ty, tacc, w8.w8, w8.steps]) t.release();
+export async function checkInt8Mma(gpu: Gpu, mma: MatmulQ4Mma, shape: [number, number, number], seed: number): Promise<MmaAccuracy> {
   const kb = mma.kBlock;
-  const blocks = k / kb;
-  const wstep = new Float64Array(n * blocks);
-  for (let j = 0; j < n; j++)
-    for (let b = 0; b < blocks; b++) {
-      let d = 0;
-      for (let c = b * kb; c < (b + 1) * kb; c++) d = Math.max(d, Math.abs(w[j * k + c]));
-      wstep[j * blocks + b] = d / 127;
-    }
-  const step = xSteps(mma, x, m, k, kb);
-  const termBound: TermBound = (r, c, j, xv, wv) => {
-    const q = Math.floor(c / kb);
-    const t = wstep[j * blocks + q];
-    return 0.5 * step[r * blocks + q] * (Math.abs(wv) + 0.5 * t) + 0.5 * t * Math.abs(xv);
-  };
-  return compare({ x, y0, got, gotAcc, m, red: k, out: n, termBound, wAt: (c, j) => w[j * k + c], shape: `int8 W M${m} N${n} K${k}` });
+  return checkDense(gpu, shape, seed, 'int8', (rec, tw, n, k) => {
+    const w8 = mma.quantizeDense(rec, tw, n, k, 'int8-check.w');
+    return { run: (r, x, y, acc) => mma.gemmInt8(r, x, [{ w: w8, y }], acc), release: () => [w8.w8, w8.steps].forEach((t) => t.release()) };
+  }, ({ x, w, m, n, k }) => {
+    const blocks = k / kb;
+    const wstep = new Float64Array(n * blocks);
+    for (let j = 0; j < n; j++)
+      for (let b = 0; b < blocks; b++) {
+        let d = 0;
+        for (let c = b * kb; c < (b + 1) * kb; c++) d = Math.max(d, Math.abs(w[j * k + c]));
+        wstep[j * blocks + b] = d / 127;
+      }
+    return limbBound(xSteps(mma, x, m, k, kb), wstep, kb, blocks);
+  });
 }

@@ -17,6 +17,7 @@
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
+import { Activations } from './activations';
 import { Lora, loraScale, type LoraParams } from './lora';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
@@ -129,6 +130,7 @@ export class Projection {
     readonly lora: Lora,
     readonly loraGemv: LoraGemv,
     private readonly norms: Norms,
+    private readonly act: Activations,
     private readonly biasAdd: Kernel,
     /** Widest x a pre-quantized GEMV input takes (0: none). */
     private readonly maxK: number,
@@ -137,8 +139,8 @@ export class Projection {
   /** `int8`: whether inference GEMVs may take int8 x. `maxK`: the widest x of a pre-quantized GEMV input (decoder). */
   static async create(gpu: Gpu, opts: { int8?: boolean; maxK?: number } = {}): Promise<Projection> {
     const biasAdd = gpu.kernelOnUse({ shader: 'vision', entry: 'bias_add', constants: { WG: BIAS_WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } });
-    const [matmul, q4, lora, loraGemv, norms] = await Promise.all([Matmul.create(gpu), MatmulQ4.create(gpu, { int8: opts.int8 }), Lora.create(gpu), LoraGemv.create(gpu), Norms.create(gpu)]);
-    return new Projection(gpu, matmul, q4, lora, loraGemv, norms, biasAdd, opts.maxK ?? 0);
+    const [matmul, q4, lora, loraGemv, norms, act] = await Promise.all([Matmul.create(gpu), MatmulQ4.create(gpu, { int8: opts.int8 }), Lora.create(gpu), LoraGemv.create(gpu), Norms.create(gpu), Activations.create(gpu)]);
+    return new Projection(gpu, matmul, q4, lora, loraGemv, norms, act, biasAdd, opts.maxK ?? 0);
   }
 
   // ---- weights joined at load ----------------------------------------------------------------
@@ -426,11 +428,25 @@ export class Projection {
   }
 
   /**
+   * act = silu(gate)·up, then down (+)= act·W_downᵀ with its adapter: on the LoRA GEMV path of
+   * gate/up (`gemv`, normProject's) their adapters' up products finish in the SwiGLU dispatch, and
+   * down's adapter folds into it (swigluFold); else SwiGLU, then the projection.
+   */
+  swigluDown(rec: Recorder, gemv: LoraGemvCall | null, b: { gate: Tensor; up: Tensor; act: Tensor }, down: Product, o: { scratch?: LoraScratch; int8?: boolean; accumulate?: boolean } = {}): void {
+    const { int8 = false, accumulate = false } = o;
+    const fold = this.swigluFold(gemv, down, b.act.shape[0], o.scratch, int8);
+    if (gemv) this.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { p: fold.p, parts: fold.parts, quantized: fold.quantized });
+    else this.act.swiglu(rec, b.gate, b.up, b.act);
+    if (fold) this.projectFolded(rec, b.act, down, fold, int8);
+    else this.project(rec, b.act, [down], { int8, scratch: o.scratch, accumulate });
+  }
+
+  /**
    * On the LoRA GEMV path of gate/up (`gemv`), the fold of down_proj's adapter into their SwiGLU
    * dispatch (one partial of u per 64 columns of act), and act as int8 groups where it can: what
    * upSwiglu takes and projectFolded finishes; else undefined.
    */
-  swigluFold(gemv: LoraGemvCall | null, out: Product, rows: number, scratch: LoraScratch | undefined, int8: boolean): Fold | undefined {
+  private swigluFold(gemv: LoraGemvCall | null, out: Product, rows: number, scratch: LoraScratch | undefined, int8: boolean): Fold | undefined {
     const p = out.lora?.p;
     if (!gemv || !p || !scratch || !LoraGemv.canFold(gemv.ps[0], p)) return undefined;
     const perRow = LoraGemv.foldParts(p);

@@ -100,3 +100,12 @@ export interface EngineApi extends TrainerApi {
   /** The GPU buffer pool's bytes (in use, cached for reuse, peak); null before the GPU is acquired. */
   gpuMemory(): Promise<PoolStats | null>;
 }
+
+/** The engine refused a request because a run or an eval is in progress; nothing changed (the
+ * page tells it by its name, which crosses the worker boundary). */
+export class BusyError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'BusyError';
+  }
+}

@@ -20,7 +20,7 @@ import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '.
 import { createBrowserSandbox } from '../rewards/sandboxBrowser';
 import type { Policy } from '../rl/policy';
 import { rememberAdapter, rememberProducts, storedProducts, type SeenAdapter } from '../store/db';
-import type { EngineApi, ModelSource, ProductsState } from './api';
+import { BusyError, type EngineApi, type ModelSource, type ProductsState } from './api';
 import { createTrainerApi } from './trainerApi';
 
 let gpu: Promise<Gpu> | null = null;
@@ -102,7 +102,11 @@ const DEMO_BASE_MODEL = 'vlrl-demo';
 
 /** The base model an adapter names: a hub id PEFT can load, the demo's name, or null for picked files. */
 function baseModelOf(source: ModelSource): string | null {
-  return source.kind === 'hub' ? source.repo : source.kind === 'demo' ? DEMO_BASE_MODEL : null;
+  if (source.kind === 'hub') return source.repo;
+  if (source.kind === 'demo') return DEMO_BASE_MODEL;
+  // Picked files: the folder they came from (PEFT loads a base model from a local path), when picked as a folder.
+  const folder = source.files[0]?.webkitRelativePath.split('/')[0];
+  return folder ? folder : null;
 }
 
 let weightCache: WeightCache | null = null;
@@ -131,8 +135,8 @@ async function productsState(): Promise<ProductsState> {
 /** Refuses to change the model under a training run or an eval. */
 async function requireIdle(what: string): Promise<void> {
   const state = await trainer.trainingState();
-  if (state.state === 'running' || state.state === 'paused') throw new Error(`run ${state.runId} is ${state.state}; stop it before ${what}`);
-  if (evalAbort) throw new Error(`an eval is running; cancel it or let it finish before ${what}`);
+  if (state.state === 'running' || state.state === 'paused') throw new BusyError(`run ${state.runId} is ${state.state}; stop it before ${what}`);
+  if (evalAbort) throw new BusyError(`an eval is running; cancel it or let it finish before ${what}`);
 }
 
 function requireSession(): ModelSession {
@@ -154,6 +158,7 @@ const trainer = createTrainerApi({
     return { policy: s.policy, data: decodingPromptSource(s.promptSource(rows ?? configRows(config.dataset)), browserDecoder, imageLimitsFor(s.processor.image)) };
   },
   dataFileBytes: () => (rows ? rowsFileBytes : undefined),
+  products: () => (session ? { products: session.model.products, vision_products: session.model.visionProducts } : {}),
 });
 
 const api: EngineApi = {

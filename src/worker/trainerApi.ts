@@ -57,6 +57,8 @@ export interface TrainerApiDeps {
   sandbox?: CustomRewardEvaluator;
   /** Size in bytes of the file a file dataset's rows were read from, for the run's data record. */
   dataFileBytes?: () => number | undefined;
+  /** Where the loaded model's products run (the Model panel's setting), for the run's engine config. */
+  products?: () => Partial<Pick<EngineConfig, 'products' | 'vision_products'>>;
 }
 
 export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
@@ -125,9 +127,10 @@ export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
 
   return {
     async startTraining(input, onEvent) {
-      // The form's gradient_checkpointing is the engine's (transformers' name); the rest of the engine config keeps its defaults here.
+      // The form's gradient_checkpointing is the engine's (transformers' name), the products those the
+      // model runs (the Model panel's); micro_batch_tokens keeps its default here.
       const { config, warnings, engine: fromConfig } = resolveConfig(input);
-      const engine = resolveEngineConfig({}, 'engine', fromConfig);
+      const engine = resolveEngineConfig({ ...deps.products?.() }, 'engine', fromConfig);
       const runId = `run-${Date.now().toString(36)}-${Math.floor(Math.random() * 1e6).toString(36)}`;
       await createRun(runId, config, engine);
       for (const message of warnings) onEvent({ type: 'warning', message });

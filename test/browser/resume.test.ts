@@ -92,6 +92,9 @@ describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
     const recorded = (await page.evaluate(`window.__api.trainingRuns().then((rs) => rs.find((r) => r.runId === ${JSON.stringify(runId)}).data)`)) as { dataset: { kind: string; seed: number }; rows: number; rowsSha256: string };
     expect(recorded).toMatchObject({ dataset: { kind: 'synthetic', seed: 0 }, rows: 4 });
     expect(recorded.rowsSha256).toMatch(/^[0-9a-f]{64}$/);
+    // The run's engine config names the products the model ran (SwiftShader: the f32 units).
+    const engineConfig = await page.evaluate(`window.__api.trainingRuns().then((rs) => rs.find((r) => r.runId === ${JSON.stringify(runId)}).engine)`);
+    expect(engineConfig).toMatchObject({ products: 'f32', vision_products: 'f32', gradient_checkpointing: true });
     // Other rows (another seed) are refused, naming the difference; the config's own rows go on below.
     const otherRows = `import('/src/data/index.ts').then((m) => window.__api.setDataset(m.syntheticDataset({ seed: 1, count: 4, tasks: ['counting'], size: 128 })))`;
     await page.evaluate(otherRows);

@@ -111,6 +111,15 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
     expect(await text(p.locator('figure.chart', { hasText: 'KL to the base model' }).locator('.chart-empty'))).toMatch(/beta = 0/);
     await screenshot(page, 'ui-train-paused');
 
+    // Load pressed while the run is paused: refused with the reason, and the model stays loaded.
+    const model = await openPanel(page, 'model');
+    await model.getByRole('button', { name: 'Load model' }).click();
+    await model.getByTestId('model-error').waitFor({ state: 'visible', timeout: 60_000 });
+    expect(await text(model.getByTestId('model-error'))).toMatch(/is paused; stop it before loading another model/);
+    expect(await text(model.getByTestId('model-loaded'))).toMatch(/^Loaded: /);
+    p = await openPanel(page, 'train');
+    expect(await text(p.getByTestId('train-model'))).toBe('Model: the picked files.');
+
     // The throwing term: a warning, and 0 for it in the rollouts; the steps went on.
     expect(await text(p.getByTestId('train-warnings'))).toMatch(/reward 'boom' on prompt \S+: .*boom.* \(scored 0\)/);
     const terms = await p.getByTestId('rollout-inspector').locator('tbody tr td:nth-child(3)').allTextContents();

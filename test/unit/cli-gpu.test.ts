@@ -21,14 +21,15 @@ describe('gpu command', () => {
     expect(out.capabilities.shaderF16).toBe(out.enabled.includes('shader-f16'));
     expect(out.capabilities.subgroups.enabled).toBe(out.enabled.includes('subgroups'));
     expect(out.capabilities.subgroupMatrix.configs).toEqual(out.subgroupMatrixConfigs);
-    expect(out.paths.map((p) => p.path)).toEqual(['f16', 'int8', 'f32']);
-    expect(out.paths.find((p) => p.path === 'f16')!.available).toBe(false);
-    const int8 = out.paths.find((p) => p.path === 'int8')!;
-    expect(out.defaultProducts.products).toBe(int8.available ? 'int8' : 'f32');
+    expect(out.paths.map((p) => p.path)).toEqual(['int8', 'f16', 'f32']);
+    const [int8, f16] = out.paths;
+    expect(out.defaultProducts.products).toBe(int8.available ? 'int8' : f16.available ? 'f16' : 'f32');
     expect(out.defaultProducts.why).toContain(int8.why);
     expect(r.stderr).toContain(`default products: ${out.defaultProducts.products}`);
     if (/llvmpipe/i.test(String(out.name))) {
       expect(out.capabilities.shaderF16).toBe(true);
+      expect(f16.available).toBe(false);
+      expect(f16.why).toMatch(/no 'chromium-experimental-subgroup-matrix' feature/);
       expect(out.defaultProducts.products).toBe('f32');
     }
   });

@@ -8,14 +8,11 @@ import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { DEFAULT_F16_TILE, f16UnsupportedOn, MatmulQ4F16, type F16Tile } from '../../src/ops/matmulQ4F16';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
-import { checkF16Dense, checkQ4F16, type MmaAccuracy } from '../../src/ops/matmulQ4MmaCheck';
+import { checkF16Dense, checkQ4F16 } from '../../src/ops/matmulQ4MmaCheck';
+import { accuracyReporter, inStreamMs, timeQ4Gemms } from './gemmTiming';
 import { Matmul } from '../../src/ops/matmul';
 import { tensorCoreOptions } from '../../src/ops/projection';
 import { Filler } from '../../src/bench/fill';
-import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
-import { measure } from '../../src/bench/harness';
-import type { Recorder, Tensor } from '../../src/gpu';
-import type { Q4Weight } from '../../src/ops/matmulQ4';
 
 const TILES: F16Tile[] = [
   DEFAULT_F16_TILE,
@@ -52,12 +49,9 @@ if (why) {
   console.log(`skipped: ${why}`);
   process.exit(0);
 }
+const checks = accuracyReporter();
+const report = checks.report;
 let failed = false;
-function report(name: string, a: MmaAccuracy): void {
-  const ok = a.ofBound <= 1;
-  failed ||= !ok;
-  console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
-}
 const name = (t: F16Tile) => `${t.rows}x${t.cols}/${t.threads} 2x${t.tn}`;
 const ops: { name: string; op: MatmulQ4F16 }[] = [];
 for (const tile of TILES)
@@ -78,37 +72,11 @@ for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
   for (const [i, shape] of SHAPES.entries()) report(n, await checkF16Dense(gpu, op, shape, 300 + i));
 }
 
-interface Op {
-  gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor): void;
-  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor): void;
-}
 if (!args.bool('no-speed')) {
   const fill = await Filler.create(gpu);
   const int8 = await MatmulQ4Mma.create(gpu, tensorCoreOptions(2, 8192, 6144));
-  const timed: { name: string; kernels: RegExp; op: Op }[] = [...ops.map((o) => ({ ...o, kernels: /^matmul_q4_f16/ })), { name: 'int8 two limbs (default)', kernels: /^matmul_q4_mma\./, op: int8 }];
-  for (const [m, n, k] of SPEED) {
-    const rec = gpu.recorder('setup');
-    const [w] = randomQ4Blocks(gpu, rec, fill, n, k, 'w', n);
-    const x = gpu.tensor([m, k], 'f32', 'x');
-    const dy = gpu.tensor([m, n], 'f32', 'dy');
-    fill.fill(rec, x, 'uniform', 1);
-    fill.fill(rec, dy, 'uniform', 1);
-    const y = gpu.tensor([m, n], 'f32', 'y');
-    const dx = gpu.tensor([m, k], 'f32', 'dx');
-    await rec.submit();
-    const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
-    for (const { name: n2, kernels, op } of timed) {
-      const time = async (run: (r: Recorder) => void) => {
-        const t = await measure(gpu, kernels, run, { maxReps: 20, gpuOnly: true });
-        return t.passMs ?? t.ms;
-      };
-      const tf = await time((r) => op.gemm(r, x, w, y));
-      const tb = await time((r) => op.backwardInput(r, dy, w, dx));
-      console.log(`${n2} M${m} N${n} K${k}: forward ${tf.toFixed(3)} ms (${tflops(tf)} TFLOP/s), dX ${tb.toFixed(3)} ms (${tflops(tb)} TFLOP/s)`);
-    }
-    for (const t of [x, dy, y, dx]) t.release();
-    releaseQ4([w]);
-  }
+  const timed = [...ops.map((o) => ({ ...o, kernels: /^matmul_q4_f16/ })), { name: 'int8 two limbs (default)', kernels: /^matmul_q4_mma\./, op: int8 }];
+  for (const shape of SPEED) await timeQ4Gemms(gpu, fill, shape, timed);
   // f32 weights (the vision tower's dense layers at a 448x448 image: 784 patches, 196 merged):
   // held in f16, as int8 copies, or on the f32 GEMM.
   const mm = await Matmul.create(gpu);
@@ -124,12 +92,11 @@ if (!args.bool('no-speed')) {
     const w8 = int8.quantizeDense(rec, w, n, k, 'w');
     await rec.submit();
     const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
-    const t16 = await measure(gpu, /^matmul_q4_f16/, (r) => f16.gemmF16(r, x, [{ w: w16, y }]), { maxReps: 20, gpuOnly: true });
-    const t8 = await measure(gpu, /^matmul_q4_mma\./, (r) => int8.gemmInt8(r, x, [{ w: w8, y }]), { maxReps: 20, gpuOnly: true });
-    const t32 = await measure(gpu, /^matmul\.gemm/, (r) => mm.gemm(r, { a: x, b: w, c: y, m, n, k, transB: true }), { maxReps: 20, gpuOnly: true });
-    const ms = (t: { passMs?: number; ms: number }) => t.passMs ?? t.ms;
-    console.log(`dense M${m} N${n} K${k}: f16 ${ms(t16).toFixed(3)} ms (${tflops(ms(t16))} TFLOP/s), int8 ${ms(t8).toFixed(3)} ms (${tflops(ms(t8))}), f32 ${ms(t32).toFixed(3)} ms (${tflops(ms(t32))})`);
+    const t16 = await inStreamMs(gpu, /^matmul_q4_f16/, (r) => f16.gemmF16(r, x, [{ w: w16, y }]));
+    const t8 = await inStreamMs(gpu, /^matmul_q4_mma\./, (r) => int8.gemmInt8(r, x, [{ w: w8, y }]));
+    const t32 = await inStreamMs(gpu, /^matmul\.gemm/, (r) => mm.gemm(r, { a: x, b: w, c: y, m, n, k, transB: true }));
+    console.log(`dense M${m} N${n} K${k}: f16 ${t16.toFixed(3)} ms (${tflops(t16)} TFLOP/s), int8 ${t8.toFixed(3)} ms (${tflops(t8)}), f32 ${t32.toFixed(3)} ms (${tflops(t32)})`);
     for (const t of [w, x, y, w16.w16, w8.w8, w8.steps]) t.release();
   }
 }
-process.exit(failed ? 1 : 0);
+process.exit(failed || checks.failed ? 1 : 0);

@@ -13,8 +13,8 @@ import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4, type Q4Weight } from '../../src/ops/matmulQ4';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaSteps, type MmaTile } from '../../src/ops/matmulQ4Mma';
 import { Filler } from '../../src/bench/fill';
+import { inStreamMs, timeQ4Gemms } from './gemmTiming';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
-import { measure } from '../../src/bench/harness';
 import { GEMM_TILES, Matmul, tileOf, type GemmTile } from '../../src/ops/matmul';
 import { createLoraParams, Lora } from '../../src/ops/lora';
 import type { Recorder, Tensor } from '../../src/gpu';
@@ -41,11 +41,7 @@ const why = F32 || DENSE || SPLIT ? null : mmaUnsupported(gpu);
 if (why) throw new Error(why);
 const fill = await Filler.create(gpu);
 
-/** Per-call in-stream ms (the wall clock where the device has no timestamps). */
-async function time(kernels: RegExp, run: (rec: Recorder) => void): Promise<number> {
-  const t = await measure(gpu, kernels, run, { maxReps: 20, gpuOnly: true });
-  return t.passMs ?? t.ms;
-}
+const time = (kernels: RegExp, run: (rec: Recorder) => void) => inStreamMs(gpu, kernels, run);
 
 interface Gemm {
   gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor): void;
@@ -189,23 +185,7 @@ const ops: { name: string; kernels: RegExp; make: () => Promise<Gemm & { release
 for (const { name, kernels, make } of ops) {
   if (only !== undefined && !name.includes(only)) continue;
   const op = await make();
-  for (const [m, n, k] of SHAPES) {
-    const rec = gpu.recorder('setup');
-    const [w] = randomQ4Blocks(gpu, rec, fill, n, k, 'w', n);
-    const x = gpu.tensor([m, k], 'f32', 'x');
-    const dy = gpu.tensor([m, n], 'f32', 'dy');
-    fill.fill(rec, x, 'uniform', 1);
-    fill.fill(rec, dy, 'uniform', 1);
-    const y = gpu.tensor([m, n], 'f32', 'y');
-    const dx = gpu.tensor([m, k], 'f32', 'dx');
-    await rec.submit();
-    const tf = await time(kernels, (r) => op.gemm(r, x, w, y));
-    const tb = await time(kernels, (r) => op.backwardInput(r, dy, w, dx));
-    const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
-    console.log(`${name} M${m} N${n} K${k}: forward ${tf.toFixed(3)} ms (${tflops(tf)} TFLOP/s), dX ${tb.toFixed(3)} ms (${tflops(tb)} TFLOP/s)`);
-    for (const t of [x, dy, y, dx]) t.release();
-    releaseQ4([w]);
-  }
+  for (const shape of SHAPES) await timeQ4Gemms(gpu, fill, shape, [{ name, kernels, op }]);
   op.release?.();
 }
 process.exit(0);

@@ -7,7 +7,8 @@
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported, type KBlock, type MmaTile } from '../../src/ops/matmulQ4Mma';
-import { checkInt8Mma, checkQ4Mma, type MmaAccuracy } from '../../src/ops/matmulQ4MmaCheck';
+import { checkInt8Mma, checkQ4Mma } from '../../src/ops/matmulQ4MmaCheck';
+import { accuracyReporter } from './gemmTiming';
 import { ShapeError } from '../../src/gpu';
 
 const TILES: MmaTile[] = [
@@ -51,12 +52,9 @@ if (why) {
   console.log(`skipped: ${why}`);
   process.exit(0);
 }
+const checks = accuracyReporter();
+const report = checks.report;
 let failed = false;
-function report(name: string, a: MmaAccuracy): void {
-  const ok = a.ofBound <= 1;
-  failed ||= !ok;
-  console.log(`${ok ? 'ok  ' : 'FAIL'} ${name} ${a.shape}: err/max|y| ${a.relToMax.toExponential(2)}, err/Σ|xw| ${a.relToMagnitude.toExponential(2)}, err/bound ${a.ofBound.toFixed(3)}`);
-}
 const args = parseArgs(process.argv.slice(2));
 // --only TEXT: the checks whose name contains TEXT.
 const only = args.optStr('only');
@@ -99,4 +97,4 @@ for (const tile of KB_TILES) await check(`${tile.rows}x${tile.cols}/${tile.threa
 for (const limbs of [2, 1] as const)
   await check(`128x64/256 K block 128${limbs === 1 ? ', one limb' : ''}, slices of 64 rows`, () => MatmulQ4Mma.create(gpu, { maxRows: 64, maxK: 6144, tile: KB_TILES[2], kBlock: 128, limbs }));
 await check('64x128/256 K block 128, steps by row, slices of 64 rows', () => MatmulQ4Mma.create(gpu, { maxRows: 64, maxK: 6144, tile: KB_TILES[1], kBlock: 128, steps: 'row' }));
-process.exit(failed ? 1 : 0);
+process.exit(failed || checks.failed ? 1 : 0);

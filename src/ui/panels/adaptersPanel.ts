@@ -61,12 +61,15 @@ export function adaptersPanel(engine: Remote<EngineApi>, status: StatusBar): HTM
         downloadBlob(config, ADAPTER_CONFIG_FILE);
         const a = adapterOnModel.current;
         const base = loadedModel.current?.baseModel;
+        const picked = loadedModel.current?.fingerprint !== undefined;
         const baseNote =
           base === 'vlrl-demo'
             ? ' base_model_name_or_path is “vlrl-demo”, the bundled demo model: it is not on the Hub, so load the base from the public/demo folder of the vlrl repository.'
-            : base
-              ? ` base_model_name_or_path is ${base}.`
-              : ' base_model_name_or_path is empty (a model folder picked here): set it to your model’s Hub id or path.';
+            : base && picked
+              ? ` base_model_name_or_path is “${base}”, the folder picked here: PEFT loads the base from that path (set it to the Hub id if the folder came from there).`
+              : base
+                ? ` base_model_name_or_path is ${base}.`
+                : ' base_model_name_or_path is empty (model files picked one by one): set it to your model’s Hub id or path.';
         ok(`Exported ${a ? describeAdapter(a) : 'the adapter'} as ${ADAPTER_WEIGHTS_FILE} and ${ADAPTER_CONFIG_FILE}.${baseNote}`);
       }, showError)
       .finally(done);

@@ -404,6 +404,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         const left = rate > 0 && p.bytesDone > 0 ? Math.ceil((p.bytesTotal - p.bytesDone) / rate) : null;
         progressText.textContent = `${p.fromCache ? 'Read from the weight cache' : 'Read and quantized'} ${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${left !== null ? `, about ${left} s left` : ''}`;
       };
+      const before = loadedModel.current;
       try {
         loadedModel.set(null);
         const info = await engine.loadModel(checked.model.source, proxy(onProgress));
@@ -426,6 +427,11 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       } catch (e) {
         progressText.textContent = '';
         showError(e);
+        if (e instanceof Error && e.name === 'BusyError') {
+          // Refused before anything changed (a run or an eval in progress): the loaded model stays.
+          loadedModel.set(before);
+          return;
+        }
         // The engine dropped the model it had: a reload must not bring back one that is not loaded now.
         wasLoaded = false;
         keptPick = undefined;
