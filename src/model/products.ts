@@ -77,6 +77,11 @@ export function storedProductsValue(v: unknown): Products | undefined {
 /** The families of product paths: what a device may offer them, whichever are implemented. */
 export type ProductPath = 'f32' | 'int8' | 'f16';
 
+/** The path family a setting belongs to. */
+export function productFamily(p: Products): ProductPath {
+  return p === 'f32' || p === 'f16' ? p : 'int8';
+}
+
 export interface PathAvailability {
   path: ProductPath;
   available: boolean;

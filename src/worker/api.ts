@@ -7,7 +7,7 @@ import type { EvalProgress } from '../eval/runner';
 import type { AnswerFormat, AnswerMatch, EvalRun } from '../eval/records';
 import type { ThinkingMode } from '../model/processor/chat';
 import type { LoadProgress } from '../model/loader';
-import type { Products } from '../model/products';
+import type { ProductPath, Products } from '../model/products';
 import type { RewardTerm } from '../rewards/registry';
 import type { SamplingOptions } from '../rl/policy';
 import type { PoolStats } from '../gpu/tensor';
@@ -50,8 +50,10 @@ export interface LoadedModel {
 export interface ProductsState {
   /** The loaded model's setting; with none loaded, the one the next load takes. */
   current: Products;
-  /** Why the tensor-core settings cannot run on this GPU, or null when they can. */
+  /** Why the tensor-core settings cannot run on this GPU (neither int8 nor f16), or null when one can. */
   unsupported: string | null;
+  /** Each path family: null where this GPU runs it, else why not (productPaths). */
+  paths: Record<ProductPath, string | null>;
 }
 
 export interface EvalRequest {

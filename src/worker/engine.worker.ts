@@ -11,10 +11,11 @@ import { imageLimitsFor } from '../data/image';
 import type { DatasetRow } from '../data/types';
 import { runEval } from '../eval/runner';
 import { Gpu } from '../gpu/runtime';
+import { capabilitiesOf } from '../gpu/capabilities';
 import { hubFiles } from '../model/hub';
 import { releaseLoraParams } from '../ops/lora';
 import { blobSource, MissingFileError, pickedFiles, type ModelFiles } from '../model/safetensors';
-import { defaultProducts, tensorCoresUnsupported, type Products } from '../model/products';
+import { defaultProducts, productPaths, productFamily, tensorCoresUnsupported, type Products } from '../model/products';
 import { configRows, openModel, type ModelSession, type OpenModelOptions } from '../model/session';
 import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '../model/weightCache';
 import { createBrowserSandbox } from '../rewards/sandboxBrowser';
@@ -123,13 +124,14 @@ const sandbox = createBrowserSandbox();
 /** The products setting loads take: the stored choice where this GPU can run it, else the device's default. */
 async function productsSetting(g: Gpu): Promise<Products> {
   const stored = await storedProducts().catch(() => undefined);
-  if (stored && (stored === 'f32' || tensorCoresUnsupported(g) === null)) return stored;
+  if (stored && productPaths(capabilitiesOf(g)).find((p) => p.path === productFamily(stored))!.available) return stored;
   return defaultProducts(g);
 }
 
 async function productsState(): Promise<ProductsState> {
   const g = await device();
-  return { current: session ? session.model.products : await productsSetting(g), unsupported: tensorCoresUnsupported(g) };
+  const paths = Object.fromEntries(productPaths(capabilitiesOf(g)).map((p) => [p.path, p.available ? null : p.why])) as ProductsState['paths'];
+  return { current: session ? session.model.products : await productsSetting(g), unsupported: tensorCoresUnsupported(g), paths };
 }
 
 /** Refuses to change the model under a training run or an eval. */
@@ -196,8 +198,8 @@ const api: EngineApi = {
   async setProducts(products) {
     await requireIdle('changing where the products run');
     const g = await device();
-    const why = tensorCoresUnsupported(g);
-    if (products !== 'f32' && why) throw new Error(`the tensor cores are not available on this GPU: ${why}`);
+    const why = productPaths(capabilitiesOf(g)).find((p) => p.path === productFamily(products))!;
+    if (!why.available) throw new Error(`${products} products are not available on this GPU: ${why.why}`);
     if (session) await session.model.setProducts(products);
     await rememberProducts(products);
     return productsState();

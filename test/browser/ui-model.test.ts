@@ -137,13 +137,14 @@ describe('model panel: the hub path (fake huggingface.co, SwiftShader)', () => {
     const products = p.getByLabel('Matrix products (prefill, scoring, training)');
     expect(await products.inputValue()).toBe('f32');
     expect(await products.isEnabled()).toBe(true);
-    expect(await products.locator('option:disabled').evaluateAll((o) => o.map((x) => (x as HTMLOptionElement).value))).toEqual(['int8', 'int8-1limb', 'int8-row']);
-    expect(await p.getByTestId('products-note').textContent()).toMatch(/Tensor cores: not offered by this browser on this GPU \(no 'chromium-experimental-subgroup-matrix' feature/);
+    expect(await products.locator('option:disabled').evaluateAll((o) => o.map((x) => (x as HTMLOptionElement).value))).toEqual(['int8', 'int8-1limb', 'int8-row', 'f16']);
+    expect(await p.getByTestId('products-note').textContent()).toMatch(/Tensor cores: not offered by this browser on this GPU \(int8: no 'chromium-experimental-subgroup-matrix' feature.*; f16: /);
     // What the GPU offers and which product paths that allows, with the reasons (SwiftShader: f32 only).
     const caps = await p.getByTestId('gpu-capabilities').textContent();
     expect(caps).toMatch(/subgroup matrices: no /);
     expect(caps).toMatch(/f32 products: available/);
     expect(caps).toMatch(/int8 products: unavailable — /);
+    expect(caps).toMatch(/f16 products: unavailable — /);
     expect(caps).toMatch(/default products: f32/);
     const safetensorsGets = () => requests.filter((r) => /^GET org\/tiny \S+\.safetensors bytes=/.test(r)).length;
     const coldGets = safetensorsGets();

@@ -17,12 +17,14 @@ import { defaultConfig, LORA_TARGETS } from '../../src/rl/config';
  */
 const ELSEWHERE = new Set(['dataset', 'rewards', 'model_name_or_path', 'rollout_correction']);
 
-/** Every input the form must have, by data-key: the flat fields, system_prompt, and LoRA's. */
+/** Every input the form must have, by data-key: the flat fields, system_prompt, LoRA's (the
+ * decoder's projections as boxes, the vision modules as one text field), and the engine's
+ * gradient_checkpointing under transformers' name. */
 function expectedKeys(): string[] {
   const c = defaultConfig();
   const flat = Object.keys(c).filter((k) => !ELSEWHERE.has(k) && k !== 'lora' && !k.startsWith('vllm_importance_sampling_'));
-  const lora = Object.keys(c.lora).flatMap((k) => (k === 'target_modules' ? LORA_TARGETS.map((t) => `lora.target_modules.${t}`) : [`lora.${k}`]));
-  return [...flat, ...lora].sort();
+  const lora = Object.keys(c.lora).flatMap((k) => (k === 'target_modules' ? [...LORA_TARGETS.map((t) => `lora.target_modules.${t}`), 'lora.target_modules.vision'] : [`lora.${k}`]));
+  return [...flat, ...lora, 'gradient_checkpointing'].sort();
 }
 
 /** Top of the page: the config block's height and where the Start button ends, in CSS px. */

@@ -2,7 +2,7 @@
 // thinking_budget are there with their defaults in the help, and the form's config check names a
 // bad budget before any start (the summary line says why the config is not valid).
 import { describe, expect, it } from 'vitest';
-import { openApp, openPanel, typeInto } from '../helpers/appPanels';
+import { openApp, openConfigSections, openPanel, typeInto } from '../helpers/appPanels';
 import { servedApp } from '../helpers/browser';
 
 describe('train form: thinking_mode and thinking_budget (no model)', () => {
@@ -12,6 +12,7 @@ describe('train form: thinking_mode and thinking_budget (no model)', () => {
     const page = await app.page();
     await openApp(page, `${app.url}#train`);
     const p = await openPanel(page, 'train');
+    await openConfigSections(page, p);
     const mode = p.locator('[data-key="thinking_mode"]');
     const budget = p.locator('[data-key="thinking_budget"]');
     expect(await mode.locator('option').evaluateAll((os) => os.map((o) => (o as HTMLOptionElement).value))).toEqual(['auto', 'on', 'off']);

@@ -201,7 +201,7 @@ describe('train panel: progress, pause after the step, state agreement, playgrou
     expect(await continueButton.count()).toBe(0);
     // The summary no longer says the form is locked; no advice meant for programmers reaches the user.
     expect(await text(p.getByTestId('train-config-summary'))).not.toMatch(/locked/);
-    await p.getByTestId('train-messages').getByText(/^(Adapter saved as|The adapter was not saved)/).waitFor({ timeout: 60_000 });
+    await p.getByTestId('train-messages').getByText(/^(Adapter saved as|The adapter (of \S+ )?was not saved)/).waitFor({ timeout: 60_000 });
     expect(await text(p.getByTestId('train-messages'))).not.toMatch(/force: true/);
     await screenshot(page, 'ui-train-continued');
     expect(await unlabelledControls(page)).toEqual([]);

@@ -11,7 +11,7 @@ import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
 import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
 import { capabilitiesFrom, capabilitySummary } from '../../gpu/capabilities';
-import { isProducts, productPathSummary, PRODUCTS } from '../../model/products';
+import { isProducts, productFamily, productPathSummary, PRODUCTS, type Products } from '../../model/products';
 import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type MemoryPlan } from '../../model/memoryPlan';
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
@@ -358,7 +358,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const showProducts = (state: ProductsState, message?: string) => {
     productsState = state;
     products.value = state.current;
-    for (const option of products.options) option.disabled = option.value !== 'f32' && state.unsupported !== null;
+    for (const option of products.options) option.disabled = state.paths[productFamily(option.value as Products)] !== null;
     products.disabled = busy;
     const about = PRODUCTS.find((p) => p.value === state.current)?.about ?? '';
     const offered = state.unsupported === null ? '' : ` Tensor cores: not offered by this browser on this GPU (${state.unsupported}); Chromium exposes them to pages with unsafe WebGPU features enabled (chrome://flags/#enable-unsafe-webgpu).`;
