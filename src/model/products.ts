@@ -140,14 +140,6 @@ export function productPathSummary(caps: Capabilities): string[] {
   ];
 }
 
-/** Why this device cannot run the tensor-core settings (neither int8 nor f16), or null when one runs. */
-export function tensorCoresUnsupported(gpu: Gpu): string | null {
-  const caps = capabilitiesOf(gpu);
-  const int8 = int8Unsupported(caps);
-  const f16 = f16Unsupported(caps);
-  return int8 && f16 ? `int8: ${int8}; f16: ${f16}` : null;
-}
-
 /** The setting a device starts with: the fastest tensor cores it offers, else the f32 units. */
 export function defaultProducts(gpu: Gpu): Products {
   return chooseProducts(capabilitiesOf(gpu)).products;
@@ -172,7 +164,11 @@ export interface ProductDims {
  * training on wrong products. MissingFeatureError where the device lacks what it needs.
  */
 export async function makeTensorCores(gpu: Gpu, products: Exclude<Products, 'f32'>, dims: ProductDims): Promise<TensorCoreProducts> {
-  if (products !== 'f16') return makeInt8Products(gpu, products, dims);
+  return products === 'f16' ? makeF16Products(gpu, dims) : makeInt8Products(gpu, products, dims);
+}
+
+/** makeTensorCores for 'f16'. */
+async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16> {
   const why = f16Unsupported(capabilitiesOf(gpu));
   if (why) throw new MissingFeatureError('shader-f16', why);
   const op = await MatmulQ4F16.create(gpu, { maxRows: 64 * Math.ceil(dims.maxRows / 64), maxK: dims.maxK });
@@ -184,7 +180,7 @@ export async function makeTensorCores(gpu: Gpu, products: Exclude<Products, 'f32
  * dense weight has also matched the f64 product. */
 export async function makeVisionProducts(gpu: Gpu, v: Exclude<VisionProducts, 'f32'>, dims: ProductDims): Promise<TensorCoreProducts> {
   if (v === 'int8') return makeInt8Products(gpu, 'int8', dims);
-  const op = (await makeTensorCores(gpu, 'f16', dims)) as MatmulQ4F16;
+  const op = await makeF16Products(gpu, dims);
   return checked(op, 'f16', [[70, 96, Math.min(dims.maxK, 512)], false], [[70, 96, 128], false], (shape) => checkF16Dense(gpu, op, shape, 19));
 }
 

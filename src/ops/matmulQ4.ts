@@ -1,7 +1,7 @@
 // Products with 4-bit weights (shaders/matmul_q4_*.wgsl, one file per kernel): y = x·Wᵀ by GEMV
 // (≤ 8 rows) or tiled GEMM, dX = dY·W for backward through a frozen weight, and row gather from a
 // 4-bit embedding. The layout choices are matmulQ4Tuning.ts's table.
-import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
+import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, Tensor } from '../gpu';
 import { DEFAULT_GEMM, gemmSplitOf, gemvLayout, gemvLayouts, Q4_TUNING } from './matmulQ4Tuning';
 
 export { DEFAULT_GEMM, DEFAULT_GEMV } from './matmulQ4Tuning';
@@ -571,4 +571,35 @@ export function rowSlices(m: number, cap: number): [number, number][] {
   const out: [number, number][] = [];
   for (let r0 = 0; r0 < m; r0 += size) out.push([r0, Math.min(size, m - r0)]);
   return out;
+}
+
+/** Rows [r0, r0 + rows) of a [M, width] f32 tensor as a view (the whole tensor when that is all of it). */
+export function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {
+  if (r0 === 0 && rows * width === t.numel) return t;
+  return new Tensor(t.buffer, [rows, width], t.dtype, t.label, t.byteOffset + 4 * r0 * width);
+}
+
+/** One f32 operand of a product: its name in errors, the tensor, its row width. */
+export interface Operand {
+  name: string;
+  t: Tensor;
+  width: number;
+}
+
+/** The rows M of a product's f32 input [M, in.width] and output [M, out.width], after checking
+ * the dtypes and shapes. */
+export function f32Rows(op: string, input: Operand & { dim: string }, out: Operand): number {
+  if (input.t.dtype !== 'f32' || out.t.dtype !== 'f32') throw new ShapeError(op, `${input.name} and ${out.name} must be f32, got ${input.t.dtype} and ${out.t.dtype}`);
+  if (input.t.shape[input.t.shape.length - 1] !== input.width) throw new ShapeError(op, `${input.name} [${input.t.shape.join(', ')}] must end in ${input.dim} = ${input.width}`);
+  const m = input.t.numel / input.width;
+  if (out.t.numel !== m * out.width) throw new ShapeError(op, `${out.name} must be [${m}, ${out.width}], got [${out.t.shape.join(', ')}]`);
+  return m;
+}
+
+/** f32Rows for a product on Q4 weight `w`, after checking the weight's buffers. */
+export function rowsOf(op: string, w: Q4Weight, input: Operand & { dim: string }, out: Operand): number {
+  checkQ4Shape(op, w.n, w.k);
+  const words = q4Words(w.n, w.k);
+  if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
+  return f32Rows(op, input, out);
 }

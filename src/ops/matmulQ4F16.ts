@@ -4,7 +4,7 @@
 // f32. Needs shader-f16 and Chromium's subgroup-matrix extension with an f16 -> f32 configuration
 // of square fragments (16x16x16 on NVIDIA, 8x8x8 on Apple).
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
-import { checkQ4Shape, q4Words, Q4_GROUP, rowSlices, type Q4Weight } from './matmulQ4';
+import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
@@ -155,13 +155,20 @@ export class MatmulQ4F16 {
     const defines = { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: cfg.M, FK: cfg.K };
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
-    const pair = async (w16: boolean): Promise<GemmPair> => ({
-      forward: await one(`matmul_q4_f16${w16 ? '.w16' : ''}`, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: false }),
-      dinput: await one(`matmul_q4_f16${w16 ? '.w16' : ''}.dinput`, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: true }),
-    });
-    const rowScale = await one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {});
-    const [q4K, f16K] = [await pair(false), await pair(true)];
-    const convert = { dense: await one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32' }, {}), q4: await one('matmul_q4_f16', 'f16_convert', 'q4_to_f16', { count: 'u32' }, {}) };
+    const pair = async (w16: boolean): Promise<GemmPair> => {
+      const family = `matmul_q4_f16${w16 ? '.w16' : ''}`;
+      const [forward, dinput] = await Promise.all([false, true].map((d) => one(d ? `${family}.dinput` : family, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: d })));
+      return { forward, dinput };
+    };
+    // Compiled side by side: a load waits for the slowest, not for the sum.
+    const [rowScale, q4K, f16K, dense, q4] = await Promise.all([
+      one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {}),
+      pair(false),
+      pair(true),
+      one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32' }, {}),
+      one('matmul_q4_f16', 'f16_convert', 'q4_to_f16', { count: 'u32' }, {}),
+    ]);
+    const convert = { dense, q4 };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * opts.maxK) / 2], 'u32', 'matmul_q4_f16.x16');
@@ -195,7 +202,7 @@ export class MatmulQ4F16 {
     const op = 'matmulQ4F16.gemm';
     const k = outs[0].w.k;
     if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
-    const m = outs.map(({ w, y }) => rowsOf(op, w, x, w.k, 'K', y, w.n))[0];
+    const m = outs.map(({ w, y }) => rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
     for (const [r0, rows] of this.slices(op, m, k)) {
       const xs = rowSlice(x, r0, rows, k);
       const xin = this.rowScales(rec, xs, rows, k);
@@ -208,7 +215,7 @@ export class MatmulQ4F16 {
     const op = 'matmulQ4F16.gemmF16';
     const k = outs[0].w.k;
     if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
-    const m = outs.map(({ w, y }) => f32Rows(op, x, w.k, 'K', y, w.n))[0];
+    const m = outs.map(({ w, y }) => f32Rows(op, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
     for (const [r0, rows] of this.slices(op, m, k)) {
       const xin = this.rowScales(rec, rowSlice(x, r0, rows, k), rows, k);
       for (const { w, y } of outs) this.dispatch(rec, false, xin, { w16: w.w16 }, rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
@@ -243,7 +250,7 @@ export class MatmulQ4F16 {
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
     const op = 'matmulQ4F16.backwardInput';
     if (!this.takesInput(w)) throw new ShapeError(op, `N = ${w.n} must be a multiple of ${Q4_GROUP}`);
-    const m = rowsOf(op, w, dy, w.n, 'N', dx, w.k);
+    const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
     const weight = this.weight(rec, w);
     for (const [r0, rows] of this.slices(op, m, w.n)) {
       const dys = rowSlice(dy, r0, rows, w.n);
@@ -283,27 +290,4 @@ export class MatmulQ4F16 {
 /** Why this device cannot run the f16 tensor-core products, or null when it can. */
 export function f16UnsupportedOn(gpu: Gpu): string | null {
   return f16Unsupported(capabilitiesOf(gpu));
-}
-
-/** Rows [r0, r0 + rows) of a [M, width] f32 tensor as a view (the whole tensor when that is all of it). */
-function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {
-  if (r0 === 0 && rows * width === t.numel) return t;
-  return new Tensor(t.buffer, [rows, width], t.dtype, t.label, t.byteOffset + 4 * r0 * width);
-}
-
-/** The rows M of x [M, inWidth] and y [M, outWidth] on Q4 weight `w`, after checking dtypes and shapes. */
-function rowsOf(op: string, w: Q4Weight, x: Tensor, inWidth: number, dim: string, y: Tensor, outWidth: number): number {
-  checkQ4Shape(op, w.n, w.k);
-  const words = q4Words(w.n, w.k);
-  if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
-  return f32Rows(op, x, inWidth, dim, y, outWidth);
-}
-
-/** The rows M of f32 x [M, inWidth] and y [M, outWidth]. */
-function f32Rows(op: string, x: Tensor, inWidth: number, dim: string, y: Tensor, outWidth: number): number {
-  if (x.dtype !== 'f32' || y.dtype !== 'f32') throw new ShapeError(op, `x and y must be f32, got ${x.dtype} and ${y.dtype}`);
-  if (x.shape[x.shape.length - 1] !== inWidth) throw new ShapeError(op, `x [${x.shape.join(', ')}] must end in ${dim} = ${inWidth}`);
-  const m = x.numel / inWidth;
-  if (y.numel !== m * outWidth) throw new ShapeError(op, `y must be [${m}, ${outWidth}], got [${y.shape.join(', ')}]`);
-  return m;
 }

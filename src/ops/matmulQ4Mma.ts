@@ -5,7 +5,7 @@
 // per (column, block) once per call (requant_w): faster, not bit-faithful to the Q4 weights (the
 // shader states the bound); x may then take one limb (`limbs`), and blocks of 256 with it.
 import { capabilitiesOf, compileMatrixKernels, grid1d, hasConfig, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type MatrixKernelEntry, PACKED_INT8_DOT, type Recorder } from '../gpu';
-import { checkQ4Shape, q4Words, Q4_GROUP, rowSlices, type Q4Weight } from './matmulQ4';
+import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 
 export const SUBGROUP_MATRIX = 'chromium-experimental-subgroup-matrix';
 
@@ -381,33 +381,3 @@ const WEIGHT_UNIFORMS = { n: 'u32', k: 'u32' } as const;
 const GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
 
 type MmaEntry = MatrixKernelEntry;
-
-/** Rows [r0, r0 + rows) of a [M, width] f32 tensor as a view (the whole tensor when that is all of it). */
-function rowSlice(t: Tensor, r0: number, rows: number, width: number): Tensor {
-  if (r0 === 0 && rows * width === t.numel) return t;
-  return new Tensor(t.buffer, [rows, width], t.dtype, t.label, t.byteOffset + 4 * r0 * width);
-}
-
-interface Operand {
-  name: string;
-  t: Tensor;
-  width: number;
-}
-
-/** The rows M of a product's f32 input [M, in.width] and output [M, out.width], after checking
- * the dtypes and shapes. */
-function f32Rows(op: string, input: Operand & { dim: string }, out: Operand): number {
-  if (input.t.dtype !== 'f32' || out.t.dtype !== 'f32') throw new ShapeError(op, `${input.name} and ${out.name} must be f32, got ${input.t.dtype} and ${out.t.dtype}`);
-  if (input.t.shape[input.t.shape.length - 1] !== input.width) throw new ShapeError(op, `${input.name} [${input.t.shape.join(', ')}] must end in ${input.dim} = ${input.width}`);
-  const m = input.t.numel / input.width;
-  if (out.t.numel !== m * out.width) throw new ShapeError(op, `${out.name} must be [${m}, ${out.width}], got [${out.t.shape.join(', ')}]`);
-  return m;
-}
-
-/** f32Rows for a product on Q4 weight `w`, after checking the weight's buffers. */
-function rowsOf(op: string, w: Q4Weight, input: Operand & { dim: string }, out: Operand): number {
-  checkQ4Shape(op, w.n, w.k);
-  const words = q4Words(w.n, w.k);
-  if (w.codes.numel !== words.codes || w.scales.numel !== words.scales) throw new ShapeError(op, `codes/scales do not hold a [${w.n}, ${w.k}] Q4 weight`);
-  return f32Rows(op, input, out);
-}

@@ -244,8 +244,8 @@ export class Projection {
     const rec = this.gpu.recorder('projection.dense_copies');
     for (const d of dense) {
       if (d.kind !== 'f32') continue;
-      if (op instanceof MatmulQ4Mma && d.in % op.kBlock === 0) this.copies.set(d.w, { op, w: op.quantizeDense(rec, d.w, d.out, d.in, d.w.label) });
-      else if (op instanceof MatmulQ4F16 && d.in % 32 === 0) this.copies.set(d.w, { op, w: op.toF16(rec, d.w, d.out, d.in, d.w.label) });
+      if (op instanceof MatmulQ4Mma && d.in % op.kBlock === 0) this.copies.set(d.w, { kind: 'int8', op, w: op.quantizeDense(rec, d.w, d.out, d.in, d.w.label) });
+      else if (op instanceof MatmulQ4F16 && d.in % 32 === 0) this.copies.set(d.w, { kind: 'f16', op, w: op.toF16(rec, d.w, d.out, d.in, d.w.label) });
     }
     await rec.submit();
     this.tensorCores = op;
@@ -253,9 +253,9 @@ export class Projection {
 
   /** y (+)= x·Wᵀ for each output on its weight's tensor-core copy (all made by one op). */
   private denseCopies(rec: Recorder, x: Tensor, outs: readonly { c: DenseCopy; y: Tensor }[], accumulate: boolean): void {
-    const op = outs[0].c.op;
-    if (op instanceof MatmulQ4Mma) op.gemmInt8(rec, x, outs.map((o) => ({ w: o.c.w as Int8Weight, y: o.y })), accumulate);
-    else op.gemmF16(rec, x, outs.map((o) => ({ w: o.c.w as F16Weight, y: o.y })), accumulate);
+    const first = outs[0].c;
+    if (first.kind === 'int8') first.op.gemmInt8(rec, x, outs.map(({ c, y }) => ({ w: (c as typeof first).w, y })), accumulate);
+    else first.op.gemmF16(rec, x, outs.map(({ c, y }) => ({ w: (c as typeof first).w, y })), accumulate);
   }
 
   get usesTensorCores(): boolean {
@@ -544,11 +544,11 @@ export class Projection {
 }
 
 /** An f32 weight's copy for the tensor cores, and the op that made it and multiplies it. */
-type DenseCopy = { op: MatmulQ4Mma; w: Int8Weight } | { op: MatmulQ4F16; w: F16Weight };
+type DenseCopy = { kind: 'int8'; op: MatmulQ4Mma; w: Int8Weight } | { kind: 'f16'; op: MatmulQ4F16; w: F16Weight };
 
 function releaseCopy(c: DenseCopy): void {
-  if (c.op instanceof MatmulQ4Mma) for (const t of [(c.w as Int8Weight).w8, (c.w as Int8Weight).steps]) t.release();
-  else (c.w as F16Weight).w16.release();
+  if (c.kind === 'int8') for (const t of [c.w.w8, c.w.steps]) t.release();
+  else c.w.w16.release();
 }
 
 /** The tensor-core options for x in `limbs` int8 limbs (PATHS' tile and K block). */

@@ -50,8 +50,6 @@ export interface LoadedModel {
 export interface ProductsState {
   /** The loaded model's setting; with none loaded, the one the next load takes. */
   current: Products;
-  /** Why the tensor-core settings cannot run on this GPU (neither int8 nor f16), or null when one can. */
-  unsupported: string | null;
   /** Each path family: null where this GPU runs it, else why not (productPaths). */
   paths: Record<ProductPath, string | null>;
 }

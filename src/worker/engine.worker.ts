@@ -15,7 +15,7 @@ import { capabilitiesOf } from '../gpu/capabilities';
 import { hubFiles } from '../model/hub';
 import { releaseLoraParams } from '../ops/lora';
 import { blobSource, MissingFileError, pickedFiles, type ModelFiles } from '../model/safetensors';
-import { defaultProducts, productPaths, productFamily, tensorCoresUnsupported, type Products } from '../model/products';
+import { defaultProducts, productPaths, productFamily, type Products } from '../model/products';
 import { configRows, openModel, type ModelSession, type OpenModelOptions } from '../model/session';
 import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '../model/weightCache';
 import { createBrowserSandbox } from '../rewards/sandboxBrowser';
@@ -131,7 +131,7 @@ async function productsSetting(g: Gpu): Promise<Products> {
 async function productsState(): Promise<ProductsState> {
   const g = await device();
   const paths = Object.fromEntries(productPaths(capabilitiesOf(g)).map((p) => [p.path, p.available ? null : p.why])) as ProductsState['paths'];
-  return { current: session ? session.model.products : await productsSetting(g), unsupported: tensorCoresUnsupported(g), paths };
+  return { current: session ? session.model.products : await productsSetting(g), paths };
 }
 
 /** Refuses to change the model under a training run or an eval. */

@@ -3,7 +3,7 @@
 // f16 configurations, an Apple GPU's f16/f32 8x8 ones, none), their text, and Dawn's flags.
 import { describe, expect, it } from 'vitest';
 import { capabilitiesFrom, capabilitiesOf, capabilitySummary, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
-import { chooseProducts, defaultProducts, productPaths, productPathSummary, tensorCoresUnsupported } from '../../src/model/products';
+import { chooseProducts, defaultProducts, productPaths, productPathSummary } from '../../src/model/products';
 import { F16_TILES, f16TileFor, f16UnsupportedOn } from '../../src/ops/matmulQ4F16';
 import { createNodeGpu, dawnFlags } from '../../src/node/gpu';
 import { mmaUnsupported } from '../../src/ops/matmulQ4Mma';
@@ -63,10 +63,10 @@ describe('capabilities of the real adapter', () => {
 
   it('the default products on it agree with the tensor-core GEMM own check', async () => {
     const gpu = await testGpu();
-    const why = tensorCoresUnsupported(gpu);
-    const [int8, f16] = [mmaUnsupported(gpu), f16UnsupportedOn(gpu)];
-    if (int8 !== null && f16 !== null) expect(why).toBe(`int8: ${int8}; f16: ${f16}`);
-    expect(defaultProducts(gpu)).toBe(why !== null ? 'f32' : int8 === null ? 'int8' : 'f16');
+    const [int8, f16] = (['int8', 'f16'] as const).map((f) => productPaths(capabilitiesOf(gpu)).find((p) => p.path === f)!);
+    if (mmaUnsupported(gpu) !== null) expect(int8).toEqual({ path: 'int8', available: false, why: mmaUnsupported(gpu) });
+    if (f16UnsupportedOn(gpu) !== null) expect(f16).toEqual({ path: 'f16', available: false, why: f16UnsupportedOn(gpu) });
+    expect(defaultProducts(gpu)).toBe(int8.available ? 'int8' : f16.available ? 'f16' : 'f32');
   });
 
   it('a feature left off is off in the record', async () => {

@@ -6,9 +6,9 @@ import { describe, expect, it } from 'vitest';
 import { createNodeGpu } from '../../src/node/gpu';
 import { MatmulQ4Mma, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
 import { checkInt8Mma, checkQ4Mma } from '../../src/ops/matmulQ4MmaCheck';
-import { MissingFeatureError } from '../../src/gpu';
+import { capabilitiesOf, MissingFeatureError } from '../../src/gpu';
 import { Qwen3VL } from '../../src/model/qwen3vl';
-import { defaultProducts, PRODUCTS, tensorCoresUnsupported } from '../../src/model/products';
+import { defaultProducts, productPaths, PRODUCTS } from '../../src/model/products';
 import { f16UnsupportedOn } from '../../src/ops/matmulQ4F16';
 import { MODELS, modelFiles } from '../helpers/modelFixtures';
 
@@ -114,7 +114,10 @@ describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgrou
 
   it("the app's products setting: f32 by default, the tensor-core settings refused with the reason, the model left on f32", async () => {
     const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
-    expect(tensorCoresUnsupported(gpu)).toBe(`int8: ${unsupported}; f16: ${f16UnsupportedOn(gpu)}`);
+    expect(productPaths(capabilitiesOf(gpu)).filter((p) => !p.available)).toEqual([
+      { path: 'int8', available: false, why: unsupported },
+      { path: 'f16', available: false, why: f16UnsupportedOn(gpu) },
+    ]);
     expect(defaultProducts(gpu)).toBe('f32');
     for (const p of ['f16', 'int8', 'int8-1limb', 'int8-row'] as const) {
       await expect(model.setProducts(p)).rejects.toThrow(MissingFeatureError);

@@ -352,8 +352,9 @@ export async function run(args: CliArgs): Promise<void> {
     rows = await datasetRows(old.dataset, warn);
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
-  // Tensor cores need Dawn's unsafe APIs; f16 on NVIDIA's Vulkan driver also its f16 toggle.
-  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: usesTensorCores(engine), f16: engine.products === 'f16' || engine.products === 'auto' || engine.vision_products === 'f16' });
+  // Tensor cores need Dawn's unsafe APIs, and f16 on NVIDIA's Vulkan driver its f16 toggle (a no-op elsewhere).
+  const tensorCores = usesTensorCores(engine);
+  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: tensorCores, f16: tensorCores });
   if (args.bool('demo')) {
     const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
     const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, engine, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });

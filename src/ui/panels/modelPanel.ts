@@ -361,7 +361,8 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     for (const option of products.options) option.disabled = state.paths[productFamily(option.value as Products)] !== null;
     products.disabled = busy;
     const about = PRODUCTS.find((p) => p.value === state.current)?.about ?? '';
-    const offered = state.unsupported === null ? '' : ` Tensor cores: not offered by this browser on this GPU (${state.unsupported}); Chromium exposes them to pages with unsafe WebGPU features enabled (chrome://flags/#enable-unsafe-webgpu).`;
+    const { int8, f16 } = state.paths;
+    const offered = int8 === null || f16 === null ? '' : ` Tensor cores: not offered by this browser on this GPU (int8: ${int8}; f16: ${f16}); Chromium exposes them to pages with unsafe WebGPU features enabled (chrome://flags/#enable-unsafe-webgpu).`;
     productsNote.textContent = `${message ? `${message} ` : ''}${about}${offered}`;
   };
   engine.products().then(
