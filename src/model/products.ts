@@ -5,6 +5,8 @@
 // through Chromium's subgroup-matrix extension where the browser offers it.
 import { capabilitiesOf, configsOf, formatConfigs, MissingFeatureError, TensorCoreCheckError, type Capabilities, type Gpu } from '../gpu';
 import { f16Config, f16Unsupported, MatmulQ4F16 } from '../ops/matmulQ4F16';
+import { AttentionF16, attentionF16Unsupported, checkAttentionF16 } from '../ops/attentionF16';
+import type { AttentionConfig } from '../ops/attention';
 import { MatmulQ4Mma, mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
 import { checkF16Dense, checkQ4F16, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
 import { PATHS, tensorCoreOptions, type TensorCoreProducts } from '../ops/projection';
@@ -203,6 +205,22 @@ async function checked<T extends Q4Product & { release(): void }>(op: T, path: s
       op.release();
       throw new TensorCoreCheckError(`${isInput ? 'input gradient' : 'forward'} ${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`, path);
     }
+  }
+  return op;
+}
+
+/**
+ * Attention over packed rows on f16 tensor cores for `config` once it has matched the f64
+ * attention on a small batch (checkAttentionF16); null where the device does not offer them.
+ * TensorCoreCheckError where the check fails (the attention then stays on the f32 kernels).
+ */
+export async function makeAttentionTensorCores(gpu: Gpu, config: AttentionConfig): Promise<AttentionF16 | null> {
+  if (attentionF16Unsupported(gpu, config.headDim)) return null;
+  const op = await AttentionF16.create(gpu, config);
+  const ofBound = await checkAttentionF16(gpu, op);
+  if (!(ofBound <= 1)) {
+    op.release();
+    throw new TensorCoreCheckError(`attention forward: error ${ofBound.toFixed(2)} times its rounding bound`, 'f16');
   }
   return op;
 }

@@ -1,8 +1,9 @@
 // Qwen3-VL on the engine: load a checkpoint (config.json, generation_config.json, safetensors),
 // encode images with the vision tower, run the decoder and the LM head for full logits, and
 // generate (the generation half of src/rl/policy.ts's Policy; the training half is train.ts).
-import { ShapeError, type Gpu, type Tensor } from '../gpu';
+import { ShapeError, TensorCoreCheckError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
+import type { AttentionF16 } from '../ops/attentionF16';
 import type { TensorCoreProducts } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
 import { THINK_CLOSE, THINK_OPEN } from '../rewards/thinking';
@@ -16,7 +17,7 @@ import { getRopeIndex } from './processor/ropeIndex';
 import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
-import { makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
+import { makeAttentionTensorCores, makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
 import { VISION_BLOCK_LORA, VisionCache, visionBlockLoraModuleName, visionLoraModuleName, VisionTower, type BlockLora, type GridThw, type MergerLora, type VisionBlockLayer, type VisionFeatures, type VisionLora, type VisionSaved } from './vision';
 import type { ModelWeights } from './weights';
 
@@ -89,6 +90,8 @@ export class Qwen3VL {
   /** The decoder's tensor-core products while a setting other than 'f32' is on (setProducts). */
   private productOp: TensorCoreProducts | null = null;
   private productsSetting: Products = 'f32';
+  /** The decoder's attention on f16 tensor cores while in use (setProducts). */
+  private attentionOp: AttentionF16 | null = null;
   /** The vision tower's tensor-core op while in use (setVisionProducts), and its setting. */
   private visionOp: TensorCoreProducts | null = null;
   private visionSetting: VisionProducts = 'f32';
@@ -164,6 +167,37 @@ export class Qwen3VL {
     this.productOp = made;
     this.productsSetting = products;
     await projection.useTensorCores(made);
+    await this.useAttentionTensorCores(products !== 'f32');
+  }
+
+  /**
+   * The decoder's attention over packed rows (training, scoring, prefill without a cache) on f16
+   * tensor cores where the device offers them and a tensor-core setting is on; a device whose
+   * check fails keeps the f32 kernels, with a warning.
+   */
+  private async useAttentionTensorCores(on: boolean): Promise<void> {
+    if (on === (this.attentionOp !== null)) return;
+    const t = this.config.text;
+    let made: AttentionF16 | null = null;
+    if (on) {
+      try {
+        made = await makeAttentionTensorCores(this.gpu, { hq: t.numHeads, hkv: t.numKvHeads, headDim: t.headDim });
+      } catch (e) {
+        if (!(e instanceof TensorCoreCheckError)) throw e;
+        console.warn(e.message);
+      }
+    }
+    this.decoder.ops.attention.useTensorCores(made);
+    if (this.attentionOp) {
+      await this.gpu.sync();
+      this.attentionOp.release();
+    }
+    this.attentionOp = made;
+  }
+
+  /** Whether the decoder's attention over packed rows runs on f16 tensor cores (setProducts). */
+  get attentionOnTensorCores(): boolean {
+    return this.attentionOp !== null;
   }
 
   /** The setting the decoder's products run on (setProducts). */

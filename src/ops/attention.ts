@@ -15,6 +15,7 @@ import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor, 
 import { dkvSplitsOf } from './dkvSplits';
 import { checkWrittenInt8Groups, DOT4_I8 } from './matmulQ4';
 import type { KvCache } from './kvCache';
+import type { AttentionF16 } from './attentionF16';
 
 /** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
 export interface AttentionFold {
@@ -221,6 +222,9 @@ interface DecodeKernels {
 }
 
 export class Attention {
+  /** The forward over packed rows on f16 tensor cores, while in use (useTensorCores). */
+  private tensorCores: AttentionF16 | null = null;
+
   private constructor(
     private readonly gpu: Gpu,
     readonly config: AttentionConfig,
@@ -299,6 +303,20 @@ export class Attention {
     );
   }
 
+  /** Run the forward over packed rows on `op` (f16 tensor cores), or on the f32 kernels (null). The
+   * caller owns `op`; cached attention (generation) and the backward stay on the f32 kernels. */
+  useTensorCores(op: AttentionF16 | null): void {
+    if (op && (op.config.hq !== this.config.hq || op.config.hkv !== this.config.hkv || op.config.headDim !== this.config.headDim)) {
+      throw new ShapeError('attention', `tensor-core attention of Hq ${op.config.hq}, Hkv ${op.config.hkv}, D ${op.config.headDim} for attention of ${this.config.hq}, ${this.config.hkv}, ${this.config.headDim}`);
+    }
+    this.tensorCores = op;
+  }
+
+  /** Whether the forward over packed rows runs on f16 tensor cores (useTensorCores). */
+  get onTensorCores(): boolean {
+    return this.tensorCores !== null;
+  }
+
   /** Whether a split decode's combine can also leave its merged rows as int8 groups (AttentionFold.quantized). */
   get foldQuantizes(): boolean {
     return this.combineFoldQuant !== null;
@@ -373,6 +391,10 @@ export class Attention {
     this.expect('attention_fwd', a.o, T, hq * D);
     if (a.lse) this.expect('attention_fwd', a.lse, T, hq);
     const prefix = this.checkPrefix('attention_fwd', a.sharedPrefix, T, nseq);
+    if (this.tensorCores) {
+      this.tensorCores.forward(rec, a);
+      return;
+    }
     const bindings: Record<string, Tensor> = { ...this.views({ q: a.q, k: a.k, v: a.v }), o: a.o, cu_seqlens: a.cuSeqlens };
     if (a.lse) bindings.lse = a.lse;
     rec.dispatch(

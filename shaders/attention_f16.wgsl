@@ -1,0 +1,248 @@
+enable chromium_experimental_subgroup_matrix;
+// Subgroup-matrix calls run in loops every subgroup of the workgroup takes equally often; the
+// uniformity analysis cannot see that.
+diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
+// requires: f16, subgroups
+
+// Attention forward on f16 tensor cores (subgroup matrices FR x FR x FK, f16 in, f32 accumulated):
+// o = softmax(scale·q·kᵀ + mask)·v over packed sequences, with attention_fwd.wgsl's layouts and
+// masks (attention_varlen.wgsl, the shared prefix). q, k and v come as f16 copies, zero past T.
+// Two passes over the keys instead of an online softmax: the first finds each row's log-sum-exp
+// (q·kᵀ only), the second sums exp(s − lse)·v, already normalised, so the output fragments never
+// need rescaling (a subgroup matrix cannot be scaled row by row). GIVEN_LSE (the backward's
+// recompute, which has the forward's lse) runs the second pass only.
+// A workgroup owns BQ tokens of one query head, FR a subgroup, and walks the keys in tiles of BI.
+// Each subgroup loads its fragments of q once, straight from storage; k and v are staged a tile at
+// a time in workgroup memory, shared by the subgroups; scores and probabilities pass through each
+// subgroup's own rows of workgroup memory for the softmax.
+// Grid (ceil(T / BQ), Hq).
+
+struct Params {
+  rows: u32, // T
+  hq: u32,
+  hkv: u32,
+  causal: u32,
+  scale: f32,
+  nseq: u32,
+  prefix_len: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> q16: array<f16>; // [T + pad, Hq·D]
+@group(0) @binding(2) var<storage, read> k16v: array<vec4<u32>>; // [T + pad, Hkv·D], 8 halves a vec4
+@group(0) @binding(3) var<storage, read> v16v: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;   // [T, Hq·D]
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>; // [T, Hq]: written, or read with GIVEN_LSE
+@group(0) @binding(6) var<storage, read> cu_seqlens: array<u32>;
+
+#include attention_varlen
+
+const D = {{D}}u;
+const FR = {{FR}}u;        // fragment rows = columns
+const FK = {{FK}}u;        // fragment K
+const SGS = {{SGS}}u;      // subgroups a workgroup, 32 lanes each
+const WG = SGS * 32u;
+const BQ = SGS * FR;       // tokens a workgroup
+const BI = {{BI}}u;        // keys a tile
+const KS = D + 8u;         // row stride of the staged keys and values (f16)
+const SS = BI + 4u;        // row stride of the scores (f32)
+const PS = BI + 8u;        // row stride of the probabilities (f16)
+const LPR = 32u / FR;      // softmax: lanes a row
+const KPL = BI / LPR;      // softmax: keys a lane (part, part + LPR, ...)
+const NEG: f32 = -1.0e30;
+const MASKED: f32 = -1.0e29;
+
+#include attention_key_walk
+
+var<workgroup> k_s: array<f16, BI * KS>;
+var<workgroup> v_s: array<f16, BI * KS>;
+var<workgroup> s_s: array<f32, SGS * FR * SS>;
+var<workgroup> p_s: array<f16, SGS * FR * PS>;
+
+alias Left = subgroup_matrix_left<f16, FK, FR>;
+alias Right = subgroup_matrix_right<f16, FR, FK>;
+alias Acc = subgroup_matrix_result<f32, FR, FR>;
+
+// Keys j0 .. j0 + BI of kv head hk into k_s (and v_s with `both`), 8 halves a load, every thread
+// of the workgroup taking its share; the caller puts barriers around it.
+fn stage(j0: u32, hk: u32, lid: u32, both: bool) {
+  let kstride = params.hkv * D;
+  for (var i = lid; i < BI * D / 8u; i += WG) {
+    let r = i / (D / 8u);
+    let c = (i % (D / 8u)) * 8u;
+    let g = ((j0 + r) * kstride + hk * D + c) / 8u;
+    let kv = k16v[g];
+    for (var e = 0u; e < 4u; e++) {
+      let h2 = bitcast<vec2<f16>>(kv[e]);
+      k_s[r * KS + c + 2u * e] = h2.x;
+      k_s[r * KS + c + 2u * e + 1u] = h2.y;
+    }
+    if (both) {
+      let vv = v16v[g];
+      for (var e = 0u; e < 4u; e++) {
+        let h2 = bitcast<vec2<f16>>(vv[e]);
+        v_s[r * KS + c + 2u * e] = h2.x;
+        v_s[r * KS + c + 2u * e + 1u] = h2.y;
+      }
+    }
+  }
+}
+
+// Fragment c (this subgroup's rows, columns col0 .. col0 + FR of head h) through s_s into o.
+fn put(c: Acc, sbase: u32, ts: u32, h: u32, col0: u32, lane: u32) {
+  subgroupMatrixStore<row_major>(&s_s, sbase, c, SS);
+  workgroupBarrier();
+  for (var e = lane; e < FR * FR; e += 32u) {
+    let t = ts + e / FR;
+    if (t < params.rows) {
+      o[(t * params.hq + h) * D + col0 + e % FR] = s_s[sbase + (e / FR) * SS + e % FR];
+    }
+  }
+  workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn attn_fwd_f16(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sg: u32,
+  @builtin(subgroup_invocation_id) lane: u32,
+) {
+  let T = params.rows;
+  let h = wid.y;
+  let hk = h / (params.hq / params.hkv);
+  let t0 = wid.x * BQ;
+  let tile_lo = varlen_keys(t0).x;
+  let tile_hi = varlen_keys(min(t0 + BQ, T) - 1u).y;
+  let ts = t0 + sg * FR;
+  let qbase = ts * params.hq * D + h * D;
+  let sbase = sg * FR * SS;
+  let pbase = sg * FR * PS;
+  // Softmax: row rr of this subgroup, keys part + LPR·i of each tile.
+  let rr = lane / LPR;
+  let part = lane % LPR;
+  let t = ts + rr;
+  let valid = t < T;
+  let own = varlen_keys(min(t, T - 1u));
+  // This subgroup's rows of q, loaded once (FK = FR: D / FR fragments).
+  let qstride = params.hq * D;
+  let q0 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 0u * FK, qstride);
+  let q1 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 1u * FK, qstride);
+  let q2 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 2u * FK, qstride);
+  let q3 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 3u * FK, qstride);
+#if O8
+  let q4 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 4u * FK, qstride);
+  let q5 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 5u * FK, qstride);
+  let q6 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 6u * FK, qstride);
+  let q7 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 7u * FK, qstride);
+#endif
+  var o0 = Acc();
+  var o1 = Acc();
+  var o2 = Acc();
+  var o3 = Acc();
+#if O8
+  var o4 = Acc();
+  var o5 = Acc();
+  var o6 = Acc();
+  var o7 = Acc();
+#endif
+
+  // Phase 0: the row's running max m and sum l, then its lse. Phase 1: o = Σ exp(s − lse)·v.
+#if GIVEN_LSE
+  var row_lse = select(0.0, lse[min(t, T - 1u) * params.hq + h], valid);
+  let first = 1u;
+#else
+  var row_lse = 0.0;
+  let first = 0u;
+#endif
+  var m = NEG;
+  var l = 0.0;
+  for (var phase = first; phase < 2u; phase++) {
+    var kw = key_walk(tile_lo, tile_hi);
+    loop {
+      if (kw.j0 >= tile_hi) { break; }
+      let j0 = kw.j0;
+      stage(j0, hk, lid, phase == 1u);
+      workgroupBarrier();
+      // Scores q·kᵀ of this subgroup's rows with the tile's keys, into its rows of s_s.
+      for (var kc = 0u; kc < BI / FR; kc++) {
+        let kb = kc * FR * KS;
+        var s = Acc();
+        s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 0u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 1u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 2u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 3u * FK, KS), s);
+#if O8
+        s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 4u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 5u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 6u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 7u * FK, KS), s);
+#endif
+        subgroupMatrixStore<row_major>(&s_s, sbase + kc * FR, s, SS);
+      }
+      workgroupBarrier();
+      if (phase == 0u) {
+        var s: array<f32, KPL>;
+        var mx = m;
+        for (var i = 0u; i < KPL; i++) {
+          let c = part + LPR * i;
+          let j = j0 + c;
+          s[i] = select(NEG, s_s[sbase + rr * SS + c] * params.scale, valid && j < kw.end && sees(t, j, own));
+          mx = max(mx, s[i]);
+        }
+        l *= exp(m - mx);
+        for (var i = 0u; i < KPL; i++) {
+          if (s[i] > MASKED) { l += exp(s[i] - mx); }
+        }
+        m = mx;
+      } else {
+        for (var i = 0u; i < KPL; i++) {
+          let c = part + LPR * i;
+          let j = j0 + c;
+          let seen = valid && j < kw.end && sees(t, j, own);
+          p_s[pbase + rr * PS + c] = f16(select(0.0, exp(s_s[sbase + rr * SS + c] * params.scale - row_lse), seen));
+        }
+        workgroupBarrier();
+        for (var kc = 0u; kc < BI / FK; kc++) {
+          let p = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + kc * FK, PS);
+          let vb = kc * FK * KS;
+          o0 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 0u * FR, KS), o0);
+          o1 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 1u * FR, KS), o1);
+          o2 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 2u * FR, KS), o2);
+          o3 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 3u * FR, KS), o3);
+#if O8
+          o4 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 4u * FR, KS), o4);
+          o5 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 5u * FR, KS), o5);
+          o6 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 6u * FR, KS), o6);
+          o7 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 7u * FR, KS), o7);
+#endif
+        }
+      }
+      workgroupBarrier(); // k_s, v_s, s_s and p_s are rewritten by the next tile
+      kw = key_next(kw, tile_lo, tile_hi);
+    }
+    if (phase == 0u) {
+      for (var off = 1u; off < LPR; off *= 2u) {
+        let m2 = subgroupShuffleXor(m, off);
+        let l2 = subgroupShuffleXor(l, off);
+        let mx = max(m, m2);
+        l = l * exp(m - mx) + l2 * exp(m2 - mx);
+        m = mx;
+      }
+      row_lse = select(0.0, m + log(l), l > 0.0);
+#if LSE
+      if (valid && part == 0u) { lse[t * params.hq + h] = row_lse; }
+#endif
+    }
+  }
+  put(o0, sbase, ts, h, 0u * FR, lane);
+  put(o1, sbase, ts, h, 1u * FR, lane);
+  put(o2, sbase, ts, h, 2u * FR, lane);
+  put(o3, sbase, ts, h, 3u * FR, lane);
+#if O8
+  put(o4, sbase, ts, h, 4u * FR, lane);
+  put(o5, sbase, ts, h, 5u * FR, lane);
+  put(o6, sbase, ts, h, 6u * FR, lane);
+  put(o7, sbase, ts, h, 7u * FR, lane);
+#endif
+}

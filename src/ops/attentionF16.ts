@@ -1,0 +1,188 @@
+// Attention on f16 tensor cores (shaders/attention_f16.wgsl): attention.ts's forward over packed
+// sequences (causal or not, the shared prefix, grouped-query heads), with q, k and v rounded to f16
+// once a call (shaders/f16_convert.wgsl) and every product accumulated in f32. Needs what the f16
+// products need (f16Unsupported in matmulQ4F16.ts) and a head dim that is 4 or 8 fragments wide.
+import { capabilitiesOf, compileMatrixKernels, grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import type { AttentionConfig, AttentionForwardArgs } from './attention';
+import { f16Config, f16Unsupported } from './matmulQ4F16';
+import { SUBGROUP_MATRIX } from './matmulQ4Mma';
+
+/** Subgroups a workgroup (each FR query tokens) and keys a tile. */
+export interface AttentionF16Tile {
+  subgroups: number;
+  keys: number;
+}
+
+export const DEFAULT_ATTENTION_F16_TILE: AttentionF16Tile = { subgroups: 8, keys: 32 };
+
+const FWD_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', causal: 'u32', scale: 'f32', nseq: 'u32', prefix_len: 'u32' } as const;
+
+/** An f16 copy of q, k or v, grown on demand, its rows past T kept finite (zero when allocated). */
+interface Copy {
+  t: Tensor | null;
+  label: string;
+}
+
+/** Why `gpu` cannot run attention of head dim `headDim` on f16 tensor cores, or null. */
+export function attentionF16Unsupported(gpu: Gpu, headDim: number): string | null {
+  const caps = capabilitiesOf(gpu);
+  const why = f16Unsupported(caps);
+  if (why) return why;
+  const { M, K } = f16Config(caps)!;
+  if (K !== M) return `fragments of ${M}x${M}x${K}: the kernels take K = M`;
+  if (headDim % M !== 0 || ![4, 8].includes(headDim / M)) return `head dim ${headDim} is not 4 or 8 fragments of ${M}`;
+  return null;
+}
+
+export class AttentionF16 {
+  private readonly copies: Record<'q' | 'k' | 'v', Copy> = { q: { t: null, label: 'q16' }, k: { t: null, label: 'k16' }, v: { t: null, label: 'v16' } };
+
+  private constructor(
+    private readonly gpu: Gpu,
+    readonly config: AttentionConfig,
+    private readonly toF16: Kernel,
+    private readonly fwd: Kernel,
+    private readonly fwdLse: Kernel,
+    private readonly fwdGivenLse: Kernel,
+    /** Tokens a workgroup and keys a tile: the f16 copies hold this many rows past T. */
+    private readonly pad: number,
+    private readonly tokensPerGroup: number,
+  ) {}
+
+  static async create(gpu: Gpu, config: AttentionConfig, tile: AttentionF16Tile = DEFAULT_ATTENTION_F16_TILE): Promise<AttentionF16> {
+    const { hq, hkv, headDim: D } = config;
+    const why = attentionF16Unsupported(gpu, D);
+    if (why) throw new MissingFeatureError(capabilitiesOf(gpu).shaderF16 ? SUBGROUP_MATRIX : 'shader-f16', why);
+    if (!Number.isInteger(hkv) || hkv < 1 || hq % hkv !== 0) throw new ShapeError('attentionF16', `Hq (${hq}) must be a positive multiple of Hkv (${hkv})`);
+    const { M: FR, K: FK } = f16Config(capabilitiesOf(gpu))!;
+    const lim = gpu.limits;
+    const bytes = 2 * 2 * tile.keys * (D + 8) + tile.subgroups * FR * (4 * (tile.keys + 4) + 2 * (tile.keys + 8));
+    if (tile.keys % FR !== 0 || (32 / FR) * 2 > tile.keys || bytes > lim.maxComputeWorkgroupStorageSize || 32 * tile.subgroups > lim.maxComputeInvocationsPerWorkgroup) {
+      throw new ShapeError('attentionF16', `tile of ${tile.subgroups} subgroups x ${tile.keys} keys: needs keys a multiple of ${FR}, ${bytes} bytes of workgroup memory (${lim.maxComputeWorkgroupStorageSize} here) and ${32 * tile.subgroups} threads`);
+    }
+    const defines = { D, FR, FK, SGS: tile.subgroups, BI: tile.keys, O8: D / FR === 8 };
+    const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
+    const [[fwd], [fwdLse], [fwdGivenLse], [toF16]] = await Promise.all([
+      compileMatrixKernels(gpu, 'attention_f16.fwd', [entry], defines),
+      compileMatrixKernels(gpu, 'attention_f16.fwd_lse', [entry], { ...defines, LSE: true }),
+      compileMatrixKernels(gpu, 'attention_f16.fwd_given_lse', [entry], { ...defines, GIVEN_LSE: true }),
+      compileMatrixKernels(gpu, 'attention_f16', [{ shader: 'f16_convert', entry: 'dense_to_f16', uniforms: { count: 'u32' } }], {}),
+    ]);
+    const tokens = tile.subgroups * FR;
+    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, fwdGivenLse, Math.max(tokens, tile.keys), tokens);
+  }
+
+  /** `x` [T, width] rounded to f16 into its copy (rows past T finite). */
+  private round(rec: Recorder, which: 'q' | 'k' | 'v', x: Tensor, T: number, width: number): Tensor {
+    const c = this.copies[which];
+    const words = ((T + this.pad) * width) / 2;
+    if (!c.t || c.t.numel < words) {
+      if (!rec.capturing) c.t?.release();
+      c.t = this.gpu.tensor([words], 'u32', `attention_f16.${c.label}`);
+      rec.clear(c.t);
+    }
+    const count = (T * width) / 2;
+    rec.dispatch(this.toF16, { w: x, w16: c.t }, grid1d(count, 256), { count });
+    return c.t;
+  }
+
+  /**
+   * o = softmax(scale·q·kᵀ + mask)·v as Attention.forward; with `lse`, writes it (`givenLse`
+   * false) or reads the forward's (`givenLse` true: the backward's recompute, one pass cheaper).
+   */
+  forward(rec: Recorder, a: AttentionForwardArgs & { givenLse?: boolean }): void {
+    const op = 'attention_f16';
+    const { hq, hkv, headDim: D } = this.config;
+    const T = a.q.shape[0];
+    const expect = (t: Tensor, cols: number) => {
+      if (t.dtype !== 'f32' || t.numel !== T * cols) throw new ShapeError(op, `'${t.label}' is ${t.dtype} [${t.shape.join(', ')}], expected f32 [${T}, ${cols}]`);
+    };
+    expect(a.q, hq * D);
+    expect(a.k, hkv * D);
+    expect(a.v, hkv * D);
+    expect(a.o, hq * D);
+    if (a.lse) expect(a.lse, hq);
+    if (a.givenLse && !a.lse) throw new ShapeError(op, 'givenLse needs the forward\'s lse');
+    const nseq = a.cuSeqlens.numel - 1;
+    const prefix = a.sharedPrefix ?? 0;
+    if (prefix > 0 && (prefix >= T || nseq < 2)) throw new ShapeError(op, `sharedPrefix ${prefix} must be the rows of sequence 0 of 2 or more, within T = ${T}`);
+    const q16 = this.round(rec, 'q', a.q, T, hq * D);
+    const k16 = this.round(rec, 'k', a.k, T, hkv * D);
+    const v16 = this.round(rec, 'v', a.v, T, hkv * D);
+    const kernel = !a.lse ? this.fwd : a.givenLse ? this.fwdGivenLse : this.fwdLse;
+    const bindings: Record<string, Tensor> = { q16, k16v: k16, v16v: v16, o: a.o, cu_seqlens: a.cuSeqlens };
+    if (a.lse) bindings.lse = a.lse;
+    const u = { rows: T, hq, hkv, causal: a.causal ? 1 : 0, scale: a.scale, nseq, prefix_len: prefix };
+    rec.dispatch(kernel, bindings, [Math.ceil(T / this.tokensPerGroup), hq], u);
+  }
+
+  release(): void {
+    for (const c of Object.values(this.copies)) {
+      c.t?.release();
+      c.t = null;
+    }
+  }
+}
+
+/**
+ * `op`'s forward on a small packed batch (a shared prompt of 24 rows and two completions of 20,
+ * causal) against the f64 attention on the CPU, the inputs multiples of 1/64 in [-2, 2] (exact in
+ * f16): the error over its bound, 4·2^-11 of max |v| (the probabilities rounded to f16). Above 1
+ * means the device computes the kernels wrongly.
+ */
+export async function checkAttentionF16(gpu: Gpu, op: AttentionF16): Promise<number> {
+  const { hq, hkv, headDim: D } = op.config;
+  const P = 24;
+  const cu = [0, P, P + 20, P + 40];
+  const T = cu[3];
+  let seed = 12345;
+  const rand = () => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return Math.round(((seed >>> 8) / 2 ** 24) * 256 - 128) / 64;
+  };
+  const host = (n: number) => Float32Array.from({ length: n }, rand);
+  const [q, k, v] = [host(T * hq * D), host(T * hkv * D), host(T * hkv * D)];
+  const scale = 1 / Math.sqrt(D);
+  const tensors = {
+    q: gpu.upload(q, [T, hq * D], 'f32', 'attention_f16.check.q'),
+    k: gpu.upload(k, [T, hkv * D], 'f32', 'attention_f16.check.k'),
+    v: gpu.upload(v, [T, hkv * D], 'f32', 'attention_f16.check.v'),
+    o: gpu.tensor([T, hq * D], 'f32', 'attention_f16.check.o'),
+    lse: gpu.tensor([T, hq], 'f32', 'attention_f16.check.lse'),
+    cu: gpu.upload(cu, [cu.length], 'u32', 'attention_f16.check.cu'),
+  };
+  try {
+    const rec = gpu.recorder('attention_f16.check');
+    op.forward(rec, { q: tensors.q, k: tensors.k, v: tensors.v, o: tensors.o, lse: tensors.lse, cuSeqlens: tensors.cu, causal: true, scale, sharedPrefix: P });
+    await rec.submit();
+    const o = await gpu.readF32(tensors.o);
+    let err = 0;
+    let vmax = 0;
+    for (const x of v) vmax = Math.max(vmax, Math.abs(x));
+    const G = hq / hkv;
+    for (let t = 0; t < T; t++) {
+      const s = cu.findIndex((c, i) => c <= t && t < cu[i + 1]);
+      const keys: number[] = [];
+      for (let j = 0; j <= t; j++) if (j >= cu[s] || (s > 0 && j < P)) keys.push(j);
+      for (let h = 0; h < hq; h++) {
+        const kh = Math.floor(h / G);
+        const scores = keys.map((j) => {
+          let dot = 0;
+          for (let d = 0; d < D; d++) dot += q[(t * hq + h) * D + d] * k[(j * hkv + kh) * D + d];
+          return dot * scale;
+        });
+        const m = Math.max(...scores);
+        const e = scores.map((x) => Math.exp(x - m));
+        const sum = e.reduce((a, b) => a + b, 0);
+        for (let d = 0; d < D; d++) {
+          let ref = 0;
+          keys.forEach((j, i) => (ref += (e[i] / sum) * v[(j * hkv + kh) * D + d]));
+          err = Math.max(err, Math.abs(o[(t * hq + h) * D + d] - ref));
+        }
+      }
+    }
+    return err / (4 * 2 ** -11 * vmax);
+  } finally {
+    for (const t of Object.values(tensors)) t.release();
+  }
+}
