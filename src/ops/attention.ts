@@ -303,8 +303,8 @@ export class Attention {
     );
   }
 
-  /** Run the forward over packed rows on `op` (f16 tensor cores), or on the f32 kernels (null). The
-   * caller owns `op`; cached attention (generation) and the backward stay on the f32 kernels. */
+  /** Run attention over packed rows, forward and backward, on `op` (f16 tensor cores), or on the
+   * f32 kernels (null). The caller owns `op`; cached attention (generation) stays on the f32 kernels. */
   useTensorCores(op: AttentionF16 | null): void {
     if (op && (op.config.hq !== this.config.hq || op.config.hkv !== this.config.hkv || op.config.headDim !== this.config.headDim)) {
       throw new ShapeError('attention', `tensor-core attention of Hq ${op.config.hq}, Hkv ${op.config.hkv}, D ${op.config.headDim} for attention of ${this.config.hq}, ${this.config.hkv}, ${this.config.headDim}`);
@@ -312,7 +312,7 @@ export class Attention {
     this.tensorCores = op;
   }
 
-  /** Whether the forward over packed rows runs on f16 tensor cores (useTensorCores). */
+  /** Whether attention over packed rows runs on f16 tensor cores (useTensorCores). */
   get onTensorCores(): boolean {
     return this.tensorCores !== null;
   }
@@ -497,6 +497,10 @@ export class Attention {
     const layout = { rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix };
     const u = this.uniforms(layout);
     rec.dispatch(this.prep, { o: a.o, dout: a.dout, lse: a.lse, row_stats: a.rowStats }, grid1d(T * hq, FLAT_WG), u);
+    if (this.tensorCores) {
+      this.tensorCores.backward(rec, a);
+      return;
+    }
     const common = { ...this.views({ q: a.q, k: a.k, v: a.v, dout: a.dout }), row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
     const BO = this.backwardTile.BO;
     rec.dispatch(this.dqK, { ...common, dq: a.dq }, [Math.ceil((T * this.group) / BO), hkv], u);

@@ -1,9 +1,10 @@
-// Attention on f16 tensor cores (shaders/attention_f16.wgsl): attention.ts's forward over packed
-// sequences (causal or not, the shared prefix, grouped-query heads), with q, k and v rounded to f16
-// once a call (shaders/f16_convert.wgsl) and every product accumulated in f32. Needs what the f16
+// Attention on f16 tensor cores (shaders/attention_f16.wgsl, attention_f16_bwd.wgsl): attention.ts's
+// forward and backward over packed sequences (causal or not, the shared prefix, grouped-query
+// heads), with q, k, v and dO rounded to f16 once a call (shaders/f16_convert.wgsl) and every
+// product accumulated in f32. Needs what the f16
 // products need (f16Unsupported in matmulQ4F16.ts) and a head dim that is 4 or 8 fragments wide.
 import { capabilitiesOf, compileMatrixKernels, grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
-import type { AttentionConfig, AttentionForwardArgs } from './attention';
+import type { AttentionBackwardArgs, AttentionConfig, AttentionForwardArgs } from './attention';
 import { f16Config, f16Unsupported } from './matmulQ4F16';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
 
@@ -35,7 +36,7 @@ export function attentionF16Unsupported(gpu: Gpu, headDim: number): string | nul
 }
 
 export class AttentionF16 {
-  private readonly copies: Record<'q' | 'k' | 'v', Copy> = { q: { t: null, label: 'q16' }, k: { t: null, label: 'k16' }, v: { t: null, label: 'v16' } };
+  private readonly copies: Record<'q' | 'k' | 'v' | 'dout', Copy> = { q: { t: null, label: 'q16' }, k: { t: null, label: 'k16' }, v: { t: null, label: 'v16' }, dout: { t: null, label: 'do16' } };
 
   private constructor(
     private readonly gpu: Gpu,
@@ -44,6 +45,8 @@ export class AttentionF16 {
     private readonly fwd: Kernel,
     private readonly fwdLse: Kernel,
     private readonly fwdGivenLse: Kernel,
+    private readonly bwdDq: Kernel,
+    private readonly bwdDkv: Kernel,
     /** Tokens a workgroup and keys a tile: the f16 copies hold this many rows past T. */
     private readonly pad: number,
     private readonly tokensPerGroup: number,
@@ -56,24 +59,28 @@ export class AttentionF16 {
     if (!Number.isInteger(hkv) || hkv < 1 || hq % hkv !== 0) throw new ShapeError('attentionF16', `Hq (${hq}) must be a positive multiple of Hkv (${hkv})`);
     const { M: FR, K: FK } = f16Config(capabilitiesOf(gpu))!;
     const lim = gpu.limits;
-    const bytes = 2 * 2 * tile.keys * (D + 8) + tile.subgroups * FR * (4 * (tile.keys + 4) + 2 * (tile.keys + 8));
+    // Staged rows, each subgroup's scores (f32) and probabilities (f16), the backward's row stats.
+    const bytes = 2 * 2 * tile.keys * (D + 8) + tile.subgroups * FR * (4 * (tile.keys + 4) + 2 * (tile.keys + 8)) + 16 * tile.keys;
     if (tile.keys % FR !== 0 || (32 / FR) * 2 > tile.keys || bytes > lim.maxComputeWorkgroupStorageSize || 32 * tile.subgroups > lim.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('attentionF16', `tile of ${tile.subgroups} subgroups x ${tile.keys} keys: needs keys a multiple of ${FR}, ${bytes} bytes of workgroup memory (${lim.maxComputeWorkgroupStorageSize} here) and ${32 * tile.subgroups} threads`);
     }
     const defines = { D, FR, FK, SGS: tile.subgroups, BI: tile.keys, O8: D / FR === 8 };
     const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
-    const [[fwd], [fwdLse], [fwdGivenLse], [toF16]] = await Promise.all([
+    const bwd = (name: string, entry: string) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: FWD_UNIFORMS }], defines);
+    const [[fwd], [fwdLse], [fwdGivenLse], [bwdDq], [bwdDkv], [toF16]] = await Promise.all([
       compileMatrixKernels(gpu, 'attention_f16.fwd', [entry], defines),
       compileMatrixKernels(gpu, 'attention_f16.fwd_lse', [entry], { ...defines, LSE: true }),
       compileMatrixKernels(gpu, 'attention_f16.fwd_given_lse', [entry], { ...defines, GIVEN_LSE: true }),
+      bwd('bwd_dq', 'attn_bwd_dq_f16'),
+      bwd('bwd_dkv', 'attn_bwd_dkv_f16'),
       compileMatrixKernels(gpu, 'attention_f16', [{ shader: 'f16_convert', entry: 'dense_to_f16', uniforms: { count: 'u32' } }], {}),
     ]);
     const tokens = tile.subgroups * FR;
-    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, fwdGivenLse, Math.max(tokens, tile.keys), tokens);
+    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, fwdGivenLse, bwdDq, bwdDkv, Math.max(tokens, tile.keys), tokens);
   }
 
   /** `x` [T, width] rounded to f16 into its copy (rows past T finite). */
-  private round(rec: Recorder, which: 'q' | 'k' | 'v', x: Tensor, T: number, width: number): Tensor {
+  private round(rec: Recorder, which: keyof AttentionF16['copies'], x: Tensor, T: number, width: number): Tensor {
     const c = this.copies[which];
     const words = ((T + this.pad) * width) / 2;
     if (!c.t || c.t.numel < words) {
@@ -114,6 +121,27 @@ export class AttentionF16 {
     if (a.lse) bindings.lse = a.lse;
     const u = { rows: T, hq, hkv, causal: a.causal ? 1 : 0, scale: a.scale, nseq, prefix_len: prefix };
     rec.dispatch(kernel, bindings, [Math.ceil(T / this.tokensPerGroup), hq], u);
+  }
+
+  /**
+   * dq, dk, dv as Attention.backward, from the row stats its prep pass wrote (lse and delta per
+   * row and head), with P recomputed from q, k, v rounded to f16.
+   */
+  backward(rec: Recorder, a: AttentionBackwardArgs): void {
+    const { hq, hkv, headDim: D } = this.config;
+    const T = a.q.shape[0];
+    const nseq = a.cuSeqlens.numel - 1;
+    const copies = {
+      q16: this.round(rec, 'q', a.q, T, hq * D),
+      k16: this.round(rec, 'k', a.k, T, hkv * D),
+      v16: this.round(rec, 'v', a.v, T, hkv * D),
+      do16: this.round(rec, 'dout', a.dout, T, hq * D),
+    };
+    const u = { rows: T, hq, hkv, causal: a.causal ? 1 : 0, scale: a.scale, nseq, prefix_len: a.sharedPrefix ?? 0 };
+    const common = { row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
+    const blocks = Math.ceil(T / this.tokensPerGroup);
+    rec.dispatch(this.bwdDq, { ...common, q16: copies.q16, do16: copies.do16, k16v: copies.k16, v16v: copies.v16, dq: a.dq }, [blocks, hq], u);
+    rec.dispatch(this.bwdDkv, { ...common, k16: copies.k16, v16: copies.v16, q16v: copies.q16, do16v: copies.do16, dk: a.dk, dv: a.dv }, [blocks, hkv, 2], u);
   }
 
   release(): void {

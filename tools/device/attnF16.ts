@@ -10,7 +10,7 @@ import { Attention } from '../../src/ops/attention';
 import { AttentionF16, attentionF16Unsupported, checkAttentionF16, DEFAULT_ATTENTION_F16_TILE, type AttentionF16Tile } from '../../src/ops/attentionF16';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
-import type { Tensor } from '../../src/gpu';
+import type { Recorder, Tensor } from '../../src/gpu';
 
 interface Case {
   label: string;
@@ -60,17 +60,26 @@ const read = async (t: Tensor) => new Float32Array(await gpu.read(t));
 async function setup(c: Case) {
   const T = c.cu[c.cu.length - 1];
   const t = (cols: number, label: string) => gpu.tensor([T, cols], 'f32', label);
-  const io = { q: t(c.hq * c.D, 'q'), k: t(c.hkv * c.D, 'k'), v: t(c.hkv * c.D, 'v'), o: t(c.hq * c.D, 'o'), o16: t(c.hq * c.D, 'o16'), lse: t(c.hq, 'lse'), lse16: t(c.hq, 'lse16'), cu: gpu.upload(c.cu, [c.cu.length], 'u32', 'cu_seqlens') };
+  const io = {
+    q: t(c.hq * c.D, 'q'), k: t(c.hkv * c.D, 'k'), v: t(c.hkv * c.D, 'v'), o: t(c.hq * c.D, 'o'), o16: t(c.hq * c.D, 'o16'), lse: t(c.hq, 'lse'), lse16: t(c.hq, 'lse16'),
+    dout: t(c.hq * c.D, 'dout'), stats: t(2 * c.hq, 'row_stats'), dq: t(c.hq * c.D, 'dq'), dk: t(c.hkv * c.D, 'dk'), dv: t(c.hkv * c.D, 'dv'), dq16: t(c.hq * c.D, 'dq16'), dk16: t(c.hkv * c.D, 'dk16'), dv16: t(c.hkv * c.D, 'dv16'),
+    cu: gpu.upload(c.cu, [c.cu.length], 'u32', 'cu_seqlens'),
+  };
   const rec = gpu.recorder('setup');
   // Scores of a few units, as after the q/k norms: q and k uniform in ±2.
   fill.fill(rec, io.q, 'uniform', 2);
   fill.fill(rec, io.k, 'uniform', 2);
   fill.fill(rec, io.v, 'uniform', 1);
+  fill.fill(rec, io.dout, 'uniform', 1);
   await rec.submit();
   const f32 = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
   const f16 = await AttentionF16.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
+  // The same f32 op routed to the tensor cores, as the model runs it (Attention.useTensorCores).
+  const routed = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
+  routed.useTensorCores(f16);
   const args = { q: io.q, k: io.k, v: io.v, cuSeqlens: io.cu, causal: c.causal, scale: 1 / Math.sqrt(c.D), sharedPrefix: c.prefix };
-  return { T, io, f32, f16, args, release: () => [...Object.values(io)].forEach((x) => x.release()) };
+  const grads = (f: Attention, o: Tensor, lse: Tensor, dq: Tensor, dk: Tensor, dv: Tensor) => (r: Recorder) => f.backward(r, { ...args, o, lse, dout: io.dout, rowStats: io.stats, dq, dk, dv });
+  return { T, io, f32, f16, routed, args, grads, release: () => [...Object.values(io)].forEach((x) => x.release()) };
 }
 
 const maxAbs = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
@@ -94,10 +103,22 @@ for (const c of CASES) {
   s.f16.forward(rec3, { ...s.args, o: s.io.o16 });
   await rec3.submit();
   const en = maxDiff(o, await read(s.io.o16)) / maxAbs(o);
-  // q, k, v rounded to f16 (2^-11 relative) and p to f16: a few 1e-3 of max |o| at most.
-  const ok = [eo, eg, en].every((e) => e < 4e-3) && el < 4e-3 && [o16, lse16].every((x) => x.every(Number.isFinite));
+  // The backward of each path, from its own forward's o and lse.
+  const rec4 = gpu.recorder('check');
+  s.f32.forward(rec4, { ...s.args, o: s.io.o, lse: s.io.lse });
+  s.grads(s.f32, s.io.o, s.io.lse, s.io.dq, s.io.dk, s.io.dv)(rec4);
+  s.routed.forward(rec4, { ...s.args, o: s.io.o16, lse: s.io.lse16 });
+  s.grads(s.routed, s.io.o16, s.io.lse16, s.io.dq16, s.io.dk16, s.io.dv16)(rec4);
+  await rec4.submit();
+  const eg3 = await Promise.all(([['dq', s.io.dq, s.io.dq16], ['dk', s.io.dk, s.io.dk16], ['dv', s.io.dv, s.io.dv16]] as const).map(async ([n, x, y]) => {
+    const [a, b] = [await read(x), await read(y)];
+    return { n, e: maxDiff(a, b) / maxAbs(a), finite: b.every(Number.isFinite) };
+  }));
+  // q, k, v rounded to f16 (2^-11 relative) and p to f16: a few 1e-3 of max |o| at most; the
+  // gradients also round dO and dS.
+  const ok = [eo, eg, en].every((e) => e < 4e-3) && el < 4e-3 && [o16, lse16].every((x) => x.every(Number.isFinite)) && eg3.every((g) => g.finite && g.e < 1e-2);
   if (!ok) failed = true;
-  console.log(`${ok ? 'ok  ' : 'FAIL'} ${c.label}: o ${eo.toExponential(2)} of max |o| (lse given ${eg.toExponential(2)}, no lse ${en.toExponential(2)}), lse ${el.toExponential(2)}`);
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${c.label}: o ${eo.toExponential(2)} of max |o| (lse given ${eg.toExponential(2)}, no lse ${en.toExponential(2)}), lse ${el.toExponential(2)}; ${eg3.map((g) => `${g.n} ${g.e.toExponential(2)}`).join(', ')} of max |f32|`);
   s.f16.release();
   s.release();
 }
@@ -110,12 +131,13 @@ if (!args.bool('no-speed')) {
     const lens = c.cu.slice(1).map((e, i) => e - c.cu[i]);
     const pairs = c.prefix ? (lens[0] * (lens[0] + 1)) / 2 + lens.slice(1).reduce((n, l) => n + l * lens[0] + (l * (l + 1)) / 2, 0) : lens.reduce((n, l) => n + (c.causal ? (l * (l + 1)) / 2 : l * l), 0);
     const flops = 4 * pairs * c.D * c.hq;
-    const time = async (f: (r: import('../../src/gpu').Recorder) => void) => {
+    // The backward counts 2.5 times the forward's products (BENCHMARKS.md's convention).
+    const time = async (f: (r: Recorder) => void, times = 1) => {
       const t = await measure(gpu, /^attention/, f, { maxReps: 20 });
       const ms = t.passMs ?? t.ms;
-      return `${(1000 * ms).toFixed(0)} µs (${(flops / ms / 1e9).toFixed(1)} TFLOP/s)`;
+      return `${(1000 * ms).toFixed(0)} µs (${((times * flops) / ms / 1e9).toFixed(1)} TFLOP/s)`;
     };
-    const line = [`f32 ${await time((r) => s.f32.forward(r, { ...s.args, o: s.io.o, lse: s.io.lse }))}`];
+    const line = [`f32 ${await time((r) => s.f32.forward(r, { ...s.args, o: s.io.o, lse: s.io.lse }))}, backward ${await time(s.grads(s.f32, s.io.o, s.io.lse, s.io.dq, s.io.dk, s.io.dv), 2.5)}`];
     for (const tile of TILES) {
       let f16: AttentionF16;
       try {
@@ -127,7 +149,10 @@ if (!args.bool('no-speed')) {
       const withLse = await time((r) => f16.forward(r, { ...s.args, o: s.io.o16, lse: s.io.lse16 }));
       const err = maxDiff(await read(s.io.o), await read(s.io.o16)) / maxAbs(await read(s.io.o));
       if (!(err < 4e-3)) failed = true;
-      line.push(`${tile.subgroups}x${tile.keys} with lse ${withLse} (error ${err.toExponential(1)}), lse given ${await time((r) => f16.forward(r, { ...s.args, o: s.io.o16, lse: s.io.lse, givenLse: true }))}`);
+      const routed = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
+      routed.useTensorCores(f16);
+      const backward = await time(s.grads(routed, s.io.o16, s.io.lse16, s.io.dq16, s.io.dk16, s.io.dv16), 2.5);
+      line.push(`${tile.subgroups}x${tile.keys} with lse ${withLse} (error ${err.toExponential(1)}), lse given ${await time((r) => f16.forward(r, { ...s.args, o: s.io.o16, lse: s.io.lse, givenLse: true }))}, backward ${backward}`);
       f16.release();
     }
     console.log(`${c.label}: ${line.join('; ')}`);

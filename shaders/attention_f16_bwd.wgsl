@@ -1,0 +1,411 @@
+enable chromium_experimental_subgroup_matrix;
+// Subgroup-matrix calls run in loops every subgroup of the workgroup takes equally often; the
+// uniformity analysis cannot see that.
+diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
+// requires: f16, subgroups
+
+// Attention backward on f16 tensor cores: FlashAttention-2's, with attention_bwd_dq.wgsl's and
+// attention_bwd_dkv.wgsl's layouts, masks and row_stats ([T, Hq, 2] of lse and delta). With
+// P = exp(scale·q·kᵀ − lse) and dS = P ∘ (dO·vᵀ − delta):
+//   attn_bwd_dq_f16:  dq = scale·dS·k, a workgroup per BQ tokens of one query head, walking the
+//                     keys in tiles of BI (k and v staged);
+//   attn_bwd_dkv_f16: dv = Σ_g Pᵀ·dO and dk = scale·Σ_g dSᵀ·q over the G query heads of a kv head,
+//                     a workgroup per BQ keys and half of D, walking the queries in tiles of BI (q
+//                     and dO staged); the two halves both compute the scores, which keeps the
+//                     accumulators within the registers.
+// q, k, v and dO come as f16 copies, zero past T. Each subgroup holds its FR rows' fragments of the
+// owned side; products accumulate in f32; scores pass through each subgroup's rows of workgroup
+// memory as f32, P and dS as f16.
+
+struct Params {
+  rows: u32, // T
+  hq: u32,
+  hkv: u32,
+  causal: u32,
+  scale: f32,
+  nseq: u32,
+  prefix_len: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+// Fragment loads (f16) and staging loads (8 halves a vec4) of the same copies; each kernel binds
+// the owned side's f16 views and the walked side's vec4 views.
+@group(0) @binding(1) var<storage, read> q16: array<f16>;
+@group(0) @binding(2) var<storage, read> do16: array<f16>;
+@group(0) @binding(3) var<storage, read> k16: array<f16>;
+@group(0) @binding(4) var<storage, read> v16: array<f16>;
+@group(0) @binding(5) var<storage, read> q16v: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read> do16v: array<vec4<u32>>;
+@group(0) @binding(7) var<storage, read> k16v: array<vec4<u32>>;
+@group(0) @binding(8) var<storage, read> v16v: array<vec4<u32>>;
+@group(0) @binding(9) var<storage, read> row_stats: array<f32>;
+@group(0) @binding(10) var<storage, read> cu_seqlens: array<u32>;
+@group(0) @binding(11) var<storage, read_write> dq: array<f32>;
+@group(0) @binding(12) var<storage, read_write> dk: array<f32>;
+@group(0) @binding(13) var<storage, read_write> dv: array<f32>;
+
+#include attention_varlen
+
+const D = {{D}}u;
+const FR = {{FR}}u;        // fragment rows = columns = K
+const SGS = {{SGS}}u;      // subgroups a workgroup, 32 lanes each
+const WG = SGS * 32u;
+const BQ = SGS * FR;       // owned rows a workgroup
+const BI = {{BI}}u;        // walked rows a tile
+const KS = D + 8u;         // row stride of the staged rows (f16)
+const SS = BI + 4u;        // row stride of the scores (f32)
+const PS = BI + 8u;        // row stride of P and dS (f16)
+const LPR = 32u / FR;      // softmax: lanes a row
+const KPL = BI / LPR;      // softmax: walked rows a lane (part, part + LPR, ...)
+const HALF = D / 2u;
+
+#include attention_key_walk
+
+var<workgroup> a_s: array<f16, BI * KS>; // k (dq); q (dk/dv)
+var<workgroup> b_s: array<f16, BI * KS>; // v (dq); dO (dk/dv)
+var<workgroup> s_s: array<f32, SGS * FR * SS>;
+var<workgroup> p_s: array<f16, SGS * FR * PS>;
+var<workgroup> st_s: array<vec4<f32>, BI>; // dk/dv: the walked query's lse, delta and own key range (bits)
+
+alias Left = subgroup_matrix_left<f16, FR, FR>;
+alias Right = subgroup_matrix_right<f16, FR, FR>;
+alias Acc = subgroup_matrix_result<f32, FR, FR>;
+
+fn put8(p: ptr<workgroup, array<f16, BI * KS>>, at: u32, w: vec4<u32>) {
+  for (var e = 0u; e < 4u; e++) {
+    let h2 = bitcast<vec2<f16>>(w[e]);
+    (*p)[at + 2u * e] = h2.x;
+    (*p)[at + 2u * e + 1u] = h2.y;
+  }
+}
+
+// Fragment c (this subgroup's rows from r0, columns col0 .. col0 + FR of head `head` of `heads`)
+// through s_s, times `f`: dq's rows (put_dq), dk's or dv's (put_kv, `is_dv`). Every subgroup calls
+// them equally often: the barriers are uniform.
+fn stage_out(c: Acc, sbase: u32) {
+  subgroupMatrixStore<row_major>(&s_s, sbase, c, SS);
+  workgroupBarrier();
+}
+
+fn put_dq(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, lane: u32) {
+  stage_out(c, sbase);
+  for (var e = lane; e < FR * FR; e += 32u) {
+    let r = r0 + e / FR;
+    if (r < params.rows) {
+      dq[(r * params.hq + head) * D + col0 + e % FR] = s_s[sbase + (e / FR) * SS + e % FR] * params.scale;
+    }
+  }
+  workgroupBarrier();
+}
+
+fn put_kv(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, is_dv: bool, lane: u32) {
+  stage_out(c, sbase);
+  for (var e = lane; e < FR * FR; e += 32u) {
+    let r = r0 + e / FR;
+    if (r < params.rows) {
+      let at = (r * params.hkv + head) * D + col0 + e % FR;
+      let x = s_s[sbase + (e / FR) * SS + e % FR];
+      if (is_dv) { dv[at] = x; } else { dk[at] = x * params.scale; }
+    }
+  }
+  workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn attn_bwd_dq_f16(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sg: u32,
+  @builtin(subgroup_invocation_id) lane: u32,
+) {
+  let T = params.rows;
+  let h = wid.y;
+  let hk = h / (params.hq / params.hkv);
+  let t0 = wid.x * BQ;
+  let tile_lo = varlen_keys(t0).x;
+  let tile_hi = varlen_keys(min(t0 + BQ, T) - 1u).y;
+  let ts = t0 + sg * FR;
+  let sbase = sg * FR * SS;
+  let pbase = sg * FR * PS;
+  let rr = lane / LPR;
+  let part = lane % LPR;
+  let t = ts + rr;
+  let valid = t < T;
+  let tc = min(t, T - 1u);
+  let own = varlen_keys(tc);
+  let stats = select(vec2f(0.0), vec2f(row_stats[2u * (tc * params.hq + h)], row_stats[2u * (tc * params.hq + h) + 1u]), valid);
+  let qstride = params.hq * D;
+  let qbase = ts * qstride + h * D;
+  let kstride = params.hkv * D;
+  let q0 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 0u * FR, qstride);
+  let q1 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 1u * FR, qstride);
+  let q2 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 2u * FR, qstride);
+  let q3 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 3u * FR, qstride);
+  let g0 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 0u * FR, qstride);
+  let g1 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 1u * FR, qstride);
+  let g2 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 2u * FR, qstride);
+  let g3 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 3u * FR, qstride);
+  var a0 = Acc();
+  var a1 = Acc();
+  var a2 = Acc();
+  var a3 = Acc();
+#if O8
+  let q4 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 4u * FR, qstride);
+  let q5 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 5u * FR, qstride);
+  let q6 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 6u * FR, qstride);
+  let q7 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 7u * FR, qstride);
+  let g4 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 4u * FR, qstride);
+  let g5 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 5u * FR, qstride);
+  let g6 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 6u * FR, qstride);
+  let g7 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 7u * FR, qstride);
+  var a4 = Acc();
+  var a5 = Acc();
+  var a6 = Acc();
+  var a7 = Acc();
+#endif
+  var kw = key_walk(tile_lo, tile_hi);
+  loop {
+    if (kw.j0 >= tile_hi) { break; }
+    let j0 = kw.j0;
+    for (var i = lid; i < BI * D / 8u; i += WG) {
+      let r = i / (D / 8u);
+      let c = (i % (D / 8u)) * 8u;
+      let at = ((j0 + r) * kstride + hk * D + c) / 8u;
+      put8(&a_s, r * KS + c, k16v[at]);
+      put8(&b_s, r * KS + c, v16v[at]);
+    }
+    workgroupBarrier();
+    // S = q·kᵀ; P kept in registers.
+    for (var kc = 0u; kc < BI / FR; kc++) {
+      let kb = kc * FR * KS;
+      var s = Acc();
+      s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 0u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 1u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 2u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 3u * FR, KS), s);
+#if O8
+      s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 4u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 5u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 6u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 7u * FR, KS), s);
+#endif
+      subgroupMatrixStore<row_major>(&s_s, sbase + kc * FR, s, SS);
+    }
+    workgroupBarrier();
+    var p: array<f32, KPL>;
+    for (var i = 0u; i < KPL; i++) {
+      let c = part + LPR * i;
+      let j = j0 + c;
+      p[i] = select(0.0, exp(s_s[sbase + rr * SS + c] * params.scale - stats.x), valid && j < kw.end && sees(t, j, own));
+    }
+    workgroupBarrier();
+    // dP = dO·vᵀ, then dS = P ∘ (dP − delta) as f16.
+    for (var kc = 0u; kc < BI / FR; kc++) {
+      let kb = kc * FR * KS;
+      var s = Acc();
+      s = subgroupMatrixMultiplyAccumulate(g0, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 0u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g1, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 1u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g2, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 2u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g3, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 3u * FR, KS), s);
+#if O8
+      s = subgroupMatrixMultiplyAccumulate(g4, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 4u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g5, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 5u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g6, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 6u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g7, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 7u * FR, KS), s);
+#endif
+      subgroupMatrixStore<row_major>(&s_s, sbase + kc * FR, s, SS);
+    }
+    workgroupBarrier();
+    for (var i = 0u; i < KPL; i++) {
+      let c = part + LPR * i;
+      p_s[pbase + rr * PS + c] = f16(p[i] * (s_s[sbase + rr * SS + c] - stats.y));
+    }
+    workgroupBarrier();
+    // dq += dS·k
+    for (var kc = 0u; kc < BI / FR; kc++) {
+      let l = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + kc * FR, PS);
+      let kb = kc * FR * KS;
+      a0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 0u * FR, KS), a0);
+      a1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 1u * FR, KS), a1);
+      a2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 2u * FR, KS), a2);
+      a3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 3u * FR, KS), a3);
+#if O8
+      a4 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 4u * FR, KS), a4);
+      a5 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 5u * FR, KS), a5);
+      a6 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 6u * FR, KS), a6);
+      a7 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 7u * FR, KS), a7);
+#endif
+    }
+    workgroupBarrier(); // a_s, b_s, s_s and p_s are rewritten by the next tile
+    kw = key_next(kw, tile_lo, tile_hi);
+  }
+  put_dq(a0, sbase, ts, h, 0u * FR, lane);
+  put_dq(a1, sbase, ts, h, 1u * FR, lane);
+  put_dq(a2, sbase, ts, h, 2u * FR, lane);
+  put_dq(a3, sbase, ts, h, 3u * FR, lane);
+#if O8
+  put_dq(a4, sbase, ts, h, 4u * FR, lane);
+  put_dq(a5, sbase, ts, h, 5u * FR, lane);
+  put_dq(a6, sbase, ts, h, 6u * FR, lane);
+  put_dq(a7, sbase, ts, h, 7u * FR, lane);
+#endif
+}
+
+@compute @workgroup_size(WG)
+fn attn_bwd_dkv_f16(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sg: u32,
+  @builtin(subgroup_invocation_id) lane: u32,
+) {
+  let T = params.rows;
+  let G = params.hq / params.hkv;
+  let hk = wid.y;
+  let col = wid.z * HALF; // this workgroup's half of D
+  let j0 = wid.x * BQ;
+  let j_last = min(j0 + BQ, T) - 1u;
+  // Queries that see any of the keys: from the first key's, to the later end of the first's and
+  // the last's (a key of the shared prefix is seen up to T).
+  let q_lo = varlen_queries(j0).x;
+  let q_hi = max(varlen_queries(j0).y, varlen_queries(j_last).y);
+  let js = j0 + sg * FR;
+  let sbase = sg * FR * SS;
+  let pbase = sg * FR * PS;
+  let rr = lane / LPR;
+  let part = lane % LPR;
+  let j = js + rr;
+  let validk = j < T;
+  let kstride = params.hkv * D;
+  let qstride = params.hq * D;
+  let kbase = js * kstride + hk * D;
+  let k0 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 0u * FR, kstride);
+  let k1 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 1u * FR, kstride);
+  let k2 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 2u * FR, kstride);
+  let k3 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 3u * FR, kstride);
+  let v0 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 0u * FR, kstride);
+  let v1 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 1u * FR, kstride);
+  let v2 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 2u * FR, kstride);
+  let v3 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 3u * FR, kstride);
+#if O8
+  let k4 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 4u * FR, kstride);
+  let k5 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 5u * FR, kstride);
+  let k6 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 6u * FR, kstride);
+  let k7 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 7u * FR, kstride);
+  let v4 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 4u * FR, kstride);
+  let v5 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 5u * FR, kstride);
+  let v6 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 6u * FR, kstride);
+  let v7 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 7u * FR, kstride);
+#endif
+  var dk0 = Acc();
+  var dk1 = Acc();
+  var dv0 = Acc();
+  var dv1 = Acc();
+#if O8
+  var dk2 = Acc();
+  var dk3 = Acc();
+  var dv2 = Acc();
+  var dv3 = Acc();
+#endif
+  for (var g = 0u; g < G; g++) {
+    let h = hk * G + g;
+    for (var t0 = q_lo; t0 < q_hi; t0 += BI) {
+      for (var i = lid; i < BI * D / 8u; i += WG) {
+        let r = i / (D / 8u);
+        let c = (i % (D / 8u)) * 8u;
+        let at = ((t0 + r) * qstride + h * D + c) / 8u;
+        put8(&a_s, r * KS + c, q16v[at]);
+        put8(&b_s, r * KS + c, do16v[at]);
+      }
+      if (lid < BI) {
+        let tq = t0 + lid;
+        let tc = min(tq, T - 1u);
+        let own = varlen_keys(tc);
+        let live = tq < q_hi;
+        let st = select(vec2f(0.0), vec2f(row_stats[2u * (tc * params.hq + h)], row_stats[2u * (tc * params.hq + h) + 1u]), live);
+        st_s[lid] = vec4f(st, bitcast<f32>(select(0u, own.x, live)), bitcast<f32>(select(0u, own.y, live)));
+      }
+      workgroupBarrier();
+      // Sᵀ = k·qᵀ; Pᵀ kept in registers and as f16 for dv.
+      for (var qc = 0u; qc < BI / FR; qc++) {
+        let qb = qc * FR * KS;
+        var s = Acc();
+        s = subgroupMatrixMultiplyAccumulate(k0, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 0u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k1, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 1u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k2, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 2u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k3, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 3u * FR, KS), s);
+#if O8
+        s = subgroupMatrixMultiplyAccumulate(k4, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 4u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k5, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 5u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k6, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 6u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k7, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 7u * FR, KS), s);
+#endif
+        subgroupMatrixStore<row_major>(&s_s, sbase + qc * FR, s, SS);
+      }
+      workgroupBarrier();
+      var p: array<f32, KPL>;
+      for (var i = 0u; i < KPL; i++) {
+        let c = part + LPR * i;
+        let tq = t0 + c;
+        let st = st_s[c];
+        let own = vec2u(bitcast<u32>(st.z), bitcast<u32>(st.w));
+        p[i] = select(0.0, exp(s_s[sbase + rr * SS + c] * params.scale - st.x), validk && tq < q_hi && sees(tq, j, own));
+        p_s[pbase + rr * PS + c] = f16(p[i]);
+      }
+      workgroupBarrier();
+      // dv += Pᵀ·dO (this half of D); dPᵀ = v·dOᵀ.
+      for (var qc = 0u; qc < BI / FR; qc++) {
+        let l = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + qc * FR, PS);
+        let ob = qc * FR * KS + col;
+        dv0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 0u * FR, KS), dv0);
+        dv1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 1u * FR, KS), dv1);
+#if O8
+        dv2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 2u * FR, KS), dv2);
+        dv3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 3u * FR, KS), dv3);
+#endif
+      }
+      for (var qc = 0u; qc < BI / FR; qc++) {
+        let qb = qc * FR * KS;
+        var s = Acc();
+        s = subgroupMatrixMultiplyAccumulate(v0, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 0u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v1, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 1u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v2, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 2u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v3, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 3u * FR, KS), s);
+#if O8
+        s = subgroupMatrixMultiplyAccumulate(v4, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 4u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v5, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 5u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v6, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 6u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v7, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 7u * FR, KS), s);
+#endif
+        subgroupMatrixStore<row_major>(&s_s, sbase + qc * FR, s, SS);
+      }
+      workgroupBarrier();
+      // dSᵀ = Pᵀ ∘ (dPᵀ − delta) as f16; dk += dSᵀ·q (this half of D).
+      for (var i = 0u; i < KPL; i++) {
+        let c = part + LPR * i;
+        p_s[pbase + rr * PS + c] = f16(p[i] * (s_s[sbase + rr * SS + c] - st_s[c].y));
+      }
+      workgroupBarrier();
+      for (var qc = 0u; qc < BI / FR; qc++) {
+        let l = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + qc * FR, PS);
+        let qb = qc * FR * KS + col;
+        dk0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 0u * FR, KS), dk0);
+        dk1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 1u * FR, KS), dk1);
+#if O8
+        dk2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 2u * FR, KS), dk2);
+        dk3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 3u * FR, KS), dk3);
+#endif
+      }
+      workgroupBarrier(); // a_s, b_s, st_s, s_s and p_s are rewritten by the next tile
+    }
+  }
+  put_kv(dk0, sbase, js, hk, col + 0u * FR, false, lane);
+  put_kv(dk1, sbase, js, hk, col + 1u * FR, false, lane);
+  put_kv(dv0, sbase, js, hk, col + 0u * FR, true, lane);
+  put_kv(dv1, sbase, js, hk, col + 1u * FR, true, lane);
+#if O8
+  put_kv(dk2, sbase, js, hk, col + 2u * FR, false, lane);
+  put_kv(dk3, sbase, js, hk, col + 3u * FR, false, lane);
+  put_kv(dv2, sbase, js, hk, col + 2u * FR, true, lane);
+  put_kv(dv3, sbase, js, hk, col + 3u * FR, true, lane);
+#endif
+}
