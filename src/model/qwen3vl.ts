@@ -4,6 +4,7 @@
 import { ShapeError, TensorCoreCheckError, type Gpu, type Tensor } from '../gpu';
 import type { LoraParams } from '../ops/lora';
 import type { AttentionF16 } from '../ops/attentionF16';
+import type { AttentionConfig } from '../ops/attention';
 import type { TensorCoreProducts } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
 import { THINK_CLOSE, THINK_OPEN } from '../rewards/thinking';
@@ -66,6 +67,18 @@ const VISION_CACHE_BYTES = 256 * 2 ** 20;
 /** Most rows of full logits computed per pass (a [rows, vocab] buffer must fit one binding). */
 const LOGIT_HEADROOM = 0.85;
 
+/** Attention on f16 tensor cores for `config` where the device offers them and they pass their
+ * check; null otherwise (a failed check is a warning: the attention stays on the f32 kernels). */
+async function checkedAttention(gpu: Gpu, config: AttentionConfig): Promise<AttentionF16 | null> {
+  try {
+    return await makeAttentionTensorCores(gpu, config);
+  } catch (e) {
+    if (!(e instanceof TensorCoreCheckError)) throw e;
+    console.warn(e.message);
+    return null;
+  }
+}
+
 /** config.json, plus generation_config.json's stop ids when the folder has one. */
 export async function readModelConfig(files: ModelFiles): Promise<Qwen3VLConfig> {
   const text = await files.text('config.json');
@@ -90,8 +103,9 @@ export class Qwen3VL {
   /** The decoder's tensor-core products while a setting other than 'f32' is on (setProducts). */
   private productOp: TensorCoreProducts | null = null;
   private productsSetting: Products = 'f32';
-  /** The decoder's attention on f16 tensor cores while in use (setProducts). */
+  /** The decoder's and the vision tower's attention on f16 tensor cores while in use (setProducts, setVisionProducts). */
   private attentionOp: AttentionF16 | null = null;
+  private visionAttentionOp: AttentionF16 | null = null;
   /** The vision tower's tensor-core op while in use (setVisionProducts), and its setting. */
   private visionOp: TensorCoreProducts | null = null;
   private visionSetting: VisionProducts = 'f32';
@@ -131,10 +145,13 @@ export class Qwen3VL {
     const c = this.config.vision;
     const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.hiddenSize * c.spatialMergeSize ** 2);
     const made = v === 'f32' ? null : await makeVisionProducts(this.gpu, v, { maxRows: VISION_MMA_ROWS, maxK });
-    await this.vision.useTensorCores(made);
+    const attention = v === 'f32' ? null : await checkedAttention(this.gpu, { hq: c.numHeads, hkv: c.numHeads, headDim: c.hiddenSize / c.numHeads });
+    await this.vision.useTensorCores(made, attention);
     // Its workspace back to the pool (useTensorCores waited for work in flight).
     this.visionOp?.release();
     this.visionOp = made;
+    this.visionAttentionOp?.release();
+    this.visionAttentionOp = attention;
     this.visionSetting = v;
     // Features encoded on the other path differ: encode again.
     this.visionCache.clear();
@@ -178,15 +195,7 @@ export class Qwen3VL {
   private async useAttentionTensorCores(on: boolean): Promise<void> {
     if (on === (this.attentionOp !== null)) return;
     const t = this.config.text;
-    let made: AttentionF16 | null = null;
-    if (on) {
-      try {
-        made = await makeAttentionTensorCores(this.gpu, { hq: t.numHeads, hkv: t.numKvHeads, headDim: t.headDim });
-      } catch (e) {
-        if (!(e instanceof TensorCoreCheckError)) throw e;
-        console.warn(e.message);
-      }
-    }
+    const made = on ? await checkedAttention(this.gpu, { hq: t.numHeads, hkv: t.numKvHeads, headDim: t.headDim }) : null;
     this.decoder.ops.attention.useTensorCores(made);
     if (this.attentionOp) {
       await this.gpu.sync();

@@ -38,6 +38,7 @@ import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
 import type { LoraParams } from '../ops/lora';
 import { Attention } from '../ops/attention';
+import type { AttentionF16 } from '../ops/attentionF16';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
 
 import { Norms } from '../ops/norms';
@@ -196,9 +197,11 @@ export class VisionTower {
   /**
    * Run the tower's f32 dense products (all but the patch embedding) on tensor cores through `op`
    * (the caller owns it; int8 or f16, and Projection.useTensorCores rounds each weight to that
-   * once), or, with null, on the f32 GEMM again.
+   * once), and its attention through `attention` (f16 tensor cores), or, with null, on the f32
+   * kernels again.
    */
-  async useTensorCores(op: TensorCoreProducts | null): Promise<void> {
+  async useTensorCores(op: TensorCoreProducts | null, attention: AttentionF16 | null = null): Promise<void> {
+    this.ops.attn.useTensorCores(attention);
     const w = this.weights;
     const dense = [...w.blocks.flatMap((b) => [b.q, b.k, b.v, b.proj, b.fc1, b.fc2]), ...[w.merger, ...w.deepstackMergers].flatMap((m) => [m.fc1, m.fc2])];
     await this.ops.projection.useTensorCores(op, dense);
