@@ -18,6 +18,7 @@
 // backwards (mlpBlockBackward, attentionBlockBackward), rerunning a layer's blocks first where
 // the forward kept only its input (gradient checkpointing).
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
+import { ActivationF16 } from '../ops/activationF16';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
@@ -61,6 +62,8 @@ export interface DecoderOps {
   lora: Lora;
   loraGemv: LoraGemv;
   tokenIds: TokenIds;
+  /** Kept hidden states in f16 and back (activation_storage f16). */
+  activationF16: ActivationF16;
 }
 
 export interface MlpBuffers {
@@ -144,8 +147,12 @@ export interface LayerActivations {
 /** A training forward's keep: every layer's input h_l and the final hidden state (L + 1 of
  * [T, hidden]), and without checkpointing every layer's intermediates. */
 export interface KeptActivations {
+  /** f32, or f16 (activation_storage f16: rounded once, expanded back in the backward). */
   inputs: readonly Tensor[];
   layers: readonly LayerActivations[] | null;
+  /** With f16 inputs: u32 [L + 1], cleared before the forward; entry i gets the bits of the
+   * largest |h_i| beyond f16's range (ActivationF16.pack), 0 where h_i fits. */
+  range?: Tensor;
 }
 
 /** A layer's intermediates for T rows, with the rstd a backward reads (label: the buffers' prefix). */
@@ -201,6 +208,8 @@ export interface BackwardWorkspace {
   rstdFinal: Tensor;
   /** One set of layer intermediates each layer's recompute refills (gradient checkpointing), or null. */
   recompute: LayerActivations | null;
+  /** A kept f16 hidden state expanded to f32 [T, hidden], for a forward that kept them in f16; else null. */
+  input: Tensor | null;
   release(): void;
 }
 
@@ -261,7 +270,8 @@ export class Decoder {
     }
     const { lora, loraGemv } = projection;
     const selfAttention = new SelfAttention({ attention, projection, norms, rope, qkNormRope }, { hq: config.numHeads, hkv: config.numKvHeads, headDim: config.headDim, eps: config.rmsNormEps });
-    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, tokenIds });
+    const activationF16 = ActivationF16.create(gpu);
+    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, tokenIds, activationF16 });
   }
 
   /** The products of one block's input, each with the layer's adapter of its projection when there is one. */
@@ -417,6 +427,7 @@ export class Decoder {
       if (positions.dtype !== 'i32' || positions.numel !== 3 * T) throw new ShapeError('decoder', `positions must be i32 [3, ${T}], got ${positions.dtype} [${positions.shape.join(', ')}]`);
     } else if (positions.length !== 3 * T) throw new ShapeError('decoder', `positions must be [3, ${T}], got ${positions.length} values`);
     if (a.keep && (a.attend.kind !== 'packed' || a.keep.inputs.length !== c.numLayers + 1)) throw new ShapeError('decoder', `a kept forward attends over its packed rows and keeps ${c.numLayers + 1} hidden states`);
+    if (a.keep && a.keep.inputs.some((t) => t.dtype === 'f16') && a.keep.range?.numel !== c.numLayers + 1) throw new ShapeError('decoder', `hidden states kept in f16 need a u32 range buffer of ${c.numLayers + 1} entries`);
     if (a.lora && a.lora.length !== c.numLayers) throw new ShapeError('decoder', `LoRA for ${a.lora.length} layers, the model has ${c.numLayers}`);
     if (a.visual && a.visual.deepstack.length > c.numLayers) throw new ShapeError('decoder', `${a.visual.deepstack.length} DeepStack levels for ${c.numLayers} layers`);
     const b = ws.views(T);
@@ -439,7 +450,7 @@ export class Decoder {
         return kept ? view(kept.u[proj], [T, r]) : b.loraU(r);
       };
       const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
-      if (keep) rec.copy(b.h, keep.inputs[l]);
+      if (keep) this.keepState(rec, b.h, keep, l);
       const attend = kept && a.attend.kind === 'packed' ? { ...a.attend, lse: kept.lse } : a.attend;
       this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached' });
       const ds = a.visual?.deepstack[l];
@@ -448,13 +459,31 @@ export class Decoder {
       if (T >= FLUSH_MIN_ROWS || keep) rec.flush();
     });
     this.ops.selfAttention.finish(rec, a.attend, T);
-    if (keep) rec.copy(b.h, keep.inputs[c.numLayers]);
+    if (keep) this.keepState(rec, b.h, keep, c.numLayers);
     this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);
     return b.out;
   }
 
-  /** Buffers of a backward over T rows with LoRA rank up to `rank`; `recompute`: the forward kept no layers. */
-  backwardWorkspace(T: number, rank: number, recompute: boolean): BackwardWorkspace {
+  /** Hidden state i of a kept forward: copied, or rounded to f16 where the keep holds f16. */
+  private keepState(rec: Recorder, h: Tensor, keep: KeptActivations, i: number): void {
+    const dst = keep.inputs[i];
+    if (dst.dtype === 'f16') this.ops.activationF16.pack(rec, h, dst, keep.range!, i);
+    else rec.copy(h, dst);
+  }
+
+  /** Kept hidden state `h` as f32: itself, or expanded from f16 into the workspace (valid until the next call). */
+  private keptState(rec: Recorder, ws: BackwardWorkspace, h: Tensor): Tensor {
+    if (h.dtype !== 'f16') return h;
+    if (!ws.input) throw new ShapeError('decoder.backward', `'${h.label}' is kept in f16; the backward workspace has no f32 state to expand it into`);
+    this.ops.activationF16.unpack(rec, h, ws.input);
+    return ws.input;
+  }
+
+  /**
+   * Buffers of a backward over T rows with LoRA rank up to `rank`; `recompute`: the forward kept
+   * no layers; `keptF16`: it kept its hidden states in f16.
+   */
+  backwardWorkspace(T: number, rank: number, recompute: boolean, keptF16 = false): BackwardWorkspace {
     const gpu = this.gpu;
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = this.config;
     const f = (shape: number[], label: string) => gpu.tensor(shape, 'f32', `decoder.backward.${label}`);
@@ -469,14 +498,17 @@ export class Decoder {
     const h = f([T, H], 'h');
     const rstdFinal = f([T], 'rstd_final');
     const shared = recompute ? layerActivations(gpu, this.config, T, rank, 'decoder.backward') : null;
+    const input = keptF16 ? f([T, H], 'h_input') : null;
     return {
       grads,
       h,
       rstdFinal,
       recompute: shared,
+      input,
       release: () => {
         for (const t of [...Object.values(grads), h, rstdFinal]) t.release();
         if (shared) releaseActivations(shared);
+        input?.release();
       },
     };
   }
@@ -496,8 +528,9 @@ export class Decoder {
     const { inputs, layers } = a.keep;
     const g = ws.grads;
     if (inputs.length !== L + 1 || (!layers && !ws.recompute)) throw new ShapeError('decoder.backward', `a backward reads ${L + 1} hidden states, and every layer's intermediates or a workspace to recompute them`);
-    this.ops.norms.rmsnorm(rec, inputs[L], this.weights.finalNorm, ws.h, c.rmsNormEps, ws.rstdFinal);
-    this.ops.norms.rmsnormBackward(rec, a.dout, inputs[L], this.weights.finalNorm, ws.rstdFinal, g.dh, false);
+    const hFinal = this.keptState(rec, ws, inputs[L]);
+    this.ops.norms.rmsnorm(rec, hFinal, this.weights.finalNorm, ws.h, c.rmsNormEps, ws.rstdFinal);
+    this.ops.norms.rmsnormBackward(rec, a.dout, hFinal, this.weights.finalNorm, ws.rstdFinal, g.dh, false);
     const gatherVisual = (level: number) => {
       if (a.visual && level < a.visual.grads.length) this.ops.embedding.gather(rec, g.dh, a.visual.rows, a.visual.grads[level]);
     };
@@ -508,13 +541,14 @@ export class Decoder {
       const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
       const ad = a.lora?.[l];
       const lora = ad ? { params: ad, u: (proj: LoraProjection) => view(kept.u[proj], [T, ad[proj]!.r]), dropout: a.dropout && layerDropout(a.dropout, l) } : null;
+      const input = this.keptState(rec, ws, inputs[l]);
       if (!layers) {
         // The forward's layer again; h_{l+1} is kept, so its MLP stops before down_proj.
-        rec.copy(inputs[l], ws.h);
+        rec.copy(input, ws.h);
         this.layer(rec, l, w, ws.h, kept.A, kept.M, a.cs, attend, lora, { hmid: kept.hmid, output: false });
       }
       this.mlpBlockBackward(rec, w, kept.hmid, kept.M, g, lora);
-      this.attentionBlockBackward(rec, w, inputs[l], kept.A, a.cs, attend, g, lora);
+      this.attentionBlockBackward(rec, w, input, kept.A, a.cs, attend, g, lora);
       rec.flush(); // a layer a submit, as in the forward
     }
     gatherVisual(0);
