@@ -16,9 +16,10 @@
 // forward keeps only each layer's input h_l [T, hidden]; the backward (Decoder.backward, beside
 // the forward in src/model/decoder.ts) reruns layer l from h_l, keeping that one layer's
 // intermediates, and walks back through it. Without checkpointing the forward keeps every layer's
-// intermediates (LayerActivations) and the backward only walks back. The kept h_l are f32, or
-// f16 where the model's activation storage says so (src/model/activationStorage.ts), expanded back
-// to f32 before the backward reads them; a state beyond f16's range makes the policy run that
+// intermediates (LayerActivations) and the backward only walks back. The kept h_l (and without
+// checkpointing each layer's wide intermediates) are f32, or f16 where the model's activation
+// storage says so (src/model/activationStorage.ts), expanded back to f32 before the backward
+// reads them; a value beyond f16's range makes the policy run that
 // forward again with f32 states and keep f32 from then on, with a warning (takeWarnings): the
 // gradients stay those of the states the forward computed, where refusing would end the run.
 // The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
@@ -30,7 +31,7 @@ import { F16_MAX } from '../ops/activationF16';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { layerActivations, releaseActivations, type LayerActivations, type LayerLora, type VisualInputs } from './decoder';
+import { layerActivations, rangeSlotName, rangeSlots, releaseActivations, type LayerActivations, type LayerLora, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
 import { releaseVisionSaved, type VisionSaved } from './vision';
 
@@ -226,14 +227,16 @@ export class Qwen3VLPolicy implements Policy {
     const stats = gpu.tensor([N, 2], 'f32', 'train.logprob_stats');
     const f16 = opts.train && this.activationStorage === 'f16';
     const hs = opts.train ? Array.from({ length: c.numLayers + 1 }, (_, l) => gpu.tensor([T, c.hiddenSize], f16 ? 'f16' : 'f32', `train.h${l}`)) : [];
-    const range = f16 ? gpu.tensor([c.numLayers + 1], 'u32', 'train.h_range') : null;
+    const range = f16 ? gpu.tensor([rangeSlots(c.numLayers)], 'u32', 'train.f16_range') : null;
     const cs = opts.train ? gpu.tensor([T, c.headDim / 2, 2], 'f32', 'train.rope_cs') : null;
-    const layers = opts.train && opts.gradientCheckpointing === false ? Array.from({ length: c.numLayers }, (_, l) => layerActivations(gpu, c, T, rank, `train.layer${l}`)) : null;
+    const keepLayers = opts.train && opts.gradientCheckpointing === false;
+    const layers = keepLayers ? Array.from({ length: c.numLayers }, (_, l) => layerActivations(gpu, c, T, rank, `train.layer${l}`, f16 ? 'f16' : 'f32')) : null;
+    const staging = keepLayers && f16 ? layerActivations(gpu, c, T, rank, 'train.layer_staging') : null;
 
     const rec = gpu.recorder('train.forward');
     if (range) rec.clear(range);
     const dec = model.decoder;
-    const keep = opts.train ? { inputs: hs, layers, range: range ?? undefined } : undefined;
+    const keep = opts.train ? { inputs: hs, layers, staging: staging ?? undefined, range: range ?? undefined } : undefined;
     const xd = dropout && dropoutWorkspace(gpu, model.lora, T);
     const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep, dropout: xd ? { ...dropout!, xd } : undefined });
     if (cs) rec.copy(ws.views(T).cs, cs);
@@ -245,6 +248,7 @@ export class Qwen3VLPolicy implements Policy {
     ws.release();
     xd?.release();
     predictRows.release();
+    if (staging) releaseActivations(staging);
     const beyond = range && (await this.beyondF16(range));
     const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
     this.outputs = [logp, entropy, mask];
@@ -266,9 +270,7 @@ export class Qwen3VLPolicy implements Policy {
     range.release();
     const i = bits.findIndex((b) => b !== 0);
     if (i < 0) return null;
-    const L = this.model.config.text.numLayers;
-    const where = i === L ? 'the final hidden state' : `the hidden state entering layer ${i}`;
-    return `${where} reaches |x| = ${new Float32Array(bits.buffer)[i].toPrecision(6)}, beyond f16's ${F16_MAX}`;
+    return `${rangeSlotName(i, this.model.config.text.numLayers)} reaches |x| = ${new Float32Array(bits.buffer)[i].toPrecision(6)}, beyond f16's ${F16_MAX}`;
   }
 
   private releaseSaved(s: Saved): void {
@@ -298,7 +300,8 @@ export class Qwen3VLPolicy implements Policy {
     const dsel = gpu.tensor([N, H], 'f32', 'train.dsel');
     const dout = gpu.tensor([T, H], 'f32', 'train.dout');
     const rank = s.lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
-    const ws = dec.backwardWorkspace(T, rank, !s.layers, s.hs[0].dtype === 'f16');
+    const f16Layers = s.layers?.[0]?.hmid.dtype === 'f16';
+    const ws = dec.backwardWorkspace(T, rank, !s.layers || f16Layers, s.hs[0].dtype === 'f16');
     const xd = s.dropout && dropoutWorkspace(gpu, model.lora, T);
     // The gradients of the image features (embeds, then each DeepStack level) for the vision adapters.
     const dVisual = s.visionSaved && s.visual ? [s.visual.embeds, ...s.visual.deepstack].map((t, j) => gpu.tensor([...t.shape], 'f32', j === 0 ? 'train.d_image_embeds' : `train.d_deepstack${j - 1}`)) : null;
