@@ -154,7 +154,7 @@ export interface KeptActivations {
   /** With layers of f16 wide intermediates: one f32 set the layer runs on before they are rounded. */
   staging?: LayerActivations;
   /** With anything in f16: u32 [rangeSlots(L)], cleared before the forward; an f16 tensor's slot
-   * (rangeSlot) gets the bits of its largest |x| beyond f16's range (ActivationF16.pack), else 0. */
+   * (rangeSlotName says whose) gets the bits of its largest |x| beyond f16's range (ActivationF16.pack), else 0. */
   range?: Tensor;
 }
 

@@ -19,9 +19,9 @@
 // intermediates (LayerActivations) and the backward only walks back. The kept h_l (and without
 // checkpointing each layer's wide intermediates) are f32, or f16 where the model's activation
 // storage says so (src/model/activationStorage.ts), expanded back to f32 before the backward
-// reads them; a value beyond f16's range makes the policy run that
-// forward again with f32 states and keep f32 from then on, with a warning (takeWarnings): the
-// gradients stay those of the states the forward computed, where refusing would end the run.
+// reads them. A value beyond f16's range makes the policy run that forward again with f32 and
+// keep f32 from then on, with a warning (takeWarnings): the gradients stay those of the values
+// the forward computed, where refusing would end the run.
 // The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
 // tower (Qwen3VL.visionLora) the gradient at the image rows is also gathered where the features
 // enter (the embeddings at h_0, DeepStack level l at h_{l+1}) and goes back through the tower
