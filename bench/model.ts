@@ -30,6 +30,9 @@
 //     [--ablate] (with --profile: what each compiled kernel costs a decode step in stream)
 //     [--subsets] (with --ablate: decode's GEMVs and other kernels, alone and together)
 //     [--f16] (Dawn's vulkan_enable_f16_on_nvidia: shader-f16 and f16 subgroup matrices on NVIDIA's Vulkan driver)
+//     [--activation-storage f16] (with shader-f16: the default config's steps again with the kept hidden
+//     states in f16, on the f16 products where offered, else f32: times, memory, and how far the
+//     f16 states move the log-probs and LoRA gradients of the GSPO group tensorCoreDrift measures)
 // --quick shrinks the model and the work for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
@@ -73,6 +76,15 @@ const VISION_Q4 = args.includes('--vision-q4');
 
 /** --f16: shader-f16 where the driver has it (Dawn hides it on NVIDIA's Vulkan driver without the toggle). */
 const F16 = args.includes('--f16');
+
+/** --activation-storage f16|f32: f16 adds the default config's runs with the kept hidden states in f16 (EngineConfig.activation_storage). */
+const ACTIVATION_STORAGE = (() => {
+  const i = args.indexOf('--activation-storage');
+  if (i < 0) return 'f32';
+  const v = args[i + 1];
+  if (v !== 'f16' && v !== 'f32') throw new Error(`--activation-storage takes f16 or f32; got ${v === undefined ? 'nothing' : `'${v}'`}`);
+  return v;
+})();
 
 /** --size 2b|4b|8b: the published Qwen3-VL-{2B,4B,8B}-Instruct shapes (default 2b). */
 const SIZE = (() => {
@@ -323,20 +335,10 @@ async function stepSetup(gpu: Gpu, policy: Qwen3VLPolicy, params: LoraParams[], 
  * gradients of A vanish); they are left that way (this runs after the timed steps).
  */
 async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, params: LoraParams[], batch: SequenceBatch, filler: Filler, noF16: string | null) {
-  const rec = gpu.recorder('bench.lora_b');
-  for (const p of params) filler.fill(rec, p.B, 'uniform', 0.02);
-  await rec.submit();
+  await randomB(gpu, params, filler);
   const run = async (products: Products) => {
     await model.setProducts(products);
-    const fwd = await policy.forward(batch, { temperature: 1, lora: true, train: true, gradientCheckpointing: true });
-    const [logps, mask] = [await gpu.readF32(fwd.logps), await gpu.readF32(fwd.mask)];
-    const zero = gpu.recorder('bench.zero');
-    for (const p of params) model.decoder.ops.lora.zeroGrad(zero, p);
-    await zero.submit();
-    await policy.backward(fwd.mask); // d(Σ log-probs): gradient 1 on every completion token
-    const grads: Float32Array[] = [];
-    for (const p of params) grads.push(await gpu.readF32(p.dA), await gpu.readF32(p.dB));
-    return { logps, mask, grads };
+    return trainingGrads(gpu, model, policy, params, batch);
   };
   const ref = await run('f32');
   const two = await run('int8');
@@ -345,6 +347,47 @@ async function tensorCoreDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, 
   const f16 = noF16 ? null : await run('f16');
   await model.setProducts('f32');
   return { two: driftOf(ref, two), one: driftOf(ref, one), byRow: driftOf(ref, byRow), f16: f16 && driftOf(ref, f16) };
+}
+
+/** The adapters' B filled with random values: at PEFT's B = 0 the gradients of A vanish. */
+async function randomB(gpu: Gpu, params: LoraParams[], filler: Filler): Promise<void> {
+  const rec = gpu.recorder('bench.lora_b');
+  for (const p of params) filler.fill(rec, p.B, 'uniform', 0.02);
+  await rec.submit();
+}
+
+/** One group's completion log-probs and d(Σ log-probs)/d(every A, B), on the model's current settings. */
+async function trainingGrads(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, params: LoraParams[], batch: SequenceBatch) {
+  const fwd = await policy.forward(batch, { temperature: 1, lora: true, train: true, gradientCheckpointing: true });
+  const [logps, mask] = [await gpu.readF32(fwd.logps), await gpu.readF32(fwd.mask)];
+  const zero = gpu.recorder('bench.zero');
+  for (const p of params) model.decoder.ops.lora.zeroGrad(zero, p);
+  await zero.submit();
+  await policy.backward(fwd.mask); // d(Σ log-probs): gradient 1 on every completion token
+  const grads: Float32Array[] = [];
+  for (const p of params) grads.push(await gpu.readF32(p.dA), await gpu.readF32(p.dB));
+  return { logps, mask, grads };
+}
+
+/**
+ * How far keeping the hidden states in f16 moves one group's log-probs and LoRA gradients: on
+ * `products`, f16 states against f32 ones (the storage alone), and the f16 path whole (`products`
+ * with f16 states) against f32 products with f32 states, the figure PyTorch's bf16-against-fp32
+ * drift (torch_model.py) answers. B random first, as tensorCoreDrift.
+ */
+async function activationStorageDrift(gpu: Gpu, model: Qwen3VL, policy: Qwen3VLPolicy, params: LoraParams[], batch: SequenceBatch, filler: Filler, products: Products) {
+  await randomB(gpu, params, filler);
+  const run = async (p: Products, storage: 'f32' | 'f16') => {
+    await model.setProducts(p);
+    model.setActivationStorage(storage);
+    return trainingGrads(gpu, model, policy, params, batch);
+  };
+  const ref = await run('f32', 'f32');
+  const kept32 = await run(products, 'f32');
+  const kept16 = await run(products, 'f16');
+  await model.setProducts('f32');
+  model.setActivationStorage('f32');
+  return { products, storageOnly: driftOf(kept32, kept16), againstF32Path: driftOf(ref, kept16), productsOnly: driftOf(ref, kept32) };
 }
 
 /** How far `tc`'s log-probs and gradients are from `ref`'s (tensorCoreDrift). */
@@ -759,6 +802,19 @@ async function main(): Promise<void> {
   }
 
   if (!runs('default')) process.exit(0);
+  // --activation-storage f16: the drift of f16 kept states on the GSPO group tensorCoreDrift and
+  // torch_model.py's drift use (its prompts drawn as stepSetup draws them, seed 2; LoRA r=16).
+  const noF16Storage = ACTIVATION_STORAGE === 'f16' && !gpu.has('shader-f16') ? 'no shader-f16 on this device (on NVIDIA: --f16)' : null;
+  const storageProducts: Products = noF16 ? 'f32' : 'f16';
+  if (noF16Storage) console.error(`activation storage f16: skipped (${noF16Storage})`);
+  let storageDrift: Awaited<ReturnType<typeof activationStorageDrift>> | null = null;
+  if (ACTIVATION_STORAGE === 'f16' && !noF16Storage) {
+    const r = rng(2);
+    const prompts = Array.from({ length: W.prompts }, (_, i) => syntheticPrompt(config, `train${i}`, W.trainPrompt, W.trainImage, r));
+    const completions = Array.from({ length: W.G }, () => textIds(config, W.completion, r)); // the first prompt's
+    storageDrift = await activationStorageDrift(gpu, model, policy, lora16, { prompt: prompts[0], completions }, filler, storageProducts);
+    console.error(`activation storage drift: ${JSON.stringify(storageDrift)}`);
+  }
   // The default trainer config: generation of one group, then its training step, LoRA r=8.
   const d = W.defaults;
   const lora8 = makeLora(gpu, config, d.rank);
@@ -819,6 +875,23 @@ async function main(): Promise<void> {
     await model.setProducts('f32');
     save();
     console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
+  }
+  // The same with the kept hidden states in f16 (--activation-storage f16), on the f16 products
+  // where offered ('auto' pairs them), else f32. A state beyond f16's range would fall back to
+  // f32 (the policy's warnings, and its storage at the end, say so).
+  if (storageDrift) {
+    await model.setProducts(storageProducts);
+    model.setActivationStorage('f16');
+    await rlStep(16);
+    watch.reset();
+    const tc = await rlSteps(17);
+    const mem = memory(`default trainer config, ${storageProducts} products, hidden states kept in f16: generation + training step of one group`);
+    const planGiB = trainingMemory(config, memoryPlan(config), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16' }).peakBytes / GiB;
+    result.defaultConfigActivationsF16 = { products: storageProducts, generateS: tc.gen, stepS: tc.step, memory: mem, planGiB, drift: storageDrift, storageAtEnd: policy.activationStorage, warnings: policy.takeWarnings() };
+    await model.setProducts('f32');
+    model.setActivationStorage('f32');
+    save();
+    console.error(`default config, ${storageProducts} products, f16 hidden states: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s, pool peak ${mem.poolPeakGiB.toFixed(2)} GiB (in use ${mem.inUsePeakGiB.toFixed(2)}; plan ${planGiB.toFixed(2)})`);
   }
 
   const rows: [string, string][] = [

@@ -36,6 +36,17 @@ interface Side {
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   /** The same on int8 tensor cores, two limbs (the app's setting where they are offered). */
   defaultConfigTensorCores?: { generateS: number; stepS: number; memory: Memory };
+  /** Ours (--activation-storage f16): the default config with the kept hidden states in f16, and their drift. */
+  defaultConfigActivationsF16?: {
+    products: string;
+    generateS: number;
+    stepS: number;
+    memory: Memory;
+    planGiB: number;
+    drift: { storageOnly: Drift; againstF32Path: Drift };
+    storageAtEnd: string;
+    warnings: string[];
+  };
   /** PyTorch only: bf16 against fp32 on the same weights (torch_model.py's drift). */
   drift?: Drift;
   /** Ours: the vision tower on int8 tensor cores (ModelOptions.visionTensorCores). */
@@ -136,6 +147,8 @@ function render(o: Side, t: Side | undefined): string {
     add("default trainer config on int8 tensor cores, two limbs (the app's setting where offered): generating the group", dt.generateS, t?.defaultConfig?.generateS, 's', 'time');
     add('the same: the training step of that group', dt.stepS, t?.defaultConfig?.stepS, 's', 'time');
   }
+  const da = o.defaultConfigActivationsF16;
+  if (da) add(`default trainer config, ${da.products} products, hidden states kept in f16: the training step`, da.stepS, t?.defaultConfig?.stepS, 's', 'time');
   // Each tensor-core setting: its step, then without gradient checkpointing, time and throughput.
   const tensorCoreRows = (label: string, run: TensorCoreRun | undefined) => {
     if (!run) return;
@@ -171,6 +184,9 @@ function render(o: Side, t: Side | undefined): string {
     vt
       ? `- Vision tensor-core rows: the tower's dense products but the patch embedding on the same kernel, its f32 weights rounded to int8 once per (row, block of 128 along K), x in two limbs (${f(vt.inStreamMs)} ms of GPU time in stream). Its features move from the f32 tower's by ${vt.relRms.map((r) => f(r, 2)).join(', ')} relative RMS (merged embeds, then the deepstack features)${t?.visionDrift?.relRms.length ? `; PyTorch's bf16 tower moves them from its fp32 by ${t.visionDrift.relRms.map((r) => f(r, 2)).join(', ')}` : ''}.`
       : '',
+    da
+      ? `- Hidden states kept in f16 (activation_storage f16, ${da.products} products${da.storageAtEnd === 'f16' ? '' : `; fell back to f32: ${da.warnings.join('; ')}`}): against f32 states on one group (${da.drift.storageOnly.tokens} completion tokens), log-probs move by ${f(da.drift.storageOnly.logpMaxAbs, 2)} at most (the forward itself stays f32), LoRA gradients by ${f(100 * da.drift.storageOnly.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * da.drift.storageOnly.gradNormWorst, 2)}%); the whole path against f32 products with f32 states: log-probs ${f(da.drift.againstF32Path.logpMeanAbs, 2)} on average (at most ${f(da.drift.againstF32Path.logpMaxAbs, 2)}), gradients ${f(100 * da.drift.againstF32Path.gradNormMedian, 2)}% (worst ${f(100 * da.drift.againstF32Path.gradNormWorst, 2)}%).${driftOf(t?.drift)}`
+      : '',
     '',
     '| measure | ours | PyTorch + PEFT | × (ours/PyTorch) |',
     '|---|---|---|---|',
@@ -184,6 +200,7 @@ function render(o: Side, t: Side | undefined): string {
     `| GSPO step without gradient checkpointing (every layer's activations kept) | ${mem(k?.memory, 'ours')} | ${mem(t?.gspo?.memory, 'torch')} |`,
     `| default trainer config: generation of 8 x 256 then the step of that group (LoRA r=8) | ${mem(o.defaultConfig?.memory, 'ours')}${within(o.defaultConfig?.memory)} | ${mem(t?.defaultConfig?.memory, 'torch')} |`,
     ...(dt ? [`| the same on int8 tensor cores, two limbs | ${mem(dt.memory, 'ours')}${within(dt.memory)} | ${mem(t?.defaultConfig?.memory, 'torch')} |`] : []),
+    ...(da ? [`| the same, ${da.products} products, hidden states kept in f16 (plan ${f(da.planGiB)} GiB) | ${mem(da.memory, 'ours')}${within(da.memory)} | ${mem(t?.defaultConfig?.memory, 'torch')} |`] : []),
     '',
     `Ours counts every buffer of the engine's pool (weights included); "in use" excludes freed buffers the pool keeps for reuse. Default config: ${o.defaultConfig?.config ?? '—'}.`,
     '',

@@ -18,6 +18,7 @@
 // backwards (mlpBlockBackward, attentionBlockBackward), rerunning a layer's blocks first where
 // the forward kept only its input (gradient checkpointing).
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
+import { ActivationF16 } from '../ops/activationF16';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
@@ -61,6 +62,8 @@ export interface DecoderOps {
   lora: Lora;
   loraGemv: LoraGemv;
   tokenIds: TokenIds;
+  /** Kept hidden states in f16 and back (activation_storage f16). */
+  activationF16: ActivationF16;
 }
 
 export interface MlpBuffers {
@@ -144,23 +147,62 @@ export interface LayerActivations {
 /** A training forward's keep: every layer's input h_l and the final hidden state (L + 1 of
  * [T, hidden]), and without checkpointing every layer's intermediates. */
 export interface KeptActivations {
+  /** f32, or f16 (activation_storage f16: rounded once, expanded back in the backward). */
   inputs: readonly Tensor[];
+  /** Every layer's intermediates (f32, or their wide ones in f16: layerActivations' `wide`), or null. */
   layers: readonly LayerActivations[] | null;
+  /** With layers of f16 wide intermediates: one f32 set the layer runs on before they are rounded. */
+  staging?: LayerActivations;
+  /** With anything in f16: u32 [rangeSlots(L)], cleared before the forward; an f16 tensor's slot
+   * (rangeSlotName says whose) gets the bits of its largest |x| beyond f16's range (ActivationF16.pack), else 0. */
+  range?: Tensor;
 }
 
-/** A layer's intermediates for T rows, with the rstd a backward reads (label: the buffers' prefix). */
-export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank: number, label: string): LayerActivations {
+/** A layer's intermediates of [T, width ≥ hidden] (the norms' rstd, the attention's lse and LoRA's u are narrow). */
+const WIDE = ['xn_attn', 'q_raw', 'k_raw', 'q', 'k', 'v', 'attn', 'xn_mlp', 'gate', 'up', 'act', 'hmid'] as const;
+type WideName = (typeof WIDE)[number];
+
+function wideOf(a: LayerActivations): Record<WideName, Tensor> {
+  const { A, M } = a;
+  return { xn_attn: A.xn, q_raw: A.qRaw, k_raw: A.kRaw, q: A.q, k: A.k, v: A.v, attn: A.attn, xn_mlp: M.xn, gate: M.gate, up: M.up, act: M.act, hmid: a.hmid };
+}
+
+/** `kept` with the wide intermediates of `wide` (an f32 set standing in for f16 ones). */
+function withWide(kept: LayerActivations, wide: LayerActivations): LayerActivations {
+  return { A: { ...wide.A, rstd: kept.A.rstd }, M: { ...wide.M, rstd: kept.M.rstd }, lse: kept.lse, hmid: wide.hmid, u: kept.u };
+}
+
+/** Entries of KeptActivations.range for L layers: each kept hidden state, then each layer's wide intermediates. */
+export function rangeSlots(L: number): number {
+  return L + 1 + L * WIDE.length;
+}
+
+/** What range slot `i` (rangeSlots) reports on, for people. */
+export function rangeSlotName(i: number, L: number): string {
+  if (i < L) return `the hidden state entering layer ${i}`;
+  if (i === L) return 'the final hidden state';
+  const j = i - L - 1;
+  return `layer ${Math.floor(j / WIDE.length)}'s ${WIDE[j % WIDE.length]}`;
+}
+
+/**
+ * A layer's intermediates for T rows, with the rstd a backward reads (label: the buffers' prefix).
+ * `wide` 'f16': those of [T, width ≥ hidden] in f16 (kept without checkpointing at half the bytes;
+ * the layer runs on KeptActivations.staging and its backward on an f32 copy of them).
+ */
+export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank: number, label: string, wide: 'f32' | 'f16' = 'f32'): LayerActivations {
   const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
   const f = (shape: number[], name: string) => gpu.tensor(shape, 'f32', `${label}.${name}`);
+  const w = (shape: number[], name: WideName) => gpu.tensor(shape, wide, `${label}.${name}`);
   return {
     A: {
-      xn: f([T, H], 'xn_attn'), qRaw: f([T, hq * D], 'q_raw'), kRaw: f([T, hkv * D], 'k_raw'),
-      q: f([T, hq * D], 'q'), k: f([T, hkv * D], 'k'), v: f([T, hkv * D], 'v'), attn: f([T, hq * D], 'attn'),
+      xn: w([T, H], 'xn_attn'), qRaw: w([T, hq * D], 'q_raw'), kRaw: w([T, hkv * D], 'k_raw'),
+      q: w([T, hq * D], 'q'), k: w([T, hkv * D], 'k'), v: w([T, hkv * D], 'v'), attn: w([T, hq * D], 'attn'),
       rstd: { input: f([T], 'rstd_in'), q: f([T * hq], 'rstd_q'), k: f([T * hkv], 'rstd_k') },
     },
-    M: { xn: f([T, H], 'xn_mlp'), gate: f([T, I], 'gate'), up: f([T, I], 'up'), act: f([T, I], 'act'), rstd: f([T], 'rstd_post') },
+    M: { xn: w([T, H], 'xn_mlp'), gate: w([T, I], 'gate'), up: w([T, I], 'up'), act: w([T, I], 'act'), rstd: f([T], 'rstd_post') },
     lse: f([T, hq], 'lse'),
-    hmid: f([T, H], 'hmid'),
+    hmid: w([T, H], 'hmid'),
     u: Object.fromEntries(LORA_PROJECTIONS.map((p) => [p, f([T, Math.max(1, rank)], `lora_u.${p}`)])) as Record<LoraProjection, Tensor>,
   };
 }
@@ -201,6 +243,8 @@ export interface BackwardWorkspace {
   rstdFinal: Tensor;
   /** One set of layer intermediates each layer's recompute refills (gradient checkpointing), or null. */
   recompute: LayerActivations | null;
+  /** A kept f16 hidden state expanded to f32 [T, hidden], for a forward that kept them in f16; else null. */
+  input: Tensor | null;
   release(): void;
 }
 
@@ -261,7 +305,8 @@ export class Decoder {
     }
     const { lora, loraGemv } = projection;
     const selfAttention = new SelfAttention({ attention, projection, norms, rope, qkNormRope }, { hq: config.numHeads, hkv: config.numKvHeads, headDim: config.headDim, eps: config.rmsNormEps });
-    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, tokenIds });
+    const activationF16 = ActivationF16.create(gpu);
+    return new Decoder(gpu, config, weights, { projection, norms, rope, attention, selfAttention, act, embedding, elementwise, lora, loraGemv, tokenIds, activationF16 });
   }
 
   /** The products of one block's input, each with the layer's adapter of its projection when there is one. */
@@ -417,6 +462,7 @@ export class Decoder {
       if (positions.dtype !== 'i32' || positions.numel !== 3 * T) throw new ShapeError('decoder', `positions must be i32 [3, ${T}], got ${positions.dtype} [${positions.shape.join(', ')}]`);
     } else if (positions.length !== 3 * T) throw new ShapeError('decoder', `positions must be [3, ${T}], got ${positions.length} values`);
     if (a.keep && (a.attend.kind !== 'packed' || a.keep.inputs.length !== c.numLayers + 1)) throw new ShapeError('decoder', `a kept forward attends over its packed rows and keeps ${c.numLayers + 1} hidden states`);
+    if (a.keep) this.checkKeep(a.keep);
     if (a.lora && a.lora.length !== c.numLayers) throw new ShapeError('decoder', `LoRA for ${a.lora.length} layers, the model has ${c.numLayers}`);
     if (a.visual && a.visual.deepstack.length > c.numLayers) throw new ShapeError('decoder', `${a.visual.deepstack.length} DeepStack levels for ${c.numLayers} layers`);
     const b = ws.views(T);
@@ -432,29 +478,78 @@ export class Decoder {
     // scratch, recomputed later), never through the inference-only LoRA GEMV.
     const scratch = keep || a.dropout ? undefined : { wide: b.loraWide, parts: b.loraParts };
     this.weights.layers.forEach((w, l) => {
-      const kept = keep?.layers?.[l];
+      const held = keep?.layers?.[l];
+      // Wide intermediates kept in f16: the layer runs on the f32 staging set, rounded after it.
+      const kept = held && held.hmid.dtype === 'f16' ? withWide(held, keep!.staging!) : held;
       const adapters = a.lora?.[l];
       const u = (proj: LoraProjection): Tensor => {
         const r = adapters![proj]!.r;
         return kept ? view(kept.u[proj], [T, r]) : b.loraU(r);
       };
       const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
-      if (keep) rec.copy(b.h, keep.inputs[l]);
+      if (keep) this.keepState(rec, b.h, keep, l);
       const attend = kept && a.attend.kind === 'packed' ? { ...a.attend, lse: kept.lse } : a.attend;
       this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached' });
+      if (held && kept !== held) this.keepWide(rec, kept!, held, keep!.range!, l);
       const ds = a.visual?.deepstack[l];
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
       // A prefill or a training forward submits each layer: the GPU starts on it while the next is recorded.
       if (T >= FLUSH_MIN_ROWS || keep) rec.flush();
     });
     this.ops.selfAttention.finish(rec, a.attend, T);
-    if (keep) rec.copy(b.h, keep.inputs[c.numLayers]);
+    if (keep) this.keepState(rec, b.h, keep, c.numLayers);
     this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);
     return b.out;
   }
 
-  /** Buffers of a backward over T rows with LoRA rank up to `rank`; `recompute`: the forward kept no layers. */
-  backwardWorkspace(T: number, rank: number, recompute: boolean): BackwardWorkspace {
+  /** A kept forward's buffers agree: f16 ones come with a range buffer, f16 layers with an f32 staging set. */
+  private checkKeep(keep: KeptActivations): void {
+    const L = this.config.numLayers;
+    const f16Layers = keep.layers?.some((a) => a.hmid.dtype === 'f16') ?? false;
+    if (!(f16Layers || keep.inputs.some((t) => t.dtype === 'f16'))) return;
+    if (keep.range?.dtype !== 'u32' || keep.range.numel !== rangeSlots(L)) throw new ShapeError('decoder', `activations kept in f16 need a u32 range buffer of ${rangeSlots(L)} entries`);
+    if (f16Layers && keep.staging?.hmid.dtype !== 'f32') throw new ShapeError('decoder', 'layer intermediates kept in f16 need an f32 staging set to run on');
+  }
+
+  /** Layer l's wide intermediates, computed into `from` (f32), rounded into `to` (f16). */
+  private keepWide(rec: Recorder, from: LayerActivations, to: LayerActivations, range: Tensor, l: number): void {
+    const src = wideOf(from);
+    const dst = wideOf(to);
+    const L = this.config.numLayers;
+    WIDE.forEach((name, j) => this.ops.activationF16.pack(rec, src[name], dst[name], range, L + 1 + l * WIDE.length + j));
+  }
+
+  /** Layer intermediates as the backward reads them: `kept` itself, or with its f16 wide ones expanded into `ws.recompute`. */
+  private keptLayer(rec: Recorder, ws: BackwardWorkspace, kept: LayerActivations): LayerActivations {
+    if (kept.hmid.dtype !== 'f16') return kept;
+    if (!ws.recompute) throw new ShapeError('decoder.backward', 'layer intermediates kept in f16; the backward workspace has no f32 set to expand them into');
+    const src = wideOf(kept);
+    const dst = wideOf(ws.recompute);
+    for (const name of WIDE) this.ops.activationF16.unpack(rec, src[name], dst[name]);
+    return withWide(kept, ws.recompute);
+  }
+
+  /** Hidden state i of a kept forward: copied, or rounded to f16 where the keep holds f16. */
+  private keepState(rec: Recorder, h: Tensor, keep: KeptActivations, i: number): void {
+    const dst = keep.inputs[i];
+    if (dst.dtype === 'f16') this.ops.activationF16.pack(rec, h, dst, keep.range!, i);
+    else rec.copy(h, dst);
+  }
+
+  /** Kept hidden state `h` as f32: itself, or expanded from f16 into the workspace (valid until the next call). */
+  private keptState(rec: Recorder, ws: BackwardWorkspace, h: Tensor): Tensor {
+    if (h.dtype !== 'f16') return h;
+    if (!ws.input) throw new ShapeError('decoder.backward', `'${h.label}' is kept in f16; the backward workspace has no f32 state to expand it into`);
+    this.ops.activationF16.unpack(rec, h, ws.input);
+    return ws.input;
+  }
+
+  /**
+   * Buffers of a backward over T rows with LoRA rank up to `rank`; `recompute`: the forward kept
+   * no layers, or kept their wide intermediates in f16 (the f32 set they are expanded into);
+   * `keptF16`: it kept its hidden states in f16.
+   */
+  backwardWorkspace(T: number, rank: number, recompute: boolean, keptF16 = false): BackwardWorkspace {
     const gpu = this.gpu;
     const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = this.config;
     const f = (shape: number[], label: string) => gpu.tensor(shape, 'f32', `decoder.backward.${label}`);
@@ -469,14 +564,17 @@ export class Decoder {
     const h = f([T, H], 'h');
     const rstdFinal = f([T], 'rstd_final');
     const shared = recompute ? layerActivations(gpu, this.config, T, rank, 'decoder.backward') : null;
+    const input = keptF16 ? f([T, H], 'h_input') : null;
     return {
       grads,
       h,
       rstdFinal,
       recompute: shared,
+      input,
       release: () => {
         for (const t of [...Object.values(grads), h, rstdFinal]) t.release();
         if (shared) releaseActivations(shared);
+        input?.release();
       },
     };
   }
@@ -496,25 +594,27 @@ export class Decoder {
     const { inputs, layers } = a.keep;
     const g = ws.grads;
     if (inputs.length !== L + 1 || (!layers && !ws.recompute)) throw new ShapeError('decoder.backward', `a backward reads ${L + 1} hidden states, and every layer's intermediates or a workspace to recompute them`);
-    this.ops.norms.rmsnorm(rec, inputs[L], this.weights.finalNorm, ws.h, c.rmsNormEps, ws.rstdFinal);
-    this.ops.norms.rmsnormBackward(rec, a.dout, inputs[L], this.weights.finalNorm, ws.rstdFinal, g.dh, false);
+    const hFinal = this.keptState(rec, ws, inputs[L]);
+    this.ops.norms.rmsnorm(rec, hFinal, this.weights.finalNorm, ws.h, c.rmsNormEps, ws.rstdFinal);
+    this.ops.norms.rmsnormBackward(rec, a.dout, hFinal, this.weights.finalNorm, ws.rstdFinal, g.dh, false);
     const gatherVisual = (level: number) => {
       if (a.visual && level < a.visual.grads.length) this.ops.embedding.gather(rec, g.dh, a.visual.rows, a.visual.grads[level]);
     };
     for (let l = L - 1; l >= 0; l--) {
       gatherVisual(l + 1); // dh is the gradient of h_{l+1}, DeepStack level l's add included
       const w = this.weights.layers[l];
-      const kept = layers?.[l] ?? ws.recompute!;
+      const kept = layers ? this.keptLayer(rec, ws, layers[l]) : ws.recompute!;
       const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
       const ad = a.lora?.[l];
       const lora = ad ? { params: ad, u: (proj: LoraProjection) => view(kept.u[proj], [T, ad[proj]!.r]), dropout: a.dropout && layerDropout(a.dropout, l) } : null;
+      const input = this.keptState(rec, ws, inputs[l]);
       if (!layers) {
         // The forward's layer again; h_{l+1} is kept, so its MLP stops before down_proj.
-        rec.copy(inputs[l], ws.h);
+        rec.copy(input, ws.h);
         this.layer(rec, l, w, ws.h, kept.A, kept.M, a.cs, attend, lora, { hmid: kept.hmid, output: false });
       }
       this.mlpBlockBackward(rec, w, kept.hmid, kept.M, g, lora);
-      this.attentionBlockBackward(rec, w, inputs[l], kept.A, a.cs, attend, g, lora);
+      this.attentionBlockBackward(rec, w, input, kept.A, a.cs, attend, g, lora);
       rec.flush(); // a layer a submit, as in the forward
     }
     gatherVisual(0);

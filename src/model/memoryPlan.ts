@@ -11,6 +11,7 @@
 // A 4-bit tensor is two buffers (codes, scales); the plan's largest buffer is what is compared
 // with the adapter's maxBufferSize and maxStorageBufferBindingSize.
 import type { Qwen3VLConfig } from './config';
+import type { ActivationStorage } from './activationStorage';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
@@ -118,6 +119,8 @@ export interface TrainingWork {
   loraRank: number;
   /** Packed rows per training forward (default: src/rl/microBatch.ts's DEFAULT_MICRO_BATCH_TOKENS). */
   microBatchTokens: number;
+  /** The dtype of the hidden states kept for the backward (EngineConfig.activation_storage, resolved); default 'f32'. */
+  activationStorage?: ActivationStorage;
 }
 
 export const DEFAULT_TRAINING_WORK: TrainingWork = { generations: 8, promptTokens: 512, completionTokens: 256, loraRank: 8, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS };
@@ -128,7 +131,7 @@ export interface TrainingMemory {
   loraBytes: number;
   /** Sampling: the f32 KV cache of the prompt once and G completions, and the decoder's prefill workspace. */
   generationBytes: number;
-  /** One micro-batch's training forward/backward: saved layer inputs, the backward's per-layer workspaces, the LM head's logit chunks. */
+  /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks. */
   trainingBytes: number;
   /** weights + LoRA + the larger of generation and training: the pool is trimmed between them. */
   peakBytes: number;
@@ -159,9 +162,11 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   const seqs = Math.ceil(G / Math.ceil(G / perChunk));
   const T = P + seqs * C;
   const N = seqs * C;
-  const saved = (L + 1) * T * H * f + T * D * f + 2 * N * H * f;
+  // The kept hidden states at their dtype; f16 ones are expanded into one more f32 row of H in the backward.
+  const f16 = work.activationStorage === 'f16';
+  const saved = (L + 1) * T * H * (f16 ? 2 : f) + T * D * f + 2 * N * H * f;
   // train.ts's backward: 7 rows of H, 6 of q, 6 of kv, 6 of I, the attention's statistics, 8 LoRA rows.
-  const backward = T * (7 * H + 6 * q + 6 * kv + 6 * I + 3 * hq + hkv + 2 + 8 * r) * f;
+  const backward = T * ((f16 ? 8 : 7) * H + 6 * q + 6 * kv + 6 * I + 3 * hq + hkv + 2 + 8 * r) * f;
   const logits = N * Math.min(8192, V) * f;
   // The attention backward's dK/dV partials of the prompt's keys (src/ops/attention.ts): per query
   // chunk, two [prompt rows to a whole 16-row tile, Hkv·D].

@@ -19,6 +19,7 @@ import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
 import { makeAttentionTensorCores, makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
+import type { ActivationStorage } from './activationStorage';
 import { VISION_BLOCK_LORA, VisionCache, visionBlockLoraModuleName, visionLoraModuleName, VisionTower, type BlockLora, type GridThw, type MergerLora, type VisionBlockLayer, type VisionFeatures, type VisionLora, type VisionSaved } from './vision';
 import type { ModelWeights } from './weights';
 
@@ -49,6 +50,9 @@ export interface ModelOptions {
    * settings need Chromium's subgroup-matrix extension and move the image features
    * (BENCHMARKS.md gives by how much). */
   visionProducts?: VisionProducts;
+  /** Where training forwards keep the hidden states their backward reads (setActivationStorage;
+   * src/model/activationStorage.ts). Default 'f32'; 'f16' needs shader-f16. */
+  activationStorage?: ActivationStorage;
   /** Bytes of encoded image features kept by image key (VisionCache; default VISION_CACHE_BYTES):
    * a prompt group's images are encoded once for its sampling, old/ref log-probs and training chunks. */
   visionCacheBytes?: number;
@@ -109,6 +113,7 @@ export class Qwen3VL {
   /** The vision tower's tensor-core op while in use (setVisionProducts), and its setting. */
   private visionOp: TensorCoreProducts | null = null;
   private visionSetting: VisionProducts = 'f32';
+  private storageSetting: ActivationStorage = 'f32';
 
   private constructor(
     readonly gpu: Gpu,
@@ -132,6 +137,7 @@ export class Qwen3VL {
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES));
     if (opts.products) await model.setProducts(opts.products);
     if (opts.visionProducts) await model.setVisionProducts(opts.visionProducts);
+    if (opts.activationStorage) model.setActivationStorage(opts.activationStorage);
     return model;
   }
 
@@ -212,6 +218,18 @@ export class Qwen3VL {
   /** The setting the decoder's products run on (setProducts). */
   get products(): Products {
     return this.productsSetting;
+  }
+
+  /** Keep training forwards' hidden states in `s` from the next forward on (ModelOptions.activationStorage);
+   * 'f16' throws MissingFeatureError without shader-f16. */
+  setActivationStorage(s: ActivationStorage): void {
+    if (s === 'f16') this.gpu.require('shader-f16', 'keeping activations in f16 (activation_storage f16)');
+    this.storageSetting = s;
+  }
+
+  /** Where training forwards keep their hidden states (setActivationStorage). */
+  get activationStorage(): ActivationStorage {
+    return this.storageSetting;
   }
 
 

@@ -16,16 +16,22 @@
 // forward keeps only each layer's input h_l [T, hidden]; the backward (Decoder.backward, beside
 // the forward in src/model/decoder.ts) reruns layer l from h_l, keeping that one layer's
 // intermediates, and walks back through it. Without checkpointing the forward keeps every layer's
-// intermediates (LayerActivations) and the backward only walks back.
+// intermediates (LayerActivations) and the backward only walks back. The kept h_l (and without
+// checkpointing each layer's wide intermediates) are f32, or f16 where the model's activation
+// storage says so (src/model/activationStorage.ts), expanded back to f32 before the backward
+// reads them. A value beyond f16's range makes the policy run that forward again with f32 and
+// keep f32 from then on, with a warning (takeWarnings): the gradients stay those of the values
+// the forward computed, where refusing would end the run.
 // The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
 // tower (Qwen3VL.visionLora) the gradient at the image rows is also gathered where the features
 // enter (the embeddings at h_0, DeepStack level l at h_{l+1}) and goes back through the tower
 // (VisionTower.backward) from what the forward's vision pass kept.
 import { ShapeError, type Tensor } from '../gpu';
+import { F16_MAX } from '../ops/activationF16';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { layerActivations, releaseActivations, type LayerActivations, type LayerLora, type VisualInputs } from './decoder';
+import { layerActivations, rangeSlotName, rangeSlots, releaseActivations, type LayerActivations, type LayerLora, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
 import { releaseVisionSaved, type VisionSaved } from './vision';
 
@@ -104,7 +110,7 @@ interface Saved {
   dropout: { p: number; seed: number; step: number } | null;
   /** The rope table of the packed rows [T, D/2, 2] (`train` only; the forward's workspace itself is released). */
   cs: Tensor | null;
-  /** Inputs of layer 0..L-1 and the final hidden state (before the final norm): L+1 of [T, hidden]. */
+  /** Inputs of layer 0..L-1 and the final hidden state (before the final norm): L+1 of [T, hidden], f32 or f16. */
   hs: Tensor[];
   /** Every layer's intermediates, without gradient checkpointing; null: the backward recomputes. */
   layers: LayerActivations[] | null;
@@ -133,6 +139,9 @@ export class Qwen3VLPolicy implements Policy {
   private saved: Saved | null = null;
   /** The last forward's outputs, released by the next forward (TrainingForward's contract). */
   private outputs: Tensor[] = [];
+  /** Why the hidden states are kept in f32 though the model asks for f16 (a state passed f16's range), or null. */
+  private f16Refused: string | null = null;
+  private warnings: string[] = [];
 
   constructor(readonly model: Qwen3VL) {}
 
@@ -150,6 +159,18 @@ export class Qwen3VLPolicy implements Policy {
     const t = this.model.config.text;
     const widest = Math.max(t.intermediateSize, t.numHeads * t.headDim, t.hiddenSize, Math.min(LOGPROB_CHUNK, t.vocabSize));
     return Math.floor(this.model.gpu.limits.maxStorageBufferBindingSize / (4 * widest));
+  }
+
+  /** Where training forwards keep their hidden states: the model's setting, unless a state passed f16's range. */
+  get activationStorage(): 'f32' | 'f16' {
+    return this.f16Refused === null ? this.model.activationStorage : 'f32';
+  }
+
+  /** What happened since the last call that a run should report (Policy.takeWarnings). */
+  takeWarnings(): string[] {
+    const w = this.warnings;
+    this.warnings = [];
+    return w;
   }
 
   generate(prompt: PreparedPrompt, numSamples: number, opts: SamplingOptions): Promise<Completion[]> {
@@ -204,13 +225,18 @@ export class Qwen3VLPolicy implements Policy {
     const logp = gpu.tensor([G, packed.maxLen], 'f32', 'train.logp');
     const entropy = gpu.tensor([G, packed.maxLen], 'f32', 'train.entropy');
     const stats = gpu.tensor([N, 2], 'f32', 'train.logprob_stats');
-    const hs = opts.train ? Array.from({ length: c.numLayers + 1 }, (_, l) => gpu.tensor([T, c.hiddenSize], 'f32', `train.h${l}`)) : [];
+    const f16 = opts.train && this.activationStorage === 'f16';
+    const hs = opts.train ? Array.from({ length: c.numLayers + 1 }, (_, l) => gpu.tensor([T, c.hiddenSize], f16 ? 'f16' : 'f32', `train.h${l}`)) : [];
+    const range = f16 ? gpu.tensor([rangeSlots(c.numLayers)], 'u32', 'train.f16_range') : null;
     const cs = opts.train ? gpu.tensor([T, c.headDim / 2, 2], 'f32', 'train.rope_cs') : null;
-    const layers = opts.train && opts.gradientCheckpointing === false ? Array.from({ length: c.numLayers }, (_, l) => layerActivations(gpu, c, T, rank, `train.layer${l}`)) : null;
+    const keepLayers = opts.train && opts.gradientCheckpointing === false;
+    const layers = keepLayers ? Array.from({ length: c.numLayers }, (_, l) => layerActivations(gpu, c, T, rank, `train.layer${l}`, f16 ? 'f16' : 'f32')) : null;
+    const staging = keepLayers && f16 ? layerActivations(gpu, c, T, rank, 'train.layer_staging') : null;
 
     const rec = gpu.recorder('train.forward');
+    if (range) rec.clear(range);
     const dec = model.decoder;
-    const keep = opts.train ? { inputs: hs, layers } : undefined;
+    const keep = opts.train ? { inputs: hs, layers, staging: staging ?? undefined, range: range ?? undefined } : undefined;
     const xd = dropout && dropoutWorkspace(gpu, model.lora, T);
     const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep, dropout: xd ? { ...dropout!, xd } : undefined });
     if (cs) rec.copy(ws.views(T).cs, cs);
@@ -222,11 +248,29 @@ export class Qwen3VLPolicy implements Policy {
     ws.release();
     xd?.release();
     predictRows.release();
+    if (staging) releaseActivations(staging);
+    const beyond = range && (await this.beyondF16(range));
     const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
+    this.outputs = [logp, entropy, mask];
+    if (beyond) {
+      // The f16 states would be clamped: this forward again with f32 states (the same dropout masks).
+      this.releaseSaved(saved);
+      this.f16Refused = beyond;
+      this.warnings.push(`activation_storage f16: ${beyond}; hidden states are kept in f32 from now on (this forward ran again with them)`);
+      return this.forward(batch, opts);
+    }
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
-    this.outputs = [logp, entropy, mask];
     return { logps: logp, entropy, mask, maxLen: packed.maxLen };
+  }
+
+  /** Which kept state passed f16's range and by how much (ActivationF16.pack's report), or null when all fit. Releases `range`. */
+  private async beyondF16(range: Tensor): Promise<string | null> {
+    const bits = (await this.model.gpu.read(range)) as Uint32Array;
+    range.release();
+    const i = bits.findIndex((b) => b !== 0);
+    if (i < 0) return null;
+    return `${rangeSlotName(i, this.model.config.text.numLayers)} reaches |x| = ${new Float32Array(bits.buffer)[i].toPrecision(6)}, beyond f16's ${F16_MAX}`;
   }
 
   private releaseSaved(s: Saved): void {
@@ -256,7 +300,8 @@ export class Qwen3VLPolicy implements Policy {
     const dsel = gpu.tensor([N, H], 'f32', 'train.dsel');
     const dout = gpu.tensor([T, H], 'f32', 'train.dout');
     const rank = s.lora ? Math.max(...model.lora.map((p) => p.r)) : 0;
-    const ws = dec.backwardWorkspace(T, rank, !s.layers);
+    const f16Layers = s.layers?.[0]?.hmid.dtype === 'f16';
+    const ws = dec.backwardWorkspace(T, rank, !s.layers || f16Layers, s.hs[0].dtype === 'f16');
     const xd = s.dropout && dropoutWorkspace(gpu, model.lora, T);
     // The gradients of the image features (embeds, then each DeepStack level) for the vision adapters.
     const dVisual = s.visionSaved && s.visual ? [s.visual.embeds, ...s.visual.deepstack].map((t, j) => gpu.tensor([...t.shape], 'f32', j === 0 ? 'train.d_image_embeds' : `train.d_deepstack${j - 1}`)) : null;

@@ -1,11 +1,12 @@
 // How the engine runs a training config, apart from what training does (src/rl/config.ts): where
 // the matrix products run, how many packed rows a training forward holds, and whether the backward
 // recomputes layers. None changes what is trained beyond rounding; each trades speed against memory
-// or precision on one device. The CLI's --products, --vision-products, --micro-batch-tokens and
-// --gradient-checkpointing (and a config file's "engine" entry), the app's Model panel and the
+// or precision on one device. The CLI's --products, --vision-products, --activation-storage,
+// --micro-batch-tokens and --gradient-checkpointing (and a config file's "engine" entry), the app's Model panel and the
 // Train form's gradient_checkpointing set these fields and nothing else. A training config may
 // also hold gradient_checkpointing at its top level, transformers' TrainingArguments name: it is
 // read onto this field (ConfigEngineFields), so configs of earlier versions and TRL-style files run.
+import { ACTIVATION_STORAGE_SETTINGS, chooseActivationStorage, type ActivationStorage, type ActivationStorageSetting } from '../model/activationStorage';
 import { chooseProducts, isProducts, PRODUCTS, VISION_PRODUCTS, type Products, type VisionProducts } from '../model/products';
 import type { Capabilities } from '../gpu';
 import { findUnknownKey, isPlainObject } from './configKeys';
@@ -17,6 +18,13 @@ export interface EngineConfig {
   products: Products | 'auto';
   /** The vision tower's dense products. Default 'f32'. */
   vision_products: VisionProducts;
+  /**
+   * Where a training forward keeps the hidden states its backward reads (each layer's input):
+   * 'f32', 'f16' (half the bytes, each value rounded once to f16; needs shader-f16; a state beyond
+   * f16's range falls back to f32 with a warning), or 'auto' (default): f16 where the products
+   * resolve to 'f16' and shader-f16 is offered, else f32 (resolveActivationStorage).
+   */
+  activation_storage: ActivationStorageSetting;
   /**
    * Most packed rows (the prompt once, then completion tokens) per training forward: peak memory
    * against one extra no-grad forward of a larger group. Default DEFAULT_MICRO_BATCH_TOKENS.
@@ -35,7 +43,7 @@ export interface EngineConfig {
 export type ConfigEngineFields = Partial<Pick<EngineConfig, 'gradient_checkpointing'>>;
 
 export function defaultEngineConfig(): EngineConfig {
-  return { products: 'auto', vision_products: 'f32', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true };
+  return { products: 'auto', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true };
 }
 
 export class EngineConfigError extends Error {
@@ -63,6 +71,7 @@ export function resolveEngineConfig(input: unknown = {}, path = 'engine', fromCo
   }
   if (c.products !== 'auto' && !isProducts(c.products)) throw new EngineConfigError(`${path}.products must be auto or one of ${PRODUCTS.map((p) => p.value).join(', ')}; got ${JSON.stringify(c.products)}`);
   if (!VISION_PRODUCTS.includes(c.vision_products)) throw new EngineConfigError(`${path}.vision_products must be one of ${VISION_PRODUCTS.join(', ')}; got ${JSON.stringify(c.vision_products)}`);
+  if (!ACTIVATION_STORAGE_SETTINGS.includes(c.activation_storage)) throw new EngineConfigError(`${path}.activation_storage must be one of ${ACTIVATION_STORAGE_SETTINGS.join(', ')}; got ${JSON.stringify(c.activation_storage)}`);
   const t = c.micro_batch_tokens;
   if (typeof t !== 'number' || !Number.isInteger(t) || t < 1) throw new EngineConfigError(`${path}.micro_batch_tokens must be an integer >= 1; got ${JSON.stringify(t)}`);
   if (typeof c.gradient_checkpointing !== 'boolean') throw new EngineConfigError(`${path}.gradient_checkpointing must be true or false; got ${JSON.stringify(c.gradient_checkpointing)}`);
@@ -83,4 +92,10 @@ export function asksTensorCores(c: EngineConfig): boolean {
 /** The products setting to run on a device of `caps`, and why ('auto' resolved by chooseProducts). */
 export function resolveProducts(c: EngineConfig, caps: Capabilities): { products: Products; why: string } {
   return c.products === 'auto' ? chooseProducts(caps) : { products: c.products, why: 'set by the engine config' };
+}
+
+/** Where training forwards keep their hidden states on a device of `caps` running `products`
+ * (resolveProducts'), and why; 'f16' without shader-f16 throws MissingFeatureError naming it. */
+export function resolveActivationStorage(c: EngineConfig, caps: Capabilities, products: Products): { storage: ActivationStorage; why: string } {
+  return chooseActivationStorage(c.activation_storage, caps, products);
 }

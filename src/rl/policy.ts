@@ -102,4 +102,7 @@ export interface Policy {
    * accumulating into each adapter's dA/dB. Frees what that forward kept.
    */
   backward(gradLogps: Tensor, gradEntropy?: Tensor): Promise<void>;
+  /** What changed in how the policy runs since the last call that the run should report (e.g. a
+   * fallback from f16 activation storage); the trainer adds them to the step's warnings. */
+  takeWarnings?(): string[];
 }

@@ -286,7 +286,7 @@ export class Trainer {
       step_time: stepTime,
       tokens_per_second: trainedTokens / stepTime,
     };
-    const warnings = [uniformPolicyWarning(losses.entropy, this.o.policy.vocabSize)];
+    const warnings = [uniformPolicyWarning(losses.entropy, this.o.policy.vocabSize), ...(this.o.policy.takeWarnings?.() ?? [])];
     // Parameters are read back only where a checkpoint is due: checked there for finiteness and scale.
     if ((c.save_steps > 0 && this.step % c.save_steps === 0) || this.step === c.max_steps) {
       const tensors = await this.readTensors();

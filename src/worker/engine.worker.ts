@@ -15,6 +15,7 @@ import { capabilitiesOf } from '../gpu/capabilities';
 import { hubFiles } from '../model/hub';
 import { releaseLoraParams } from '../ops/lora';
 import { blobSource, MissingFileError, pickedFiles, type ModelFiles } from '../model/safetensors';
+import { chooseActivationStorage } from '../model/activationStorage';
 import { defaultProducts, productPaths, productFamily, type Products } from '../model/products';
 import { configRows, openModel, type ModelSession, type OpenModelOptions } from '../model/session';
 import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '../model/weightCache';
@@ -128,6 +129,12 @@ async function productsSetting(g: Gpu): Promise<Products> {
   return defaultProducts(g);
 }
 
+/** The app keeps the engine's 'auto' activation storage: f16 hidden states beside the f16 products
+ * where shader-f16 is offered (src/model/activationStorage.ts), set again whenever the products change. */
+function storageFollowingProducts(s: ModelSession, g: Gpu): void {
+  s.model.setActivationStorage(chooseActivationStorage('auto', capabilitiesOf(g), s.model.products).storage);
+}
+
 async function productsState(): Promise<ProductsState> {
   const g = await device();
   const paths = Object.fromEntries(productPaths(capabilitiesOf(g)).map((p) => [p.path, p.available ? null : p.why])) as ProductsState['paths'];
@@ -160,7 +167,7 @@ const trainer = createTrainerApi({
     return { policy: s.policy, data: decodingPromptSource(s.promptSource(rows ?? configRows(config.dataset)), browserDecoder, imageLimitsFor(s.processor.image)) };
   },
   dataFileBytes: () => (rows ? rowsFileBytes : undefined),
-  products: () => (session ? { products: session.model.products, vision_products: session.model.visionProducts } : {}),
+  products: () => (session ? { products: session.model.products, vision_products: session.model.visionProducts, activation_storage: session.model.activationStorage } : {}),
 });
 
 const api: EngineApi = {
@@ -186,6 +193,7 @@ const api: EngineApi = {
       await opened.model.setProducts('f32');
       productsMessage = e instanceof Error ? e.message : String(e);
     }
+    storageFollowingProducts(opened, g);
     session = opened;
     location = files.location;
     baseModel = baseModelOf(source);
@@ -200,7 +208,10 @@ const api: EngineApi = {
     const g = await device();
     const why = productPaths(capabilitiesOf(g)).find((p) => p.path === productFamily(products))!;
     if (!why.available) throw new Error(`${products} products are not available on this GPU: ${why.why}`);
-    if (session) await session.model.setProducts(products);
+    if (session) {
+      await session.model.setProducts(products);
+      storageFollowingProducts(session, g);
+    }
     await rememberProducts(products);
     return productsState();
   },

@@ -57,8 +57,9 @@ export interface TrainerApiDeps {
   sandbox?: CustomRewardEvaluator;
   /** Size in bytes of the file a file dataset's rows were read from, for the run's data record. */
   dataFileBytes?: () => number | undefined;
-  /** Where the loaded model's products run (the Model panel's setting), for the run's engine config. */
-  products?: () => Partial<Pick<EngineConfig, 'products' | 'vision_products'>>;
+  /** Where the loaded model's products run (the Model panel's setting) and where it keeps training
+   * activations, for the run's engine config. */
+  products?: () => Partial<Pick<EngineConfig, 'products' | 'vision_products' | 'activation_storage'>>;
 }
 
 export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {

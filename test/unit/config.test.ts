@@ -142,6 +142,11 @@ describe('memoryPlan', () => {
     const small = trainingMemory(c, plan, { ...DEFAULT_TRAINING_WORK, microBatchTokens: 1024 });
     expect(small.trainingBytes).toBeLessThan(t.trainingBytes / 2);
     expect(small.generationBytes).toBe(t.generationBytes);
+    // The kept hidden states in f16: (L + 1) rows of H at half the bytes, one f32 row of H more in
+    // the backward (the expanded state); the default's T = 512 + 8 x 256 rows.
+    const f16 = trainingMemory(c, plan, { ...DEFAULT_TRAINING_WORK, activationStorage: 'f16' });
+    const T = 512 + 8 * 256;
+    expect(t.trainingBytes - f16.trainingBytes).toBe(29 * T * 2048 * 2 - T * 2048 * 4);
   });
 
   it('plans an untied lm_head and reports the limits it exceeds', () => {

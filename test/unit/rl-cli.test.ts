@@ -18,13 +18,13 @@ describe('train command: engine flags', () => {
   const engine = (argv: string[], fromFile?: unknown, fromConfig?: { gradient_checkpointing?: boolean }) => engineFromArgs(parseArgs(argv), fromFile, fromConfig);
   it('maps --products and its older aliases onto one field, over the config file\'s "engine" entry', () => {
     expect(engine([])).toEqual(defaultEngineConfig());
-    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', micro_batch_tokens: 2048, gradient_checkpointing: false });
+    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', activation_storage: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false });
     expect(engine(['--tensor-cores']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '2']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '1']).products).toBe('int8-1limb');
     expect(engine(['--tensor-cores', '--tensor-core-steps', 'row']).products).toBe('int8-row');
     expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
-    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', micro_batch_tokens: 512, gradient_checkpointing: true });
+    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true });
     expect(engine(['--products', 'f32'], { products: 'int8' }).products).toBe('f32');
     // The default is the fastest the device offers, chosen on it.
     expect(engine([]).products).toBe('auto');
@@ -33,11 +33,15 @@ describe('train command: engine flags', () => {
     expect(engine([], {}, { gradient_checkpointing: false }).gradient_checkpointing).toBe(false);
     expect(engine(['--gradient-checkpointing'], { gradient_checkpointing: false }).gradient_checkpointing).toBe(true);
     expect(engine(['--gradient-checkpointing', 'true'], {}, { gradient_checkpointing: false }).gradient_checkpointing).toBe(true);
+    expect(engine(['--activation-storage', 'f16']).activation_storage).toBe('f16');
+    expect(engine(['--activation-storage', 'f32'], { activation_storage: 'f16' }).activation_storage).toBe('f32');
+    expect(engine([], { activation_storage: 'f16' }).activation_storage).toBe('f16');
   });
 
   it('refuses bad values, unknown engine keys and the old flags mixed with the new', () => {
     expect(() => engine(['--products', 'int4'])).toThrow(/--products takes auto, int8, int8-1limb, int8-row, f16, f32; got 'int4'/);
     expect(() => engine(['--vision-products', 'int8-row'])).toThrow(/--vision-products takes f32, int8, f16; got 'int8-row'/);
+    expect(() => engine(['--activation-storage', 'bf16'])).toThrow(/--activation-storage takes auto, f32, f16; got 'bf16'/);
     expect(() => engine(['--products', 'int8', '--tensor-cores'])).toThrow(/--products replaces --tensor-cores/);
     expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
     expect(() => engine(['--tensor-core-limbs', '1'])).toThrow(/--tensor-core-limbs takes 1 or 2, with --tensor-cores/);
@@ -131,9 +135,10 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
-    const engine = { products: 'auto', vision_products: 'f32', micro_batch_tokens: 2048, gradient_checkpointing: false };
+    const engine = { products: 'auto', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false };
     // 'auto' on a GPU without tensor cores: the f32 units, said on stderr.
     expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; int8 unavailable: .*; f16 unavailable: /);
+    expect(first.stderr).toMatch(/activation storage: f32 \(auto: the f32 products keep f32 states\)/);
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
     expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['adapter', 'checkpoint.json', 'tensors.safetensors']);
     const saved = (await readCheckpointDir(out))!;

@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { batchPlan, ConfigError, defaultConfig, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { nearestKey } from '../../src/rl/configKeys';
-import { defaultEngineConfig, EngineConfigError, resolveEngineConfig } from '../../src/rl/engineConfig';
+import { defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig } from '../../src/rl/engineConfig';
+import { MissingFeatureError, type Capabilities } from '../../src/gpu';
 import { DEFAULT_LOSS_CONFIG, resolveLossConfig } from '../../src/rl/lossConfig';
 import { parseLossRequest } from '../../src/node/commands/loss';
-import { productOptions, storedProductsValue } from '../../src/model/products';
+import { productOptions, storedProductsValue, type Products } from '../../src/model/products';
 import { learningRate, scheduleOf } from '../../src/rl/schedule';
 import { TrainerRng } from '../../src/rl/rng';
 
@@ -190,7 +191,7 @@ describe('trainer RNG', () => {
 describe('engine config', () => {
   it('fills defaults, refuses unknown keys with their path, and checks each field', () => {
     expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
-    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', micro_batch_tokens: 1024, gradient_checkpointing: false });
+    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: 1024, gradient_checkpointing: false });
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
     expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be auto or one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
@@ -198,6 +199,22 @@ describe('engine config', () => {
     expect(() => resolveEngineConfig({ micro_batch_tokens: 0 })).toThrow(/micro_batch_tokens must be an integer >= 1/);
     expect(() => resolveEngineConfig(null)).toThrow(/engine must be an object; got null/);
     expect(() => resolveEngineConfig({ gradient_checkpointing: 'no' })).toThrow(/engine\.gradient_checkpointing must be true or false; got "no"/);
+    expect(resolveEngineConfig({}).activation_storage).toBe('auto');
+    expect(resolveEngineConfig({ activation_storage: 'f16' }).activation_storage).toBe('f16');
+    expect(() => resolveEngineConfig({ activation_storage: 'bf16' })).toThrow(/engine\.activation_storage must be one of auto, f32, f16; got "bf16"/);
+  });
+
+  it("resolves activation_storage on the device: 'auto' is f16 beside f16 products with shader-f16 only, 'f16' without shader-f16 refused", () => {
+    const caps = (shaderF16: boolean) => ({ shaderF16 }) as Capabilities;
+    const storage = (setting: unknown, shaderF16: boolean, products: Products) => resolveActivationStorage(resolveEngineConfig({ activation_storage: setting }), caps(shaderF16), products).storage;
+    expect(storage('auto', true, 'f16')).toBe('f16');
+    expect(storage('auto', true, 'int8')).toBe('f32');
+    expect(storage('auto', true, 'f32')).toBe('f32');
+    expect(storage('auto', false, 'f16')).toBe('f32');
+    expect(storage('f16', true, 'f32')).toBe('f16');
+    expect(storage('f32', true, 'f16')).toBe('f32');
+    expect(() => storage('f16', false, 'f16')).toThrow(MissingFeatureError);
+    expect(() => storage('f16', false, 'f16')).toThrow(/'shader-f16'/);
   });
 
   it('reads a training config\'s gradient_checkpointing (transformers\' name) as the engine\'s', () => {

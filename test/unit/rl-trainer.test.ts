@@ -68,6 +68,16 @@ describe('trainer and the engine config', () => {
   });
 });
 
+describe("trainer and the policy's warnings", () => {
+  it('adds what the policy reports (Policy.takeWarnings, e.g. a fallback from f16 activations) to that step\'s warnings', async () => {
+    const { trainer, policy } = await makeTrainer({ max_steps: 2, logging_steps: 1 });
+    const said = [['activation_storage f16: the final hidden state reaches |x| = 70000.0, beyond f16\'s 65504'], []];
+    Object.assign(policy, { takeWarnings: () => said.shift() ?? [] });
+    await trainer.run();
+    expect(trainer.metricsHistory.map((m) => (m.warnings ?? []).filter((w) => w.startsWith('activation_storage')))).toEqual([[expect.stringMatching(/beyond f16's 65504/)], []]);
+  });
+});
+
 async function weights(t: { gpu: Awaited<ReturnType<typeof testGpu>>; policy: ToyPolicy }): Promise<number[]> {
   const p = t.policy.lora[0];
   return [...(await t.gpu.readF32(p.A)), ...(await t.gpu.readF32(p.B))];

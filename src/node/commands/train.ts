@@ -7,8 +7,9 @@
 //
 // The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, and the
 // `dataset`: synthetic, a local file or a hub data set, src/rl/dataSource.ts), plus an optional
-// "engine" entry (src/rl/engineConfig.ts: products, vision_products, micro_batch_tokens,
-// gradient_checkpointing; a top-level gradient_checkpointing, transformers' name, is read onto it):
+// "engine" entry (src/rl/engineConfig.ts: products, vision_products, activation_storage,
+// micro_batch_tokens, gradient_checkpointing; a top-level gradient_checkpointing, transformers'
+// name, is read onto it):
 //   "dataset": {"kind": "file", "path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "format": null,
 //               "mapping": {prompt_key, answer_key, image_keys, ...} | null, "image_folder": "images/",
 //               "limit": 500, "numeric_only": true}
@@ -21,7 +22,9 @@
 // --products auto|f32|f16|int8|int8-1limb|int8-row (default auto: the fastest the GPU offers) picks where the decoder's and the LM head's large
 // products run (src/model/products.ts; f16 and int8 on tensor cores through Dawn started with
 // allow_unsafe_apis, which offers subgroup matrices, and for f16 vulkan_enable_f16_on_nvidia: an
-// error naming what is missing on GPUs without them); --vision-products f32|int8|f16 the vision tower's; --micro-batch-tokens N the packed rows per
+// error naming what is missing on GPUs without them); --vision-products f32|int8|f16 the vision tower's;
+// --activation-storage auto|f32|f16 where training forwards keep the hidden states the backward
+// reads (default auto: f16 beside the f16 products where shader-f16 is offered, else f32); --micro-batch-tokens N the packed rows per
 // training forward; --gradient-checkpointing true|false whether the backward recomputes each layer
 // (default true). They override the config's "engine" entry. Older flags, kept as aliases:
 // --tensor-cores = --products int8, with --tensor-core-limbs 1 = int8-1limb, with
@@ -55,8 +58,9 @@ import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
 import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
-import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveEngineConfig, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
+import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
 import { capabilitiesOf } from '../../gpu';
+import { ACTIVATION_STORAGE_SETTINGS } from '../../model/activationStorage';
 import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
 import { isPlainObject } from '../../rl/configKeys';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
@@ -249,9 +253,12 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
     const rows = opts.rows ?? (await datasetRows(config.dataset, opts.warn));
     opts.warn(`loading ${config.model_name_or_path}`);
     const engine = opts.engine ?? defaultEngineConfig();
-    const { products, why } = resolveProducts(engine, capabilitiesOf(gpu));
+    const caps = capabilitiesOf(gpu);
+    const { products, why } = resolveProducts(engine, caps);
     opts.warn(`products: ${products} (${why})`);
-    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products, visionProducts: engine.vision_products });
+    const { storage, why: storageWhy } = resolveActivationStorage(engine, caps, products);
+    opts.warn(`activation storage: ${storage} (${storageWhy})`);
+    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products, visionProducts: engine.vision_products, activationStorage: storage });
     session.attachLora(config.lora);
     return { policy: session.policy, data: decodingPromptSource(session.promptSource(rows), sharpDecoder) };
   };
@@ -284,6 +291,9 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown, fromConfig: Con
   if (vision !== undefined && !(VISION_PRODUCTS as readonly string[]).includes(vision)) throw new EngineConfigError(`--vision-products takes ${VISION_PRODUCTS.join(', ')}; got '${vision}'`);
   if (vision !== undefined) e.vision_products = vision;
   if (args.bool('vision-tensor-cores')) e.vision_products = 'int8';
+  const storage = args.optStr('activation-storage');
+  if (storage !== undefined && !(ACTIVATION_STORAGE_SETTINGS as readonly string[]).includes(storage)) throw new EngineConfigError(`--activation-storage takes ${ACTIVATION_STORAGE_SETTINGS.join(', ')}; got '${storage}'`);
+  if (storage !== undefined) e.activation_storage = storage;
   if (args.optStr('micro-batch-tokens') !== undefined) {
     const n = args.num('micro-batch-tokens');
     if (!Number.isInteger(n) || n < 1) throw new EngineConfigError(`--micro-batch-tokens takes an integer >= 1; got ${n}`);
@@ -336,6 +346,7 @@ export async function run(args: CliArgs): Promise<void> {
   if (resumeDir !== undefined && !(isPlainObject(engineInput) && 'gradient_checkpointing' in engineInput)) fromConfig = resolveConfig(latestCheckpointConfig(resumeDir)).engine;
   const engine = engineFromArgs(args, engineInput, fromConfig);
   if (args.bool('demo') && asksTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
+  if (args.bool('demo') && engine.activation_storage === 'f16') throw new Error('--activation-storage f16 goes with --config or --resume, not --demo (the demo model runs the f32 path)');
   const allowDataChange = args.bool('allow-data-change');
   if (allowDataChange && resumeDir === undefined) throw new Error('--allow-data-change goes with --resume');
   if (resumeDir === undefined) {
@@ -352,9 +363,9 @@ export async function run(args: CliArgs): Promise<void> {
     rows = await datasetRows(old.dataset, warn);
   }
   const steps = args.optStr('steps') === undefined ? undefined : args.num('steps');
-  // Tensor cores need Dawn's unsafe APIs, and f16 on NVIDIA's Vulkan driver its f16 toggle (a no-op elsewhere).
+  // Tensor cores need Dawn's unsafe APIs, and f16 (products or kept activations) on NVIDIA's Vulkan driver its f16 toggle (a no-op elsewhere).
   const tensorCores = usesTensorCores(engine);
-  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: tensorCores, f16: tensorCores });
+  const gpu = await createNodeGpu({ driver: args.optStr('driver'), unsafeApis: tensorCores, f16: tensorCores || engine.activation_storage === 'f16' });
   if (args.bool('demo')) {
     const evalRows = args.optStr('eval-rows') === undefined ? (args.bool('quick') ? DEMO_QUICK_EVAL_ROWS : undefined) : args.num('eval-rows');
     const result = await demoRun(gpu, { config, steps, evalRows, modelDir: DEMO_MODEL_DIR, quant, metricsFile: args.optStr('metrics'), outDir, engine, sandbox: createNodeSandbox(), log: (line) => console.log(line), warn });
