@@ -37,13 +37,15 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> q: array<f32>;
 @group(0) @binding(7) var<storage, read_write> k: array<f32>;
 @group(0) @binding(8) var<storage, read> v: array<f32>;
-@group(0) @binding(9) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(10) var<storage, read_write> v_cache: array<f32>;
+@group(0) @binding(9) var<storage, read_write> k_cache: array<kv_t>;
+@group(0) @binding(10) var<storage, read_write> v_cache: array<kv_t>;
 @group(0) @binding(11) var<storage, read> lengths: array<u32>;
 @group(0) @binding(12) var<storage, read> u_in: array<{{LELEM}}>;
 @group(0) @binding(13) var<storage, read> bq: array<{{LELEM}}>;
 @group(0) @binding(14) var<storage, read> bk: array<{{LELEM}}>;
 @group(0) @binding(15) var<storage, read> bv: array<{{LELEM}}>;
+
+#include kv_elem
 
 const WG: u32 = 64u;
 /** Rotated pairs a thread holds: D/2 ≤ WG·PAIRS (src/ops/qkNormRope.ts MAX_HEAD_DIM). */
@@ -115,7 +117,7 @@ fn store(is_q: bool, i: u32, out_k: u32, value: f32) {
     q[i] = value;
   } else {
 #if CACHE
-    k_cache[out_k] = value;
+    k_cache[out_k] = to_kv(value);
 #else
     k[out_k] = value;
 #endif
@@ -144,7 +146,7 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   if (h >= p.hq + p.hkv) {
     let base = (t * p.hkv + kvh) * d;
     for (var j = lid; j < d; j += WG) {
-      v_cache[kv + j] = value(2u, t, base + j, kvh * d + j);
+      v_cache[kv + j] = to_kv(value(2u, t, base + j, kvh * d + j));
     }
     return;
   }
