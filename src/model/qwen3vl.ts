@@ -16,7 +16,9 @@ import { getRopeIndex } from './processor/ropeIndex';
 import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
+import { chooseKvCache, type KvCacheSetting } from './kvCacheSetting';
 import { makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
+import type { KvDtype } from '../ops/kvCache';
 import { VISION_BLOCK_LORA, VisionCache, visionBlockLoraModuleName, visionLoraModuleName, VisionTower, type BlockLora, type GridThw, type MergerLora, type VisionBlockLayer, type VisionFeatures, type VisionLora, type VisionSaved } from './vision';
 import type { ModelWeights } from './weights';
 
@@ -47,6 +49,10 @@ export interface ModelOptions {
    * settings need Chromium's subgroup-matrix extension and move the image features
    * (BENCHMARKS.md gives by how much). */
   visionProducts?: VisionProducts;
+  /** How generation's KV cache stores K and V (EngineConfig.kv_cache, src/model/kvCacheSetting.ts):
+   * 'auto' (default) is f16 while the products run on 'f16' and the device offers shader-f16, else
+   * f32. 'f16' throws MissingFeatureError without shader-f16. */
+  kvCache?: KvCacheSetting;
   /** Bytes of encoded image features kept by image key (VisionCache; default VISION_CACHE_BYTES):
    * a prompt group's images are encoded once for its sampling, old/ref log-probs and training chunks. */
   visionCacheBytes?: number;
@@ -92,6 +98,8 @@ export class Qwen3VL {
   /** The vision tower's tensor-core op while in use (setVisionProducts), and its setting. */
   private visionOp: TensorCoreProducts | null = null;
   private visionSetting: VisionProducts = 'f32';
+  /** ModelOptions.kvCache, resolved at each generate against the products then in use. */
+  readonly kvCacheSetting: KvCacheSetting;
 
   private constructor(
     readonly gpu: Gpu,
@@ -103,16 +111,21 @@ export class Qwen3VL {
     private readonly sampler: Sampler,
     /** Every image's features, by key: the one place images go through the vision tower (encodeImages). */
     readonly visionCache: VisionCache,
-  ) {}
+    kvCache: KvCacheSetting,
+  ) {
+    this.kvCacheSetting = kvCache;
+  }
 
   static async create(gpu: Gpu, config: Qwen3VLConfig, weights: ModelWeights, opts: ModelOptions = {}): Promise<Qwen3VL> {
+    // kv_cache 'f16' without shader-f16 is refused before anything is built, not at the first generate.
+    chooseKvCache(opts.kvCache ?? 'auto', opts.products ?? 'f32', gpu.has('shader-f16'));
     const [decoder, vision, sampler] = await Promise.all([
       Decoder.create(gpu, config.text, weights.language, { int8: opts.int8Decode }),
       VisionTower.create(gpu, config, weights.vision),
       Sampler.create(gpu),
     ]);
     const head = new TableHead(gpu, decoder.ops.projection, weights.language.lmHead, opts.maxLogitRows ?? 64);
-    const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES));
+    const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES), opts.kvCache ?? 'auto');
     if (opts.products) await model.setProducts(opts.products);
     if (opts.visionProducts) await model.setVisionProducts(opts.visionProducts);
     return model;
@@ -169,6 +182,11 @@ export class Qwen3VL {
   /** The setting the decoder's products run on (setProducts). */
   get products(): Products {
     return this.productsSetting;
+  }
+
+  /** The KV cache's element type generation takes now (kvCacheSetting against the products), and why. */
+  get kvCache(): { dtype: KvDtype; why: string } {
+    return chooseKvCache(this.kvCacheSetting, this.productsSetting, this.gpu.has('shader-f16'));
   }
 
 
@@ -409,7 +427,7 @@ export class Qwen3VL {
     const visual = prompt.images.length > 0 ? await this.encodeImages(prompt.inputIds, prompt.images, { lora: useLora }) : undefined;
     try {
       const seqs = await generate(
-        { gpu: this.gpu, decoder: this.decoder, head: this.head, sampler: this.sampler, loraRank: useLora ? this.loraRank : 0 },
+        { gpu: this.gpu, decoder: this.decoder, head: this.head, sampler: this.sampler, loraRank: useLora ? this.loraRank : 0, kvCache: this.kvCache.dtype },
         {
           inputIds: prompt.inputIds,
           positions,

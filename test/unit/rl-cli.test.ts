@@ -18,13 +18,16 @@ describe('train command: engine flags', () => {
   const engine = (argv: string[], fromFile?: unknown, fromConfig?: { gradient_checkpointing?: boolean }) => engineFromArgs(parseArgs(argv), fromFile, fromConfig);
   it('maps --products and its older aliases onto one field, over the config file\'s "engine" entry', () => {
     expect(engine([])).toEqual(defaultEngineConfig());
-    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', micro_batch_tokens: 2048, gradient_checkpointing: false });
+    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false });
     expect(engine(['--tensor-cores']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '2']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '1']).products).toBe('int8-1limb');
     expect(engine(['--tensor-cores', '--tensor-core-steps', 'row']).products).toBe('int8-row');
     expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
-    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', micro_batch_tokens: 512, gradient_checkpointing: true });
+    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', kv_cache: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true });
+    expect(engine(['--kv-cache', 'f16']).kv_cache).toBe('f16');
+    expect(engine(['--kv-cache', 'f32'], { kv_cache: 'f16' }).kv_cache).toBe('f32');
+    expect(engine([], { kv_cache: 'f16' }).kv_cache).toBe('f16');
     expect(engine(['--products', 'f32'], { products: 'int8' }).products).toBe('f32');
     // The default is the fastest the device offers, chosen on it.
     expect(engine([]).products).toBe('auto');
@@ -42,6 +45,8 @@ describe('train command: engine flags', () => {
     expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
     expect(() => engine(['--tensor-core-limbs', '1'])).toThrow(/--tensor-core-limbs takes 1 or 2, with --tensor-cores/);
     expect(() => engine(['--micro-batch-tokens', '0'])).toThrow(/--micro-batch-tokens takes an integer >= 1; got 0/);
+    expect(() => engine(['--kv-cache', 'bf16'])).toThrow(/--kv-cache takes auto, f32, f16; got 'bf16'/);
+    expect(() => engine([], { kv_cache: 'f8' })).toThrow(/engine\.kv_cache must be one of auto, f32, f16; got "f8"/);
     expect(() => engine(['--gradient-checkpointing', 'no'])).toThrow(/--gradient-checkpointing takes true or false; got 'no'/);
     expect(() => engine([], { micro_batch_tokens: 0.5 })).toThrow(/engine\.micro_batch_tokens must be an integer >= 1/);
     expect(() => engine([], { producs: 'int8' })).toThrow(/engine\.producs: unknown field; did you mean products\?/);

@@ -7,7 +7,7 @@
 //
 // The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, and the
 // `dataset`: synthetic, a local file or a hub data set, src/rl/dataSource.ts), plus an optional
-// "engine" entry (src/rl/engineConfig.ts: products, vision_products, micro_batch_tokens,
+// "engine" entry (src/rl/engineConfig.ts: products, vision_products, kv_cache, micro_batch_tokens,
 // gradient_checkpointing; a top-level gradient_checkpointing, transformers' name, is read onto it):
 //   "dataset": {"kind": "file", "path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "format": null,
 //               "mapping": {prompt_key, answer_key, image_keys, ...} | null, "image_folder": "images/",
@@ -21,7 +21,9 @@
 // --products auto|f32|f16|int8|int8-1limb|int8-row (default auto: the fastest the GPU offers) picks where the decoder's and the LM head's large
 // products run (src/model/products.ts; f16 and int8 on tensor cores through Dawn started with
 // allow_unsafe_apis, which offers subgroup matrices, and for f16 vulkan_enable_f16_on_nvidia: an
-// error naming what is missing on GPUs without them); --vision-products f32|int8|f16 the vision tower's; --micro-batch-tokens N the packed rows per
+// error naming what is missing on GPUs without them); --vision-products f32|int8|f16 the vision tower's; --kv-cache
+// auto|f32|f16 how generation's KV cache stores K and V (auto: f16 on the f16 products where shader-f16 is
+// offered, else f32; src/model/kvCacheSetting.ts); --micro-batch-tokens N the packed rows per
 // training forward; --gradient-checkpointing true|false whether the backward recomputes each layer
 // (default true). They override the config's "engine" entry. Older flags, kept as aliases:
 // --tensor-cores = --products int8, with --tensor-core-limbs 1 = int8-1limb, with
@@ -55,8 +57,9 @@ import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
 import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
-import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveEngineConfig, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
+import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveEngineConfig, resolveKvCache, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
 import { capabilitiesOf } from '../../gpu';
+import { isKvCacheSetting, KV_CACHE_SETTINGS } from '../../model/kvCacheSetting';
 import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
 import { isPlainObject } from '../../rl/configKeys';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
@@ -68,7 +71,7 @@ import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--micro-batch-tokens N] [--gradient-checkpointing true|false] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--kv-cache auto|f32|f16] [--micro-batch-tokens N] [--gradient-checkpointing true|false] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -249,9 +252,12 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
     const rows = opts.rows ?? (await datasetRows(config.dataset, opts.warn));
     opts.warn(`loading ${config.model_name_or_path}`);
     const engine = opts.engine ?? defaultEngineConfig();
-    const { products, why } = resolveProducts(engine, capabilitiesOf(gpu));
+    const caps = capabilitiesOf(gpu);
+    const { products, why } = resolveProducts(engine, caps);
     opts.warn(`products: ${products} (${why})`);
-    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products, visionProducts: engine.vision_products });
+    const kv = resolveKvCache(engine, products, caps);
+    opts.warn(`kv_cache: ${kv.dtype} (${kv.why})`);
+    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products, visionProducts: engine.vision_products, kvCache: engine.kv_cache });
     session.attachLora(config.lora);
     return { policy: session.policy, data: decodingPromptSource(session.promptSource(rows), sharpDecoder) };
   };
@@ -259,7 +265,7 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
 
 /**
  * The engine config: the config file's "engine" entry with the fields the training config set
- * under transformers' names (`fromConfig`), then --products, --vision-products,
+ * under transformers' names (`fromConfig`), then --products, --vision-products, --kv-cache,
  * --micro-batch-tokens and --gradient-checkpointing over it; the older tensor-core flags map onto
  * `products` and `vision_products` (they cannot be mixed with the new ones).
  */
@@ -284,6 +290,9 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown, fromConfig: Con
   if (vision !== undefined && !(VISION_PRODUCTS as readonly string[]).includes(vision)) throw new EngineConfigError(`--vision-products takes ${VISION_PRODUCTS.join(', ')}; got '${vision}'`);
   if (vision !== undefined) e.vision_products = vision;
   if (args.bool('vision-tensor-cores')) e.vision_products = 'int8';
+  const kvCache = args.optStr('kv-cache');
+  if (kvCache !== undefined && !isKvCacheSetting(kvCache)) throw new EngineConfigError(`--kv-cache takes ${KV_CACHE_SETTINGS.join(', ')}; got '${kvCache}'`);
+  if (kvCache !== undefined) e.kv_cache = kvCache;
   if (args.optStr('micro-batch-tokens') !== undefined) {
     const n = args.num('micro-batch-tokens');
     if (!Number.isInteger(n) || n < 1) throw new EngineConfigError(`--micro-batch-tokens takes an integer >= 1; got ${n}`);
@@ -336,6 +345,7 @@ export async function run(args: CliArgs): Promise<void> {
   if (resumeDir !== undefined && !(isPlainObject(engineInput) && 'gradient_checkpointing' in engineInput)) fromConfig = resolveConfig(latestCheckpointConfig(resumeDir)).engine;
   const engine = engineFromArgs(args, engineInput, fromConfig);
   if (args.bool('demo') && asksTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
+  if (args.bool('demo') && engine.kv_cache !== 'auto') throw new Error('--kv-cache goes with --config or --resume, not --demo (the demo keeps the f32 cache)');
   const allowDataChange = args.bool('allow-data-change');
   if (allowDataChange && resumeDir === undefined) throw new Error('--allow-data-change goes with --resume');
   if (resumeDir === undefined) {
