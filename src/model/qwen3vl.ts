@@ -98,8 +98,8 @@ export class Qwen3VL {
   /** The vision tower's tensor-core op while in use (setVisionProducts), and its setting. */
   private visionOp: TensorCoreProducts | null = null;
   private visionSetting: VisionProducts = 'f32';
-  /** ModelOptions.kvCache, resolved at each generate against the products then in use. */
-  readonly kvCacheSetting: KvCacheSetting;
+  /** ModelOptions.kvCache (setKvCache), resolved at each generate against the products then in use. */
+  private kvSetting: KvCacheSetting;
 
   private constructor(
     readonly gpu: Gpu,
@@ -113,12 +113,12 @@ export class Qwen3VL {
     readonly visionCache: VisionCache,
     kvCache: KvCacheSetting,
   ) {
-    this.kvCacheSetting = kvCache;
+    this.kvSetting = kvCache;
   }
 
   static async create(gpu: Gpu, config: Qwen3VLConfig, weights: ModelWeights, opts: ModelOptions = {}): Promise<Qwen3VL> {
     // kv_cache 'f16' without shader-f16 is refused before anything is built, not at the first generate.
-    chooseKvCache(opts.kvCache ?? 'auto', opts.products ?? 'f32', gpu.has('shader-f16'));
+    checkKvCache(gpu, opts.kvCache ?? 'auto');
     const [decoder, vision, sampler] = await Promise.all([
       Decoder.create(gpu, config.text, weights.language, { int8: opts.int8Decode }),
       VisionTower.create(gpu, config, weights.vision),
@@ -184,9 +184,21 @@ export class Qwen3VL {
     return this.productsSetting;
   }
 
-  /** The KV cache's element type generation takes now (kvCacheSetting against the products), and why. */
+  /** ModelOptions.kvCache: how later generations store K and V. Throws MissingFeatureError for
+   * 'f16' on a device without shader-f16 (the setting then stays). */
+  setKvCache(setting: KvCacheSetting): void {
+    checkKvCache(this.gpu, setting);
+    this.kvSetting = setting;
+  }
+
+  /** The KV cache setting (setKvCache). */
+  get kvCacheSetting(): KvCacheSetting {
+    return this.kvSetting;
+  }
+
+  /** The KV cache's element type generation takes now (the setting against the products), and why. */
   get kvCache(): { dtype: KvDtype; why: string } {
-    return chooseKvCache(this.kvCacheSetting, this.productsSetting, this.gpu.has('shader-f16'));
+    return chooseKvCache(this.kvSetting, this.productsSetting, this.gpu.has('shader-f16'));
   }
 
 
@@ -453,6 +465,11 @@ export class Qwen3VL {
       if (visual) releaseVisual(visual);
     }
   }
+}
+
+/** Throws MissingFeatureError where `setting` cannot run on `gpu` (f16 without shader-f16; the products do not matter). */
+function checkKvCache(gpu: Gpu, setting: KvCacheSetting): void {
+  chooseKvCache(setting, 'f32', gpu.has('shader-f16'));
 }
 
 export function releaseVisual(v: VisualInputs): void {
