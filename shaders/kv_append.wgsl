@@ -1,5 +1,6 @@
 // KV cache (src/ops/kvCache.ts; attention_head.wgsl has its layout): write count·n new rows
-// (k_new, v_new [count·n, Hkv·D]) at positions lengths[slot] + i. Grid grid1d(elements, 256).
+// (k_new, v_new [count·n, Hkv·D], f32) at positions lengths[slot] + i, stored as the cache's element
+// (kv_elem.wgsl: f32, or f16 with KV_F16). Grid grid1d(elements, 256).
 
 struct Params {
   rows: u32,  // n, new rows per sequence

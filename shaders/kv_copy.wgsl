@@ -1,5 +1,5 @@
 // KV cache: copy positions [0, rows) of slot slot0 to slot dst_slot (forking a prefilled prompt).
-// Grid grid1d(elements, 256).
+// Elements of either type (kv_elem.wgsl). Grid grid1d(elements, 256).
 
 struct Params {
   rows: u32,     // positions to copy

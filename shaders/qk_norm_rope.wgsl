@@ -7,7 +7,8 @@
 // With CACHE (generation), k and v go straight into the KV cache instead of k (kv_append's
 // dispatch): rows are `count` slots of `n` new rows each, row t at position lengths[slot] + t % n
 // of slot slot0 + t / n (row slot·cap + position of the cache, src/ops/kvCache.ts); v's heads take
-// workgroups of their own after the k heads (a copy, no norm).
+// workgroups of their own after the k heads (a copy, no norm); both stored as the cache's element
+// (kv_elem.wgsl: f16 with KV_F16).
 // With LORA (decode with a transient adapter), q_raw, k_raw and v are the base projections and
 // each value read takes its LoRA update s·u·Bᵀ here (u [T, 3r]: the q, k, v parts of
 // src/ops/loraGemv.ts's down dispatch over the three adapters), in place of lora_up's dispatch;

@@ -5,7 +5,8 @@
 // Layouts (row-major f32, after RoPE): q, o, dq [T, Hq·D]; k, v, dk, dv [T, Hkv·D]; lse [T, Hq]
 // (natural log of the softmax denominator of the scaled scores); cuSeqlens u32 [nseq + 1] with
 // cu[0] = 0 and cu[nseq] = T (a single sequence is [0, T]). Query head h uses kv head
-// floor(h / (Hq / Hkv)), as in transformers' repeat_kv. D is any head dim from 1 to 256.
+// floor(h / (Hq / Hkv)), as in transformers' repeat_kv. D is any head dim from 1 to 256. The KV
+// cache's k and v are f32 or f16 (KvCache.dtype; each cache reader has a kernel for each, read as f32).
 // Shared prefix (training G completions of one prompt): with sharedPrefix P, sequence 0 must be
 // the prompt, rows [0, P) (cu[1] = P), and every later sequence, a completion, attends to it as
 // well as to itself: the result is that of G sequences prompt + completion_i, with the prompt's
