@@ -136,9 +136,10 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
-    const engine = { products: 'auto', vision_products: 'f32', micro_batch_tokens: 2048, gradient_checkpointing: false };
-    // 'auto' on a GPU without tensor cores: the f32 units, said on stderr.
+    const engine = { products: 'auto', vision_products: 'f32', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false };
+    // 'auto' on a GPU without tensor cores: the f32 units, said on stderr, and with them the f32 KV cache.
     expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; int8 unavailable: .*; f16 unavailable: /);
+    expect(first.stderr).toContain('kv_cache: f32 (auto: the products run on f32, not f16)');
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
     expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['adapter', 'checkpoint.json', 'tensors.safetensors']);
     const saved = (await readCheckpointDir(out))!;
@@ -152,8 +153,8 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
 
     expect('gradient_checkpointing' in saved.meta.config).toBe(false);
 
-    // A run folder of an earlier version: gradient_checkpointing in the checkpoint's config, not in engine.json.
-    const { gradient_checkpointing: _, ...olderEngine } = engine;
+    // A run folder of an earlier version: gradient_checkpointing in the checkpoint's config, not in engine.json, and no kv_cache.
+    const { gradient_checkpointing: _, kv_cache: _kv, ...olderEngine } = engine;
     writeFileSync(join(out, 'engine.json'), JSON.stringify(olderEngine));
     const metaFile = join(out, 'step-00000002', 'checkpoint.json');
     const meta = JSON.parse(readFileSync(metaFile, 'utf8'));
