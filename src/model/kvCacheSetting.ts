@@ -2,7 +2,7 @@
 // that decode attention reads a step; each element rounded to nearest, BENCHMARKS.md gives the
 // log-prob drift). 'auto' takes f16 only on the f16 path: a user who chose f16 products accepts
 // f16 rounding; the f32 and int8 paths keep their f32 cache.
-import { MissingFeatureError } from '../gpu';
+import { MissingFeatureError } from '../gpu/errors';
 import type { KvDtype } from '../ops/kvCache';
 import type { Products } from './products';
 
