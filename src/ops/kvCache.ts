@@ -1,6 +1,7 @@
 // The KV cache for generation: per layer one k and one v tensor [slots·capacity, Hkv·D] (f32, or
-// f16 with KvCacheConfig.dtype 'f16': half the bytes that decode attention reads; rows after RoPE; position j of slot s at row s·capacity + j), and lengths u32 [slots] on the
-// GPU with the number of filled positions of each slot ("past"). The lengths live on the GPU so
+// f16 with KvCacheConfig.dtype 'f16': half the bytes that decode attention reads; rows after RoPE;
+// position j of slot s at row s·capacity + j), and lengths u32 [slots] on the GPU with the number
+// of filled positions of each slot ("past"). The lengths live on the GPU so
 // that whole decode steps can be recorded ahead without a CPU round trip; `past` mirrors them on
 // the CPU (they change only through this class) for bounds checks.
 //
@@ -77,11 +78,15 @@ export class KvCache {
     if (!Number.isInteger(prefix) || prefix < 0 || prefix >= capacity) throw new ShapeError('kv_cache', `prefix must be an integer in [0, capacity ${capacity}), got ${prefix}`);
     if (dtype !== 'f32' && dtype !== 'f16') throw new ShapeError('kv_cache', `dtype must be f32 or f16, got ${String(dtype)}`);
     if (dtype === 'f16') gpu.require('shader-f16', 'an f16 KV cache');
-    // One file per kernel (shaders/kv_*.wgsl), each with its own params; the writers by element type.
-    const suffix = dtype === 'f16' ? '_f16' : '';
-    const spec = (shader: string, entry: string, uniforms: Record<string, UniformType>) => ({ name: `attention.${entry}${suffix}`, shader, entry, defines: { D: headDim, ...kvDefines(dtype) }, uniforms });
-    const appendK = gpu.kernelOnUse(spec('kv_append', 'kv_append', { rows: 'u32', hkv: 'u32', nseq: 'u32', slot0: 'u32', cap: 'u32' }));
-    const copyK = gpu.kernelOnUse(spec('kv_copy', 'kv_copy', { rows: 'u32', hkv: 'u32', slot0: 'u32', cap: 'u32', dst_slot: 'u32' }));
+    // One file per kernel (shaders/kv_*.wgsl), each with its own params; the two that write K and V
+    // are built for the cache's element type (named with _f16 for an f16 cache).
+    const spec = (shader: string, entry: string, uniforms: Record<string, UniformType>) => ({ name: `attention.${entry}`, shader, entry, defines: { D: headDim }, uniforms });
+    const writer = (shader: string, uniforms: Record<string, UniformType>) => {
+      const s = spec(shader, shader, uniforms);
+      return { ...s, name: `${s.name}${dtype === 'f16' ? '_f16' : ''}`, defines: { ...s.defines, ...kvDefines(dtype) } };
+    };
+    const appendK = gpu.kernelOnUse(writer('kv_append', { rows: 'u32', hkv: 'u32', nseq: 'u32', slot0: 'u32', cap: 'u32' }));
+    const copyK = gpu.kernelOnUse(writer('kv_copy', { rows: 'u32', hkv: 'u32', slot0: 'u32', cap: 'u32', dst_slot: 'u32' }));
     const setK = gpu.kernelOnUse(spec('kv_lengths', 'kv_set_lengths', LENGTHS_UNIFORMS));
     const advanceK = gpu.kernelOnUse(spec('kv_lengths', 'kv_advance', LENGTHS_UNIFORMS));
     const shape = [prefix + slots * (capacity - prefix), hkv * headDim];
