@@ -1,13 +1,16 @@
 // Generation with the KV cache in f16 (ModelOptions.kvCache 'f16') on the tiny fixtures, against
 // the same model with the f32 cache: greedy continuations are the same tokens (transformers'),
 // and sampled completions (same seed) draw the same tokens with log-probs within a bound measured
-// here; 'auto' keeps the f32 cache on the f32 products.
+// here, also with an adapter (the q/k/v LoRA updates and the cache writes in one dispatch, or
+// kv_append where the device binds fewer storage buffers); 'auto' keeps the f32 cache on the f32
+// products.
 import { describe, expect, it } from 'vitest';
-import { testGpu } from '../helpers/gpu';
+import { adapterAndMerged } from '../helpers/adapterPair';
+import { testGpu, withDefaultStorageLimit } from '../helpers/gpu';
 import { CASES, MODELS, modelFiles, readReference, type FixtureModel } from '../helpers/modelFixtures';
 import { Qwen3VL, splitImages } from '../../src/model/qwen3vl';
 import type { KvCacheSetting } from '../../src/model/kvCacheSetting';
-import type { PreparedPrompt } from '../../src/rl/policy';
+import type { Completion, PreparedPrompt } from '../../src/rl/policy';
 
 const models = new Map<string, Promise<Qwen3VL>>();
 function model(m: FixtureModel, kvCache: KvCacheSetting): Promise<Qwen3VL> {
@@ -52,13 +55,35 @@ describe('generation over an f16 KV cache', () => {
     const opts = { temperature: 1, topP: 1, topK: 0, maxNewTokens: 12, seed: 42 };
     const a = await net16.generate(p, 4, opts, { stopIds: [] });
     const b = await net32.generate(p, 4, opts, { stopIds: [] });
-    expect(a.map((s) => s.tokens)).toEqual(b.map((s) => s.tokens));
-    const diffs = a.flatMap((s, i) => s.samplingLogps.map((x, j) => Math.abs(x - b[i].samplingLogps[j])));
-    const max = Math.max(...diffs);
-    const mean = diffs.reduce((x, y) => x + y, 0) / diffs.length;
+    const { mean, max } = sameTokensDrift(a, b);
     console.log(`f16 vs f32 KV cache, tiny-b, 4 x 12 sampled tokens: |Δ log-prob| mean ${mean.toExponential(2)}, max ${max.toExponential(2)}`);
-    expect(max).toBeLessThan(LOGP_BOUND);
-    // The f16 cache is in use: its rounding moves the log-probs.
-    expect(mean).toBeGreaterThan(1e-5);
+  });
+
+  it.each([
+    { device: 'this device (q/k/v LoRA updates and the cache writes in the q/k norm dispatch)', limited: false },
+    { device: '8 storage buffers a stage (kv_append writes the cache)', limited: true },
+  ])('with an adapter, $device: the same tokens over the f16 cache, log-probs within the bound', async ({ limited }) => {
+    const gpu = limited ? withDefaultStorageLimit(await testGpu()) : await testGpu();
+    const { net } = await adapterAndMerged(gpu, 'tiny-b');
+    const { p } = await prompt('tiny-b', 'image1');
+    const opts = { temperature: 1, topP: 1, topK: 0, maxNewTokens: 10, seed: 11 };
+    net.setKvCache('f16');
+    const a = await net.generate(p, 3, opts, { stopIds: [], lora: true });
+    net.setKvCache('f32');
+    const b = await net.generate(p, 3, opts, { stopIds: [], lora: true });
+    sameTokensDrift(a, b);
   });
 });
+
+/** Asserts that `a` (f16 cache) drew `b`'s (f32 cache) tokens, their log-probs within LOGP_BOUND
+ * and moved (the f16 cache is in use); returns the mean and largest |Δ log-prob|. */
+function sameTokensDrift(a: Completion[], b: Completion[]): { mean: number; max: number } {
+  expect(a.map((s) => s.tokens)).toEqual(b.map((s) => s.tokens));
+  const diffs = a.flatMap((s, i) => s.samplingLogps.map((x, j) => Math.abs(x - b[i].samplingLogps[j])));
+  const max = Math.max(...diffs);
+  const mean = diffs.reduce((x, y) => x + y, 0) / diffs.length;
+  expect(max).toBeLessThan(LOGP_BOUND);
+  expect(mean).toBeGreaterThan(1e-5);
+  return { mean, max };
+}
+
