@@ -1,5 +1,7 @@
 // The KV cache's element (src/ops/kvCache.ts): f32, or f16 with KV_F16 (loaded as f32 by the
-// readers, which accumulate in f32). Writers store to_kv(x).
+// readers, which accumulate in f32). Writers store to_kv(x). WGSL leaves the direction of f32 ->
+// f16 rounding to the implementation: lavapipe rounds to nearest even (test/unit/kv-cache-f16.test.ts
+// checks it bit for bit), as GPUs' conversion instructions do; any other would cost one ulp, not half.
 #if KV_F16
 // requires: f16
 alias kv_t = f16;
