@@ -33,6 +33,10 @@
 //     [--activation-storage f16] (with shader-f16: the default config's steps again with the kept hidden
 //     states in f16, on the f16 products where offered, else f32: times, memory, and how far the
 //     f16 states move the log-probs and LoRA gradients of the GSPO group tensorCoreDrift measures)
+//     [--kv-cache auto|f32|f16] (generation's KV cache, EngineConfig.kv_cache; default auto: f32 on the f32 products.
+//     With an f16 cache the decode section also measures its drift: the same G x 128 sampled
+//     completions (same seed) over an f16 and an f32 cache, |Δ log-prob| of each sampled token up to
+//     its sequence's first token that differs)
 // --quick shrinks the model and the work for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
@@ -46,6 +50,7 @@ import { RlLoss } from '../src/ops/rlLoss';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../src/model/config';
 import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
+import { isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../src/model/kvCacheSetting';
 import type { Products, VisionProducts } from '../src/model/products';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
@@ -54,7 +59,7 @@ import { mmaUnsupported } from '../src/ops/matmulQ4Mma';
 import { f16UnsupportedOn } from '../src/ops/matmulQ4F16';
 import { DEFAULT_MICRO_BATCH_TOKENS, groupStep } from '../src/rl/microBatch';
 import { resolveLossConfig, type ResolvedLossConfig } from '../src/rl/lossConfig';
-import type { PreparedPrompt, SamplingOptions, SequenceBatch } from '../src/rl/policy';
+import type { Completion, PreparedPrompt, SamplingOptions, SequenceBatch } from '../src/rl/policy';
 import { Filler } from '../src/bench/fill';
 import { Rng } from '../src/data/random';
 import modelSizes from './model-sizes.json';
@@ -83,6 +88,15 @@ const ACTIVATION_STORAGE = (() => {
   if (i < 0) return 'f32';
   const v = args[i + 1];
   if (v !== 'f16' && v !== 'f32') throw new Error(`--activation-storage takes f16 or f32; got ${v === undefined ? 'nothing' : `'${v}'`}`);
+  return v;
+})();
+
+/** --kv-cache auto|f32|f16: how generation's KV cache stores K and V (ModelOptions.kvCache). */
+const KV_CACHE: KvCacheSetting = (() => {
+  const i = args.indexOf('--kv-cache');
+  if (i < 0) return 'auto';
+  const v = args[i + 1];
+  if (!isKvCacheSetting(v)) throw new Error(`--kv-cache takes ${KV_CACHE_SETTINGS.join(', ')}; got '${v}'`);
   return v;
 })();
 
@@ -469,6 +483,30 @@ async function gpuMsInStream(gpu: Gpu, f: () => Promise<unknown>): Promise<numbe
 
 const GiB = 2 ** 30;
 
+/**
+ * How far an f16 KV cache moves sampled log-probs from the f32 cache's: `generate` (same prompt,
+ * same seed) over the model's f16 cache, then over an f32 cache; |Δ log-prob| of each sampled
+ * token while both drew the same tokens (a sequence is compared up to its first token that differs:
+ * past it the two continue different texts).
+ */
+async function kvCacheDrift(model: Qwen3VL, generate: () => Promise<Completion[]>) {
+  const setting = model.kvCacheSetting;
+  const f16 = await generate();
+  model.setKvCache('f32');
+  const f32 = await generate();
+  model.setKvCache(setting);
+  const diffs: number[] = [];
+  let diverged = 0;
+  f16.forEach((a, i) => {
+    const b = f32[i];
+    let j = 0;
+    for (; j < Math.min(a.tokens.length, b.tokens.length) && a.tokens[j] === b.tokens[j]; j++) diffs.push(Math.abs(a.samplingLogps[j] - b.samplingLogps[j]));
+    if (j < Math.max(a.tokens.length, b.tokens.length)) diverged++;
+  });
+  const meanAbs = diffs.reduce((x, y) => x + y, 0) / Math.max(1, diffs.length);
+  return { compared: 'same sampled tokens, up to each sequence\'s first difference', tokens: diffs.length, diverged, meanAbs, maxAbs: Math.max(0, ...diffs) };
+}
+
 async function main(): Promise<void> {
   const t0 = performance.now();
   const gpu = await createNodeGpu({ unsafeApis: true, f16: F16, dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
@@ -483,7 +521,8 @@ async function main(): Promise<void> {
   gpu.pool.trim();
   const weightBytes = gpu.pool.stats.inUse;
   console.error(`random weights: ${(weightBytes / GiB).toFixed(2)} GiB in ${((performance.now() - tw) / 1000).toFixed(1)} s`);
-  const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: Math.max(...W.samples) });
+  const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: Math.max(...W.samples), kvCache: KV_CACHE });
+  console.error(`kv_cache: ${model.kvCache.dtype} (${model.kvCache.why})`);
   const lora16 = makeLora(gpu, config, W.rank);
   const loraOp = await Lora.create(gpu);
   const init = (params: LoraParams[]) => {
@@ -504,6 +543,7 @@ async function main(): Promise<void> {
     size: SIZE,
     work: W,
     weightsGiB: weightBytes / GiB,
+    kvCache: model.kvCache,
   };
   const save = () => {
     result.seconds = (performance.now() - t0) / 1000;
@@ -595,6 +635,13 @@ async function main(): Promise<void> {
     console.error(`decode x${G}: ${((1000 * s) / steps).toFixed(2)} ms/step`);
   }
   result.decode = decode;
+  if (runs('decode') && model.kvCache.dtype === 'f16') {
+    const G = Math.max(...W.samples);
+    const drift = await kvCacheDrift(model, () => gen(G, W.newTokens));
+    result.kvCacheDrift = { samples: G, newTokens: W.newTokens, ...drift };
+    save();
+    console.error(`f16 vs f32 KV cache, ${G} x ${W.newTokens} sampled tokens: |Δ log-prob| mean ${drift.meanAbs.toExponential(2)}, max ${drift.maxAbs.toExponential(2)} over ${drift.tokens} tokens (${drift.diverged} of ${G} sequences drew another token at some step)`);
+  }
   // --profile: GPU time per decode step by kernel (timestamps around every dispatch), the
   // difference between 17 new tokens and 1 as above.
   if (runs('decode') && args.includes('--profile')) {
@@ -846,7 +893,7 @@ async function main(): Promise<void> {
     stepS: defStepS,
     memory: memory('default trainer config: generation + training step of one group'),
     // What the Model panel predicts for this config and work (src/model/memoryPlan.ts).
-    planGiB: trainingMemory(config, memoryPlan(config), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS }).peakBytes / GiB,
+    planGiB: trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS }).peakBytes / GiB,
     profile: defProfile,
   };
   save();

@@ -53,6 +53,9 @@ interface Side {
   visionTensorCores?: { visionS: number; prefillS: number; tokensPerS: number; inStreamMs: number; relRms: number[] };
   /** PyTorch only: its vision features in bf16 against fp32, relative RMS (merged embeds, then deepstack). */
   visionDrift?: { relRms: number[] };
+  /** Ours: generation's KV cache (--kv-cache) and, for an f16 one, its drift from the f32 cache's. */
+  kvCache?: { dtype: 'f32' | 'f16'; why: string };
+  kvCacheDrift?: KvCacheDrift;
   errors?: { case: string; error: string }[];
   decodeStep1?: DecodeStep;
   decodeStep8?: DecodeStep;
@@ -69,6 +72,15 @@ interface Drift {
   gradOfMaxWorst: number;
   gradNormMedian: number;
   gradNormWorst: number;
+}
+/** bench/model.ts kvCacheDrift: sampled log-probs over an f16 against an f32 KV cache, same seed. */
+interface KvCacheDrift {
+  samples: number;
+  newTokens: number;
+  tokens: number;
+  diverged: number;
+  meanAbs: number;
+  maxAbs: number;
 }
 /** One tensor-core setting's GSPO step (bench/model.ts), with and without gradient checkpointing. */
 interface TensorCoreRun {
@@ -187,6 +199,7 @@ function render(o: Side, t: Side | undefined): string {
     da
       ? `- Hidden states kept in f16 (activation_storage f16, ${da.products} products${da.storageAtEnd === 'f16' ? '' : `; fell back to f32: ${da.warnings.join('; ')}`}): against f32 states on one group (${da.drift.storageOnly.tokens} completion tokens), log-probs move by ${f(da.drift.storageOnly.logpMaxAbs, 2)} at most (the forward itself stays f32), LoRA gradients by ${f(100 * da.drift.storageOnly.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * da.drift.storageOnly.gradNormWorst, 2)}%); the whole path against f32 products with f32 states: log-probs ${f(da.drift.againstF32Path.logpMeanAbs, 2)} on average (at most ${f(da.drift.againstF32Path.logpMaxAbs, 2)}), gradients ${f(100 * da.drift.againstF32Path.gradNormMedian, 2)}% (worst ${f(100 * da.drift.againstF32Path.gradNormWorst, 2)}%).${driftOf(t?.drift)}`
       : '',
+    kvCacheLine(o, t?.drift),
     '',
     '| measure | ours | PyTorch + PEFT | × (ours/PyTorch) |',
     '|---|---|---|---|',
@@ -216,6 +229,14 @@ function render(o: Side, t: Side | undefined): string {
   if (errors.length) out.push('Failed cases: ' + errors.map((e) => `${e.case}: ${e.error.slice(0, 200)}`).join('; '), '');
   out.push(MODEL_END);
   return out.filter((l, i) => l !== '' || out[i - 1] !== '').join('\n');
+}
+
+/** The f16 KV cache's drift (--kv-cache f16) beside PyTorch's bf16 against its fp32. */
+function kvCacheLine(o: Side, torch: Drift | undefined): string {
+  const d = o.kvCacheDrift;
+  if (!d) return o.kvCache ? `- KV cache: ${o.kvCache.dtype} (${o.kvCache.why}).` : '';
+  const yardstick = torch ? ` PyTorch's bf16 (the whole model) against its fp32: log-probs ${f(torch.logpMeanAbs, 2)} on average (at most ${f(torch.logpMaxAbs, 2)}).` : '';
+  return `- KV cache in f16 (\`--kv-cache f16\`: decode reads K and V as f16, rounded to nearest when written): ${d.samples} x ${d.newTokens} completions sampled with the same seed over the f16 and the f32 cache; the sampled log-probs of the ${d.tokens} tokens before each sequence's first differing token move by ${f(d.meanAbs, 2)} on average (at most ${f(d.maxAbs, 2)}); ${d.diverged} of ${d.samples} sequences drew another token at some step.${yardstick}`;
 }
 
 /** PyTorch's bf16 against its fp32 on the same batch: the yardstick for the tensor-core drift. */

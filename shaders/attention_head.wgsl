@@ -10,7 +10,8 @@
 //     with a shared prefix (prefix_len P > 0, training on G completions of one prompt): sequence
 //     0 is the prompt [0, P), and the rows of every later sequence also attend to all of it, as
 //     if each completion followed its own copy of the prompt (which is computed once).
-//   KV cache (one tensor per layer for k and one for v): position j of slot s at row s·cap + j of
+//   KV cache (one tensor per layer for k and one for v; f32, or f16 with KV_F16: kv_elem.wgsl,
+//     read as f32): position j of slot s at row s·cap + j of
 //     [rows, Hkv·D] (cap: the slot stride, src/ops/kvCache.ts); lengths u32 [slots]
 //     holds how many positions of each slot are filled ("past").
 //   Cached batches: count sequences (slots slot0 .. slot0+count-1) with n new rows each,

@@ -1,5 +1,6 @@
 // KV cache (src/ops/kvCache.ts; attention_head.wgsl has its layout): write count·n new rows
-// (k_new, v_new [count·n, Hkv·D]) at positions lengths[slot] + i. Grid grid1d(elements, 256).
+// (k_new, v_new [count·n, Hkv·D], f32) at positions lengths[slot] + i, stored as the cache's element
+// (kv_elem.wgsl: f32, or f16 with KV_F16). Grid grid1d(elements, 256).
 
 struct Params {
   rows: u32,  // n, new rows per sequence
@@ -13,8 +14,10 @@ struct Params {
 @group(0) @binding(1) var<storage, read> lengths: array<u32>;
 @group(0) @binding(2) var<storage, read> k_new: array<f32>;
 @group(0) @binding(3) var<storage, read> v_new: array<f32>;
-@group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<kv_t>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<kv_t>;
+
+#include kv_elem
 
 const D: u32 = {{D}}u;
 const FLAT_WG: u32 = 256u;
@@ -27,6 +30,6 @@ fn kv_append(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
   let row = e / row_len;
   let slot = params.slot0 + row / params.rows;
   let dst = (slot * params.cap + lengths[slot] + row % params.rows) * row_len + e % row_len;
-  k_cache[dst] = k_new[e];
-  v_cache[dst] = v_new[e];
+  k_cache[dst] = to_kv(k_new[e]);
+  v_cache[dst] = to_kv(v_new[e]);
 }

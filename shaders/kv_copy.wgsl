@@ -1,5 +1,5 @@
 // KV cache: copy positions [0, rows) of slot slot0 to slot dst_slot (forking a prefilled prompt).
-// Grid grid1d(elements, 256).
+// Elements of either type (kv_elem.wgsl). Grid grid1d(elements, 256).
 
 struct Params {
   rows: u32,     // positions to copy
@@ -10,8 +10,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(2) var<storage, read_write> v_cache: array<f32>;
+@group(0) @binding(1) var<storage, read_write> k_cache: array<kv_t>;
+@group(0) @binding(2) var<storage, read_write> v_cache: array<kv_t>;
+
+#include kv_elem
 
 const D: u32 = {{D}}u;
 const FLAT_WG: u32 = 256u;

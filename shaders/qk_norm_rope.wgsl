@@ -7,7 +7,8 @@
 // With CACHE (generation), k and v go straight into the KV cache instead of k (kv_append's
 // dispatch): rows are `count` slots of `n` new rows each, row t at position lengths[slot] + t % n
 // of slot slot0 + t / n (row slot·cap + position of the cache, src/ops/kvCache.ts); v's heads take
-// workgroups of their own after the k heads (a copy, no norm).
+// workgroups of their own after the k heads (a copy, no norm); both stored as the cache's element
+// (kv_elem.wgsl: f16 with KV_F16).
 // With LORA (decode with a transient adapter), q_raw, k_raw and v are the base projections and
 // each value read takes its LoRA update s·u·Bᵀ here (u [T, 3r]: the q, k, v parts of
 // src/ops/loraGemv.ts's down dispatch over the three adapters), in place of lora_up's dispatch;
@@ -37,13 +38,15 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> q: array<f32>;
 @group(0) @binding(7) var<storage, read_write> k: array<f32>;
 @group(0) @binding(8) var<storage, read> v: array<f32>;
-@group(0) @binding(9) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(10) var<storage, read_write> v_cache: array<f32>;
+@group(0) @binding(9) var<storage, read_write> k_cache: array<kv_t>;
+@group(0) @binding(10) var<storage, read_write> v_cache: array<kv_t>;
 @group(0) @binding(11) var<storage, read> lengths: array<u32>;
 @group(0) @binding(12) var<storage, read> u_in: array<{{LELEM}}>;
 @group(0) @binding(13) var<storage, read> bq: array<{{LELEM}}>;
 @group(0) @binding(14) var<storage, read> bk: array<{{LELEM}}>;
 @group(0) @binding(15) var<storage, read> bv: array<{{LELEM}}>;
+
+#include kv_elem
 
 const WG: u32 = 64u;
 /** Rotated pairs a thread holds: D/2 ≤ WG·PAIRS (src/ops/qkNormRope.ts MAX_HEAD_DIM). */
@@ -115,7 +118,7 @@ fn store(is_q: bool, i: u32, out_k: u32, value: f32) {
     q[i] = value;
   } else {
 #if CACHE
-    k_cache[out_k] = value;
+    k_cache[out_k] = to_kv(value);
 #else
     k[out_k] = value;
 #endif
@@ -144,7 +147,7 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   if (h >= p.hq + p.hkv) {
     let base = (t * p.hkv + kvh) * d;
     for (var j = lid; j < d; j += WG) {
-      v_cache[kv + j] = value(2u, t, base + j, kvh * d + j);
+      v_cache[kv + j] = to_kv(value(2u, t, base + j, kvh * d + j));
     }
     return;
   }

@@ -8,7 +8,8 @@ import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Recorder, type 
 import { Activations } from '../ops/activations';
 import { AdamW, type AdamWParam } from '../ops/adamw';
 import { Attention } from '../ops/attention';
-import { KvCache } from '../ops/kvCache';
+import { DTYPE_BYTES } from '../gpu/tensor';
+import { KvCache, type KvDtype } from '../ops/kvCache';
 import { LogProb } from '../ops/logprob';
 import { Matmul } from '../ops/matmul';
 import { DEFAULT_GEMM, MatmulQ4, type GemmShape, type MatmulQ4Options, type Q4Weight } from '../ops/matmulQ4';
@@ -500,47 +501,55 @@ async function attention(ctx: SuiteContext): Promise<void> {
   release(q, k, v, dout, o, lse, rowStats, dq, dk, dv, cu);
 
   // Decode: one new row per sequence over a cache of `cache` positions, every layer a fresh cache
-  // (as in a decode step) so that L2 does not hold it.
+  // (as in a decode step) so that L2 does not hold it; again over an f16 cache where shader-f16 is
+  // offered (EngineConfig.kv_cache; PyTorch's bf16 cache is its like).
+  const dtypes: KvDtype[] = gpu.has('shader-f16') ? ['f32', 'f16'] : ['f32'];
+  for (const count of ctx.shapes.attention.sequences) for (const dtype of dtypes) await decodeAttention(ctx, attn, count, dtype);
+}
+
+/** attention-decode: `count` sequences, one new row each, over a cache of K and V in `dtype`. */
+async function decodeAttention(ctx: SuiteContext, attn: Attention, count: number, dtype: KvDtype): Promise<void> {
+  const { gpu } = ctx;
+  const { heads: hq, kvHeads: hkv, headDim: D } = ctx.shapes.model;
+  const scale = 1 / Math.sqrt(D);
   const L = ctx.shapes.attention.cache;
-  for (const count of ctx.shapes.attention.sequences) {
-    const kvBytes = 2 * count * (L + 1) * hkv * D * 4;
-    const layers = Math.max(1, Math.min(ctx.shapes.model.layers, Math.ceil(ctx.shapes.gemv.coldBytes / kvBytes)));
-    const cache = await KvCache.create(gpu, { layers, slots: count, capacity: L + 1, hkv, headDim: D });
-    const setup = gpu.recorder('setup');
-    const kNew = filled(ctx, setup, [count * L, hkv * D], 'k_new', 1);
-    const vNew = filled(ctx, setup, [count * L, hkv * D], 'v_new', 1);
-    for (let l = 0; l < layers; l++) cache.append(setup, l, kNew, vNew, 0, count);
-    cache.advance(setup, 0, count, L);
-    const qd = filled(ctx, setup, [count, hq * D], 'q', 1);
-    const od = gpu.tensor([count, hq * D], 'f32', 'o');
-    await setup.submit();
-    release(kNew, vNew);
-    const auto = Attention.decodeChunks(L + 1);
-    // The automatic split first: the one used without a sweep.
-    const chunkOptions = [...new Set([auto, 1, Math.max(1, auto >> 1), Math.min(64, 2 * auto)])];
-    const ws = gpu.tensor(attn.splitWorkspaceShape(count, Math.max(...chunkOptions)), 'f32', 'split');
-    const dshape = `B${count} L${L} Hq${hq} Hkv${hkv} D${D}`;
-    const best = await bestOf(
-      ctx,
-      'attention-decode',
-      dshape,
-      chunkOptions.map((c) => ({ setting: c === 1 ? 'no split' : `${c} key chunks`, value: c })),
-      (chunks, opts) =>
-        ctx.measure(
-          /^attention\.(fwd_cached|fwd_cached_split|split_combine)$/,
-          (r) => {
-            for (let l = 0; l < layers; l++) {
-              attn.forwardCached(r, qd, cache, l, od, { slot0: 0, count, scale, ...(chunks > 1 ? { split: { workspace: ws, chunks } } : {}) });
-            }
-          },
-          { ...opts, calls: layers },
-        ),
-    );
-    const bytes = kvBytes + 2 * count * hq * D * 4;
-    ctx.add(bandwidthRow(ctx.limits, 'attention-decode', 'decode over the KV cache', dshape, best.timing, bytes, { setting: best.setting, note: `layers' caches: ${layers} (cold L2)` }));
-    cache.release();
-    release(qd, od, ws);
-  }
+  const kvBytes = 2 * count * (L + 1) * hkv * D * DTYPE_BYTES[dtype];
+  const layers = Math.max(1, Math.min(ctx.shapes.model.layers, Math.ceil(ctx.shapes.gemv.coldBytes / kvBytes)));
+  const cache = await KvCache.create(gpu, { layers, slots: count, capacity: L + 1, hkv, headDim: D, dtype });
+  const setup = gpu.recorder('setup');
+  const kNew = filled(ctx, setup, [count * L, hkv * D], 'k_new', 1);
+  const vNew = filled(ctx, setup, [count * L, hkv * D], 'v_new', 1);
+  for (let l = 0; l < layers; l++) cache.append(setup, l, kNew, vNew, 0, count);
+  cache.advance(setup, 0, count, L);
+  const qd = filled(ctx, setup, [count, hq * D], 'q', 1);
+  const od = gpu.tensor([count, hq * D], 'f32', 'o');
+  await setup.submit();
+  release(kNew, vNew);
+  const auto = Attention.decodeChunks(L + 1);
+  // The automatic split first: the one used without a sweep.
+  const chunkOptions = [...new Set([auto, 1, Math.max(1, auto >> 1), Math.min(64, 2 * auto)])];
+  const ws = gpu.tensor(attn.splitWorkspaceShape(count, Math.max(...chunkOptions)), 'f32', 'split');
+  const dshape = `B${count} L${L} Hq${hq} Hkv${hkv} D${D}${dtype === 'f16' ? ' KV f16' : ''}`;
+  const best = await bestOf(
+    ctx,
+    'attention-decode',
+    dshape,
+    chunkOptions.map((c) => ({ setting: c === 1 ? 'no split' : `${c} key chunks`, value: c })),
+    (chunks, opts) =>
+      ctx.measure(
+        /^attention\.(fwd_cached|fwd_cached_split|split_combine)(_f16)?$/,
+        (r) => {
+          for (let l = 0; l < layers; l++) {
+            attn.forwardCached(r, qd, cache, l, od, { slot0: 0, count, scale, ...(chunks > 1 ? { split: { workspace: ws, chunks } } : {}) });
+          }
+        },
+        { ...opts, calls: layers },
+      ),
+  );
+  const bytes = kvBytes + 2 * count * hq * D * 4;
+  ctx.add(bandwidthRow(ctx.limits, 'attention-decode', `decode over the KV cache${dtype === 'f16' ? ' in f16' : ''}`, dshape, best.timing, bytes, { setting: best.setting, note: `layers' caches: ${layers} (cold L2)` }));
+  cache.release();
+  release(qd, od, ws);
 }
 
 async function logprob(ctx: SuiteContext, headTile: GemmShape): Promise<void> {

@@ -11,7 +11,7 @@
 // first is captured on a Tape and the rest replay it: recording a step then costs its WebGPU calls
 // and none of the model's JS.
 import { Tensor, type Gpu, type Tape } from '../gpu';
-import { KvCache } from '../ops/kvCache';
+import { KvCache, type KvDtype } from '../ops/kvCache';
 import { Sampler, type SamplingConfig } from '../ops/sampling';
 import { ThinkingBudget, type ThinkingBudgetSettings } from '../ops/thinkingBudget';
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
@@ -61,6 +61,8 @@ export interface GenerateParts {
   sampler: Sampler;
   /** Largest LoRA rank in use (0 without adapters). */
   loraRank: number;
+  /** Element type of the KV cache's K and V (src/model/kvCacheSetting.ts chooses it). */
+  kvCache: KvDtype;
 }
 
 export async function generate(p: GenerateParts, r: GenerateRequest): Promise<GeneratedSequence[]> {
@@ -76,7 +78,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const thinking = r.thinking ? ThinkingBudget.create(gpu, G, r.thinking) : undefined;
 
   // The prompt's positions are stored once, in slot 0, and shared by every sample (share below).
-  const cache = await KvCache.create(gpu, { layers: c.numLayers, slots: G, capacity: T + r.maxNewTokens, hkv: c.numKvHeads, headDim: c.headDim, prefix: T });
+  const cache = await KvCache.create(gpu, { layers: c.numLayers, slots: G, capacity: T + r.maxNewTokens, hkv: c.numKvHeads, headDim: c.headDim, prefix: T, dtype: p.kvCache });
   const ws = decoder.workspace(Math.max(T, G), p.loraRank);
   const promptIds = gpu.upload(Uint32Array.from(r.inputIds), [T], 'u32', 'generate.prompt_ids');
   const last = gpu.tensor([G, c.hiddenSize], 'f32', 'generate.last_hidden');

@@ -15,6 +15,7 @@ import type { ActivationStorage } from './activationStorage';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
+import type { KvDtype } from '../ops/kvCache';
 
 export type PlanDtype = 'q4' | 'f16' | 'f32';
 
@@ -27,6 +28,8 @@ export interface MemoryPlanOptions {
   embedDtype?: PlanDtype;
   /** Vision tower matrices (default f32). */
   visionDtype?: 'q4' | 'f16' | 'f32';
+  /** Generation's KV cache, K and V (default f32; EngineConfig.kv_cache). */
+  kvCacheDtype?: KvDtype;
 }
 
 export interface MemoryPlanPart {
@@ -43,7 +46,7 @@ export interface MemoryPlan {
   totalBytes: number;
   /** The largest single GPU buffer (a 4-bit tensor's codes count apart from its scales). */
   largestBuffer: { name: string; bytes: number };
-  /** f32 K and V over all layers, per token of context. */
+  /** K and V over all layers at the cache's dtype, per token of context. */
   kvCacheBytesPerToken: number;
 }
 
@@ -85,7 +88,7 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     parts: list,
     totalBytes: list.reduce((a, p) => a + p.bytes, 0),
     largestBuffer: largest,
-    kvCacheBytesPerToken: t.numLayers * 2 * t.numKvHeads * t.headDim * 4,
+    kvCacheBytesPerToken: t.numLayers * 2 * t.numKvHeads * t.headDim * BYTES[options.kvCacheDtype ?? 'f32'],
   };
 }
 
@@ -129,7 +132,7 @@ export interface TrainingMemory {
   weightsBytes: number;
   /** LoRA A and B on q/k/v/o/gate/up/down of every layer, their gradients and AdamW's two moments. */
   loraBytes: number;
-  /** Sampling: the f32 KV cache of the prompt once and G completions, and the decoder's prefill workspace. */
+  /** Sampling: the KV cache (plan.kvCacheBytesPerToken) of the prompt once and G completions, and the decoder's prefill workspace. */
   generationBytes: number;
   /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks. */
   trainingBytes: number;
@@ -155,7 +158,7 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   const loraBytes = 4 * L * projections.reduce((a, [i, o]) => a + r * (i + o) * f, 0);
   // Decoder workspace per row: h, out, xn; q_raw, q, attn; k_raw, k, v; gate, up, act; rope; LoRA u.
   const workspaceRow = (3 * H + 3 * q + 3 * kv + 3 * I + D + r) * f;
-  const generationBytes = L * 2 * (P + G * C) * kv * f + Math.max(P, G) * workspaceRow;
+  const generationBytes = (P + G * C) * plan.kvCacheBytesPerToken + Math.max(P, G) * workspaceRow;
   // A micro-batch: the prompt once, then the group's completions in as few even chunks as the
   // budget allows (src/rl/microBatch.ts, src/model/train.ts).
   const perChunk = Math.max(1, Math.min(G, Math.floor((work.microBatchTokens - P) / C)));

@@ -20,6 +20,8 @@ import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
 import { makeAttentionTensorCores, makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
 import type { ActivationStorage } from './activationStorage';
+import { chooseKvCache, type KvCacheSetting } from './kvCacheSetting';
+import type { KvDtype } from '../ops/kvCache';
 import { VISION_BLOCK_LORA, VisionCache, visionBlockLoraModuleName, visionLoraModuleName, VisionTower, type BlockLora, type GridThw, type MergerLora, type VisionBlockLayer, type VisionFeatures, type VisionLora, type VisionSaved } from './vision';
 import type { ModelWeights } from './weights';
 
@@ -53,6 +55,10 @@ export interface ModelOptions {
   /** Where training forwards keep the hidden states their backward reads (setActivationStorage;
    * src/model/activationStorage.ts). Default 'f32'; 'f16' needs shader-f16. */
   activationStorage?: ActivationStorage;
+  /** How generation's KV cache stores K and V (EngineConfig.kv_cache, src/model/kvCacheSetting.ts):
+   * 'auto' (default) is f16 while the products run on 'f16' and the device offers shader-f16, else
+   * f32. 'f16' throws MissingFeatureError without shader-f16. */
+  kvCache?: KvCacheSetting;
   /** Bytes of encoded image features kept by image key (VisionCache; default VISION_CACHE_BYTES):
    * a prompt group's images are encoded once for its sampling, old/ref log-probs and training chunks. */
   visionCacheBytes?: number;
@@ -114,6 +120,8 @@ export class Qwen3VL {
   private visionOp: TensorCoreProducts | null = null;
   private visionSetting: VisionProducts = 'f32';
   private storageSetting: ActivationStorage = 'f32';
+  /** ModelOptions.kvCache (setKvCache), resolved at each generate against the products then in use. */
+  private kvSetting: KvCacheSetting;
 
   private constructor(
     readonly gpu: Gpu,
@@ -125,16 +133,21 @@ export class Qwen3VL {
     private readonly sampler: Sampler,
     /** Every image's features, by key: the one place images go through the vision tower (encodeImages). */
     readonly visionCache: VisionCache,
-  ) {}
+    kvCache: KvCacheSetting,
+  ) {
+    this.kvSetting = kvCache;
+  }
 
   static async create(gpu: Gpu, config: Qwen3VLConfig, weights: ModelWeights, opts: ModelOptions = {}): Promise<Qwen3VL> {
+    // kv_cache 'f16' without shader-f16 is refused before anything is built, not at the first generate.
+    checkKvCache(gpu, opts.kvCache ?? 'auto');
     const [decoder, vision, sampler] = await Promise.all([
       Decoder.create(gpu, config.text, weights.language, { int8: opts.int8Decode }),
       VisionTower.create(gpu, config, weights.vision),
       Sampler.create(gpu),
     ]);
     const head = new TableHead(gpu, decoder.ops.projection, weights.language.lmHead, opts.maxLogitRows ?? 64);
-    const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES));
+    const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES), opts.kvCache ?? 'auto');
     if (opts.products) await model.setProducts(opts.products);
     if (opts.visionProducts) await model.setVisionProducts(opts.visionProducts);
     if (opts.activationStorage) model.setActivationStorage(opts.activationStorage);
@@ -230,6 +243,23 @@ export class Qwen3VL {
   /** Where training forwards keep their hidden states (setActivationStorage). */
   get activationStorage(): ActivationStorage {
     return this.storageSetting;
+  }
+
+  /** ModelOptions.kvCache: how later generations store K and V. Throws MissingFeatureError for
+   * 'f16' on a device without shader-f16 (the setting then stays). */
+  setKvCache(setting: KvCacheSetting): void {
+    checkKvCache(this.gpu, setting);
+    this.kvSetting = setting;
+  }
+
+  /** The KV cache setting (setKvCache). */
+  get kvCacheSetting(): KvCacheSetting {
+    return this.kvSetting;
+  }
+
+  /** The KV cache's element type generation takes now (the setting against the products), and why. */
+  get kvCache(): { dtype: KvDtype; why: string } {
+    return chooseKvCache(this.kvSetting, this.productsSetting, this.gpu.has('shader-f16'));
   }
 
 
@@ -470,7 +500,7 @@ export class Qwen3VL {
     const visual = prompt.images.length > 0 ? await this.encodeImages(prompt.inputIds, prompt.images, { lora: useLora }) : undefined;
     try {
       const seqs = await generate(
-        { gpu: this.gpu, decoder: this.decoder, head: this.head, sampler: this.sampler, loraRank: useLora ? this.loraRank : 0 },
+        { gpu: this.gpu, decoder: this.decoder, head: this.head, sampler: this.sampler, loraRank: useLora ? this.loraRank : 0, kvCache: this.kvCache.dtype },
         {
           inputIds: prompt.inputIds,
           positions,
@@ -496,6 +526,11 @@ export class Qwen3VL {
       if (visual) releaseVisual(visual);
     }
   }
+}
+
+/** Throws MissingFeatureError where `setting` cannot run on `gpu` (f16 without shader-f16; the products do not matter). */
+function checkKvCache(gpu: Gpu, setting: KvCacheSetting): void {
+  chooseKvCache(setting, 'f32', gpu.has('shader-f16'));
 }
 
 export function releaseVisual(v: VisualInputs): void {

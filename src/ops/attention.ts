@@ -5,7 +5,8 @@
 // Layouts (row-major f32, after RoPE): q, o, dq [T, Hq·D]; k, v, dk, dv [T, Hkv·D]; lse [T, Hq]
 // (natural log of the softmax denominator of the scaled scores); cuSeqlens u32 [nseq + 1] with
 // cu[0] = 0 and cu[nseq] = T (a single sequence is [0, T]). Query head h uses kv head
-// floor(h / (Hq / Hkv)), as in transformers' repeat_kv. D is any head dim from 1 to 256.
+// floor(h / (Hq / Hkv)), as in transformers' repeat_kv. D is any head dim from 1 to 256. The KV
+// cache's k and v are f32 or f16 (KvCache.dtype; each cache reader has a kernel for each, read as f32).
 // Shared prefix (training G completions of one prompt): with sharedPrefix P, sequence 0 must be
 // the prompt, rows [0, P) (cu[1] = P), and every later sequence, a completion, attends to it as
 // well as to itself: the result is that of G sequences prompt + completion_i, with the prompt's
@@ -14,7 +15,7 @@
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor, type UniformType } from '../gpu';
 import { dkvSplitsOf } from './dkvSplits';
 import { checkWrittenInt8Groups, DOT4_I8 } from './matmulQ4';
-import type { KvCache } from './kvCache';
+import { kvDefines, type KvCache, type KvDtype } from './kvCache';
 import type { AttentionF16 } from './attentionF16';
 
 /** o_proj's adapter, whose down product u = o·Aᵀ the split decode's combine starts (per head). */
@@ -214,11 +215,14 @@ export interface AttentionOptions {
   forwardTile?: readonly [number, number, number];
 }
 
+/** A kernel that reads the KV cache, by the cache's element type (each compiled at its first use). */
+type ByKvDtype = Record<KvDtype, Kernel>;
+
 /** Decode kernels for one row bound: unsplit and split. */
 interface DecodeKernels {
   rows: number;
-  plain: Kernel;
-  split: Kernel;
+  plain: ByKvDtype;
+  split: ByKvDtype;
 }
 
 export class Attention {
@@ -232,7 +236,7 @@ export class Attention {
     readonly backwardTile: Tile,
     private readonly fwd: Kernel,
     private readonly fwdLse: Kernel,
-    private readonly fwdCached: Kernel,
+    private readonly fwdCached: ByKvDtype,
     private readonly decode: readonly DecodeKernels[],
     private readonly combine: Kernel,
     private readonly combineFold: Kernel,
@@ -264,6 +268,11 @@ export class Attention {
       gpu.kernelOnUse({ name: `attention.${name}`, shader, entry, defines: { D: headDim, ...defines }, uniforms });
     const ALIGNED = headDim % 4 === 0;
     const tiled = (t: Tile, flags: Record<string, boolean> = {}) => ({ ALIGNED, BO: t.BO, BI: t.BI, WG: t.WG, CLN: t.CLN, ...flags });
+    // The cache readers in both element types; an f16 cache's kernels are named with _f16.
+    const byKv = (make: (name: (base: string) => string, defines: Record<string, boolean>) => Kernel): ByKvDtype => ({
+      f32: make((n) => n, kvDefines('f32')),
+      f16: make((n) => `${n}_f16`, kvDefines('f16')),
+    });
     // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence,
     // a third the rows of several sequences over a shared prefix where workgroup memory allows.
     const G = hq / hkv;
@@ -280,7 +289,7 @@ export class Attention {
     const decode = tiles.map((d) => {
       const defs = { ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
       // Named as the cached forward they stand for (profiles and benchmarks match these names).
-      const decodeK = (name: string, flags: Record<string, boolean>) => k('attention_decode', 'attn_decode', name, DECODE_UNIFORMS, { ...defs, ...flags });
+      const decodeK = (base: string, flags: Record<string, boolean>) => byKv((name, kv) => k('attention_decode', 'attn_decode', name(base), DECODE_UNIFORMS, { ...defs, ...flags, ...kv }));
       return { rows: d.RMAX, plain: decodeK('fwd_cached', {}), split: decodeK('fwd_cached_split', { SPLIT: true }) };
     });
     return new Attention(
@@ -290,7 +299,7 @@ export class Attention {
       bt,
       k('attention_fwd', 'attn_fwd', 'fwd', FWD_UNIFORMS, tiled(ft)),
       k('attention_fwd', 'attn_fwd', 'fwd_lse', FWD_UNIFORMS, tiled(ft, { LSE: true })),
-      k('attention_fwd', 'attn_fwd', 'fwd_cached', FWD_UNIFORMS, tiled(ft, { CACHED: true })),
+      byKv((name, kv) => k('attention_fwd', 'attn_fwd', name('fwd_cached'), FWD_UNIFORMS, tiled(ft, { CACHED: true, ...kv }))),
       decode,
       k('attention_combine', 'attn_split_combine', 'split_combine', COMBINE_UNIFORMS, {}),
       k('attention_combine', 'attn_split_combine', 'split_combine_fold', COMBINE_UNIFORMS, { FOLD: true }),
@@ -436,13 +445,14 @@ export class Attention {
     const kv = { ...this.views({ q, k: cache.k[layer], v: cache.v[layer] }), lengths: cache.lengths };
     const common = { rows: n, nseq: b.count, slot0: b.slot0, cap: cache.stride, causal: 1, scale: b.scale, prefix_len: prefix.length, prefix_slot: prefix.from };
     const own = this.decode.find((d) => rps <= d.rows && d.rows <= DECODE_MAX_ROWS);
+    const dt = cache.dtype;
     if (!own) {
       // Prefill-sized batches have enough rows to fill the GPU unsplit: `split` is not needed.
-      rec.dispatch(this.fwdCached, { ...kv, o }, [Math.ceil(rps / this.forwardTile.BO), hkv, b.count], this.uniforms(common));
+      rec.dispatch(this.fwdCached[dt], { ...kv, o }, [Math.ceil(rps / this.forwardTile.BO), hkv, b.count], this.uniforms(common));
       return false;
     }
     if (!b.split) {
-      rec.dispatch(own.plain, { ...kv, o }, [1, hkv, b.count], this.uniforms(common));
+      rec.dispatch(own.plain[dt], { ...kv, o }, [1, hkv, b.count], this.uniforms(common));
       return false;
     }
     const chunks = b.split.chunks;
@@ -470,7 +480,7 @@ export class Attention {
       if (f.parts.dtype !== 'f32' || f.parts.numel < rows * hq * f.r) throw new ShapeError(op, `fold: parts need ${rows * hq * f.r} f32 elements, got ${f.parts.numel}`);
     }
     const u = this.uniforms({ ...common, splits: ownChunks, prefix_splits: prefixChunks, fold_r: f?.r ?? 0 });
-    rec.dispatch(kernel.split, { ...kv, part: ws }, [1, hkv, tasks], u);
+    rec.dispatch(kernel.split[dt], { ...kv, part: ws }, [1, hkv, tasks], u);
     const grid = grid1d(rows * hq * FLAT_WG, FLAT_WG);
     if (f?.quantized) {
       if (!this.combineFoldQuant) throw new ShapeError(op, 'fold.quantized needs packed dot products in WGSL and D a multiple of 32 (foldQuantizes)');

@@ -1,6 +1,7 @@
-// The KV cache for generation: per layer one k and one v tensor [slots·capacity, Hkv·D] (f32,
-// rows after RoPE; position j of slot s at row s·capacity + j), and lengths u32 [slots] on the
-// GPU with the number of filled positions of each slot ("past"). The lengths live on the GPU so
+// The KV cache for generation: per layer one k and one v tensor [slots·capacity, Hkv·D] (f32, or
+// f16 with KvCacheConfig.dtype 'f16': half the bytes that decode attention reads; rows after RoPE;
+// position j of slot s at row s·capacity + j), and lengths u32 [slots] on the GPU with the number
+// of filled positions of each slot ("past"). The lengths live on the GPU so
 // that whole decode steps can be recorded ahead without a CPU round trip; `past` mirrors them on
 // the CPU (they change only through this class) for bounds checks.
 //
@@ -21,6 +22,14 @@ import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor, 
 
 const NO_PREFIX = { from: 0, length: 0 };
 
+/** How the cache stores K and V: f16 rounds each element to nearest (shaders/kv_elem.wgsl). */
+export type KvDtype = 'f32' | 'f16';
+
+/** The defines that select a kernel's KV cache element type (shaders/kv_elem.wgsl). */
+export function kvDefines(dtype: KvDtype): { KV_F16: boolean } {
+  return { KV_F16: dtype === 'f16' };
+}
+
 export interface KvCacheConfig {
   layers: number;
   slots: number;
@@ -29,6 +38,8 @@ export interface KvCacheConfig {
   headDim: number;
   /** Positions [0, prefix) stored in slot 0 alone, for the other slots to share (default 0: none). */
   prefix?: number;
+  /** Element type of K and V (default 'f32'); 'f16' needs shader-f16. */
+  dtype?: KvDtype;
 }
 
 const FLAT_WG = 256;
@@ -60,26 +71,38 @@ export class KvCache {
   }
 
   static async create(gpu: Gpu, config: KvCacheConfig): Promise<KvCache> {
-    const { layers, slots, capacity, hkv, headDim, prefix = 0 } = config;
+    const { layers, slots, capacity, hkv, headDim, prefix = 0, dtype = 'f32' } = config;
     for (const [name, v] of Object.entries({ layers, slots, capacity, hkv, headDim })) {
       if (!Number.isInteger(v) || v < 1) throw new ShapeError('kv_cache', `${name} must be a positive integer, got ${v}`);
     }
     if (!Number.isInteger(prefix) || prefix < 0 || prefix >= capacity) throw new ShapeError('kv_cache', `prefix must be an integer in [0, capacity ${capacity}), got ${prefix}`);
-    // One file per kernel (shaders/kv_*.wgsl), each with its own params.
+    if (dtype !== 'f32' && dtype !== 'f16') throw new ShapeError('kv_cache', `dtype must be f32 or f16, got ${String(dtype)}`);
+    if (dtype === 'f16') gpu.require('shader-f16', 'an f16 KV cache');
+    // One file per kernel (shaders/kv_*.wgsl), each with its own params; the two that write K and V
+    // are built for the cache's element type (named with _f16 for an f16 cache).
     const spec = (shader: string, entry: string, uniforms: Record<string, UniformType>) => ({ name: `attention.${entry}`, shader, entry, defines: { D: headDim }, uniforms });
-    const appendK = gpu.kernelOnUse(spec('kv_append', 'kv_append', { rows: 'u32', hkv: 'u32', nseq: 'u32', slot0: 'u32', cap: 'u32' }));
-    const copyK = gpu.kernelOnUse(spec('kv_copy', 'kv_copy', { rows: 'u32', hkv: 'u32', slot0: 'u32', cap: 'u32', dst_slot: 'u32' }));
+    const writer = (shader: string, uniforms: Record<string, UniformType>) => {
+      const s = spec(shader, shader, uniforms);
+      return { ...s, name: `${s.name}${dtype === 'f16' ? '_f16' : ''}`, defines: { ...s.defines, ...kvDefines(dtype) } };
+    };
+    const appendK = gpu.kernelOnUse(writer('kv_append', { rows: 'u32', hkv: 'u32', nseq: 'u32', slot0: 'u32', cap: 'u32' }));
+    const copyK = gpu.kernelOnUse(writer('kv_copy', { rows: 'u32', hkv: 'u32', slot0: 'u32', cap: 'u32', dst_slot: 'u32' }));
     const setK = gpu.kernelOnUse(spec('kv_lengths', 'kv_set_lengths', LENGTHS_UNIFORMS));
     const advanceK = gpu.kernelOnUse(spec('kv_lengths', 'kv_advance', LENGTHS_UNIFORMS));
     const shape = [prefix + slots * (capacity - prefix), hkv * headDim];
     const k: Tensor[] = [];
     const v: Tensor[] = [];
     for (let l = 0; l < layers; l++) {
-      k.push(gpu.tensor(shape, 'f32', `kv_cache.k[${l}]`));
-      v.push(gpu.tensor(shape, 'f32', `kv_cache.v[${l}]`));
+      k.push(gpu.tensor(shape, dtype, `kv_cache.k[${l}]`));
+      v.push(gpu.tensor(shape, dtype, `kv_cache.v[${l}]`));
     }
     const lengths = gpu.zeros([slots], 'u32', 'kv_cache.lengths');
     return new KvCache(config, k, v, lengths, appendK, copyK, setK, advanceK);
+  }
+
+  /** Element type of K and V. */
+  get dtype(): KvDtype {
+    return this.config.dtype ?? 'f32';
   }
 
   get rowLen(): number {

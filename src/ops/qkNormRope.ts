@@ -3,7 +3,7 @@
 // generation also KvCache.append's (k and v written straight into the cache) and, with a
 // transient adapter, the q/k/v LoRA up dispatch (u from LoraGemv.down on the three adapters).
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
-import type { KvCache } from './kvCache';
+import { kvDefines, type KvCache, type KvDtype } from './kvCache';
 import { loraScale, type LoraParams } from './lora';
 
 /** Largest head_dim the kernel takes (2·WG·PAIRS in the shader: the pairs a thread holds). */
@@ -42,26 +42,30 @@ const CACHE_STORAGE_BUFFERS = 10;
 const CACHE_LORA_STORAGE_BUFFERS = 14;
 const UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', half: 'u32', eps: 'f32', n: 'u32', slot0: 'u32', cap: 'u32', r: 'u32', sq: 'f32', sk: 'f32', sv: 'f32' } as const;
 
+/** The variants that write the cache, by its element type (each compiled at its first use). */
+type ByKvDtype<T> = Record<KvDtype, T>;
+
 export class QkNormRope {
   private constructor(
     private readonly kernel: Kernel,
     /** Null where the device binds fewer storage buffers than the kernel needs (Chrome offers 10, WebGPU's default is 8). */
-    private readonly cacheKernel: Kernel | null,
+    private readonly cacheKernel: ByKvDtype<Kernel> | null,
     /** By whether the rank is a multiple of 4 (u and B read as vec4s). */
-    private readonly cacheLoraKernels: { scalar: Kernel; vec4: Kernel } | null,
+    private readonly cacheLoraKernels: ByKvDtype<{ scalar: Kernel; vec4: Kernel }> | null,
   ) {}
 
   static async create(gpu: Gpu): Promise<QkNormRope> {
-    const spec = (cache: boolean, lora = false, vec4 = false) => ({
-      name: cache ? `qk_norm_rope.to_cache${lora ? '_lora' : ''}${vec4 ? '_vec4' : ''}` : undefined,
+    const spec = (cache: boolean, lora = false, vec4 = false, kv: KvDtype = 'f32') => ({
+      name: cache ? `qk_norm_rope.to_cache${lora ? '_lora' : ''}${vec4 ? '_vec4' : ''}${kv === 'f16' ? '_f16' : ''}` : undefined,
       shader: 'qk_norm_rope',
       entry: 'qk_norm_rope',
-      defines: { CACHE: cache, LORA: lora, LVEC4: vec4, LW: vec4 ? 4 : 1, LELEM: vec4 ? 'vec4f' : 'f32' },
+      defines: { CACHE: cache, LORA: lora, LVEC4: vec4, LW: vec4 ? 4 : 1, LELEM: vec4 ? 'vec4f' : 'f32', ...kvDefines(kv) },
       uniforms: UNIFORMS,
     });
     const fits = (buffers: number) => gpu.limits.maxStorageBuffersPerShaderStage >= buffers;
-    const cache = fits(CACHE_STORAGE_BUFFERS) ? gpu.kernelOnUse(spec(true)) : null;
-    const lora = fits(CACHE_LORA_STORAGE_BUFFERS) ? { scalar: gpu.kernelOnUse(spec(true, true)), vec4: gpu.kernelOnUse(spec(true, true, true)) } : null;
+    const byKv = <T>(make: (kv: KvDtype) => T): ByKvDtype<T> => ({ f32: make('f32'), f16: make('f16') });
+    const cache = fits(CACHE_STORAGE_BUFFERS) ? byKv((kv) => gpu.kernelOnUse(spec(true, false, false, kv))) : null;
+    const lora = fits(CACHE_LORA_STORAGE_BUFFERS) ? byKv((kv) => ({ scalar: gpu.kernelOnUse(spec(true, true, false, kv)), vec4: gpu.kernelOnUse(spec(true, true, true, kv)) })) : null;
     return new QkNormRope(gpu.kernelOnUse(spec(false)), cache, lora);
   }
 
@@ -124,8 +128,8 @@ export class QkNormRope {
       bind.bk = lora.k.B;
       bind.bv = lora.v.B;
     }
-    const loraKernels = this.cacheLoraKernels;
-    const kernel = lora ? loraKernels && (lora.q.r % 4 === 0 ? loraKernels.vec4 : loraKernels.scalar) : this.cacheKernel;
+    const loraKernels = this.cacheLoraKernels?.[cache.dtype];
+    const kernel = lora ? loraKernels && (lora.q.r % 4 === 0 ? loraKernels.vec4 : loraKernels.scalar) : (this.cacheKernel?.[cache.dtype] ?? null);
     if (!kernel) throw new MissingFeatureError('maxStorageBuffersPerShaderStage', `qk_norm_rope into the KV cache binds ${lora ? CACHE_LORA_STORAGE_BUFFERS : CACHE_STORAGE_BUFFERS} storage buffers (check writesCache)`);
     // q and k heads, then v's heads (a copy into the cache) in workgroups of their own.
     rec.dispatch(kernel, bind, grid1d(T * (a.hq + 2 * a.hkv), 1), uniforms);

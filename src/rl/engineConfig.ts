@@ -2,12 +2,15 @@
 // the matrix products run, how many packed rows a training forward holds, and whether the backward
 // recomputes layers. None changes what is trained beyond rounding; each trades speed against memory
 // or precision on one device. The CLI's --products, --vision-products, --activation-storage,
-// --micro-batch-tokens and --gradient-checkpointing (and a config file's "engine" entry), the app's Model panel and the
-// Train form's gradient_checkpointing set these fields and nothing else. A training config may
-// also hold gradient_checkpointing at its top level, transformers' TrainingArguments name: it is
-// read onto this field (ConfigEngineFields), so configs of earlier versions and TRL-style files run.
+// --kv-cache, --micro-batch-tokens and --gradient-checkpointing (and a config file's "engine"
+// entry), the app's Model panel and the Train form's gradient_checkpointing set these fields and
+// nothing else. A training config may also hold gradient_checkpointing at its top level,
+// transformers' TrainingArguments name: it is read onto this field (ConfigEngineFields), so
+// configs of earlier versions and TRL-style files run.
 import { ACTIVATION_STORAGE_SETTINGS, chooseActivationStorage, type ActivationStorage, type ActivationStorageSetting } from '../model/activationStorage';
+import { chooseKvCache, isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../model/kvCacheSetting';
 import { chooseProducts, isProducts, PRODUCTS, VISION_PRODUCTS, type Products, type VisionProducts } from '../model/products';
+import type { KvDtype } from '../ops/kvCache';
 import type { Capabilities } from '../gpu';
 import { findUnknownKey, isPlainObject } from './configKeys';
 import { DEFAULT_MICRO_BATCH_TOKENS } from './microBatch';
@@ -26,6 +29,12 @@ export interface EngineConfig {
    */
   activation_storage: ActivationStorageSetting;
   /**
+   * How generation's KV cache stores K and V (src/model/kvCacheSetting.ts): 'f32', 'f16' (half the
+   * bytes decode attention reads, each element rounded to f16; needs shader-f16) or 'auto'
+   * (default): f16 where the resolved products are 'f16' and the device offers shader-f16, else f32.
+   */
+  kv_cache: KvCacheSetting;
+  /**
    * Most packed rows (the prompt once, then completion tokens) per training forward: peak memory
    * against one extra no-grad forward of a larger group. Default DEFAULT_MICRO_BATCH_TOKENS.
    */
@@ -43,7 +52,7 @@ export interface EngineConfig {
 export type ConfigEngineFields = Partial<Pick<EngineConfig, 'gradient_checkpointing'>>;
 
 export function defaultEngineConfig(): EngineConfig {
-  return { products: 'auto', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true };
+  return { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true };
 }
 
 export class EngineConfigError extends Error {
@@ -72,6 +81,7 @@ export function resolveEngineConfig(input: unknown = {}, path = 'engine', fromCo
   if (c.products !== 'auto' && !isProducts(c.products)) throw new EngineConfigError(`${path}.products must be auto or one of ${PRODUCTS.map((p) => p.value).join(', ')}; got ${JSON.stringify(c.products)}`);
   if (!VISION_PRODUCTS.includes(c.vision_products)) throw new EngineConfigError(`${path}.vision_products must be one of ${VISION_PRODUCTS.join(', ')}; got ${JSON.stringify(c.vision_products)}`);
   if (!ACTIVATION_STORAGE_SETTINGS.includes(c.activation_storage)) throw new EngineConfigError(`${path}.activation_storage must be one of ${ACTIVATION_STORAGE_SETTINGS.join(', ')}; got ${JSON.stringify(c.activation_storage)}`);
+  if (!isKvCacheSetting(c.kv_cache)) throw new EngineConfigError(`${path}.kv_cache must be one of ${KV_CACHE_SETTINGS.join(', ')}; got ${JSON.stringify(c.kv_cache)}`);
   const t = c.micro_batch_tokens;
   if (typeof t !== 'number' || !Number.isInteger(t) || t < 1) throw new EngineConfigError(`${path}.micro_batch_tokens must be an integer >= 1; got ${JSON.stringify(t)}`);
   if (typeof c.gradient_checkpointing !== 'boolean') throw new EngineConfigError(`${path}.gradient_checkpointing must be true or false; got ${JSON.stringify(c.gradient_checkpointing)}`);
@@ -98,4 +108,10 @@ export function resolveProducts(c: EngineConfig, caps: Capabilities): { products
  * (resolveProducts'), and why; 'f16' without shader-f16 throws MissingFeatureError naming it. */
 export function resolveActivationStorage(c: EngineConfig, caps: Capabilities, products: Products): { storage: ActivationStorage; why: string } {
   return chooseActivationStorage(c.activation_storage, caps, products);
+}
+
+/** The KV cache's element type where the products run on `products` (resolveProducts' choice),
+ * and why; kv_cache 'f16' on a device without shader-f16 throws MissingFeatureError. */
+export function resolveKvCache(c: EngineConfig, products: Products, caps: Capabilities): { dtype: KvDtype; why: string } {
+  return chooseKvCache(c.kv_cache, products, caps.shaderF16);
 }

@@ -124,6 +124,7 @@ describe('memoryPlan', () => {
     expect(plan.parts.reduce((a, p) => a + p.params, 0)).toBe(2_127_532_032);
     expect(plan.largestBuffer).toEqual({ name: 'model.language_model.embed_tokens.weight (4-bit codes)', bytes: (151936 * 2048) / 2 });
     expect(plan.kvCacheBytesPerToken).toBe(28 * 2 * 8 * 128 * 4);
+    expect(memoryPlan(c, { kvCacheDtype: 'f16' }).kvCacheBytesPerToken).toBe(28 * 2 * 8 * 128 * 2);
     const f16Vision = memoryPlan(c, { visionDtype: 'f16' });
     expect(plan.totalBytes - f16Vision.totalBytes).toBe(part('vision.matrices').bytes / 2);
   });
@@ -147,6 +148,9 @@ describe('memoryPlan', () => {
     const f16 = trainingMemory(c, plan, { ...DEFAULT_TRAINING_WORK, activationStorage: 'f16' });
     const T = 512 + 8 * 256;
     expect(t.trainingBytes - f16.trainingBytes).toBe(29 * T * 2048 * 2 - T * 2048 * 4);
+    // An f16 KV cache halves the cache's share of generation: 28 layers x K, V x 8 heads x 128 x 2 bytes a token fewer.
+    const half = trainingMemory(c, memoryPlan(c, { kvCacheDtype: 'f16' }));
+    expect(t.generationBytes - half.generationBytes).toBe((512 + 8 * 256) * 28 * 2 * 8 * 128 * 2);
   });
 
   it('plans an untied lm_head and reports the limits it exceeds', () => {

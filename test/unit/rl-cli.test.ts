@@ -18,13 +18,16 @@ describe('train command: engine flags', () => {
   const engine = (argv: string[], fromFile?: unknown, fromConfig?: { gradient_checkpointing?: boolean }) => engineFromArgs(parseArgs(argv), fromFile, fromConfig);
   it('maps --products and its older aliases onto one field, over the config file\'s "engine" entry', () => {
     expect(engine([])).toEqual(defaultEngineConfig());
-    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', activation_storage: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false });
+    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false });
     expect(engine(['--tensor-cores']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '2']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '1']).products).toBe('int8-1limb');
     expect(engine(['--tensor-cores', '--tensor-core-steps', 'row']).products).toBe('int8-row');
     expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
-    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true });
+    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true });
+    expect(engine(['--kv-cache', 'f16']).kv_cache).toBe('f16');
+    expect(engine(['--kv-cache', 'f32'], { kv_cache: 'f16' }).kv_cache).toBe('f32');
+    expect(engine([], { kv_cache: 'f16' }).kv_cache).toBe('f16');
     expect(engine(['--products', 'f32'], { products: 'int8' }).products).toBe('f32');
     // The default is the fastest the device offers, chosen on it.
     expect(engine([]).products).toBe('auto');
@@ -46,6 +49,8 @@ describe('train command: engine flags', () => {
     expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
     expect(() => engine(['--tensor-core-limbs', '1'])).toThrow(/--tensor-core-limbs takes 1 or 2, with --tensor-cores/);
     expect(() => engine(['--micro-batch-tokens', '0'])).toThrow(/--micro-batch-tokens takes an integer >= 1; got 0/);
+    expect(() => engine(['--kv-cache', 'bf16'])).toThrow(/--kv-cache takes auto, f32, f16; got 'bf16'/);
+    expect(() => engine([], { kv_cache: 'f8' })).toThrow(/engine\.kv_cache must be one of auto, f32, f16; got "f8"/);
     expect(() => engine(['--gradient-checkpointing', 'no'])).toThrow(/--gradient-checkpointing takes true or false; got 'no'/);
     expect(() => engine([], { micro_batch_tokens: 0.5 })).toThrow(/engine\.micro_batch_tokens must be an integer >= 1/);
     expect(() => engine([], { producs: 'int8' })).toThrow(/engine\.producs: unknown field; did you mean products\?/);
@@ -135,9 +140,10 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
-    const engine = { products: 'auto', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false };
-    // 'auto' on a GPU without tensor cores: the f32 units, said on stderr.
+    const engine = { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false };
+    // 'auto' on a GPU without tensor cores: the f32 units, said on stderr, and with them the f32 KV cache.
     expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; int8 unavailable: .*; f16 unavailable: /);
+    expect(first.stderr).toContain('kv_cache: f32 (auto: the products run on f32, not f16)');
     expect(first.stderr).toMatch(/activation storage: f32 \(auto: the f32 products keep f32 states\)/);
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
     expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['adapter', 'checkpoint.json', 'tensors.safetensors']);
@@ -152,8 +158,8 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
 
     expect('gradient_checkpointing' in saved.meta.config).toBe(false);
 
-    // A run folder of an earlier version: gradient_checkpointing in the checkpoint's config, not in engine.json.
-    const { gradient_checkpointing: _, ...olderEngine } = engine;
+    // A run folder of an earlier version: gradient_checkpointing in the checkpoint's config, not in engine.json, and no kv_cache.
+    const { gradient_checkpointing: _, kv_cache: _kv, ...olderEngine } = engine;
     writeFileSync(join(out, 'engine.json'), JSON.stringify(olderEngine));
     const metaFile = join(out, 'step-00000002', 'checkpoint.json');
     const meta = JSON.parse(readFileSync(metaFile, 'utf8'));

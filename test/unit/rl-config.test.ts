@@ -1,8 +1,21 @@
 import { describe, expect, it } from 'vitest';
 import { batchPlan, ConfigError, defaultConfig, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { nearestKey } from '../../src/rl/configKeys';
-import { defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig } from '../../src/rl/engineConfig';
+import { defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveKvCache } from '../../src/rl/engineConfig';
 import { MissingFeatureError, type Capabilities } from '../../src/gpu';
+
+/** A device record with or without shader-f16 (no tensor cores: the KV cache needs none). */
+function capabilities(shaderF16: boolean): Capabilities {
+  return {
+    adapter: 'synthetic',
+    vendor: 'other',
+    shaderF16,
+    subgroups: { enabled: false, minSize: null, maxSize: null },
+    subgroupMatrix: { enabled: false, configs: [] },
+    packedInt8Dot: false,
+    limits: { maxBufferSize: 2 ** 30, maxStorageBufferBindingSize: 2 ** 27, maxComputeWorkgroupStorageSize: 16384, maxComputeInvocationsPerWorkgroup: 256 },
+  };
+}
 import { DEFAULT_LOSS_CONFIG, resolveLossConfig } from '../../src/rl/lossConfig';
 import { parseLossRequest } from '../../src/node/commands/loss';
 import { productOptions, storedProductsValue, type Products } from '../../src/model/products';
@@ -191,7 +204,7 @@ describe('trainer RNG', () => {
 describe('engine config', () => {
   it('fills defaults, refuses unknown keys with their path, and checks each field', () => {
     expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
-    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', activation_storage: 'auto', micro_batch_tokens: 1024, gradient_checkpointing: false });
+    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 1024, gradient_checkpointing: false });
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
     expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be auto or one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
@@ -215,6 +228,28 @@ describe('engine config', () => {
     expect(storage('f32', true, 'f16')).toBe('f32');
     expect(() => storage('f16', false, 'f16')).toThrow(MissingFeatureError);
     expect(() => storage('f16', false, 'f16')).toThrow(/'shader-f16'/);
+  });
+
+  it('kv_cache: auto by default, f16 only on the f16 products with shader-f16; f16 refused without shader-f16; unknown values refused by name', () => {
+    expect(defaultEngineConfig().kv_cache).toBe('auto');
+    expect(resolveEngineConfig({ kv_cache: 'f16' }).kv_cache).toBe('f16');
+    expect(() => resolveEngineConfig({ kv_cache: 'bf16' })).toThrow(/^engine config: engine\.kv_cache must be one of auto, f32, f16; got "bf16"$/);
+    expect(() => resolveEngineConfig({ kv_cache: null })).toThrow(/engine\.kv_cache must be one of auto, f32, f16; got null/);
+    expect(() => resolveEngineConfig({ kv_caches: 'f16' })).toThrow(/engine\.kv_caches: unknown field; did you mean kv_cache\?/);
+    const withF16 = capabilities(true);
+    const without = capabilities(false);
+    const auto = defaultEngineConfig();
+    // auto follows the products: f32 and int8 keep the f32 cache, f16 takes f16 where the device can.
+    expect(resolveKvCache(auto, 'f32', withF16)).toEqual({ dtype: 'f32', why: 'auto: the products run on f32, not f16' });
+    expect(resolveKvCache(auto, 'int8', withF16).dtype).toBe('f32');
+    expect(resolveKvCache(auto, 'f16', withF16)).toEqual({ dtype: 'f16', why: 'auto: the products run on f16 and the device offers shader-f16' });
+    expect(resolveKvCache(auto, 'f16', without)).toEqual({ dtype: 'f32', why: 'auto: no shader-f16 on this device' });
+    // Named settings hold on any products; f16 needs shader-f16.
+    const f16 = resolveEngineConfig({ kv_cache: 'f16' });
+    expect(resolveKvCache(f16, 'f32', withF16)).toEqual({ dtype: 'f16', why: 'set by the engine config' });
+    expect(resolveKvCache(resolveEngineConfig({ kv_cache: 'f32' }), 'f16', withF16).dtype).toBe('f32');
+    expect(() => resolveKvCache(f16, 'f16', without)).toThrow(MissingFeatureError);
+    expect(() => resolveKvCache(f16, 'f32', without)).toThrow(/GPU feature 'shader-f16' is required .*kv_cache f16/);
   });
 
   it('reads a training config\'s gradient_checkpointing (transformers\' name) as the engine\'s', () => {

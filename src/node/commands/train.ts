@@ -8,8 +8,8 @@
 // The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, and the
 // `dataset`: synthetic, a local file or a hub data set, src/rl/dataSource.ts), plus an optional
 // "engine" entry (src/rl/engineConfig.ts: products, vision_products, activation_storage,
-// micro_batch_tokens, gradient_checkpointing; a top-level gradient_checkpointing, transformers'
-// name, is read onto it):
+// kv_cache, micro_batch_tokens, gradient_checkpointing; a top-level gradient_checkpointing,
+// transformers' name, is read onto it):
 //   "dataset": {"kind": "file", "path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "format": null,
 //               "mapping": {prompt_key, answer_key, image_keys, ...} | null, "image_folder": "images/",
 //               "limit": 500, "numeric_only": true}
@@ -24,7 +24,9 @@
 // allow_unsafe_apis, which offers subgroup matrices, and for f16 vulkan_enable_f16_on_nvidia: an
 // error naming what is missing on GPUs without them); --vision-products f32|int8|f16 the vision tower's;
 // --activation-storage auto|f32|f16 where training forwards keep the hidden states the backward
-// reads (default auto: f16 beside the f16 products where shader-f16 is offered, else f32); --micro-batch-tokens N the packed rows per
+// reads (default auto: f16 beside the f16 products where shader-f16 is offered, else f32); --kv-cache
+// auto|f32|f16 how generation's KV cache stores K and V (auto: f16 on the f16 products where shader-f16 is
+// offered, else f32; src/model/kvCacheSetting.ts); --micro-batch-tokens N the packed rows per
 // training forward; --gradient-checkpointing true|false whether the backward recomputes each layer
 // (default true). They override the config's "engine" entry. Older flags, kept as aliases:
 // --tensor-cores = --products int8, with --tensor-core-limbs 1 = int8-1limb, with
@@ -58,9 +60,10 @@ import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
 import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
-import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
+import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveKvCache, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
 import { capabilitiesOf } from '../../gpu';
 import { ACTIVATION_STORAGE_SETTINGS } from '../../model/activationStorage';
+import { isKvCacheSetting, KV_CACHE_SETTINGS } from '../../model/kvCacheSetting';
 import { isProducts, PRODUCTS, VISION_PRODUCTS, type Products } from '../../model/products';
 import { isPlainObject } from '../../rl/configKeys';
 import { Trainer, type TrainerEvent } from '../../rl/trainer';
@@ -72,7 +75,7 @@ import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--micro-batch-tokens N] [--gradient-checkpointing true|false] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--kv-cache auto|f32|f16] [--micro-batch-tokens N] [--gradient-checkpointing true|false] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -258,7 +261,9 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
     opts.warn(`products: ${products} (${why})`);
     const { storage, why: storageWhy } = resolveActivationStorage(engine, caps, products);
     opts.warn(`activation storage: ${storage} (${storageWhy})`);
-    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products, visionProducts: engine.vision_products, activationStorage: storage });
+    const kv = resolveKvCache(engine, products, caps);
+    opts.warn(`kv_cache: ${kv.dtype} (${kv.why})`);
+    const session = await openModel(gpu, modelFilesAt(config.model_name_or_path), { quant: opts.quant, maxSamples: config.num_generations, products, visionProducts: engine.vision_products, activationStorage: storage, kvCache: engine.kv_cache });
     session.attachLora(config.lora);
     return { policy: session.policy, data: decodingPromptSource(session.promptSource(rows), sharpDecoder) };
   };
@@ -266,7 +271,7 @@ export function qwen3vlFactory(opts: { quant: 'q4' | 'none'; rows?: readonly Dat
 
 /**
  * The engine config: the config file's "engine" entry with the fields the training config set
- * under transformers' names (`fromConfig`), then --products, --vision-products,
+ * under transformers' names (`fromConfig`), then --products, --vision-products, --kv-cache,
  * --micro-batch-tokens and --gradient-checkpointing over it; the older tensor-core flags map onto
  * `products` and `vision_products` (they cannot be mixed with the new ones).
  */
@@ -294,6 +299,9 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown, fromConfig: Con
   const storage = args.optStr('activation-storage');
   if (storage !== undefined && !(ACTIVATION_STORAGE_SETTINGS as readonly string[]).includes(storage)) throw new EngineConfigError(`--activation-storage takes ${ACTIVATION_STORAGE_SETTINGS.join(', ')}; got '${storage}'`);
   if (storage !== undefined) e.activation_storage = storage;
+  const kvCache = args.optStr('kv-cache');
+  if (kvCache !== undefined && !isKvCacheSetting(kvCache)) throw new EngineConfigError(`--kv-cache takes ${KV_CACHE_SETTINGS.join(', ')}; got '${kvCache}'`);
+  if (kvCache !== undefined) e.kv_cache = kvCache;
   if (args.optStr('micro-batch-tokens') !== undefined) {
     const n = args.num('micro-batch-tokens');
     if (!Number.isInteger(n) || n < 1) throw new EngineConfigError(`--micro-batch-tokens takes an integer >= 1; got ${n}`);
@@ -347,6 +355,7 @@ export async function run(args: CliArgs): Promise<void> {
   const engine = engineFromArgs(args, engineInput, fromConfig);
   if (args.bool('demo') && asksTensorCores(engine)) throw new Error('tensor-core products (--products, --vision-products, --tensor-cores, --vision-tensor-cores) go with --config or --resume, not --demo');
   if (args.bool('demo') && engine.activation_storage === 'f16') throw new Error('--activation-storage f16 goes with --config or --resume, not --demo (the demo model runs the f32 path)');
+  if (args.bool('demo') && engine.kv_cache !== 'auto') throw new Error('--kv-cache goes with --config or --resume, not --demo (the demo keeps the f32 cache)');
   const allowDataChange = args.bool('allow-data-change');
   if (allowDataChange && resumeDir === undefined) throw new Error('--allow-data-change goes with --resume');
   if (resumeDir === undefined) {
