@@ -12,7 +12,10 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 //   attn_bwd_dkv_f16: dv = Σ_g Pᵀ·dO and dk = scale·Σ_g dSᵀ·q over the G query heads of a kv head,
 //                     a workgroup per BQ keys and half of D, walking the queries in tiles of BI (q
 //                     and dO staged); the two halves both compute the scores, which keeps the
-//                     accumulators within the registers.
+//                     accumulators within the registers. DKV_SPLIT: the shared prefix's key tiles,
+//                     whose queries run to T, each over chunk z / 2 of its queries (grid z = half +
+//                     2·chunk), the partials summed in order by attention_dkv_sum.wgsl; the other
+//                     tiles from dkv_tile0 on, whole.
 // q, k, v and dO come as f16 copies, zero past T. Each subgroup holds its FR rows' fragments of the
 // owned side; products accumulate in f32; scores pass through each subgroup's rows of workgroup
 // memory as f32, P and dS as f16.
@@ -25,6 +28,9 @@ struct Params {
   scale: f32,
   nseq: u32,
   prefix_len: u32,
+  dkv_splits: u32, // DKV_SPLIT: chunks of the queries each shared-prefix key tile walks
+  dkv_rows: u32,   // DKV_SPLIT: key rows of those tiles (the prefix, to a whole tile)
+  dkv_tile0: u32,  // the first key tile of the unsplit dispatch (those before are DKV_SPLIT's)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -43,6 +49,7 @@ struct Params {
 @group(0) @binding(11) var<storage, read_write> dq: array<f32>;
 @group(0) @binding(12) var<storage, read_write> dk: array<f32>;
 @group(0) @binding(13) var<storage, read_write> dv: array<f32>;
+@group(0) @binding(14) var<storage, read_write> part: array<f32>; // DKV_SPLIT: partial dK and dV [dkv_splits, 2, dkv_rows, Hkv·D]
 
 #include attention_varlen
 
@@ -98,14 +105,19 @@ fn put_dq(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, lane: u32) {
   workgroupBarrier();
 }
 
-fn put_kv(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, is_dv: bool, lane: u32) {
+fn put_kv(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, is_dv: bool, chunk: u32, lane: u32) {
   stage_out(c, sbase);
   for (var e = lane; e < FR * FR; e += 32u) {
     let r = r0 + e / FR;
     if (r < params.rows) {
       let at = (r * params.hkv + head) * D + col0 + e % FR;
-      let x = s_s[sbase + (e / FR) * SS + e % FR];
-      if (is_dv) { dv[at] = x; } else { dk[at] = x * params.scale; }
+      let x = s_s[sbase + (e / FR) * SS + e % FR] * select(params.scale, 1.0, is_dv);
+#if DKV_SPLIT
+      let n = params.dkv_rows * params.hkv * D;
+      part[(2u * chunk + select(0u, 1u, is_dv)) * n + at] = x;
+#else
+      if (is_dv) { dv[at] = x; } else { dk[at] = x; }
+#endif
     }
   }
   workgroupBarrier();
@@ -261,13 +273,19 @@ fn attn_bwd_dkv_f16(
   let T = params.rows;
   let G = params.hq / params.hkv;
   let hk = wid.y;
-  let col = wid.z * HALF; // this workgroup's half of D
-  let j0 = wid.x * BQ;
+  let col = (wid.z % 2u) * HALF; // this workgroup's half of D
+  let chunk = wid.z / 2u;
+  let j0 = (wid.x + params.dkv_tile0) * BQ;
   let j_last = min(j0 + BQ, T) - 1u;
   // Queries that see any of the keys: from the first key's, to the later end of the first's and
   // the last's (a key of the shared prefix is seen up to T).
-  let q_lo = varlen_queries(j0).x;
-  let q_hi = max(varlen_queries(j0).y, varlen_queries(j_last).y);
+  var q_lo = varlen_queries(j0).x;
+  var q_hi = max(varlen_queries(j0).y, varlen_queries(j_last).y);
+#if DKV_SPLIT
+  let size = ((q_hi - q_lo + params.dkv_splits - 1u) / params.dkv_splits + BI - 1u) / BI * BI;
+  q_lo = min(q_lo + chunk * size, q_hi);
+  q_hi = min(q_lo + size, q_hi);
+#endif
   let js = j0 + sg * FR;
   let sbase = sg * FR * SS;
   let pbase = sg * FR * PS;
@@ -398,14 +416,14 @@ fn attn_bwd_dkv_f16(
       workgroupBarrier(); // a_s, b_s, st_s, s_s and p_s are rewritten by the next tile
     }
   }
-  put_kv(dk0, sbase, js, hk, col + 0u * FR, false, lane);
-  put_kv(dk1, sbase, js, hk, col + 1u * FR, false, lane);
-  put_kv(dv0, sbase, js, hk, col + 0u * FR, true, lane);
-  put_kv(dv1, sbase, js, hk, col + 1u * FR, true, lane);
+  put_kv(dk0, sbase, js, hk, col + 0u * FR, false, chunk, lane);
+  put_kv(dk1, sbase, js, hk, col + 1u * FR, false, chunk, lane);
+  put_kv(dv0, sbase, js, hk, col + 0u * FR, true, chunk, lane);
+  put_kv(dv1, sbase, js, hk, col + 1u * FR, true, chunk, lane);
 #if O8
-  put_kv(dk2, sbase, js, hk, col + 2u * FR, false, lane);
-  put_kv(dk3, sbase, js, hk, col + 3u * FR, false, lane);
-  put_kv(dv2, sbase, js, hk, col + 2u * FR, true, lane);
-  put_kv(dv3, sbase, js, hk, col + 3u * FR, true, lane);
+  put_kv(dk2, sbase, js, hk, col + 2u * FR, false, chunk, lane);
+  put_kv(dk3, sbase, js, hk, col + 3u * FR, false, chunk, lane);
+  put_kv(dv2, sbase, js, hk, col + 2u * FR, true, chunk, lane);
+  put_kv(dv3, sbase, js, hk, col + 3u * FR, true, chunk, lane);
 #endif
 }

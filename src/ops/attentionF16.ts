@@ -5,6 +5,7 @@
 // products need (f16Unsupported in matmulQ4F16.ts) and a head dim that is 4 or 8 fragments wide.
 import { capabilitiesOf, compileMatrixKernels, grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import type { AttentionBackwardArgs, AttentionConfig, AttentionForwardArgs } from './attention';
+import { dkvSplitsOf } from './dkvSplits';
 import { f16Config, f16Unsupported } from './matmulQ4F16';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
 
@@ -17,6 +18,7 @@ export interface AttentionF16Tile {
 export const DEFAULT_ATTENTION_F16_TILE: AttentionF16Tile = { subgroups: 8, keys: 32 };
 
 const FWD_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', causal: 'u32', scale: 'f32', nseq: 'u32', prefix_len: 'u32' } as const;
+const BWD_UNIFORMS = { ...FWD_UNIFORMS, dkv_splits: 'u32', dkv_rows: 'u32', dkv_tile0: 'u32' } as const;
 
 /** An f16 copy of q, k or v, grown on demand, its rows past T kept finite (zero when allocated). */
 interface Copy {
@@ -47,6 +49,9 @@ export class AttentionF16 {
     private readonly fwdGivenLse: Kernel,
     private readonly bwdDq: Kernel,
     private readonly bwdDkv: Kernel,
+    /** The shared prefix's key tiles over chunks of their queries, and the sum of the chunks. */
+    private readonly bwdDkvSplit: Kernel,
+    private readonly dkvSum: Kernel,
     /** Tokens a workgroup and keys a tile: the f16 copies hold this many rows past T. */
     private readonly pad: number,
     private readonly tokensPerGroup: number,
@@ -66,17 +71,19 @@ export class AttentionF16 {
     }
     const defines = { D, FR, FK, SGS: tile.subgroups, BI: tile.keys, O8: D / FR === 8 };
     const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
-    const bwd = (name: string, entry: string) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: FWD_UNIFORMS }], defines);
-    const [[fwd], [fwdLse], [fwdGivenLse], [bwdDq], [bwdDkv], [toF16]] = await Promise.all([
+    const bwd = (name: string, entry: string, split = false) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: BWD_UNIFORMS }], { ...defines, DKV_SPLIT: split });
+    const [[fwd], [fwdLse], [fwdGivenLse], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([
       compileMatrixKernels(gpu, 'attention_f16.fwd', [entry], defines),
       compileMatrixKernels(gpu, 'attention_f16.fwd_lse', [entry], { ...defines, LSE: true }),
       compileMatrixKernels(gpu, 'attention_f16.fwd_given_lse', [entry], { ...defines, GIVEN_LSE: true }),
       bwd('bwd_dq', 'attn_bwd_dq_f16'),
       bwd('bwd_dkv', 'attn_bwd_dkv_f16'),
+      bwd('bwd_dkv_split', 'attn_bwd_dkv_f16', true),
       compileMatrixKernels(gpu, 'attention_f16', [{ shader: 'f16_convert', entry: 'dense_to_f16', uniforms: { count: 'u32' } }], {}),
     ]);
     const tokens = tile.subgroups * FR;
-    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, fwdGivenLse, bwdDq, bwdDkv, Math.max(tokens, tile.keys), tokens);
+    const dkvSum = gpu.kernelOnUse({ name: 'attention_f16.dkv_sum', shader: 'attention_dkv_sum', entry: 'attn_dkv_sum', defines: { D }, uniforms: { hkv: 'u32', dkv_splits: 'u32', dkv_rows: 'u32' } });
+    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, fwdGivenLse, bwdDq, bwdDkv, bwdDkvSplit, dkvSum, Math.max(tokens, tile.keys), tokens);
   }
 
   /** `x` [T, width] rounded to f16 into its copy (rows past T finite). */
@@ -137,11 +144,29 @@ export class AttentionF16 {
       v16: this.round(rec, 'v', a.v, T, hkv * D),
       do16: this.round(rec, 'dout', a.dout, T, hq * D),
     };
-    const u = { rows: T, hq, hkv, causal: a.causal ? 1 : 0, scale: a.scale, nseq, prefix_len: a.sharedPrefix ?? 0 };
+    const prefix = a.sharedPrefix ?? 0;
+    const u = { rows: T, hq, hkv, causal: a.causal ? 1 : 0, scale: a.scale, nseq, prefix_len: prefix, dkv_splits: 1, dkv_rows: 0, dkv_tile0: 0 };
     const common = { row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };
-    const blocks = Math.ceil(T / this.tokensPerGroup);
+    const BQ = this.tokensPerGroup;
+    const blocks = Math.ceil(T / BQ);
     rec.dispatch(this.bwdDq, { ...common, q16: copies.q16, do16: copies.do16, k16v: copies.k16, v16v: copies.v16, dq: a.dq }, [blocks, hq], u);
-    rec.dispatch(this.bwdDkv, { ...common, k16: copies.k16, v16: copies.v16, q16v: copies.q16, do16v: copies.do16, dk: a.dk, dv: a.dv }, [blocks, hkv, 2], u);
+    const kv = { ...common, k16: copies.k16, v16: copies.v16, q16v: copies.q16, do16v: copies.do16 };
+    const splits = dkvSplitsOf(T, prefix, nseq);
+    if (splits === 1 || rec.capturing) {
+      rec.dispatch(this.bwdDkv, { ...kv, dk: a.dk, dv: a.dv }, [blocks, hkv, 2], u);
+      return;
+    }
+    // The prefix's key tiles walk every query after them: in chunks, summed in order, so that a
+    // few long workgroups do not finish last; the other tiles whole.
+    const prefixTiles = Math.ceil(prefix / BQ);
+    const rows = Math.min(T, prefixTiles * BQ);
+    const su = { ...u, dkv_splits: splits, dkv_rows: rows };
+    const part = this.gpu.tensor([2 * splits * rows * hkv * D], 'f32', 'attention_f16.dkv_part');
+    rec.dispatch(this.bwdDkvSplit, { ...kv, part }, [prefixTiles, hkv, 2 * splits], su);
+    rec.dispatch(this.dkvSum, { part, dk: a.dk, dv: a.dv }, grid1d(rows * hkv * D, 256), { hkv, dkv_splits: splits, dkv_rows: rows });
+    if (blocks > prefixTiles) rec.dispatch(this.bwdDkv, { ...kv, dk: a.dk, dv: a.dv }, [blocks - prefixTiles, hkv, 2], { ...su, dkv_tile0: prefixTiles });
+    // Back to the pool as recorded: the queue orders these dispatches before any later use.
+    part.release();
   }
 
   release(): void {
