@@ -176,17 +176,19 @@ fn gemv(
 #if NORM
   // rb.x past the row blocks (rb.z): a workgroup of the adapters' down products, row rb.x - rb.z of
   // their stacked A (or past those too: a 2-D grid's padding, which writes nothing).
-  let down = rb.x >= rb.z;
-  let sums = norm_sums(lid, wg, select(NO_ROW, rb.x - rb.z, down && rb.x - rb.z < params.down_rows));
-  let rstd = inverseSqrt(sums.x / f32(params.k) + params.eps);
-  if (down) {
+  if (rb.x >= rb.z) {
+    let e = rb.x - rb.z;
+    let sums = norm_sums(lid, wg, select(NO_ROW, e, e < params.down_rows));
 #if DOWN
-    if (lid == 0u && rb.x - rb.z < params.down_rows) {
-      down_u[rb.x - rb.z] = sums.y * rstd;
+    if (lid == 0u && e < params.down_rows) {
+      down_u[e] = sums.y * inverseSqrt(sums.x / f32(params.k) + params.eps);
     }
 #endif
     return;
   }
+  // The GEMV's workgroups take rstd once, after their first weights are requested (below).
+  var rstd = 0.0;
+  var normed = false;
 #else
   let rstd = 1.0;
 #endif
@@ -204,6 +206,12 @@ fn gemv(
       // overlaps the staging and its barriers instead of following them.
       // Lanes past the chunk's last group load it again (a cached read) and skip the arithmetic.
       var cur = step_at(rr, g0 + min(gl, gc - 1u));
+#if NORM
+      if (!normed) {
+        rstd = inverseSqrt(norm_sums(lid, wg, NO_ROW).x / f32(params.k) + params.eps);
+        normed = true;
+      }
+#endif
       if (!XDIRECT && k0 != staged) {
         workgroupBarrier(); // the previous chunk's reads are done
         for (var i = lid; i < gc * 8u; i += wg) {
