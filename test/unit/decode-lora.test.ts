@@ -6,17 +6,10 @@
 // (q, v, o, up, down: q/k/v and gate/up then take LoRA's GEMMs instead of the grouped LoRA GEMV).
 import { describe, expect, it } from 'vitest';
 import { adapterAndMerged } from '../helpers/adapterPair';
-import { testGpu } from '../helpers/gpu';
+import { testGpu, withDefaultStorageLimit } from '../helpers/gpu';
 import { readReference } from '../helpers/modelFixtures';
 import { expectClose } from '../helpers/reference';
 import { splitImages } from '../../src/model/qwen3vl';
-import type { Gpu } from '../../src/gpu';
-
-/** The test device as one that binds only WebGPU's default 8 storage buffers per stage (Chrome offers 10). */
-function withDefaultStorageLimit(gpu: Gpu): Gpu {
-  const limits = new Proxy(gpu.limits, { get: (t, k) => (k === 'maxStorageBuffersPerShaderStage' ? 8 : t[k as keyof GPUSupportedLimits]) });
-  return Object.create(gpu, { limits: { value: limits } }) as Gpu;
-}
 
 describe('decode with LoRA', () => {
   it.each([
