@@ -439,8 +439,9 @@ export class Projection {
   }
 
   /**
-   * On the LoRA GEMV path, the fold of o_proj's adapter into the split attention's combine (one
-   * partial of u a head, `heads` a row), and where the combine also leaves x as int8 groups
+   * On the LoRA GEMV path, the fold of o_proj's adapter into the attention kernel that normalises
+   * its rows (the split's combine, or the unsplit decode kernel: one partial of u a head, `heads` a
+   * row), and where that kernel also leaves x as int8 groups
    * (`quantizes`): what forwardCached takes and projectFolded finishes; else undefined.
    */
   attentionFold(gemv: LoraGemvCall | null, out: Product, rows: number, heads: number, scratch: LoraScratch | undefined, o: { quantizes: boolean; int8: boolean }): Fold | undefined {
