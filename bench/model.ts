@@ -740,8 +740,9 @@ async function main(): Promise<void> {
       // other kernels, each set alone and both together; then with one set's dispatches cut to a
       // single workgroup each (their code runs, their data barely moves).
       const kernels = [...full.perStep.keys()];
-      const gemvs = kernels.filter((k) => k.name === 'matmul_q4.gemv');
-      const others = kernels.filter((k) => k.name !== 'matmul_q4.gemv');
+      // The GEMVs with their input's norm (matmul_q4.gemv_norm*) count as GEMVs.
+      const gemvs = kernels.filter((k) => k.name.startsWith('matmul_q4.gemv'));
+      const others = kernels.filter((k) => !k.name.startsWith('matmul_q4.gemv'));
       const keep = async (kept: Kernel[], small: Kernel[] = []) => 1000 * (await perStepInStream(G, new Set(kernels.filter((o) => !kept.includes(o))), new Set(small))).ms;
       const subsets = {
         gemvsAloneUs: await keep(gemvs),

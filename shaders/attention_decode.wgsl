@@ -10,6 +10,10 @@
 //   output: lane (vec4 column lid % PCL, row group lid / PCL) accumulates rows PGS apart.
 // Rows past the task's R are skipped by workgroup-uniform branches (a 2-row task in a 16-row
 // kernel does 2 rows of arithmetic).
+// FOLD (unsplit: all keys in one task, so no combine runs) starts o_proj's LoRA down product on
+// the normalised rows here, as attention_combine.wgsl's FOLD does on the merged ones (partial j of
+// (row, head) i: Σ_d A[j, head·D + d]·o[i, d]); QUANT also writes the rows as int8 groups for
+// o_proj's GEMV. A context of one key chunk then takes one dispatch where the split took two.
 
 struct Params {
   rows: u32,   // n, new rows per sequence
@@ -23,12 +27,21 @@ struct Params {
   prefix_len: u32,    // positions [0, prefix_len) of every slot live in prefix_slot
   prefix_slot: u32,
   prefix_splits: u32, // SPLIT: chunks of that shared prefix (0: each sequence's chunks cover it)
+  fold_r: u32,        // FOLD: rank of the o_proj adapter whose down product this starts
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(4) var<storage, read_write> o: array<f32>;
 @group(0) @binding(5) var<storage, read> lengths: array<u32>; // filled positions of each slot
 @group(0) @binding(6) var<storage, read_write> part: array<f32>; // SPLIT: [chunks, count·n·Hq, D + 2]: unnormalised output, running max m, sum l
+#if FOLD
+@group(0) @binding(7) var<storage, read> a_fold: array<f32>;           // o_proj's lora_A [fold_r, Hq·D]
+@group(0) @binding(8) var<storage, read_write> fold_parts: array<f32>; // the partials of its down product [rows, Hq, fold_r]
+#endif
+#if QUANT
+@group(0) @binding(9) var<storage, read_write> xq: array<vec4<u32>>;   // the rows as int8 groups
+#include int8_groups
+#endif
 
 #include attention_head
 #include attention_rows
@@ -212,4 +225,42 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
       }
     }
   }
+#if FOLD
+  // The normalised rows into q's staging (read no more: the last block's scores are behind barriers).
+  for (var i = 0u; i < RMAX / PGS; i++) {
+    let r = prg + PGS * i;
+    if (r < R) {
+      let inv = select(0.0, 1.0 / l[i], l[i] > 0.0);
+      for (var jj = 0u; jj < PCPT; jj++) {
+        let col = pc + PCL * jj;
+        if (col < NV) { dq_sh[r * NV + col] = acc[i * PCPT + jj] * inv; }
+      }
+    }
+  }
+  workgroupBarrier();
+  for (var it = lid; it < R * params.fold_r; it += DWG) {
+    let r = it / params.fold_r;
+    let j = it % params.fold_r;
+    let row = q_index(b0 + r / rps, r % rps, hk, 0u) / D; // (token, head) i = token·Hq + head
+    let arow = j * params.hq * D + (row % params.hq) * D;
+    var s = 0.0;
+    for (var d = 0u; d < D; d++) { s += a_fold[arow + d] * dq_sh[r * NV + d / 4u][d % 4u]; }
+    fold_parts[row * params.fold_r + j] = s;
+  }
+#endif
+#if QUANT
+  // Each row's D / 32 groups (D a multiple of 32), a thread each, at the combine's places.
+  for (var it = lid; it < R * (D / 32u); it += DWG) {
+    let r = it / (D / 32u);
+    let qg = it % (D / 32u);
+    let row = q_index(b0 + r / rps, r % rps, hk, 0u) / D;
+    var v: array<vec4<f32>, 8>;
+    for (var j = 0u; j < 8u; j++) { v[j] = dq_sh[r * NV + 8u * qg + j]; }
+    let qv = quantize_group(v);
+    let at = 3u * (row * (D / 32u) + qg);
+    xq[at] = qv[0];
+    xq[at + 1u] = qv[1];
+    xq[at + 2u] = qv[2];
+  }
+#endif
 }

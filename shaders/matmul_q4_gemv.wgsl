@@ -1,6 +1,12 @@
 // GEMV for one row of x: y[n] (+)= Σ_k x[k] W[n, k] (decode of one sequence; the LM head).
 // The thread layout and code unpacking are q4_gemv_common.wgsl's; src/ops/matmulQ4.ts picks the
 // layout per weight shape (src/ops/matmulQ4Tuning.ts).
+// With NORM, x is a residual row h and the GEMV multiplies RMSNorm's rms(h)·norm_w: every
+// workgroup sums h² itself (one row, read from L2) instead of a norm dispatch writing xn first,
+// and with DOWN (1 to 3 adapters: DOWN2, DOWN3 add the second and third) workgroups past the
+// GEMV's row blocks, one per row e of the adapters' stacked A, write their down products
+// u[e] = rms(h)·norm_w·A_eᵀ, which only the dispatch after the GEMV reads (the LoRA GEMV's down
+// dispatch saved: decode at one sequence is bound by its dispatches, not by bytes).
 #if SUBGROUPS
 // requires: subgroups
 #endif
@@ -12,12 +18,89 @@ struct Params {
   lora_r: u32,     // LORA: the adapter's rank,
   lora_np: u32,    // partials of u per row of x,
   lora_s: f32,     // and its scale alpha / r
+  eps: f32,        // NORM: RMSNorm's epsilon
+  down_r: u32,     // DOWN: the adapters' rank
+  down_rows: u32,  // and their rows of A in all (adapters · rank)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 
 #include q4_format
 #include q4_gemv_common
+
+#if NORM
+@group(0) @binding(8) var<storage, read> norm_w: array<vec4<f32>>; // RMSNorm's weight [k]
+#endif
+#if DOWN
+@group(0) @binding(9) var<storage, read> down_a0: array<vec4<f32>>;  // lora_A.weight [down_r, k] of each adapter
+#endif
+#if DOWN2
+@group(0) @binding(10) var<storage, read> down_a1: array<vec4<f32>>;
+#endif
+#if DOWN3
+@group(0) @binding(11) var<storage, read> down_a2: array<vec4<f32>>;
+#endif
+#if DOWN
+@group(0) @binding(12) var<storage, read_write> down_u: array<f32>; // [down_rows]: the adapters' u side by side
+#endif
+
+// Vec4 i of the row x multiplies: x itself, or with NORM RMSNorm's (h·rstd)·w, rounded as rmsnorm_fwd.
+fn x_in(i: u32, rstd: f32) -> vec4<f32> {
+#if NORM
+  return (x[i] * rstd) * norm_w[i];
+#else
+  return x[i];
+#endif
+}
+
+#if NORM
+const NO_ROW: u32 = 0xFFFFFFFFu;
+var<workgroup> norm_sh: array<vec2<f32>, TPR * TG>;
+
+#if DOWN
+// Vec4 i of row e of the adapters' stacked A (adapter e / down_r).
+fn down_a(e: u32, i: u32) -> vec4<f32> {
+  let g = e / params.down_r;
+  let at = (e % params.down_r) * (params.k / 4u) + i;
+#if DOWN3
+  if (g == 2u) {
+    return down_a2[at];
+  }
+#endif
+#if DOWN2
+  if (g == 1u) {
+    return down_a1[at];
+  }
+#endif
+  return down_a0[at];
+}
+#endif
+
+// (Σ h², Σ h·w·A_e) over the row by the workgroup's wg threads; the second is 0 without a row e
+// (NO_ROW: the GEMV's workgroups). Call from uniform control flow.
+fn norm_sums(lid: u32, wg: u32, e: u32) -> vec2<f32> {
+  var s = vec2<f32>(0.0);
+  for (var i = lid; i < params.k / 4u; i += wg) {
+    let v = x[i];
+    s.x += dot(v, v);
+#if DOWN
+    if (e != NO_ROW) {
+      s.y += dot(v, down_a(e, i) * norm_w[i]);
+    }
+#endif
+  }
+  norm_sh[lid] = s;
+  workgroupBarrier();
+  // A tree over the next power of two of wg (TG need not be one).
+  for (var h = (1u << (32u - countLeadingZeros(max(wg, 2u) - 1u))) / 2u; h > 0u; h >>= 1u) {
+    if (lid < h && lid + h < wg) {
+      norm_sh[lid] += norm_sh[lid + h];
+    }
+    workgroupBarrier();
+  }
+  return norm_sh[0];
+}
+#endif
 
 // Σ over the 8 weights of code word cw of x·(c − 8), x pre-scaled: xl for weights 0..3, xh for 4..7.
 fn word_dot(cw: u32, xl: vec4<f32>, xh: vec4<f32>) -> f32 {
@@ -30,10 +113,10 @@ fn word_dot(cw: u32, xl: vec4<f32>, xh: vec4<f32>) -> f32 {
 var<workgroup> xstage: array<vec4<f32>, KC / 4u>;
 
 // x of weights 8w..8w+3 and 8w+4..8w+7 of group g0 + gl, pre-scaled: staged or from memory.
-fn x_pair(w: u32, gl: u32, g0: u32, gc_max: u32) -> array<vec4<f32>, 2> {
+fn x_pair(w: u32, gl: u32, g0: u32, gc_max: u32, rstd: f32) -> array<vec4<f32>, 2> {
   if (XDIRECT) {
     let i = (g0 + gl) * 8u + 2u * w;
-    return array<vec4<f32>, 2>(x[i] * X_SCALE, x[i + 1u] * X_SCALE);
+    return array<vec4<f32>, 2>(x_in(i, rstd) * X_SCALE, x_in(i + 1u, rstd) * X_SCALE);
   }
   return array<vec4<f32>, 2>(xstage[2u * w * gc_max + gl], xstage[(2u * w + 1u) * gc_max + gl]);
 }
@@ -90,6 +173,25 @@ fn gemv(
 #if LORA
   lora_gather(lid, wg, 1u);
 #endif
+#if NORM
+  // rb.x past the row blocks (rb.z): a workgroup of the adapters' down products, row rb.x - rb.z of
+  // their stacked A (or past those too: a 2-D grid's padding, which writes nothing).
+  if (rb.x >= rb.z) {
+    let e = rb.x - rb.z;
+    let sums = norm_sums(lid, wg, select(NO_ROW, e, e < params.down_rows));
+#if DOWN
+    if (lid == 0u && e < params.down_rows) {
+      down_u[e] = sums.y * inverseSqrt(sums.x / f32(params.k) + params.eps);
+    }
+#endif
+    return;
+  }
+  // The GEMV's workgroups take rstd once, after their first weights are requested (below).
+  var rstd = 0.0;
+  var normed = false;
+#else
+  let rstd = 1.0;
+#endif
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
     let rr = block_rows(row0, groups);
@@ -104,10 +206,16 @@ fn gemv(
       // overlaps the staging and its barriers instead of following them.
       // Lanes past the chunk's last group load it again (a cached read) and skip the arithmetic.
       var cur = step_at(rr, g0 + min(gl, gc - 1u));
+#if NORM
+      if (!normed) {
+        rstd = inverseSqrt(norm_sums(lid, wg, NO_ROW).x / f32(params.k) + params.eps);
+        normed = true;
+      }
+#endif
       if (!XDIRECT && k0 != staged) {
         workgroupBarrier(); // the previous chunk's reads are done
         for (var i = lid; i < gc * 8u; i += wg) {
-          xstage[(i % 8u) * gc_max + i / 8u] = x[k0 / 4u + i] * X_SCALE;
+          xstage[(i % 8u) * gc_max + i / 8u] = x_in(k0 / 4u + i, rstd) * X_SCALE;
         }
         workgroupBarrier();
         staged = k0;
@@ -119,7 +227,7 @@ fn gemv(
 #else
         var dots = vec4<f32>(0.0);
         for (var w = 0u; w < 4u; w++) {
-          let xv = x_pair(w, gl, g0, gc_max);
+          let xv = x_pair(w, gl, g0, gc_max, rstd);
           let xl = xv[0];
           let xh = xv[1];
           dots += vec4<f32>(word_dot(cur.c[0][w], xl, xh), word_dot(cur.c[1][w], xl, xh), word_dot(cur.c[2][w], xl, xh), word_dot(cur.c[3][w], xl, xh));

@@ -88,7 +88,7 @@ const FLAT_WG = 256;
 
 // The params struct of each kernel file, in order.
 const FWD_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', causal: 'u32', scale: 'f32', nseq: 'u32', slot0: 'u32', cap: 'u32', prefix_len: 'u32', prefix_slot: 'u32' } as const;
-const DECODE_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', scale: 'f32', nseq: 'u32', slot0: 'u32', cap: 'u32', splits: 'u32', prefix_len: 'u32', prefix_slot: 'u32', prefix_splits: 'u32' } as const;
+const DECODE_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', scale: 'f32', nseq: 'u32', slot0: 'u32', cap: 'u32', splits: 'u32', prefix_len: 'u32', prefix_slot: 'u32', prefix_splits: 'u32', fold_r: 'u32' } as const;
 const COMBINE_UNIFORMS = { rows: 'u32', hq: 'u32', nseq: 'u32', splits: 'u32', prefix_splits: 'u32', fold_r: 'u32' } as const;
 const PREP_UNIFORMS = { rows: 'u32', hq: 'u32' } as const;
 const DQ_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', causal: 'u32', scale: 'f32', nseq: 'u32', prefix_len: 'u32' } as const;
@@ -222,6 +222,10 @@ type ByKvDtype = Record<KvDtype, Kernel>;
 interface DecodeKernels {
   rows: number;
   plain: ByKvDtype;
+  /** Unsplit, starting o_proj's LoRA down product (FOLD), and also writing o as int8 groups
+   * (FOLD + QUANT: packed dot products, D % 32 = 0; else null). */
+  plainFold: ByKvDtype;
+  plainFoldQuant: ByKvDtype | null;
   split: ByKvDtype;
 }
 
@@ -286,11 +290,18 @@ export class Attention {
     };
     const bounds = [...new Set([G, DECODE_MAX_ROWS, PREFIX_MAX_ROWS].filter((r) => r <= PREFIX_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))].sort((x, y) => x - y);
     const tiles = bounds.map(fits).filter((d): d is DecodeTile => d !== null);
+    const quantizes = gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0;
     const decode = tiles.map((d) => {
       const defs = { ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
       // Named as the cached forward they stand for (profiles and benchmarks match these names).
       const decodeK = (base: string, flags: Record<string, boolean>) => byKv((name, kv) => k('attention_decode', 'attn_decode', name(base), DECODE_UNIFORMS, { ...defs, ...flags, ...kv }));
-      return { rows: d.RMAX, plain: decodeK('fwd_cached', {}), split: decodeK('fwd_cached_split', { SPLIT: true }) };
+      return {
+        rows: d.RMAX,
+        plain: decodeK('fwd_cached', {}),
+        plainFold: decodeK('fwd_cached_fold', { FOLD: true }),
+        plainFoldQuant: quantizes ? decodeK('fwd_cached_fold_quant', { FOLD: true, QUANT: true }) : null,
+        split: decodeK('fwd_cached_split', { SPLIT: true }),
+      };
     });
     return new Attention(
       gpu,
@@ -303,7 +314,7 @@ export class Attention {
       decode,
       k('attention_combine', 'attn_split_combine', 'split_combine', COMBINE_UNIFORMS, {}),
       k('attention_combine', 'attn_split_combine', 'split_combine_fold', COMBINE_UNIFORMS, { FOLD: true }),
-      gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0 ? k('attention_combine', 'attn_split_combine', 'split_combine_fold_quant', COMBINE_UNIFORMS, { FOLD: true, QUANT: true }) : null,
+      quantizes ? k('attention_combine', 'attn_split_combine', 'split_combine_fold_quant', COMBINE_UNIFORMS, { FOLD: true, QUANT: true }) : null,
       k('attention_bwd_prep', 'attn_bwd_prep', 'bwd_prep', PREP_UNIFORMS, {}),
       k('attention_bwd_dq', 'attn_bwd_dq', 'bwd_dq', DQ_UNIFORMS, tiled(bt)),
       k('attention_bwd_dkv', 'attn_bwd_dkv', 'bwd_dkv', DKV_UNIFORMS, tiled(bt)),
@@ -417,8 +428,10 @@ export class Attention {
   /**
    * Causal attention of q [count·n, Hq·D] (n new rows for each of slots slot0 .. slot0+count-1,
    * already appended to `cache` at this layer) over each slot's positions [0, past + n). With
-   * `fold`, the split path's combine also leaves the partials of o_proj's LoRA down product
-   * (AttentionFold); returns whether it did (only the split path does).
+   * `fold`, the kernel that normalises the rows also leaves the partials of o_proj's LoRA down
+   * product (AttentionFold): the split's combine, or with one key chunk (or none given) the
+   * unsplit decode kernel, which then takes the combine's place; returns whether it did (prefill's
+   * tiled kernel does not).
    */
   forwardCached(
     rec: Recorder,
@@ -451,9 +464,21 @@ export class Attention {
       rec.dispatch(this.fwdCached[dt], { ...kv, o }, [Math.ceil(rps / this.forwardTile.BO), hkv, b.count], this.uniforms(common));
       return false;
     }
-    if (!b.split) {
-      rec.dispatch(own.plain[dt], { ...kv, o }, [1, hkv, b.count], this.uniforms(common));
-      return false;
+    const f = b.fold;
+    if (f) this.checkFold(op, f, rows);
+    // One chunk of keys (or no split): the unsplit kernel, which does what the split and its combine would.
+    if (!b.split || b.split.chunks === 1) {
+      if (!f) {
+        rec.dispatch(own.plain[dt], { ...kv, o }, [1, hkv, b.count], this.uniforms(common));
+        return false;
+      }
+      const u = this.uniforms({ ...common, fold_r: f.r });
+      if (f.quantized) {
+        if (!own.plainFoldQuant) throw new ShapeError(op, 'fold.quantized needs packed dot products in WGSL and D a multiple of 32 (foldQuantizes)');
+        checkWrittenInt8Groups(op, 'fold.quantized', f.quantized, rows, hq * D);
+        rec.dispatch(own.plainFoldQuant[dt], { ...kv, o, a_fold: f.A, fold_parts: f.parts, xq: f.quantized }, [1, hkv, b.count], u);
+      } else rec.dispatch(own.plainFold[dt], { ...kv, o, a_fold: f.A, fold_parts: f.parts }, [1, hkv, b.count], u);
+      return true;
     }
     const chunks = b.split.chunks;
     const ws = b.split.workspace;
@@ -474,11 +499,6 @@ export class Attention {
     const groups = Math.ceil(b.count / Math.floor(kernel.rows / rps));
     const tasks = prefixChunks * groups + b.count * ownChunks;
     if (tasks > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new ShapeError(op, `${tasks} decode tasks too many for one grid dimension`);
-    const f = b.fold;
-    if (f) {
-      if (!(f.r >= 1 && f.r <= FLAT_WG) || f.A.dtype !== 'f32' || f.A.numel !== f.r * hq * D) throw new ShapeError(op, `fold: A must be f32 [r ≤ ${FLAT_WG}, ${hq * D}], got ${f.A.dtype} [${f.A.shape.join(', ')}] for r ${f.r}`);
-      if (f.parts.dtype !== 'f32' || f.parts.numel < rows * hq * f.r) throw new ShapeError(op, `fold: parts need ${rows * hq * f.r} f32 elements, got ${f.parts.numel}`);
-    }
     const u = this.uniforms({ ...common, splits: ownChunks, prefix_splits: prefixChunks, fold_r: f?.r ?? 0 });
     rec.dispatch(kernel.split[dt], { ...kv, part: ws }, [1, hkv, tasks], u);
     const grid = grid1d(rows * hq * FLAT_WG, FLAT_WG);
@@ -489,6 +509,13 @@ export class Attention {
     } else if (f) rec.dispatch(this.combineFold, { part: ws, o, a_fold: f.A, fold_parts: f.parts }, grid, u);
     else rec.dispatch(this.combine, { part: ws, o }, grid, u);
     return f !== undefined;
+  }
+
+  /** Throws ShapeError unless fold's A is [r, Hq·D] (r up to the combine's threads) and its parts hold `rows` rows of Hq. */
+  private checkFold(op: string, f: AttentionFold, rows: number): void {
+    const { hq, headDim: D } = this.config;
+    if (!(f.r >= 1 && f.r <= FLAT_WG) || f.A.dtype !== 'f32' || f.A.numel !== f.r * hq * D) throw new ShapeError(op, `fold: A must be f32 [r ≤ ${FLAT_WG}, ${hq * D}], got ${f.A.dtype} [${f.A.shape.join(', ')}] for r ${f.r}`);
+    if (f.parts.dtype !== 'f32' || f.parts.numel < rows * hq * f.r) throw new ShapeError(op, `fold: parts need ${rows * hq * f.r} f32 elements, got ${f.parts.numel}`);
   }
 
   /** dq, dk, dv from dout, recomputing the probabilities tile by tile from lse. */

@@ -154,6 +154,11 @@ interface GemvPlan {
   /** Per M (then per M with LoRA, from GEMV_MAX_ROWS on), the compiled kernel once used (decode
    * records hundreds of calls a step: no lookups by string on that path); null: does not fit. */
   kernels: (Kernel | null | undefined)[];
+  /** One row with its RMSNorm (GemvNorm), by the adapters whose down products it writes (0 to 3);
+   * null: this layout does not take it. */
+  normKernels: (Kernel | null | undefined)[];
+  /** The kernel of one row with its norm and `adapters` down products (GemvCall.norm). */
+  normSpec: (adapters: number) => KernelSpec;
   rowsPerGroup: number;
   persist: number;
   /** 2..8 rows of x are quantized by quantize_x first (GemvShape.preq). */
@@ -163,7 +168,7 @@ interface GemvPlan {
 }
 
 // The params struct of each kernel file, in order.
-const GEMV_UNIFORMS = { n: 'u32', k: 'u32', accumulate: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
+const GEMV_UNIFORMS = { n: 'u32', k: 'u32', accumulate: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', eps: 'f32', down_r: 'u32', down_rows: 'u32' } as const;
 const GEMV_ROWS_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
 const QUANTIZE_X_UNIFORMS = { m: 'u32', k: 'u32' } as const;
 const GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', k_chunk: 'u32' } as const;
@@ -175,6 +180,10 @@ const LORA_BYTES = 3 * 512 * 4;
 /** Most rows of x times rank the epilogue holds (LORA_MAX). */
 const LORA_MAX = 512;
 const NO_LORA = { lora_r: 0, lora_np: 0, lora_s: 0 } as const;
+const NO_NORM = { eps: 0, down_r: 0, down_rows: 0 } as const;
+/** Storage buffers of the one-row GEMV with its norm: codes, scales, x, y, the norm's weight, and
+ * with adapters their A and u. */
+const normBuffers = (adapters: number) => 5 + (adapters > 0 ? adapters + 1 : 0);
 
 /** How a GEMV call differs from a plain y (+)= x·Wᵀ (MatmulQ4.gemv). */
 export interface GemvCall {
@@ -188,6 +197,19 @@ export interface GemvCall {
    * LoRA down, the SwiGLU or the attention combine, or by quantizeX), for a call that takes them
    * (takesQuantizedX): no quantize dispatch. x is still checked and bound. */
   xq?: Tensor;
+  /** One row of x that is a residual row h: the GEMV multiplies its RMSNorm (takesNorm). */
+  norm?: GemvNorm;
+}
+
+/** The RMSNorm a one-row GEMV applies to x first, y = (rms(h)·weight)·Wᵀ, and the adapters whose
+ * down products u = rms(h)·weight·Aᵀ workgroups of the same dispatch write (the kernel after it
+ * reads u: the LoRA GEMV's up, or a kernel that takes it in). The normed row itself is not written. */
+export interface GemvNorm {
+  /** [k] */
+  weight: Tensor;
+  eps: number;
+  /** lora_A.weight [r, k] of 1 to 3 adapters of one rank, and u [1, adapters·r] (or larger). */
+  down?: { A: readonly Tensor[]; r: number; u: Tensor };
 }
 const NONE: GemvCall = {};
 
@@ -311,6 +333,22 @@ export class MatmulQ4 {
     if (this.subgroups && minSubgroup < TPR) throw new MissingFeatureError('subgroups', `subgroups of ${minSubgroup} invocations split rows of ${TPR} threads`);
     const constants = { TPR, TG, PERSIST: persist > 0 ? 1 : 0, XDIRECT: xDirect ? 1 : 0 };
     const fitChunk = (bytes: number, rows: number) => Math.min(xChunk, Math.floor(bytes / (4 * rows) / Q4_GROUP) * Q4_GROUP);
+    // One row of x in f32: the columns staged per chunk are what fits beside the reduction's memory.
+    const oneRow = (name: string, wgBytes: number, defines: Record<string, boolean>): KernelSpec => {
+      const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1);
+      if (KC < Q4_GROUP) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold a group of x beside the partial sums of ${TPR * TG} threads`);
+      return { name, shader: 'matmul_q4_gemv', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, KC }, defines };
+    };
+    // The norm's sums take 8 bytes a thread beside them.
+    const normSpec = (adapters: number): KernelSpec =>
+      oneRow(`matmul_q4.gemv_norm${adapters > 0 ? `_down_x${adapters}` : ''}`, gpu.limits.maxComputeWorkgroupStorageSize - 8 * TPR * TG, {
+        LORA: false,
+        SUBGROUPS: this.subgroups,
+        NORM: true,
+        DOWN: adapters >= 1,
+        DOWN2: adapters >= 2,
+        DOWN3: adapters >= 3,
+      });
     const spec = (M: number, lora: boolean): KernelSpec => {
       // The LoRA epilogue's u and its gather take LORA_BYTES of the workgroup memory.
       const wgBytes = gpu.limits.maxComputeWorkgroupStorageSize - (lora ? LORA_BYTES : 0);
@@ -322,12 +360,7 @@ export class MatmulQ4 {
         // One row of x as two int8 limbs from quantize_x2, read from memory: nothing staged.
         return { name, shader: 'matmul_q4_gemv', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, XDIRECT: 1, KC: Q4_GROUP }, defines: { ...defines, I8X2: true } };
       }
-      if (M === 1) {
-        // One row of x: the columns staged per chunk are what fits beside the reduction's memory.
-        const KC = xDirect ? Q4_GROUP : fitChunk(wgBytes - (this.subgroups ? 0 : 16 * TPR * TG), 1);
-        if (KC < Q4_GROUP) throw new ShapeError('matmulQ4.gemv', `${wgBytes} bytes of workgroup memory cannot hold a group of x beside the partial sums of ${TPR * TG} threads`);
-        return { name, shader: 'matmul_q4_gemv', entry: 'gemv', uniforms: GEMV_UNIFORMS, constants: { ...constants, KC }, defines };
-      }
+      if (M === 1) return oneRow(name, wgBytes, defines);
       if (shape.preq) {
         // x from quantize_x: workgroup memory holds the lanes' partial sums only.
         const XS = TPR * TG * M;
@@ -354,7 +387,7 @@ export class MatmulQ4 {
     };
     // Bad shapes and limits throw here, at planning, not at the first call.
     for (let m = 1; m <= GEMV_MAX_ROWS; m++) spec(m, false);
-    const plan = { spec, kernels: [], rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false, int8: shape.int8 ?? false };
+    const plan = { spec, kernels: [], normKernels: [], normSpec, rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false, int8: shape.int8 ?? false };
     byK.set(k, plan);
     return plan;
   }
@@ -406,6 +439,11 @@ export class MatmulQ4 {
     if (m < 1 || m > GEMV_MAX_ROWS) throw new ShapeError(op, `takes 1 to ${GEMV_MAX_ROWS} rows of x, got ${m}`);
     this.checkF32(op, 'x', x, m, w.k);
     this.checkF32(op, 'y', y, m, w.n);
+    if (call.norm) {
+      if (parts || lora || given) throw new ShapeError(op, 'a GEMV with its norm takes one output, no LoRA epilogue and f32 x');
+      this.gemvNorm(rec, x, w, y, accumulate, call.norm);
+      return;
+    }
     const plan = this.plan(this.layoutFor(m, w.n, w.k, int8), w.k);
     const blocks = Math.ceil(w.n / plan.rowsPerGroup);
     const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
@@ -419,7 +457,7 @@ export class MatmulQ4 {
       const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
       if (xq) bind.xq_in = xq;
-      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA });
+      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, ...NO_NORM });
       return;
     }
     const { B, r, scale, perRow } = lora;
@@ -441,7 +479,69 @@ export class MatmulQ4 {
       lora_r: r,
       lora_np: perRow,
       lora_s: scale,
+      ...NO_NORM,
     });
+  }
+
+  /** Whether a gemv of m rows on weight w can take its x's RMSNorm (GemvCall.norm) with the down
+   * products of `adapters` adapters (0 to 3): one row of f32 x, a layout that does not persist,
+   * and storage buffers enough on this device. */
+  takesNorm(m: number, w: Q4Weight, adapters: number): boolean {
+    if (m !== 1 || !Number.isInteger(adapters) || adapters < 0 || adapters > 3) return false;
+    if (normBuffers(adapters) > this.gpu.limits.maxStorageBuffersPerShaderStage) return false;
+    const plan = this.plan(this.layoutFor(1, w.n, w.k, false), w.k);
+    return this.normKernel(plan, adapters) !== null;
+  }
+
+  /** The one-row GEMV on the residual row h with its norm (GemvCall.norm). */
+  private gemvNorm(rec: Recorder, h: Tensor, w: Q4Weight, y: Tensor, accumulate: boolean, norm: GemvNorm): void {
+    const op = 'matmulQ4.gemv';
+    const down = norm.down;
+    const adapters = down?.A.length ?? 0;
+    // One row of x takes the f32 layouts (the int8 ones of one row are the LM head's).
+    const plan = this.plan(this.layoutFor(1, w.n, w.k, false), w.k);
+    if (!this.takesNorm(h.numel / w.k, w, adapters)) throw new ShapeError(op, `this call (${h.numel / w.k} rows, [${w.n}, ${w.k}], ${adapters} adapters) does not take its norm (takesNorm)`);
+    if (norm.weight.dtype !== 'f32' || norm.weight.numel !== w.k) throw new ShapeError(op, `norm weight must be f32 [${w.k}], got ${norm.weight.dtype} [${norm.weight.shape.join(', ')}]`);
+    const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x: h, y, norm_w: norm.weight };
+    let downRows = 0;
+    if (down) {
+      const { A, r, u } = down;
+      if (!Number.isInteger(r) || r < 1) throw new ShapeError(op, `adapters' rank must be a positive integer, got ${r}`);
+      A.forEach((a, g) => {
+        if (a.dtype !== 'f32' || a.numel !== r * w.k) throw new ShapeError(op, `lora A ${g} '${a.label}' must be f32 [${r}, ${w.k}], got ${a.dtype} [${a.shape.join(', ')}]`);
+      });
+      downRows = adapters * r;
+      if (u.dtype !== 'f32' || u.numel < downRows) throw new ShapeError(op, `u must be f32 with ${downRows} elements, got ${u.dtype} [${u.shape.join(', ')}]`);
+      // Fixed keys (this runs twice a layer in a decode step, which is CPU-bound at one row).
+      bind.down_a0 = A[0];
+      if (adapters > 1) bind.down_a1 = A[1];
+      if (adapters > 2) bind.down_a2 = A[2];
+      bind.down_u = u;
+    }
+    const blocks = Math.ceil(w.n / plan.rowsPerGroup);
+    rec.dispatch(this.normKernel(plan, adapters)!, bind, grid1d(blocks + downRows, 1), {
+      n: w.n,
+      k: w.k,
+      accumulate: accumulate ? 1 : 0,
+      ...NO_LORA,
+      eps: norm.eps,
+      down_r: down?.r ?? 0,
+      down_rows: downRows,
+    });
+  }
+
+  private normKernel(plan: GemvPlan, adapters: number): Kernel | null {
+    let kernel = plan.normKernels[adapters];
+    if (kernel === undefined) {
+      try {
+        kernel = plan.persist > 0 || plan.int8 ? null : this.gpu.kernelNow(plan.normSpec(adapters));
+      } catch (e) {
+        if (!(e instanceof ShapeError)) throw e;
+        kernel = null;
+      }
+      plan.normKernels[adapters] = kernel;
+    }
+    return kernel;
   }
 
   /** x [m, k] as int8 groups in this instance's scratch (quantizeInto). */

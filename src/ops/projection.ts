@@ -10,8 +10,10 @@
 //   joined weights         q/k/v and gate/up of a layer (4-bit) or q/k/v of a vision block (f32)
 //                          joined by rows at load (joinRows, joinDense): one product for all
 //   LoRA                   few rows of inference: the LoRA GEMV, one pair of dispatches for the
-//                          adapters of one x, its norm inside the down dispatch (normProject), an
-//                          update folded into the GEMV's epilogue (projectFolded); otherwise
+//                          adapters of one x, its norm inside the down dispatch (normProject), or
+//                          at one row the norm and the down products inside the base GEMV's
+//                          dispatch (normedGemv), an update folded into the GEMV's epilogue
+//                          (projectFolded); otherwise
 //                          src/ops/lora.ts's GEMMs, keeping u for a backward (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
@@ -386,11 +388,19 @@ export class Projection {
   /**
    * n = rms(h)·norm, then the products of n (project). On the LoRA GEMV path the norm runs inside
    * the adapters' down dispatch, and their up products are left to the caller (returned), which
-   * may fuse them into what comes next; else rmsnorm (keeping rstd when given) + project.
+   * may fuse them into what comes next; else rmsnorm (keeping rstd when given) + project. One row
+   * whose products are one 4-bit GEMV (joined weights) takes the norm and the adapters' down
+   * products inside that GEMV's dispatch (normedGemv), and n is then not written.
    */
   normProject(rec: Recorder, h: Tensor, norm: { weight: Tensor; eps: number; rstd?: Tensor }, n: Tensor, outs: readonly Product[], o: ProjectOptions = {}): LoraGemvCall | null {
     const int8 = o.int8 ?? false;
     const gemv = norm.rstd ? null : this.gemvLora(n, outs, o.scratch);
+    const one = norm.rstd ? null : this.normedGemv(n, outs, gemv);
+    if (one) {
+      const down = gemv ? { A: gemv.ps.map((p) => p.A), r: gemv.ps[0].r, u: gemv.u } : undefined;
+      this.q4.gemv(rec, h, one.w, one.y, false, { norm: { weight: norm.weight, eps: norm.eps, down } });
+      return gemv;
+    }
     if (!gemv) {
       this.norms.rmsnorm(rec, h, norm.weight, n, norm.eps, norm.rstd);
       this.project(rec, n, outs, { ...o, accumulate: false });
@@ -401,6 +411,18 @@ export class Projection {
     this.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm.weight, eps: norm.eps, out: n, quantized: xq });
     this.baseProjections(rec, n, outs, false, int8, xq);
     return gemv;
+  }
+
+  /**
+   * The one 4-bit GEMV of `outs` (one weight, or weights joined at load) when its row of x may
+   * take its RMSNorm inside it (MatmulQ4.takesNorm), with the down products of `gemv`'s adapters:
+   * one row, and no adapter left to LoRA's GEMMs (they read the normed row); else null.
+   */
+  private normedGemv(x: Tensor, outs: readonly Product[], gemv: LoraGemvCall | null): { w: Q4Weight; y: Tensor } | null {
+    if (x.shape[0] !== 1 || (!gemv && outs.some((p) => p.lora))) return null;
+    const one = outs.length === 1 ? outs[0] : this.joined(outs);
+    if (!one || one.w.kind !== 'q4' || !this.q4.takesNorm(1, one.w.w, gemv?.ps.length ?? 0)) return null;
+    return { w: one.w.w, y: one.y };
   }
 
   /**
@@ -417,8 +439,9 @@ export class Projection {
   }
 
   /**
-   * On the LoRA GEMV path, the fold of o_proj's adapter into the split attention's combine (one
-   * partial of u a head, `heads` a row), and where the combine also leaves x as int8 groups
+   * On the LoRA GEMV path, the fold of o_proj's adapter into the attention kernel that normalises
+   * its rows (the split's combine, or the unsplit decode kernel: one partial of u a head, `heads` a
+   * row), and where that kernel also leaves x as int8 groups
    * (`quantizes`): what forwardCached takes and projectFolded finishes; else undefined.
    */
   attentionFold(gemv: LoraGemvCall | null, out: Product, rows: number, heads: number, scratch: LoraScratch | undefined, o: { quantizes: boolean; int8: boolean }): Fold | undefined {

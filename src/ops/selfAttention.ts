@@ -6,7 +6,8 @@
 //   packed inference        q/k norm and RoPE in one dispatch; attention over the packed rows
 //   cached (generation)     q/k norm, RoPE and the KV-cache append in one dispatch (with the LoRA
 //                           GEMV's q/k/v updates where the device binds them); attention over the
-//                           cache, whose split-K combine may start o_proj's LoRA update (a fold)
+//                           cache, whose split-K combine (or unsplit kernel, for one key chunk)
+//                           may start o_proj's LoRA update (a fold)
 import type { Recorder, Tensor } from '../gpu';
 import type { Attention, AttentionSplit } from './attention';
 import type { KvCache } from './kvCache';
@@ -115,10 +116,10 @@ export class SelfAttention {
       projection.project(rec, b.attn, [a.o], { int8: a.int8, scratch: a.scratch, accumulate: true });
       return;
     }
-    // On the LoRA GEMV path the split combine starts o_proj's down product, one partial a head;
-    // after the base projection one dispatch finishes the update.
+    // On the LoRA GEMV path the split combine (or the unsplit decode kernel, for one key chunk)
+    // starts o_proj's down product, one partial a head; o_proj's GEMV finishes the update.
     const T = b.q.shape[0];
-    const fold = projection.attentionFold(a.gemv, a.o, T, this.config.hq, a.scratch, { quantizes: !!attend.split && attention.foldQuantizes, int8: a.int8 });
+    const fold = projection.attentionFold(a.gemv, a.o, T, this.config.hq, a.scratch, { quantizes: attention.foldQuantizes, int8: a.int8 });
     const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
     const folded = attention.forwardCached(rec, b.q, attend.cache, a.layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
     if (folded) projection.projectFolded(rec, b.attn, a.o, fold!, a.int8);

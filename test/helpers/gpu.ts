@@ -10,7 +10,8 @@ export function testGpu(): Promise<Gpu> {
   return shared;
 }
 
-/** `gpu` as a device that binds only WebGPU's default 8 storage buffers per stage (Chrome offers 10). */
+/** `gpu` as a device that binds only WebGPU's default 8 storage buffers per stage (Chrome offers
+ * 10): kernels that bind more must fall back. */
 export function withDefaultStorageLimit(gpu: Gpu): Gpu {
   const limits = new Proxy(gpu.limits, { get: (t, k) => (k === 'maxStorageBuffersPerShaderStage' ? 8 : t[k as keyof GPUSupportedLimits]) });
   return Object.create(gpu, { limits: { value: limits } }) as Gpu;

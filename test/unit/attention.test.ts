@@ -665,7 +665,7 @@ describe('attention tiles', () => {
     for (const g of ['dq', 'dk', 'dv'] as const) expectClose(r[g], ref[g], { rtol: 1e-4, atol: 1e-5, what: `${g}, D=6` });
   });
 
-  it('split decode with an o_proj fold: o unchanged, and per (row, head) the partials A[:, head]·o[row, head] (r 3 and 16)', async () => {
+  it('decode with an o_proj fold (split in 4 chunks; 1 chunk and unsplit: the decode kernel alone): o unchanged, and per (row, head) the partials A[:, head]·o[row, head] (r 3 and 16)', async () => {
     const gpu = await testGpu();
     const dims = { hq: 4, hkv: 2, D: 16 };
     const { hq, hkv, D } = dims;
@@ -683,14 +683,13 @@ describe('attention tiles', () => {
     const v1 = gpu.upload(randUniform(2 * hkv * D, 806), [2, hkv * D], 'f32', 'v1');
     cache.append(rec, 0, k1, v1, 0, 2);
     await rec.submit();
-    for (const r of [3, 16]) {
+    for (const [r, split] of [[3, { workspace, chunks: 4 }], [16, { workspace, chunks: 4 }], [3, { workspace, chunks: 1 }], [16, undefined]] as const) {
       const q = gpu.upload(randUniform(2 * hq * D, 803 + r), [2, hq * D], 'f32', 'q');
       const A = randUniform(r * hq * D, 804 + r);
       const tA = gpu.upload(A, [r, hq * D], 'f32', 'A');
       const [o, o2] = [gpu.tensor([2, hq * D], 'f32', 'o'), gpu.tensor([2, hq * D], 'f32', 'o2')];
       const parts = gpu.tensor([2 * hq * r], 'f32', 'parts');
       const rec2 = gpu.recorder();
-      const split = { workspace, chunks: 4 };
       expect(att.forwardCached(rec2, q, cache, 0, o, { slot0: 0, count: 2, scale: 0.3, split, fold: { A: tA, r, parts } })).toBe(true);
       expect(att.forwardCached(rec2, q, cache, 0, o2, { slot0: 0, count: 2, scale: 0.3, split })).toBe(false);
       await rec2.submit();
@@ -706,14 +705,14 @@ describe('attention tiles', () => {
           }
         }
       }
-      expectClose(await read(gpu, parts), want, { rtol: 1e-5, atol: 1e-6, what: `partials, r ${r}` });
+      expectClose(await read(gpu, parts), want, { rtol: 1e-5, atol: 1e-6, what: `partials, r ${r}, ${split?.chunks ?? 'no'} chunks` });
       for (const t of [q, tA, o, o2, parts]) t.release();
     }
     for (const t of [k0, v0, k1, v1, workspace]) t.release();
     cache.release();
   });
 
-  it('split decode with an o_proj fold writes the merged rows as int8 groups too: the 4-bit GEMV given them writes what it writes quantizing o itself, bit for bit (D 32; D 16 and one row refuse)', async () => {
+  it('decode with an o_proj fold writes the merged rows as int8 groups too (split in 4 chunks, and in 1: the decode kernel alone): the 4-bit GEMV given them writes what it writes quantizing o itself, bit for bit (D 32; D 16 and one row refuse)', async () => {
     const gpu = await testGpu();
     const dims = { hq: 4, hkv: 2, D: 32 };
     const { hq, hkv, D } = dims;
@@ -735,23 +734,26 @@ describe('attention tiles', () => {
     const [o, o2] = [gpu.tensor([3, hq * D], 'f32', 'o'), gpu.tensor([3, hq * D], 'f32', 'o2')];
     const [parts, parts2] = [gpu.tensor([3 * hq * r], 'f32', 'parts'), gpu.tensor([3 * hq * r], 'f32', 'parts2')];
     const xq = gpu.tensor([int8GroupWords(3, hq * D)], 'u32', 'xq');
-    const split = { workspace, chunks: 4 };
-    const rec2 = gpu.recorder();
-    expect(att.forwardCached(rec2, q, cache, 0, o, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts, quantized: xq } })).toBe(true);
-    expect(att.forwardCached(rec2, q, cache, 0, o2, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts: parts2 } })).toBe(true);
-    await rec2.submit();
-    expect([...(await read(gpu, o))]).toEqual([...(await read(gpu, o2))]);
-    expect([...(await read(gpu, parts))]).toEqual([...(await read(gpu, parts2))]);
-    // o_proj's GEMV on o: given the groups, and quantizing o itself.
-    const [given, self] = await gemvGivenAndSelfQuantized(gpu, o, xq, 815);
-    expect([...given]).toEqual([...self]);
-    expect(Math.max(...given.map(Math.abs))).toBeGreaterThan(0);
-    expect(() => att.forwardCached(gpu.recorder(), q, cache, 0, o, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts, quantized: gpu.tensor([8], 'u32', 'small') } })).toThrow(ShapeError);
-    // One row's groups are two limbs, which the combine does not write.
-    const q1 = gpu.upload(randUniform(hq * D, 816), [1, hq * D], 'f32', 'q1');
-    const o1 = gpu.tensor([1, hq * D], 'f32', 'o1');
-    expect(() => att.forwardCached(gpu.recorder(), q1, cache, 0, o1, { slot0: 0, count: 1, scale: 0.3, split, fold: { A: tA, r, parts, quantized: gpu.tensor([int8GroupWords(1, hq * D)], 'u32', 'xq1') } })).toThrow(ShapeError);
-    for (const t of [k0, v0, q, q1, tA, o, o1, o2, parts, parts2, xq, workspace]) t.release();
+    for (const chunks of [4, 1]) {
+      const split = { workspace, chunks };
+      const rec2 = gpu.recorder();
+      expect(att.forwardCached(rec2, q, cache, 0, o, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts, quantized: xq } })).toBe(true);
+      expect(att.forwardCached(rec2, q, cache, 0, o2, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts: parts2 } })).toBe(true);
+      await rec2.submit();
+      expect([...(await read(gpu, o))]).toEqual([...(await read(gpu, o2))]);
+      expect([...(await read(gpu, parts))]).toEqual([...(await read(gpu, parts2))]);
+      // o_proj's GEMV on o: given the groups, and quantizing o itself.
+      const [given, self] = await gemvGivenAndSelfQuantized(gpu, o, xq, 815);
+      expect([...given]).toEqual([...self]);
+      expect(Math.max(...given.map(Math.abs))).toBeGreaterThan(0);
+      expect(() => att.forwardCached(gpu.recorder(), q, cache, 0, o, { slot0: 0, count: 3, scale: 0.3, split, fold: { A: tA, r, parts, quantized: gpu.tensor([8], 'u32', 'small') } })).toThrow(ShapeError);
+      // One row's groups are two limbs, which neither the combine nor the decode kernel writes.
+      const q1 = gpu.upload(randUniform(hq * D, 816), [1, hq * D], 'f32', 'q1');
+      const o1 = gpu.tensor([1, hq * D], 'f32', 'o1');
+      expect(() => att.forwardCached(gpu.recorder(), q1, cache, 0, o1, { slot0: 0, count: 1, scale: 0.3, split, fold: { A: tA, r, parts, quantized: gpu.tensor([int8GroupWords(1, hq * D)], 'u32', 'xq1') } })).toThrow(ShapeError);
+      for (const t of [q1, o1]) t.release();
+    }
+    for (const t of [k0, v0, q, tA, o, o2, parts, parts2, xq, workspace]) t.release();
     cache.release();
   });
 

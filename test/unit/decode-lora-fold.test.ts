@@ -1,7 +1,7 @@
 // Decode with an adapter on a model whose widths are multiples of 64 (the fixtures' are not): the
-// split attention's combine starts o_proj's LoRA down product and the SwiGLU dispatch starts
-// down_proj's (shaders/attention.wgsl and lora_gemv.wgsl, FOLD), each finished by one dispatch
-// after its base GEMV. The sampled tokens' log-probs must equal the log-softmax of the packed
+// split attention's combine (over two key chunks; the unsplit decode kernel over one) starts
+// o_proj's LoRA down product and the SwiGLU dispatch starts down_proj's (shaders/attention_*.wgsl
+// and lora_gemv.wgsl, FOLD), each finished by one dispatch after its base GEMV. The sampled tokens' log-probs must equal the log-softmax of the packed
 // forward's logits (the LoRA GEMMs, no folds) over the prompt and those tokens; with int8 x in
 // decode's GEMVs (the default), within the quantization's reach of them, x then quantized by the
 // kernels that write it.
@@ -21,15 +21,16 @@ const { hidden: H, intermediate: I, vocab: VOCAB, kvWidth: KV } = ALIGNED;
 const config = alignedConfig;
 
 describe('decode with folded LoRA down products', () => {
-  it('1 and 3 samples: each token\'s log-prob equals the packed forward\'s with the adapter, which differs from the base model\'s', async () => {
+  it('1 and 3 samples, prompts of one and two key chunks: each token\'s log-prob equals the packed forward\'s with the adapter, which differs from the base model\'s', async () => {
     const gpu = await testGpu();
     const model = await adaptedModel(gpu, false);
-    for (const G of [1, 3]) {
-      for (const [g, s] of (await samplesVsForward(model, G)).entries()) {
-        expectClose(s.got, s.want, { rtol: 0, atol: 2e-4, what: `G ${G}, sample ${g}` });
-        expect(Math.max(...s.base.map((b, j) => Math.abs(b - s.want[j]))), 'the adapter changes the log-probs').toBeGreaterThan(1e-2);
+    for (const G of [1, 3])
+      for (const length of [SHORT_PROMPT, ...PROMPT_LENGTHS]) {
+        for (const [g, s] of (await samplesVsForward(model, G, length)).entries()) {
+          expectClose(s.got, s.want, { rtol: 0, atol: 2e-4, what: `G ${G}, prompt ${length}, sample ${g}` });
+          expect(Math.max(...s.base.map((b, j) => Math.abs(b - s.want[j]))), 'the adapter changes the log-probs').toBeGreaterThan(1e-2);
+        }
       }
-    }
   });
 
   it('with int8 x in the GEMVs of 2..8 samples (the default where WGSL has packed dot products): 3 samples\' log-probs stay within 2e-2 of the f32 forward; 1 sample is f32', async () => {
@@ -38,25 +39,28 @@ describe('decode with folded LoRA down products', () => {
     const model = await adaptedModel(gpu, undefined);
     let largest = 0;
     const kernels = new Set<string>();
-    for (const G of [1, 3]) {
-      // The kernels the 3 samples dispatch, where the profiler can watch them.
-      const prof = G === 3 && gpu.has('timestamp-query') ? gpu.startProfiling('pass') : null;
-      const samples = await samplesVsForward(model, G);
-      if (prof) for (const k of prof.dispatched.keys()) kernels.add(k.name);
-      gpu.stopProfiling();
-      for (const [g, s] of samples.entries()) {
-        expectClose(s.got, s.want, { rtol: 0, atol: G === 1 ? 2e-4 : 2e-2, what: `G ${G}, sample ${g}` });
-        if (G > 1) largest = Math.max(largest, ...s.got.map((v, j) => Math.abs(v - s.want[j])));
+    for (const G of [1, 3])
+      for (const length of PROMPT_LENGTHS) {
+        // The kernels the 3 samples dispatch, where the profiler can watch them.
+        const prof = G === 3 && gpu.has('timestamp-query') ? gpu.startProfiling('pass') : null;
+        const samples = await samplesVsForward(model, G, length);
+        if (prof) for (const k of prof.dispatched.keys()) kernels.add(k.name);
+        gpu.stopProfiling();
+        for (const [g, s] of samples.entries()) {
+          expectClose(s.got, s.want, { rtol: 0, atol: G === 1 ? 2e-4 : 2e-2, what: `G ${G}, prompt ${length}, sample ${g}` });
+          if (G > 1) largest = Math.max(largest, ...s.got.map((v, j) => Math.abs(v - s.want[j])));
+        }
       }
-    }
     // The quantization shows: the 3 samples did take the int8 kernel.
     expect(largest).toBeGreaterThan(1e-5);
     // Every decoder GEMV's x left as int8 groups by the kernel that writes x (no quantize dispatch):
-    // q/k/v's and gate/up's by the norms' LoRA down dispatches, o_proj's by the attention combine,
-    // down_proj's by the SwiGLU where the device binds its 9 storage buffers.
+    // q/k/v's and gate/up's by the norms' LoRA down dispatches, o_proj's by the attention combine
+    // (two key chunks) or the unsplit decode kernel (one), down_proj's by the SwiGLU where the
+    // device binds its 9 storage buffers.
     if (gpu.has('timestamp-query')) {
       const swiglu = gpu.limits.maxStorageBuffersPerShaderStage >= 9 ? ['lora_gemv.lora_up_x2_swiglu_fold_quant_vec4'] : [];
-      const quant = ['attention.split_combine_fold_quant', 'lora_gemv.lora_down_x2_norm_quant_vec4', 'lora_gemv.lora_down_x3_norm_quant_vec4', ...swiglu];
+      const attention = ['attention.fwd_cached_fold_quant', 'attention.split_combine_fold_quant'];
+      const quant = [...attention, 'lora_gemv.lora_down_x2_norm_quant_vec4', 'lora_gemv.lora_down_x3_norm_quant_vec4', ...swiglu];
       expect([...kernels].filter((k) => k.includes('_quant')).sort()).toEqual(quant.sort());
     }
   });
@@ -78,9 +82,15 @@ async function adaptedModel(gpu: Gpu, int8Decode: boolean | undefined): Promise<
   return model;
 }
 
+/** Prompt lengths whose decode reads one key chunk (generate's 64 keys a chunk) and two. */
+const PROMPT_LENGTHS = [11, 70];
+/** A prompt the decode kernel prefills too (3 rows of 2 query heads a kv head), with the fold;
+ * f32 only (with int8 x its prefill's GEMVs of 3 rows would quantize x). */
+const SHORT_PROMPT = 3;
+
 /** G samples' log-probs (got), the packed forward's with the adapter (want) and without (base). */
-async function samplesVsForward(model: Qwen3VL, G: number): Promise<{ got: number[]; want: number[]; base: number[] }[]> {
-  const prompt = { id: 'p', inputIds: Int32Array.from({ length: 11 }, (_, i) => (53 * i + 7) % 480), images: [] };
+async function samplesVsForward(model: Qwen3VL, G: number, length: number): Promise<{ got: number[]; want: number[]; base: number[] }[]> {
+  const prompt = { id: 'p', inputIds: Int32Array.from({ length }, (_, i) => (53 * i + 7) % 480), images: [] };
   const sampling = { temperature: 1, topP: 1, topK: 0, maxNewTokens: 5, seed: 9 };
   const samples = await model.generate(prompt, G, sampling, { stopIds: [] });
   const out = [];
