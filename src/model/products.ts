@@ -5,7 +5,7 @@
 // through Chromium's subgroup-matrix extension where the browser offers it.
 import { capabilitiesOf, configsOf, formatConfigs, MissingFeatureError, TensorCoreCheckError, type Capabilities, type Gpu } from '../gpu';
 import { f16Config, f16Unsupported, MatmulQ4F16 } from '../ops/matmulQ4F16';
-import { AttentionF16, attentionF16Unsupported, checkAttentionF16 } from '../ops/attentionF16';
+import { AttentionF16, attentionF16Unsupported, attentionF16UnsupportedBy, checkAttentionF16 } from '../ops/attentionF16';
 import type { AttentionConfig } from '../ops/attention';
 import { MatmulQ4Mma, mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
 import { checkF16Dense, checkQ4F16, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
@@ -136,9 +136,12 @@ export function chooseProducts(caps: Capabilities): { products: Products; why: s
 /** Lines for people: each path family, then the default setting and why (the Model panel, `cli gpu`). */
 export function productPathSummary(caps: Capabilities): string[] {
   const choice = chooseProducts(caps);
+  // The decoder's heads of 128 (the vision tower's of 64 fit wherever these do).
+  const attention = attentionF16UnsupportedBy(caps, 128);
   return [
     ...productPaths(caps).map((p) => `${p.path} products: ${p.available ? 'available' : 'unavailable'} — ${p.why}`),
     `default products: ${choice.products} — ${choice.why}`,
+    `attention over packed rows on f16 tensor cores, with any tensor-core products: ${attention === null ? 'available' : `unavailable — ${attention}`}`,
   ];
 }
 

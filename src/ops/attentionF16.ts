@@ -3,7 +3,7 @@
 // heads), with q, k, v and dO rounded to f16 once a call (shaders/f16_convert.wgsl) and every
 // product accumulated in f32. Needs what the f16
 // products need (f16Unsupported in matmulQ4F16.ts) and a head dim that is 4 or 8 fragments wide.
-import { capabilitiesOf, compileMatrixKernels, grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { capabilitiesOf, compileMatrixKernels, grid1d, MissingFeatureError, ShapeError, type Capabilities, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import type { AttentionBackwardArgs, AttentionConfig, AttentionForwardArgs } from './attention';
 import { dkvSplitsOf } from './dkvSplits';
 import { f16Config, f16Unsupported } from './matmulQ4F16';
@@ -28,7 +28,11 @@ interface Copy {
 
 /** Why `gpu` cannot run attention of head dim `headDim` on f16 tensor cores, or null. */
 export function attentionF16Unsupported(gpu: Gpu, headDim: number): string | null {
-  const caps = capabilitiesOf(gpu);
+  return attentionF16UnsupportedBy(capabilitiesOf(gpu), headDim);
+}
+
+/** attentionF16Unsupported for a device of `caps`. */
+export function attentionF16UnsupportedBy(caps: Capabilities, headDim: number): string | null {
   const why = f16Unsupported(caps);
   if (why) return why;
   const { M, K } = f16Config(caps)!;

@@ -94,7 +94,8 @@ describe('the product-path chooser', () => {
     expect(f16TileFor(record({ limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } }))).toEqual(F16_TILES[16][2]);
     expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8)');
     expect(capabilitySummary(caps)).toContain('subgroup matrices: i8->i32 16x16x32; f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8');
-    expect(productPathSummary(caps).at(-1)).toMatch(/^default products: int8 — int8 tensor cores/);
+    expect(productPathSummary(caps).at(-2)).toMatch(/^default products: int8 — int8 tensor cores/);
+    expect(productPathSummary(caps).at(-1)).toBe('attention over packed rows on f16 tensor cores, with any tensor-core products: available');
   });
 
   it("only f16/f32 configs (Apple's 8x8): f16 tensor cores, naming the missing int8 config and what is offered", () => {
@@ -107,6 +108,8 @@ describe('the product-path chooser', () => {
     // Without shader-f16 (the same GPU, the feature not on the device): f32, saying so.
     expect(chooseProducts({ ...caps, shaderF16: false })).toEqual({ products: 'f32', why: expect.stringContaining('f16 unavailable: no shader-f16 on this device') });
     expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f16 8x8x8; f16->f32 8x8x8)');
+    // Heads of 128 are 16 fragments of 8: the decoder's attention stays on the f32 units there.
+    expect(productPathSummary(caps).at(-1)).toBe('attention over packed rows on f16 tensor cores, with any tensor-core products: unavailable — head dim 128 is not 4 or 8 fragments of 8');
   });
 
   it('no subgroup matrices: f32, saying the feature is missing', () => {
