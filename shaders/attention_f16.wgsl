@@ -4,7 +4,7 @@ enable chromium_experimental_subgroup_matrix;
 diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 // requires: f16, subgroups
 
-// Attention forward on f16 tensor cores (subgroup matrices FR x FR x FK, f16 in, f32 accumulated):
+// Attention forward on f16 tensor cores (subgroup matrices FR x FR x FR, f16 in, f32 accumulated):
 // o = softmax(scale·q·kᵀ + mask)·v over packed sequences, with attention_fwd.wgsl's layouts and
 // masks (attention_varlen.wgsl, the shared prefix). q, k and v come as f16 copies, zero past T.
 // Two passes over the keys instead of an online softmax: the first finds each row's log-sum-exp
@@ -37,33 +37,9 @@ struct Params {
 
 #include attention_varlen
 
-const D = {{D}}u;
-const FR = {{FR}}u;        // fragment rows = columns
-const FK = {{FK}}u;        // fragment K
-const SGS = {{SGS}}u;      // subgroups a workgroup, 32 lanes each
-const WG = SGS * 32u;
-const BQ = SGS * FR;       // tokens a workgroup
-const BI = {{BI}}u;        // keys a tile
-const KS = D + 8u;         // row stride of the staged keys and values (f16)
-const SS = BI + 4u;        // row stride of the scores (f32)
-const PS = BI + 8u;        // row stride of the probabilities (f16)
-const LPR = 32u / FR;      // softmax: lanes a row
-const KPL = BI / LPR;      // softmax: keys a lane (part, part + LPR, ...)
-const NEG: f32 = -1.0e30;
-const MASKED: f32 = -1.0e29;
+#include attention_f16_tile
 
-#include attention_key_walk
-
-var<workgroup> k_s: array<f16, BI * KS>;
-var<workgroup> v_s: array<f16, BI * KS>;
-var<workgroup> s_s: array<f32, SGS * FR * SS>;
-var<workgroup> p_s: array<f16, SGS * FR * PS>;
-
-alias Left = subgroup_matrix_left<f16, FK, FR>;
-alias Right = subgroup_matrix_right<f16, FR, FK>;
-alias Acc = subgroup_matrix_result<f32, FR, FR>;
-
-// Keys j0 .. j0 + BI of kv head hk into k_s (and v_s with `both`), 8 halves a load, every thread
+// Keys j0 .. j0 + BI of kv head hk into a_s (and their values into b_s with `both`), every thread
 // of the workgroup taking its share; the caller puts barriers around it.
 fn stage(j0: u32, hk: u32, lid: u32, both: bool) {
   let kstride = params.hkv * D;
@@ -71,27 +47,16 @@ fn stage(j0: u32, hk: u32, lid: u32, both: bool) {
     let r = i / (D / 8u);
     let c = (i % (D / 8u)) * 8u;
     let g = ((j0 + r) * kstride + hk * D + c) / 8u;
-    let kv = k16v[g];
-    for (var e = 0u; e < 4u; e++) {
-      let h2 = bitcast<vec2<f16>>(kv[e]);
-      k_s[r * KS + c + 2u * e] = h2.x;
-      k_s[r * KS + c + 2u * e + 1u] = h2.y;
-    }
+    put8(&a_s, r * KS + c, k16v[g]);
     if (both) {
-      let vv = v16v[g];
-      for (var e = 0u; e < 4u; e++) {
-        let h2 = bitcast<vec2<f16>>(vv[e]);
-        v_s[r * KS + c + 2u * e] = h2.x;
-        v_s[r * KS + c + 2u * e + 1u] = h2.y;
-      }
+      put8(&b_s, r * KS + c, v16v[g]);
     }
   }
 }
 
 // Fragment c (this subgroup's rows, columns col0 .. col0 + FR of head h) through s_s into o.
 fn put(c: Acc, sbase: u32, ts: u32, h: u32, col0: u32, lane: u32) {
-  subgroupMatrixStore<row_major>(&s_s, sbase, c, SS);
-  workgroupBarrier();
+  stage_out(c, sbase);
   for (var e = lane; e < FR * FR; e += 32u) {
     let t = ts + e / FR;
     if (t < params.rows) {
@@ -124,17 +89,17 @@ fn attn_fwd_f16(
   let t = ts + rr;
   let valid = t < T;
   let own = varlen_keys(min(t, T - 1u));
-  // This subgroup's rows of q, loaded once (FK = FR: D / FR fragments).
+  // This subgroup's rows of q, loaded once (D / FR fragments).
   let qstride = params.hq * D;
-  let q0 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 0u * FK, qstride);
-  let q1 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 1u * FK, qstride);
-  let q2 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 2u * FK, qstride);
-  let q3 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 3u * FK, qstride);
+  let q0 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 0u * FR, qstride);
+  let q1 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 1u * FR, qstride);
+  let q2 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 2u * FR, qstride);
+  let q3 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 3u * FR, qstride);
 #if O8
-  let q4 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 4u * FK, qstride);
-  let q5 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 5u * FK, qstride);
-  let q6 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 6u * FK, qstride);
-  let q7 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 7u * FK, qstride);
+  let q4 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 4u * FR, qstride);
+  let q5 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 5u * FR, qstride);
+  let q6 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 6u * FR, qstride);
+  let q7 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 7u * FR, qstride);
 #endif
   var o0 = Acc();
   var o1 = Acc();
@@ -168,15 +133,15 @@ fn attn_fwd_f16(
       for (var kc = 0u; kc < BI / FR; kc++) {
         let kb = kc * FR * KS;
         var s = Acc();
-        s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 0u * FK, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 1u * FK, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 2u * FK, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 3u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 0u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 1u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 2u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 3u * FR, KS), s);
 #if O8
-        s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 4u * FK, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 5u * FK, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 6u * FK, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&k_s, kb + 7u * FK, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 4u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 5u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 6u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 7u * FR, KS), s);
 #endif
         subgroupMatrixStore<row_major>(&s_s, sbase + kc * FR, s, SS);
       }
@@ -203,22 +168,22 @@ fn attn_fwd_f16(
           p_s[pbase + rr * PS + c] = f16(select(0.0, exp(s_s[sbase + rr * SS + c] * params.scale - row_lse), seen));
         }
         workgroupBarrier();
-        for (var kc = 0u; kc < BI / FK; kc++) {
-          let p = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + kc * FK, PS);
-          let vb = kc * FK * KS;
-          o0 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 0u * FR, KS), o0);
-          o1 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 1u * FR, KS), o1);
-          o2 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 2u * FR, KS), o2);
-          o3 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 3u * FR, KS), o3);
+        for (var kc = 0u; kc < BI / FR; kc++) {
+          let p = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + kc * FR, PS);
+          let vb = kc * FR * KS;
+          o0 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 0u * FR, KS), o0);
+          o1 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 1u * FR, KS), o1);
+          o2 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 2u * FR, KS), o2);
+          o3 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 3u * FR, KS), o3);
 #if O8
-          o4 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 4u * FR, KS), o4);
-          o5 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 5u * FR, KS), o5);
-          o6 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 6u * FR, KS), o6);
-          o7 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&v_s, vb + 7u * FR, KS), o7);
+          o4 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 4u * FR, KS), o4);
+          o5 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 5u * FR, KS), o5);
+          o6 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 6u * FR, KS), o6);
+          o7 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 7u * FR, KS), o7);
 #endif
         }
       }
-      workgroupBarrier(); // k_s, v_s, s_s and p_s are rewritten by the next tile
+      workgroupBarrier(); // a_s, b_s, s_s and p_s are rewritten by the next tile
       kw = key_next(kw, tile_lo, tile_hi);
     }
     if (phase == 0u) {

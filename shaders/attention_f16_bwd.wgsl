@@ -53,47 +53,14 @@ struct Params {
 
 #include attention_varlen
 
-const D = {{D}}u;
-const FR = {{FR}}u;        // fragment rows = columns = K
-const SGS = {{SGS}}u;      // subgroups a workgroup, 32 lanes each
-const WG = SGS * 32u;
-const BQ = SGS * FR;       // owned rows a workgroup
-const BI = {{BI}}u;        // walked rows a tile
-const KS = D + 8u;         // row stride of the staged rows (f16)
-const SS = BI + 4u;        // row stride of the scores (f32)
-const PS = BI + 8u;        // row stride of P and dS (f16)
-const LPR = 32u / FR;      // softmax: lanes a row
-const KPL = BI / LPR;      // softmax: walked rows a lane (part, part + LPR, ...)
+#include attention_f16_tile
+
 const HALF = D / 2u;
-
-#include attention_key_walk
-
-var<workgroup> a_s: array<f16, BI * KS>; // k (dq); q (dk/dv)
-var<workgroup> b_s: array<f16, BI * KS>; // v (dq); dO (dk/dv)
-var<workgroup> s_s: array<f32, SGS * FR * SS>;
-var<workgroup> p_s: array<f16, SGS * FR * PS>;
 var<workgroup> st_s: array<vec4<f32>, BI>; // dk/dv: the walked query's lse, delta and own key range (bits)
-
-alias Left = subgroup_matrix_left<f16, FR, FR>;
-alias Right = subgroup_matrix_right<f16, FR, FR>;
-alias Acc = subgroup_matrix_result<f32, FR, FR>;
-
-fn put8(p: ptr<workgroup, array<f16, BI * KS>>, at: u32, w: vec4<u32>) {
-  for (var e = 0u; e < 4u; e++) {
-    let h2 = bitcast<vec2<f16>>(w[e]);
-    (*p)[at + 2u * e] = h2.x;
-    (*p)[at + 2u * e + 1u] = h2.y;
-  }
-}
 
 // Fragment c (this subgroup's rows from r0, columns col0 .. col0 + FR of head `head` of `heads`)
 // through s_s, times `f`: dq's rows (put_dq), dk's or dv's (put_kv, `is_dv`). Every subgroup calls
 // them equally often: the barriers are uniform.
-fn stage_out(c: Acc, sbase: u32) {
-  subgroupMatrixStore<row_major>(&s_s, sbase, c, SS);
-  workgroupBarrier();
-}
-
 fn put_dq(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, lane: u32) {
   stage_out(c, sbase);
   for (var e = lane; e < FR * FR; e += 32u) {
