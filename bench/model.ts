@@ -45,7 +45,7 @@ import { performance as nodePerformance } from 'node:perf_hooks';
 import { capabilitiesOf, capabilitySummary, type Gpu, type Kernel } from '../src/gpu';
 import { createNodeGpu } from '../src/node/gpu';
 import { AdamW } from '../src/ops/adamw';
-import { createLoraParams, Lora, type LoraParams } from '../src/ops/lora';
+import { createLoraParamSet, Lora, type LoraParams } from '../src/ops/lora';
 import { RlLoss } from '../src/ops/rlLoss';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../src/model/config';
 import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
@@ -200,9 +200,9 @@ function makeLora(gpu: Gpu, c: Qwen3VLConfig, r: number): LoraParams[] {
   const q = t.numHeads * t.headDim;
   const kv = t.numKvHeads * t.headDim;
   const dims = { q: [q, t.hiddenSize], k: [kv, t.hiddenSize], v: [kv, t.hiddenSize], o: [t.hiddenSize, q], gate: [t.intermediateSize, t.hiddenSize], up: [t.intermediateSize, t.hiddenSize], down: [t.hiddenSize, t.intermediateSize] };
-  return Array.from({ length: t.numLayers }, (_, l) =>
-    LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r })),
-  ).flat();
+  // As the app's session allocates them: views into flat buffers (the optimizer's multi-tensor path).
+  const specs = Array.from({ length: t.numLayers }, (_, l) => LORA_PROJECTIONS.map((p) => ({ name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
+  return createLoraParamSet(gpu, specs);
 }
 
 /**

@@ -2,7 +2,7 @@
 // (layer after layer, LORA_PROJECTIONS order within a layer, then the vision mergers':
 // Qwen3VL.attachLora); any subset of the projections (PEFT's target_modules).
 import type { Gpu } from '../gpu';
-import { createLoraParams, type LoraParams } from '../ops/lora';
+import { createLoraParamSet, type LoraParams } from '../ops/lora';
 import { LORA_PROJECTIONS, loraModuleName } from '../model/decoder';
 import { AdapterError, type AdapterModule, type PeftAdapter } from './peft';
 
@@ -22,26 +22,19 @@ function visionOrder(m: AdapterModule): number {
 
 export function uploadAdapter(gpu: Gpu, adapter: PeftAdapter, numLayers: number): LoraParams[] {
   const byName = new Map(adapter.modules.map((m) => [m.module, m]));
-  const out: LoraParams[] = [];
+  const chosen: AdapterModule[] = [];
   const known = new Set<string>();
   for (let l = 0; l < numLayers; l++) {
     for (const proj of LORA_PROJECTIONS) {
       const name = loraModuleName(l, proj);
       known.add(name);
       const m = byName.get(name);
-      if (!m) continue;
-      const p = createLoraParams(gpu, { name, in: m.in, out: m.out, r: m.r, alpha: m.alpha });
-      gpu.write(p.A, m.A);
-      gpu.write(p.B, m.B);
-      out.push(p);
+      if (m) chosen.push(m);
     }
   }
   const vision = adapter.modules.filter((m) => VISION_MERGER.test(m.module) || VISION_BLOCK.test(m.module)).sort((a, b) => visionOrder(a) - visionOrder(b));
   for (const m of vision) {
-    const p = createLoraParams(gpu, { name: m.module, in: m.in, out: m.out, r: m.r, alpha: m.alpha });
-    gpu.write(p.A, m.A);
-    gpu.write(p.B, m.B);
-    out.push(p);
+    chosen.push(m);
     known.add(m.module);
   }
   const other = adapter.modules.find((m) => !known.has(m.module));
@@ -50,6 +43,15 @@ export function uploadAdapter(gpu: Gpu, adapter: PeftAdapter, numLayers: number)
       `adapter '${adapter.name}' adapts ${other.module}; the engine adapts q, k, v, o, gate, up and down_proj of the ${numLayers} language-model layers, the vision mergers' linear_fc1 and linear_fc2 and the vision blocks' ${BLOCK_LAYERS.join(', ')}`,
     );
   }
-  if (out.length === 0) throw new AdapterError(`adapter '${adapter.name}' has no weights`);
+  if (chosen.length === 0) throw new AdapterError(`adapter '${adapter.name}' has no weights`);
+  // One allocation for all: views into flat buffers, which the optimizer steps in a constant number of dispatches.
+  const out = createLoraParamSet(
+    gpu,
+    chosen.map((m) => ({ name: m.module, in: m.in, out: m.out, r: m.r, alpha: m.alpha })),
+  );
+  out.forEach((p, i) => {
+    gpu.write(p.A, chosen[i].A);
+    gpu.write(p.B, chosen[i].B);
+  });
   return out;
 }

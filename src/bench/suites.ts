@@ -7,6 +7,7 @@
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Recorder, type Tensor } from '../gpu';
 import { Activations } from '../ops/activations';
 import { AdamW, type AdamWParam } from '../ops/adamw';
+import { createLoraParamSet, releaseLoraParams } from '../ops/lora';
 import { Attention } from '../ops/attention';
 import { DTYPE_BYTES } from '../gpu/tensor';
 import { KvCache, type KvDtype } from '../ops/kvCache';
@@ -659,8 +660,20 @@ function loraShapes(ctx: SuiteContext): number[][] {
 async function adamw(ctx: SuiteContext): Promise<void> {
   const { gpu } = ctx;
   const shapes = loraShapes(ctx);
+  // The adapters as the session allocates them (createLoraParamSet): views into one flat buffer each for params and grads.
+  const lora = createLoraParamSet(
+    gpu,
+    shapes.filter((_, i) => i % 2 === 0).map(([r, inF], i) => ({ name: `bench.${i}`, r, in: inF, out: shapes[2 * i + 1][0], alpha: 2 * r })),
+  );
+  const params: AdamWParam[] = lora.flatMap((p) => [
+    { param: p.A, grad: p.dA },
+    { param: p.B, grad: p.dB },
+  ]);
   const rec = gpu.recorder('setup');
-  const params: AdamWParam[] = shapes.map((s, i) => ({ param: filled(ctx, rec, s, `p${i}`), grad: filled(ctx, rec, s, `g${i}`, 1e-3) }));
+  for (const p of params) {
+    ctx.fill.fill(rec, p.param, 'uniform', 0.05);
+    ctx.fill.fill(rec, p.grad, 'uniform', 1e-3);
+  }
   await rec.submit();
   const opt = await AdamW.create(gpu, params, { weightDecay: 0.01, maxGradNorm: 1 });
   const count = shapes.reduce((s, sh) => s + sh[0] * sh[1], 0);
@@ -668,8 +681,8 @@ async function adamw(ctx: SuiteContext): Promise<void> {
   const t = await ctx.measure(/^adamw\./, (r) => opt.step(r, { lr: 1e-5, step: ++step }), ctx.full);
   // Grad-norm pass reads g; the step reads p, g, m, v and writes p, m, v.
   ctx.add(bandwidthRow(ctx.limits, 'adamw', 'clip + AdamW', `${count} params in ${shapes.length} tensors`, t, 32 * count, { note: `LoRA r=${ctx.shapes.model.loraRank}, q/k/v/o/gate/up/down × ${ctx.shapes.model.layers} layers` }));
-  for (const p of params) release(p.param, p.grad);
-  for (const m of opt.moments) release(m.expAvg, m.expAvgSq);
+  lora.forEach(releaseLoraParams);
+  opt.release();
 }
 
 

@@ -8,7 +8,7 @@ import { buildPrompt } from '../data/prompt';
 import { syntheticDataset } from '../data/synthetic';
 import type { DatasetRow, RgbaImage } from '../data/types';
 import type { Gpu } from '../gpu';
-import { createLoraParams, releaseLoraParams, type LoraParams } from '../ops/lora';
+import { createLoraParamSet, releaseLoraParams, type LoraParams, type LoraSpec } from '../ops/lora';
 import { matchesTargetModules } from '../adapter/peft';
 import { LORA_TARGETS, VISION_LORA_TARGET, type DatasetSettings, type LoraSettings, type LoraTarget } from '../rl/config';
 import type { PreparedImage, PreparedPrompt } from '../rl/policy';
@@ -155,12 +155,14 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
       up: [t.intermediateSize, t.hiddenSize],
       down: [t.hiddenSize, t.intermediateSize],
     };
-    const params: LoraParams[] = [];
+    // Specs first, then one allocation: every adapter's tensors as views into few flat buffers, so
+    // that the optimizer steps them all in a constant number of dispatches (createLoraParamSet).
+    const specs: LoraSpec[] = [];
     for (let l = 0; l < t.numLayers; l++) {
       for (const proj of LORA_PROJECTIONS) {
         if (!s.target_modules.includes(`${proj}_proj` as LoraTarget)) continue;
         const [out, inF] = dims[proj];
-        params.push(createLoraParams(gpu, { name: loraModuleName(l, proj), in: inF, out, r: s.r, alpha: s.lora_alpha }));
+        specs.push({ name: loraModuleName(l, proj), in: inF, out, r: s.r, alpha: s.lora_alpha });
       }
     }
     // Vision modules, as PEFT matches list entries against module paths (every entry must match one).
@@ -172,18 +174,18 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
       const hits = vision.filter((t) => matchesTargetModules(name, [t]));
       if (hits.length === 0) return;
       hits.forEach((t) => matched.add(t));
-      params.push(createLoraParams(gpu, { name, in: inF, out, r: s.r, alpha: s.lora_alpha }));
+      specs.push({ name, in: inF, out, r: s.r, alpha: s.lora_alpha });
     };
     const block: Record<VisionBlockLayer, [number, number]> = { qkv: [H, 3 * H], proj: [H, H], fc1: [H, v.intermediateSize], fc2: [v.intermediateSize, H] };
     for (let m = 0; m <= v.deepstackVisualIndexes.length; m++) for (const fc of [1, 2] as const) add(visionLoraModuleName(m, fc), merged, fc === 1 ? merged : v.outHiddenSize);
     for (let i = 0; i < v.depth; i++) for (const l of Object.keys(block) as VisionBlockLayer[]) add(visionBlockLoraModuleName(i, l), ...block[l]);
     const none = vision.filter((t) => !matched.has(t));
     if (none.length > 0) {
-      params.forEach(releaseLoraParams);
       throw new SessionError(
         `lora.target_modules: ${none.join(', ')} name no module of this model (its vision tower has ${v.depth} blocks and ${v.deepstackVisualIndexes.length} DeepStack mergers, deepstack_merger_list.0 to .${v.deepstackVisualIndexes.length - 1})`,
       );
     }
+    const params = createLoraParamSet(gpu, specs);
     const old = model.lora;
     model.attachLora(params, { dropout: s.lora_dropout });
     old.forEach(releaseLoraParams);

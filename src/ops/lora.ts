@@ -6,7 +6,7 @@
 //   backward  t = s·dY·B [T, r]
 //             dB += s·dYᵀ·u,  dA += tᵀ·x̃,  dX += dropout'(t·A)
 // Gradients accumulate (micro-batches and sequences add up); zeroGrad clears them.
-import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import { Matmul } from './matmul';
 
 const WG = 256;
@@ -55,12 +55,16 @@ export function loraScale(p: LoraSpec): number {
   return p.alpha / p.r;
 }
 
-/** Tensors for one layer's adapter; contents undefined until Lora.init (or a checkpoint load). */
-export function createLoraParams(gpu: Gpu, spec: LoraSpec): LoraParams {
+function checkSpec(spec: LoraSpec): void {
   for (const k of ['in', 'out', 'r'] as const) {
     if (!Number.isInteger(spec[k]) || spec[k] <= 0) throw new ShapeError('lora', `${spec.name}: ${k} must be a positive integer, got ${spec[k]}`);
   }
   if (!(spec.alpha > 0)) throw new ShapeError('lora', `${spec.name}: lora_alpha must be positive, got ${spec.alpha}`);
+}
+
+/** Tensors for one layer's adapter; contents undefined until Lora.init (or a checkpoint load). */
+export function createLoraParams(gpu: Gpu, spec: LoraSpec): LoraParams {
+  checkSpec(spec);
   return {
     ...spec,
     A: gpu.tensor([spec.r, spec.in], 'f32', `${spec.name}.lora_A`),
@@ -68,6 +72,61 @@ export function createLoraParams(gpu: Gpu, spec: LoraSpec): LoraParams {
     dA: gpu.tensor([spec.r, spec.in], 'f32', `${spec.name}.lora_A.grad`),
     dB: gpu.tensor([spec.out, spec.r], 'f32', `${spec.name}.lora_B.grad`),
   };
+}
+
+/**
+ * Tensors for many adapters in few buffers: every A and B are views into one flat buffer (or more
+ * where one would pass the device's largest storage binding), every dA and dB into another laid out
+ * alike, each view starting at the storage offset alignment. AdamW then covers all of them in a
+ * constant number of dispatches (it groups tensors by buffer). A buffer goes back to the pool once
+ * every view into it is released (releaseLoraParams on each adapter).
+ */
+export function createLoraParamSet(gpu: Gpu, specs: readonly LoraSpec[]): LoraParams[] {
+  specs.forEach(checkSpec);
+  const shapes = specs.flatMap((s) => [
+    [s.r, s.in],
+    [s.out, s.r],
+  ]);
+  const labels = specs.flatMap((s) => [`${s.name}.lora_A`, `${s.name}.lora_B`]);
+  const params = flatViews(gpu, shapes, labels, 'lora.params');
+  const grads = flatViews(
+    gpu,
+    shapes,
+    labels.map((l) => `${l}.grad`),
+    'lora.grads',
+  );
+  return specs.map((spec, i) => ({ ...spec, A: params[2 * i], B: params[2 * i + 1], dA: grads[2 * i], dB: grads[2 * i + 1] }));
+}
+
+/** f32 views of `shapes` packed into pool buffers at aligned offsets; a buffer is released with its last view. */
+function flatViews(gpu: Gpu, shapes: readonly number[][], labels: readonly string[], label: string): Tensor[] {
+  const align = gpu.limits.minStorageBufferOffsetAlignment;
+  const maxBytes = Math.min(gpu.limits.maxBufferSize, gpu.limits.maxStorageBufferBindingSize);
+  // Each tensor's buffer (index) and byte offset there; a buffer is full when the next tensor would pass maxBytes.
+  const place: { buffer: number; offset: number }[] = [];
+  const sizes: number[] = [];
+  let at = 0;
+  for (const shape of shapes) {
+    const bytes = 4 * shape.reduce((a, b) => a * b, 1);
+    if (sizes.length === 0 || at + bytes > maxBytes) {
+      sizes.push(0);
+      at = 0;
+    }
+    place.push({ buffer: sizes.length - 1, offset: at });
+    sizes[sizes.length - 1] = at + bytes;
+    at = Math.ceil((at + bytes) / align) * align;
+  }
+  const flats = sizes.map((bytes) => gpu.tensor([bytes / 4], 'f32', label));
+  const live = flats.map(() => new Set<Tensor>());
+  const views = shapes.map((shape, i) => {
+    const { buffer: b, offset } = place[i];
+    const release = (t: Tensor) => {
+      if (live[b].delete(t) && live[b].size === 0) flats[b].release();
+    };
+    return new Tensor(flats[b].buffer, shape, 'f32', labels[i], offset, release);
+  });
+  views.forEach((v, i) => live[place[i].buffer].add(v));
+  return views;
 }
 
 export function releaseLoraParams(p: LoraParams): void {

@@ -4,7 +4,7 @@
 // Softmax, sampling and the logits' gradient run on the CPU in f64 (the test double's own part);
 // everything the trainer touches (LoRA tensors, log-prob/entropy/grad tensors) is on the GPU.
 import type { Gpu, Tensor } from '../../src/gpu';
-import { createLoraParams, Lora, type LoraParams } from '../../src/ops/lora';
+import { createLoraParamSet, Lora, type LoraParams } from '../../src/ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../../src/rl/policy';
 import type { PromptSource } from '../../src/rl/trainer';
 import type { DatasetRow } from '../../src/data/types';
@@ -43,7 +43,9 @@ export class ToyPolicy implements Policy {
     alpha: number,
   ) {
     const L = positions;
-    this.lora = [createLoraParams(gpu, { name: 'toy.logits', in: L, out: this.V, r, alpha })];
+    // Allocated as the session allocates adapters (views into flat buffers), so that the trainer's
+    // optimizer, checkpoints and resumes run AdamW's multi-tensor path.
+    this.lora = createLoraParamSet(gpu, [{ name: 'toy.logits', in: L, out: this.V, r, alpha }]);
     const eye = new Float32Array(L * L);
     for (let i = 0; i < L; i++) eye[i * L + i] = 1;
     this.x = gpu.upload(eye, [L, L], 'f32', 'toy.x');

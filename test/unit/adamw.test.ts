@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randNormal } from '../helpers/reference';
-import { AdamW, type AdamWConfig } from '../../src/ops/adamw';
-import { ShapeError } from '../../src/gpu';
+import { AdamW, type AdamWConfig, type AdamWParam } from '../../src/ops/adamw';
+import { createLoraParamSet } from '../../src/ops/lora';
+import { ShapeError, type Gpu } from '../../src/gpu';
 
 /** torch.nn.utils.clip_grad_norm_ then torch.optim.AdamW (single-tensor path), in f64. */
 class CpuAdamW {
@@ -99,5 +100,92 @@ describe('adamw', () => {
     const gpu = await testGpu();
     const bad = [{ param: gpu.tensor([4], 'f32', 'p'), grad: gpu.tensor([5], 'f32', 'g') }];
     await expect(AdamW.create(gpu, bad)).rejects.toBeInstanceOf(ShapeError);
+  });
+
+  describe('many tensors (multi-tensor path)', () => {
+    /** Odd sizes from 1 to 5000, chunk edges (1024 elements a workgroup) among them. */
+    const ODD = [1, 1023, 1024, 1025, 5000, 4999, ...Array.from({ length: 44 }, (_, k) => 1 + ((k * 7919 + 13) % 5000))];
+
+    /** `sizes` as LoRA tensors (r = 1: A [1, n], B [m, 1]) from createLoraParamSet, plus `loose` tensors in buffers of their own. */
+    function tensors(gpu: Gpu, sizes: number[], loose: number[] = []): AdamWParam[] {
+      const specs = Array.from({ length: sizes.length / 2 }, (_, i) => ({ name: `t${i}`, r: 1, in: sizes[2 * i], out: sizes[2 * i + 1], alpha: 1 }));
+      const set = createLoraParamSet(gpu, specs).flatMap((p) => [
+        { param: p.A, grad: p.dA },
+        { param: p.B, grad: p.dB },
+      ]);
+      return [...set, ...loose.map((n, k) => ({ param: gpu.tensor([n], 'f32', `loose${k}`), grad: gpu.tensor([n], 'f32', `loose${k}.grad`) }))];
+    }
+
+    /** 3 steps against torch's clip + AdamW; returns the dispatches a step recorded. */
+    async function against(gpu: Gpu, params: AdamWParam[]): Promise<number> {
+      const cfg = { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.1, maxGradNorm: 1 };
+      const init = params.map((p, k) => randNormal(p.param.numel, 300 + k, 0.5));
+      params.forEach((p, k) => gpu.write(p.param, init[k]));
+      const opt = await AdamW.create(gpu, params, cfg);
+      const cpu = new CpuAdamW(init.map((p) => Float64Array.from(p)), cfg);
+      let dispatches = 0;
+      for (let t = 1; t <= 3; t++) {
+        const lr = 1e-2 / t;
+        const grads = params.map((p, k) => randNormal(p.param.numel, 5000 * t + k));
+        const zero = gpu.recorder();
+        opt.zeroGrad(zero);
+        await zero.submit();
+        params.forEach((p, k) => gpu.write(p.grad, grads[k]));
+        const rec = gpu.recorder();
+        const before = gpu.hostStats.dispatches;
+        opt.step(rec, { lr, step: t });
+        dispatches = gpu.hostStats.dispatches - before;
+        await rec.submit();
+        const want = cpu.step(grads, lr, t);
+        const [norm, coef] = await gpu.readF32(opt.gradNorm);
+        expectClose([norm], [want], { rtol: 1e-5, what: `grad norm at step ${t}` });
+        expect(coef, 'clipping is active').toBeLessThan(1);
+      }
+      for (let k = 0; k < params.length; k++) {
+        expectClose(await gpu.readF32(params[k].param), cpu.params[k], { rtol: 1e-5, atol: 1e-6, what: `param ${k} (${params[k].param.numel})` });
+        expectClose(await gpu.readF32(opt.moments[k].expAvg), cpu.m[k], { rtol: 1e-5, atol: 1e-7, what: `exp_avg ${k}` });
+        expectClose(await gpu.readF32(opt.moments[k].expAvgSq), cpu.v[k], { rtol: 1e-5, atol: 1e-9, what: `exp_avg_sq ${k}` });
+      }
+      const zero = gpu.recorder();
+      opt.zeroGrad(zero);
+      await zero.submit();
+      for (const [k, p] of params.entries()) expect((await gpu.readF32(p.grad)).every((x) => x === 0), `grad ${k} zeroed`).toBe(true);
+      opt.release();
+      return dispatches;
+    }
+
+    it('matches torch over 50 tensors of odd sizes in one flat buffer, beside 2 tensors in buffers of their own', async () => {
+      const gpu = await testGpu();
+      // Groups: the flat set, then each loose tensor: 3 sum passes, the clip, 3 updates.
+      expect(await against(gpu, tensors(gpu, ODD, [3, 2000]))).toBe(7);
+    }, 60_000);
+
+    it('matches torch where the flat set is split across buffers by a small storage binding limit', async () => {
+      const real = await testGpu();
+      const limits = new Proxy(real.limits, { get: (t, k) => (k === 'maxStorageBufferBindingSize' ? 32768 : t[k as keyof GPUSupportedLimits]) });
+      const gpu = Object.create(real, { limits: { value: limits } }) as Gpu;
+      const params = tensors(gpu, ODD);
+      const buffers = new Set(params.map((p) => p.param.buffer)).size;
+      expect(buffers, 'the set spans several buffers').toBeGreaterThan(2);
+      expect(await against(gpu, params)).toBe(2 * buffers + 1);
+    }, 60_000);
+
+    it('records as many dispatches for 400 tensors as for 4', async () => {
+      const gpu = await testGpu();
+      const count = async (n: number) => {
+        const opt = await AdamW.create(gpu, tensors(gpu, Array.from({ length: n }, (_, k) => 1 + ((k * 31) % 300))));
+        const rec = gpu.recorder();
+        const before = gpu.hostStats.dispatches;
+        opt.step(rec, { lr: 1e-3, step: 1 });
+        const step = gpu.hostStats.dispatches - before;
+        opt.zeroGrad(rec);
+        const zero = gpu.hostStats.dispatches - before - step;
+        await rec.submit();
+        opt.release();
+        return { step, zero };
+      };
+      expect(await count(4)).toEqual({ step: 3, zero: 1 });
+      expect(await count(400)).toEqual({ step: 3, zero: 1 });
+    }, 60_000);
   });
 });
