@@ -18,7 +18,7 @@
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
 import { Activations } from './activations';
-import { Lora, loraScale, type LoraParams } from './lora';
+import { Lora, loraScale, type LoraForwardMember, type LoraParams } from './lora';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
 import { Norms } from './norms';
@@ -471,13 +471,16 @@ export class Projection {
     this.loraGemv.upFromParts(rec, p, parts, perRow, y);
   }
 
-  /** Each adapter's update by LoRA's GEMMs, keeping u. */
+  /** Each adapter's update by src/ops/lora.ts, keeping u: those without dropout (which share x) as one group. */
   private loraGemms(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
+    const group: LoraForwardMember[] = [];
     for (const { y, lora } of outs) {
       if (!lora) continue;
       const d = lora.dropout;
-      this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d?.xd }, d && { dropout: d.p, seed: d.seed });
+      if (d) this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d.xd }, { dropout: d.p, seed: d.seed });
+      else group.push({ p: lora.p, u: lora.u, y });
     }
+    this.lora.forwardGroup(rec, x, group);
   }
 
   /**

@@ -1,0 +1,124 @@
+// LoRA's group dispatches for the adapters of one input (Lora.forwardGroup, Lora.backwardGroup:
+// shaders/lora_thin.wgsl and up_add's SECOND/THIRD/SUM variants) against f64 on the CPU: u_g,
+// y_g += s_g·u_g·B_gᵀ, and dA_g, dB_g, dX += Σ_g s_g·dY_g·B_g·A_g, at row counts that leave a
+// partial block of 16 rows, ranks below, at and above the kernel's block of 8, and outputs of
+// different widths (q/k/v's).
+import { describe, expect, it } from 'vitest';
+import { Lora, createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/lora';
+import type { Gpu, Tensor } from '../../src/gpu';
+import { testGpu } from '../helpers/gpu';
+import { expectClose, randUniform } from '../helpers/reference';
+
+/** Row-major a [rows, k] · bᵀ (b [cols, k]) in f64. */
+function matmulT(a: ArrayLike<number>, b: ArrayLike<number>, rows: number, cols: number, k: number): Float64Array {
+  const out = new Float64Array(rows * cols);
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
+    let s = 0;
+    for (let p = 0; p < k; p++) s += a[i * k + p] * b[j * k + p];
+    out[i * cols + j] = s;
+  }
+  return out;
+}
+
+function transpose(a: ArrayLike<number>, rows: number, cols: number): Float64Array {
+  const out = new Float64Array(rows * cols);
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = a[i * cols + j];
+  return out;
+}
+
+interface Member {
+  p: LoraParams;
+  A: Float32Array;
+  B: Float32Array;
+  dA0: Float32Array;
+  dB0: Float32Array;
+  y0: Float32Array;
+  dy: Float32Array;
+  ty: Tensor;
+  tdy: Tensor;
+  tu: Tensor;
+  tt: Tensor;
+}
+
+async function members(gpu: Gpu, T: number, inF: number, outs: readonly number[], r: number, seed: number): Promise<Member[]> {
+  return outs.map((out, g) => {
+    const p = createLoraParams(gpu, { name: `layers.0.self_attn.${'qkv'[g]}_proj`, in: inF, out, r, alpha: 2 * r + g });
+    const [A, B, dA0, dB0, y0, dy] = [r * inF, out * r, r * inF, out * r, T * out, T * out].map((n, i) => randUniform(n, seed + 10 * g + i));
+    gpu.write(p.A, A);
+    gpu.write(p.B, B);
+    // Gradients start non-zero: the group accumulates into them.
+    gpu.write(p.dA, dA0);
+    gpu.write(p.dB, dB0);
+    // Workspaces with more rows than T, as a caller holds them.
+    return { p, A, B, dA0, dB0, y0, dy, ty: gpu.upload(y0, [T, out], 'f32', `y${g}`), tdy: gpu.upload(dy, [T, out], 'f32', `dy${g}`), tu: gpu.tensor([T + 3, r], 'f32', `u${g}`), tt: gpu.tensor([T + 3, r], 'f32', `t${g}`) };
+  });
+}
+
+const read = async (gpu: Gpu, t: Tensor, n = t.numel) => (await gpu.readF32(t)).slice(0, n);
+
+describe('lora groups', () => {
+  // [T, in, outs, r]: three adapters (q/k/v-like widths), two, one; ranks 8, 5 and 12 (two rank blocks).
+  const cases = [
+    [37, 68, [40, 24, 24], 8],
+    [21, 132, [36, 36], 5],
+    [50, 40, [28], 12],
+    [16, 64, [32, 16, 16], 12],
+  ] as const;
+  it.each(cases)('T %i, in %i, outs %j, rank %i: forwardGroup and backwardGroup match f64', async (T, inF, outs, r) => {
+    const gpu = await testGpu();
+    const lora = await Lora.create(gpu);
+    const ms = await members(gpu, T, inF, outs, r, 100 + T);
+    const x = randUniform(T * inF, T);
+    const dx0 = randUniform(T * inF, T + 1);
+    const tx = gpu.upload(x, [T, inF], 'f32', 'x');
+    const tdx = gpu.upload(dx0, [T, inF], 'f32', 'dx');
+    expect(Lora.groupable(ms.map((m) => m.p))).toBe(true);
+
+    const before = gpu.hostStats.dispatches;
+    const rec = gpu.recorder();
+    lora.forwardGroup(rec, tx, ms.map((m) => ({ p: m.p, u: m.tu, y: m.ty })));
+    const forwardDispatches = gpu.hostStats.dispatches - before;
+    lora.backwardGroup(rec, tx, tdx, ms.map((m) => ({ p: m.p, dy: m.tdy, u: m.tu, t: m.tt })));
+    await rec.submit();
+    // One dispatch for every u, one for every update.
+    expect(forwardDispatches).toBe(2);
+
+    const dxWant = Float64Array.from(dx0);
+    for (const [g, m] of ms.entries()) {
+      const out = outs[g];
+      const s = loraScale(m.p);
+      const u = matmulT(x, m.A, T, r, inF);
+      const y = matmulT(u, m.B, T, out, r).map((v, i) => s * v + m.y0[i]);
+      const t = matmulT(m.dy, transpose(m.B, out, r), T, r, out).map((v) => s * v);
+      const dB = matmulT(transpose(m.dy, T, out), transpose(u, T, r), out, r, T).map((v, i) => s * v + m.dB0[i]);
+      const dA = matmulT(transpose(t, T, r), transpose(x, T, inF), r, inF, T).map((v, i) => v + m.dA0[i]);
+      matmulT(t, transpose(m.A, r, inF), T, inF, r).forEach((v, i) => (dxWant[i] += v));
+      // f32 sums of up to a few hundred products of values in [-1, 1], the largest results about 100.
+      const tol = { rtol: 1e-5, atol: 1e-4 };
+      expectClose(await read(gpu, m.tu, T * r), u, { ...tol, what: `u of adapter ${g}` });
+      expectClose(await read(gpu, m.ty), y, { ...tol, what: `y of adapter ${g}` });
+      expectClose(await read(gpu, m.tt, T * r), t, { ...tol, what: `t of adapter ${g}` });
+      expectClose(await read(gpu, m.p.dB), dB, { ...tol, what: `dB of adapter ${g}` });
+      expectClose(await read(gpu, m.p.dA), dA, { ...tol, what: `dA of adapter ${g}` });
+    }
+    expectClose(await read(gpu, tdx), dxWant, { rtol: 1e-5, atol: 1e-4, what: 'dX of the group' });
+    for (const m of ms) {
+      releaseLoraParams(m.p);
+      for (const t of [m.ty, m.tdy, m.tu, m.tt]) t.release();
+    }
+    tx.release();
+    tdx.release();
+  }, 120_000);
+
+  it('groups only adapters of one rank and input width whose widths are whole vec4s', async () => {
+    const gpu = await testGpu();
+    const p = (inF: number, out: number, r: number) => createLoraParams(gpu, { name: 'layers.0.mlp.up_proj', in: inF, out, r, alpha: r });
+    const ps = [p(64, 32, 8), p(64, 16, 8), p(64, 16, 4), p(64, 18, 8), p(62, 16, 8)];
+    expect(Lora.groupable([ps[0], ps[1]])).toBe(true);
+    expect(Lora.groupable([ps[0], ps[2]])).toBe(false);
+    expect(Lora.groupable([ps[0], ps[3]])).toBe(false);
+    expect(Lora.groupable([ps[4]])).toBe(false);
+    expect(Lora.groupable([ps[0], ps[1], ps[1], ps[1]])).toBe(false);
+    ps.forEach(releaseLoraParams);
+  });
+});
