@@ -119,6 +119,18 @@ const THIN_ROWS = 16;
 const THIN_RANKS = 8;
 /** Adapters a group dispatch binds at most (q/k/v). */
 export const LORA_GROUP_MAX = 3;
+/** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds. */
+const GRAD_COLS = 256;
+const GRAD_MAX_RANKS = 24;
+/** lora_grad's rows are split into chunks (partials summed after) until there are about this many
+ * workgroups, each chunk of at least GRAD_MIN_ROWS rows. */
+const GRAD_TARGET_GROUPS = 512;
+const GRAD_MIN_ROWS = 32;
+/** lora_grad's Params, in order. */
+const GRAD_UNIFORMS = {
+  rows: 'u32', chunk_rows: 'u32', r: 'u32', width_a: 'u32', out0: 'u32', out1: 'u32', out2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32',
+  adapters: 'u32', a_tiles: 'u32', b_tiles0: 'u32', b_tiles1: 'u32', b_tiles2: 'u32', set_size: 'u32', b_at0: 'u32', b_at1: 'u32', b_at2: 'u32', n: 'u32', chunks: 'u32',
+} as const;
 
 /** An adapter in a forward group: u = x·Aᵀ kept in `u` [≥ T, r], y [T, out] += s·u·Bᵀ. */
 export interface LoraForwardMember {
@@ -288,6 +300,60 @@ export class Lora {
   }
 
   /**
+   * dB_g += s_g·dY_gᵀ·u_g and dA_g += t_gᵀ·x for a group (shaders/lora_grad.wgsl): partials over
+   * chunks of rows in one dispatch, their sum into every gradient in a second; the GEMMs of each
+   * where the device binds fewer storage buffers than the kernel needs.
+   */
+  private weightGradsGroup(rec: Recorder, x: Tensor, ms: readonly LoraBackwardMember[], T: number): void {
+    const G = ms.length;
+    if (this.gpu.limits.maxStorageBuffersPerShaderStage < 2 + 3 * G) {
+      for (const { p, dy, u, t } of ms) this.weightGrads(rec, p, dy, u, t, x, T);
+      return;
+    }
+    const { r, in: inF } = ms[0].p;
+    const qmax = Math.min(GRAD_MAX_RANKS, 4 * Math.ceil((G * r) / 4));
+    const colBlocks = (w: number) => Math.ceil(w / GRAD_COLS);
+    const aTiles = colBlocks(inF) * Math.ceil((G * r) / qmax);
+    const bTiles = ms.map((m) => colBlocks(m.p.out) * Math.ceil(r / qmax));
+    const tiles = aTiles + bTiles.reduce((a, b) => a + b, 0);
+    const bAt: number[] = [];
+    let set = G * r * inF;
+    for (const m of ms) {
+      bAt.push(set);
+      set += m.p.out * r;
+    }
+    let chunks = Math.max(1, Math.min(Math.ceil(GRAD_TARGET_GROUPS / tiles), Math.floor(T / GRAD_MIN_ROWS)));
+    const chunkRows = Math.ceil(T / chunks);
+    chunks = Math.ceil(T / chunkRows);
+    const part = this.gpu.tensor([chunks * set], 'f32', 'lora.grad_parts');
+    const uniforms = {
+      rows: T, chunk_rows: chunkRows, r, width_a: inF,
+      out0: ms[0].p.out, out1: ms[1]?.p.out ?? 0, out2: ms[2]?.p.out ?? 0,
+      s0: loraScale(ms[0].p), s1: ms[1] ? loraScale(ms[1].p) : 0, s2: ms[2] ? loraScale(ms[2].p) : 0,
+      adapters: G, a_tiles: aTiles, b_tiles0: bTiles[0], b_tiles1: bTiles[1] ?? 0, b_tiles2: bTiles[2] ?? 0,
+      set_size: set, b_at0: bAt[0], b_at1: bAt[1] ?? set, b_at2: bAt[2] ?? set, n: set, chunks,
+    };
+    const spec = (parts: boolean): KernelSpec => ({
+      name: `lora.grad_${parts ? 'parts' : 'sum'}${G > 1 ? `x${G}` : ''}`,
+      shader: 'lora_grad',
+      entry: parts ? 'grad_parts' : 'grad_sum',
+      defines: { PARTS: parts, SECOND: G > 1, THIRD: G > 2, QMAX: parts ? qmax : 4 },
+      uniforms: GRAD_UNIFORMS,
+    });
+    const partsK = this.variant(`grad/parts/${G}/${qmax}`, () => spec(true));
+    const sumK = this.variant(`grad/sum/${G}`, () => spec(false));
+    const src: Record<string, Tensor> = { x, part };
+    const dst: Record<string, Tensor> = { part };
+    ms.forEach((m, g) => {
+      Object.assign(src, { [`dy${g}`]: m.dy, [`u${g}`]: m.u, [`t${g}`]: m.t });
+      Object.assign(dst, { [`da${g}`]: m.p.dA, [`db${g}`]: m.p.dB });
+    });
+    rec.dispatch(partsK, src, [tiles, chunks], uniforms);
+    rec.dispatch(sumK, dst, grid1d(set, 256), uniforms);
+    part.release();
+  }
+
+  /**
    * forward for the adapters of one input x without dropout (q/k/v, gate/up): every u in one
    * dispatch and every update in one where they are groupable, else forward each.
    */
@@ -331,7 +397,7 @@ export class Lora {
     }
     const r = members[0].p.r;
     this.thin(rec, members.map((m) => m.dy), members.map((m) => ({ w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
-    for (const { p, dy, u, t } of members) this.weightGrads(rec, p, dy, u, t, x, T);
+    this.weightGradsGroup(rec, x, members, T);
     if (dx) this.upAddGroup(rec, members.map((m) => ({ u: m.t, w: m.p.A, y: dx, n: m.p.in, scale: 1 })), T, r, true, true);
   }
 

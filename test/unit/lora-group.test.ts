@@ -1,8 +1,8 @@
 // LoRA's group dispatches for the adapters of one input (Lora.forwardGroup, Lora.backwardGroup:
 // shaders/lora_thin.wgsl and up_add's SECOND/THIRD/SUM variants) against f64 on the CPU: u_g,
-// y_g += s_g·u_g·B_gᵀ, and dA_g, dB_g, dX += Σ_g s_g·dY_g·B_g·A_g, at row counts that leave a
-// partial block of 16 rows, ranks below, at and above the kernel's block of 8, and outputs of
-// different widths (q/k/v's).
+// y_g += s_g·u_g·B_gᵀ, and dA_g, dB_g (shaders/lora_grad.wgsl), dX += Σ_g s_g·dY_g·B_g·A_g, at row
+// counts that leave a partial block of 16 rows, ranks below, at and above lora_thin's block of 8
+// and stacked ranks above lora_grad's 24, and outputs of different widths (q/k/v's).
 import { describe, expect, it } from 'vitest';
 import { Lora, createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/lora';
 import type { Gpu, Tensor } from '../../src/gpu';
@@ -63,6 +63,8 @@ describe('lora groups', () => {
     [21, 132, [36, 36], 5],
     [50, 40, [28], 12],
     [16, 64, [32, 16, 16], 12],
+    // The weight gradients' rows in 6 chunks, x in 3 blocks of 256 columns (the last partial).
+    [203, 516, [260, 40], 8],
   ] as const;
   it.each(cases)('T %i, in %i, outs %j, rank %i: forwardGroup and backwardGroup match f64', async (T, inF, outs, r) => {
     const gpu = await testGpu();
@@ -79,9 +81,12 @@ describe('lora groups', () => {
     lora.forwardGroup(rec, tx, ms.map((m) => ({ p: m.p, u: m.tu, y: m.ty })));
     const forwardDispatches = gpu.hostStats.dispatches - before;
     lora.backwardGroup(rec, tx, tdx, ms.map((m) => ({ p: m.p, dy: m.tdy, u: m.tu, t: m.tt })));
+    const backwardDispatches = gpu.hostStats.dispatches - before - forwardDispatches;
     await rec.submit();
-    // One dispatch for every u, one for every update.
+    // One dispatch for every u, one for every update; in the backward one for every t, two for
+    // every dA and dB (partials, their sum), one for dX.
     expect(forwardDispatches).toBe(2);
+    expect(backwardDispatches).toBe(4);
 
     const dxWant = Float64Array.from(dx0);
     for (const [g, m] of ms.entries()) {

@@ -4,8 +4,8 @@
 // (q/k/v's normed rows, o's attention output, gate/up's normed rows, down's SwiGLU):
 //   forward     one u = x·Aᵀ (lora.thin) and one update (lora.up_add[B]) each          4 + 4
 //   recompute   the same, down_proj's update left out (its output is kept)             4 + 3
-//   backward    one t = s·dY·B (lora.thin) and one dX update (lora.up_add[A]) each     4 + 4
-// and two products each of every adapter's dA and dB (the f32 GEMM, split along the rows).
+//   backward    one t = s·dY·B (lora.thin), dA and dB of every adapter of the input in two
+//               (lora.grad_parts, lora.grad_sum), one dX update (lora.up_add[A]) each  4 + 8 + 4
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { importPeft } from '../../src/adapter/peft';
@@ -53,8 +53,10 @@ describe('training step dispatches', () => {
     expect(count('lora.thin[dY·B]')).toBe(4 * L);
     expect(count('lora.up_add[B]')).toBe(7 * L);
     expect(count('lora.up_add[A]')).toBe(4 * L);
-    // Before the groups (a dispatch for every adapter's u, update, t and dX: at these sizes the
-    // GEMMs are not split along K): 316.
-    expect(total).toBe(262);
+    expect(count('lora.grad_parts')).toBe(4 * L);
+    expect(count('lora.grad_sum')).toBe(4 * L);
+    // Before the groups (a dispatch for every adapter's u, update, t, dA, dB and dX: at these
+    // sizes the GEMMs are not split along K): 316.
+    expect(total).toBe(244);
   }, 300_000);
 });
