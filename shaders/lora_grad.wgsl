@@ -4,10 +4,11 @@
 //   dA_g [r, in]    += t_gᵀ·x          t_g = s_g·dY_g·B_g [T, r]
 //   dB_g [out_g, r] += s_g·dY_gᵀ·u_g   u_g = x·A_gᵀ [T, r]
 // Both are out[n, j] = Σ_rows P[row, n]·Q[row, j] with a wide P (x, or dY_g) and a thin Q (the
-// adapters' t stacked by rank, J = g·r + j, or u_g). grad_parts: a workgroup owns NB columns of
+// adapters' t stacked by rank, J = g·r + j, or u_g). grad_parts: a workgroup owns 256 columns of
 // one P and up to QMAX ranks of its Q over one chunk of rows (grid y); each thread sums 4 columns
 // (a vec4 of P's row) x QMAX ranks in registers, so a row costs one vec4 load of P, QMAX/4
-// broadcast loads of Q and 4·QMAX FMAs; x is read once for every adapter's dA. Partials go to
+// broadcast loads of Q (staged in workgroup memory 64 rows at a time) and 4·QMAX FMAs; x is read
+// once for every adapter's dA. Partials go to
 // part [chunks, set]: a set is dA stacked [G·r, in] (dA_g's rows in order), then each dB_g [out_g, r].
 // grad_sum adds the chunks' partials of each element, in chunk order, to its gradient.
 // Tiles (grid x): dA's n-blocks x rank chunks of G·r, then dB_0's, dB_1's, dB_2's n-blocks x rank
@@ -68,15 +69,20 @@ struct Params {
 #endif
 #endif
 
-const NB4 = 64u;          // vec4 columns a workgroup: its 64 threads, 256 columns
+const NB4 = 64u;          // vec4 columns a workgroup: one a thread of its 64, 256 columns
 const QMAX = {{QMAX}}u;   // ranks a workgroup (a multiple of 4; the accumulators are QMAX vec4s)
-const UNROLL = 4u;        // rows loaded before they are summed: more loads in flight
+const UNROLL = 4u;        // rows of P loaded before they are summed: more loads in flight
+const QROWS = 64u;        // rows of Q staged at a time, one a thread (a multiple of UNROLL)
+const Q4 = QMAX / 4u;
 
 fn sel_u(g: u32, a: u32, b: u32, c: u32) -> u32 {
   return select(select(a, b, g == 1u), c, g == 2u);
 }
 
 #if PARTS
+// Q's rows staged: [row][QMAX / 4] vec4s of ranks, read by every thread at once (broadcast).
+var<workgroup> qs: array<vec4<f32>, QROWS * Q4>;
+
 // P's vec4 i of adapter g's dY, or of x (g = 3).
 fn p_at(g: u32, i: u32) -> vec4<f32> {
 #if THIRD
@@ -171,18 +177,38 @@ fn grad_parts(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index
   let row0 = wid.y * p.chunk_rows;
   let row1 = min(row0 + p.chunk_rows, p.rows);
   var acc: array<vec4<f32>, QMAX>;
-  for (var row = row0; row < row1; row += UNROLL) {
-    var pv: array<vec4<f32>, UNROLL>;
-    for (var i = 0u; i < UNROLL; i++) {
-      let rr = min(row + i, row1 - 1u);
-      pv[i] = select(vec4<f32>(0.0), p_at(pg, rr * w4 + cc), row + i < row1);
+  for (var rb = row0; rb < row1; rb += QROWS) {
+    // Q's next QROWS rows into workgroup memory, a row a thread; zeros past the chunk's rows and
+    // ranks, so the rows of P read there (the last row again) add nothing.
+    let rq = rb + lid;
+    let on_row = select(0.0, 1.0, rq < row1);
+    let rc = min(rq, row1 - 1u);
+    for (var q4 = 0u; q4 < Q4; q4++) {
+      var v: vec4<f32>;
+      for (var c = 0u; c < 4u; c++) {
+        let q = 4u * q4 + c;
+        v[c] = on_row * qon[q] * q_at(qg[q], is_t, rc * r + qj[q]);
+      }
+      qs[lid * Q4 + q4] = v;
     }
-    for (var i = 0u; i < UNROLL; i++) {
-      let rr = min(row + i, row1 - 1u);
-      for (var q = 0u; q < QMAX; q++) {
-        acc[q] = fma(pv[i], vec4<f32>(qon[q] * q_at(qg[q], is_t, rr * r + qj[q])), acc[q]);
+    workgroupBarrier();
+    let n_rows = min(QROWS, row1 - rb);
+    for (var i0 = 0u; i0 < n_rows; i0 += UNROLL) {
+      var pv: array<vec4<f32>, UNROLL>;
+      for (var i = 0u; i < UNROLL; i++) {
+        pv[i] = p_at(pg, min(rb + i0 + i, row1 - 1u) * w4 + cc);
+      }
+      for (var i = 0u; i < UNROLL; i++) {
+        for (var q4 = 0u; q4 < Q4; q4++) {
+          let qv = qs[(i0 + i) * Q4 + q4];
+          acc[4u * q4] = fma(pv[i], vec4<f32>(qv.x), acc[4u * q4]);
+          acc[4u * q4 + 1u] = fma(pv[i], vec4<f32>(qv.y), acc[4u * q4 + 1u]);
+          acc[4u * q4 + 2u] = fma(pv[i], vec4<f32>(qv.z), acc[4u * q4 + 2u]);
+          acc[4u * q4 + 3u] = fma(pv[i], vec4<f32>(qv.w), acc[4u * q4 + 3u]);
+        }
       }
     }
+    workgroupBarrier();
   }
   if (!live) {
     return;
