@@ -197,6 +197,10 @@ fn up_add(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: 
   let ranks = r;
 #endif
   let cols = up_n(yg);
+  // A narrower adapter's blocks past its columns (the grid spans the widest): nothing to do.
+  if (4u * wid.x * UP_C4 >= cols) {
+    return;
+  }
   let c4 = wid.x * UP_C4 + lid.x; // this thread's vec4 column
   let live = 4u * c4 < cols;
   let m0 = wid.y * UP_ROWS;

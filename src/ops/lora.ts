@@ -302,11 +302,12 @@ export class Lora {
   /**
    * dB_g += s_g·dY_gᵀ·u_g and dA_g += t_gᵀ·x for a group (shaders/lora_grad.wgsl): partials over
    * chunks of rows in one dispatch, their sum into every gradient in a second; the GEMMs of each
-   * where the device binds fewer storage buffers than the kernel needs.
+   * where the device binds fewer storage buffers than the kernel needs, or in a tape.
    */
   private weightGradsGroup(rec: Recorder, x: Tensor, ms: readonly LoraBackwardMember[], T: number): void {
     const G = ms.length;
-    if (this.gpu.limits.maxStorageBuffersPerShaderStage < 2 + 3 * G) {
+    // Its partials are scratch released at once: not for a tape, which replays later.
+    if (rec.capturing || this.gpu.limits.maxStorageBuffersPerShaderStage < 2 + 3 * G) {
       for (const { p, dy, u, t } of ms) this.weightGrads(rec, p, dy, u, t, x, T);
       return;
     }
