@@ -8,6 +8,7 @@
 // 8 sub-tiles of 4 x 4 outputs times 32 lanes along K, lane l summing the vec4s l, l + 32, ... of K,
 // so a warp reads 512 contiguous bytes of each row of X; the lanes' sums meet in workgroup memory
 // once. Several adapters on one x run side by side (grid y), their row blocks of x hit in L2.
+// With TRANS_W, B_g's columns are staged in workgroup memory a chunk of K at a time.
 // k_g % 4 == 0 (src/ops/lora.ts checks). Grid: x = blocks of 16 rows, y = adapters · rank blocks.
 // SECOND / THIRD add the adapters g = 1, 2. W_TYPE is vec4<f32> (rows of A read as vec4s) or f32 (TRANS_W).
 
@@ -48,6 +49,10 @@ const LANES = 32u; // threads along K per sub-tile
 const OUTS = BR * BC;
 const PAD = LANES + 1u; // a row of `red` per output; +1 keeps the summing threads on distinct banks
 var<workgroup> red: array<f32, OUTS * PAD>;
+#if TRANS_W
+const WPAD = LANES + 1u; // vec4s a staged rank, +1 spreads the staging writes over banks
+var<workgroup> wts: array<vec4<f32>, BC * WPAD>;
+#endif
 
 // g is uniform across a workgroup (from its id): these branches never diverge.
 fn k_of(g: u32) -> u32 {
@@ -123,15 +128,42 @@ fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let lane = li % LANES;
   let sub = li / LANES;          // 8 sub-tiles: 4 of rows x 2 of ranks
   let row0 = wid.x * BR + (sub / 2u) * 4u;
-  let jq = j0 + (sub % 2u) * 4u;
-  // Rows and ranks past the end read the last one; their sums are never written.
+  // Rows past the end read the last one; their sums are never written.
   var xo: array<u32, 4>;
-  var jc: array<u32, 4>;
   for (var i = 0u; i < 4u; i++) {
     xo[i] = min(row0 + i, p.rows - 1u) * k4n;
-    jc[i] = min(jq + i, p.r - 1u);
   }
   var acc: array<vec4<f32>, 4>; // acc[row][rank]
+#if TRANS_W
+  // B_g's rows are r floats apart: read straight, a warp's loads would touch 32 lines each. A
+  // chunk of LANES vec4s of K x BC ranks is staged first (rank-major, vec4s along K), then read
+  // as one vec4 a lane.
+  let jl = li % BC;
+  let k4l = li / BC;
+  let wq = (sub % 2u) * 4u; // this thread's first rank in the block
+  for (var c0 = 0u; c0 < k4n; c0 += LANES) {
+    let ks = c0 + k4l;
+    var v = vec4<f32>(0.0);
+    if (j0 + jl < p.r && ks < k4n) {
+      v = w_row(g, j0 + jl, ks, k);
+    }
+    wts[jl * WPAD + k4l] = v;
+    workgroupBarrier();
+    let k4 = c0 + lane;
+    if (k4 < k4n) {
+      let w = mat4x4<f32>(wts[wq * WPAD + lane], wts[(wq + 1u) * WPAD + lane], wts[(wq + 2u) * WPAD + lane], wts[(wq + 3u) * WPAD + lane]);
+      for (var i = 0u; i < 4u; i++) {
+        acc[i] += x_at(g, xo[i] + k4) * w;
+      }
+    }
+    workgroupBarrier();
+  }
+#else
+  // This thread's 4 ranks (past the end: the last rank, never written).
+  var jc: array<u32, 4>;
+  for (var c = 0u; c < 4u; c++) {
+    jc[c] = min(j0 + (sub % 2u) * 4u + c, p.r - 1u);
+  }
   for (var k4 = lane; k4 < k4n; k4 += LANES) {
     let w = mat4x4<f32>(w_row(g, jc[0], k4, k), w_row(g, jc[1], k4, k), w_row(g, jc[2], k4, k), w_row(g, jc[3], k4, k));
     for (var i = 0u; i < 4u; i++) {
@@ -139,6 +171,7 @@ fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
       acc[i] += x_at(g, xo[i] + k4) * w;
     }
   }
+#endif
   for (var i = 0u; i < 4u; i++) {
     for (var c = 0u; c < 4u; c++) {
       red[(sub * 16u + 4u * i + c) * PAD + lane] = acc[i][c];
