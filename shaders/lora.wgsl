@@ -109,7 +109,8 @@ struct UpParams {
 const UP_RC = 16u;    // ranks a pass
 const UP_C4 = 32u;    // vec4 columns a workgroup (128 columns)
 const UP_ROWS = 32u;  // rows a workgroup: 8 lanes of UP_C4 threads, 4 rows each
-var<workgroup> up_wt: array<vec4<f32>, UP_RC * UP_C4>; // [j][c4]: scale·W at rank j, 4 columns
+const UP_WS = UP_C4 + 1u; // vec4s between ranks in up_wt: +1 spreads the rank-major staging writes over banks
+var<workgroup> up_wt: array<vec4<f32>, UP_RC * UP_WS>; // [j][c4]: scale·W at rank j, 4 columns
 var<workgroup> up_us: array<f32, UP_ROWS * UP_RC>;     // [row][j]: the workgroup's rows of u
 
 // Adapter g's fields; g is uniform across a workgroup where it selects y (grid z), and within a
@@ -206,6 +207,8 @@ fn up_add(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: 
   let m0 = wid.y * UP_ROWS;
   var acc: array<vec4<f32>, 4>;   // rows lid.y + 8i
   for (var j0 = 0u; j0 < ranks; j0 += UP_RC) {
+#if TRANS
+    // A_g's rows run along the columns: a thread stages the 4 columns it sums.
     for (var jj = lid.y; jj < UP_RC; jj += 8u) {
       let J = j0 + jj;
       let gj = up_rank(yg, J);
@@ -216,8 +219,24 @@ fn up_add(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: 
         let j = gj.y;
         w = up_scale(g) * vec4<f32>(up_w_at(g, n, j), up_w_at(g, n + 1u, j), up_w_at(g, n + 2u, j), up_w_at(g, n + 3u, j));
       }
-      up_wt[jj * UP_C4 + lid.x] = w;
+      up_wt[jj * UP_WS + lid.x] = w;
     }
+#else
+    // B's rows are r floats apart (a thread's own 4 columns would be 4 rows, and a warp's loads
+    // 32 lines each): the block's 128 rows x 16 ranks are staged with the threads along ranks.
+    for (var e = li; e < 4u * UP_C4 * UP_RC; e += 256u) {
+      let nl = e / UP_RC;
+      let jj = e % UP_RC;
+      let J = j0 + jj;
+      let n = 4u * wid.x * UP_C4 + nl;
+      var w = 0.0;
+      if (n < cols && J < ranks) {
+        let gj = up_rank(yg, J);
+        w = up_scale(gj.x) * up_w_at(gj.x, n, gj.y);
+      }
+      up_wt[jj * UP_WS + nl / 4u][nl % 4u] = w;
+    }
+#endif
     for (var i = li; i < UP_ROWS * UP_RC; i += 256u) {
       let m = m0 + i / UP_RC;
       let J = j0 + i % UP_RC;
@@ -232,7 +251,7 @@ fn up_add(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: 
     for (var i = 0u; i < 4u; i++) {
       let row = lid.y + 8u * i;
       for (var jj = 0u; jj < UP_RC; jj++) {
-        acc[i] = fma(vec4<f32>(up_us[row * UP_RC + jj]), up_wt[jj * UP_C4 + lid.x], acc[i]);
+        acc[i] = fma(vec4<f32>(up_us[row * UP_RC + jj]), up_wt[jj * UP_WS + lid.x], acc[i]);
       }
     }
     workgroupBarrier();
