@@ -132,6 +132,15 @@ const GRAD_UNIFORMS = {
   adapters: 'u32', a_tiles: 'u32', b_tiles0: 'u32', b_tiles1: 'u32', b_tiles2: 'u32', set_size: 'u32', b_at0: 'u32', b_at1: 'u32', b_at2: 'u32', n: 'u32', chunks: 'u32',
 } as const;
 
+/** One product of lora_thin: out [T, r] = scale·x·Wᵀ (W = A) or scale·x·W (W = B), K = k. */
+interface ThinProduct {
+  x: Tensor;
+  w: Tensor;
+  out: Tensor;
+  k: number;
+  scale: number;
+}
+
 /** An adapter in a forward group: u = x·Aᵀ kept in `u` [≥ T, r], y [T, out] += s·u·Bᵀ. */
 export interface LoraForwardMember {
   p: LoraParams;
@@ -179,6 +188,16 @@ export class Lora {
     return ps.length >= 1 && ps.length <= LORA_GROUP_MAX && p0.in % 4 === 0 && ps.every((p) => p.r === p0.r && p.in === p0.in && p.out % 4 === 0);
   }
 
+  /** `items` in runs of as many as one dispatch binds: `perItem` storage buffers each, `shared`
+   * besides, within the device's storage buffers a stage (WebGPU's default 8 holds two q/k/v
+   * adapters of some kernels) and LORA_GROUP_MAX. */
+  private runs<T>(items: readonly T[], perItem: number, shared: number): T[][] {
+    const n = Math.max(1, Math.min(LORA_GROUP_MAX, Math.floor((this.gpu.limits.maxStorageBuffersPerShaderStage - shared) / perItem)));
+    const out: T[][] = [];
+    for (let i = 0; i < items.length; i += n) out.push(items.slice(i, i + n));
+    return out;
+  }
+
   private variant(key: string, make: () => KernelSpec): Kernel {
     let k = this.variants.get(key);
     if (!k) this.variants.set(key, (k = this.gpu.kernelOnUse(make())));
@@ -187,7 +206,12 @@ export class Lora {
 
   /** y_g [T, N_g] += scale_g·u_g·W_g for each adapter (own y_g), or with `sum` y += Σ_g of them
    * (one y): W_g (n, j) is B_g[n, j] or, `trans`, A_g[j, n]. N_g % 4 == 0. */
-  private upAddGroup(rec: Recorder, g: { u: Tensor; w: Tensor; y: Tensor; n: number; scale: number }[], T: number, r: number, trans: boolean, sum: boolean): void {
+  private upAddGroup(rec: Recorder, all: { u: Tensor; w: Tensor; y: Tensor; n: number; scale: number }[], T: number, r: number, trans: boolean, sum: boolean): void {
+    // u_g and W_g for each, and one y for all (sum) or y_g each.
+    for (const g of this.runs(all, sum ? 2 : 3, sum ? 1 : 0)) this.upAddRun(rec, g, T, r, trans, sum);
+  }
+
+  private upAddRun(rec: Recorder, g: { u: Tensor; w: Tensor; y: Tensor; n: number; scale: number }[], T: number, r: number, trans: boolean, sum: boolean): void {
     const G = g.length;
     const summed = sum && G > 1;
     const key = `up/${trans}/${G}/${summed}`;
@@ -222,12 +246,17 @@ export class Lora {
 
   /**
    * out_g [T, r] = scale_g·X_g·W_gᵀ for each adapter in one dispatch (shaders/lora_thin.wgsl):
-   * W_g = A_g with one X for all (`xs` of one tensor: u = x·Aᵀ), or W_gᵀ = B_g with X_g = dY_g
-   * (`trans`: t = s·dY·B). Every K (in, or out with `trans`) is a multiple of 4.
+   * W_g = A_g with one X for all (u = x·Aᵀ), or W_gᵀ = B_g with X_g = dY_g (`trans`: t = s·dY·B).
+   * Every K (in, or out with `trans`) is a multiple of 4.
    */
-  private thin(rec: Recorder, xs: readonly Tensor[], g: { w: Tensor; out: Tensor; k: number; scale: number }[], T: number, r: number, trans: boolean): void {
+  private thin(rec: Recorder, all: ThinProduct[], T: number, r: number, trans: boolean): void {
+    // W_g and out_g for each, and one x for all (u = x·Aᵀ) or X_g each.
+    const shared = !trans;
+    for (const g of this.runs(all, shared ? 2 : 3, shared ? 1 : 0)) this.thinRun(rec, g, T, r, trans, shared);
+  }
+
+  private thinRun(rec: Recorder, g: ThinProduct[], T: number, r: number, trans: boolean, shared: boolean): void {
     const G = g.length;
-    const shared = xs.length === 1;
     const key = `thin/${trans}/${G}/${shared}`;
     const k = this.variant(key, () => ({
       name: `lora.thin${trans ? '[dY·B]' : '[x·Aᵀ]'}${G > 1 ? `x${G}` : ''}`,
@@ -238,7 +267,7 @@ export class Lora {
     }));
     const bind: Record<string, Tensor> = {};
     g.forEach((m, i) => {
-      if (i === 0 || !shared) bind[`x${i}`] = xs[i];
+      if (i === 0 || !shared) bind[`x${i}`] = m.x;
       bind[`w${i}`] = m.w;
       bind[`o${i}`] = m.out;
     });
@@ -283,13 +312,13 @@ export class Lora {
 
   private downProduct(op: string, rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, T: number, xd: Tensor | undefined, opts: LoraCallOptions): void {
     const xin = this.dropout(op, rec, p, x, xd, T, opts);
-    if (p.in % 4 === 0) this.thin(rec, [xin], [{ w: p.A, out: u, k: p.in, scale: 1 }], T, p.r, false);
+    if (p.in % 4 === 0) this.thin(rec, [{ x: xin, w: p.A, out: u, k: p.in, scale: 1 }], T, p.r, false);
     else this.mm.gemm(rec, { a: xin, b: p.A, c: u, m: T, n: p.r, k: p.in, transB: true });
   }
 
   /** t = s·dY·B [T, r]. */
   private dyB(rec: Recorder, p: LoraParams, dy: Tensor, t: Tensor, T: number): void {
-    if (p.out % 4 === 0) this.thin(rec, [dy], [{ w: p.B, out: t, k: p.out, scale: loraScale(p) }], T, p.r, true);
+    if (p.out % 4 === 0) this.thin(rec, [{ x: dy, w: p.B, out: t, k: p.out, scale: loraScale(p) }], T, p.r, true);
     else this.mm.gemm(rec, { a: dy, b: p.B, c: t, m: T, n: p.r, k: p.out, alpha: loraScale(p) });
   }
 
@@ -301,16 +330,21 @@ export class Lora {
 
   /**
    * dB_g += s_g·dY_gᵀ·u_g and dA_g += t_gᵀ·x for a group (shaders/lora_grad.wgsl): partials over
-   * chunks of rows in one dispatch, their sum into every gradient in a second; the GEMMs of each
-   * where the device binds fewer storage buffers than the kernel needs, or in a tape.
+   * chunks of rows in one dispatch, their sum into every gradient in a second (for as many
+   * adapters as the device binds); in a tape the GEMMs of each.
    */
-  private weightGradsGroup(rec: Recorder, x: Tensor, ms: readonly LoraBackwardMember[], T: number): void {
-    const G = ms.length;
+  private weightGradsGroup(rec: Recorder, x: Tensor, all: readonly LoraBackwardMember[], T: number): void {
     // Its partials are scratch released at once: not for a tape, which replays later.
-    if (rec.capturing || this.gpu.limits.maxStorageBuffersPerShaderStage < 2 + 3 * G) {
-      for (const { p, dy, u, t } of ms) this.weightGrads(rec, p, dy, u, t, x, T);
+    if (rec.capturing) {
+      for (const { p, dy, u, t } of all) this.weightGrads(rec, p, dy, u, t, x, T);
       return;
     }
+    // grad_parts binds dY_g, u_g and t_g for each, x and the partials besides.
+    for (const ms of this.runs(all, 3, 2)) this.weightGradsRun(rec, x, ms, T);
+  }
+
+  private weightGradsRun(rec: Recorder, x: Tensor, ms: readonly LoraBackwardMember[], T: number): void {
+    const G = ms.length;
     const { r, in: inF } = ms[0].p;
     const qmax = Math.min(GRAD_MAX_RANKS, 4 * Math.ceil((G * r) / 4));
     const colBlocks = (w: number) => Math.ceil(w / GRAD_COLS);
@@ -372,7 +406,7 @@ export class Lora {
       return;
     }
     const r = members[0].p.r;
-    this.thin(rec, [x], members.map((m) => ({ w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
+    this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
     this.upAddGroup(rec, members.map((m) => ({ u: m.u, w: m.p.B, y: m.y, n: m.p.out, scale: loraScale(m.p) })), T, r, false, false);
   }
 
@@ -397,7 +431,7 @@ export class Lora {
       return;
     }
     const r = members[0].p.r;
-    this.thin(rec, members.map((m) => m.dy), members.map((m) => ({ w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
+    this.thin(rec, members.map((m) => ({ x: m.dy, w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
     this.weightGradsGroup(rec, x, members, T);
     if (dx) this.upAddGroup(rec, members.map((m) => ({ u: m.t, w: m.p.A, y: dx, n: m.p.in, scale: 1 })), T, r, true, true);
   }

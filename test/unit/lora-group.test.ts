@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { Lora, createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/lora';
 import type { Gpu, Tensor } from '../../src/gpu';
-import { testGpu } from '../helpers/gpu';
+import { testGpu, withDefaultStorageLimit } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 
 /** Row-major a [rows, k] · bᵀ (b [cols, k]) in f64. */
@@ -76,8 +76,10 @@ describe('lora groups', () => {
     // 64 tiles of lora_grad: 8 chunks of 75 rows, each staged in two passes of 64.
     [600, 4096, [4096, 4096, 4096], 8],
   ] as const;
-  it.each(cases)('T %i, in %i, outs %j, rank %i: forwardGroup and backwardGroup match f64', async (T, inF, outs, r) => {
-    const gpu = await testGpu();
+  // On a device of WebGPU's default 8 storage buffers a stage (limited), three adapters take
+  // lora_thin[dY·B], up_add[B] and lora_grad in runs of two.
+  it.each([...cases.map((c) => [...c, false] as const), [cases[0][0], cases[0][1], cases[0][2], cases[0][3], true] as const, [cases[1][0], cases[1][1], cases[1][2], cases[1][3], true] as const])('T %i, in %i, outs %j, rank %i (8 storage buffers: %s): forwardGroup and backwardGroup match f64', async (T, inF, outs, r, limited) => {
+    const gpu = limited ? withDefaultStorageLimit(await testGpu()) : await testGpu();
     const lora = await Lora.create(gpu);
     const ms = await members(gpu, T, inF, outs, r, 100 + T);
     const x = randUniform(T * inF, T);
@@ -95,8 +97,9 @@ describe('lora groups', () => {
     await rec.submit();
     // One dispatch for every u, one for every update; in the backward one for every t, two for
     // every dA and dB (partials, their sum), one for dX.
-    expect(forwardDispatches).toBe(2);
-    expect(backwardDispatches).toBe(4);
+    const split = limited && outs.length === 3;
+    expect(forwardDispatches).toBe(split ? 3 : 2);
+    expect(backwardDispatches).toBe(split ? 7 : 4);
 
     const dxWant = Float64Array.from(dx0);
     for (const [g, m] of ms.entries()) {
