@@ -448,7 +448,8 @@ export class Lora {
     const { dy, u, t } = args;
     this.dyB(rec, p, dy, t, T);
     const xin = this.dropout(op, rec, p, args.x, args.xd, T, opts);
-    this.weightGrads(rec, p, dy, u, t, xin, T);
+    if (Lora.groupable([p])) this.weightGradsGroup(rec, xin, [{ p, dy, u, t }], T);
+    else this.weightGrads(rec, p, dy, u, t, xin, T);
     if (!args.dx) return;
     if (xin === args.x) {
       this.upAdd(rec, t, p.A, args.dx, T, p.in, p.r, 1, true);
