@@ -34,7 +34,6 @@ struct Params {
   b_at0: u32,   // where dB_g starts in a set
   b_at1: u32,
   b_at2: u32,
-  n: u32,       // grad_sum: elements of a set
   chunks: u32,
 }
 
@@ -275,7 +274,7 @@ fn add_db(g: u32, i: u32, v: f32) {
 @compute @workgroup_size(256)
 fn grad_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let e = (wid.x + wid.y * nwg.x) * 256u + lid;
-  if (e >= p.n) {
+  if (e >= p.set_size) {
     return;
   }
   var v = 0.0;

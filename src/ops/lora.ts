@@ -8,7 +8,8 @@
 // Gradients accumulate (micro-batches and sequences add up); zeroGrad clears them.
 // Adapters of one input (q/k/v on a layer's normed rows, gate/up on the MLP's) share dispatches
 // (forwardGroup, backwardGroup): their u, or their t, in one of shaders/lora_thin.wgsl (no K split
-// into partials, x read for all), their up products in one of up_add, their dX in one.
+// into partials, x read for all), their up products in one of up_add, their dX in one, their dA
+// and dB in two of shaders/lora_grad.wgsl.
 import { grid1d, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from './matmul';
 
@@ -129,7 +130,7 @@ const GRAD_MIN_ROWS = 32;
 /** lora_grad's Params, in order. */
 const GRAD_UNIFORMS = {
   rows: 'u32', chunk_rows: 'u32', r: 'u32', width_a: 'u32', out0: 'u32', out1: 'u32', out2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32',
-  adapters: 'u32', a_tiles: 'u32', b_tiles0: 'u32', b_tiles1: 'u32', b_tiles2: 'u32', set_size: 'u32', b_at0: 'u32', b_at1: 'u32', b_at2: 'u32', n: 'u32', chunks: 'u32',
+  adapters: 'u32', a_tiles: 'u32', b_tiles0: 'u32', b_tiles1: 'u32', b_tiles2: 'u32', set_size: 'u32', b_at0: 'u32', b_at1: 'u32', b_at2: 'u32', chunks: 'u32',
 } as const;
 
 /** One product of lora_thin: out [T, r] = scale·x·Wᵀ (W = A) or scale·x·W (W = B), K = k. */
@@ -357,7 +358,9 @@ export class Lora {
       bAt.push(set);
       set += m.p.out * r;
     }
-    let chunks = Math.max(1, Math.min(Math.ceil(GRAD_TARGET_GROUPS / tiles), Math.floor(T / GRAD_MIN_ROWS)));
+    // As many chunks as fill the GPU, of GRAD_MIN_ROWS rows at least, their partials within one binding.
+    const fit = Math.floor(Math.min(this.gpu.limits.maxStorageBufferBindingSize, this.gpu.limits.maxBufferSize) / (4 * set));
+    let chunks = Math.max(1, Math.min(Math.ceil(GRAD_TARGET_GROUPS / tiles), Math.floor(T / GRAD_MIN_ROWS), fit));
     const chunkRows = Math.ceil(T / chunks);
     chunks = Math.ceil(T / chunkRows);
     const part = this.gpu.tensor([chunks * set], 'f32', 'lora.grad_parts');
@@ -366,7 +369,7 @@ export class Lora {
       out0: ms[0].p.out, out1: ms[1]?.p.out ?? 0, out2: ms[2]?.p.out ?? 0,
       s0: loraScale(ms[0].p), s1: ms[1] ? loraScale(ms[1].p) : 0, s2: ms[2] ? loraScale(ms[2].p) : 0,
       adapters: G, a_tiles: aTiles, b_tiles0: bTiles[0], b_tiles1: bTiles[1] ?? 0, b_tiles2: bTiles[2] ?? 0,
-      set_size: set, b_at0: bAt[0], b_at1: bAt[1] ?? set, b_at2: bAt[2] ?? set, n: set, chunks,
+      set_size: set, b_at0: bAt[0], b_at1: bAt[1] ?? set, b_at2: bAt[2] ?? set, chunks,
     };
     const spec = (parts: boolean): KernelSpec => ({
       name: `lora.grad_${parts ? 'parts' : 'sum'}${G > 1 ? `x${G}` : ''}`,
