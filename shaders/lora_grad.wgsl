@@ -161,32 +161,21 @@ fn grad_parts(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index
   let live = c4 < w4;
   let cc = min(c4, w4 - 1u); // a column past the end reads the last; never written
   let is_t = pg == 3u;
-  // Each rank of the chunk: its adapter and place in Q (ranks past the end read rank 0, times 0).
-  var qg: array<u32, QMAX>;
-  var qj: array<u32, QMAX>;
-  var qon: array<f32, QMAX>;
-  for (var q = 0u; q < QMAX; q++) {
-    let J = j0 + q;
-    let on = J < ranks;
-    let Jc = select(0u, J, on);
-    qg[q] = select(pg, Jc / r, is_t);
-    qj[q] = Jc % r;
-    qon[q] = select(0.0, 1.0, on);
-  }
   let row0 = wid.y * p.chunk_rows;
   let row1 = min(row0 + p.chunk_rows, p.rows);
   var acc: array<vec4<f32>, QMAX>;
   for (var rb = row0; rb < row1; rb += QROWS) {
     // Q's next QROWS rows into workgroup memory, a row a thread; zeros past the chunk's rows and
-    // ranks, so the rows of P read there (the last row again) add nothing.
+    // ranks, so the rows of P read there (the last row again) add nothing. A rank J of the stacked
+    // t is rank J % r of adapter J / r.
     let rq = rb + lid;
-    let on_row = select(0.0, 1.0, rq < row1);
-    let rc = min(rq, row1 - 1u);
     for (var q4 = 0u; q4 < Q4; q4++) {
-      var v: vec4<f32>;
+      var v = vec4<f32>(0.0);
       for (var c = 0u; c < 4u; c++) {
-        let q = 4u * q4 + c;
-        v[c] = on_row * qon[q] * q_at(qg[q], is_t, rc * r + qj[q]);
+        let J = j0 + 4u * q4 + c;
+        if (rq < row1 && J < ranks) {
+          v[c] = q_at(select(pg, J / r, is_t), is_t, rq * r + J % r);
+        }
       }
       qs[lid * Q4 + q4] = v;
     }
