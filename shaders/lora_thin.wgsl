@@ -1,15 +1,17 @@
 // LoRA's rank-thin products of training, for up to three adapters g in one dispatch
-// (src/ops/lora.ts: Lora.downGroup, the backward's t):
+// (src/ops/lora.ts: Lora.forwardGroup's u, Lora.backwardGroup's t):
 //   out_g [T, r] = scale_g · X_g [T, k_g] · W_gᵀ,  W_g (j, kk) = A_g[j, kk]   (u = x·Aᵀ; SHARED_X: one x for all g)
 //                                                  or B_g[kk, j] (TRANS_W: t = s·dY_g·B_g, X_g = dY_g, k_g = out_g)
 // The GEMM of src/ops/matmul.ts takes two dispatches for each (a K split into partials, then their
 // sum: C has too few blocks to fill the GPU otherwise) and rereads x for every adapter. Here a
-// workgroup owns 16 rows x 8 ranks of one adapter's output and walks all of K: its 256 threads are
-// 8 sub-tiles of 4 x 4 outputs times 32 lanes along K, lane l summing the vec4s l, l + 32, ... of K,
-// so a warp reads 512 contiguous bytes of each row of X; the lanes' sums meet in workgroup memory
-// once. Several adapters on one x run side by side (grid y), their row blocks of x hit in L2.
+// workgroup owns BR rows x 8 ranks of one adapter's output and walks all of K: its 256 threads are
+// BR/2 sub-tiles of 4 x 4 outputs times LANES along K, lane l summing the vec4s l, l + LANES, ... of
+// K, so a warp reads 512 contiguous bytes of each row of X; the lanes' sums meet in workgroup
+// memory once. Several adapters on one x run side by side (grid y), their row blocks of x hit in
+// L2. ROW_QUADS 4 (16 rows, 32 lanes) or 2 (8 rows, 64 lanes: twice the workgroups where the
+// first leaves the GPU short of them, src/ops/lora.ts THIN_MIN_GROUPS).
 // With TRANS_W, B_g's columns are staged in workgroup memory a chunk of K at a time.
-// k_g % 4 == 0 (src/ops/lora.ts checks). Grid: x = blocks of 16 rows, y = adapters · rank blocks.
+// k_g % 4 == 0 (src/ops/lora.ts checks). Grid: x = blocks of BR rows, y = adapters · rank blocks.
 // SECOND / THIRD add the adapters g = 1, 2. W_TYPE is vec4<f32> (rows of A read as vec4s) or f32 (TRANS_W).
 
 struct Params {
@@ -43,9 +45,10 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> o2: array<f32>;
 #endif
 
-const BR = 16u;    // rows a workgroup
-const BC = 8u;     // ranks a workgroup
-const LANES = 32u; // threads along K per sub-tile
+const ROW_QUADS = {{ROW_QUADS}}u;
+const BR = 4u * ROW_QUADS;             // rows a workgroup
+const BC = 8u;                         // ranks a workgroup: two quads
+const LANES = 256u / (2u * ROW_QUADS); // threads along K per sub-tile
 const OUTS = BR * BC;
 const PAD = LANES + 1u; // a row of `red` per output; +1 keeps the summing threads on distinct banks
 var<workgroup> red: array<f32, OUTS * PAD>;
@@ -126,7 +129,7 @@ fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let k = k_of(g);
   let k4n = k / 4u;
   let lane = li % LANES;
-  let sub = li / LANES;          // 8 sub-tiles: 4 of rows x 2 of ranks
+  let sub = li / LANES;          // sub-tiles: ROW_QUADS of rows x 2 of ranks
   let row0 = wid.x * BR + (sub / 2u) * 4u;
   // Rows past the end read the last one; their sums are never written.
   var xo: array<u32, 4>;
@@ -138,16 +141,18 @@ fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   // B_g's rows are r floats apart: read straight, a warp's loads would touch 32 lines each. A
   // chunk of LANES vec4s of K x BC ranks is staged first (rank-major, vec4s along K), then read
   // as one vec4 a lane.
-  let jl = li % BC;
-  let k4l = li / BC;
   let wq = (sub % 2u) * 4u; // this thread's first rank in the block
   for (var c0 = 0u; c0 < k4n; c0 += LANES) {
-    let ks = c0 + k4l;
-    var v = vec4<f32>(0.0);
-    if (j0 + jl < p.r && ks < k4n) {
-      v = w_row(g, j0 + jl, ks, k);
+    for (var e = li; e < BC * LANES; e += 256u) {
+      let jl = e % BC;
+      let k4l = e / BC;
+      let ks = c0 + k4l;
+      var v = vec4<f32>(0.0);
+      if (j0 + jl < p.r && ks < k4n) {
+        v = w_row(g, j0 + jl, ks, k);
+      }
+      wts[jl * WPAD + k4l] = v;
     }
-    wts[jl * WPAD + k4l] = v;
     workgroupBarrier();
     let k4 = c0 + lane;
     if (k4 < k4n) {

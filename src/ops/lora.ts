@@ -115,9 +115,11 @@ export interface LoraBackwardArgs {
 /** up_add's block of y (shaders/lora.wgsl): columns and rows a workgroup. */
 const UP_COLS = 128;
 const UP_ROWS = 32;
-/** lora_thin's block of out (shaders/lora_thin.wgsl): rows and ranks a workgroup. */
-const THIN_ROWS = 16;
+/** lora_thin's block of out (shaders/lora_thin.wgsl): ranks a workgroup, and rows (16, or 8 where
+ * 16 makes fewer than THIN_MIN_GROUPS workgroups: an o_proj or down_proj of 2,560 rows alone
+ * makes 160, fewer than two an SM on an H100). */
 const THIN_RANKS = 8;
+const THIN_MIN_GROUPS = 256;
 /** Adapters a group dispatch binds at most (q/k/v). */
 export const LORA_GROUP_MAX = 3;
 /** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds. */
@@ -258,12 +260,14 @@ export class Lora {
 
   private thinRun(rec: Recorder, g: ThinProduct[], T: number, r: number, trans: boolean, shared: boolean): void {
     const G = g.length;
-    const key = `thin/${trans}/${G}/${shared}`;
+    const blocks = Math.ceil(r / THIN_RANKS);
+    const rowQuads = Math.ceil(T / 16) * G * blocks >= THIN_MIN_GROUPS ? 4 : 2;
+    const key = `thin/${trans}/${G}/${shared}/${rowQuads}`;
     const k = this.variant(key, () => ({
       name: `lora.thin${trans ? '[dY·B]' : '[x·Aᵀ]'}${G > 1 ? `x${G}` : ''}`,
       shader: 'lora_thin',
       entry: 'thin',
-      defines: { TRANS_W: trans, SHARED_X: shared, SECOND: G > 1, THIRD: G > 2, W_TYPE: trans ? 'f32' : 'vec4<f32>' },
+      defines: { TRANS_W: trans, SHARED_X: shared, SECOND: G > 1, THIRD: G > 2, W_TYPE: trans ? 'f32' : 'vec4<f32>', ROW_QUADS: rowQuads },
       uniforms: { rows: 'u32', r: 'u32', rank_blocks: 'u32', k0: 'u32', k1: 'u32', k2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' },
     }));
     const bind: Record<string, Tensor> = {};
@@ -272,10 +276,9 @@ export class Lora {
       bind[`w${i}`] = m.w;
       bind[`o${i}`] = m.out;
     });
-    const blocks = Math.ceil(r / THIN_RANKS);
     const ks = g.map((m) => m.k);
     const s = g.map((m) => m.scale);
-    rec.dispatch(k, bind, [Math.ceil(T / THIN_ROWS), G * blocks], { rows: T, r, rank_blocks: blocks, k0: ks[0], k1: ks[1] ?? 0, k2: ks[2] ?? 0, s0: s[0], s1: s[1] ?? 0, s2: s[2] ?? 0 });
+    rec.dispatch(k, bind, [Math.ceil(T / (4 * rowQuads)), G * blocks], { rows: T, r, rank_blocks: blocks, k0: ks[0], k1: ks[1] ?? 0, k2: ks[2] ?? 0, s0: s[0], s1: s[1] ?? 0, s2: s[2] ?? 0 });
   }
 
   /** PEFT's initialisation: A ~ U(-1/√in, 1/√in) from `seed`, B = 0 (so the adapter starts as a no-op); grads cleared. */

@@ -75,6 +75,8 @@ describe('lora groups', () => {
     [203, 516, [260, 40], 8],
     // 64 tiles of lora_grad: 8 chunks of 75 rows, each staged in two passes of 64.
     [600, 4096, [4096, 4096, 4096], 8],
+    // Enough row blocks for lora_thin's 16 rows a workgroup (the others take 8).
+    [1400, 64, [32, 16, 16], 8],
   ] as const;
   // On a device of WebGPU's default 8 storage buffers a stage (limited), three adapters take
   // lora_thin[dY·B], up_add[B] and lora_grad in runs of two.
