@@ -12,7 +12,7 @@
 //   LoRA                   few rows of inference: the LoRA GEMV, one pair of dispatches for the
 //                          adapters of one x, its norm inside the down dispatch (normProject), an
 //                          update folded into the GEMV's epilogue (projectFolded); otherwise
-//                          src/ops/lora.ts's GEMMs, keeping u for a backward (and lora_dropout)
+//                          src/ops/lora.ts's group dispatches, keeping u for a backward (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
@@ -30,7 +30,7 @@ import { MatmulQ4Mma, type Int8Weight, type MatmulQ4MmaOptions } from './matmulQ
 export const PATHS = {
   /** At most this many rows: the 4-bit GEMV; more: the GEMM or the tensor cores. */
   gemvMaxRows: GEMV_MAX_ROWS,
-  /** At most this many rows with scratch for u (inference): the LoRA GEMV; else LoRA's GEMMs. */
+  /** At most this many rows with scratch for u (inference): the LoRA GEMV; else src/ops/lora.ts's products. */
   loraGemvMaxRows: LORA_GEMV_MAX_ROWS,
   /** Tensor-core tile by x's limbs, the fastest on an H100 at the decoder's shapes (BENCHMARKS.md). */
   mmaTile: { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } },
@@ -79,7 +79,7 @@ export interface ProjectOptions {
   accumulate?: boolean;
   /** Inference: 2..8 rows of a 4-bit GEMV may take x as int8. */
   int8?: boolean;
-  /** Inference scratch (LoraScratch); without it adapters take LoRA's GEMMs and keep u. */
+  /** Inference scratch (LoraScratch); without it adapters take src/ops/lora.ts's products and keep u. */
   scratch?: LoraScratch;
 }
 
@@ -371,7 +371,7 @@ export class Projection {
     if (mma) {
       // The LoRA updates follow the GEMM (in its epilogue they slowed its main loop: BENCHMARKS.md).
       this.tensorCores!.gemmShared(rec, x, outs.map((p, i) => ({ w: mma[i], y: p.y })), accumulate);
-      this.loraGemms(rec, x, outs);
+      this.loraProducts(rec, x, outs);
       return;
     }
     // One adapter: its down and up after the base projection (LoraGemv.forward).
@@ -380,7 +380,7 @@ export class Projection {
     this.baseProjections(rec, x, outs, accumulate, int8);
     if (single) this.loraGemv.forward(rec, gemv.ps[0], x, outs[0].y, gemv.u);
     else if (gemv) this.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((p) => p.y));
-    else this.loraGemms(rec, x, outs);
+    else this.loraProducts(rec, x, outs);
   }
 
   /**
@@ -472,7 +472,7 @@ export class Projection {
   }
 
   /** Each adapter's update by src/ops/lora.ts, keeping u: those without dropout (which share x) as one group. */
-  private loraGemms(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
+  private loraProducts(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
     const group: LoraForwardMember[] = [];
     for (const { y, lora } of outs) {
       if (!lora) continue;
@@ -522,7 +522,7 @@ export class Projection {
   private gemvLora(x: Tensor, outs: readonly Product[], scratch: LoraScratch | undefined): LoraGemvCall | null {
     const rows = x.shape[0];
     if (!scratch || rows < 1 || rows > PATHS.loraGemvMaxRows) return null;
-    // Dropout takes LoRA's GEMMs (its mask is applied to a copy of x).
+    // Dropout takes src/ops/lora.ts's products (its mask is applied to a copy of x).
     const ps = outs.map((o) => (o.lora?.dropout ? undefined : o.lora?.p));
     if (ps.some((p) => !p)) return null;
     const all = ps as LoraParams[];
