@@ -51,7 +51,7 @@ const BC = 8u;                         // ranks a workgroup: two quads
 const LANES = 256u / (2u * ROW_QUADS); // threads along K per sub-tile
 const OUTS = BR * BC;
 const PAD = LANES + 1u; // a row of `red` per output; +1 keeps the summing threads on distinct banks
-var<workgroup> red: array<f32, OUTS * PAD>;
+var<workgroup> red: array<f32, OUTS / 2u * PAD>;
 #if TRANS_W
 const WPAD = LANES + 1u; // vec4s a staged rank, +1 spreads the staging writes over banks
 var<workgroup> wts: array<vec4<f32>, BC * WPAD>;
@@ -177,24 +177,27 @@ fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
   }
 #endif
-  for (var i = 0u; i < 4u; i++) {
-    for (var c = 0u; c < 4u; c++) {
-      red[(sub * 16u + 4u * i + c) * PAD + lane] = acc[i][c];
+  // The lanes' sums meet in two rounds of two rows each (half the workgroup memory of one round).
+  for (var h = 0u; h < 2u; h++) {
+    for (var i2 = 0u; i2 < 2u; i2++) {
+      for (var c = 0u; c < 4u; c++) {
+        red[(sub * 8u + 4u * i2 + c) * PAD + lane] = acc[2u * h + i2][c];
+      }
     }
-  }
-  workgroupBarrier();
-  if (li >= OUTS) {
-    return;
-  }
-  var s = 0.0;
-  for (var l = 0u; l < LANES; l++) {
-    s += red[li * PAD + l];
-  }
-  let sub2 = li / 16u;
-  let e = li % 16u;
-  let row = wid.x * BR + (sub2 / 2u) * 4u + e / 4u;
-  let j = j0 + (sub2 % 2u) * 4u + e % 4u;
-  if (row < p.rows && j < p.r) {
-    store(g, row * p.r + j, scale_of(g) * s);
+    workgroupBarrier();
+    if (li < OUTS / 2u) {
+      var s = 0.0;
+      for (var l = 0u; l < LANES; l++) {
+        s += red[li * PAD + l];
+      }
+      let sub2 = li / 8u;
+      let e = li % 8u;
+      let row = wid.x * BR + (sub2 / 2u) * 4u + 2u * h + e / 4u;
+      let j = j0 + (sub2 % 2u) * 4u + e % 4u;
+      if (row < p.rows && j < p.r) {
+        store(g, row * p.r + j, scale_of(g) * s);
+      }
+    }
+    workgroupBarrier();
   }
 }

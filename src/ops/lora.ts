@@ -120,6 +120,13 @@ const UP_ROWS = 32;
  * makes 160, fewer than two an SM on an H100). */
 const THIN_RANKS = 8;
 const THIN_MIN_GROUPS = 256;
+/** lora_thin's workgroup memory with ROW_QUADS `rq`: half its outputs x (lanes + 1) floats, and
+ * with `trans` the staged B, 8 ranks x (lanes + 1) vec4s. 12.4 KiB at most for rq 4 (within
+ * WebGPU's 16 KiB minimum), 16.25 KiB for rq 2 with `trans`. */
+function thinBytes(rq: number, trans: boolean): number {
+  const lanes = 256 / (2 * rq);
+  return 4 * (16 * rq) * (lanes + 1) + (trans ? 16 * THIN_RANKS * (lanes + 1) : 0);
+}
 /** Adapters a group dispatch binds at most (q/k/v). */
 export const LORA_GROUP_MAX = 3;
 /** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds. */
@@ -261,7 +268,8 @@ export class Lora {
   private thinRun(rec: Recorder, g: ThinProduct[], T: number, r: number, trans: boolean, shared: boolean): void {
     const G = g.length;
     const blocks = Math.ceil(r / THIN_RANKS);
-    const rowQuads = Math.ceil(T / 16) * G * blocks >= THIN_MIN_GROUPS ? 4 : 2;
+    const few = Math.ceil(T / 16) * G * blocks < THIN_MIN_GROUPS;
+    const rowQuads = few && thinBytes(2, trans) <= this.gpu.limits.maxComputeWorkgroupStorageSize ? 2 : 4;
     const key = `thin/${trans}/${G}/${shared}/${rowQuads}`;
     const k = this.variant(key, () => ({
       name: `lora.thin${trans ? '[dY·B]' : '[x·Aᵀ]'}${G > 1 ? `x${G}` : ''}`,
