@@ -7,7 +7,7 @@
 // workgroup owns BR rows x 8 ranks of one adapter's output and walks all of K: its 256 threads are
 // BR/2 sub-tiles of 4 x 4 outputs times LANES along K, lane l summing the vec4s l, l + LANES, ... of
 // K, so a warp reads 512 contiguous bytes of each row of X; the lanes' sums meet in workgroup
-// memory once. Several adapters on one x run side by side (grid y), their row blocks of x hit in
+// memory at the end (two rounds). Several adapters on one x run side by side (grid y), their row blocks of x hit in
 // L2. ROW_QUADS 4 (16 rows, 32 lanes) or 2 (8 rows, 64 lanes: twice the workgroups where the
 // first leaves the GPU short of them, src/ops/lora.ts THIN_MIN_GROUPS).
 // With TRANS_W, B_g's columns are staged in workgroup memory a chunk of K at a time.
@@ -50,7 +50,7 @@ const BR = 4u * ROW_QUADS;             // rows a workgroup
 const BC = 8u;                         // ranks a workgroup: two quads
 const LANES = 256u / (2u * ROW_QUADS); // threads along K per sub-tile
 const OUTS = BR * BC;
-const PAD = LANES + 1u; // a row of `red` per output; +1 keeps the summing threads on distinct banks
+const PAD = LANES + 1u; // a row of `red` per output of a round; +1 keeps the summing threads on distinct banks
 var<workgroup> red: array<f32, OUTS / 2u * PAD>;
 #if TRANS_W
 const WPAD = LANES + 1u; // vec4s a staged rank, +1 spreads the staging writes over banks
