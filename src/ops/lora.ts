@@ -272,7 +272,7 @@ export class Lora {
     const rowQuads = few && thinBytes(2, trans) <= this.gpu.limits.maxComputeWorkgroupStorageSize ? 2 : 4;
     const key = `thin/${trans}/${G}/${shared}/${rowQuads}`;
     const k = this.variant(key, () => ({
-      name: `lora.thin${trans ? '[dY·B]' : '[x·Aᵀ]'}${G > 1 ? `x${G}` : ''}`,
+      name: `lora.thin${trans ? '[t]' : '[u]'}${G > 1 ? `x${G}` : ''}`,
       shader: 'lora_thin',
       entry: 'thin',
       defines: { TRANS_W: trans, SHARED_X: shared, SECOND: G > 1, THIRD: G > 2, W_TYPE: trans ? 'f32' : 'vec4<f32>', ROW_QUADS: rowQuads },

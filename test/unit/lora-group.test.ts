@@ -79,7 +79,7 @@ describe('lora groups', () => {
     [1400, 64, [32, 16, 16], 8],
   ] as const;
   // On a device of WebGPU's default 8 storage buffers a stage (limited), three adapters take
-  // lora_thin[dY·B], up_add[B] and lora_grad in runs of two.
+  // lora.thin[t], lora.up_add[B] and lora.grad_* in runs of two.
   it.each([...cases.map((c) => [...c, false] as const), [cases[0][0], cases[0][1], cases[0][2], cases[0][3], true] as const, [cases[1][0], cases[1][1], cases[1][2], cases[1][3], true] as const])('T %i, in %i, outs %j, rank %i (8 storage buffers: %s): forwardGroup and backwardGroup match f64', async (T, inF, outs, r, limited) => {
     const gpu = limited ? withDefaultStorageLimit(await testGpu()) : await testGpu();
     const lora = await Lora.create(gpu);

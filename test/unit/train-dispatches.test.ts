@@ -2,9 +2,9 @@
 // backward) on tiny-a with LoRA on all seven projections of every layer: the adapters of one input
 // share their dispatches (Lora.forwardGroup, Lora.backwardGroup). Per layer, for the four inputs
 // (q/k/v's normed rows, o's attention output, gate/up's normed rows, down's SwiGLU):
-//   forward     one u = x·Aᵀ (lora.thin) and one update (lora.up_add[B]) each          4 + 4
+//   forward     one u = x·Aᵀ (lora.thin[u]) and one update (lora.up_add[B]) each       4 + 4
 //   recompute   the same, down_proj's update left out (its output is kept)             4 + 3
-//   backward    one t = s·dY·B (lora.thin), dA and dB of every adapter of the input in two
+//   backward    one t = s·dY·B (lora.thin[t]), dA and dB of every adapter of the input in two
 //               (lora.grad_parts, lora.grad_sum), one dX update (lora.up_add[A]) each  4 + 8 + 4
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -49,8 +49,8 @@ describe('training step dispatches', () => {
     const total = gpu.hostStats.dispatches - before;
     const count = (prefix: string) => [...byKernel].reduce((a, [name, n]) => a + (name.startsWith(prefix) ? n : 0), 0);
     console.log(`tiny-a training step: ${total} dispatches; ${[...byKernel].filter(([n]) => n.startsWith('lora.')).map(([n, c]) => `${n} ${c}`).join(', ')}`);
-    expect(count('lora.thin[x·Aᵀ]')).toBe(8 * L);
-    expect(count('lora.thin[dY·B]')).toBe(4 * L);
+    expect(count('lora.thin[u]')).toBe(8 * L);
+    expect(count('lora.thin[t]')).toBe(4 * L);
     expect(count('lora.up_add[B]')).toBe(7 * L);
     expect(count('lora.up_add[A]')).toBe(4 * L);
     expect(count('lora.grad_parts')).toBe(4 * L);
