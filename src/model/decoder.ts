@@ -42,6 +42,8 @@ export type LoraProjection = (typeof LORA_PROJECTIONS)[number];
 const GROUP_SLOT: Record<LoraProjection, number> = { q: 0, k: 1, v: 2, o: 0, gate: 0, up: 1, down: 0 };
 /** A layer's adapters by projection: any subset (PEFT's target_modules). */
 export type LayerLora = Partial<Record<LoraProjection, LoraParams>>;
+/** A layer's LoRA u = x·Aᵀ [T, r] by adapted projection. */
+export type LayerLoraU = Partial<Record<LoraProjection, Tensor>>;
 
 /** PEFT's module path of a projection, e.g. `model.language_model.layers.0.self_attn.q_proj`. */
 export function loraModuleName(layer: number, proj: LoraProjection): string {
@@ -85,6 +87,8 @@ export interface LoraCall {
   scratch?: LoraScratch;
   /** lora_dropout (training): probability, each projection's mask seed, workspace [T, widest in]. */
   dropout?: { p: number; seed: (proj: LoraProjection) => number; xd: (adapter: LoraParams) => Tensor };
+  /** u already holds x·Aᵀ (a checkpointed recompute whose forward kept them: KeptActivations.u). */
+  uKept?: boolean;
 }
 
 /** Visual rows of the sequence: image embeddings and DeepStack features, one row per <|image_pad|>. */
@@ -155,6 +159,9 @@ export interface KeptActivations {
   layers: readonly LayerActivations[] | null;
   /** With layers of f16 wide intermediates: one f32 set the layer runs on before they are rounded. */
   staging?: LayerActivations;
+  /** Without layers (gradient checkpointing), each layer's LoRA u = x·Aᵀ per projection [T, ≥ r]:
+   * the backward's recompute takes them, not the down products again; optional. */
+  u?: readonly LayerLoraU[];
   /** With anything in f16: u32 [rangeSlots(L)], cleared before the forward; an f16 tensor's slot
    * (rangeSlotName says whose) gets the bits of its largest |x| beyond f16's range (ActivationF16.pack), else 0. */
   range?: Tensor;
@@ -268,6 +275,13 @@ export interface BackwardArgs {
   visual?: { rows: Tensor; grads: readonly Tensor[] };
 }
 
+/** A kept u (KeptActivations.u) of an adapted projection. */
+function keptU(us: LayerLoraU, proj: LoraProjection): Tensor {
+  const u = us[proj];
+  if (!u) throw new ShapeError('decoder', `the kept LoRA u have no ${proj}_proj, which has an adapter`);
+  return u;
+}
+
 /** A typed view of the first elements of a workspace tensor. */
 export function view(t: Tensor, shape: readonly number[], label = t.label): Tensor {
   const need = shape.reduce((a, b) => a * b, 1);
@@ -317,7 +331,7 @@ export class Decoder {
       const p = lora?.params[proj];
       if (!p) return { w, y };
       const d = lora!.dropout;
-      return { w, y, lora: { p, u: lora!.u(proj), dropout: d && { p: d.p, seed: d.seed(proj), xd: d.xd(p) } } };
+      return { w, y, lora: { p, u: lora!.u(proj), dropout: d && { p: d.p, seed: d.seed(proj), xd: d.xd(p) }, uKept: lora!.uKept } };
     });
   }
 
@@ -364,7 +378,7 @@ export class Decoder {
       if (gemv) throw new ShapeError('decoder.mlp', 'a block without its output keeps u for a backward: not on the LoRA GEMV path');
       this.ops.act.swiglu(rec, b.gate, b.up, b.act);
       const d = lora!.dropout;
-      if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), d && { dropout: d.p, seed: d.seed('down') });
+      if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), { dropout: d?.p, seed: d?.seed('down'), uKept: lora!.uKept });
       return;
     }
     // h += down(silu(gate)·up): the residual add is the down projection's accumulate.
@@ -495,7 +509,8 @@ export class Decoder {
       const adapters = a.lora?.[l];
       const u = (proj: LoraProjection): Tensor => {
         const r = adapters![proj]!.r;
-        return kept ? view(kept.u[proj], [T, r]) : b.loraU(r, GROUP_SLOT[proj]);
+        if (kept) return view(kept.u[proj], [T, r]);
+        return keep?.u ? view(keptU(keep.u[l], proj), [T, r]) : b.loraU(r, GROUP_SLOT[proj]);
       };
       const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
       if (keep) this.keepState(rec, b.h, keep, l);
@@ -516,6 +531,7 @@ export class Decoder {
   /** A kept forward's buffers agree: f16 ones come with a range buffer, f16 layers with an f32 staging set. */
   private checkKeep(keep: KeptActivations): void {
     const L = this.config.numLayers;
+    if (keep.u && keep.u.length !== L) throw new ShapeError('decoder', `kept LoRA u for ${keep.u.length} layers, the model has ${L}`);
     const f16Layers = keep.layers?.some((a) => a.hmid.dtype === 'f16') ?? false;
     if (!(f16Layers || keep.inputs.some((t) => t.dtype === 'f16'))) return;
     if (keep.range?.dtype !== 'u32' || keep.range.numel !== rangeSlots(L)) throw new ShapeError('decoder', `activations kept in f16 need a u32 range buffer of ${rangeSlots(L)} entries`);
@@ -618,7 +634,10 @@ export class Decoder {
       const kept = layers ? this.keptLayer(rec, ws, layers[l]) : ws.recompute!;
       const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
       const ad = a.lora?.[l];
-      const lora = ad ? { params: ad, u: (proj: LoraProjection) => view(kept.u[proj], [T, ad[proj]!.r]), dropout: a.dropout && layerDropout(a.dropout, l) } : null;
+      // A recompute takes the u its forward kept (KeptActivations.u), where it kept them.
+      const us = layers ? undefined : a.keep.u?.[l];
+      const u = (proj: LoraProjection) => view(us ? keptU(us, proj) : kept.u[proj], [T, ad![proj]!.r]);
+      const lora = ad ? { params: ad, u, dropout: a.dropout && layerDropout(a.dropout, l), uKept: !!us } : null;
       const input = this.keptState(rec, ws, inputs[l]);
       if (!layers) {
         // The forward's layer again; h_{l+1} is kept, so its MLP stops before down_proj.

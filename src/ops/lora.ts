@@ -85,6 +85,8 @@ export interface LoraCallOptions {
   dropout?: number;
   /** Dropout seed (u32): give each layer and step its own, and backward the forward's. */
   seed?: number;
+  /** u already holds this x̃·Aᵀ (a checkpointed recompute whose forward kept it): the update alone. */
+  uKept?: boolean;
 }
 
 export interface LoraForwardArgs {
@@ -309,13 +311,13 @@ export class Lora {
     const T = rows(op, p, 'x', args.x, p.in);
     rows(op, p, 'y', args.y, p.out, T, true);
     rows(op, p, 'u', args.u, p.r, T);
-    this.downProduct(op, rec, p, args.x, args.u, T, args.xd, opts);
+    if (!opts.uKept) this.downProduct(op, rec, p, args.x, args.u, T, args.xd, opts);
     this.upAdd(rec, args.u, p.B, args.y, T, p.out, p.r, loraScale(p), false);
   }
 
   /** u = x̃·Aᵀ alone: the forward's first half, for a recompute that needs u but not y. */
   down(rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, xd?: Tensor, opts: LoraCallOptions = {}): void {
-    if (opts.enabled === false) return;
+    if (opts.enabled === false || opts.uKept) return;
     const op = 'lora.down';
     const T = rows(op, p, 'x', x, p.in);
     rows(op, p, 'u', u, p.r, T);
@@ -404,9 +406,10 @@ export class Lora {
 
   /**
    * forward for the adapters of one input x without dropout (q/k/v, gate/up): every u in one
-   * dispatch and every update in one where they are groupable, else forward each.
+   * dispatch and every update in one where they are groupable, else forward each. `uKept`: the
+   * u hold x·Aᵀ already (LoraCallOptions.uKept), the updates alone run.
    */
-  forwardGroup(rec: Recorder, x: Tensor, members: readonly LoraForwardMember[]): void {
+  forwardGroup(rec: Recorder, x: Tensor, members: readonly LoraForwardMember[], uKept = false): void {
     if (members.length === 0) return;
     const op = 'lora.forward';
     const T = x.shape[0];
@@ -416,11 +419,11 @@ export class Lora {
       rows(op, p, 'u', u, p.r, T);
     }
     if (!Lora.groupable(members.map((m) => m.p))) {
-      for (const { p, u, y } of members) this.forward(rec, p, { x, y, u });
+      for (const { p, u, y } of members) this.forward(rec, p, { x, y, u }, { uKept });
       return;
     }
     const r = members[0].p.r;
-    this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
+    if (!uKept) this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
     this.upAddGroup(rec, members.map((m) => ({ u: m.u, w: m.p.B, y: m.y, n: m.p.out, scale: loraScale(m.p) })), T, r, false, false);
   }
 

@@ -58,6 +58,8 @@ export interface ProductLora {
   /** lora_dropout on the adapter's input (training): the probability, the mask's seed
    * (dropoutSeed) and a workspace of at least [rows, in] for dropout(x). */
   dropout?: { p: number; seed: number; xd: Tensor };
+  /** u already holds x·Aᵀ (a checkpointed recompute whose forward kept it): the update alone. */
+  uKept?: boolean;
 }
 
 /** One product of x: y (+)= x·Wᵀ (+ its LoRA update). */
@@ -473,14 +475,15 @@ export class Projection {
 
   /** Each adapter's update by src/ops/lora.ts, keeping u: those without dropout (which share x) as one group. */
   private loraProducts(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
-    const group: LoraForwardMember[] = [];
+    const groups: [LoraForwardMember[], LoraForwardMember[]] = [[], []];
     for (const { y, lora } of outs) {
       if (!lora) continue;
       const d = lora.dropout;
-      if (d) this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d.xd }, { dropout: d.p, seed: d.seed });
-      else group.push({ p: lora.p, u: lora.u, y });
+      if (d) this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d.xd }, { dropout: d.p, seed: d.seed, uKept: lora.uKept });
+      else groups[lora.uKept ? 1 : 0].push({ p: lora.p, u: lora.u, y });
     }
-    this.lora.forwardGroup(rec, x, group);
+    this.lora.forwardGroup(rec, x, groups[0]);
+    this.lora.forwardGroup(rec, x, groups[1], true);
   }
 
   /**
