@@ -23,7 +23,7 @@ import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
-import { dropoutSeed, type Lora, type LoraParams } from '../ops/lora';
+import { dropoutSeed, LORA_GROUP_MAX, type Lora, type LoraBackwardMember, type LoraParams } from '../ops/lora';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
 import { QkNormRope } from '../ops/qkNormRope';
@@ -38,8 +38,12 @@ import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTabl
 /** The adapted projections of a layer, in the order the model's LoRA list uses. */
 export const LORA_PROJECTIONS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
 export type LoraProjection = (typeof LORA_PROJECTIONS)[number];
+/** A projection's place among the adapters of its input (q/k/v, o, gate/up, down), which share dispatches. */
+const GROUP_SLOT: Record<LoraProjection, number> = { q: 0, k: 1, v: 2, o: 0, gate: 0, up: 1, down: 0 };
 /** A layer's adapters by projection: any subset (PEFT's target_modules). */
 export type LayerLora = Partial<Record<LoraProjection, LoraParams>>;
+/** A layer's LoRA u = x·Aᵀ [T, r] by adapted projection. */
+export type LayerLoraU = Partial<Record<LoraProjection, Tensor>>;
 
 /** PEFT's module path of a projection, e.g. `model.language_model.layers.0.self_attn.q_proj`. */
 export function loraModuleName(layer: number, proj: LoraProjection): string {
@@ -83,6 +87,8 @@ export interface LoraCall {
   scratch?: LoraScratch;
   /** lora_dropout (training): probability, each projection's mask seed, workspace [T, widest in]. */
   dropout?: { p: number; seed: (proj: LoraProjection) => number; xd: (adapter: LoraParams) => Tensor };
+  /** u already holds x·Aᵀ (a checkpointed recompute whose forward kept them: KeptActivations.u). */
+  uKept?: boolean;
 }
 
 /** Visual rows of the sequence: image embeddings and DeepStack features, one row per <|image_pad|>. */
@@ -153,6 +159,9 @@ export interface KeptActivations {
   layers: readonly LayerActivations[] | null;
   /** With layers of f16 wide intermediates: one f32 set the layer runs on before they are rounded. */
   staging?: LayerActivations;
+  /** Without layers (gradient checkpointing), each layer's LoRA u = x·Aᵀ per projection [T, ≥ r]:
+   * the backward's recompute takes them, not the down products again; optional. */
+  u?: readonly LayerLoraU[];
   /** With anything in f16: u32 [rangeSlots(L)], cleared before the forward; an f16 tensor's slot
    * (rangeSlotName says whose) gets the bits of its largest |x| beyond f16's range (ActivationF16.pack), else 0. */
   range?: Tensor;
@@ -231,8 +240,8 @@ export interface LayerGradients {
   dkRaw: Tensor;
   /** The attention backward's workspace (Attention.rowStatsShape). */
   rowStats: Tensor;
-  /** LoRA's backward workspace dy·B [T, widest rank]. */
-  loraT: Tensor;
+  /** LoRA's backward workspaces dy·B [T, widest rank], one for each adapter of a group (Lora.backwardGroup). */
+  loraT: Tensor[];
 }
 
 /** What a backward over T rows writes besides the adapters' gradients (Decoder.backwardWorkspace). */
@@ -264,6 +273,13 @@ export interface BackwardArgs {
   /** Vision LoRA: the gradient at the image rows gathered where the vision features enter,
    * grads[0] at h_0 (the embeddings) and grads[j] at h_j (DeepStack level j − 1's add). */
   visual?: { rows: Tensor; grads: readonly Tensor[] };
+}
+
+/** A kept u (KeptActivations.u) of an adapted projection. */
+function keptU(us: LayerLoraU, proj: LoraProjection): Tensor {
+  const u = us[proj];
+  if (!u) throw new ShapeError('decoder', `the kept LoRA u have no ${proj}_proj, which has an adapter`);
+  return u;
 }
 
 /** A typed view of the first elements of a workspace tensor. */
@@ -315,7 +331,7 @@ export class Decoder {
       const p = lora?.params[proj];
       if (!p) return { w, y };
       const d = lora!.dropout;
-      return { w, y, lora: { p, u: lora!.u(proj), dropout: d && { p: d.p, seed: d.seed(proj), xd: d.xd(p) } } };
+      return { w, y, lora: { p, u: lora!.u(proj), dropout: d && { p: d.p, seed: d.seed(proj), xd: d.xd(p) }, uKept: lora!.uKept } };
     });
   }
 
@@ -362,7 +378,7 @@ export class Decoder {
       if (gemv) throw new ShapeError('decoder.mlp', 'a block without its output keeps u for a backward: not on the LoRA GEMV path');
       this.ops.act.swiglu(rec, b.gate, b.up, b.act);
       const d = lora!.dropout;
-      if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), d && { dropout: d.p, seed: d.seed('down') });
+      if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), { dropout: d?.p, seed: d?.seed('down'), uKept: lora!.uKept });
       return;
     }
     // h += down(silu(gate)·up): the residual add is the down projection's accumulate.
@@ -377,12 +393,11 @@ export class Decoder {
   mlpBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, g: LayerGradients, lora: LoraCall | null): void {
     const { projection, act, norms } = this.ops;
     projection.backwardInput(rec, g.dh, w.down, g.dact);
-    this.loraBackward(rec, lora, 'down', b.act, g.dh, g.dact, g.loraT);
+    this.loraBackward(rec, lora, [['down', g.dh]], b.act, g.dact, g.loraT);
     act.swigluBackward(rec, b.gate, b.up, g.dact, g.dgate, g.dup);
     projection.backwardInput(rec, g.dgate, w.gate, g.dxn);
     projection.backwardInput(rec, g.dup, w.up, g.dxn, true);
-    this.loraBackward(rec, lora, 'gate', b.xn, g.dgate, g.dxn, g.loraT);
-    this.loraBackward(rec, lora, 'up', b.xn, g.dup, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, [['gate', g.dgate], ['up', g.dup]], b.xn, g.dxn, g.loraT);
     norms.rmsnormBackward(rec, g.dxn, h, w.postAttentionNorm, b.rstd!, g.dh, true);
   }
 
@@ -394,23 +409,33 @@ export class Decoder {
   attentionBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: PackedAttend, g: LayerGradients, lora: LoraCall | null): void {
     const { projection, norms } = this.ops;
     projection.backwardInput(rec, g.dh, w.o, g.dattn);
-    this.loraBackward(rec, lora, 'o', b.attn, g.dh, g.dattn, g.loraT);
+    this.loraBackward(rec, lora, [['o', g.dh]], b.attn, g.dattn, g.loraT);
     this.ops.selfAttention.backward(rec, { qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, dattn: g.dattn, rowStats: g.rowStats, dq: g.dq, dk: g.dk, dqRaw: g.dqRaw, dkRaw: g.dkRaw, dv: g.dv });
     projection.backwardInput(rec, g.dqRaw, w.q, g.dxn);
     projection.backwardInput(rec, g.dkRaw, w.k, g.dxn, true);
     projection.backwardInput(rec, g.dv, w.v, g.dxn, true);
-    this.loraBackward(rec, lora, 'q', b.xn, g.dqRaw, g.dxn, g.loraT);
-    this.loraBackward(rec, lora, 'k', b.xn, g.dkRaw, g.dxn, g.loraT);
-    this.loraBackward(rec, lora, 'v', b.xn, g.dv, g.dxn, g.loraT);
+    this.loraBackward(rec, lora, [['q', g.dqRaw], ['k', g.dkRaw], ['v', g.dv]], b.xn, g.dxn, g.loraT);
     norms.rmsnormBackward(rec, g.dxn, h, w.inputNorm, b.rstd!.input, g.dh, true);
   }
 
-  /** dx += the adapter's dy·B·A·s (its input's dropout mask applied), and its dA, dB accumulated; nothing without an adapter. */
-  private loraBackward(rec: Recorder, lora: LoraCall | null, proj: LoraProjection, x: Tensor, dy: Tensor, dx: Tensor, t: Tensor): void {
-    const p = lora?.params[proj];
-    if (!p) return;
-    const d = lora!.dropout;
-    this.ops.lora.backward(rec, p, { x, dy, u: lora!.u(proj), dx, t: view(t, [x.shape[0], p.r]), xd: d?.xd(p) }, d && { dropout: d.p, seed: d.seed(proj) });
+  /**
+   * dx += each adapter's dy·B·A·s (its input's dropout mask applied), and its dA, dB accumulated,
+   * for the projections of one input x (`outs`: each with its output's gradient); those without
+   * dropout as one group (Lora.backwardGroup); nothing for projections without an adapter.
+   */
+  private loraBackward(rec: Recorder, lora: LoraCall | null, outs: readonly [LoraProjection, Tensor][], x: Tensor, dx: Tensor, t: readonly Tensor[]): void {
+    if (!lora) return;
+    const T = x.shape[0];
+    const d = lora.dropout;
+    const group: LoraBackwardMember[] = [];
+    for (const [proj, dy] of outs) {
+      const p = lora.params[proj];
+      if (!p) continue;
+      const tp = view(t[group.length], [T, p.r]);
+      if (d) this.ops.lora.backward(rec, p, { x, dy, u: lora.u(proj), dx, t: tp, xd: d.xd(p) }, { dropout: d.p, seed: d.seed(proj) });
+      else group.push({ p, dy, u: lora.u(proj), t: tp });
+    }
+    this.ops.lora.backwardGroup(rec, x, dx, group);
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */
@@ -484,7 +509,8 @@ export class Decoder {
       const adapters = a.lora?.[l];
       const u = (proj: LoraProjection): Tensor => {
         const r = adapters![proj]!.r;
-        return kept ? view(kept.u[proj], [T, r]) : b.loraU(r);
+        if (kept) return view(kept.u[proj], [T, r]);
+        return keep?.u ? view(keptU(keep.u[l], proj), [T, r]) : b.loraU(r, GROUP_SLOT[proj]);
       };
       const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
       if (keep) this.keepState(rec, b.h, keep, l);
@@ -505,6 +531,7 @@ export class Decoder {
   /** A kept forward's buffers agree: f16 ones come with a range buffer, f16 layers with an f32 staging set. */
   private checkKeep(keep: KeptActivations): void {
     const L = this.config.numLayers;
+    if (keep.u && keep.u.length !== L) throw new ShapeError('decoder', `kept LoRA u for ${keep.u.length} layers, the model has ${L}`);
     const f16Layers = keep.layers?.some((a) => a.hmid.dtype === 'f16') ?? false;
     if (!(f16Layers || keep.inputs.some((t) => t.dtype === 'f16'))) return;
     if (keep.range?.dtype !== 'u32' || keep.range.numel !== rangeSlots(L)) throw new ShapeError('decoder', `activations kept in f16 need a u32 range buffer of ${rangeSlots(L)} entries`);
@@ -559,7 +586,7 @@ export class Decoder {
       dattn: f([T, hq * D], 'dattn'), dq: f([T, hq * D], 'dq'), dk: f([T, hkv * D], 'dk'), dv: f([T, hkv * D], 'dv'),
       dqRaw: f([T, hq * D], 'dq_raw'), dkRaw: f([T, hkv * D], 'dk_raw'),
       rowStats: f(Attention.rowStatsShape(T, hq), 'row_stats'),
-      loraT: f([T, Math.max(1, rank)], 'lora_t'),
+      loraT: Array.from({ length: LORA_GROUP_MAX }, (_, i) => f([T, Math.max(1, rank)], `lora_t${i}`)),
     };
     const h = f([T, H], 'h');
     const rstdFinal = f([T], 'rstd_final');
@@ -572,7 +599,8 @@ export class Decoder {
       recompute: shared,
       input,
       release: () => {
-        for (const t of [...Object.values(grads), h, rstdFinal]) t.release();
+        const { loraT, ...rest } = grads;
+        for (const t of [...Object.values(rest), ...loraT, h, rstdFinal]) t.release();
         if (shared) releaseActivations(shared);
         input?.release();
       },
@@ -606,7 +634,10 @@ export class Decoder {
       const kept = layers ? this.keptLayer(rec, ws, layers[l]) : ws.recompute!;
       const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
       const ad = a.lora?.[l];
-      const lora = ad ? { params: ad, u: (proj: LoraProjection) => view(kept.u[proj], [T, ad[proj]!.r]), dropout: a.dropout && layerDropout(a.dropout, l) } : null;
+      // A recompute takes the u its forward kept (KeptActivations.u), where it kept them.
+      const us = layers ? undefined : a.keep.u?.[l];
+      const u = (proj: LoraProjection) => view(us ? keptU(us, proj) : kept.u[proj], [T, ad![proj]!.r]);
+      const lora = ad ? { params: ad, u, dropout: a.dropout && layerDropout(a.dropout, l), uKept: !!us } : null;
       const input = this.keptState(rec, ws, inputs[l]);
       if (!layers) {
         // The forward's layer again; h_{l+1} is kept, so its MLP stops before down_proj.
@@ -644,6 +675,8 @@ export class DecoderWorkspace {
   readonly blockIds: Tensor[];
   /** [maxRows, hidden]: another block's embedding rows. */
   readonly tmp: Tensor;
+  /** Floats between the slots of lora_u: [maxRows, rank] rounded up to the storage offset alignment. */
+  private readonly uSlot: number;
 
   constructor(
     gpu: Gpu,
@@ -660,6 +693,7 @@ export class DecoderWorkspace {
     const align = gpu.limits.minStorageBufferOffsetAlignment;
     // Apart too where the joined buffer would pass the binding limit (long prefills, large micro-batches).
     const limit = Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
+    this.uSlot = Math.ceil((4 * R * Math.max(1, rank)) / align) * (align / 4);
     const stackable = (widths: number[], floats: number) => widths.every((w) => (4 * w) % align === 0) && 4 * floats <= limit;
     this.qkv = stackable([hq * D, hkv * D], R * (hq + 2 * hkv) * D) ? { buffer: f(R * (hq + 2 * hkv) * D, 'qkv'), widths: [hq * D, hkv * D, hkv * D] } : null;
     this.gateUp = stackable([I], 2 * R * I) ? { buffer: f(2 * R * I, 'gate_up'), widths: [I, I] } : null;
@@ -674,8 +708,9 @@ export class DecoderWorkspace {
       ...(this.gateUp ? {} : { gate: f(R * I, 'gate'), up: f(R * I, 'up') }),
       act: f(R * I, 'act'),
       cs: f(R * D, 'rope_cs'),
-      // u of up to three adapters at once (q/k/v on the LoRA GEMV path).
-      loraU: f(R * 3 * Math.max(1, rank), 'lora_u'),
+      // u of up to three adapters at once: stacked [R, 3·rank] (q/k/v on the LoRA GEMV path), or
+      // one slot each starting on the binding alignment (a group of Lora.forwardGroup).
+      loraU: f(LORA_GROUP_MAX * this.uSlot, 'lora_u'),
       // Partial u of down_proj (one per 64 columns of act) or of o_proj (one per head), on that path.
       loraParts: f(R * Math.max(Math.ceil(I / 64), hq) * Math.max(1, rank), 'lora_parts'),
       positions: gpu.tensor([3 * R], 'i32', 'decoder.positions'),
@@ -714,9 +749,12 @@ export class DecoderWorkspace {
         attn: view(t.attn, [T, hq * D]),
       } satisfies AttentionBuffers,
       mlp: { xn, gate, up, act: view(t.act, [T, I]) } satisfies MlpBuffers,
-      loraU: (r: number) => {
+      /** u [T, r] of the adapter in slot `slot` of its group (GROUP_SLOT): apart from the others'. */
+      loraU: (r: number, slot: number) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);
-        return uViews.get(r) ?? uViews.set(r, view(t.loraU, [T, r])).get(r)!;
+        const key = r * LORA_GROUP_MAX + slot;
+        const at = t.loraU.byteOffset + 4 * slot * this.uSlot;
+        return uViews.get(key) ?? uViews.set(key, new Tensor(t.loraU.buffer, [T, r], 'f32', t.loraU.label, at)).get(key)!;
       },
       loraParts: (n: number) => {
         if (n > t.loraParts.numel) throw new ShapeError('decoder', `${n} LoRA partials above the workspace's ${t.loraParts.numel}`);

@@ -31,7 +31,7 @@ import { F16_MAX } from '../ops/activationF16';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/lora';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
-import { layerActivations, rangeSlotName, rangeSlots, releaseActivations, type LayerActivations, type LayerLora, type VisualInputs } from './decoder';
+import { layerActivations, rangeSlotName, rangeSlots, releaseActivations, type LayerActivations, type LayerLora, type LayerLoraU, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
 import { releaseVisionSaved, type VisionSaved } from './vision';
 
@@ -114,6 +114,8 @@ interface Saved {
   hs: Tensor[];
   /** Every layer's intermediates, without gradient checkpointing; null: the backward recomputes. */
   layers: LayerActivations[] | null;
+  /** With gradient checkpointing and LoRA, each layer's u = x·Aᵀ per adapted projection (KeptActivations.u). */
+  us: LayerLoraU[] | null;
   ids: Tensor;
   cu: Tensor;
   /** PackedBatch.scatterRows and firstTokens. */
@@ -232,11 +234,13 @@ export class Qwen3VLPolicy implements Policy {
     const keepLayers = opts.train && opts.gradientCheckpointing === false;
     const layers = keepLayers ? Array.from({ length: c.numLayers }, (_, l) => layerActivations(gpu, c, T, rank, `train.layer${l}`, f16 ? 'f16' : 'f32')) : null;
     const staging = keepLayers && f16 ? layerActivations(gpu, c, T, rank, 'train.layer_staging') : null;
+    // Checkpointed: every layer's LoRA u still kept (T·r floats an adapter), so the recompute runs the updates alone.
+    const us = opts.train && !keepLayers && lora ? loraUs(gpu, lora, T) : null;
 
     const rec = gpu.recorder('train.forward');
     if (range) rec.clear(range);
     const dec = model.decoder;
-    const keep = opts.train ? { inputs: hs, layers, staging: staging ?? undefined, range: range ?? undefined } : undefined;
+    const keep = opts.train ? { inputs: hs, layers, staging: staging ?? undefined, range: range ?? undefined, u: us ?? undefined } : undefined;
     const xd = dropout && dropoutWorkspace(gpu, model.lora, T);
     const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep, dropout: xd ? { ...dropout!, xd } : undefined });
     if (cs) rec.copy(ws.views(T).cs, cs);
@@ -250,7 +254,7 @@ export class Qwen3VLPolicy implements Policy {
     predictRows.release();
     if (staging) releaseActivations(staging);
     const beyond = range && (await this.beyondF16(range));
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, us, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
     this.outputs = [logp, entropy, mask];
     if (beyond) {
       // The f16 states would be clamped: this forward again with f32 states (the same dropout masks).
@@ -276,6 +280,7 @@ export class Qwen3VLPolicy implements Policy {
   private releaseSaved(s: Saved): void {
     s.cs?.release();
     for (const a of s.layers ?? []) releaseActivations(a);
+    for (const u of s.us ?? []) for (const t of Object.values(u)) t!.release();
     for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
     s.firstTokens?.release();
     if (s.visual) releaseVisual(s.visual);
@@ -315,7 +320,7 @@ export class Qwen3VLPolicy implements Policy {
       embedding.scatterRows(rec, dsel, s.scatterRows, dout);
       if (s.firstTokens) embedding.sumRows(rec, dsel, s.firstTokens, dout, s.batch.sharedPrefix - 1);
       dec.backward(rec, ws, {
-        dout, keep: { inputs: s.hs, layers: s.layers }, cs: s.cs!, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
+        dout, keep: { inputs: s.hs, layers: s.layers, u: s.us ?? undefined }, cs: s.cs!, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
         lora: s.lora, dropout: s.dropout && xd ? { ...s.dropout, xd } : undefined,
         visual: dVisual ? { rows: s.visual!.rows, grads: dVisual } : undefined,
       });
@@ -328,6 +333,11 @@ export class Qwen3VLPolicy implements Policy {
       this.releaseSaved(s);
     }
   }
+}
+
+/** Each layer's u [T, r] for each of its adapters. */
+function loraUs(gpu: Qwen3VL['gpu'], lora: readonly LayerLora[], T: number): LayerLoraU[] {
+  return lora.map((ad, l) => Object.fromEntries(Object.entries(ad).map(([proj, p]) => [proj, gpu.tensor([T, p.r], 'f32', `train.lora_u${l}.${proj}`)])));
 }
 
 /** dropout(x) of any adapter's input, [T, widest in] (down_proj's intermediate at most). */

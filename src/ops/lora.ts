@@ -6,7 +6,11 @@
 //   backward  t = s·dY·B [T, r]
 //             dB += s·dYᵀ·u,  dA += tᵀ·x̃,  dX += dropout'(t·A)
 // Gradients accumulate (micro-batches and sequences add up); zeroGrad clears them.
-import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
+// Adapters of one input (q/k/v on a layer's normed rows, gate/up on the MLP's) share dispatches
+// (forwardGroup, backwardGroup): their u, or their t, in one of shaders/lora_thin.wgsl (no K split
+// into partials, x read for all), their up products in one of up_add, their dX in one, their dA
+// and dB in two of shaders/lora_grad.wgsl.
+import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type KernelSpec, type Recorder } from '../gpu';
 import { Matmul } from './matmul';
 
 const WG = 256;
@@ -140,6 +144,8 @@ export interface LoraCallOptions {
   dropout?: number;
   /** Dropout seed (u32): give each layer and step its own, and backward the forward's. */
   seed?: number;
+  /** u already holds this x̃·Aᵀ (a checkpointed recompute whose forward kept it): the update alone. */
+  uKept?: boolean;
 }
 
 export interface LoraForwardArgs {
@@ -170,15 +176,67 @@ export interface LoraBackwardArgs {
 /** up_add's block of y (shaders/lora.wgsl): columns and rows a workgroup. */
 const UP_COLS = 128;
 const UP_ROWS = 32;
+/** lora_thin's block of out (shaders/lora_thin.wgsl): ranks a workgroup, and rows (16, or 8 where
+ * 16 makes fewer than THIN_MIN_GROUPS workgroups: an o_proj or down_proj of 2,560 rows alone
+ * makes 160, fewer than two an SM on an H100). */
+const THIN_RANKS = 8;
+const THIN_MIN_GROUPS = 256;
+/** lora_thin's workgroup memory with ROW_QUADS `rq`: half its outputs x (lanes + 1) floats, and
+ * with `trans` the staged B, 8 ranks x (lanes + 1) vec4s. 12.4 KiB at most for rq 4 (within
+ * WebGPU's 16 KiB minimum), 16.25 KiB for rq 2 with `trans`. */
+function thinBytes(rq: number, trans: boolean): number {
+  const lanes = 256 / (2 * rq);
+  return 4 * (16 * rq) * (lanes + 1) + (trans ? 16 * THIN_RANKS * (lanes + 1) : 0);
+}
+/** Adapters a group dispatch binds at most (q/k/v). */
+export const LORA_GROUP_MAX = 3;
+/** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds. */
+const GRAD_COLS = 256;
+const GRAD_MAX_RANKS = 24;
+/** lora_grad's rows are split into chunks (partials summed after) until there are about this many
+ * workgroups, each chunk of at least GRAD_MIN_ROWS rows. */
+const GRAD_TARGET_GROUPS = 512;
+const GRAD_MIN_ROWS = 32;
+/** lora_grad's Params, in order. */
+const GRAD_UNIFORMS = {
+  rows: 'u32', chunk_rows: 'u32', r: 'u32', width_a: 'u32', out0: 'u32', out1: 'u32', out2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32',
+  adapters: 'u32', a_tiles: 'u32', b_tiles0: 'u32', b_tiles1: 'u32', b_tiles2: 'u32', set_size: 'u32', b_at0: 'u32', b_at1: 'u32', b_at2: 'u32', chunks: 'u32',
+} as const;
+
+/** One product of lora_thin: out [T, r] = scale·x·Wᵀ (W = A) or scale·x·W (W = B), K = k. */
+interface ThinProduct {
+  x: Tensor;
+  w: Tensor;
+  out: Tensor;
+  k: number;
+  scale: number;
+}
+
+/** An adapter in a forward group: u = x·Aᵀ kept in `u` [≥ T, r], y [T, out] += s·u·Bᵀ. */
+export interface LoraForwardMember {
+  p: LoraParams;
+  u: Tensor;
+  y: Tensor;
+}
+
+/** An adapter in a backward group: its output's gradient, the forward's u and a workspace t [≥ T, r]. */
+export interface LoraBackwardMember {
+  p: LoraParams;
+  dy: Tensor;
+  u: Tensor;
+  t: Tensor;
+}
 
 export class Lora {
+  /** Variants by defines, each compiled on first use. */
+  private readonly variants = new Map<string, Kernel>();
+
   private constructor(
+    private readonly gpu: Gpu,
     private readonly mm: Matmul,
     private readonly initK: Kernel,
     private readonly dropFwdK: Kernel,
     private readonly dropBwdK: Kernel,
-    /** y += scale·u·W for W = B [N, r] (forward) and W = A [r, N] (dX). */
-    private readonly up: { B: Kernel; A: Kernel },
   ) {}
 
   static async create(gpu: Gpu): Promise<Lora> {
@@ -188,28 +246,108 @@ export class Lora {
       constants: { WG },
       uniforms: { n: 'u32', seed: 'u32', scale: 'f32', threshold: 'u32' } as const,
     });
-    const upSpec = (trans: boolean) => ({
-      name: `lora.up_add${trans ? '[A]' : '[B]'}`,
-      shader: 'lora',
-      entry: 'up_add',
-      defines: { TRANS: trans },
-      uniforms: { rows: 'u32', cols: 'u32', r: 'u32', scale: 'f32' } as const,
-    });
     const init = gpu.kernelOnUse(spec('init_uniform'));
     const dropout = gpu.kernelOnUse(spec('dropout_forward'));
     const dropoutBackward = gpu.kernelOnUse(spec('dropout_backward_acc'));
-    const upAdd = { B: gpu.kernelOnUse(upSpec(false)), A: gpu.kernelOnUse(upSpec(true)) };
-    return new Lora(await Matmul.create(gpu), init, dropout, dropoutBackward, upAdd);
+    return new Lora(gpu, await Matmul.create(gpu), init, dropout, dropoutBackward);
+  }
+
+  /** Whether adapters share group dispatches (on one x, and one dX in a backward): one to three
+   * of one rank and input width, every width a whole number of vec4s (lora_thin, up_add). */
+  static groupable(ps: readonly LoraParams[]): boolean {
+    const p0 = ps[0];
+    return ps.length >= 1 && ps.length <= LORA_GROUP_MAX && p0.in % 4 === 0 && ps.every((p) => p.r === p0.r && p.in === p0.in && p.out % 4 === 0);
+  }
+
+  /** `items` in runs of as many as one dispatch binds: `perItem` storage buffers each, `shared`
+   * besides, within the device's storage buffers a stage (WebGPU's default 8 holds two q/k/v
+   * adapters of some kernels) and LORA_GROUP_MAX. */
+  private runs<T>(items: readonly T[], perItem: number, shared: number): T[][] {
+    const n = Math.max(1, Math.min(LORA_GROUP_MAX, Math.floor((this.gpu.limits.maxStorageBuffersPerShaderStage - shared) / perItem)));
+    const out: T[][] = [];
+    for (let i = 0; i < items.length; i += n) out.push(items.slice(i, i + n));
+    return out;
+  }
+
+  private variant(key: string, make: () => KernelSpec): Kernel {
+    let k = this.variants.get(key);
+    if (!k) this.variants.set(key, (k = this.gpu.kernelOnUse(make())));
+    return k;
+  }
+
+  /** y_g [T, N_g] += scale_g·u_g·W_g for each adapter (own y_g), or with `sum` y += Σ_g of them
+   * (one y): W_g (n, j) is B_g[n, j] or, `trans`, A_g[j, n]. N_g % 4 == 0. */
+  private upAddGroup(rec: Recorder, all: { u: Tensor; w: Tensor; y: Tensor; n: number; scale: number }[], T: number, r: number, trans: boolean, sum: boolean): void {
+    // u_g and W_g for each, and one y for all (sum) or y_g each.
+    for (const g of this.runs(all, sum ? 2 : 3, sum ? 1 : 0)) this.upAddRun(rec, g, T, r, trans, sum);
+  }
+
+  private upAddRun(rec: Recorder, g: { u: Tensor; w: Tensor; y: Tensor; n: number; scale: number }[], T: number, r: number, trans: boolean, sum: boolean): void {
+    const G = g.length;
+    const summed = sum && G > 1;
+    const key = `up/${trans}/${G}/${summed}`;
+    const k = this.variant(key, () => ({
+      name: `lora.up_add${trans ? '[A]' : '[B]'}${G > 1 ? `x${G}` : ''}`,
+      shader: 'lora',
+      entry: 'up_add',
+      defines: { TRANS: trans, SECOND: G > 1, THIRD: G > 2, SUM: summed, ADAPTERS: G },
+      uniforms: { rows: 'u32', r: 'u32', n0: 'u32', n1: 'u32', n2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' },
+    }));
+    const names = [['up_u', 'up_w', 'up_y'], ['up_u1', 'up_w1', 'up_y1'], ['up_u2', 'up_w2', 'up_y2']];
+    const bind: Record<string, Tensor> = {};
+    g.forEach((m, i) => {
+      bind[names[i][0]] = m.u;
+      bind[names[i][1]] = m.w;
+      if (i === 0 || !summed) bind[names[i][2]] = m.y;
+    });
+    const n = g.map((m) => m.n);
+    const s = g.map((m) => m.scale);
+    rec.dispatch(k, bind, [Math.ceil(Math.max(...n) / UP_COLS), Math.ceil(T / UP_ROWS), summed ? 1 : G], { rows: T, r, n0: n[0], n1: n[1] ?? 0, n2: n[2] ?? 0, s0: s[0], s1: s[1] ?? 0, s2: s[2] ?? 0 });
   }
 
   /** y [T, N] += scale·u [T, r]·W: W (n, j) is B[n, j] (`w` = B [N, r]) or A[j, n] (`w` = A
    * [r, N], `trans`). up_add where N % 4 == 0 (y as vec4s), else the GEMM. */
   private upAdd(rec: Recorder, u: Tensor, w: Tensor, y: Tensor, T: number, N: number, r: number, scale: number, trans: boolean): void {
     if (N % 4 === 0) {
-      rec.dispatch(trans ? this.up.A : this.up.B, { up_u: u, up_w: w, up_y: y }, [Math.ceil(N / UP_COLS), Math.ceil(T / UP_ROWS)], { rows: T, cols: N, r, scale });
+      this.upAddGroup(rec, [{ u, w, y, n: N, scale }], T, r, trans, false);
       return;
     }
     this.mm.gemm(rec, { a: u, b: w, c: y, m: T, n: N, k: r, transB: !trans, alpha: scale, beta: 1 });
+  }
+
+  /**
+   * out_g [T, r] = scale_g·X_g·W_gᵀ for each adapter in one dispatch (shaders/lora_thin.wgsl):
+   * W_g = A_g with one X for all (u = x·Aᵀ), or W_gᵀ = B_g with X_g = dY_g (`trans`: t = s·dY·B).
+   * Every K (in, or out with `trans`) is a multiple of 4.
+   */
+  private thin(rec: Recorder, all: ThinProduct[], T: number, r: number, trans: boolean): void {
+    // W_g and out_g for each, and one x for all (u = x·Aᵀ) or X_g each.
+    const shared = !trans;
+    for (const g of this.runs(all, shared ? 2 : 3, shared ? 1 : 0)) this.thinRun(rec, g, T, r, trans, shared);
+  }
+
+  private thinRun(rec: Recorder, g: ThinProduct[], T: number, r: number, trans: boolean, shared: boolean): void {
+    const G = g.length;
+    const blocks = Math.ceil(r / THIN_RANKS);
+    const few = Math.ceil(T / 16) * G * blocks < THIN_MIN_GROUPS;
+    const rowQuads = few && thinBytes(2, trans) <= this.gpu.limits.maxComputeWorkgroupStorageSize ? 2 : 4;
+    const key = `thin/${trans}/${G}/${shared}/${rowQuads}`;
+    const k = this.variant(key, () => ({
+      name: `lora.thin${trans ? '[t]' : '[u]'}${G > 1 ? `x${G}` : ''}`,
+      shader: 'lora_thin',
+      entry: 'thin',
+      defines: { TRANS_W: trans, SHARED_X: shared, SECOND: G > 1, THIRD: G > 2, W_TYPE: trans ? 'f32' : 'vec4<f32>', ROW_QUADS: rowQuads },
+      uniforms: { rows: 'u32', r: 'u32', rank_blocks: 'u32', k0: 'u32', k1: 'u32', k2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' },
+    }));
+    const bind: Record<string, Tensor> = {};
+    g.forEach((m, i) => {
+      if (i === 0 || !shared) bind[`x${i}`] = m.x;
+      bind[`w${i}`] = m.w;
+      bind[`o${i}`] = m.out;
+    });
+    const ks = g.map((m) => m.k);
+    const s = g.map((m) => m.scale);
+    rec.dispatch(k, bind, [Math.ceil(T / (4 * rowQuads)), G * blocks], { rows: T, r, rank_blocks: blocks, k0: ks[0], k1: ks[1] ?? 0, k2: ks[2] ?? 0, s0: s[0], s1: s[1] ?? 0, s2: s[2] ?? 0 });
   }
 
   /** PEFT's initialisation: A ~ U(-1/√in, 1/√in) from `seed`, B = 0 (so the adapter starts as a no-op); grads cleared. */
@@ -232,13 +370,13 @@ export class Lora {
     const T = rows(op, p, 'x', args.x, p.in);
     rows(op, p, 'y', args.y, p.out, T, true);
     rows(op, p, 'u', args.u, p.r, T);
-    this.downProduct(op, rec, p, args.x, args.u, T, args.xd, opts);
+    if (!opts.uKept) this.downProduct(op, rec, p, args.x, args.u, T, args.xd, opts);
     this.upAdd(rec, args.u, p.B, args.y, T, p.out, p.r, loraScale(p), false);
   }
 
   /** u = x̃·Aᵀ alone: the forward's first half, for a recompute that needs u but not y. */
   down(rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, xd?: Tensor, opts: LoraCallOptions = {}): void {
-    if (opts.enabled === false) return;
+    if (opts.enabled === false || opts.uKept) return;
     const op = 'lora.down';
     const T = rows(op, p, 'x', x, p.in);
     rows(op, p, 'u', u, p.r, T);
@@ -247,24 +385,147 @@ export class Lora {
 
   private downProduct(op: string, rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, T: number, xd: Tensor | undefined, opts: LoraCallOptions): void {
     const xin = this.dropout(op, rec, p, x, xd, T, opts);
-    this.mm.gemm(rec, { a: xin, b: p.A, c: u, m: T, n: p.r, k: p.in, transB: true });
+    if (p.in % 4 === 0) this.thin(rec, [{ x: xin, w: p.A, out: u, k: p.in, scale: 1 }], T, p.r, false);
+    else this.mm.gemm(rec, { a: xin, b: p.A, c: u, m: T, n: p.r, k: p.in, transB: true });
+  }
+
+  /** t = s·dY·B [T, r]. */
+  private dyB(rec: Recorder, p: LoraParams, dy: Tensor, t: Tensor, T: number): void {
+    if (p.out % 4 === 0) this.thin(rec, [{ x: dy, w: p.B, out: t, k: p.out, scale: loraScale(p) }], T, p.r, true);
+    else this.mm.gemm(rec, { a: dy, b: p.B, c: t, m: T, n: p.r, k: p.out, alpha: loraScale(p) });
+  }
+
+  /** dB += s·dYᵀ·u, dA += tᵀ·x̃. */
+  private weightGrads(rec: Recorder, p: LoraParams, dy: Tensor, u: Tensor, t: Tensor, xin: Tensor, T: number): void {
+    this.mm.gemm(rec, { a: dy, b: u, c: p.dB, m: p.out, n: p.r, k: T, transA: true, alpha: loraScale(p), beta: 1 });
+    this.mm.gemm(rec, { a: t, b: xin, c: p.dA, m: p.r, n: p.in, k: T, transA: true, beta: 1 });
+  }
+
+  /**
+   * dB_g += s_g·dY_gᵀ·u_g and dA_g += t_gᵀ·x for a group (shaders/lora_grad.wgsl): partials over
+   * chunks of rows in one dispatch, their sum into every gradient in a second (for as many
+   * adapters as the device binds); in a tape the GEMMs of each.
+   */
+  private weightGradsGroup(rec: Recorder, x: Tensor, all: readonly LoraBackwardMember[], T: number): void {
+    // Its partials are scratch released at once: not for a tape, which replays later.
+    if (rec.capturing) {
+      for (const { p, dy, u, t } of all) this.weightGrads(rec, p, dy, u, t, x, T);
+      return;
+    }
+    // grad_parts binds dY_g, u_g and t_g for each, x and the partials besides.
+    for (const ms of this.runs(all, 3, 2)) this.weightGradsRun(rec, x, ms, T);
+  }
+
+  private weightGradsRun(rec: Recorder, x: Tensor, ms: readonly LoraBackwardMember[], T: number): void {
+    const G = ms.length;
+    const { r, in: inF } = ms[0].p;
+    const qmax = Math.min(GRAD_MAX_RANKS, 4 * Math.ceil((G * r) / 4));
+    const colBlocks = (w: number) => Math.ceil(w / GRAD_COLS);
+    const aTiles = colBlocks(inF) * Math.ceil((G * r) / qmax);
+    const bTiles = ms.map((m) => colBlocks(m.p.out) * Math.ceil(r / qmax));
+    const tiles = aTiles + bTiles.reduce((a, b) => a + b, 0);
+    const bAt: number[] = [];
+    let set = G * r * inF;
+    for (const m of ms) {
+      bAt.push(set);
+      set += m.p.out * r;
+    }
+    // As many chunks as fill the GPU, of GRAD_MIN_ROWS rows at least, their partials within one binding.
+    const fit = Math.floor(Math.min(this.gpu.limits.maxStorageBufferBindingSize, this.gpu.limits.maxBufferSize) / (4 * set));
+    let chunks = Math.max(1, Math.min(Math.ceil(GRAD_TARGET_GROUPS / tiles), Math.floor(T / GRAD_MIN_ROWS), fit));
+    const chunkRows = Math.ceil(T / chunks);
+    chunks = Math.ceil(T / chunkRows);
+    const part = this.gpu.tensor([chunks * set], 'f32', 'lora.grad_parts');
+    const uniforms = {
+      rows: T, chunk_rows: chunkRows, r, width_a: inF,
+      out0: ms[0].p.out, out1: ms[1]?.p.out ?? 0, out2: ms[2]?.p.out ?? 0,
+      s0: loraScale(ms[0].p), s1: ms[1] ? loraScale(ms[1].p) : 0, s2: ms[2] ? loraScale(ms[2].p) : 0,
+      adapters: G, a_tiles: aTiles, b_tiles0: bTiles[0], b_tiles1: bTiles[1] ?? 0, b_tiles2: bTiles[2] ?? 0,
+      set_size: set, b_at0: bAt[0], b_at1: bAt[1] ?? set, b_at2: bAt[2] ?? set, chunks,
+    };
+    const spec = (parts: boolean): KernelSpec => ({
+      name: `lora.grad_${parts ? 'parts' : 'sum'}${G > 1 ? `x${G}` : ''}`,
+      shader: 'lora_grad',
+      entry: parts ? 'grad_parts' : 'grad_sum',
+      defines: { PARTS: parts, SECOND: G > 1, THIRD: G > 2, QMAX: parts ? qmax : 4 },
+      uniforms: GRAD_UNIFORMS,
+    });
+    const partsK = this.variant(`grad/parts/${G}/${qmax}`, () => spec(true));
+    const sumK = this.variant(`grad/sum/${G}`, () => spec(false));
+    const src: Record<string, Tensor> = { x, part };
+    const dst: Record<string, Tensor> = { part };
+    ms.forEach((m, g) => {
+      Object.assign(src, { [`dy${g}`]: m.dy, [`u${g}`]: m.u, [`t${g}`]: m.t });
+      Object.assign(dst, { [`da${g}`]: m.p.dA, [`db${g}`]: m.p.dB });
+    });
+    rec.dispatch(partsK, src, [tiles, chunks], uniforms);
+    rec.dispatch(sumK, dst, grid1d(set, 256), uniforms);
+    part.release();
+  }
+
+  /**
+   * forward for the adapters of one input x without dropout (q/k/v, gate/up): every u in one
+   * dispatch and every update in one where they are groupable, else forward each. `uKept`: the
+   * u hold x·Aᵀ already (LoraCallOptions.uKept), the updates alone run.
+   */
+  forwardGroup(rec: Recorder, x: Tensor, members: readonly LoraForwardMember[], uKept = false): void {
+    if (members.length === 0) return;
+    const op = 'lora.forward';
+    const T = x.shape[0];
+    for (const { p, u, y } of members) {
+      rows(op, p, 'x', x, p.in);
+      rows(op, p, 'y', y, p.out, T, true);
+      rows(op, p, 'u', u, p.r, T);
+    }
+    if (!Lora.groupable(members.map((m) => m.p))) {
+      for (const { p, u, y } of members) this.forward(rec, p, { x, y, u }, { uKept });
+      return;
+    }
+    const r = members[0].p.r;
+    if (!uKept) this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
+    this.upAddGroup(rec, members.map((m) => ({ u: m.u, w: m.p.B, y: m.y, n: m.p.out, scale: loraScale(m.p) })), T, r, false, false);
+  }
+
+  /**
+   * backward for the adapters of one input x without dropout: every t = s·dY·B in one dispatch,
+   * dA and dB accumulated, and (with `dx`) their parts of dX added in one, where groupable; else
+   * backward each.
+   */
+  backwardGroup(rec: Recorder, x: Tensor, dx: Tensor | undefined, members: readonly LoraBackwardMember[]): void {
+    if (members.length === 0) return;
+    const op = 'lora.backward';
+    const T = x.shape[0];
+    for (const { p, dy, u, t } of members) {
+      rows(op, p, 'x', x, p.in);
+      rows(op, p, 'dy', dy, p.out, T, true);
+      rows(op, p, 'u', u, p.r, T);
+      rows(op, p, 't', t, p.r, T);
+      if (dx) rows(op, p, 'dx', dx, p.in, T, true);
+    }
+    if (!Lora.groupable(members.map((m) => m.p))) {
+      for (const { p, dy, u, t } of members) this.backward(rec, p, { x, dy, u, t, dx });
+      return;
+    }
+    const r = members[0].p.r;
+    this.thin(rec, members.map((m) => ({ x: m.dy, w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
+    this.weightGradsGroup(rec, x, members, T);
+    if (dx) this.upAddGroup(rec, members.map((m) => ({ u: m.t, w: m.p.A, y: dx, n: m.p.in, scale: 1 })), T, r, true, true);
   }
 
   /** Accumulate dA and dB, and add the adapter's part of dX when `dx` is given. */
   backward(rec: Recorder, p: LoraParams, args: LoraBackwardArgs, opts: LoraCallOptions = {}): void {
     if (opts.enabled === false) return;
     const op = 'lora.backward';
-    const s = loraScale(p);
     const T = rows(op, p, 'x', args.x, p.in);
     rows(op, p, 'dy', args.dy, p.out, T, true);
     rows(op, p, 'u', args.u, p.r, T);
     rows(op, p, 't', args.t, p.r, T);
     if (args.dx) rows(op, p, 'dx', args.dx, p.in, T, true);
     const { dy, u, t } = args;
-    this.mm.gemm(rec, { a: dy, b: u, c: p.dB, m: p.out, n: p.r, k: T, transA: true, alpha: s, beta: 1 });
-    this.mm.gemm(rec, { a: dy, b: p.B, c: t, m: T, n: p.r, k: p.out, alpha: s });
+    this.dyB(rec, p, dy, t, T);
     const xin = this.dropout(op, rec, p, args.x, args.xd, T, opts);
-    this.mm.gemm(rec, { a: t, b: xin, c: p.dA, m: p.r, n: p.in, k: T, transA: true, beta: 1 });
+    if (Lora.groupable([p])) this.weightGradsGroup(rec, xin, [{ p, dy, u, t }], T);
+    else this.weightGrads(rec, p, dy, u, t, xin, T);
     if (!args.dx) return;
     if (xin === args.x) {
       this.upAdd(rec, t, p.A, args.dx, T, p.in, p.r, 1, true);

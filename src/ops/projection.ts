@@ -14,13 +14,13 @@
 //                          at one row the norm and the down products inside the base GEMV's
 //                          dispatch (normedGemv), an update folded into the GEMV's epilogue
 //                          (projectFolded); otherwise
-//                          src/ops/lora.ts's GEMMs, keeping u for a backward (and lora_dropout)
+//                          src/ops/lora.ts's group dispatches, keeping u for a backward (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
 import { Activations } from './activations';
-import { Lora, loraScale, type LoraParams } from './lora';
+import { Lora, loraScale, type LoraForwardMember, type LoraParams } from './lora';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
 import { Norms } from './norms';
@@ -32,7 +32,7 @@ import { MatmulQ4Mma, type Int8Weight, type MatmulQ4MmaOptions } from './matmulQ
 export const PATHS = {
   /** At most this many rows: the 4-bit GEMV; more: the GEMM or the tensor cores. */
   gemvMaxRows: GEMV_MAX_ROWS,
-  /** At most this many rows with scratch for u (inference): the LoRA GEMV; else LoRA's GEMMs. */
+  /** At most this many rows with scratch for u (inference): the LoRA GEMV; else src/ops/lora.ts's products. */
   loraGemvMaxRows: LORA_GEMV_MAX_ROWS,
   /** Tensor-core tile by x's limbs, the fastest on an H100 at the decoder's shapes (BENCHMARKS.md). */
   mmaTile: { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } },
@@ -60,6 +60,8 @@ export interface ProductLora {
   /** lora_dropout on the adapter's input (training): the probability, the mask's seed
    * (dropoutSeed) and a workspace of at least [rows, in] for dropout(x). */
   dropout?: { p: number; seed: number; xd: Tensor };
+  /** u already holds x·Aᵀ (a checkpointed recompute whose forward kept it): the update alone. */
+  uKept?: boolean;
 }
 
 /** One product of x: y (+)= x·Wᵀ (+ its LoRA update). */
@@ -81,7 +83,7 @@ export interface ProjectOptions {
   accumulate?: boolean;
   /** Inference: 2..8 rows of a 4-bit GEMV may take x as int8. */
   int8?: boolean;
-  /** Inference scratch (LoraScratch); without it adapters take LoRA's GEMMs and keep u. */
+  /** Inference scratch (LoraScratch); without it adapters take src/ops/lora.ts's products and keep u. */
   scratch?: LoraScratch;
 }
 
@@ -373,7 +375,7 @@ export class Projection {
     if (mma) {
       // The LoRA updates follow the GEMM (in its epilogue they slowed its main loop: BENCHMARKS.md).
       this.tensorCores!.gemmShared(rec, x, outs.map((p, i) => ({ w: mma[i], y: p.y })), accumulate);
-      this.loraGemms(rec, x, outs);
+      this.loraProducts(rec, x, outs);
       return;
     }
     // One adapter: its down and up after the base projection (LoraGemv.forward).
@@ -382,7 +384,7 @@ export class Projection {
     this.baseProjections(rec, x, outs, accumulate, int8);
     if (single) this.loraGemv.forward(rec, gemv.ps[0], x, outs[0].y, gemv.u);
     else if (gemv) this.loraGemv.up(rec, gemv.ps, gemv.u, outs.map((p) => p.y));
-    else this.loraGemms(rec, x, outs);
+    else this.loraProducts(rec, x, outs);
   }
 
   /**
@@ -494,13 +496,17 @@ export class Projection {
     this.loraGemv.upFromParts(rec, p, parts, perRow, y);
   }
 
-  /** Each adapter's update by LoRA's GEMMs, keeping u. */
-  private loraGemms(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
+  /** Each adapter's update by src/ops/lora.ts, keeping u: those without dropout (which share x) as one group. */
+  private loraProducts(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
+    const groups: [LoraForwardMember[], LoraForwardMember[]] = [[], []];
     for (const { y, lora } of outs) {
       if (!lora) continue;
       const d = lora.dropout;
-      this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d?.xd }, d && { dropout: d.p, seed: d.seed });
+      if (d) this.lora.forward(rec, lora.p, { x, y, u: lora.u, xd: d.xd }, { dropout: d.p, seed: d.seed, uKept: lora.uKept });
+      else groups[lora.uKept ? 1 : 0].push({ p: lora.p, u: lora.u, y });
     }
+    this.lora.forwardGroup(rec, x, groups[0]);
+    this.lora.forwardGroup(rec, x, groups[1], true);
   }
 
   /**
@@ -542,7 +548,7 @@ export class Projection {
   private gemvLora(x: Tensor, outs: readonly Product[], scratch: LoraScratch | undefined): LoraGemvCall | null {
     const rows = x.shape[0];
     if (!scratch || rows < 1 || rows > PATHS.loraGemvMaxRows) return null;
-    // Dropout takes LoRA's GEMMs (its mask is applied to a copy of x).
+    // Dropout takes src/ops/lora.ts's products (its mask is applied to a copy of x).
     const ps = outs.map((o) => (o.lora?.dropout ? undefined : o.lora?.p));
     if (ps.some((p) => !p)) return null;
     const all = ps as LoraParams[];
