@@ -109,8 +109,12 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
     const fwd = await policy.forward(batch, { temperature, lora: true, train: true, gradientCheckpointing, dropout });
     const { result, buffers } = await groupLoss(gpu, rl, { ...a.loss, fwd });
     try {
-      const [logps, entropy] = await Promise.all([gpu.readF32(fwd.logps), gpu.readF32(fwd.entropy)]);
+      // The readbacks are queued now, before the backward; the backward is recorded while they map
+      // (awaiting them first left the GPU idle until the CPU recorded the backward's first layer).
+      const reads = Promise.all([gpu.readF32(fwd.logps), gpu.readF32(fwd.entropy)]);
+      reads.catch(() => undefined); // a failing backward throws first; this one is then not left unhandled
       await policy.backward(buffers.grad, hasEntropyBonus(a.loss.config) ? buffers.gradEntropy : undefined);
+      const [logps, entropy] = await reads;
       return { result, logps, entropy };
     } finally {
       RlLoss.release(buffers);
@@ -142,7 +146,9 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
     }
     const loss = await groupLoss(gpu, rl, { ...a.loss, fwd: { logps, entropy, mask, maxLen: T } });
     buffers = loss.buffers;
-    const [lp, ent] = await Promise.all([gpu.readF32(logps), gpu.readF32(entropy)]);
+    // Queued before the backwards, awaited after them (as above).
+    const reads = Promise.all([gpu.readF32(logps), gpu.readF32(entropy)]);
+    reads.catch(() => undefined);
     for (const c of chunks) {
       const fwd = await policy.forward(sub(c), { temperature, lora: true, train: true, gradientCheckpointing, dropout });
       const grad = gpu.tensor([c[1] - c[0], fwd.maxLen], 'f32', 'micro-batch.grad');
@@ -156,6 +162,7 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
         gradEntropy?.release();
       }
     }
+    const [lp, ent] = await reads;
     return { result: loss.result, logps: lp, entropy: ent };
   } finally {
     if (buffers) RlLoss.release(buffers);
