@@ -193,6 +193,22 @@ export const LORA_GROUP_MAX = 3;
 /** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds. */
 const GRAD_COLS = 256;
 const GRAD_MAX_RANKS = 24;
+/** A row of P costs about this many of a rank's vec4 FMAs more (its load, Q's broadcast loads). */
+const GRAD_ROW_COST = 8;
+
+/**
+ * The ranks of Q a lora_grad workgroup holds (QMAX, a multiple of 4 up to GRAD_MAX_RANKS): the one
+ * with the least work over dA's tiles (`aBlocks` column blocks over `aRanks`) and each dB's (`bBlocks`
+ * over `r`), a tile's row costing its ranks plus GRAD_ROW_COST. A QMAX past a tile's ranks computes
+ * zeros (24 for r = 16: a third of dB's work wasted), one below it reads P again for each chunk.
+ */
+export function gradRanks(aBlocks: number, aRanks: number, bBlocks: readonly number[], r: number): number {
+  const work = (q: number) => aBlocks * Math.ceil(aRanks / q) * (q + GRAD_ROW_COST) + bBlocks.reduce((t, b) => t + b * Math.ceil(r / q) * (q + GRAD_ROW_COST), 0);
+  let best = 4;
+  for (let q = 8; q <= GRAD_MAX_RANKS; q += 4) if (work(q) <= work(best)) best = q;
+  return best;
+}
+
 /** lora_grad's rows are split into chunks (partials summed after) until there are about this many
  * workgroups, each chunk of at least GRAD_MIN_ROWS rows. */
 const GRAD_TARGET_GROUPS = 512;
@@ -419,8 +435,8 @@ export class Lora {
   private weightGradsRun(rec: Recorder, x: Tensor, ms: readonly LoraBackwardMember[], T: number): void {
     const G = ms.length;
     const { r, in: inF } = ms[0].p;
-    const qmax = Math.min(GRAD_MAX_RANKS, 4 * Math.ceil((G * r) / 4));
     const colBlocks = (w: number) => Math.ceil(w / GRAD_COLS);
+    const qmax = gradRanks(colBlocks(inF), G * r, ms.map((m) => colBlocks(m.p.out)), r);
     const aTiles = colBlocks(inF) * Math.ceil((G * r) / qmax);
     const bTiles = ms.map((m) => colBlocks(m.p.out) * Math.ceil(r / qmax));
     const tiles = aTiles + bTiles.reduce((a, b) => a + b, 0);
