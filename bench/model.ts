@@ -846,7 +846,7 @@ async function main(): Promise<void> {
       save();
       console.error(`tensor-core drift: ${JSON.stringify(drift)}`);
     }
-    for (const m of setup.adamw.moments) for (const t of [m.expAvg, m.expAvgSq]) t.release();
+    setup.adamw.release();
   }
 
   if (!runs('default')) process.exit(0);

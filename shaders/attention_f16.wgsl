@@ -9,8 +9,7 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 // masks (attention_varlen.wgsl, the shared prefix). q, k and v come as f16 copies, zero past T.
 // Two passes over the keys instead of an online softmax: the first finds each row's log-sum-exp
 // (q·kᵀ only), the second sums exp(s − lse)·v, already normalised, so the output fragments never
-// need rescaling (a subgroup matrix cannot be scaled row by row). GIVEN_LSE (the backward's
-// recompute, which has the forward's lse) runs the second pass only.
+// need rescaling (a subgroup matrix cannot be scaled row by row).
 // A workgroup owns BQ tokens of one query head, FR a subgroup, and walks the keys in tiles of BI.
 // Each subgroup loads its fragments of q once, straight from storage; k and v are staged a tile at
 // a time in workgroup memory, shared by the subgroups; scores and probabilities pass through each
@@ -32,7 +31,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> k16v: array<vec4<u32>>; // [T + pad, Hkv·D], 8 halves a vec4
 @group(0) @binding(3) var<storage, read> v16v: array<vec4<u32>>;
 @group(0) @binding(4) var<storage, read_write> o: array<f32>;   // [T, Hq·D]
-@group(0) @binding(5) var<storage, read_write> lse: array<f32>; // [T, Hq]: written, or read with GIVEN_LSE
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>; // [T, Hq], written with LSE
 @group(0) @binding(6) var<storage, read> cu_seqlens: array<u32>;
 
 #include attention_varlen
@@ -113,16 +112,10 @@ fn attn_fwd_f16(
 #endif
 
   // Phase 0: the row's running max m and sum l, then its lse. Phase 1: o = Σ exp(s − lse)·v.
-#if GIVEN_LSE
-  var row_lse = select(0.0, lse[min(t, T - 1u) * params.hq + h], valid);
-  let first = 1u;
-#else
   var row_lse = 0.0;
-  let first = 0u;
-#endif
   var m = NEG;
   var l = 0.0;
-  for (var phase = first; phase < 2u; phase++) {
+  for (var phase = 0u; phase < 2u; phase++) {
     var kw = key_walk(tile_lo, tile_hi);
     loop {
       if (kw.j0 >= tile_hi) { break; }

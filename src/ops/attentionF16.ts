@@ -50,7 +50,6 @@ export class AttentionF16 {
     private readonly toF16: Kernel,
     private readonly fwd: Kernel,
     private readonly fwdLse: Kernel,
-    private readonly fwdGivenLse: Kernel,
     private readonly bwdDq: Kernel,
     private readonly bwdDkv: Kernel,
     /** The shared prefix's key tiles over chunks of their queries, and the sum of the chunks. */
@@ -76,10 +75,9 @@ export class AttentionF16 {
     const defines = { D, FR, SGS: tile.subgroups, BI: tile.keys, O8: D / FR === 8 };
     const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
     const bwd = (name: string, entry: string, split = false) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: BWD_UNIFORMS }], { ...defines, DKV_SPLIT: split });
-    const [[fwd], [fwdLse], [fwdGivenLse], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([
+    const [[fwd], [fwdLse], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([
       compileMatrixKernels(gpu, 'attention_f16.fwd', [entry], defines),
       compileMatrixKernels(gpu, 'attention_f16.fwd_lse', [entry], { ...defines, LSE: true }),
-      compileMatrixKernels(gpu, 'attention_f16.fwd_given_lse', [entry], { ...defines, GIVEN_LSE: true }),
       bwd('bwd_dq', 'attn_bwd_dq_f16'),
       bwd('bwd_dkv', 'attn_bwd_dkv_f16'),
       bwd('bwd_dkv_split', 'attn_bwd_dkv_f16', true),
@@ -87,7 +85,7 @@ export class AttentionF16 {
     ]);
     const tokens = tile.subgroups * FR;
     const dkvSum = gpu.kernelOnUse({ name: 'attention_f16.dkv_sum', shader: 'attention_dkv_sum', entry: 'attn_dkv_sum', defines: { D }, uniforms: { hkv: 'u32', dkv_splits: 'u32', dkv_rows: 'u32' } });
-    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, fwdGivenLse, bwdDq, bwdDkv, bwdDkvSplit, dkvSum, Math.max(tokens, tile.keys), tokens);
+    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, bwdDq, bwdDkv, bwdDkvSplit, dkvSum, Math.max(tokens, tile.keys), tokens);
   }
 
   /** `x` [T, width] rounded to f16 into its copy (rows past T finite). */
@@ -105,10 +103,9 @@ export class AttentionF16 {
   }
 
   /**
-   * o = softmax(scale·q·kᵀ + mask)·v as Attention.forward; with `lse`, writes it (`givenLse`
-   * false) or reads the forward's (`givenLse` true: the backward's recompute, one pass cheaper).
+   * o = softmax(scale·q·kᵀ + mask)·v as Attention.forward, and lse where given.
    */
-  forward(rec: Recorder, a: AttentionForwardArgs & { givenLse?: boolean }): void {
+  forward(rec: Recorder, a: AttentionForwardArgs): void {
     const op = 'attention_f16';
     const { hq, hkv, headDim: D } = this.config;
     const T = a.q.shape[0];
@@ -120,14 +117,13 @@ export class AttentionF16 {
     expect(a.v, hkv * D);
     expect(a.o, hq * D);
     if (a.lse) expect(a.lse, hq);
-    if (a.givenLse && !a.lse) throw new ShapeError(op, 'givenLse needs the forward\'s lse');
     const nseq = a.cuSeqlens.numel - 1;
     const prefix = a.sharedPrefix ?? 0;
     if (prefix > 0 && (prefix >= T || nseq < 2)) throw new ShapeError(op, `sharedPrefix ${prefix} must be the rows of sequence 0 of 2 or more, within T = ${T}`);
     const q16 = this.round(rec, 'q', a.q, T, hq * D);
     const k16 = this.round(rec, 'k', a.k, T, hkv * D);
     const v16 = this.round(rec, 'v', a.v, T, hkv * D);
-    const kernel = !a.lse ? this.fwd : a.givenLse ? this.fwdGivenLse : this.fwdLse;
+    const kernel = a.lse ? this.fwdLse : this.fwd;
     const bindings: Record<string, Tensor> = { q16, k16v: k16, v16v: v16, o: a.o, cu_seqlens: a.cuSeqlens };
     if (a.lse) bindings.lse = a.lse;
     const u = { rows: T, hq, hkv, causal: a.causal ? 1 : 0, scale: a.scale, nseq, prefix_len: prefix };
