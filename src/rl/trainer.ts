@@ -112,6 +112,7 @@ export class Trainer {
   private readonly history: StepMetrics[] = [];
   private samples: RolloutSample[] = [];
   private state: TrainerState = 'idle';
+  private released = false;
   private request: 'pause' | 'stop' | null = null;
   private wake: (() => void) | null = null;
   /** Adapter and optimizer tensors read back at the end of a step that checkpoints (checked there, saved by `checkpoint`). */
@@ -165,6 +166,15 @@ export class Trainer {
 
   get status(): TrainerState {
     return this.state;
+  }
+
+  /** Give the optimizer's moments and scratch back to the GPU pool once the run is over (not while
+   * it runs or is paused): a page that starts run after run would otherwise keep every run's. */
+  release(): void {
+    if (this.state === 'running' || this.state === 'paused') throw new Error(`a ${this.state} trainer cannot be released; stop it first`);
+    if (this.released) return;
+    this.released = true;
+    this.adamw.release();
   }
 
   /** Stop at the next prompt boundary, roll back to the last step and checkpoint. */

@@ -119,6 +119,8 @@ export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {
       newData: changed !== null,
     });
     if (changed) send({ type: 'warning', message: `continuing on other data (${changed}): the data order starts a new pass` });
+    // The finished run's optimizer state goes back to the pool (its checkpoint holds what a resume needs).
+    current?.trainer.release();
     current = { runId, trainer };
     void gpu.lost.then((e) => report({ type: 'error', message: e.message, name: e.name }));
     // Errors are already reported as 'error' events by Trainer.run.

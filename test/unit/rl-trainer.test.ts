@@ -167,3 +167,19 @@ describe('trainer bookkeeping', () => {
     expect(resumed.trainer.metricsHistory.slice(2).map((m) => m.loss)).toEqual(straight.trainer.metricsHistory.slice(2).map((m) => m.loss));
   });
 });
+
+describe('trainer release', () => {
+  it("gives the optimizer's buffers back to the pool once the run is over, and refuses while it runs", async () => {
+    const { gpu, trainer } = await makeTrainer({ max_steps: 1 });
+    const running = trainer.run();
+    expect(() => trainer.release()).toThrow(/running trainer cannot be released/);
+    await running;
+    const before = gpu.pool.stats.inUse;
+    trainer.release();
+    const freed = before - gpu.pool.stats.inUse;
+    // Two moments the size of the toy policy's parameters at least, and the scratch.
+    expect(freed).toBeGreaterThan(0);
+    trainer.release(); // a second call frees nothing more
+    expect(before - gpu.pool.stats.inUse).toBe(freed);
+  });
+});
