@@ -14,7 +14,7 @@ import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Matmul } from '../ops/matmul';
 import { MatmulQ4, type Q4Weight } from '../ops/matmulQ4';
 import { QuantizeQ4 } from '../ops/quantizeQ4';
-import type { LoraSpec } from '../ops/lora';
+import type { LoraSpec } from '../ops/loraParams';
 import type { AdapterModule } from './peft';
 
 /** W' = W + sign·(alpha/r)·B·A on the CPU, into a new array (sign −1 unmerges). */

@@ -20,7 +20,7 @@ import type { Qwen3VLConfig } from '../model/config';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from '../model/dtype';
 import { MissingFileError, readAllTensors, serializeSafetensors, type ByteSource, type ModelFiles, type TensorToWrite } from '../model/safetensors';
 import { expectedWeights } from '../model/weightShapes';
-import type { LoraParams } from '../ops/lora';
+import type { LoraParams } from '../ops/loraParams';
 
 export const ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
 export const ADAPTER_CONFIG_FILE = 'adapter_config.json';

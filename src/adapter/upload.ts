@@ -2,7 +2,7 @@
 // (layer after layer, LORA_PROJECTIONS order within a layer, then the vision mergers':
 // Qwen3VL.attachLora); any subset of the projections (PEFT's target_modules).
 import type { Gpu } from '../gpu';
-import { createLoraParamSet, type LoraParams } from '../ops/lora';
+import { createLoraParamSet, type LoraParams } from '../ops/loraParams';
 import { LORA_PROJECTIONS, loraModuleName } from '../model/decoder';
 import { AdapterError, type AdapterModule, type PeftAdapter } from './peft';
 

@@ -7,7 +7,7 @@
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Recorder, type Tensor } from '../gpu';
 import { Activations } from '../ops/activations';
 import { AdamW, type AdamWParam } from '../ops/adamw';
-import { createLoraParamSet, releaseLoraParams } from '../ops/lora';
+import { createLoraParamSet, releaseLoraParams } from '../ops/loraParams';
 import { Attention } from '../ops/attention';
 import { DTYPE_BYTES } from '../gpu/tensor';
 import { KvCache, type KvDtype } from '../ops/kvCache';

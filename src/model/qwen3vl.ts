@@ -2,7 +2,7 @@
 // encode images with the vision tower, run the decoder and the LM head for full logits, and
 // generate (the generation half of src/rl/policy.ts's Policy; the training half is train.ts).
 import { ShapeError, TensorCoreCheckError, type Gpu, type Tensor } from '../gpu';
-import type { LoraParams } from '../ops/lora';
+import type { LoraParams } from '../ops/loraParams';
 import type { AttentionF16 } from '../ops/attentionF16';
 import type { AttentionConfig } from '../ops/attention';
 import type { TensorCoreProducts } from '../ops/projection';

@@ -8,7 +8,7 @@ import { buildPrompt } from '../data/prompt';
 import { syntheticDataset } from '../data/synthetic';
 import type { DatasetRow, RgbaImage } from '../data/types';
 import type { Gpu } from '../gpu';
-import { createLoraParamSet, releaseLoraParams, type LoraParams, type LoraSpec } from '../ops/lora';
+import { createLoraParamSet, releaseLoraParams, type LoraParams, type LoraSpec } from '../ops/loraParams';
 import { matchesTargetModules } from '../adapter/peft';
 import { LORA_TARGETS, VISION_LORA_TARGET, type DatasetSettings, type LoraSettings, type LoraTarget } from '../rl/config';
 import type { PreparedImage, PreparedPrompt } from '../rl/policy';

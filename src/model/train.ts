@@ -29,7 +29,7 @@
 import { ShapeError, type Tensor } from '../gpu';
 import { F16_MAX } from '../ops/activationF16';
 import { LogProb } from '../ops/logprob';
-import type { LoraParams } from '../ops/lora';
+import type { LoraParams } from '../ops/loraParams';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
 import { layerActivations, rangeSlotName, rangeSlots, releaseActivations, type LayerActivations, type LayerLora, type LayerLoraU, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';

@@ -36,7 +36,7 @@
 // iterations of a step.
 import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
-import type { LoraParams } from '../ops/lora';
+import type { LoraParams } from '../ops/loraParams';
 import { Attention } from '../ops/attention';
 import type { AttentionF16 } from '../ops/attentionF16';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';

@@ -6,7 +6,7 @@
 // (upSwiglu's fold; upFromParts finishes it). For decode, where src/ops/lora.ts's two tiled
 // GEMMs run one workgroup each; training (many rows, dropout) stays with those.
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
-import { loraScale, type LoraParams } from './lora';
+import { loraScale, type LoraParams } from './loraParams';
 import { checkWrittenInt8Groups, DOT4_I8, Q4_GROUP } from './matmulQ4';
 
 /** Most rows the GEMV path takes (MAX_ROWS in the shader). */

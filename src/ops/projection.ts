@@ -20,7 +20,8 @@
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
 import { Activations } from './activations';
-import { Lora, loraScale, type LoraForwardMember, type LoraParams } from './lora';
+import { Lora, type LoraForwardMember } from './lora';
+import { loraScale, type LoraParams } from './loraParams';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
 import { Norms } from './norms';

@@ -4,7 +4,7 @@
 // transient adapter, the q/k/v LoRA up dispatch (u from LoraGemv.down on the three adapters).
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import { kvDefines, type KvCache, type KvDtype } from './kvCache';
-import { loraScale, type LoraParams } from './lora';
+import { loraScale, type LoraParams } from './loraParams';
 
 /** Largest head_dim the kernel takes (2·WG·PAIRS in the shader: the pairs a thread holds). */
 const MAX_HEAD_DIM = 512;

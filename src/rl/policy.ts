@@ -1,7 +1,7 @@
 // What the RL trainer needs from a model, and nothing more. src/model implements it for Qwen3-VL
 // on the engine; the trainer (src/rl) depends only on this.
 import type { Tensor } from '../gpu';
-import type { LoraParams } from '../ops/lora';
+import type { LoraParams } from '../ops/loraParams';
 
 /** One image after preprocessing (src/model/processor): flattened patches and its grid. */
 export interface PreparedImage {

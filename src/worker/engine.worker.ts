@@ -13,7 +13,7 @@ import { runEval } from '../eval/runner';
 import { Gpu } from '../gpu/runtime';
 import { capabilitiesOf } from '../gpu/capabilities';
 import { hubFiles } from '../model/hub';
-import { releaseLoraParams } from '../ops/lora';
+import { releaseLoraParams } from '../ops/loraParams';
 import { blobSource, MissingFileError, pickedFiles, type ModelFiles } from '../model/safetensors';
 import { chooseActivationStorage } from '../model/activationStorage';
 import { defaultProducts, productPaths, productFamily, type Products } from '../model/products';

@@ -4,7 +4,8 @@
 // Softmax, sampling and the logits' gradient run on the CPU in f64 (the test double's own part);
 // everything the trainer touches (LoRA tensors, log-prob/entropy/grad tensors) is on the GPU.
 import type { Gpu, Tensor } from '../../src/gpu';
-import { createLoraParamSet, Lora, type LoraParams } from '../../src/ops/lora';
+import { Lora } from '../../src/ops/lora';
+import { createLoraParamSet, type LoraParams } from '../../src/ops/loraParams';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../../src/rl/policy';
 import type { PromptSource } from '../../src/rl/trainer';
 import type { DatasetRow } from '../../src/data/types';

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randNormal } from '../helpers/reference';
 import { AdamW, type AdamWConfig, type AdamWParam } from '../../src/ops/adamw';
-import { createLoraParamSet } from '../../src/ops/lora';
+import { createLoraParamSet } from '../../src/ops/loraParams';
 import { ShapeError, type Gpu } from '../../src/gpu';
 
 /** torch.nn.utils.clip_grad_norm_ then torch.optim.AdamW (single-tensor path), in f64. */

@@ -21,7 +21,7 @@ import { bf16BitsToF32, f32ToBf16Bits } from '../../src/model/dtype';
 import { blobSource, MissingFileError, nodeDirFiles, readAllTensors, serializeSafetensors } from '../../src/model/safetensors';
 import { uploadAdapter } from '../../src/adapter/upload';
 import { expectedWeights } from '../../src/model/weightShapes';
-import { createLoraParams } from '../../src/ops/lora';
+import { createLoraParams } from '../../src/ops/loraParams';
 import { testGpu } from '../helpers/gpu';
 import { randNormal } from '../helpers/reference';
 

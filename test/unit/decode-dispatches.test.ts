@@ -11,7 +11,7 @@ import { Filler } from '../../src/bench/fill';
 import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { randomWeights } from '../../src/model/randomWeights';
-import { createLoraParams } from '../../src/ops/lora';
+import { createLoraParams } from '../../src/ops/loraParams';
 import type { Gpu } from '../../src/gpu';
 
 const { hidden: H, intermediate: I, kvWidth: KV } = ALIGNED;

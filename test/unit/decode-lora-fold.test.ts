@@ -13,7 +13,7 @@ import { Filler } from '../../src/bench/fill';
 import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { randomWeights } from '../../src/model/randomWeights';
-import { createLoraParams } from '../../src/ops/lora';
+import { createLoraParams } from '../../src/ops/loraParams';
 import { DOT4_I8 } from '../../src/ops/matmulQ4';
 import type { Gpu } from '../../src/gpu';
 

@@ -12,7 +12,7 @@ import type { Qwen3VLConfig } from '../../src/model/config';
 import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
 import { Qwen3VL } from '../../src/model/qwen3vl';
 import { randomWeights } from '../../src/model/randomWeights';
-import { createLoraParams } from '../../src/ops/lora';
+import { createLoraParams } from '../../src/ops/loraParams';
 
 const I = 8256;
 const config: Qwen3VLConfig = { ...alignedConfig, text: { ...alignedConfig.text, intermediateSize: I } };

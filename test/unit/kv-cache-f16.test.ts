@@ -10,7 +10,7 @@ import { expectClose, randUniform } from '../helpers/reference';
 import { f16BitsToF32, f32ToF16Bits } from '../../src/model/dtype';
 import { Attention } from '../../src/ops/attention';
 import { KvCache } from '../../src/ops/kvCache';
-import { createLoraParams } from '../../src/ops/lora';
+import { createLoraParams } from '../../src/ops/loraParams';
 import { QkNormRope } from '../../src/ops/qkNormRope';
 import { Rope } from '../../src/ops/rope';
 import { mropeLayout } from '../../src/model/ropeTables';

@@ -8,7 +8,8 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
-import { createLoraParams, Lora, loraScale } from '../../src/ops/lora';
+import { Lora } from '../../src/ops/lora';
+import { createLoraParams, loraScale } from '../../src/ops/loraParams';
 import { LoraGemv } from '../../src/ops/loraGemv';
 import { Norms } from '../../src/ops/norms';
 import { ShapeError } from '../../src/gpu';

@@ -4,7 +4,8 @@
 // counts that leave a partial block of 16 rows, ranks below, at and above lora_thin's block of 8
 // and stacked ranks above lora_grad's 24, and outputs of different widths (q/k/v's).
 import { describe, expect, it } from 'vitest';
-import { Lora, createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/lora';
+import { Lora } from '../../src/ops/lora';
+import { createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/loraParams';
 import type { Gpu, Tensor } from '../../src/gpu';
 import { testGpu, withDefaultStorageLimit } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { randNormal } from '../helpers/reference';
-import { createLoraParamSet, releaseLoraParams, type LoraSpec } from '../../src/ops/lora';
+import { createLoraParamSet, releaseLoraParams, type LoraSpec } from '../../src/ops/loraParams';
 import type { Gpu } from '../../src/gpu';
 
 const SPECS: LoraSpec[] = [

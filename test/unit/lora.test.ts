@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, finiteDifferences, randUniform } from '../helpers/reference';
-import { Lora, createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/lora';
+import { Lora } from '../../src/ops/lora';
+import { createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/loraParams';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 
 // Small odd shapes: tokens, in, out, rank; alpha / r = 2.

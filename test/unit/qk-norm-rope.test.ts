@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randUniform } from '../helpers/reference';
 import { KvCache } from '../../src/ops/kvCache';
-import { createLoraParams } from '../../src/ops/lora';
+import { createLoraParams } from '../../src/ops/loraParams';
 import { LoraGemv } from '../../src/ops/loraGemv';
 import { Norms } from '../../src/ops/norms';
 import { QkNormRope } from '../../src/ops/qkNormRope';

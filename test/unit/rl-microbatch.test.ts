@@ -10,7 +10,7 @@ import { Qwen3VL } from '../../src/model/qwen3vl';
 import { nodeDirFiles } from '../../src/model/safetensors';
 import { Qwen3VLPolicy } from '../../src/model/train';
 import { RlLoss } from '../../src/ops/rlLoss';
-import type { LoraParams } from '../../src/ops/lora';
+import type { LoraParams } from '../../src/ops/loraParams';
 import { resolveLossConfig, type LossConfigInput } from '../../src/rl/lossConfig';
 import type { PreparedPrompt } from '../../src/rl/policy';
 import { groupStep, sequenceChunks } from '../../src/rl/microBatch';

@@ -18,7 +18,7 @@ import { openModel } from '../../src/model/session';
 import { resolveConfig } from '../../src/rl/config';
 import { Trainer } from '../../src/rl/trainer';
 import { tinyModelFolder } from '../helpers/tinyModelFolder';
-import { createLoraParams, type LoraParams } from '../../src/ops/lora';
+import { createLoraParams, type LoraParams } from '../../src/ops/loraParams';
 import { loraModuleName } from '../../src/model/decoder';
 import { Qwen3VL, releaseVisual } from '../../src/model/qwen3vl';
 import { Qwen3VLPolicy } from '../../src/model/train';

@@ -16,7 +16,8 @@ import { Filler } from '../../src/bench/fill';
 import { inStreamMs, timeQ4Gemms } from './gemmTiming';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { GEMM_TILES, Matmul, tileOf, type GemmTile } from '../../src/ops/matmul';
-import { createLoraParams, Lora } from '../../src/ops/lora';
+import { Lora } from '../../src/ops/lora';
+import { createLoraParams } from '../../src/ops/loraParams';
 import type { Recorder, Tensor } from '../../src/gpu';
 
 const CONFIGS: { tile: MmaTile; kBlock: KBlock; limbs: 1 | 2; steps?: MmaSteps }[] = [

@@ -6,7 +6,8 @@
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/loraSpeed.mjs [--rank 16] [--rows 2816] [--kernels]
 import { createNodeGpu } from '../../src/node/gpu';
-import { Lora, createLoraParams, releaseLoraParams } from '../../src/ops/lora';
+import { Lora } from '../../src/ops/lora';
+import { createLoraParams, releaseLoraParams } from '../../src/ops/loraParams';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
 import type { Recorder } from '../../src/gpu';
