@@ -98,3 +98,21 @@ export function finiteDifferences(
   }
   return g;
 }
+
+/** A row-major [rows, cols] product a·bᵀ (b given as [cols-of-result, k]) in f64. */
+export function matmulT(a: ArrayLike<number>, b: ArrayLike<number>, rows: number, cols: number, k: number): Float64Array {
+  const out = new Float64Array(rows * cols);
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
+    let s = 0;
+    for (let p = 0; p < k; p++) s += a[i * k + p] * b[j * k + p];
+    out[i * cols + j] = s;
+  }
+  return out;
+}
+
+/** The transpose of a row-major [rows, cols] array, in f64. */
+export function transpose(a: ArrayLike<number>, rows: number, cols: number): Float64Array {
+  const out = new Float64Array(rows * cols);
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = a[i * cols + j];
+  return out;
+}

@@ -8,24 +8,7 @@ import { Lora } from '../../src/ops/lora';
 import { createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/loraParams';
 import type { Gpu, Tensor } from '../../src/gpu';
 import { testGpu, withDefaultStorageLimit } from '../helpers/gpu';
-import { expectClose, randUniform } from '../helpers/reference';
-
-/** Row-major a [rows, k] · bᵀ (b [cols, k]) in f64. */
-function matmulT(a: ArrayLike<number>, b: ArrayLike<number>, rows: number, cols: number, k: number): Float64Array {
-  const out = new Float64Array(rows * cols);
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
-    let s = 0;
-    for (let p = 0; p < k; p++) s += a[i * k + p] * b[j * k + p];
-    out[i * cols + j] = s;
-  }
-  return out;
-}
-
-function transpose(a: ArrayLike<number>, rows: number, cols: number): Float64Array {
-  const out = new Float64Array(rows * cols);
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = a[i * cols + j];
-  return out;
-}
+import { expectClose, randUniform, matmulT, transpose } from '../helpers/reference';
 
 interface Member {
   p: LoraParams;

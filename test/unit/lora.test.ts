@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
-import { expectClose, finiteDifferences, randUniform } from '../helpers/reference';
+import { expectClose, finiteDifferences, randUniform, matmulT, transpose } from '../helpers/reference';
 import { Lora } from '../../src/ops/lora';
 import { createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/loraParams';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
@@ -8,23 +8,6 @@ import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 // Small odd shapes: tokens, in, out, rank; alpha / r = 2.
 const [T, IN, OUT, R, ALPHA] = [5, 17, 9, 3, 6];
 const TOL = { rtol: 1e-5, atol: 1e-6 };
-
-/** A row-major [rows, cols] product a·bᵀ (b given as [cols-of-result, k]) in f64. */
-function matmulT(a: ArrayLike<number>, b: ArrayLike<number>, rows: number, cols: number, k: number): Float64Array {
-  const out = new Float64Array(rows * cols);
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
-    let s = 0;
-    for (let p = 0; p < k; p++) s += a[i * k + p] * b[j * k + p];
-    out[i * cols + j] = s;
-  }
-  return out;
-}
-
-function transpose(a: ArrayLike<number>, rows: number, cols: number): Float64Array {
-  const out = new Float64Array(rows * cols);
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = a[i * cols + j];
-  return out;
-}
 
 /** f64 LoRA: x̃ = keep∘x, u = x̃·Aᵀ, delta = s·u·Bᵀ. `keep` is the dropout multiplier per element of x (1 without dropout). */
 function refForward(x: ArrayLike<number>, A: ArrayLike<number>, B: ArrayLike<number>, keep: ArrayLike<number>) {
