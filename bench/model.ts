@@ -18,8 +18,8 @@
 //   memory    the pool's peak (inUse + cached, weights included: every tensor comes from the pool)
 //             during the GSPO step, and during the default trainer config's step (src/rl/config.ts:
 //             one group of 8 completions, max_prompt_length 512 with a 224x224 image, 256 completion
-//             tokens, LoRA r=8), generation of its 8 completions included, then the pool trimmed
-//             and the step as the trainer runs it (512 + 8 x 256 rows: one training forward); the
+//             tokens, LoRA r=8), generation of its 8 completions included, the pool switching
+//             phases between them as the trainer's does (BufferPool.enterPhase), and the step as the trainer runs it (512 + 8 x 256 rows: one training forward); the
 //             second such RL step, timed (the first compiles its pipelines and fills the pool).
 //             The largest live buffers
 //             at the peak of buffers in use are listed by label (layer numbers folded into '#').
@@ -37,6 +37,8 @@
 //     With an f16 cache the decode section also measures its drift: the same G x 128 sampled
 //     completions (same seed) over an f16 and an f32 cache, |Δ log-prob| of each sampled token up to
 //     its sequence's first token that differs)
+//     [--phase-buffers keep|release] (the default config's RL steps: the pool keeps both phases'
+//     buffers between generation and training, or only the coming phase's; EngineConfig.phase_buffers)
 // --quick shrinks the model and the work for a check on software Vulkan:
 //   VLRL_VK=lavapipe node .bench/model.mjs --quick
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
@@ -53,6 +55,7 @@ import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import { isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../src/model/kvCacheSetting';
 import type { Products, VisionProducts } from '../src/model/products';
+import type { PhaseBuffers } from '../src/rl/engineConfig';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
@@ -91,6 +94,15 @@ const ACTIVATION_STORAGE = (() => {
   if (v !== 'f16' && v !== 'f32') throw new Error(`--activation-storage takes f16 or f32; got ${v === undefined ? 'nothing' : `'${v}'`}`);
   return v;
 })();
+
+/** --phase-buffers keep|release: what the pool does with generation's and training's buffers at each switch (EngineConfig.phase_buffers; default keep, as the trainer). */
+const PHASE_BUFFERS: PhaseBuffers = (() => {
+  const i = args.indexOf('--phase-buffers');
+  const v = i < 0 ? 'keep' : args[i + 1];
+  if (v !== 'keep' && v !== 'release') throw new Error(`--phase-buffers takes keep or release; got ${v === undefined ? 'nothing' : `'${v}'`}`);
+  return v;
+})();
+const PHASE_KEEP = PHASE_BUFFERS === 'keep' ? 'all' : 'own';
 
 /** --kv-cache auto|f32|f16: how generation's KV cache stores K and V (ModelOptions.kvCache). */
 const KV_CACHE: KvCacheSetting = (() => {
@@ -312,6 +324,55 @@ async function gspoStep(gpu: Gpu, s: StepSetup, step: number, prompts = s.prompt
   s.adamw.step(rec, { lr: 1e-5, step });
   s.adamw.zeroGrad(rec);
   await rec.submit();
+}
+
+/**
+ * Where the wall time of one gspoStep goes on the host: when the policy's forward and backward
+ * calls start and return (the policy's methods wrapped for the one step), the main thread's busy
+ * time (event-loop utilisation), the process's CPU time, the dispatches encoded, and the buffers
+ * and bind groups made.
+ */
+async function stepPhases(gpu: Gpu, s: StepSetup, step: number) {
+  const policy = s.policy;
+  const created0 = gpu.pool.stats.created;
+  const groups0 = gpu.bindingCache.stats.groupsCreated;
+  const marks: Record<string, number> = {};
+  const forward = policy.forward.bind(policy);
+  const backward = policy.backward.bind(policy);
+  const t0 = performance.now();
+  const at = (name: string) => (marks[name] = performance.now() - t0);
+  policy.forward = async (...a: Parameters<typeof forward>) => {
+    at('forward called');
+    const r = await forward(...a);
+    at('forward returned');
+    return r;
+  };
+  policy.backward = async (...a: Parameters<typeof backward>) => {
+    at('backward called');
+    await backward(...a);
+    at('backward returned');
+  };
+  const host0 = { ...gpu.hostStats };
+  const cpu0 = process.cpuUsage();
+  const elu0 = nodePerformance.eventLoopUtilization();
+  try {
+    await gspoStep(gpu, s, step);
+    await gpu.sync();
+  } finally {
+    policy.forward = forward;
+    policy.backward = backward;
+  }
+  at('end');
+  const cpu = process.cpuUsage(cpu0);
+  return {
+    marksMs: marks,
+    mainThreadBusyMs: nodePerformance.eventLoopUtilization(elu0).active,
+    processCpuMs: (cpu.user + cpu.system) / 1000,
+    dispatches: gpu.hostStats.dispatches - host0.dispatches,
+    submitMs: gpu.hostStats.submitMs - host0.submitMs,
+    buffersCreated: gpu.pool.stats.created - created0,
+    bindGroupsCreated: gpu.bindingCache.stats.groupsCreated - groups0,
+  };
 }
 
 async function stepSetup(gpu: Gpu, policy: Qwen3VLPolicy, params: LoraParams[], n: { prompts: number; G: number; completion: number; prompt: number; image: number }, seed: number): Promise<StepSetup> {
@@ -872,10 +933,10 @@ async function main(): Promise<void> {
   for (const p of lora16) for (const t of [p.A, p.B, p.dA, p.dB]) t.release();
   const def = await stepSetup(gpu, policy, lora8, { prompts: 1, G: d.G, completion: d.completion, prompt: d.prompt, image: d.image }, 3);
   const rlStep = async (step: number) => {
-    gpu.pool.trim(); // as the trainer does before generating and after (src/rl/trainer.ts)
+    gpu.pool.enterPhase('generation', PHASE_KEEP); // as the trainer does (src/rl/trainer.ts)
     model.visionCache.clear(); // a step's prompts are new: generation encodes their images, the step reuses them
     const gen = await timed(gpu, () => model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] }));
-    gpu.pool.trim();
+    gpu.pool.enterPhase('training', PHASE_KEEP);
     return { gen, step: await timed(gpu, () => gspoStep(gpu, def, step)) };
   };
   // One RL step first, as a run's first (the r=8 pipelines compiled, the pool holding the step's
@@ -890,12 +951,12 @@ async function main(): Promise<void> {
   const { gen: genS, step: defStepS } = await rlSteps(2);
   const defProfile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 5)) : undefined;
   result.defaultConfig = {
-    config: `src/rl/config.ts defaults: num_generations ${d.G}, per_device_train_batch_size ${d.G}, max_prompt_length ${d.prompt} (filled, one ${d.image}x${d.image} image), max_completion_length ${d.completion}, LoRA r=${d.rank}`,
+    config: `src/rl/config.ts defaults: num_generations ${d.G}, per_device_train_batch_size ${d.G}, max_prompt_length ${d.prompt} (filled, one ${d.image}x${d.image} image), max_completion_length ${d.completion}, LoRA r=${d.rank}; phase_buffers ${PHASE_BUFFERS}`,
     generateS: genS,
     stepS: defStepS,
     memory: memory('default trainer config: generation + training step of one group'),
     // What the Model panel predicts for this config and work (src/model/memoryPlan.ts).
-    planGiB: trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS }).peakBytes / GiB,
+    planGiB: trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, phaseBuffers: PHASE_BUFFERS }).peakBytes / GiB,
     profile: defProfile,
   };
   save();
@@ -911,7 +972,9 @@ async function main(): Promise<void> {
     // --profile: the step's GPU time in stream (its passes as recorded), beside its wall time: the rest is the host's.
     const gpuInStreamS = args.includes('--profile') ? (await passProfile(gpu, () => gspoStep(gpu, def, 11))).ms / 1000 : undefined;
     if (gpuInStreamS !== undefined) console.error(`default config on tensor cores: the step's GPU time in stream ${gpuInStreamS.toFixed(3)} s (wall ${tc.step.toFixed(3)} s)`);
-    result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, memory: mem, profile };
+    const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 12) : undefined;
+    if (hostPhases) console.error(`default config on tensor cores, the step on the host: ${JSON.stringify(hostPhases)}`);
+    result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, profile };
     await model.setProducts('f32');
     save();
     console.error(`default config on tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
@@ -938,7 +1001,7 @@ async function main(): Promise<void> {
     watch.reset();
     const tc = await rlSteps(17);
     const mem = memory(`default trainer config, ${storageProducts} products, hidden states kept in f16: generation + training step of one group`);
-    const planGiB = trainingMemory(config, memoryPlan(config), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16' }).peakBytes / GiB;
+    const planGiB = trainingMemory(config, memoryPlan(config), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16', phaseBuffers: PHASE_BUFFERS }).peakBytes / GiB;
     result.defaultConfigActivationsF16 = { products: storageProducts, generateS: tc.gen, stepS: tc.step, memory: mem, planGiB, drift: storageDrift, storageAtEnd: policy.activationStorage, warnings: policy.takeWarnings() };
     await model.setProducts('f32');
     model.setActivationStorage('f32');

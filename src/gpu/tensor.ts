@@ -87,6 +87,13 @@ export class BufferPool {
   private readonly sizeOf = new WeakMap<GPUBuffer, number>();
   /** Buffers a live Tape binds, with how many tapes bind each: not released while held. */
   private readonly held = new Map<GPUBuffer, number>();
+  /** Buffers handed out, by size class. */
+  private readonly inUseByClass = new Map<number, number>();
+  /** The most buffers of each class in use at once since the current phase began (enterPhase). */
+  private peakByClass = new Map<number, number>();
+  private phase: string | null = null;
+  /** Each phase's peakByClass the last time it ran. */
+  private readonly demands = new Map<string, ReadonlyMap<number, number>>();
   readonly stats: PoolStats = { inUse: 0, cached: 0, peak: 0, created: 0 };
 
   constructor(
@@ -110,6 +117,9 @@ export class BufferPool {
     }
     this.stats.inUse += cls;
     this.stats.peak = Math.max(this.stats.peak, this.stats.inUse + this.stats.cached);
+    const n = (this.inUseByClass.get(cls) ?? 0) + 1;
+    this.inUseByClass.set(cls, n);
+    if (n > (this.peakByClass.get(cls) ?? 0)) this.peakByClass.set(cls, n);
     return buf;
   }
 
@@ -119,6 +129,7 @@ export class BufferPool {
     if (this.held.has(buf)) throw new Error(`buffer '${buf.label}' is bound by a recorded tape: release the tape first`);
     this.stats.inUse -= cls;
     this.stats.cached += cls;
+    this.inUseByClass.set(cls, this.inUseByClass.get(cls)! - 1);
     let list = this.free.get(cls);
     if (!list) this.free.set(cls, (list = []));
     list.push(buf);
@@ -136,10 +147,36 @@ export class BufferPool {
     else this.held.delete(buf);
   }
 
-  /** Destroy every cached buffer (memory pressure, or switching models). */
-  trim(): void {
-    for (const list of this.free.values()) for (const b of list) b.destroy();
-    this.free.clear();
-    this.stats.cached = 0;
+  /** Destroy the cached buffers: every one (memory pressure, or switching models), or those beyond
+   * `keep`, the number of buffers of each size class to have in use and cached together. */
+  trim(keep?: ReadonlyMap<number, number>): void {
+    for (const [cls, list] of this.free) {
+      const room = Math.max(0, (keep?.get(cls) ?? 0) - (this.inUseByClass.get(cls) ?? 0));
+      const gone = list.splice(0, Math.max(0, list.length - room)); // the last ones are popped first
+      for (const b of gone) b.destroy();
+      this.stats.cached -= gone.length * cls;
+      if (list.length === 0) this.free.delete(cls);
+    }
+  }
+
+  /**
+   * Start a phase of work that alternates with others (generating, then training on what was
+   * generated), keeping cached what the phases had in use the last time each ran and destroying the
+   * rest (the leftovers of one-off work, or of sizes no longer asked for). `keep`: 'all' keeps what
+   * any phase used (a phase that comes back finds its buffers, and the bind groups made on them;
+   * the peak is about the phases' sum), 'own' only what `name` used (the peak stays the larger
+   * phase's; the others' buffers are made again each time). A phase never run before counts as
+   * having used nothing.
+   */
+  enterPhase(name: string, keep: 'all' | 'own'): void {
+    if (this.phase !== null) this.demands.set(this.phase, this.peakByClass);
+    const want = new Map<number, number>();
+    for (const [phase, demand] of this.demands) {
+      if (keep === 'own' && phase !== name) continue;
+      for (const [cls, n] of demand) want.set(cls, Math.max(want.get(cls) ?? 0, n));
+    }
+    this.trim(want);
+    this.phase = name;
+    this.peakByClass = new Map(this.inUseByClass);
   }
 }

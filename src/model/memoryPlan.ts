@@ -16,6 +16,7 @@ import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
+import type { PhaseBuffers } from '../rl/engineConfig';
 
 export type PlanDtype = 'q4' | 'f16' | 'f32';
 
@@ -124,6 +125,8 @@ export interface TrainingWork {
   microBatchTokens: number;
   /** The dtype of the hidden states kept for the backward (EngineConfig.activation_storage, resolved); default 'f32'. */
   activationStorage?: ActivationStorage;
+  /** Whether the pool keeps generation's and training's buffers both (EngineConfig.phase_buffers); default 'keep'. */
+  phaseBuffers?: PhaseBuffers;
 }
 
 export const DEFAULT_TRAINING_WORK: TrainingWork = { generations: 8, promptTokens: 512, completionTokens: 256, loraRank: 8, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS };
@@ -136,7 +139,8 @@ export interface TrainingMemory {
   generationBytes: number;
   /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks. */
   trainingBytes: number;
-  /** weights + LoRA + the larger of generation and training: the pool is trimmed between them. */
+  /** weights + LoRA + generation and training together (phase_buffers 'keep': the pool keeps
+   * both), or the larger of the two ('release'). */
   peakBytes: number;
 }
 
@@ -180,6 +184,6 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
     loraBytes,
     generationBytes,
     trainingBytes,
-    peakBytes: plan.totalBytes + loraBytes + Math.max(generationBytes, trainingBytes),
+    peakBytes: plan.totalBytes + loraBytes + (work.phaseBuffers === 'release' ? Math.max(generationBytes, trainingBytes) : generationBytes + trainingBytes),
   };
 }

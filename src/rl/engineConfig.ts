@@ -2,8 +2,8 @@
 // the matrix products run, how many packed rows a training forward holds, and whether the backward
 // recomputes layers. None changes what is trained beyond rounding; each trades speed against memory
 // or precision on one device. The CLI's --products, --vision-products, --activation-storage,
-// --kv-cache, --micro-batch-tokens and --gradient-checkpointing (and a config file's "engine"
-// entry), the app's Model panel and the Train form's gradient_checkpointing set these fields and
+// --kv-cache, --micro-batch-tokens, --gradient-checkpointing and --phase-buffers (and a config
+// file's "engine" entry), the app's Model panel and the Train form's gradient_checkpointing set these fields and
 // nothing else. A training config may also hold gradient_checkpointing at its top level,
 // transformers' TrainingArguments name: it is read onto this field (ConfigEngineFields), so
 // configs of earlier versions and TRL-style files run.
@@ -46,13 +46,25 @@ export interface EngineConfig {
    * for 8 completions of 352 tokens) and saves one forward of the layers.
    */
   gradient_checkpointing: boolean;
+  /**
+   * What the GPU buffer pool does with one phase's buffers while the other runs (generation's KV
+   * caches and workspaces while training, training's activations while generating): 'keep'
+   * (default) keeps both cached, so no buffer or bind group is made again from step to step, at a
+   * peak of about generation's and training's memory together; 'release' gives the other phase's
+   * back to the device, so the peak is the larger of the two (src/model/memoryPlan.ts gives both).
+   * Either way, buffers neither phase used last time are given back at each switch.
+   */
+  phase_buffers: PhaseBuffers;
 }
+
+export type PhaseBuffers = 'keep' | 'release';
+export const PHASE_BUFFERS: readonly PhaseBuffers[] = ['keep', 'release'];
 
 /** The engine fields a training config may set itself, under transformers' names (TrainConfigInput). */
 export type ConfigEngineFields = Partial<Pick<EngineConfig, 'gradient_checkpointing'>>;
 
 export function defaultEngineConfig(): EngineConfig {
-  return { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true };
+  return { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true, phase_buffers: 'keep' };
 }
 
 export class EngineConfigError extends Error {
@@ -85,6 +97,7 @@ export function resolveEngineConfig(input: unknown = {}, path = 'engine', fromCo
   const t = c.micro_batch_tokens;
   if (typeof t !== 'number' || !Number.isInteger(t) || t < 1) throw new EngineConfigError(`${path}.micro_batch_tokens must be an integer >= 1; got ${JSON.stringify(t)}`);
   if (typeof c.gradient_checkpointing !== 'boolean') throw new EngineConfigError(`${path}.gradient_checkpointing must be true or false; got ${JSON.stringify(c.gradient_checkpointing)}`);
+  if (!PHASE_BUFFERS.includes(c.phase_buffers)) throw new EngineConfigError(`${path}.phase_buffers must be one of ${PHASE_BUFFERS.join(', ')}; got ${JSON.stringify(c.phase_buffers)}`);
   return c;
 }
 

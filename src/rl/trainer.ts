@@ -71,7 +71,7 @@ export interface TrainerOptions {
   saveCheckpoint?: (c: Checkpoint) => Promise<void>;
   /** Continue from here instead of initialising the adapters. */
   resume?: Checkpoint;
-  /** How the engine runs it (src/rl/engineConfig.ts; the trainer reads micro_batch_tokens and gradient_checkpointing). Default defaultEngineConfig(). */
+  /** How the engine runs it (src/rl/engineConfig.ts; the trainer reads micro_batch_tokens, gradient_checkpointing and phase_buffers). Default defaultEngineConfig(). */
   engine?: EngineConfig;
   /** The resumed run's data changed (allowed by the user): its cursor over the old rows is dropped for a new pass. */
   newData?: boolean;
@@ -246,12 +246,12 @@ export class Trainer {
     let trainedTokens = 0;
     for (let mb = 0; mb < c.gradient_accumulation_steps; mb++) {
       if (this.microStep % (this.plan.stepsPerGeneration * c.num_iterations) === 0) {
-        // Give the memory the pool keeps for reuse back to the device before generating and after
-        // (the last step's training buffers, then the KV caches and decode workspaces), so that a
-        // step's peak is the larger of generation's and training's, not their sum.
-        gpu.pool.trim();
+        // The pool keeps what the phases used last time (EngineConfig.phase_buffers: both phases',
+        // or only the coming one's, so that a step's peak is the larger phase's, not their sum).
+        const keep = (this.o.engine ?? defaultEngineConfig()).phase_buffers === 'keep' ? 'all' : 'own';
+        gpu.pool.enterPhase('generation', keep);
         this.pending = await this.generate();
-        gpu.pool.trim();
+        gpu.pool.enterPhase('training', keep);
         generated.push(...this.pending.groups.map((g) => g.rollout));
         this.samples = this.pending.groups.slice(0, c.num_completions_to_print).map((g) => rolloutSample(this.step + 1, g.rollout));
       }

@@ -133,11 +133,16 @@ describe('memoryPlan', () => {
     const c = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
     const plan = memoryPlan(c);
     const t = trainingMemory(c, plan);
-    // bench/model.ts's default-config run (BENCHMARKS.md, session 20): 3.95 GiB of buffers in use
-    // at the peak, weights included (its tower f32, as here).
-    expect(t.peakBytes / 2 ** 30).toBeGreaterThan(0.9 * 3.95);
-    expect(t.peakBytes / 2 ** 30).toBeLessThan(1.1 * 3.95);
-    expect(t.peakBytes).toBe(t.weightsBytes + t.loraBytes + Math.max(t.generationBytes, t.trainingBytes));
+    const released = trainingMemory(c, plan, { ...DEFAULT_TRAINING_WORK, phaseBuffers: 'release' });
+    // bench/model.ts's default-config runs on an H100 (BENCHMARKS.md, Memory), weights included
+    // (its tower f32, as here): the pool's peak 4.14 GiB with phase_buffers 'release' (3.97 in
+    // use), 4.71 GiB with 'keep', the default.
+    expect(released.peakBytes / 2 ** 30).toBeGreaterThan(0.9 * 4.14);
+    expect(released.peakBytes / 2 ** 30).toBeLessThan(1.1 * 4.14);
+    expect(released.peakBytes).toBe(t.weightsBytes + t.loraBytes + Math.max(t.generationBytes, t.trainingBytes));
+    expect(t.peakBytes / 2 ** 30).toBeGreaterThan(0.9 * 4.71);
+    expect(t.peakBytes / 2 ** 30).toBeLessThan(1.1 * 4.71);
+    expect(t.peakBytes).toBe(t.weightsBytes + t.loraBytes + t.generationBytes + t.trainingBytes);
     // One micro-batch of the prompt and all 8 completions (512 + 8 x 256 rows within 4096); with
     // a budget of 1024 rows, 2 completions a forward: fewer rows, less memory.
     const small = trainingMemory(c, plan, { ...DEFAULT_TRAINING_WORK, microBatchTokens: 1024 });

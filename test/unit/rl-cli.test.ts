@@ -18,13 +18,13 @@ describe('train command: engine flags', () => {
   const engine = (argv: string[], fromFile?: unknown, fromConfig?: { gradient_checkpointing?: boolean }) => engineFromArgs(parseArgs(argv), fromFile, fromConfig);
   it('maps --products and its older aliases onto one field, over the config file\'s "engine" entry', () => {
     expect(engine([])).toEqual(defaultEngineConfig());
-    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false });
+    expect(engine(['--products', 'int8-1limb', '--vision-products', 'int8', '--micro-batch-tokens', '2048', '--gradient-checkpointing', 'false'])).toEqual({ products: 'int8-1limb', vision_products: 'int8', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false, phase_buffers: 'keep' });
     expect(engine(['--tensor-cores']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '2']).products).toBe('int8');
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '1']).products).toBe('int8-1limb');
     expect(engine(['--tensor-cores', '--tensor-core-steps', 'row']).products).toBe('int8-row');
     expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
-    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true });
+    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true, phase_buffers: 'keep' });
     expect(engine(['--kv-cache', 'f16']).kv_cache).toBe('f16');
     expect(engine(['--kv-cache', 'f32'], { kv_cache: 'f16' }).kv_cache).toBe('f32');
     expect(engine([], { kv_cache: 'f16' }).kv_cache).toBe('f16');
@@ -39,6 +39,9 @@ describe('train command: engine flags', () => {
     expect(engine(['--activation-storage', 'f16']).activation_storage).toBe('f16');
     expect(engine(['--activation-storage', 'f32'], { activation_storage: 'f16' }).activation_storage).toBe('f32');
     expect(engine([], { activation_storage: 'f16' }).activation_storage).toBe('f16');
+    expect(engine(['--phase-buffers', 'release']).phase_buffers).toBe('release');
+    expect(engine(['--phase-buffers', 'keep'], { phase_buffers: 'release' }).phase_buffers).toBe('keep');
+    expect(engine([], { phase_buffers: 'release' }).phase_buffers).toBe('release');
   });
 
   it('refuses bad values, unknown engine keys and the old flags mixed with the new', () => {
@@ -52,6 +55,7 @@ describe('train command: engine flags', () => {
     expect(() => engine(['--kv-cache', 'bf16'])).toThrow(/--kv-cache takes auto, f32, f16; got 'bf16'/);
     expect(() => engine([], { kv_cache: 'f8' })).toThrow(/engine\.kv_cache must be one of auto, f32, f16; got "f8"/);
     expect(() => engine(['--gradient-checkpointing', 'no'])).toThrow(/--gradient-checkpointing takes true or false; got 'no'/);
+    expect(() => engine(['--phase-buffers', 'trim'])).toThrow(/--phase-buffers takes keep, release; got 'trim'/);
     expect(() => engine([], { micro_batch_tokens: 0.5 })).toThrow(/engine\.micro_batch_tokens must be an integer >= 1/);
     expect(() => engine([], { producs: 'int8' })).toThrow(/engine\.producs: unknown field; did you mean products\?/);
   });
@@ -140,7 +144,7 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
-    const engine = { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false };
+    const engine = { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false, phase_buffers: 'keep' };
     // 'auto' on a GPU without tensor cores: the f32 units, said on stderr, and with them the f32 KV cache.
     expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; int8 unavailable: .*; f16 unavailable: /);
     expect(first.stderr).toContain('kv_cache: f32 (auto: the products run on f32, not f16)');

@@ -204,7 +204,7 @@ describe('trainer RNG', () => {
 describe('engine config', () => {
   it('fills defaults, refuses unknown keys with their path, and checks each field', () => {
     expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
-    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 1024, gradient_checkpointing: false });
+    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 1024, gradient_checkpointing: false, phase_buffers: 'keep' });
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
     expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be auto or one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
@@ -215,6 +215,9 @@ describe('engine config', () => {
     expect(resolveEngineConfig({}).activation_storage).toBe('auto');
     expect(resolveEngineConfig({ activation_storage: 'f16' }).activation_storage).toBe('f16');
     expect(() => resolveEngineConfig({ activation_storage: 'bf16' })).toThrow(/engine\.activation_storage must be one of auto, f32, f16; got "bf16"/);
+    expect(resolveEngineConfig({}).phase_buffers).toBe('keep');
+    expect(resolveEngineConfig({ phase_buffers: 'release' }).phase_buffers).toBe('release');
+    expect(() => resolveEngineConfig({ phase_buffers: false })).toThrow(/^engine config: engine\.phase_buffers must be one of keep, release; got false$/);
   });
 
   it("resolves activation_storage on the device: 'auto' is f16 beside f16 products with shader-f16 only, 'f16' without shader-f16 refused", () => {

@@ -8,7 +8,7 @@
 // The config file is the trainer config (src/rl/config.ts: TRL's names, model_name_or_path, and the
 // `dataset`: synthetic, a local file or a hub data set, src/rl/dataSource.ts), plus an optional
 // "engine" entry (src/rl/engineConfig.ts: products, vision_products, activation_storage,
-// kv_cache, micro_batch_tokens, gradient_checkpointing; a top-level gradient_checkpointing,
+// kv_cache, micro_batch_tokens, gradient_checkpointing, phase_buffers; a top-level gradient_checkpointing,
 // transformers' name, is read onto it):
 //   "dataset": {"kind": "file", "path": "geo3k.parquet" | "rows.jsonl" | "rows.json", "format": null,
 //               "mapping": {prompt_key, answer_key, image_keys, ...} | null, "image_folder": "images/",
@@ -60,7 +60,7 @@ import { nodeDirFiles, type ModelFiles } from '../../model/safetensors';
 import { configRows, openModel } from '../../model/session';
 import { CheckpointError, decodeCheckpoint, encodeCheckpoint, type Checkpoint } from '../../rl/checkpoint';
 import { ConfigError, resolveConfig, type DatasetSettings, type FileDatasetSettings, type HubDatasetSettings, type TrainConfig, type TrainConfigInput } from '../../rl/config';
-import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveKvCache, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig } from '../../rl/engineConfig';
+import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveKvCache, resolveProducts, usesTensorCores, type ConfigEngineFields, type EngineConfig, PHASE_BUFFERS, type PhaseBuffers } from '../../rl/engineConfig';
 import { capabilitiesOf } from '../../gpu';
 import { ACTIVATION_STORAGE_SETTINGS } from '../../model/activationStorage';
 import { isKvCacheSetting, KV_CACHE_SETTINGS } from '../../model/kvCacheSetting';
@@ -75,7 +75,7 @@ import { DEMO_QUICK_EVAL_ROWS, demoRun } from '../demoRun';
 import { dataDifference, DATA_RECORD_FILE, dataRecordOf, DataProvenanceError, readDataRecord, writeDataRecord } from '../dataRecord';
 
 export const summary =
-  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--kv-cache auto|f32|f16] [--micro-batch-tokens N] [--gradient-checkpointing true|false] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
+  'train a LoRA adapter with GSPO/GRPO (--config FILE.json | --demo [--quick] [--eval-rows N] | --resume DIR [--allow-data-change]) [--steps N] [--metrics FILE.jsonl] [--output-dir DIR] [--quant q4|none] [--products auto|f32|f16|int8|int8-1limb|int8-row] [--vision-products f32|int8|f16] [--kv-cache auto|f32|f16] [--micro-batch-tokens N] [--gradient-checkpointing true|false] [--phase-buffers keep|release] (aliases: --tensor-cores [--tensor-core-limbs 1|2] [--tensor-core-steps block|row], --vision-tensor-cores)';
 
 export async function writeCheckpointDir(dir: string, c: Checkpoint): Promise<string> {
   const { json, safetensors } = encodeCheckpoint(c);
@@ -307,6 +307,9 @@ export function engineFromArgs(args: CliArgs, fromFile: unknown, fromConfig: Con
     if (!Number.isInteger(n) || n < 1) throw new EngineConfigError(`--micro-batch-tokens takes an integer >= 1; got ${n}`);
     e.micro_batch_tokens = n;
   }
+  const phaseBuffers = args.optStr('phase-buffers');
+  if (phaseBuffers !== undefined && !(PHASE_BUFFERS as readonly string[]).includes(phaseBuffers)) throw new EngineConfigError(`--phase-buffers takes ${PHASE_BUFFERS.join(', ')}; got '${phaseBuffers}'`);
+  if (phaseBuffers !== undefined) e.phase_buffers = phaseBuffers as PhaseBuffers;
   const checkpointing = args.flags.get('gradient-checkpointing');
   if (checkpointing !== undefined) {
     if (checkpointing !== true && checkpointing !== 'true' && checkpointing !== 'false') throw new EngineConfigError(`--gradient-checkpointing takes true or false; got '${checkpointing}'`);
