@@ -986,7 +986,10 @@ async function main(): Promise<void> {
     watch.reset();
     const tc = await rlSteps(12);
     const mem = memory('default trainer config on f16 tensor cores: generation + training step of one group');
-    result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, memory: mem };
+    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 15)) : undefined;
+    const gpuInStreamS = args.includes('--profile') ? (await passProfile(gpu, () => gspoStep(gpu, def, 16))).ms / 1000 : undefined;
+    if (gpuInStreamS !== undefined) console.error(`default config on f16 tensor cores: the step's GPU time in stream ${gpuInStreamS.toFixed(3)} s (wall ${tc.step.toFixed(3)} s)`);
+    result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, memory: mem, profile };
     await model.setProducts('f32');
     save();
     console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);

@@ -11,7 +11,9 @@
 // A 4-bit tensor is two buffers (codes, scales); the plan's largest buffer is what is compared
 // with the adapter's maxBufferSize and maxStorageBufferBindingSize.
 import type { Qwen3VLConfig } from './config';
-import type { ActivationStorage } from './activationStorage';
+import { chooseActivationStorage, type ActivationStorage } from './activationStorage';
+import { chooseKvCache } from './kvCacheSetting';
+import type { Products } from './products';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
@@ -186,4 +188,27 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
     trainingBytes,
     peakBytes: plan.totalBytes + loraBytes + (work.phaseBuffers === 'release' ? Math.max(generationBytes, trainingBytes) : generationBytes + trainingBytes),
   };
+}
+
+/** What an estimate of a training run assumes beyond its work: the engine's storage settings as
+ * they resolve on the device (kv_cache and activation_storage 'auto' follow the products). */
+export interface EngineStorage {
+  kvCache: KvDtype;
+  activationStorage: ActivationStorage;
+  phaseBuffers: PhaseBuffers;
+}
+
+/** The storage the engine's defaults take with `products` on a device with or without shader-f16
+ * (src/model/kvCacheSetting.ts, src/model/activationStorage.ts; phase_buffers 'keep'). */
+export function defaultEngineStorage(products: Products, shaderF16: boolean): EngineStorage {
+  return {
+    kvCache: chooseKvCache('auto', products, shaderF16).dtype,
+    activationStorage: chooseActivationStorage('auto', { shaderF16 }, products).storage,
+    phaseBuffers: 'keep',
+  };
+}
+
+/** trainingMemory with the plan's KV cache and the work's storage as `storage` says. */
+export function trainingMemoryWith(config: Qwen3VLConfig, options: MemoryPlanOptions, work: TrainingWork, storage: EngineStorage): TrainingMemory {
+  return trainingMemory(config, memoryPlan(config, { ...options, kvCacheDtype: storage.kvCache }), { ...work, activationStorage: storage.activationStorage, phaseBuffers: storage.phaseBuffers });
 }

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { applyGenerationConfig, ConfigError, parseQwen3VLConfig } from '../../src/model/config';
-import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory } from '../../src/model/memoryPlan';
+import { DEFAULT_TRAINING_WORK, defaultEngineStorage, memoryPlan, planProblems, trainingMemory, trainingMemoryWith } from '../../src/model/memoryPlan';
 import { canonicalWeightName, checkTensorShape, expectedShape, expectedWeights, WeightShapeError } from '../../src/model/weightShapes';
 
 const fixture = (name: string) => readFileSync(new URL(`../fixtures/model-io/configs/${name}`, import.meta.url), 'utf8');
@@ -156,6 +156,21 @@ describe('memoryPlan', () => {
     // An f16 KV cache halves the cache's share of generation: 28 layers x K, V x 8 heads x 128 x 2 bytes a token fewer.
     const half = trainingMemory(c, memoryPlan(c, { kvCacheDtype: 'f16' }));
     expect(t.generationBytes - half.generationBytes).toBe((512 + 8 * 256) * 28 * 2 * 8 * 128 * 2);
+  });
+
+  it("estimates with the engine's storage as 'auto' resolves it: f16 KV cache and hidden states beside the f16 products with shader-f16 only", () => {
+    const c = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
+    expect(defaultEngineStorage('f16', true)).toEqual({ kvCache: 'f16', activationStorage: 'f16', phaseBuffers: 'keep' });
+    expect(defaultEngineStorage('f16', false)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep' });
+    expect(defaultEngineStorage('int8', true)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep' });
+    const f32 = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, defaultEngineStorage('f32', true));
+    expect(f32.peakBytes).toBe(trainingMemory(c, memoryPlan(c)).peakBytes);
+    const f16 = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, defaultEngineStorage('f16', true));
+    const T = 512 + 8 * 256;
+    // Half the KV cache (28 layers x K, V x 8 heads x 128 x 2 bytes a token) and half the kept states, one f32 row of H more.
+    expect(f32.peakBytes - f16.peakBytes).toBe(T * 28 * 2 * 8 * 128 * 2 + 29 * T * 2048 * 2 - T * 2048 * 4);
+    const released = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, { ...defaultEngineStorage('f32', true), phaseBuffers: 'release' });
+    expect(f32.peakBytes - released.peakBytes).toBe(Math.min(f32.generationBytes, f32.trainingBytes));
   });
 
   it('plans an untied lm_head and reports the limits it exceeds', () => {

@@ -12,7 +12,7 @@ import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
 import { capabilitiesFrom, capabilitySummary } from '../../gpu/capabilities';
 import { isProducts, productFamily, productPathSummary, PRODUCTS, type Products } from '../../model/products';
-import { DEFAULT_TRAINING_WORK, memoryPlan, planProblems, trainingMemory, type MemoryPlan } from '../../model/memoryPlan';
+import { DEFAULT_TRAINING_WORK, defaultEngineStorage, memoryPlan, planProblems, trainingMemoryWith, type EngineStorage, type MemoryPlan } from '../../model/memoryPlan';
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
 import { proxy } from '../../worker/client';
@@ -193,13 +193,14 @@ async function inspect(model: Inspectable, limits: { maxBufferSize: number; maxS
   return { config, downloadBytes, plan, problems };
 }
 
-function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
+/** `storage`: what the engine keeps its KV cache and hidden states in with the products chosen here. */
+function describeReport(r: ModelReport, limitsNote: string, storage: EngineStorage): HTMLElement {
   const t = r.config.text;
-  const kv = r.plan.kvCacheBytesPerToken * PLAN_CONTEXT_TOKENS;
+  const kv = memoryPlan(r.config, { kvCacheDtype: storage.kvCache }).kvCacheBytesPerToken * PLAN_CONTEXT_TOKENS;
   // The Train form's values, whether or not its panel was opened yet: the estimate is of the run the form would start.
   const t0 = currentTrainSettings();
   const w = { ...DEFAULT_TRAINING_WORK, generations: t0.num_generations, completionTokens: t0.max_completion_length, promptTokens: t0.max_prompt_length ?? DEFAULT_TRAINING_WORK.promptTokens, loraRank: t0.lora_r };
-  const training = trainingMemory(r.config, r.plan, w);
+  const training = trainingMemoryWith(r.config, {}, w, storage);
   return h(
     'div',
     {},
@@ -212,10 +213,11 @@ function describeReport(r: ModelReport, limitsNote: string): HTMLElement {
       h('dd', { 'data-testid': 'model-download-size' }, r.downloadBytes === null ? 'not checked (refused)' : formatBytes(r.downloadBytes)),
       h('dt', {}, 'Weights on the GPU (4-bit LM)'),
       h('dd', { 'data-testid': 'model-gpu-bytes' }, formatBytes(r.plan.totalBytes)),
-      h('dt', {}, `KV cache for ${PLAN_CONTEXT_TOKENS} tokens`),
+      h('dt', {}, `KV cache for ${PLAN_CONTEXT_TOKENS} tokens (${storage.kvCache})`),
       h('dd', {}, formatBytes(kv)),
       h('dt', { 'data-testid': 'model-training-at' }, `Training at the Train form’s settings (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
       h('dd', { 'data-testid': 'model-training-bytes' }, `about ${formatBytes(training.peakBytes)} of GPU memory at its peak`),
+      h('dd', { class: 'muted', 'data-testid': 'model-training-storage' }, `with the KV cache in ${storage.kvCache}, the hidden states the backward reads in ${storage.activationStorage}, and generation's and training's buffers both kept between the phases`),
       h('dt', {}, 'Largest buffer'),
       h('dd', {}, `${formatBytes(r.plan.largestBuffer.bytes)} (${r.plan.largestBuffer.name})`),
     ),
@@ -320,10 +322,22 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   );
   const limitsNote = 'WebGPU does not report free GPU memory: the browser may still refuse buffers when other tabs hold memory.';
 
+  // The engine's storage with the products chosen here (the 'auto' settings follow them), once the
+  // GPU's shader-f16 and the products are known; f32 until then.
+  let shaderF16: boolean | null = null;
+  const storage = () => defaultEngineStorage(productsState && shaderF16 !== null ? productsState.current : 'f32', shaderF16 ?? false);
+  const redraw = () => {
+    if (shownReport) report.replaceChildren(describeReport(shownReport.report, shownReport.note, storage()));
+  };
+  info.then(
+    (seen) => {
+      shaderF16 = capabilitiesFrom(seen.summary, seen.enabled).shaderF16;
+      redraw();
+    },
+    () => undefined,
+  );
   // The report on screen is drawn again when the Train form changes, so its training estimate is the form's.
-  trainSettings.subscribe(() => {
-    if (shownReport) report.replaceChildren(describeReport(shownReport.report, shownReport.note));
-  });
+  trainSettings.subscribe(redraw);
   const checkModel = async (): Promise<{ model: Inspectable; report: ModelReport } | null> => {
     error.hidden = true;
     shownReport = null;
@@ -334,7 +348,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
       const l = await limits;
       const r = await inspect(model, l.limits);
       shownReport = { report: r, note: l.limits ? limitsNote : l.note };
-      report.replaceChildren(describeReport(r, shownReport.note));
+      report.replaceChildren(describeReport(r, shownReport.note, storage()));
       return { model, report: r };
     } catch (e) {
       report.replaceChildren();
@@ -364,6 +378,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     const { int8, f16 } = state.paths;
     const offered = int8 === null || f16 === null ? '' : ` Tensor cores: not offered by this browser on this GPU (int8: ${int8}; f16: ${f16}); Chromium exposes them to pages with unsafe WebGPU features enabled (chrome://flags/#enable-unsafe-webgpu).`;
     productsNote.textContent = `${message ? `${message} ` : ''}${about}${offered}`;
+    redraw();
   };
   engine.products().then(
     (state) => showProducts(state),
