@@ -198,13 +198,13 @@ export interface EngineStorage {
   phaseBuffers: PhaseBuffers;
 }
 
-/** The storage the engine's defaults take with `products` on a device with or without shader-f16
- * (src/model/kvCacheSetting.ts, src/model/activationStorage.ts; phase_buffers 'keep'). */
-export function defaultEngineStorage(products: Products, shaderF16: boolean): EngineStorage {
+/** The storage the engine's 'auto' settings take with `products` on a device with or without
+ * shader-f16 (src/model/kvCacheSetting.ts, src/model/activationStorage.ts). */
+export function defaultEngineStorage(products: Products, shaderF16: boolean, phaseBuffers: PhaseBuffers = 'keep'): EngineStorage {
   return {
     kvCache: chooseKvCache('auto', products, shaderF16).dtype,
     activationStorage: chooseActivationStorage('auto', { shaderF16 }, products).storage,
-    phaseBuffers: 'keep',
+    phaseBuffers,
   };
 }
 

@@ -10,6 +10,7 @@ import type { LoadProgress } from '../model/loader';
 import type { ProductPath, Products } from '../model/products';
 import type { RewardTerm } from '../rewards/registry';
 import type { SamplingOptions } from '../rl/policy';
+import type { PhaseBuffers } from '../rl/engineConfig';
 import type { PoolStats } from '../gpu/tensor';
 import type { SeenAdapter } from '../store/db';
 import type { TrainerApi } from './trainerApi';
@@ -81,6 +82,8 @@ export interface EngineApi extends TrainerApi {
   /** Run the loaded model's products (and later loads') this way, remembered in this browser;
    * refused while a training run is running or paused, or an eval runs. */
   setProducts(products: Products): Promise<ProductsState>;
+  /** What the next training runs' pool keeps between generating and training (EngineConfig.phase_buffers). */
+  setPhaseBuffers(phaseBuffers: PhaseBuffers): Promise<void>;
   /**
    * The prompts of the next training run or eval (structured-cloned: images as pixel arrays, or
    * still encoded, decoded when a batch needs them); null: the config's synthetic set.

@@ -22,6 +22,7 @@ import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '.
 import { createBrowserSandbox } from '../rewards/sandboxBrowser';
 import type { Policy } from '../rl/policy';
 import { rememberAdapter, rememberProducts, storedProducts, type SeenAdapter } from '../store/db';
+import { PHASE_BUFFERS, type PhaseBuffers } from '../rl/engineConfig';
 import { BusyError, type EngineApi, type ModelSource, type ProductsState } from './api';
 import { createTrainerApi } from './trainerApi';
 
@@ -113,6 +114,8 @@ function baseModelOf(source: ModelSource): string | null {
 
 let weightCache: WeightCache | null = null;
 let session: ModelSession | null = null;
+/** The Model panel's choice for the next training runs (EngineConfig.phase_buffers). */
+let phaseBuffers: PhaseBuffers = 'keep';
 let location = '';
 let baseModel: string | null = null;
 /** The rows handed over with setDataset (images may stay encoded until a batch needs them), and the size of their file. */
@@ -167,7 +170,7 @@ const trainer = createTrainerApi({
     return { policy: s.policy, data: decodingPromptSource(s.promptSource(rows ?? configRows(config.dataset)), browserDecoder, imageLimitsFor(s.processor.image)) };
   },
   dataFileBytes: () => (rows ? rowsFileBytes : undefined),
-  products: () => (session ? { products: session.model.products, vision_products: session.model.visionProducts, activation_storage: session.model.activationStorage } : {}),
+  products: () => ({ ...(session ? { products: session.model.products, vision_products: session.model.visionProducts, activation_storage: session.model.activationStorage } : {}), phase_buffers: phaseBuffers }),
 });
 
 const api: EngineApi = {
@@ -203,6 +206,10 @@ const api: EngineApi = {
     return { location, baseModel, layers: t.numLayers, hiddenSize: t.hiddenSize, vocabSize: t.vocabSize, cached, cacheMessage, fingerprint, products: session.model.products, productsMessage };
   },
   products: productsState,
+  async setPhaseBuffers(v) {
+    if (!PHASE_BUFFERS.includes(v)) throw new Error(`phase_buffers must be one of ${PHASE_BUFFERS.join(', ')}; got ${JSON.stringify(v)}`);
+    phaseBuffers = v;
+  },
   async setProducts(products) {
     await requireIdle('changing where the products run');
     const g = await device();

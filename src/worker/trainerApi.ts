@@ -57,9 +57,9 @@ export interface TrainerApiDeps {
   sandbox?: CustomRewardEvaluator;
   /** Size in bytes of the file a file dataset's rows were read from, for the run's data record. */
   dataFileBytes?: () => number | undefined;
-  /** Where the loaded model's products run (the Model panel's setting) and where it keeps training
-   * activations, for the run's engine config. */
-  products?: () => Partial<Pick<EngineConfig, 'products' | 'vision_products' | 'activation_storage'>>;
+  /** Where the loaded model's products run (the Model panel's setting), where it keeps training
+   * activations, and what the pool keeps between the phases, for the run's engine config. */
+  products?: () => Partial<Pick<EngineConfig, 'products' | 'vision_products' | 'activation_storage' | 'phase_buffers'>>;
 }
 
 export function createTrainerApi(deps: TrainerApiDeps): TrainerApi {

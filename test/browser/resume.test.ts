@@ -69,6 +69,8 @@ describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
   it('continues after a reload with the same adapters and the next step', async () => {
     const page = await app.page();
     await engine(page, app);
+    // The Model panel's "Between generating and training" choice reaches the run's engine config.
+    await page.evaluate(`window.__api.setPhaseBuffers('release')`);
     const runId = (await page.evaluate(`window.__api.startTraining(${JSON.stringify(CONFIG)}, window.__onEvent).then((r) => r.runId)`)) as string;
     await waitFor(page, 'first step', `window.__events.some((e) => e.type === 'step' && e.metrics.step >= 1)`);
     await page.evaluate(`window.__api.stopTraining()`);
@@ -94,7 +96,7 @@ describe('training run: stop, reload, resume (worker API, IndexedDB)', () => {
     expect(recorded.rowsSha256).toMatch(/^[0-9a-f]{64}$/);
     // The run's engine config names the products the model ran (SwiftShader: the f32 units).
     const engineConfig = await page.evaluate(`window.__api.trainingRuns().then((rs) => rs.find((r) => r.runId === ${JSON.stringify(runId)}).engine)`);
-    expect(engineConfig).toMatchObject({ products: 'f32', vision_products: 'f32', gradient_checkpointing: true });
+    expect(engineConfig).toMatchObject({ products: 'f32', vision_products: 'f32', gradient_checkpointing: true, phase_buffers: 'release' });
     // Other rows (another seed) are refused, naming the difference; the config's own rows go on below.
     const otherRows = `import('/src/data/index.ts').then((m) => window.__api.setDataset(m.syntheticDataset({ seed: 1, count: 4, tasks: ['counting'], size: 128 })))`;
     await page.evaluate(otherRows);

@@ -126,6 +126,17 @@ describe('model panel: the hub path (fake huggingface.co, SwiftShader)', () => {
     expect(await p.getByTestId('model-training-bytes').textContent()).toMatch(/^about [\d.]+ [KMG]iB of GPU memory at its peak$/);
     // The f32 products (no subgroup matrices here): the KV cache and the kept states in f32.
     expect(await p.getByTestId('model-training-storage').textContent()).toBe("the KV cache in f32, the hidden states the backward reads in f32, and generation's and training's buffers both kept between the phases");
+    // Giving the other phase's buffers back: the estimate drops to the larger phase's, and says so.
+    const gib = (t: string | null) => {
+      const [, v, unit] = /^about ([\d.]+) ([KMG])iB/.exec(t ?? '')!;
+      return Number(v) * { K: 2 ** 10, M: 2 ** 20, G: 2 ** 30 }[unit as 'K' | 'M' | 'G'];
+    };
+    const kept = gib(await p.getByTestId('model-training-bytes').textContent());
+    await p.getByLabel('Between generating and training').selectOption('release');
+    expect(await p.getByTestId('model-training-storage').textContent()).toMatch(/each phase's buffers given back before the other's$/);
+    expect(gib(await p.getByTestId('model-training-bytes').textContent())).toBeLessThan(kept);
+    expect(await p.getByTestId('phase-buffers-note').textContent()).toMatch(/^Each phase gives the other’s buffers back/);
+    await p.getByLabel('Between generating and training').selectOption('keep');
     await recordProgress();
     const loadedText = `document.querySelector('[data-testid="model-loaded"]').textContent.startsWith('Loaded:') || ${errorShown}`;
     await submit('org/tiny', 'Load model', loadedText, LONG);

@@ -3,8 +3,9 @@
 // GPU (src/model/memoryPlan.ts) against this adapter's limits before anything large is fetched;
 // load it in the engine worker with byte progress and time left. A plan that cannot fit is refused
 // before the download (from config.json alone). Whether the weights came from the browser's weight
-// cache is stated after each load. Where the large products run (f32 units or int8 tensor cores,
-// src/model/products.ts) is chosen here: the tensor cores by default where the browser offers them.
+// cache is stated after each load. Where the large products run (f32 units or tensor cores,
+// src/model/products.ts) is chosen here: the tensor cores by default where the browser offers them;
+// so is what training keeps between generating and training (EngineConfig.phase_buffers).
 import type { Remote } from 'comlink';
 import { DEMO_MODEL_URL_PATH, DEMO_TRAIN_CONFIG } from '../../data/demo';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../model/config';
@@ -12,6 +13,7 @@ import { hubFiles, hubFileSource } from '../../model/hub';
 import type { LoadProgress } from '../../model/loader';
 import { capabilitiesFrom, capabilitySummary } from '../../gpu/capabilities';
 import { isProducts, productFamily, productPathSummary, PRODUCTS, type Products } from '../../model/products';
+import { PHASE_BUFFERS, type PhaseBuffers } from '../../rl/engineConfig';
 import { DEFAULT_TRAINING_WORK, defaultEngineStorage, memoryPlan, planProblems, trainingMemoryWith, type EngineStorage, type MemoryPlan } from '../../model/memoryPlan';
 import { pickedFiles } from '../../model/safetensors';
 import type { EngineApi, ModelSource, ProductsState } from '../../worker/api';
@@ -53,7 +55,15 @@ interface StoredModel {
   loaded: boolean;
   /** For picked files whose weights reached the weight cache. */
   pick?: StoredPick;
+  /** What training runs keep between generating and training (EngineConfig.phase_buffers). */
+  phaseBuffers?: PhaseBuffers;
 }
+
+/** The choices of EngineConfig.phase_buffers as the panel words them. */
+const PHASE_BUFFER_CHOICES: readonly { value: PhaseBuffers; label: string; about: string }[] = [
+  { value: 'keep', label: 'Keep both (faster steps)', about: 'Generation’s and training’s GPU buffers stay allocated between the two phases of each step: nothing is made again, at about both phases’ memory at the peak.' },
+  { value: 'release', label: 'Give the other phase’s back (less memory)', about: 'Each phase gives the other’s buffers back to the GPU: the peak is the larger phase’s, and each step makes its buffers again.' },
+];
 
 const isChoice = (v: unknown): v is Choice => CHOICES.some((c) => c.value === v);
 
@@ -218,7 +228,7 @@ function describeReport(r: ModelReport, limitsNote: string, storage: EngineStora
       h('dt', { 'data-testid': 'model-training-at' }, `Training at the Train form’s settings (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
       h('dd', { 'data-testid': 'model-training-bytes' }, `about ${formatBytes(training.peakBytes)} of GPU memory at its peak`),
       h('dt', {}, 'The estimate assumes'),
-      h('dd', { 'data-testid': 'model-training-storage' }, `the KV cache in ${storage.kvCache}, the hidden states the backward reads in ${storage.activationStorage}, and generation's and training's buffers both kept between the phases`),
+      h('dd', { 'data-testid': 'model-training-storage' }, `the KV cache in ${storage.kvCache}, the hidden states the backward reads in ${storage.activationStorage}, and ${storage.phaseBuffers === 'keep' ? "generation's and training's buffers both kept between the phases" : "each phase's buffers given back before the other's"}`),
       h('dt', {}, 'Largest buffer'),
       h('dd', {}, `${formatBytes(r.plan.largestBuffer.bytes)} (${r.plan.largestBuffer.name})`),
     ),
@@ -238,7 +248,8 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   // The pick a reload loads from the weight cache, until the user picks other files.
   let restoredPick = choice.value === 'files' ? storedPick(stored) : null;
   let keptPick: StoredPick | undefined = restoredPick ?? undefined;
-  const remember = () => saveWorkspace('model', { choice: choice.value as Choice, repo: repo.value, loaded: wasLoaded, ...(keptPick ? { pick: keptPick } : {}) } satisfies StoredModel);
+  const phaseBuffers = select(PHASE_BUFFER_CHOICES, stored?.phaseBuffers && PHASE_BUFFERS.includes(stored.phaseBuffers) ? stored.phaseBuffers : 'keep');
+  const remember = () => saveWorkspace('model', { choice: choice.value as Choice, repo: repo.value, loaded: wasLoaded, ...(keptPick ? { pick: keptPick } : {}), phaseBuffers: phaseBuffers.value as PhaseBuffers } satisfies StoredModel);
   repo.addEventListener('change', remember);
   const token = h('input', { type: 'password', autocomplete: 'off' });
   const filesInput = h('input', { type: 'file', multiple: true });
@@ -262,6 +273,9 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   const loaded = h('p', { 'data-testid': 'model-loaded' }, 'No model loaded.');
   const cache = h('p', { class: 'muted', 'data-testid': 'model-cache', 'aria-live': 'polite' }, 'Cache: a loaded model is kept in this browser, and its next load reads no files.');
 
+  const phaseBuffersField = field('Between generating and training', phaseBuffers, ' ');
+  const phaseBuffersNote = phaseBuffersField.querySelector('small')!;
+  phaseBuffersNote.dataset.testid = 'phase-buffers-note';
   const products = select(PRODUCTS, 'f32');
   products.disabled = true;
   const productsField = field('Matrix products (prefill, scoring, training)', products, 'Checking what this GPU offers…');
@@ -326,7 +340,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   // The engine's storage with the products chosen here (the 'auto' settings follow them), once the
   // GPU's shader-f16 and the products are known; f32 until then.
   let shaderF16: boolean | null = null;
-  const storage = () => defaultEngineStorage(productsState && shaderF16 !== null ? productsState.current : 'f32', shaderF16 ?? false);
+  const storage = () => defaultEngineStorage(productsState && shaderF16 !== null ? productsState.current : 'f32', shaderF16 ?? false, phaseBuffers.value as PhaseBuffers);
   const redraw = () => {
     if (shownReport) report.replaceChildren(describeReport(shownReport.report, shownReport.note, storage()));
   };
@@ -339,6 +353,18 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
   );
   // The report on screen is drawn again when the Train form changes, so its training estimate is the form's.
   trainSettings.subscribe(redraw);
+  // The worker holds the choice for the next runs; set again at each start of the page.
+  const applyPhaseBuffers = () => {
+    const v = phaseBuffers.value as PhaseBuffers;
+    phaseBuffersNote.textContent = PHASE_BUFFER_CHOICES.find((c) => c.value === v)!.about;
+    engine.setPhaseBuffers(v).catch(showError);
+  };
+  applyPhaseBuffers();
+  phaseBuffers.addEventListener('change', () => {
+    applyPhaseBuffers();
+    remember();
+    redraw();
+  });
   const checkModel = async (): Promise<{ model: Inspectable; report: ModelReport } | null> => {
     error.hidden = true;
     shownReport = null;
@@ -484,6 +510,7 @@ export function modelPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
     tokenField,
     filesField,
     productsField,
+    phaseBuffersField,
     gpuDetails,
     h('div', { class: 'row' }, check, load, progress, progressText),
     error,
