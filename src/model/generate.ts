@@ -100,7 +100,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const stepPositions = new Tensor(current.buffer, [3, G], 'i32', 'generate.positions', current.byteOffset);
   const stepNumber = new Tensor(current.buffer, [1], 'u32', 'generate.step_number', current.byteOffset + posBytes);
   // Decode attention has only G·Hkv workgroups of work: split each sequence's keys into chunks
-  // (H100, 640 keys, one sequence: unsplit 240 µs a layer, in 10 chunks 40 µs plus the combine).
+  // (BENCHMARKS.md, Kernel tuning choices: Attention).
   const chunks = Math.min(MAX_ATTENTION_CHUNKS, Math.ceil((T + r.maxNewTokens) / KEYS_PER_CHUNK));
   const splitWs = gpu.tensor(decoder.ops.attention.splitWorkspaceShape(G, chunks), 'f32', 'generate.attention_split');
   const stop = new Set(r.stopIds);
