@@ -19,10 +19,10 @@
 //             during the GSPO step, and during the default trainer config's step (src/rl/config.ts:
 //             one group of 8 completions, max_prompt_length 512 with a 224x224 image, 256 completion
 //             tokens, LoRA r=8), generation of its 8 completions included, the pool switching
-//             phases between them as the trainer's does (BufferPool.enterPhase), and the step as the trainer runs it (512 + 8 x 256 rows: one training forward); the
-//             second such RL step, timed (the first compiles its pipelines and fills the pool).
-//             The largest live buffers
-//             at the peak of buffers in use are listed by label (layer numbers folded into '#').
+//             phases between them as the trainer's does (BufferPool.enterPhase), and the step as
+//             the trainer runs it (512 + 8 x 256 rows: one training forward); the second such RL
+//             step, timed (the first compiles its pipelines and fills the pool). The largest live
+//             buffers at the peak of buffers in use are listed by label (layer numbers folded into '#').
 //
 //   npm run bench:build
 //   node .bench/model.mjs [--quick] [--size 2b|4b|8b] [--json FILE] [--only prefill,decode,gspo,default] [--vision-q4]
@@ -55,7 +55,7 @@ import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import { isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../src/model/kvCacheSetting';
 import type { Products, VisionProducts } from '../src/model/products';
-import type { PhaseBuffers } from '../src/rl/engineConfig';
+import { PHASE_BUFFERS as PHASE_BUFFER_VALUES, type PhaseBuffers } from '../src/rl/engineConfig';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
 import { Qwen3VLPolicy } from '../src/model/train';
@@ -99,8 +99,8 @@ const ACTIVATION_STORAGE = (() => {
 const PHASE_BUFFERS: PhaseBuffers = (() => {
   const i = args.indexOf('--phase-buffers');
   const v = i < 0 ? 'keep' : args[i + 1];
-  if (v !== 'keep' && v !== 'release') throw new Error(`--phase-buffers takes keep or release; got ${v === undefined ? 'nothing' : `'${v}'`}`);
-  return v;
+  if (!(PHASE_BUFFER_VALUES as readonly string[]).includes(v)) throw new Error(`--phase-buffers takes ${PHASE_BUFFER_VALUES.join(', ')}; got ${v === undefined ? 'nothing' : `'${v}'`}`);
+  return v as PhaseBuffers;
 })();
 const PHASE_KEEP = PHASE_BUFFERS === 'keep' ? 'all' : 'own';
 
@@ -946,6 +946,15 @@ async function main(): Promise<void> {
     const runs = [await rlStep(first), await rlStep(first + 1), await rlStep(first + 2)];
     return { gen: median(runs.map((r) => r.gen)), step: median(runs.map((r) => r.step)) };
   };
+  // --profile: a step's GPU time by kernel (a pass per dispatch), and in stream (its passes as
+  // recorded) beside its wall time `wallS`: the rest is the host's.
+  const stepProfile = async (what: string, seed: number, wallS: number) => {
+    if (!args.includes('--profile')) return { profile: undefined, gpuInStreamS: undefined };
+    const profile = await kernelTimes(gpu, () => gspoStep(gpu, def, seed));
+    const gpuInStreamS = (await passProfile(gpu, () => gspoStep(gpu, def, seed + 1))).ms / 1000;
+    console.error(`default config on ${what}: the step's GPU time in stream ${gpuInStreamS.toFixed(3)} s (wall ${wallS.toFixed(3)} s)`);
+    return { profile, gpuInStreamS };
+  };
   await rlStep(1);
   watch.reset();
   const { gen: genS, step: defStepS } = await rlSteps(2);
@@ -968,10 +977,7 @@ async function main(): Promise<void> {
     watch.reset();
     const tc = await rlSteps(7);
     const mem = memory('default trainer config on int8 tensor cores: generation + training step of one group');
-    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 10)) : undefined;
-    // --profile: the step's GPU time in stream (its passes as recorded), beside its wall time: the rest is the host's.
-    const gpuInStreamS = args.includes('--profile') ? (await passProfile(gpu, () => gspoStep(gpu, def, 11))).ms / 1000 : undefined;
-    if (gpuInStreamS !== undefined) console.error(`default config on tensor cores: the step's GPU time in stream ${gpuInStreamS.toFixed(3)} s (wall ${tc.step.toFixed(3)} s)`);
+    const { profile, gpuInStreamS } = await stepProfile('int8 tensor cores', 10, tc.step);
     const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 12) : undefined;
     if (hostPhases) console.error(`default config on tensor cores, the step on the host: ${JSON.stringify(hostPhases)}`);
     result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, profile };
@@ -986,9 +992,7 @@ async function main(): Promise<void> {
     watch.reset();
     const tc = await rlSteps(12);
     const mem = memory('default trainer config on f16 tensor cores: generation + training step of one group');
-    const profile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 15)) : undefined;
-    const gpuInStreamS = args.includes('--profile') ? (await passProfile(gpu, () => gspoStep(gpu, def, 16))).ms / 1000 : undefined;
-    if (gpuInStreamS !== undefined) console.error(`default config on f16 tensor cores: the step's GPU time in stream ${gpuInStreamS.toFixed(3)} s (wall ${tc.step.toFixed(3)} s)`);
+    const { profile, gpuInStreamS } = await stepProfile('f16 tensor cores', 15, tc.step);
     result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, memory: mem, profile };
     await model.setProducts('f32');
     save();

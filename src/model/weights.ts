@@ -1,6 +1,6 @@
 // The model's weights as they live on the GPU (the layout src/model/memoryPlan.ts accounts for).
 // The loader fills these from a checkpoint; the vision tower, the decoder, the LM head and the
-// trainer read them. Nothing here is trainable: LoRA parameters live apart (src/ops/lora.ts).
+// trainer read them. Nothing here is trainable: LoRA parameters live apart (src/ops/loraParams.ts).
 import type { Tensor } from '../gpu';
 import type { Q4Weight } from '../ops/matmulQ4';
 

@@ -5,7 +5,7 @@
 // Multi-tensor: parameters that are views into one buffer, with gradients that are views into one
 // other buffer, form a group that each kernel covers in a single dispatch (a segment table names
 // each tensor's offsets; shaders/adamw.wgsl). A step is 2·groups + 1 dispatches whatever the
-// tensor count: adapters from createLoraParamSet (src/ops/lora.ts) make one group. Tensors in
+// tensor count: adapters from createLoraParamSet (src/ops/loraParams.ts) make one group. Tensors in
 // buffers of their own still work, a group each.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 

@@ -13,8 +13,8 @@
 //                          adapters of one x, its norm inside the down dispatch (normProject), or
 //                          at one row the norm and the down products inside the base GEMV's
 //                          dispatch (normedGemv), an update folded into the GEMV's epilogue
-//                          (projectFolded); otherwise
-//                          src/ops/lora.ts's group dispatches, keeping u for a backward (and lora_dropout)
+//                          (projectFolded); otherwise src/ops/lora.ts's group dispatches, keeping
+//                          u for a backward (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';

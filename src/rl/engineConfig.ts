@@ -3,8 +3,8 @@
 // recomputes layers. None changes what is trained beyond rounding; each trades speed against memory
 // or precision on one device. The CLI's --products, --vision-products, --activation-storage,
 // --kv-cache, --micro-batch-tokens, --gradient-checkpointing and --phase-buffers (and a config
-// file's "engine" entry), the app's Model panel and the Train form's gradient_checkpointing set these fields and
-// nothing else. A training config may also hold gradient_checkpointing at its top level,
+// file's "engine" entry), the app's Model panel and the Train form's gradient_checkpointing set
+// these fields and nothing else. A training config may also hold gradient_checkpointing at its top level,
 // transformers' TrainingArguments name: it is read onto this field (ConfigEngineFields), so
 // configs of earlier versions and TRL-style files run.
 import { ACTIVATION_STORAGE_SETTINGS, chooseActivationStorage, type ActivationStorage, type ActivationStorageSetting } from '../model/activationStorage';

@@ -22,7 +22,7 @@ import { filesFingerprint, opfsStorage, servedFingerprint, WeightCache } from '.
 import { createBrowserSandbox } from '../rewards/sandboxBrowser';
 import type { Policy } from '../rl/policy';
 import { rememberAdapter, rememberProducts, storedProducts, type SeenAdapter } from '../store/db';
-import { PHASE_BUFFERS, type PhaseBuffers } from '../rl/engineConfig';
+import { resolveEngineConfig, type PhaseBuffers } from '../rl/engineConfig';
 import { BusyError, type EngineApi, type ModelSource, type ProductsState } from './api';
 import { createTrainerApi } from './trainerApi';
 
@@ -207,8 +207,7 @@ const api: EngineApi = {
   },
   products: productsState,
   async setPhaseBuffers(v) {
-    if (!PHASE_BUFFERS.includes(v)) throw new Error(`phase_buffers must be one of ${PHASE_BUFFERS.join(', ')}; got ${JSON.stringify(v)}`);
-    phaseBuffers = v;
+    phaseBuffers = resolveEngineConfig({ phase_buffers: v }).phase_buffers; // checked as a config's
   },
   async setProducts(products) {
     await requireIdle('changing where the products run');
