@@ -46,16 +46,23 @@ const FK = {{FK}}u;       // the fragment's K
 const TM = 2u;            // fragments a subgroup along M
 const TN = {{TN}}u;       // fragments a subgroup along N: 2, or 4 with TN4
 const BK = 32u;           // the reduction a step: one Q4 group
+// KSTEPS = BK / FK fragment steps a staged step, unrolled (#repeat) so that their offsets are constants.
 const SGS = WG / 32u;
 const SG_N = BN / (FR * TN); // subgroups along N
 const AS = BK + 8u;       // row stride of the staged x (f16): 8 past 32 puts 8 rows in 8 bank groups
-const A_SIZE = BM * AS;
+// Staging is an array of fixed-size blocks, each fragment load reading inside one block at a
+// constant offset: Dawn's robustness then has nothing to check (a load at a computed offset into
+// the whole array is wrapped in a bounds test and a copy, a third of the kernel's time).
+const A_BLOCK = FR * AS;  // x: FR rows a block
+const A_BLOCKS = BM / FR;
 #if DINPUT
-const BS = BN + 8u;       // W's rows along the reduction: [BK][BN], row-major
-const B_SIZE = BK * BS;
+const CN = TN * FR;       // W's columns (along N) a subgroup reads
+const CS = CN + 8u;       // their row stride: 8 past a multiple of 16 puts 8 rows in 8 bank groups
+const B_BLOCK = BK * CS;  // W [BK][CN] row-major: one subgroup column's share of a step
+const B_BLOCKS = BN / CN;
 #else
-const BS = AS;            // W's rows along N: [BN][BK], the right matrix column-major
-const B_SIZE = BN * BS;
+const B_BLOCK = FR * AS;  // W's rows along N, FR a block: the right matrix column-major
+const B_BLOCKS = BN / FR;
 #endif
 const A_VECS = BM * 4u;       // vec4s of x a step
 const A_PER = A_VECS / WG;
@@ -66,9 +73,9 @@ const B_VECS = BN * 2u;       // vec2s of codes (16 weights) a step
 #endif
 const B_PER = (B_VECS + WG - 1u) / WG;
 
-var<workgroup> a_s: array<f16, 2u * A_SIZE>;
-var<workgroup> b_s: array<f16, 2u * B_SIZE>;
-var<workgroup> out_s: array<f32, SGS * FR * FR>; // the epilogue: one fragment a subgroup at a time
+var<workgroup> a_s: array<array<f16, A_BLOCK>, 2u * A_BLOCKS>;
+var<workgroup> b_s: array<array<f16, B_BLOCK>, 2u * B_BLOCKS>;
+var<workgroup> out_s: array<array<f32, FR * FR>, SGS>; // the epilogue: one fragment a subgroup at a time
 
 struct Staged {
   a: array<vec4<u32>, A_PER>,
@@ -146,11 +153,13 @@ fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
 fn stage(st: Staged, buf: u32, lid: u32) {
   for (var t = 0u; t < A_PER; t++) {
     let i = lid + t * WG;
-    let o = buf * A_SIZE + (i / 4u) * AS + (i % 4u) * 8u;
+    let r = i / 4u;
+    let blk = buf * A_BLOCKS + r / FR;
+    let o = (r % FR) * AS + (i % 4u) * 8u;
     for (var j = 0u; j < 4u; j++) {
       let h = bitcast<vec2<f16>>(st.a[t][j]);
-      a_s[o + 2u * j] = h.x;
-      a_s[o + 2u * j + 1u] = h.y;
+      a_s[blk][o + 2u * j] = h.x;
+      a_s[blk][o + 2u * j + 1u] = h.y;
     }
   }
   for (var t = 0u; t < B_PER; t++) {
@@ -160,20 +169,30 @@ fn stage(st: Staged, buf: u32, lid: u32) {
     }
 #if W16
 #if DINPUT
-    let o = buf * B_SIZE + (i / (BN / 8u)) * BS + (i % (BN / 8u)) * 8u;
+    // Row i / (BN / 8) along K, 8 columns from (i % (BN / 8))·8 along N.
+    let c = (i % (BN / 8u)) * 8u;
+    let blk = buf * B_BLOCKS + c / CN;
+    let o = (i / (BN / 8u)) * CS + c % CN;
 #else
-    let o = buf * B_SIZE + (i / 4u) * BS + (i % 4u) * 8u;
+    let r = i / 4u;
+    let blk = buf * B_BLOCKS + r / FR;
+    let o = (r % FR) * AS + (i % 4u) * 8u;
 #endif
     for (var j = 0u; j < 4u; j++) {
       let h = bitcast<vec2<f16>>(st.b[t][j]);
-      b_s[o + 2u * j] = h.x;
-      b_s[o + 2u * j + 1u] = h.y;
+      b_s[blk][o + 2u * j] = h.x;
+      b_s[blk][o + 2u * j + 1u] = h.y;
     }
 #else
 #if DINPUT
-    let o = buf * B_SIZE + (i / (BN / 16u)) * BS + (i % (BN / 16u)) * 16u;
+    // Row i / (BN / 16) along K, 16 columns from (i % (BN / 16))·16 along N.
+    let c = (i % (BN / 16u)) * 16u;
+    let blk = buf * B_BLOCKS + c / CN;
+    let o = (i / (BN / 16u)) * CS + c % CN;
 #else
-    let o = buf * B_SIZE + (i / 2u) * BS + (i % 2u) * 16u;
+    let r = i / 2u;
+    let blk = buf * B_BLOCKS + r / FR;
+    let o = (r % FR) * AS + (i % 2u) * 16u;
 #endif
     let d = st.d[t];
     let w0 = vec4<f16>(lo4(st.b[t].x) * d);
@@ -181,10 +200,10 @@ fn stage(st: Staged, buf: u32, lid: u32) {
     let w2 = vec4<f16>(lo4(st.b[t].y) * d);
     let w3 = vec4<f16>(hi4(st.b[t].y) * d);
     for (var j = 0u; j < 4u; j++) {
-      b_s[o + j] = w0[j];
-      b_s[o + 4u + j] = w1[j];
-      b_s[o + 8u + j] = w2[j];
-      b_s[o + 12u + j] = w3[j];
+      b_s[blk][o + j] = w0[j];
+      b_s[blk][o + 4u + j] = w1[j];
+      b_s[blk][o + 8u + j] = w2[j];
+      b_s[blk][o + 12u + j] = w3[j];
     }
 #endif
   }
@@ -192,15 +211,15 @@ fn stage(st: Staged, buf: u32, lid: u32) {
 
 // Fragment c (rows from m, columns from n of y) through this subgroup's corner of out_s, then to
 // y with the row's scale undone. Every subgroup calls it equally often: the barriers are uniform.
-fn put(c: subgroup_matrix_result<f32, FR, FR>, base: u32, m: u32, n: u32, lane: u32) {
-  subgroupMatrixStore<row_major>(&out_s, base, c, FR);
+fn put(c: subgroup_matrix_result<f32, FR, FR>, sg: u32, m: u32, n: u32, lane: u32) {
+  subgroupMatrixStore<row_major>(&out_s[sg], 0u, c, FR);
   workgroupBarrier();
   for (var e = lane; e < FR * FR; e += 32u) {
     let r = m + e / FR;
     let col = n + e % FR;
     if (r < params.m && col < params.n) {
       let o = r * params.n + col;
-      var v = out_s[base + e] / rs[r];
+      var v = out_s[sg][e] / rs[r];
       if (params.accumulate != 0u) {
         v += y[o];
       }
@@ -245,25 +264,29 @@ fn gemm(
     if (more) {
       st = fetch((s + 1u) * BK, m0, n0, lid);
     }
-    for (var kk = 0u; kk < BK; kk += FK) {
-      let ao = buf * A_SIZE + fm0 * AS + kk;
-      let a0 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s, ao + 0u * FR * AS, AS);
-      let a1 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s, ao + 1u * FR * AS, AS);
+    let ab = buf * A_BLOCKS + fm0 / FR;
 #if DINPUT
-      let bo = buf * B_SIZE + kk * BS + fn0;
-      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 0u * FR, BS);
-      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 1u * FR, BS);
+    let bb = buf * B_BLOCKS + sg % SG_N;
+#else
+    let bb = buf * B_BLOCKS + fn0 / FR;
+#endif
+#repeat KI KSTEPS
+    {
+      let a0 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s[ab], {{KI}}u * FK, AS);
+      let a1 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s[ab + 1u], {{KI}}u * FK, AS);
+#if DINPUT
+      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 0u * FR, CS);
+      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 1u * FR, CS);
 #if TN4
-      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 2u * FR, BS);
-      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s, bo + 3u * FR, BS);
+      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 2u * FR, CS);
+      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 3u * FR, CS);
 #endif
 #else
-      let bo = buf * B_SIZE + fn0 * BS + kk;
-      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 0u * FR * BS, BS);
-      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 1u * FR * BS, BS);
+      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb], {{KI}}u * FK, AS);
+      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb + 1u], {{KI}}u * FK, AS);
 #if TN4
-      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 2u * FR * BS, BS);
-      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s, bo + 3u * FR * BS, BS);
+      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb + 2u], {{KI}}u * FK, AS);
+      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb + 3u], {{KI}}u * FK, AS);
 #endif
 #endif
       c00 = subgroupMatrixMultiplyAccumulate(a0, b0, c00);
@@ -279,23 +302,23 @@ fn gemm(
       c13 = subgroupMatrixMultiplyAccumulate(a1, b3, c13);
 #endif
     }
+#endrepeat
     if (more) {
       stage(st, buf ^ 1u, lid);
     }
     workgroupBarrier();
   }
   // Each fragment through this subgroup's corner of out_s, then to y with the row's scale undone.
-  let base = sg * FR * FR;
-  put(c00, base, m0 + fm0 + 0u * FR, n0 + fn0 + 0u * FR, lane);
-  put(c01, base, m0 + fm0 + 0u * FR, n0 + fn0 + 1u * FR, lane);
+  put(c00, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 0u * FR, lane);
+  put(c01, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 1u * FR, lane);
 #if TN4
-  put(c02, base, m0 + fm0 + 0u * FR, n0 + fn0 + 2u * FR, lane);
-  put(c03, base, m0 + fm0 + 0u * FR, n0 + fn0 + 3u * FR, lane);
+  put(c02, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 2u * FR, lane);
+  put(c03, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 3u * FR, lane);
 #endif
-  put(c10, base, m0 + fm0 + 1u * FR, n0 + fn0 + 0u * FR, lane);
-  put(c11, base, m0 + fm0 + 1u * FR, n0 + fn0 + 1u * FR, lane);
+  put(c10, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 0u * FR, lane);
+  put(c11, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 1u * FR, lane);
 #if TN4
-  put(c12, base, m0 + fm0 + 1u * FR, n0 + fn0 + 2u * FR, lane);
-  put(c13, base, m0 + fm0 + 1u * FR, n0 + fn0 + 3u * FR, lane);
+  put(c12, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 2u * FR, lane);
+  put(c13, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 3u * FR, lane);
 #endif
 }

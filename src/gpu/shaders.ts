@@ -27,6 +27,10 @@ export type Defines = Record<string, string | number | boolean>;
  *  - `#include NAME` (where active) inserts shaders/NAME.wgsl, preprocessed with the same defines:
  *    declarations that several kernel files share (compiler messages then count lines of the whole
  *    text). A file is inserted once per text, however many includes name it.
+ *  - `#repeat I COUNT` ... `#endrepeat` writes its lines COUNT times (a define's value, or a number),
+ *    `{{I}}` taking 0 .. COUNT - 1: unrolled code whose offsets the compiler sees as constants
+ *    (a subgroup-matrix load at a constant offset into a fixed-size array needs no bounds branch).
+ *    The lines after a repeat move down by the extra copies.
  * Everything else is plain WGSL. Numeric knobs that need no code change are better passed as
  * pipeline-overridable constants (`override`), which do not multiply the shader text.
  */
@@ -37,6 +41,29 @@ export function preprocess(source: string, defines: Defines = {}, included: Set<
   const lines = source.split('\n');
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
+    const rep = /^\s*#repeat\s+(\w+)\s+(\w+)\s*$/.exec(line);
+    if (rep) {
+      let depth = 1;
+      let j = i + 1;
+      for (; j < lines.length && depth > 0; j++) {
+        if (/^\s*#repeat\b/.test(lines[j])) depth++;
+        else if (/^\s*#endrepeat\b/.test(lines[j])) depth--;
+      }
+      if (depth > 0) throw new Error(`#repeat without #endrepeat at line ${i + 1}`);
+      const body = lines.slice(i + 1, j - 1).join('\n');
+      if (active()) {
+        const count = /^\d+$/.test(rep[2]) ? Number(rep[2]) : Number(defines[rep[2]]);
+        if (!Number.isInteger(count) || count < 0) throw new Error(`#repeat count ${rep[2]} is not a whole number (line ${i + 1})`);
+        out.push('');
+        for (let k = 0; k < count; k++) out.push(preprocess(body, { ...defines, [rep[1]]: k }, included));
+        out.push('');
+      } else {
+        out.push(...lines.slice(i, j).map(() => ''));
+      }
+      i = j - 1;
+      continue;
+    }
+    if (/^\s*#endrepeat\b/.test(line)) throw new Error(`#endrepeat without #repeat at line ${i + 1}`);
     const inc = /^\s*#include\s+(\w+)\s*$/.exec(line);
     if (inc) {
       const first = active() && !included.has(inc[1]);

@@ -118,9 +118,11 @@ function tileProblem(t: F16Tile, fr: number): string | null {
   return null;
 }
 
-/** Workgroup bytes: x and W staged as f16 twice (rows padded by 8), one f32 fragment a subgroup. */
+/** Workgroup bytes: x and W staged as f16 twice (rows padded by 8; dX's W [32][cols] in one block
+ * a subgroup column, each padded by 8), one f32 fragment a subgroup. */
 export function f16TileBytes(t: F16Tile, fr: number): number {
-  const staged = 2 * 2 * (t.rows * 40 + Math.max(t.cols * 40, 32 * (t.cols + 8)));
+  const dinputW = 32 * (t.cols / (t.tn * fr)) * (t.tn * fr + 8);
+  const staged = 2 * 2 * (t.rows * 40 + Math.max(t.cols * 40, dinputW));
   return staged + 4 * (t.threads / 32) * fr * fr;
 }
 
@@ -152,7 +154,7 @@ export class MatmulQ4F16 {
     const cfg = f16Config(caps)!;
     const { maxRows } = opts;
     if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
-    const defines = { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: cfg.M, FK: cfg.K };
+    const defines = { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: cfg.M, FK: cfg.K, KSTEPS: Q4_GROUP / cfg.K };
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
     const pair = async (w16: boolean): Promise<GemmPair> => {

@@ -292,5 +292,13 @@ describe('gpu runtime', () => {
     // A file named by two includes goes in once.
     const twice = preprocess('#include q4_format\n#include q4_format\nfn g() {}', {});
     expect(twice.match(/fn scale_of\(/g)).toHaveLength(1);
+    // #repeat unrolls its lines with the index as a value, nested, under #if, by a define or a number.
+    const rep = '#repeat I N\nr{{I}}\n#if F\n#repeat J 2\nc{{I}}{{J}}\n#endrepeat\n#endif\n#endrepeat\nz';
+    expect(preprocess(rep, { N: 2, F: true }).split('\n').filter((l) => l)).toEqual(['r0', 'c00', 'c01', 'r1', 'c10', 'c11', 'z']);
+    expect(preprocess(rep, { N: 3 }).split('\n').filter((l) => l)).toEqual(['r0', 'r1', 'r2', 'z']);
+    expect(preprocess('#if F\n#repeat I 4\nr{{I}}\n#endrepeat\n#endif\nz', {}).split('\n')).toEqual(['', '', '', '', '', 'z']);
+    expect(() => preprocess('#repeat I 2\nr', {})).toThrow(/without #endrepeat/);
+    expect(() => preprocess('#endrepeat', {})).toThrow(/without #repeat/);
+    expect(() => preprocess('#repeat I M\nr\n#endrepeat', {})).toThrow(/not a whole number/);
   });
 });
