@@ -46,20 +46,20 @@ fn stage(j0: u32, hk: u32, lid: u32, both: bool) {
     let r = i / (D / 8u);
     let c = (i % (D / 8u)) * 8u;
     let g = ((j0 + r) * kstride + hk * D + c) / 8u;
-    put8(&a_s, r * KS + c, k16v[g]);
+    put8(&a_s, r, c, k16v[g]);
     if (both) {
-      put8(&b_s, r * KS + c, v16v[g]);
+      put8(&b_s, r, c, v16v[g]);
     }
   }
 }
 
 // Fragment c (this subgroup's rows, columns col0 .. col0 + FR of head h) through s_s into o.
-fn put(c: Acc, sbase: u32, ts: u32, h: u32, col0: u32, lane: u32) {
-  stage_out(c, sbase);
+fn put(c: Acc, sg: u32, ts: u32, h: u32, col0: u32, lane: u32) {
+  stage_out(c, sg);
   for (var e = lane; e < FR * FR; e += 32u) {
     let t = ts + e / FR;
     if (t < params.rows) {
-      o[(t * params.hq + h) * D + col0 + e % FR] = s_s[sbase + (e / FR) * SS + e % FR];
+      o[(t * params.hq + h) * D + col0 + e % FR] = s_s[sg][(e / FR) * SS + e % FR];
     }
   }
   workgroupBarrier();
@@ -80,8 +80,6 @@ fn attn_fwd_f16(
   let tile_hi = varlen_keys(min(t0 + BQ, T) - 1u).y;
   let ts = t0 + sg * FR;
   let qbase = ts * params.hq * D + h * D;
-  let sbase = sg * FR * SS;
-  let pbase = sg * FR * PS;
   // Softmax: row rr of this subgroup, keys part + LPR·i of each tile.
   let rr = lane / LPR;
   let part = lane % LPR;
@@ -123,21 +121,22 @@ fn attn_fwd_f16(
       stage(j0, hk, lid, phase == 1u);
       workgroupBarrier();
       // Scores q·kᵀ of this subgroup's rows with the tile's keys, into its rows of s_s.
-      for (var kc = 0u; kc < BI / FR; kc++) {
-        let kb = kc * FR * KS;
+#repeat KC KT
+      {
         var s = Acc();
-        s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 0u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 1u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 2u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 3u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
 #if O8
-        s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 4u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 5u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 6u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 7u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
 #endif
-        subgroupMatrixStore<row_major>(&s_s, sbase + kc * FR, s, SS);
+        subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
       }
+#endrepeat
       workgroupBarrier();
       if (phase == 0u) {
         var s: array<f32, KPL>;
@@ -145,7 +144,7 @@ fn attn_fwd_f16(
         for (var i = 0u; i < KPL; i++) {
           let c = part + LPR * i;
           let j = j0 + c;
-          s[i] = select(NEG, s_s[sbase + rr * SS + c] * params.scale, valid && j < kw.end && sees(t, j, own));
+          s[i] = select(NEG, s_s[sg][rr * SS + c] * params.scale, valid && j < kw.end && sees(t, j, own));
           mx = max(mx, s[i]);
         }
         l *= exp(m - mx);
@@ -158,23 +157,24 @@ fn attn_fwd_f16(
           let c = part + LPR * i;
           let j = j0 + c;
           let seen = valid && j < kw.end && sees(t, j, own);
-          p_s[pbase + rr * PS + c] = f16(select(0.0, exp(s_s[sbase + rr * SS + c] * params.scale - row_lse), seen));
+          p_s[sg][rr * PS + c] = f16(select(0.0, exp(s_s[sg][rr * SS + c] * params.scale - row_lse), seen));
         }
         workgroupBarrier();
-        for (var kc = 0u; kc < BI / FR; kc++) {
-          let p = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + kc * FR, PS);
-          let vb = kc * FR * KS;
-          o0 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 0u * FR, KS), o0);
-          o1 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 1u * FR, KS), o1);
-          o2 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 2u * FR, KS), o2);
-          o3 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 3u * FR, KS), o3);
+#repeat KC KT
+        {
+          let p = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
+          o0 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), o0);
+          o1 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), o1);
+          o2 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), o2);
+          o3 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), o3);
 #if O8
-          o4 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 4u * FR, KS), o4);
-          o5 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 5u * FR, KS), o5);
-          o6 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 6u * FR, KS), o6);
-          o7 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s, vb + 7u * FR, KS), o7);
+          o4 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), o4);
+          o5 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), o5);
+          o6 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), o6);
+          o7 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), o7);
 #endif
         }
+#endrepeat
       }
       workgroupBarrier(); // a_s, b_s, s_s and p_s are rewritten by the next tile
       kw = key_next(kw, tile_lo, tile_hi);
@@ -193,14 +193,14 @@ fn attn_fwd_f16(
 #endif
     }
   }
-  put(o0, sbase, ts, h, 0u * FR, lane);
-  put(o1, sbase, ts, h, 1u * FR, lane);
-  put(o2, sbase, ts, h, 2u * FR, lane);
-  put(o3, sbase, ts, h, 3u * FR, lane);
+  put(o0, sg, ts, h, 0u * FR, lane);
+  put(o1, sg, ts, h, 1u * FR, lane);
+  put(o2, sg, ts, h, 2u * FR, lane);
+  put(o3, sg, ts, h, 3u * FR, lane);
 #if O8
-  put(o4, sbase, ts, h, 4u * FR, lane);
-  put(o5, sbase, ts, h, 5u * FR, lane);
-  put(o6, sbase, ts, h, 6u * FR, lane);
-  put(o7, sbase, ts, h, 7u * FR, lane);
+  put(o4, sg, ts, h, 4u * FR, lane);
+  put(o5, sg, ts, h, 5u * FR, lane);
+  put(o6, sg, ts, h, 6u * FR, lane);
+  put(o7, sg, ts, h, 7u * FR, lane);
 #endif
 }

@@ -55,30 +55,29 @@ struct Params {
 
 #include attention_f16_tile
 
-const HALF = D / 2u;
 var<workgroup> st_s: array<vec4<f32>, BI>; // dk/dv: the walked query's lse, delta and own key range (bits)
 
 // Fragment c (this subgroup's rows from r0, columns col0 .. col0 + FR of head `head` of `heads`)
 // through s_s, times `f`: dq's rows (put_dq), dk's or dv's (put_kv, `is_dv`). Every subgroup calls
 // them equally often: the barriers are uniform.
-fn put_dq(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, lane: u32) {
-  stage_out(c, sbase);
+fn put_dq(c: Acc, sg: u32, r0: u32, head: u32, col0: u32, lane: u32) {
+  stage_out(c, sg);
   for (var e = lane; e < FR * FR; e += 32u) {
     let r = r0 + e / FR;
     if (r < params.rows) {
-      dq[(r * params.hq + head) * D + col0 + e % FR] = s_s[sbase + (e / FR) * SS + e % FR] * params.scale;
+      dq[(r * params.hq + head) * D + col0 + e % FR] = s_s[sg][(e / FR) * SS + e % FR] * params.scale;
     }
   }
   workgroupBarrier();
 }
 
-fn put_kv(c: Acc, sbase: u32, r0: u32, head: u32, col0: u32, is_dv: bool, chunk: u32, lane: u32) {
-  stage_out(c, sbase);
+fn put_kv(c: Acc, sg: u32, r0: u32, head: u32, col0: u32, is_dv: bool, chunk: u32, lane: u32) {
+  stage_out(c, sg);
   for (var e = lane; e < FR * FR; e += 32u) {
     let r = r0 + e / FR;
     if (r < params.rows) {
       let at = (r * params.hkv + head) * D + col0 + e % FR;
-      let x = s_s[sbase + (e / FR) * SS + e % FR] * select(params.scale, 1.0, is_dv);
+      let x = s_s[sg][(e / FR) * SS + e % FR] * select(params.scale, 1.0, is_dv);
 #if DKV_SPLIT
       let n = params.dkv_rows * params.hkv * D;
       part[(2u * chunk + select(0u, 1u, is_dv)) * n + at] = x;
@@ -104,8 +103,6 @@ fn attn_bwd_dq_f16(
   let tile_lo = varlen_keys(t0).x;
   let tile_hi = varlen_keys(min(t0 + BQ, T) - 1u).y;
   let ts = t0 + sg * FR;
-  let sbase = sg * FR * SS;
-  let pbase = sg * FR * PS;
   let rr = lane / LPR;
   let part = lane % LPR;
   let t = ts + rr;
@@ -150,83 +147,86 @@ fn attn_bwd_dq_f16(
       let r = i / (D / 8u);
       let c = (i % (D / 8u)) * 8u;
       let at = ((j0 + r) * kstride + hk * D + c) / 8u;
-      put8(&a_s, r * KS + c, k16v[at]);
-      put8(&b_s, r * KS + c, v16v[at]);
+      put8(&a_s, r, c, k16v[at]);
+      put8(&b_s, r, c, v16v[at]);
     }
     workgroupBarrier();
     // S = q·kᵀ; P kept in registers.
-    for (var kc = 0u; kc < BI / FR; kc++) {
-      let kb = kc * FR * KS;
+#repeat KC KT
+    {
       var s = Acc();
-      s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 0u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 1u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 2u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 3u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
 #if O8
-      s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 4u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 5u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 6u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s, kb + 7u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
 #endif
-      subgroupMatrixStore<row_major>(&s_s, sbase + kc * FR, s, SS);
+      subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
     }
+#endrepeat
     workgroupBarrier();
     var p: array<f32, KPL>;
     for (var i = 0u; i < KPL; i++) {
       let c = part + LPR * i;
       let j = j0 + c;
-      p[i] = select(0.0, exp(s_s[sbase + rr * SS + c] * params.scale - stats.x), valid && j < kw.end && sees(t, j, own));
+      p[i] = select(0.0, exp(s_s[sg][rr * SS + c] * params.scale - stats.x), valid && j < kw.end && sees(t, j, own));
     }
     workgroupBarrier();
     // dP = dO·vᵀ, then dS = P ∘ (dP − delta) as f16.
-    for (var kc = 0u; kc < BI / FR; kc++) {
-      let kb = kc * FR * KS;
+#repeat KC KT
+    {
       var s = Acc();
-      s = subgroupMatrixMultiplyAccumulate(g0, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 0u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(g1, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 1u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(g2, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 2u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(g3, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 3u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g0, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(g1, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(g2, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(g3, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
 #if O8
-      s = subgroupMatrixMultiplyAccumulate(g4, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 4u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(g5, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 5u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(g6, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 6u * FR, KS), s);
-      s = subgroupMatrixMultiplyAccumulate(g7, subgroupMatrixLoad<Right, col_major>(&b_s, kb + 7u * FR, KS), s);
+      s = subgroupMatrixMultiplyAccumulate(g4, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(g5, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(g6, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
+      s = subgroupMatrixMultiplyAccumulate(g7, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
 #endif
-      subgroupMatrixStore<row_major>(&s_s, sbase + kc * FR, s, SS);
+      subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
     }
+#endrepeat
     workgroupBarrier();
     for (var i = 0u; i < KPL; i++) {
       let c = part + LPR * i;
-      p_s[pbase + rr * PS + c] = f16(p[i] * (s_s[sbase + rr * SS + c] - stats.y));
+      p_s[sg][rr * PS + c] = f16(p[i] * (s_s[sg][rr * SS + c] - stats.y));
     }
     workgroupBarrier();
     // dq += dS·k
-    for (var kc = 0u; kc < BI / FR; kc++) {
-      let l = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + kc * FR, PS);
-      let kb = kc * FR * KS;
-      a0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 0u * FR, KS), a0);
-      a1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 1u * FR, KS), a1);
-      a2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 2u * FR, KS), a2);
-      a3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 3u * FR, KS), a3);
+#repeat KC KT
+    {
+      let l = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
+      a0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), a0);
+      a1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), a1);
+      a2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), a2);
+      a3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), a3);
 #if O8
-      a4 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 4u * FR, KS), a4);
-      a5 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 5u * FR, KS), a5);
-      a6 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 6u * FR, KS), a6);
-      a7 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, kb + 7u * FR, KS), a7);
+      a4 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), a4);
+      a5 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), a5);
+      a6 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), a6);
+      a7 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), a7);
 #endif
     }
+#endrepeat
     workgroupBarrier(); // a_s, b_s, s_s and p_s are rewritten by the next tile
     kw = key_next(kw, tile_lo, tile_hi);
   }
-  put_dq(a0, sbase, ts, h, 0u * FR, lane);
-  put_dq(a1, sbase, ts, h, 1u * FR, lane);
-  put_dq(a2, sbase, ts, h, 2u * FR, lane);
-  put_dq(a3, sbase, ts, h, 3u * FR, lane);
+  put_dq(a0, sg, ts, h, 0u * FR, lane);
+  put_dq(a1, sg, ts, h, 1u * FR, lane);
+  put_dq(a2, sg, ts, h, 2u * FR, lane);
+  put_dq(a3, sg, ts, h, 3u * FR, lane);
 #if O8
-  put_dq(a4, sbase, ts, h, 4u * FR, lane);
-  put_dq(a5, sbase, ts, h, 5u * FR, lane);
-  put_dq(a6, sbase, ts, h, 6u * FR, lane);
-  put_dq(a7, sbase, ts, h, 7u * FR, lane);
+  put_dq(a4, sg, ts, h, 4u * FR, lane);
+  put_dq(a5, sg, ts, h, 5u * FR, lane);
+  put_dq(a6, sg, ts, h, 6u * FR, lane);
+  put_dq(a7, sg, ts, h, 7u * FR, lane);
 #endif
 }
 
@@ -240,7 +240,8 @@ fn attn_bwd_dkv_f16(
   let T = params.rows;
   let G = params.hq / params.hkv;
   let hk = wid.y;
-  let col = (wid.z % 2u) * HALF; // this workgroup's half of D
+  let side = wid.z % 2u; // this workgroup's half of D
+  let col = side * HALF;
   let chunk = wid.z / 2u;
   let j0 = (wid.x + params.dkv_tile0) * BQ;
   let j_last = min(j0 + BQ, T) - 1u;
@@ -254,8 +255,6 @@ fn attn_bwd_dkv_f16(
   q_hi = min(q_lo + size, q_hi);
 #endif
   let js = j0 + sg * FR;
-  let sbase = sg * FR * SS;
-  let pbase = sg * FR * PS;
   let rr = lane / LPR;
   let part = lane % LPR;
   let j = js + rr;
@@ -298,8 +297,8 @@ fn attn_bwd_dkv_f16(
         let r = i / (D / 8u);
         let c = (i % (D / 8u)) * 8u;
         let at = ((t0 + r) * qstride + h * D + c) / 8u;
-        put8(&a_s, r * KS + c, q16v[at]);
-        put8(&b_s, r * KS + c, do16v[at]);
+        put8(&a_s, r, c, q16v[at]);
+        put8(&b_s, r, c, do16v[at]);
       }
       if (lid < BI) {
         let tq = t0 + lid;
@@ -311,21 +310,22 @@ fn attn_bwd_dkv_f16(
       }
       workgroupBarrier();
       // Sᵀ = k·qᵀ; Pᵀ kept in registers and as f16 for dv.
-      for (var qc = 0u; qc < BI / FR; qc++) {
-        let qb = qc * FR * KS;
+#repeat KC KT
+      {
         var s = Acc();
-        s = subgroupMatrixMultiplyAccumulate(k0, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 0u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(k1, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 1u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(k2, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 2u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(k3, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 3u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k0, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(k1, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(k2, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(k3, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
 #if O8
-        s = subgroupMatrixMultiplyAccumulate(k4, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 4u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(k5, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 5u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(k6, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 6u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(k7, subgroupMatrixLoad<Right, col_major>(&a_s, qb + 7u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(k4, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(k5, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(k6, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(k7, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
 #endif
-        subgroupMatrixStore<row_major>(&s_s, sbase + qc * FR, s, SS);
+        subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
       }
+#endrepeat
       workgroupBarrier();
       var p: array<f32, KPL>;
       for (var i = 0u; i < KPL; i++) {
@@ -333,64 +333,67 @@ fn attn_bwd_dkv_f16(
         let tq = t0 + c;
         let st = st_s[c];
         let own = vec2u(bitcast<u32>(st.z), bitcast<u32>(st.w));
-        p[i] = select(0.0, exp(s_s[sbase + rr * SS + c] * params.scale - st.x), validk && tq < q_hi && sees(tq, j, own));
-        p_s[pbase + rr * PS + c] = f16(p[i]);
+        p[i] = select(0.0, exp(s_s[sg][rr * SS + c] * params.scale - st.x), validk && tq < q_hi && sees(tq, j, own));
+        p_s[sg][rr * PS + c] = f16(p[i]);
       }
       workgroupBarrier();
       // dv += Pᵀ·dO (this half of D); dPᵀ = v·dOᵀ.
-      for (var qc = 0u; qc < BI / FR; qc++) {
-        let l = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + qc * FR, PS);
-        let ob = qc * FR * KS + col;
-        dv0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 0u * FR, KS), dv0);
-        dv1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 1u * FR, KS), dv1);
+#repeat KC KT
+      {
+        let l = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
+        dv0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 0u * FR, HS), dv0);
+        dv1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 1u * FR, HS), dv1);
 #if O8
-        dv2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 2u * FR, KS), dv2);
-        dv3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s, ob + 3u * FR, KS), dv3);
+        dv2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 2u * FR, HS), dv2);
+        dv3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 3u * FR, HS), dv3);
 #endif
       }
-      for (var qc = 0u; qc < BI / FR; qc++) {
-        let qb = qc * FR * KS;
+#endrepeat
+#repeat KC KT
+      {
         var s = Acc();
-        s = subgroupMatrixMultiplyAccumulate(v0, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 0u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(v1, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 1u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(v2, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 2u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(v3, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 3u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v0, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(v1, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(v2, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(v3, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
 #if O8
-        s = subgroupMatrixMultiplyAccumulate(v4, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 4u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(v5, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 5u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(v6, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 6u * FR, KS), s);
-        s = subgroupMatrixMultiplyAccumulate(v7, subgroupMatrixLoad<Right, col_major>(&b_s, qb + 7u * FR, KS), s);
+        s = subgroupMatrixMultiplyAccumulate(v4, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(v5, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(v6, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
+        s = subgroupMatrixMultiplyAccumulate(v7, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
 #endif
-        subgroupMatrixStore<row_major>(&s_s, sbase + qc * FR, s, SS);
+        subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
       }
+#endrepeat
       workgroupBarrier();
       // dSᵀ = Pᵀ ∘ (dPᵀ − delta) as f16; dk += dSᵀ·q (this half of D).
       for (var i = 0u; i < KPL; i++) {
         let c = part + LPR * i;
-        p_s[pbase + rr * PS + c] = f16(p[i] * (s_s[sbase + rr * SS + c] - st_s[c].y));
+        p_s[sg][rr * PS + c] = f16(p[i] * (s_s[sg][rr * SS + c] - st_s[c].y));
       }
       workgroupBarrier();
-      for (var qc = 0u; qc < BI / FR; qc++) {
-        let l = subgroupMatrixLoad<Left, row_major>(&p_s, pbase + qc * FR, PS);
-        let qb = qc * FR * KS + col;
-        dk0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 0u * FR, KS), dk0);
-        dk1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 1u * FR, KS), dk1);
+#repeat KC KT
+      {
+        let l = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
+        dk0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 0u * FR, HS), dk0);
+        dk1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 1u * FR, HS), dk1);
 #if O8
-        dk2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 2u * FR, KS), dk2);
-        dk3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s, qb + 3u * FR, KS), dk3);
+        dk2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 2u * FR, HS), dk2);
+        dk3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 3u * FR, HS), dk3);
 #endif
       }
+#endrepeat
       workgroupBarrier(); // a_s, b_s, st_s, s_s and p_s are rewritten by the next tile
     }
   }
-  put_kv(dk0, sbase, js, hk, col + 0u * FR, false, chunk, lane);
-  put_kv(dk1, sbase, js, hk, col + 1u * FR, false, chunk, lane);
-  put_kv(dv0, sbase, js, hk, col + 0u * FR, true, chunk, lane);
-  put_kv(dv1, sbase, js, hk, col + 1u * FR, true, chunk, lane);
+  put_kv(dk0, sg, js, hk, col + 0u * FR, false, chunk, lane);
+  put_kv(dk1, sg, js, hk, col + 1u * FR, false, chunk, lane);
+  put_kv(dv0, sg, js, hk, col + 0u * FR, true, chunk, lane);
+  put_kv(dv1, sg, js, hk, col + 1u * FR, true, chunk, lane);
 #if O8
-  put_kv(dk2, sbase, js, hk, col + 2u * FR, false, chunk, lane);
-  put_kv(dk3, sbase, js, hk, col + 3u * FR, false, chunk, lane);
-  put_kv(dv2, sbase, js, hk, col + 2u * FR, true, chunk, lane);
-  put_kv(dv3, sbase, js, hk, col + 3u * FR, true, chunk, lane);
+  put_kv(dk2, sg, js, hk, col + 2u * FR, false, chunk, lane);
+  put_kv(dk3, sg, js, hk, col + 3u * FR, false, chunk, lane);
+  put_kv(dv2, sg, js, hk, col + 2u * FR, true, chunk, lane);
+  put_kv(dv3, sg, js, hk, col + 3u * FR, true, chunk, lane);
 #endif
 }

@@ -4,9 +4,8 @@ enable chromium_experimental_subgroup_matrix;
 diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 // requires: subgroups
 // Loads and stores take the majorness as a template argument and count offsets and strides in
-// elements of the array: words of the i32 arrays, which hold int8 matrices 4 to a word (I8W; byte
-// offsets below are divided by it). A compiler without that spelling gets the file rewritten into
-// the older one (src/gpu/subgroupMatrixSpelling.ts).
+// elements of the array: words of the i32 arrays, which hold int8 matrices 4 to a word. A compiler
+// without that spelling gets the file rewritten into the older one (src/gpu/subgroupMatrixSpelling.ts).
 
 // K-blocked GEMM on int8 tensor cores: the i32 products accumulate inside the subgroup matrices
 // over a block of KB = 32·SUB along K and go through `part` once a block instead of once a group
@@ -49,18 +48,15 @@ struct Params {
 @group(0) @binding(4) var<storage, read> tw_in: array<f32>;   // W's steps [N, K/KB] (ROWCOL: [N])
 @group(0) @binding(5) var<storage, read> w8_in: array<vec4<u32>>; // W as int8 (matmul_q4_mma_weights.wgsl): [N, K/32, 2]
 
-const I8W = 4u;       // int8 elements a word of an i32 array
 const QMAX = 16256.0; // 127·128
 const BM = {{BM}}u;
 const BN = {{BN}}u;
 const WG = {{WG}}u;
 const ACC = BM * BN / WG;             // f32 accumulators per thread
-// Row stride of `part`: 8 words past a multiple of 32 banks, so that the 8 rows a result store
-// writes at once fall in different banks (at stride BN they all hit the same 8 banks).
-const PS = BN + 8u;
 const SUB = {{SUB}}u;     // groups a block (of the scales)
-const STG = min(SUB, 4u); // groups staged at a time: a block of 256 is staged and multiplied in two
-                          // chunks of 128 (workgroup memory), its i32 sums kept across both
+const STG = {{STG}}u;     // groups staged at a time, min(SUB, 4): a block of 256 is staged and
+                          // multiplied in two chunks of 128 (workgroup memory), its i32 sums kept
+                          // across both
 const CPB = SUB / STG;    // chunks a block
 const SGM = BM / 32u;     // subgroups along M
 // x's int8 limbs a block: 2 (about 15 bits of the block's range, as above), or 1: q = round(x / s)
@@ -75,23 +71,31 @@ const KB_A_ITEMS = BM * STG * XQV;                // vec4<u32> of x limbs a chun
 const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
 const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
-// The staged chunk, in bytes (int8 elements; the loads count words, I8W): x's rows per limb,
-// then W's rows (column-major tiles). A fragment load reads 8 rows of 16 bytes at a time. With one
-// limb, [STG][rows][32]: rows r and r + 4 of a fragment share banks. With two limbs, [rows][RS]:
-// each row the chunk's STG groups and 16 bytes of padding, so that the 8 rows cover all 32 banks.
-// Padding pays for two limbs only (one limb keeps the unpadded layout).
-// Offsets are written inline as row·RS + s·GS: a helper function made the two-limb kernel much
-// slower, as if its loops over the held fragments were no longer unrolled.
+// Workgroup memory is an array of fixed-size blocks, and every fragment load and result store
+// reads or writes inside one block at a constant offset (the loops over groups, fragments and
+// tiles unrolled: #repeat): Dawn's robustness then wraps none of them in a bounds test, which
+// otherwise took a third of the kernel's time. A staging block holds a subgroup's pair of 16-row
+// fragments (x's tiles 2·p and 2·p + 1 along M of one limb, or W's along N), the chunk's STG
+// groups each. A fragment load reads 8 rows of 16 bytes at a
+// time. With two limbs, [fragment][row][RSW words]: each row the STG groups and 16 bytes of
+// padding, so that the 8 rows cover all 32 banks. With one limb, [group][fragment][row][8 words]:
+// rows r and r + 4 of a fragment share banks, but padding cost more than it saved there.
+// After a chunk's MMAs, block sg holds subgroup sg's 32x32 i32 sums (`part`, row stride PSB).
 const PADDED = LIMBS == 2u;
-const RS = select(32u, 32u * STG + 16u, PADDED);  // row stride
-const A_GS = select(BM * 32u, 32u, PADDED);       // group stride of x's rows
-const B_GS = select(BN * 32u, 32u, PADDED);       // and of W's
-const KB_LO = select(BM * 32u * STG, BM * RS, PADDED); // the lo limb's rows
-const B_BYTES = select(BN * 32u * STG, BN * RS, PADDED);
-const KB_B = LIMBS * KB_LO;                       // the weights' rows
-const KB_WORDS = max((KB_B + B_BYTES) / 4u, BM * PS);
+const RSW = select(8u, (32u * STG + 16u) / 4u, PADDED); // row stride, words
+const GSW = select(256u, 8u, PADDED);                   // group stride
+const FSW = select(128u, 16u * RSW, PADDED);            // the pair's second fragment
+const PAIR_WORDS = select(256u * STG, 32u * RSW, PADDED);
+// part's row stride: 4 words past a multiple of 32 banks, so that the 8 rows of 8 words a result
+// store writes at once cover each bank twice, the least for 64 words; 32·36 words is also a
+// two-limb pair's staging block.
+const PSB = 36u;
+const BLK = max(PAIR_WORDS, 32u * PSB);
+const A_PAIRS = BM / 32u;          // x's pair blocks a limb (the lo limb's follow the hi limb's)
+const W_PAIR0 = LIMBS * A_PAIRS;   // W's first pair block
+const NBLK = max(W_PAIR0 + BN / 32u, WG / 32u);
 
-var<workgroup> smem: array<i32, KB_WORDS>;        // the staged chunk, then `part` (i32, stride PS)
+var<workgroup> smem: array<array<i32, BLK>, NBLK>;
 var<workgroup> kb_sx: array<f32, BM>;
 var<workgroup> kb_t: array<f32, BN>;
 
@@ -153,12 +157,13 @@ fn stage_kb(st: StagedKb, lid: u32) {
       let row = i / (STG * XQV);
       let s = (i / XQV) % STG;
       let q = i % XQV;
-      let o = (q / 2u) * (KB_LO / 4u) + row * (RS / 4u) + s * (A_GS / 4u) + (q % 2u) * 4u;
+      let blk = (q / 2u) * A_PAIRS + row / 32u;
+      let o = ((row % 32u) / 16u) * FSW + (row % 16u) * RSW + s * GSW + (q % 2u) * 4u;
       let v = bitcast<vec4<i32>>(st.a[t]);
-      smem[o] = v.x;
-      smem[o + 1u] = v.y;
-      smem[o + 2u] = v.z;
-      smem[o + 3u] = v.w;
+      smem[blk][o] = v.x;
+      smem[blk][o + 1u] = v.y;
+      smem[blk][o + 2u] = v.z;
+      smem[blk][o + 3u] = v.w;
     }
   }
   // requant_w's int8 weights, copied.
@@ -167,17 +172,18 @@ fn stage_kb(st: StagedKb, lid: u32) {
     if (j < KB_B_ITEMS) {
       let col = j / STG;
       let s = j % STG;
-      let o = KB_B / 4u + col * (RS / 4u) + s * (B_GS / 4u);
+      let blk = W_PAIR0 + col / 32u;
+      let o = ((col % 32u) / 16u) * FSW + (col % 16u) * RSW + s * GSW;
       let lo = bitcast<vec4<i32>>(st.b[t]);
       let hi = bitcast<vec4<i32>>(st.b2[t]);
-      smem[o] = lo.x;
-      smem[o + 1u] = lo.y;
-      smem[o + 2u] = lo.z;
-      smem[o + 3u] = lo.w;
-      smem[o + 4u] = hi.x;
-      smem[o + 5u] = hi.y;
-      smem[o + 6u] = hi.z;
-      smem[o + 7u] = hi.w;
+      smem[blk][o] = lo.x;
+      smem[blk][o + 1u] = lo.y;
+      smem[blk][o + 2u] = lo.z;
+      smem[blk][o + 3u] = lo.w;
+      smem[blk][o + 4u] = hi.x;
+      smem[blk][o + 5u] = hi.y;
+      smem[blk][o + 6u] = hi.z;
+      smem[blk][o + 7u] = hi.w;
 #if !ROWCOL
       if (s == 0u) {
         kb_t[col] = st.t[t];
@@ -192,13 +198,15 @@ fn stage_kb(st: StagedKb, lid: u32) {
 #endif
 }
 
-// acc += f·sx·t·part over this thread's elements (column lid % BN).
+// acc += f·sx·t·part over this thread's elements (column lid % BN), each in the block of the
+// subgroup that owns its 32x32 share.
 fn scale_part(acc: ptr<function, array<f32, ACC>>, lid: u32, f: f32) {
   let col = lid % BN;
   let sw = f * kb_t[col];
+  let owner = (col / 32u) * SGM;
   for (var j = 0u; j < ACC; j++) {
     let row = lid / BN + j * (WG / BN);
-    (*acc)[j] = fma(f32(smem[row * PS + col]), kb_sx[row] * sw, (*acc)[j]);
+    (*acc)[j] = fma(f32(smem[owner + row / 32u][(row % 32u) * PSB + col % 32u]), kb_sx[row] * sw, (*acc)[j]);
   }
 }
 
@@ -211,13 +219,13 @@ fn gemm_kb(
   let chunks = params.k / (32u * STG);
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
-  let ti0 = (sg % SGM) * 2u;
-  let tj0 = (sg / SGM) * 2u;
+  let pa = sg % SGM;            // x's pair block: tiles (ti0, ti0 + 1) = 2·pa + (0, 1) along M
+  let pb = W_PAIR0 + sg / SGM;  // W's: tiles 2·(sg / SGM) + (0, 1) along N
   var acc: array<f32, ACC>;
   // Steps by block: R = 128·Σ hi·w8 + Σ lo·w8 (one limb: Σ hi·w8) over a block, in one accumulator
   // per tile: the hi products first, scaled by 128, then the lo products on top (two limbs take
   // blocks of one chunk). The chunk's weight fragments are loaded once and held for both passes.
-  var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (ti0 + i, tj0 + j)
+  var r: array<subgroup_matrix_result<i32, 16, 16>, 4>; // [2i + j]: tile (2·pa + i, 2·(sg / SGM) + j)
 #if ROWCOL
   // Steps by row: Σ hi·w8 (r) and Σ lo·w8 (rl) over all of K in accumulators of their own (each
   // within 127·127·K of zero), scaled once, after the loop.
@@ -234,7 +242,7 @@ fn gemm_kb(
     kb_sx[lid] = sx_in[m0 + lid];
   }
 #else
-  var bf: array<subgroup_matrix_right<i8, 16, 32>, 2u * STG>; // [2s + j]: group s, tile column tj0 + j
+  var bf: array<subgroup_matrix_right<i8, 16, 32>, 2u * STG>; // [2s + j]: group s, the pair's fragment j
 #endif
   var st = fetch_kb(0u, m0, n0, lid);
   for (var c = 0u; c < chunks; c++) {
@@ -243,46 +251,54 @@ fn gemm_kb(
 #if ROWCOL
     // Each group's two weight fragments serve both limbs at once: two fragments live instead of
     // steps by block's 2·STG (fewer registers a thread; see ROWCOL above).
-    for (var s = 0u; s < STG; s++) {
-      let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + tj0 * 16u * RS + s * B_GS) / I8W, RS / I8W);
-      let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + (tj0 + 1u) * 16u * RS + s * B_GS) / I8W, RS / I8W);
-      for (var i = 0u; i < 2u; i++) {
-        let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, ((ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
-        r[2u * i] = subgroupMatrixMultiplyAccumulate(ah, b0, r[2u * i]);
-        r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(ah, b1, r[2u * i + 1u]);
-        let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, (KB_LO + (ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
-        rl[2u * i] = subgroupMatrixMultiplyAccumulate(al, b0, rl[2u * i]);
-        rl[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(al, b1, rl[2u * i + 1u]);
+#repeat S STG
+    {
+      let b0 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem[pb], {{S}}u * GSW, RSW);
+      let b1 = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem[pb], FSW + {{S}}u * GSW, RSW);
+#repeat I 2
+      {
+        let ah = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem[pa], {{I}}u * FSW + {{S}}u * GSW, RSW);
+        r[2u * {{I}}u] = subgroupMatrixMultiplyAccumulate(ah, b0, r[2u * {{I}}u]);
+        r[2u * {{I}}u + 1u] = subgroupMatrixMultiplyAccumulate(ah, b1, r[2u * {{I}}u + 1u]);
+        let al = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem[A_PAIRS + pa], {{I}}u * FSW + {{S}}u * GSW, RSW);
+        rl[2u * {{I}}u] = subgroupMatrixMultiplyAccumulate(al, b0, rl[2u * {{I}}u]);
+        rl[2u * {{I}}u + 1u] = subgroupMatrixMultiplyAccumulate(al, b1, rl[2u * {{I}}u + 1u]);
       }
+#endrepeat
     }
+#endrepeat
 #else
     if (c % CPB == 0u) {
       for (var t = 0u; t < 4u; t++) {
         r[t] = subgroup_matrix_result<i32, 16, 16>();
       }
     }
-    for (var s = 0u; s < STG; s++) {
-      for (var j = 0u; j < 2u; j++) {
-        bf[2u * s + j] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem, (KB_B + (tj0 + j) * 16u * RS + s * B_GS) / I8W, RS / I8W);
-      }
-      for (var i = 0u; i < 2u; i++) {
-        let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, ((ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
-        r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
-        r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
-      }
+#repeat S STG
+#repeat J 2
+    bf[2u * {{S}}u + {{J}}u] = subgroupMatrixLoad<subgroup_matrix_right<i8, 16, 32>, col_major>(&smem[pb], {{J}}u * FSW + {{S}}u * GSW, RSW);
+#endrepeat
+#repeat I 2
+    {
+      let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem[pa], {{I}}u * FSW + {{S}}u * GSW, RSW);
+      r[2u * {{I}}u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * {{S}}u], r[2u * {{I}}u]);
+      r[2u * {{I}}u + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * {{S}}u + 1u], r[2u * {{I}}u + 1u]);
     }
+#endrepeat
+#endrepeat
     if (LIMBS == 2u) {
       // 128·(the block's hi sums), then the lo products on top.
       for (var t = 0u; t < 4u; t++) {
         r[t] = subgroupMatrixScalarMultiply(r[t], 128);
       }
-      for (var s = 0u; s < STG; s++) {
-        for (var i = 0u; i < 2u; i++) {
-          let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem, (KB_LO + (ti0 + i) * 16u * RS + s * A_GS) / I8W, RS / I8W);
-          r[2u * i] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s], r[2u * i]);
-          r[2u * i + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * s + 1u], r[2u * i + 1u]);
-        }
+#repeat S STG
+#repeat I 2
+      {
+        let a = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&smem[A_PAIRS + pa], {{I}}u * FSW + {{S}}u * GSW, RSW);
+        r[2u * {{I}}u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * {{S}}u], r[2u * {{I}}u]);
+        r[2u * {{I}}u + 1u] = subgroupMatrixMultiplyAccumulate(a, bf[2u * {{S}}u + 1u], r[2u * {{I}}u + 1u]);
       }
+#endrepeat
+#endrepeat
     }
 #endif
     if (c + 1u < chunks) {
@@ -293,9 +309,9 @@ fn gemm_kb(
     if (c % CPB != CPB - 1u) {
       continue; // the block's next chunk adds to the same sums
     }
-    for (var t = 0u; t < 4u; t++) {
-      subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], PS);
-    }
+#repeat T 4
+    subgroupMatrixStore<row_major>(&smem[sg], ({{T}}u / 2u) * 16u * PSB + ({{T}}u % 2u) * 16u, r[{{T}}u], PSB);
+#endrepeat
     workgroupBarrier();
     scale_part(&acc, lid, 1.0);
     workgroupBarrier();
@@ -304,15 +320,15 @@ fn gemm_kb(
 #if ROWCOL
   // One pass through workgroup memory for each sum, after the loop (inside it, acc would be
   // carried through every chunk in registers).
-  for (var t = 0u; t < 4u; t++) {
-    subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, r[t], PS);
-  }
+#repeat T 4
+  subgroupMatrixStore<row_major>(&smem[sg], ({{T}}u / 2u) * 16u * PSB + ({{T}}u % 2u) * 16u, r[{{T}}u], PSB);
+#endrepeat
   workgroupBarrier();
   scale_part(&acc, lid, 128.0);
   workgroupBarrier();
-  for (var t = 0u; t < 4u; t++) {
-    subgroupMatrixStore<row_major>(&smem, (ti0 + t / 2u) * 16u * PS + (tj0 + t % 2u) * 16u, rl[t], PS);
-  }
+#repeat T 4
+  subgroupMatrixStore<row_major>(&smem[sg], ({{T}}u / 2u) * 16u * PSB + ({{T}}u % 2u) * 16u, rl[{{T}}u], PSB);
+#endrepeat
   workgroupBarrier();
   scale_part(&acc, lid, 1.0);
 #endif

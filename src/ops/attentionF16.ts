@@ -67,12 +67,12 @@ export class AttentionF16 {
     if (!Number.isInteger(hkv) || hkv < 1 || hq % hkv !== 0) throw new ShapeError('attentionF16', `Hq (${hq}) must be a positive multiple of Hkv (${hkv})`);
     const { M: FR } = f16Config(capabilitiesOf(gpu))!;
     const lim = gpu.limits;
-    // Staged rows, each subgroup's scores (f32) and probabilities (f16), the backward's row stats.
-    const bytes = 2 * 2 * tile.keys * (D + 8) + tile.subgroups * FR * (4 * (tile.keys + 4) + 2 * (tile.keys + 8)) + 16 * tile.keys;
+    // Staged rows (each half of D padded by 8), each subgroup's scores (f32) and probabilities (f16), the backward's row stats.
+    const bytes = 2 * 2 * tile.keys * (D + 16) + tile.subgroups * FR * (4 * (tile.keys + 4) + 2 * (tile.keys + 8)) + 16 * tile.keys;
     if (tile.keys % FR !== 0 || (32 / FR) * 2 > tile.keys || bytes > lim.maxComputeWorkgroupStorageSize || 32 * tile.subgroups > lim.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('attentionF16', `tile of ${tile.subgroups} subgroups x ${tile.keys} keys: needs keys a multiple of ${FR}, ${bytes} bytes of workgroup memory (${lim.maxComputeWorkgroupStorageSize} here) and ${32 * tile.subgroups} threads`);
     }
-    const defines = { D, FR, SGS: tile.subgroups, BI: tile.keys, O8: D / FR === 8 };
+    const defines = { D, FR, SGS: tile.subgroups, BI: tile.keys, KT: tile.keys / FR, O8: D / FR === 8 };
     const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
     const bwd = (name: string, entry: string, split = false) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: BWD_UNIFORMS }], { ...defines, DKV_SPLIT: split });
     const [[fwd], [fwdLse], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([

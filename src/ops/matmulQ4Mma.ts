@@ -95,11 +95,13 @@ export function mmaUnsupportedBy(caps: Capabilities): string | null {
  * by 8 words), the scales. The K-blocked kernel stages a whole block and puts the partials in the
  * same memory afterwards. */
 export function mmaTileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
-  const part = 4 * t.rows * (t.cols + 8);
-  if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + part;
-  // Two limbs pad each staged row (up to 128 bytes along K) by 16 bytes.
+  if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + 4 * t.rows * (t.cols + 8);
+  // Blocks of 32 staged rows (two limbs pad each, up to 128 bytes along K, by 16 bytes) or of a
+  // subgroup's 32x32 i32 sums at a row stride of 36 words, whichever is larger.
   const row = Math.min(kBlock, 128) + (limbs === 2 ? 16 : 0);
-  return Math.max((limbs * t.rows + t.cols) * row, part) + 4 * (t.rows + t.cols);
+  const block = Math.max(32 * row, 4 * 32 * 36);
+  const blocks = Math.max((limbs * t.rows + t.cols) / 32, t.threads / 32);
+  return blocks * block + 4 * (t.rows + t.cols);
 }
 
 export class MatmulQ4Mma {
@@ -168,7 +170,7 @@ export class MatmulQ4Mma {
     const blockable = threads === 128 && sg32;
     const blocked = kBlock > 32 || (opts.blocked ?? blockable);
     if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
-    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, LIMBS: limbs, ROWCOL: rowSteps };
+    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, STG: Math.min(kBlock / Q4_GROUP, 4), LIMBS: limbs, ROWCOL: rowSteps };
     const suffix = kBlock > 32 ? '_kb' : '';
     const quantize = (entry: string): MmaEntry => ({ shader: 'matmul_q4_mma_quantize', entry, uniforms: ROWS_UNIFORMS });
     const weights = (entry: string): MmaEntry => ({ shader: 'matmul_q4_mma_weights', entry, uniforms: WEIGHT_UNIFORMS });

@@ -13,13 +13,13 @@ const mma = mmaUnsupported(gpu) === null;
 
 // The defines MatmulQ4Mma.create passes: tiles, K blocks, limbs and steps it accepts.
 const variants: Defines[] = [
-  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 1, LIMBS: 2, ROWCOL: false },
-  { BM: 128, BN: 64, WG: 256, BLOCKED: false, SUB: 1, LIMBS: 2, ROWCOL: false },
-  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 2, LIMBS: 2, ROWCOL: false },
-  { BM: 64, BN: 128, WG: 256, BLOCKED: true, SUB: 4, LIMBS: 2, ROWCOL: false },
-  { BM: 128, BN: 64, WG: 256, BLOCKED: true, SUB: 4, LIMBS: 2, ROWCOL: true },
-  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 4, LIMBS: 1, ROWCOL: false },
-  { BM: 128, BN: 64, WG: 256, BLOCKED: true, SUB: 8, LIMBS: 1, ROWCOL: false },
+  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 1, STG: 1, LIMBS: 2, ROWCOL: false },
+  { BM: 128, BN: 64, WG: 256, BLOCKED: false, SUB: 1, STG: 1, LIMBS: 2, ROWCOL: false },
+  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 2, STG: 2, LIMBS: 2, ROWCOL: false },
+  { BM: 64, BN: 128, WG: 256, BLOCKED: true, SUB: 4, STG: 4, LIMBS: 2, ROWCOL: false },
+  { BM: 128, BN: 64, WG: 256, BLOCKED: true, SUB: 4, STG: 4, LIMBS: 2, ROWCOL: true },
+  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 4, STG: 4, LIMBS: 1, ROWCOL: false },
+  { BM: 128, BN: 64, WG: 256, BLOCKED: true, SUB: 8, STG: 4, LIMBS: 1, ROWCOL: false },
 ];
 
 const ROWS = { m: 'u32', k: 'u32' } as const;

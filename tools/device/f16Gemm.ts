@@ -34,6 +34,15 @@ const DX_SHAPES: [number, number, number][] = [
   [130, 384, 320],
   [77, 2048, 576],
 ];
+// f32 weights (the vision tower's dense layers at a 448x448 image: 784 patches, 196 merged, and the
+// headline shape): held in f16, as int8 copies, or on the f32 GEMM.
+const DENSE: [number, number, number][] = [
+  [784, 3072, 1024],
+  [784, 4096, 1024],
+  [784, 1024, 4096],
+  [196, 4096, 4096],
+  [8192, 6144, 2048],
+];
 const SPEED: [number, number, number][] = [
   [8192, 6144, 2048],
   [2816, 12288, 2048],
@@ -77,17 +86,15 @@ if (!args.bool('no-speed')) {
   const int8 = await MatmulQ4Mma.create(gpu, tensorCoreOptions(2, 8192, 6144));
   const timed = [...ops.map((o) => ({ ...o, kernels: /^matmul_q4_f16/ })), { name: 'int8 two limbs (default)', kernels: /^matmul_q4_mma\./, op: int8 }];
   for (const shape of SPEED) await timeQ4Gemms(gpu, fill, shape, timed);
-  // f32 weights (the vision tower's dense layers at a 448x448 image: 784 patches, 196 merged):
-  // held in f16, as int8 copies, or on the f32 GEMM.
   const mm = await Matmul.create(gpu);
-  for (const [m, n, k] of [[784, 3072, 1024], [784, 4096, 1024], [784, 1024, 4096], [196, 4096, 4096], [8192, 6144, 2048]] as [number, number, number][]) {
+  const f16 = ops.find((o) => o.op.expandMaxWords > 0)?.op;
+  for (const [m, n, k] of f16 ? DENSE : []) {
     const rec = gpu.recorder('setup');
     const w = gpu.tensor([n, k], 'f32', 'w');
     const x = gpu.tensor([m, k], 'f32', 'x');
     const y = gpu.tensor([m, n], 'f32', 'y');
     fill.fill(rec, w, 'uniform', 0.02);
     fill.fill(rec, x, 'uniform', 1);
-    const f16 = ops.find((o) => o.op.expandMaxWords > 0)!.op;
     const w16 = f16.toF16(rec, w, n, k, 'w');
     const w8 = int8.quantizeDense(rec, w, n, k, 'w');
     await rec.submit();
