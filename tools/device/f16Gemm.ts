@@ -88,7 +88,8 @@ if (!args.bool('no-speed')) {
   for (const shape of SPEED) await timeQ4Gemms(gpu, fill, shape, timed);
   const mm = await Matmul.create(gpu);
   const f16 = ops.find((o) => o.op.expandMaxWords > 0)?.op;
-  for (const [m, n, k] of f16 ? DENSE : []) {
+  for (const [m, n, k] of DENSE) {
+    if (!f16) break;
     const rec = gpu.recorder('setup');
     const w = gpu.tensor([n, k], 'f32', 'w');
     const x = gpu.tensor([m, k], 'f32', 'x');
