@@ -86,10 +86,9 @@ const RSW = select(8u, (32u * STG + 16u) / 4u, PADDED); // row stride, words
 const GSW = select(256u, 8u, PADDED);                   // group stride
 const FSW = select(128u, 16u * RSW, PADDED);            // the pair's second fragment
 const PAIR_WORDS = select(256u * STG, 32u * RSW, PADDED);
-// part's row stride: 4 words past a multiple of 32 banks, so that the 8 rows of 8 words a result
-// store writes at once cover each bank twice, the least for 64 words; 32·36 words is also a
-// two-limb pair's staging block.
-const PSB = 36u;
+// part's row stride: 8 words past a multiple of 32 banks (36 words ran the default config's step
+// slower, BENCHMARKS.md).
+const PSB = 40u;
 const BLK = max(PAIR_WORDS, 32u * PSB);
 const A_PAIRS = BM / 32u;          // x's pair blocks a limb (the lo limb's follow the hi limb's)
 const W_PAIR0 = LIMBS * A_PAIRS;   // W's first pair block

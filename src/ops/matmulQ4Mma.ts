@@ -97,9 +97,9 @@ export function mmaUnsupportedBy(caps: Capabilities): string | null {
 export function mmaTileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
   if (kBlock === 32) return 4 * (16 * t.rows + 8 * t.cols + 2 * (t.rows + t.cols)) + 4 * t.rows * (t.cols + 8);
   // Blocks of 32 staged rows (two limbs pad each, up to 128 bytes along K, by 16 bytes) or of a
-  // subgroup's 32x32 i32 sums at a row stride of 36 words, whichever is larger.
+  // subgroup's 32x32 i32 sums at a row stride of 40 words, whichever is larger.
   const row = Math.min(kBlock, 128) + (limbs === 2 ? 16 : 0);
-  const block = Math.max(32 * row, 4 * 32 * 36);
+  const block = Math.max(32 * row, 4 * 32 * 40);
   const blocks = Math.max((limbs * t.rows + t.cols) / 32, t.threads / 32);
   return blocks * block + 4 * (t.rows + t.cols);
 }
