@@ -86,8 +86,8 @@ const RSW = select(8u, (32u * STG + 16u) / 4u, PADDED); // row stride, words
 const GSW = select(256u, 8u, PADDED);                   // group stride
 const FSW = select(128u, 16u * RSW, PADDED);            // the pair's second fragment
 const PAIR_WORDS = select(256u * STG, 32u * RSW, PADDED);
-// part's row stride: 8 words past a multiple of 32 banks (36 words ran the default config's step
-// slower, BENCHMARKS.md).
+// part's row stride: 8 words past a multiple of 32 banks, so that a result store's rows spread over
+// the banks (36 words measured no faster: BENCHMARKS.md, Tried and not kept).
 const PSB = 40u;
 const BLK = max(PAIR_WORDS, 32u * PSB);
 const A_PAIRS = BM / 32u;          // x's pair blocks a limb (the lo limb's follow the hi limb's)
