@@ -36,27 +36,27 @@ const TENSOR_CORES: Record<Int8Products, { limbs: 1 | 2; steps: MmaSteps }> = {
 };
 
 /** The settings in the order the panel lists them, with what each costs and gains (H100 figures,
- * BENCHMARKS.md: the GSPO step 8 x 8 x 256 without checkpointing, and its drift from f32). */
+ * BENCHMARKS.md: the default config's step, the GEMMs, and their drift from f32). */
 export const PRODUCTS: readonly { value: Products; label: string; about: string }[] = [
   {
     value: 'int8',
     label: 'Tensor cores, int8, two limbs',
-    about: 'About 1.8x faster training steps than the f32 units on an H100; log-probabilities move by about 0.006 on average, less than bf16 moves them from fp32.',
+    about: 'About 2.6x faster training steps than the f32 units on an H100 (the default config); log-probabilities move by about 0.006 on average, less than bf16 moves them from fp32.',
   },
   {
     value: 'int8-1limb',
-    label: 'Tensor cores, int8, one limb (fastest)',
-    about: 'About 2.3x faster training steps than the f32 units on an H100; log-probabilities move by about 0.008 on average, more where activations have outlier channels.',
+    label: 'Tensor cores, int8, one limb',
+    about: 'Half the tensor-core work of two limbs (x in one int8 limb); log-probabilities move by about 0.008 on average, more where activations have outlier channels.',
   },
   {
     value: 'int8-row',
     label: 'Tensor cores, int8, two limbs, steps by row',
-    about: 'About 1.2x faster products than two limbs by block on an H100; coarser where a row’s or a column’s magnitude varies along K.',
+    about: 'One int8 step per row of x and column of W over the whole of K (no epilogue per K block); coarser where a row’s or a column’s magnitude varies along K.',
   },
   {
     value: 'f16',
     label: 'Tensor cores, f16',
-    about: 'The tensor-core path most browsers offer (shader-f16 and f16 subgroup matrices: Apple GPUs, D3D12, NVIDIA with its toggle); x and the weights rounded to f16 (relative 2^-11), f32 sums. On an H100 its products run a little slower than int8’s.',
+    about: 'The tensor-core path most browsers offer (shader-f16 and f16 subgroup matrices: Apple GPUs, D3D12, NVIDIA with its toggle); x and the weights rounded to f16 (relative 2^-11), f32 sums. On an H100 its products run at about three quarters of int8’s speed.',
   },
   {
     value: 'f32',
