@@ -56,7 +56,7 @@ export const PRODUCTS: readonly { value: Products; label: string; about: string 
   {
     value: 'f16',
     label: 'Tensor cores, f16',
-    about: 'The tensor-core path most browsers offer (shader-f16 and f16 subgroup matrices: Apple GPUs, D3D12, NVIDIA with its toggle); x and the weights rounded to f16 (relative 2^-11), f32 sums. On an H100 its products run at about three quarters of int8’s speed.',
+    about: 'The tensor-core path most browsers offer (shader-f16 and f16 subgroup matrices: Apple GPUs, D3D12, NVIDIA with its toggle); x and the weights rounded to f16 (relative 2^-11), f32 sums. On an H100 its training step runs within about 10% of int8’s.',
   },
   {
     value: 'f32',

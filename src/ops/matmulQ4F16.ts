@@ -40,10 +40,10 @@ export interface MatmulQ4F16Options {
   maxK: number;
   /** Default: the first of F16_TILES the device runs. */
   tile?: F16Tile;
-  /** The input gradient of a Q4 weight of at most this many f16 words (N·K / 2) expands the
-   * weight to f16 once a call (a scratch as large as the largest such weight) instead of in every
-   * workgroup's staging: faster for dX, slower for the forward (BENCHMARKS.md). Larger weights (the
-   * LM head) dequantize in the kernel. Default EXPAND_MAX_WORDS. */
+  /** A Q4 weight of at most this many f16 words (N·K / 2) is expanded to f16 once a call (a
+   * scratch as large as the largest such weight), forward and input gradient, instead of
+   * dequantized in every workgroup's staging (BENCHMARKS.md). Larger weights (the LM head)
+   * dequantize in the kernel. Default EXPAND_MAX_WORDS. */
   expandMaxWords?: number;
 }
 
@@ -208,7 +208,7 @@ export class MatmulQ4F16 {
     for (const [r0, rows] of this.slices(op, m, k)) {
       const xs = rowSlice(x, r0, rows, k);
       const xin = this.rowScales(rec, xs, rows, k);
-      for (const { w, y } of outs) this.dispatch(rec, false, xin, { codes2: w.codes, scales: w.scales }, rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
+      for (const { w, y } of outs) this.dispatch(rec, false, xin, this.weight(rec, w), rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
     }
   }
 
@@ -234,7 +234,8 @@ export class MatmulQ4F16 {
     return { w16, n, k };
   }
 
-  /** The bindings of a Q4 weight for the input gradient: its f16 expansion (expandMaxWords), or its codes and scales. */
+  /** The bindings of a Q4 weight: its f16 expansion (expandMaxWords) into the one scratch, which
+   * the dispatch recorded next reads before any later expansion rewrites it, or its codes and scales. */
   private weight(rec: Recorder, w: Q4Weight): Record<string, Tensor> {
     const words = (w.n * w.k) / 2;
     if (words > this.expandMaxWords) return { codes2: w.codes, scales: w.scales };

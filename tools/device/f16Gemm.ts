@@ -66,7 +66,7 @@ const ops: { name: string; op: MatmulQ4F16 }[] = [];
 for (const tile of TILES)
   for (const expand of [false, true]) {
     if (!expand && tile !== DEFAULT_F16_TILE) continue;
-    const n = `${name(tile)}${expand ? '' : ', dX dequantizing in the kernel'}`;
+    const n = `${name(tile)}${expand ? '' : ', W dequantized in the kernel'}`;
     if (only !== undefined && !n.includes(only)) continue;
     try {
       ops.push({ name: n, op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, tile, ...(expand ? {} : { expandMaxWords: 0 }) }) });
