@@ -52,7 +52,7 @@ const SG_N = BN / (FR * TN); // subgroups along N
 const AS = BK + 8u;       // row stride of the staged x (f16): 8 past 32 puts 8 rows in 8 bank groups
 // Staging is an array of fixed-size blocks, each fragment load reading inside one block at a
 // constant offset: Dawn's robustness then has nothing to check (a load at a computed offset into
-// the whole array is wrapped in a bounds test and a copy, a third of the kernel's time).
+// the whole array gets a bounds test and a copy of the matrix: BENCHMARKS.md).
 const A_BLOCK = FR * AS;  // x: FR rows a block
 const A_BLOCKS = BM / FR;
 #if DINPUT

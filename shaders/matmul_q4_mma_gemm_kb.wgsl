@@ -72,12 +72,11 @@ const KB_A_PER = (KB_A_ITEMS + WG - 1u) / WG;
 const KB_B_ITEMS = BN * STG;                      // weight items (32 weights) a chunk
 const KB_B_PER = (KB_B_ITEMS + WG - 1u) / WG;
 // Workgroup memory is an array of fixed-size blocks, and every fragment load and result store
-// reads or writes inside one block at a constant offset (the loops over groups, fragments and
-// tiles unrolled: #repeat): Dawn's robustness then wraps none of them in a bounds test, which
-// otherwise took a third of the kernel's time. A staging block holds a subgroup's pair of 16-row
-// fragments (x's tiles 2·p and 2·p + 1 along M of one limb, or W's along N), the chunk's STG
-// groups each. A fragment load reads 8 rows of 16 bytes at a
-// time. With two limbs, [fragment][row][RSW words]: each row the STG groups and 16 bytes of
+// reads or writes inside one block at a constant offset (the loops over groups, fragments and tiles
+// unrolled: #repeat), so that Dawn's robustness wraps none of them in a bounds test (BENCHMARKS.md).
+// A staging block holds a subgroup's pair of 16-row fragments (x's tiles 2·p and 2·p + 1 along M of
+// one limb, or W's along N), the chunk's STG groups each. A fragment load reads 8 rows of 16 bytes
+// at a time. With two limbs, [fragment][row][RSW words]: each row the STG groups and 16 bytes of
 // padding, so that the 8 rows cover all 32 banks. With one limb, [group][fragment][row][8 words]:
 // rows r and r + 4 of a fragment share banks, but padding cost more than it saved there.
 // After a chunk's MMAs, block sg holds subgroup sg's 32x32 i32 sums (`part`, row stride PSB).
