@@ -1,13 +1,17 @@
 // The tensor-core kernels keep every subgroup-matrix load and store from workgroup memory at a
-// constant offset and stride into a fixed-size array: Dawn's robustness then needs no bounds test
-// around them (a computed offset gets one, with a copy of the matrix, and cost those kernels a third
-// of their time). A dynamic offset slips in easily when a loop is no longer unrolled by #repeat or a
-// layout changes, and software Vulkan cannot run these kernels, so the rule is checked on their text.
+// constant offset and stride into a fixed-size array, inside it: Dawn's robustness then needs no
+// bounds test around them (a computed offset gets one, with a copy of the matrix, and cost those
+// kernels a third of their time; a constant one past the end would load zeros). A dynamic offset
+// slips in easily when a loop is no longer unrolled by #repeat or a layout changes, and software
+// Vulkan cannot run these kernels (nor does any machine here run Apple's 8x8 variants), so the
+// rule is checked on their text, the constants evaluated as WGSL would.
 import { describe, expect, it } from 'vitest';
 import { preprocess, shaderSource, type Defines } from '../../src/gpu';
 
 interface Call {
   fn: 'Load' | 'Store';
+  /** Load: [matrix type, majorness]; Store: [majorness]. */
+  template: string[];
   args: string[];
 }
 
@@ -42,10 +46,12 @@ function matrixCalls(code: string): Call[] {
   const calls: Call[] = [];
   const re = /subgroupMatrix(Load|Store)\s*</g;
   for (let m = re.exec(code); m; m = re.exec(code)) {
-    const afterTemplate = skipBalanced(code, m.index + m[0].length - 1, '<', '>');
+    const templateAt = m.index + m[0].length - 1;
+    const afterTemplate = skipBalanced(code, templateAt, '<', '>');
+    const template = splitArgs(code.slice(templateAt + 1, afterTemplate - 1).replace(/</g, '(').replace(/>/g, ')')).map((t) => t.replace(/\(/g, '<').replace(/\)/g, '>'));
     const open = code.indexOf('(', afterTemplate);
     const close = skipBalanced(code, open, '(', ')');
-    calls.push({ fn: m[1] as Call['fn'], args: splitArgs(code.slice(open + 1, close - 1)) });
+    calls.push({ fn: m[1] as Call['fn'], template, args: splitArgs(code.slice(open + 1, close - 1)) });
   }
   return calls;
 }
@@ -58,10 +64,94 @@ function isConstant(expr: string, consts: ReadonlySet<string>): boolean {
   return words.every((w) => consts.has(w) || w === 'select' || w === 'min' || w === 'max') && /^[\s+\-*/%()]*$/.test(rest);
 }
 
+/** The value of a WGSL constant expression over u32s and bools (integer division), or undefined
+ * where it holds anything else (floats, unknown names). */
+function evaluate(expr: string, consts: ReadonlyMap<string, number>): number | undefined {
+  const tokens = expr.match(/\d+\.\d*(e[+-]?\d+)?|\d+[ui]?|[A-Za-z_]\w*|==|!=|<=|>=|&&|\|\||[-+*/%()<>!,]/g) ?? [];
+  let i = 0;
+  const fail = (): never => {
+    throw new Error(expr);
+  };
+  const peek = () => tokens[i];
+  const next = () => tokens[i++] ?? fail();
+  const binary = (ops: Record<string, (a: number, b: number) => number>, sub: () => number) => () => {
+    let v = sub();
+    while (peek() !== undefined && peek() in ops) v = ops[next()](v, sub());
+    return v;
+  };
+  const primary = (): number => {
+    const t = next();
+    if (t === '(') {
+      const v = or();
+      if (next() !== ')') fail();
+      return v;
+    }
+    if (t === '-') return -primary();
+    if (t === '!') return primary() ? 0 : 1;
+    if (/^\d+[ui]?$/.test(t)) return parseInt(t, 10);
+    if (t === 'true' || t === 'false') return t === 'true' ? 1 : 0;
+    if (t === 'select' || t === 'min' || t === 'max') {
+      if (next() !== '(') fail();
+      const args = [or()];
+      while (peek() === ',') {
+        next();
+        args.push(or());
+      }
+      if (next() !== ')') fail();
+      if (t === 'select') return args[2] ? args[1] : args[0];
+      return t === 'min' ? Math.min(...args) : Math.max(...args);
+    }
+    const v = consts.get(t);
+    return v === undefined ? fail() : v;
+  };
+  const product = binary({ '*': (a, b) => a * b, '/': (a, b) => Math.trunc(a / b), '%': (a, b) => a % b }, primary);
+  const sum = binary({ '+': (a, b) => a + b, '-': (a, b) => a - b }, product);
+  const compare = binary({ '==': (a, b) => +(a === b), '!=': (a, b) => +(a !== b), '<': (a, b) => +(a < b), '>': (a, b) => +(a > b), '<=': (a, b) => +(a <= b), '>=': (a, b) => +(a >= b) }, sum);
+  const and = binary({ '&&': (a, b) => +(a && b) }, compare);
+  const or = binary({ '||': (a, b) => +(a || b) }, and);
+  try {
+    const v = or();
+    return i === tokens.length ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The module's constants, in declaration order (those that are u32 or bool expressions). */
+function constantsOf(code: string): Map<string, number> {
+  const consts = new Map<string, number>();
+  for (const m of code.matchAll(/^const (\w+)\s*(?::\s*\w+\s*)?=\s*([^;]+);/gm)) {
+    const v = evaluate(m[2], consts);
+    if (v !== undefined) consts.set(m[1], v);
+  }
+  return consts;
+}
+
+/** A matrix type's component type, columns and rows (`subgroup_matrix_left<f16, K, M>`: K columns,
+ * M rows), through the module's aliases. */
+function matrixShape(type: string, code: string, consts: ReadonlyMap<string, number>): { comp: string; cols: number; rows: number } {
+  const alias = new RegExp(`alias ${type}\\s*=\\s*([^;]+);`).exec(code);
+  const m = /subgroup_matrix_\w+<\s*(\w+)\s*,\s*([^,>]+),\s*([^,>]+)>/.exec(alias ? alias[1] : type);
+  if (!m) throw new Error(`no matrix type in '${type}'`);
+  return { comp: m[1], cols: evaluate(m[2], consts)!, rows: evaluate(m[3], consts)! };
+}
+
+/** `array<E, N>` as [E, N] (both as written). */
+function arrayOf(type: string): [string, string] {
+  const m = /^\s*array\s*<([\s\S]*)>\s*$/.exec(type);
+  if (!m) return [type.trim(), ''];
+  const parts = splitArgs(m[1].replace(/</g, '(').replace(/>/g, ')')).map((t) => t.replace(/\(/g, '<').replace(/\)/g, '>'));
+  return [parts[0], parts[1] ?? ''];
+}
+
 /** The calls of `code` that break the rule, and how many it checked. */
 function offenders(code: string): { checked: number; storage: number; bad: string[] } {
   const consts = new Set([...code.matchAll(/^const (\w+)/gm)].map((m) => m[1]));
-  const workgroup = new Set([...code.matchAll(/var<workgroup>\s+(\w+)\s*:/g)].map((m) => m[1]));
+  const values = constantsOf(code);
+  // Workgroup arrays by name: [element type, length], the element an array itself for blocks.
+  const workgroup = new Map<string, [string, string]>();
+  for (const m of code.matchAll(/var<workgroup>\s+(\w+)\s*:\s*([^;]+);/g)) workgroup.set(m[1], arrayOf(m[2]));
+  const result = /subgroup_matrix_result<[^>]+>/.exec(code)?.[0] ?? /alias (\w+)\s*=\s*subgroup_matrix_result/.exec(code)?.[1];
   const storage = new Set([...code.matchAll(/var<storage[^>]*>\s+(\w+)\s*:/g)].map((m) => m[1]));
   let checked = 0;
   let fromStorage = 0;
@@ -75,8 +165,26 @@ function offenders(code: string): { checked: number; storage: number; bad: strin
       continue;
     }
     checked++;
-    if (name === undefined || !workgroup.has(name)) bad.push(`${call.fn}(${call.args.join(', ')}): not a pointer into a workgroup array`);
-    else if (!isConstant(offset, consts) || !isConstant(stride, consts)) bad.push(`${call.fn}(${call.args.join(', ')}): offset or stride not constant`);
+    const what = `${call.fn}(${call.args.join(', ')})`;
+    if (name === undefined || !workgroup.has(name)) bad.push(`${what}: not a pointer into a workgroup array`);
+    else if (!isConstant(offset, consts) || !isConstant(stride, consts)) bad.push(`${what}: offset or stride not constant`);
+    else {
+      // Tint's test: offset + stride·(major − 1) + minor <= the array's length, in components
+      // (offsets and strides count elements of the array: words for 8-bit matrices).
+      const type = call.fn === 'Load' ? call.template[0] : result;
+      if (type === undefined) throw new Error(`${what}: no result type to store`);
+      const { comp, cols, rows } = matrixShape(type, code, values);
+      const colMajor = (call.fn === 'Load' ? call.template[1] : call.template[0]) === 'col_major';
+      const per = comp === 'i8' || comp === 'u8' ? 4 : 1;
+      const [major, minor] = colMajor ? [cols, rows] : [rows, cols];
+      // `&a[i]` points at a block (the element), `&a` at the whole array.
+      const [element, count] = workgroup.get(name)!;
+      const pointee = /^&\w+\s*\[/.test(ptr) ? arrayOf(element)[1] : count;
+      const [off, str, len] = [evaluate(offset, values), evaluate(stride, values), evaluate(pointee, values)];
+      if (off === undefined || str === undefined || len === undefined) bad.push(`${what}: cannot evaluate`);
+      else if (str * per < minor) bad.push(`${what}: stride ${str} shorter than a ${minor}-wide row`);
+      else if (off * per + str * per * (major - 1) + minor > len * per) bad.push(`${what}: ends at ${off * per + str * per * (major - 1) + minor}, past ${len * per}`);
+    }
   }
   return { checked, storage: fromStorage, bad };
 }
@@ -115,14 +223,36 @@ describe('tensor-core kernels: matrix loads and stores from workgroup memory', (
     expect(checked).toBeGreaterThan(0);
   });
 
-  it('catches a computed offset, a computed stride and a flat staging pointer', () => {
-    const good = 'const FR = 16u;\nconst AS = 40u;\nvar<workgroup> a_s: array<array<f16, 640>, 8>;\nvar<storage, read> q: array<f16>;\n';
-    const load = (ptr: string, off: string, stride = 'AS') => `let a = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>, row_major>(${ptr}, ${off}, ${stride});\n`;
-    expect(offenders(good + load('&a_s[i + 1u]', '1u * FR')).bad).toEqual([]);
-    expect(offenders(good + load('&a_s[i]', 'kk * FR')).bad).toHaveLength(1);
-    expect(offenders(good + load('&a_s[i]', '0u', 'stride')).bad).toHaveLength(1);
-    expect(offenders(good + load('&q', 'base + 16u', 'stride'))).toEqual({ checked: 0, storage: 1, bad: [] });
-    expect(offenders(good + 'subgroupMatrixStore<row_major>(&a_s[sg], (1u / 2u) * 16u * AS, r[1u], AS);\n').bad).toEqual([]);
-    expect(offenders(good + 'subgroupMatrixStore<row_major>(&a_s[sg], t * 16u, r[t], AS);\n').bad).toHaveLength(1);
+  it('catches a computed offset or stride, a pointer outside workgroup memory, and a matrix past its block', () => {
+    const decls = [
+      'const FR = 16u;',
+      'const AS = 40u;',
+      'const PADDED = true;',
+      'const RS = select(8u, AS / 4u, PADDED);',
+      'alias Acc = subgroup_matrix_result<f32, FR, FR>;',
+      'var<workgroup> a_s: array<array<f16, FR * AS>, 8>;',
+      'var<workgroup> o_s: array<f32, 16u * FR>;',
+      'var<workgroup> w_s: array<array<i32, 160>, 4>;',
+      'var<storage, read> q: array<f16>;',
+      '',
+    ].join('\n');
+    const load = (ptr: string, off: string, stride = 'AS') => `${decls}let a = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>, row_major>(${ptr}, ${off}, ${stride});`;
+    expect(offenders(load('&a_s[i + 1u]', '1u * FR')).bad).toEqual([]);
+    expect(offenders(load('&a_s[i]', 'kk * FR')).bad).toEqual([expect.stringMatching(/not constant/)]);
+    expect(offenders(load('&a_s[i]', '0u', 'stride')).bad).toEqual([expect.stringMatching(/not constant/)]);
+    expect(offenders(load('&q', 'base + 16u', 'stride'))).toEqual({ checked: 0, storage: 1, bad: [] });
+    // 16 rows of 16 at a stride of 40 end at offset + 616 in a block of 640.
+    expect(offenders(load('&a_s[i]', '24u')).bad).toEqual([]);
+    expect(offenders(load('&a_s[i]', '(1u + 2u * 3u) * 4u')).bad).toEqual([expect.stringMatching(/ends at 644, past 640/)]);
+    expect(offenders(load('&a_s[i]', '0u', '8u')).bad).toEqual([expect.stringMatching(/stride 8 shorter/)]);
+    // 8-bit matrices count words of their i32 array: 16 rows of 32 bytes at 40 bytes end at 4·offset + 632.
+    const int8 = (off: string) => `${decls}let b = subgroupMatrixLoad<subgroup_matrix_left<i8, 32, 16>, row_major>(&w_s[j], ${off}, RS);`;
+    expect(offenders(int8('2u')).bad).toEqual([]);
+    expect(offenders(int8('3u')).bad).toEqual([expect.stringMatching(/ends at 644, past 640/)]);
+    // Stores take the module's result type; a pointer to the whole flat array counts its length.
+    expect(offenders(`${decls}subgroupMatrixStore<row_major>(&a_s[sg], (1u / 2u) * 16u * AS, c, AS);`).bad).toEqual([]);
+    expect(offenders(`${decls}subgroupMatrixStore<row_major>(&a_s[sg], t * 16u, c, AS);`).bad).toEqual([expect.stringMatching(/not constant/)]);
+    expect(offenders(`${decls}subgroupMatrixStore<col_major>(&o_s, 0u, c, FR);`).bad).toEqual([]);
+    expect(offenders(`${decls}subgroupMatrixStore<col_major>(&o_s, 1u, c, FR);`).bad).toEqual([expect.stringMatching(/past 256/)]);
   });
 });
