@@ -10,4 +10,4 @@ export * from './grid';
 export { Profiler, type KernelTiming } from './profiler';
 export { preprocess, shaderSource, type Defines } from './shaders';
 export { BindingCache, type BindingCacheStats } from './bindingCache';
-export { compileMatrixKernels, legacySubgroupMatrixSpelling, type MatrixKernelEntry } from './subgroupMatrixSpelling';
+export { compileMatrixKernels, legacySubgroupMatrixSpelling, matrixCalls, type MatrixCall, type MatrixKernelEntry } from './subgroupMatrixSpelling';

@@ -24,7 +24,7 @@ function enclosed(code: string, i: number, open: string, close: string): { inner
 
 /** `text` split at its top-level commas (none inside () or [], nor <> for template arguments:
  * call arguments may hold comparisons and shifts), trimmed. */
-function topLevelArgs(text: string, angles: boolean): string[] {
+export function topLevelArgs(text: string, angles: boolean): string[] {
   const out: string[] = [];
   const opens = angles ? '(<[' : '([';
   const closes = angles ? ')>]' : ')]';
@@ -62,28 +62,49 @@ function scaled(e: string, factor: number): string {
 export function legacySubgroupMatrixSpelling(code: string): string {
   let out = '';
   let at = 0;
+  for (const call of matrixCalls(code)) {
+    const { fn, template, args } = call;
+    const written = `subgroupMatrix${fn}<${template.join(', ')}>(${args.join(', ')})`;
+    let text: string;
+    if (fn === 'Load') {
+      const [type, major] = template;
+      if (major === undefined || args.length !== 3) throw new Error(`subgroup matrix spelling: unexpected load ${written}`);
+      const factor = /^subgroup_matrix_\w+\s*<\s*[iu]8\s*,/.test(type) ? 4 : 1;
+      text = `subgroupMatrixLoad<${type}>(${args[0]}, ${scaled(args[1], factor)}, ${majorness(major)}, ${scaled(args[2], factor)})`;
+    } else {
+      if (args.length !== 4) throw new Error(`subgroup matrix spelling: unexpected store ${written}`);
+      text = `subgroupMatrixStore(${args[0]}, ${args[1]}, ${args[2]}, ${majorness(template[0])}, ${args[3]})`;
+    }
+    out += code.slice(at, call.start) + text;
+    at = call.end;
+  }
+  return out + code.slice(at);
+}
+
+/** A subgroup-matrix load or store as written in the current spelling. */
+export interface MatrixCall {
+  fn: 'Load' | 'Store';
+  /** Load: [matrix type, majorness]; Store: [majorness]. */
+  template: string[];
+  args: string[];
+  /** Where the call starts in the text and the index after its closing parenthesis. */
+  start: number;
+  end: number;
+}
+
+/** Every subgroupMatrixLoad<…>(…) and subgroupMatrixStore<…>(…) of `code`, in order. */
+export function matrixCalls(code: string): MatrixCall[] {
+  const calls: MatrixCall[] = [];
   const re = /subgroupMatrix(Load|Store)\s*</g;
   for (let m = re.exec(code); m; m = re.exec(code)) {
     const tmpl = enclosed(code, m.index + m[0].length - 1, '<', '>');
     const open = code.indexOf('(', tmpl.end);
     if (open < 0 || code.slice(tmpl.end, open).trim() !== '') throw new Error(`subgroup matrix spelling: no call after ${m[0]}${tmpl.inner}>`);
     const call = enclosed(code, open, '(', ')');
-    const args = topLevelArgs(call.inner, false);
-    let text: string;
-    if (m[1] === 'Load') {
-      const [type, major] = topLevelArgs(tmpl.inner, true);
-      if (major === undefined || args.length !== 3) throw new Error(`subgroup matrix spelling: unexpected load ${m[0]}${tmpl.inner}>(${call.inner})`);
-      const factor = /^subgroup_matrix_\w+\s*<\s*[iu]8\s*,/.test(type) ? 4 : 1;
-      text = `subgroupMatrixLoad<${type}>(${args[0]}, ${scaled(args[1], factor)}, ${majorness(major)}, ${scaled(args[2], factor)})`;
-    } else {
-      if (args.length !== 4) throw new Error(`subgroup matrix spelling: unexpected store ${m[0]}${tmpl.inner}>(${call.inner})`);
-      text = `subgroupMatrixStore(${args[0]}, ${args[1]}, ${args[2]}, ${majorness(tmpl.inner.trim())}, ${args[3]})`;
-    }
-    out += code.slice(at, m.index) + text;
-    at = call.end;
+    calls.push({ fn: m[1] as MatrixCall['fn'], template: topLevelArgs(tmpl.inner, true), args: topLevelArgs(call.inner, false), start: m.index, end: call.end });
     re.lastIndex = call.end;
   }
-  return out + code.slice(at);
+  return calls;
 }
 
 /** A subgroup-matrix kernel: its file under shaders/, entry point and params struct. */

@@ -6,63 +6,8 @@
 // Vulkan cannot run these kernels (nor does any machine here run Apple's 8x8 variants), so the
 // rule is checked on their text, the constants evaluated as WGSL would.
 import { describe, expect, it } from 'vitest';
-import { preprocess, shaderSource, type Defines } from '../../src/gpu';
-
-interface Call {
-  fn: 'Load' | 'Store';
-  /** Load: [matrix type, majorness]; Store: [majorness]. */
-  template: string[];
-  args: string[];
-}
-
-/** From `open` at `i`, the index just past its matching `close` (brackets of other kinds nested). */
-function skipBalanced(code: string, i: number, open: string, close: string): number {
-  let depth = 0;
-  for (let j = i; j < code.length; j++) {
-    if (code[j] === open) depth++;
-    else if (code[j] === close && --depth === 0) return j + 1;
-  }
-  throw new Error(`unbalanced '${open}' at ${i}`);
-}
-
-function splitArgs(text: string): string[] {
-  const out: string[] = [];
-  let depth = 0;
-  let from = 0;
-  for (let j = 0; j < text.length; j++) {
-    const c = text[j];
-    if (c === '(' || c === '[') depth++;
-    else if (c === ')' || c === ']') depth--;
-    else if (c === ',' && depth === 0) {
-      out.push(text.slice(from, j).trim());
-      from = j + 1;
-    }
-  }
-  out.push(text.slice(from).trim());
-  return out;
-}
-
-function matrixCalls(code: string): Call[] {
-  const calls: Call[] = [];
-  const re = /subgroupMatrix(Load|Store)\s*</g;
-  for (let m = re.exec(code); m; m = re.exec(code)) {
-    const templateAt = m.index + m[0].length - 1;
-    const afterTemplate = skipBalanced(code, templateAt, '<', '>');
-    const template = splitArgs(code.slice(templateAt + 1, afterTemplate - 1).replace(/</g, '(').replace(/>/g, ')')).map((t) => t.replace(/\(/g, '<').replace(/\)/g, '>'));
-    const open = code.indexOf('(', afterTemplate);
-    const close = skipBalanced(code, open, '(', ')');
-    calls.push({ fn: m[1] as Call['fn'], template, args: splitArgs(code.slice(open + 1, close - 1)) });
-  }
-  return calls;
-}
-
-/** Whether `expr` uses only literals, operators and the module's constants. */
-function isConstant(expr: string, consts: ReadonlySet<string>): boolean {
-  const noLiterals = expr.replace(/\b\d+[ui]?\b/g, '');
-  const words = noLiterals.match(/[A-Za-z_]\w*/g) ?? [];
-  const rest = noLiterals.replace(/[A-Za-z_]\w*/g, '');
-  return words.every((w) => consts.has(w) || w === 'select' || w === 'min' || w === 'max') && /^[\s+\-*/%()]*$/.test(rest);
-}
+import { matrixCalls, preprocess, shaderSource, type Defines } from '../../src/gpu';
+import { topLevelArgs } from '../../src/gpu/subgroupMatrixSpelling';
 
 /** The value of a WGSL constant expression over u32s and bools (integer division), or undefined
  * where it holds anything else (floats, unknown names). */
@@ -140,13 +85,12 @@ function matrixShape(type: string, code: string, consts: ReadonlyMap<string, num
 function arrayOf(type: string): [string, string] {
   const m = /^\s*array\s*<([\s\S]*)>\s*$/.exec(type);
   if (!m) return [type.trim(), ''];
-  const parts = splitArgs(m[1].replace(/</g, '(').replace(/>/g, ')')).map((t) => t.replace(/\(/g, '<').replace(/\)/g, '>'));
+  const parts = topLevelArgs(m[1], true);
   return [parts[0], parts[1] ?? ''];
 }
 
 /** The calls of `code` that break the rule, and how many it checked. */
 function offenders(code: string): { checked: number; storage: number; bad: string[] } {
-  const consts = new Set([...code.matchAll(/^const (\w+)/gm)].map((m) => m[1]));
   const values = constantsOf(code);
   // Workgroup arrays by name: [element type, length], the element an array itself for blocks.
   const workgroup = new Map<string, [string, string]>();
@@ -167,23 +111,27 @@ function offenders(code: string): { checked: number; storage: number; bad: strin
     checked++;
     const what = `${call.fn}(${call.args.join(', ')})`;
     if (name === undefined || !workgroup.has(name)) bad.push(`${what}: not a pointer into a workgroup array`);
-    else if (!isConstant(offset, consts) || !isConstant(stride, consts)) bad.push(`${what}: offset or stride not constant`);
     else {
-      // Tint's test: offset + stride·(major − 1) + minor <= the array's length, in components
-      // (offsets and strides count elements of the array: words for 8-bit matrices).
+      // Offset, stride and the pointee's length must be the module's constants; then Tint's test:
+      // offset + stride·(major − 1) + minor <= the length, in components (offsets and strides
+      // count elements of the array: words for 8-bit matrices).
+      const [element, count] = workgroup.get(name)!;
+      // `&a[i]` points at a block (the element), `&a` at the whole array.
+      const pointee = /^&\w+\s*\[/.test(ptr) ? arrayOf(element)[1] : count;
+      const [off, str, len] = [evaluate(offset, values), evaluate(stride, values), evaluate(pointee, values)];
+      if (off === undefined || str === undefined || len === undefined) {
+        bad.push(`${what}: offset or stride not constant`);
+        continue;
+      }
       const type = call.fn === 'Load' ? call.template[0] : result;
       if (type === undefined) throw new Error(`${what}: no result type to store`);
       const { comp, cols, rows } = matrixShape(type, code, values);
       const colMajor = (call.fn === 'Load' ? call.template[1] : call.template[0]) === 'col_major';
       const per = comp === 'i8' || comp === 'u8' ? 4 : 1;
       const [major, minor] = colMajor ? [cols, rows] : [rows, cols];
-      // `&a[i]` points at a block (the element), `&a` at the whole array.
-      const [element, count] = workgroup.get(name)!;
-      const pointee = /^&\w+\s*\[/.test(ptr) ? arrayOf(element)[1] : count;
-      const [off, str, len] = [evaluate(offset, values), evaluate(stride, values), evaluate(pointee, values)];
-      if (off === undefined || str === undefined || len === undefined) bad.push(`${what}: cannot evaluate`);
-      else if (str * per < minor) bad.push(`${what}: stride ${str} shorter than a ${minor}-wide row`);
-      else if (off * per + str * per * (major - 1) + minor > len * per) bad.push(`${what}: ends at ${off * per + str * per * (major - 1) + minor}, past ${len * per}`);
+      const end = off * per + str * per * (major - 1) + minor;
+      if (str * per < minor) bad.push(`${what}: stride ${str} shorter than a ${minor}-wide row`);
+      else if (end > len * per) bad.push(`${what}: ends at ${end}, past ${len * per}`);
     }
   }
   return { checked, storage: fromStorage, bad };
