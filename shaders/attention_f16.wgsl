@@ -88,26 +88,12 @@ fn attn_fwd_f16(
   let own = varlen_keys(min(t, T - 1u));
   // This subgroup's rows of q, loaded once (D / FR fragments).
   let qstride = params.hq * D;
-  let q0 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 0u * FR, qstride);
-  let q1 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 1u * FR, qstride);
-  let q2 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 2u * FR, qstride);
-  let q3 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 3u * FR, qstride);
-#if O8
-  let q4 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 4u * FR, qstride);
-  let q5 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 5u * FR, qstride);
-  let q6 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 6u * FR, qstride);
-  let q7 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 7u * FR, qstride);
-#endif
-  var o0 = Acc();
-  var o1 = Acc();
-  var o2 = Acc();
-  var o3 = Acc();
-#if O8
-  var o4 = Acc();
-  var o5 = Acc();
-  var o6 = Acc();
-  var o7 = Acc();
-#endif
+#repeat J DF
+  let q{{J}} = subgroupMatrixLoad<Left, row_major>(&q16, qbase + {{J}}u * FR, qstride);
+#endrepeat
+#repeat J DF
+  var o{{J}} = Acc();
+#endrepeat
 
   // Phase 0: the row's running max m and sum l, then its lse. Phase 1: o = Σ exp(s − lse)·v.
   var row_lse = 0.0;
@@ -124,16 +110,9 @@ fn attn_fwd_f16(
 #repeat KC KT
       {
         var s = Acc();
-        s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
-#if O8
-        s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
-#endif
+#repeat J DF
+        s = subgroupMatrixMultiplyAccumulate(q{{J}}, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + {{J}}u / HF], ({{J}}u % HF) * FR, HS), s);
+#endrepeat
         subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
       }
 #endrepeat
@@ -163,16 +142,9 @@ fn attn_fwd_f16(
 #repeat KC KT
         {
           let p = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
-          o0 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), o0);
-          o1 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), o1);
-          o2 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), o2);
-          o3 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), o3);
-#if O8
-          o4 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), o4);
-          o5 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), o5);
-          o6 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), o6);
-          o7 = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), o7);
-#endif
+#repeat J DF
+          o{{J}} = subgroupMatrixMultiplyAccumulate(p, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + {{J}}u / HF], ({{J}}u % HF) * FR, HS), o{{J}});
+#endrepeat
         }
 #endrepeat
       }
@@ -193,14 +165,7 @@ fn attn_fwd_f16(
 #endif
     }
   }
-  put(o0, sg, ts, h, 0u * FR, lane);
-  put(o1, sg, ts, h, 1u * FR, lane);
-  put(o2, sg, ts, h, 2u * FR, lane);
-  put(o3, sg, ts, h, 3u * FR, lane);
-#if O8
-  put(o4, sg, ts, h, 4u * FR, lane);
-  put(o5, sg, ts, h, 5u * FR, lane);
-  put(o6, sg, ts, h, 6u * FR, lane);
-  put(o7, sg, ts, h, 7u * FR, lane);
-#endif
+#repeat J DF
+  put(o{{J}}, sg, ts, h, {{J}}u * FR, lane);
+#endrepeat
 }

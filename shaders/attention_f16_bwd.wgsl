@@ -113,32 +113,15 @@ fn attn_bwd_dq_f16(
   let qstride = params.hq * D;
   let qbase = ts * qstride + h * D;
   let kstride = params.hkv * D;
-  let q0 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 0u * FR, qstride);
-  let q1 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 1u * FR, qstride);
-  let q2 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 2u * FR, qstride);
-  let q3 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 3u * FR, qstride);
-  let g0 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 0u * FR, qstride);
-  let g1 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 1u * FR, qstride);
-  let g2 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 2u * FR, qstride);
-  let g3 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 3u * FR, qstride);
-  var a0 = Acc();
-  var a1 = Acc();
-  var a2 = Acc();
-  var a3 = Acc();
-#if O8
-  let q4 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 4u * FR, qstride);
-  let q5 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 5u * FR, qstride);
-  let q6 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 6u * FR, qstride);
-  let q7 = subgroupMatrixLoad<Left, row_major>(&q16, qbase + 7u * FR, qstride);
-  let g4 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 4u * FR, qstride);
-  let g5 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 5u * FR, qstride);
-  let g6 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 6u * FR, qstride);
-  let g7 = subgroupMatrixLoad<Left, row_major>(&do16, qbase + 7u * FR, qstride);
-  var a4 = Acc();
-  var a5 = Acc();
-  var a6 = Acc();
-  var a7 = Acc();
-#endif
+#repeat J DF
+  let q{{J}} = subgroupMatrixLoad<Left, row_major>(&q16, qbase + {{J}}u * FR, qstride);
+#endrepeat
+#repeat J DF
+  let g{{J}} = subgroupMatrixLoad<Left, row_major>(&do16, qbase + {{J}}u * FR, qstride);
+#endrepeat
+#repeat J DF
+  var a{{J}} = Acc();
+#endrepeat
   var kw = key_walk(tile_lo, tile_hi);
   loop {
     if (kw.j0 >= tile_hi) { break; }
@@ -155,16 +138,9 @@ fn attn_bwd_dq_f16(
 #repeat KC KT
     {
       var s = Acc();
-      s = subgroupMatrixMultiplyAccumulate(q0, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(q1, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(q2, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(q3, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
-#if O8
-      s = subgroupMatrixMultiplyAccumulate(q4, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(q5, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(q6, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(q7, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
-#endif
+#repeat J DF
+      s = subgroupMatrixMultiplyAccumulate(q{{J}}, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + {{J}}u / HF], ({{J}}u % HF) * FR, HS), s);
+#endrepeat
       subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
     }
 #endrepeat
@@ -180,16 +156,9 @@ fn attn_bwd_dq_f16(
 #repeat KC KT
     {
       var s = Acc();
-      s = subgroupMatrixMultiplyAccumulate(g0, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(g1, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(g2, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(g3, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
-#if O8
-      s = subgroupMatrixMultiplyAccumulate(g4, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(g5, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(g6, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
-      s = subgroupMatrixMultiplyAccumulate(g7, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
-#endif
+#repeat J DF
+      s = subgroupMatrixMultiplyAccumulate(g{{J}}, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + {{J}}u / HF], ({{J}}u % HF) * FR, HS), s);
+#endrepeat
       subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
     }
 #endrepeat
@@ -203,31 +172,17 @@ fn attn_bwd_dq_f16(
 #repeat KC KT
     {
       let l = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
-      a0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), a0);
-      a1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), a1);
-      a2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), a2);
-      a3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), a3);
-#if O8
-      a4 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), a4);
-      a5 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), a5);
-      a6 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), a6);
-      a7 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), a7);
-#endif
+#repeat J DF
+      a{{J}} = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + {{J}}u / HF], ({{J}}u % HF) * FR, HS), a{{J}});
+#endrepeat
     }
 #endrepeat
     workgroupBarrier(); // a_s, b_s, s_s and p_s are rewritten by the next tile
     kw = key_next(kw, tile_lo, tile_hi);
   }
-  put_dq(a0, sg, ts, h, 0u * FR, lane);
-  put_dq(a1, sg, ts, h, 1u * FR, lane);
-  put_dq(a2, sg, ts, h, 2u * FR, lane);
-  put_dq(a3, sg, ts, h, 3u * FR, lane);
-#if O8
-  put_dq(a4, sg, ts, h, 4u * FR, lane);
-  put_dq(a5, sg, ts, h, 5u * FR, lane);
-  put_dq(a6, sg, ts, h, 6u * FR, lane);
-  put_dq(a7, sg, ts, h, 7u * FR, lane);
-#endif
+#repeat J DF
+  put_dq(a{{J}}, sg, ts, h, {{J}}u * FR, lane);
+#endrepeat
 }
 
 @compute @workgroup_size(WG)
@@ -262,34 +217,18 @@ fn attn_bwd_dkv_f16(
   let kstride = params.hkv * D;
   let qstride = params.hq * D;
   let kbase = js * kstride + hk * D;
-  let k0 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 0u * FR, kstride);
-  let k1 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 1u * FR, kstride);
-  let k2 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 2u * FR, kstride);
-  let k3 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 3u * FR, kstride);
-  let v0 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 0u * FR, kstride);
-  let v1 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 1u * FR, kstride);
-  let v2 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 2u * FR, kstride);
-  let v3 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 3u * FR, kstride);
-#if O8
-  let k4 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 4u * FR, kstride);
-  let k5 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 5u * FR, kstride);
-  let k6 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 6u * FR, kstride);
-  let k7 = subgroupMatrixLoad<Left, row_major>(&k16, kbase + 7u * FR, kstride);
-  let v4 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 4u * FR, kstride);
-  let v5 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 5u * FR, kstride);
-  let v6 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 6u * FR, kstride);
-  let v7 = subgroupMatrixLoad<Left, row_major>(&v16, kbase + 7u * FR, kstride);
-#endif
-  var dk0 = Acc();
-  var dk1 = Acc();
-  var dv0 = Acc();
-  var dv1 = Acc();
-#if O8
-  var dk2 = Acc();
-  var dk3 = Acc();
-  var dv2 = Acc();
-  var dv3 = Acc();
-#endif
+#repeat J DF
+  let k{{J}} = subgroupMatrixLoad<Left, row_major>(&k16, kbase + {{J}}u * FR, kstride);
+#endrepeat
+#repeat J DF
+  let v{{J}} = subgroupMatrixLoad<Left, row_major>(&v16, kbase + {{J}}u * FR, kstride);
+#endrepeat
+#repeat J DHF
+  var dk{{J}} = Acc();
+#endrepeat
+#repeat J DHF
+  var dv{{J}} = Acc();
+#endrepeat
   for (var g = 0u; g < G; g++) {
     let h = hk * G + g;
     for (var t0 = q_lo; t0 < q_hi; t0 += BI) {
@@ -313,16 +252,9 @@ fn attn_bwd_dkv_f16(
 #repeat KC KT
       {
         var s = Acc();
-        s = subgroupMatrixMultiplyAccumulate(k0, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(k1, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(k2, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(k3, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
-#if O8
-        s = subgroupMatrixMultiplyAccumulate(k4, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(k5, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(k6, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(k7, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
-#endif
+#repeat J DF
+        s = subgroupMatrixMultiplyAccumulate(k{{J}}, subgroupMatrixLoad<Right, col_major>(&a_s[{{KC}}u * 2u + {{J}}u / HF], ({{J}}u % HF) * FR, HS), s);
+#endrepeat
         subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
       }
 #endrepeat
@@ -341,27 +273,17 @@ fn attn_bwd_dkv_f16(
 #repeat KC KT
       {
         let l = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
-        dv0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 0u * FR, HS), dv0);
-        dv1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 1u * FR, HS), dv1);
-#if O8
-        dv2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 2u * FR, HS), dv2);
-        dv3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], 3u * FR, HS), dv3);
-#endif
+#repeat J DHF
+        dv{{J}} = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&b_s[{{KC}}u * 2u + side], {{J}}u * FR, HS), dv{{J}});
+#endrepeat
       }
 #endrepeat
 #repeat KC KT
       {
         var s = Acc();
-        s = subgroupMatrixMultiplyAccumulate(v0, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 0u / HF], (0u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(v1, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 1u / HF], (1u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(v2, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 2u / HF], (2u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(v3, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 3u / HF], (3u % HF) * FR, HS), s);
-#if O8
-        s = subgroupMatrixMultiplyAccumulate(v4, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 4u / HF], (4u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(v5, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 5u / HF], (5u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(v6, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 6u / HF], (6u % HF) * FR, HS), s);
-        s = subgroupMatrixMultiplyAccumulate(v7, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + 7u / HF], (7u % HF) * FR, HS), s);
-#endif
+#repeat J DF
+        s = subgroupMatrixMultiplyAccumulate(v{{J}}, subgroupMatrixLoad<Right, col_major>(&b_s[{{KC}}u * 2u + {{J}}u / HF], ({{J}}u % HF) * FR, HS), s);
+#endrepeat
         subgroupMatrixStore<row_major>(&s_s[sg], {{KC}}u * FR, s, SS);
       }
 #endrepeat
@@ -375,25 +297,18 @@ fn attn_bwd_dkv_f16(
 #repeat KC KT
       {
         let l = subgroupMatrixLoad<Left, row_major>(&p_s[sg], {{KC}}u * FR, PS);
-        dk0 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 0u * FR, HS), dk0);
-        dk1 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 1u * FR, HS), dk1);
-#if O8
-        dk2 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 2u * FR, HS), dk2);
-        dk3 = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], 3u * FR, HS), dk3);
-#endif
+#repeat J DHF
+        dk{{J}} = subgroupMatrixMultiplyAccumulate(l, subgroupMatrixLoad<Right, row_major>(&a_s[{{KC}}u * 2u + side], {{J}}u * FR, HS), dk{{J}});
+#endrepeat
       }
 #endrepeat
       workgroupBarrier(); // a_s, b_s, st_s, s_s and p_s are rewritten by the next tile
     }
   }
-  put_kv(dk0, sg, js, hk, col + 0u * FR, false, chunk, lane);
-  put_kv(dk1, sg, js, hk, col + 1u * FR, false, chunk, lane);
-  put_kv(dv0, sg, js, hk, col + 0u * FR, true, chunk, lane);
-  put_kv(dv1, sg, js, hk, col + 1u * FR, true, chunk, lane);
-#if O8
-  put_kv(dk2, sg, js, hk, col + 2u * FR, false, chunk, lane);
-  put_kv(dk3, sg, js, hk, col + 3u * FR, false, chunk, lane);
-  put_kv(dv2, sg, js, hk, col + 2u * FR, true, chunk, lane);
-  put_kv(dv3, sg, js, hk, col + 3u * FR, true, chunk, lane);
-#endif
+#repeat J DHF
+  put_kv(dk{{J}}, sg, js, hk, col + {{J}}u * FR, false, chunk, lane);
+#endrepeat
+#repeat J DHF
+  put_kv(dv{{J}}, sg, js, hk, col + {{J}}u * FR, true, chunk, lane);
+#endrepeat
 }

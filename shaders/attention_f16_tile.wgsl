@@ -3,6 +3,8 @@
 // rows staged as f16 in a_s and b_s; each subgroup's scores pass through its FR rows of s_s (f32)
 // and its probabilities (or dS) through its rows of p_s (f16). The including file declares
 // `params` (field prefix_len, for the key walk). Fragments are FR x FR x FR (K = M = N).
+// The DF = D / FR fragments along D (DHF along a half) are named values (q0, q1, ...), written out
+// by `#repeat J DF`: named, not an array, so that they stay in registers.
 
 const D = {{D}}u;
 const FR = {{FR}}u;        // fragment rows = columns = K

@@ -72,7 +72,7 @@ export class AttentionF16 {
     if (tile.keys % FR !== 0 || (32 / FR) * 2 > tile.keys || bytes > lim.maxComputeWorkgroupStorageSize || 32 * tile.subgroups > lim.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('attentionF16', `tile of ${tile.subgroups} subgroups x ${tile.keys} keys: needs keys a multiple of ${FR}, ${bytes} bytes of workgroup memory (${lim.maxComputeWorkgroupStorageSize} here) and ${32 * tile.subgroups} threads`);
     }
-    const defines = { D, FR, SGS: tile.subgroups, BI: tile.keys, KT: tile.keys / FR, O8: D / FR === 8 };
+    const defines = { D, FR, SGS: tile.subgroups, BI: tile.keys, KT: tile.keys / FR, DF: D / FR, DHF: D / FR / 2 };
     const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
     const bwd = (name: string, entry: string, split = false) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: BWD_UNIFORMS }], { ...defines, DKV_SPLIT: split });
     const [[fwd], [fwdLse], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([

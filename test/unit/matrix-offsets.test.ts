@@ -149,9 +149,9 @@ const KB: Defines[] = [
   { BM: 128, BN: 64, WG: 256, SUB: 8, STG: 4, LIMBS: 1, ROWCOL: false },
 ];
 const ATTENTION: Defines[] = [
-  { D: 128, FR: 16, SGS: 8, BI: 32, KT: 2, O8: true },
-  { D: 64, FR: 16, SGS: 8, BI: 32, KT: 2, O8: false },
-  { D: 64, FR: 8, SGS: 8, BI: 32, KT: 4, O8: true },
+  { D: 128, FR: 16, SGS: 8, BI: 32, KT: 2, DF: 8, DHF: 4 },
+  { D: 64, FR: 16, SGS: 8, BI: 32, KT: 2, DF: 4, DHF: 2 },
+  { D: 64, FR: 8, SGS: 8, BI: 32, KT: 4, DF: 8, DHF: 4 },
 ];
 
 const variants: { shader: string; defines: Defines }[] = [
