@@ -54,7 +54,7 @@ import { parseQwen3VLConfig, type Qwen3VLConfig } from '../src/model/config';
 import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import { isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../src/model/kvCacheSetting';
-import type { Products, VisionProducts } from '../src/model/products';
+import { isProducts, type Products, type VisionProducts } from '../src/model/products';
 import { PHASE_BUFFERS as PHASE_BUFFER_VALUES, type PhaseBuffers } from '../src/rl/engineConfig';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
@@ -111,6 +111,16 @@ const KV_CACHE: KvCacheSetting = (() => {
   const v = args[i + 1];
   if (!isKvCacheSetting(v)) throw new Error(`--kv-cache takes ${KV_CACHE_SETTINGS.join(', ')}; got '${v}'`);
   return v;
+})();
+
+/** --also-products LIST: int8 settings (src/model/products.ts) whose default-config step is timed
+ * too, after the int8 and f16 ones (result.defaultConfigAlso), e.g. int8-row,int8-1limb. */
+const ALSO_PRODUCTS: Products[] = (() => {
+  const i = args.indexOf('--also-products');
+  if (i < 0) return [];
+  const vs = (args[i + 1] ?? '').split(',');
+  for (const v of vs) if (!isProducts(v) || v === 'f32' || v === 'f16' || v === 'int8') throw new Error(`--also-products takes int8-row and int8-1limb; got '${v}'`);
+  return vs as Products[];
 })();
 
 /** --size 2b|4b|8b: the published Qwen3-VL-{2B,4B,8B}-Instruct shapes (default 2b). */
@@ -997,6 +1007,18 @@ async function main(): Promise<void> {
     await model.setProducts('f32');
     save();
     console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
+  }
+  // Other int8 settings (--also-products): their step beside the default's.
+  for (const [i, products] of ALSO_PRODUCTS.entries()) {
+    if (noMma) break;
+    await model.setProducts(products);
+    await rlStep(30 + 4 * i);
+    watch.reset();
+    const tc = await rlSteps(31 + 4 * i);
+    ((result.defaultConfigAlso ??= {}) as Record<string, unknown>)[products] = { generateS: tc.gen, stepS: tc.step };
+    await model.setProducts('f32');
+    save();
+    console.error(`default config on ${products}: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
   }
   // The same with the kept hidden states in f16 (--activation-storage f16), on the f16 products
   // where offered ('auto' pairs them), else f32. A state beyond f16's range would fall back to

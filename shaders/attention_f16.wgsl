@@ -31,7 +31,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> k16v: array<vec4<u32>>; // [T + pad, Hkv·D], 8 halves a vec4
 @group(0) @binding(3) var<storage, read> v16v: array<vec4<u32>>;
 @group(0) @binding(4) var<storage, read_write> o: array<f32>;   // [T, Hq·D]
-@group(0) @binding(5) var<storage, read_write> lse: array<f32>; // [T, Hq], written with LSE
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>; // [T, Hq], written with LSE, read with LSE_IN
 @group(0) @binding(6) var<storage, read> cu_seqlens: array<u32>;
 
 #include attention_varlen
@@ -96,10 +96,17 @@ fn attn_fwd_f16(
 #endrepeat
 
   // Phase 0: the row's running max m and sum l, then its lse. Phase 1: o = Σ exp(s − lse)·v.
-  var row_lse = 0.0;
+  // LSE_IN (a checkpointed recompute whose first forward wrote lse): phase 1 alone, on that lse.
   var m = NEG;
   var l = 0.0;
-  for (var phase = 0u; phase < 2u; phase++) {
+#if LSE_IN
+  var row_lse = select(0.0, lse[min(t, T - 1u) * params.hq + h], valid);
+  let first_phase = 1u;
+#else
+  var row_lse = 0.0;
+  let first_phase = 0u;
+#endif
+  for (var phase = first_phase; phase < 2u; phase++) {
     var kw = key_walk(tile_lo, tile_hi);
     loop {
       if (kw.j0 >= tile_hi) { break; }

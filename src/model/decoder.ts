@@ -163,6 +163,9 @@ export interface KeptActivations {
   /** Without layers (gradient checkpointing), each layer's LoRA u = x·Aᵀ per projection [T, ≥ r]:
    * the backward's recompute takes them, not the down products again; optional. */
   u?: readonly LayerLoraU[];
+  /** Without layers, each layer's attention log-sum-exp [T, Hq], written by the forward: the
+   * recompute reads it (AttentionForwardArgs.lseKnown) instead of finding it again; optional. */
+  lse?: readonly Tensor[];
   /** With anything in f16: u32 [rangeSlots(L)], cleared before the forward; an f16 tensor's slot
    * (rangeSlotName says whose) gets the bits of its largest |x| beyond f16's range (ActivationF16.pack), else 0. */
   range?: Tensor;
@@ -515,7 +518,8 @@ export class Decoder {
       };
       const lora = adapters ? { params: adapters, u, scratch, dropout: a.dropout && layerDropout(a.dropout, l) } : null;
       if (keep) this.keepState(rec, b.h, keep, l);
-      const attend = kept && a.attend.kind === 'packed' ? { ...a.attend, lse: kept.lse } : a.attend;
+      const lse = kept?.lse ?? keep?.lse?.[l];
+      const attend = lse && a.attend.kind === 'packed' ? { ...a.attend, lse } : a.attend;
       this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached' });
       if (held && kept !== held) this.keepWide(rec, kept!, held, keep!.range!, l);
       const ds = a.visual?.deepstack[l];
@@ -533,6 +537,7 @@ export class Decoder {
   private checkKeep(keep: KeptActivations): void {
     const L = this.config.numLayers;
     if (keep.u && keep.u.length !== L) throw new ShapeError('decoder', `kept LoRA u for ${keep.u.length} layers, the model has ${L}`);
+    if (keep.lse && keep.lse.length !== L) throw new ShapeError('decoder', `kept lse for ${keep.lse.length} layers, the model has ${L}`);
     const f16Layers = keep.layers?.some((a) => a.hmid.dtype === 'f16') ?? false;
     if (!(f16Layers || keep.inputs.some((t) => t.dtype === 'f16'))) return;
     if (keep.range?.dtype !== 'u32' || keep.range.numel !== rangeSlots(L)) throw new ShapeError('decoder', `activations kept in f16 need a u32 range buffer of ${rangeSlots(L)} entries`);
@@ -633,7 +638,8 @@ export class Decoder {
       gatherVisual(l + 1); // dh is the gradient of h_{l+1}, DeepStack level l's add included
       const w = this.weights.layers[l];
       const kept = layers ? this.keptLayer(rec, ws, layers[l]) : ws.recompute!;
-      const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: kept.lse } as const;
+      const keptLse = layers ? undefined : a.keep.lse?.[l];
+      const attend = { kind: 'packed', cuSeqlens: a.cuSeqlens, sharedPrefix: a.sharedPrefix, lse: keptLse ?? kept.lse, lseKnown: !!keptLse, recomputed: !layers } as const;
       const ad = a.lora?.[l];
       // A recompute takes the u its forward kept (KeptActivations.u), where it kept them.
       const us = layers ? undefined : a.keep.u?.[l];

@@ -173,7 +173,8 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   const N = seqs * C;
   // The kept hidden states at their dtype; f16 ones are expanded into one more f32 row of H in the backward.
   const f16 = work.activationStorage === 'f16';
-  const saved = (L + 1) * T * H * (f16 ? 2 : f) + T * D * f + 2 * N * H * f;
+  // Beside them, each layer's attention lse and its adapters' u (the checkpointed recompute reads both).
+  const saved = (L + 1) * T * H * (f16 ? 2 : f) + T * D * f + 2 * N * H * f + L * T * (hq + projections.length * r) * f;
   // train.ts's backward: 7 rows of H, 6 of q, 6 of kv, 6 of I, the attention's statistics, 8 LoRA rows.
   const backward = T * ((f16 ? 8 : 7) * H + 6 * q + 6 * kv + 6 * I + 3 * hq + hkv + 2 + 8 * r) * f;
   const logits = N * Math.min(8192, V) * f;

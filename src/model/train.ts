@@ -116,6 +116,8 @@ interface Saved {
   layers: LayerActivations[] | null;
   /** With gradient checkpointing and LoRA, each layer's u = x·Aᵀ per adapted projection (KeptActivations.u). */
   us: LayerLoraU[] | null;
+  /** Checkpointed: each layer's attention log-sum-exp, for its recompute. */
+  lses: Tensor[] | null;
   ids: Tensor;
   cu: Tensor;
   /** PackedBatch.scatterRows and firstTokens. */
@@ -236,11 +238,13 @@ export class Qwen3VLPolicy implements Policy {
     const staging = keepLayers && f16 ? layerActivations(gpu, c, T, rank, 'train.layer_staging') : null;
     // Checkpointed: every layer's LoRA u still kept (T·r floats an adapter), so the recompute runs the updates alone.
     const us = opts.train && !keepLayers && lora ? loraUs(gpu, lora, T) : null;
+    // And each layer's lse (T·Hq floats): the recompute's attention then skips its pass that finds it.
+    const lses = opts.train && !keepLayers ? Array.from({ length: c.numLayers }, (_, l) => gpu.tensor([T, c.numHeads], 'f32', `train.lse${l}`)) : null;
 
     const rec = gpu.recorder('train.forward');
     if (range) rec.clear(range);
     const dec = model.decoder;
-    const keep = opts.train ? { inputs: hs, layers, staging: staging ?? undefined, range: range ?? undefined, u: us ?? undefined } : undefined;
+    const keep = opts.train ? { inputs: hs, layers, staging: staging ?? undefined, range: range ?? undefined, u: us ?? undefined, lse: lses ?? undefined } : undefined;
     const xd = dropout && dropoutWorkspace(gpu, model.lora, T);
     const final = dec.forward(rec, ws, { ids, idsHost: packed.ids, positions: packed.positions, attend, visual: visual ?? undefined, lora, keep, dropout: xd ? { ...dropout!, xd } : undefined });
     if (cs) rec.copy(ws.views(T).cs, cs);
@@ -254,7 +258,7 @@ export class Qwen3VLPolicy implements Policy {
     predictRows.release();
     if (staging) releaseActivations(staging);
     const beyond = range && (await this.beyondF16(range));
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, us, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, us, lses, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
     this.outputs = [logp, entropy, mask];
     if (beyond) {
       // The f16 states would be clamped: this forward again with f32 states (the same dropout masks).
@@ -281,6 +285,7 @@ export class Qwen3VLPolicy implements Policy {
     s.cs?.release();
     for (const a of s.layers ?? []) releaseActivations(a);
     for (const u of s.us ?? []) for (const t of Object.values(u)) t!.release();
+    for (const t of s.lses ?? []) t.release();
     for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
     s.firstTokens?.release();
     if (s.visual) releaseVisual(s.visual);
@@ -320,7 +325,7 @@ export class Qwen3VLPolicy implements Policy {
       embedding.scatterRows(rec, dsel, s.scatterRows, dout);
       if (s.firstTokens) embedding.sumRows(rec, dsel, s.firstTokens, dout, s.batch.sharedPrefix - 1);
       dec.backward(rec, ws, {
-        dout, keep: { inputs: s.hs, layers: s.layers, u: s.us ?? undefined }, cs: s.cs!, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
+        dout, keep: { inputs: s.hs, layers: s.layers, u: s.us ?? undefined, lse: s.lses ?? undefined }, cs: s.cs!, cuSeqlens: s.cu, sharedPrefix: s.batch.sharedPrefix,
         lora: s.lora, dropout: s.dropout && xd ? { ...s.dropout, xd } : undefined,
         visual: dVisual ? { rows: s.visual!.rows, grads: dVisual } : undefined,
       });

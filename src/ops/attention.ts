@@ -45,6 +45,9 @@ export interface AttentionForwardArgs {
   o: Tensor;
   /** Output [T, Hq]: the log-sum-exp the backward needs (training); omit for inference. */
   lse?: Tensor;
+  /** `lse` already holds this attention's log-sum-exp (a checkpointed recompute whose first forward
+   * wrote it): a kernel that can may read it instead of computing it again. */
+  lseKnown?: boolean;
   causal: boolean;
   scale: number;
   /** Rows of a prompt shared by the other sequences (the header says how); 0 or absent: none. */
@@ -69,6 +72,9 @@ export interface AttentionBackwardArgs {
   dv: Tensor;
   /** As in the forward. */
   sharedPrefix?: number;
+  /** q, k and v are the last forward's on this op, unchanged since (a checkpointed layer just
+   * recomputed): a kernel that keeps converted copies of them may reuse those. */
+  inputsOfLastForward?: boolean;
 }
 
 /**

@@ -20,10 +20,12 @@ export const DEFAULT_ATTENTION_F16_TILE: AttentionF16Tile = { subgroups: 8, keys
 const FWD_UNIFORMS = { rows: 'u32', hq: 'u32', hkv: 'u32', causal: 'u32', scale: 'f32', nseq: 'u32', prefix_len: 'u32' } as const;
 const BWD_UNIFORMS = { ...FWD_UNIFORMS, dkv_splits: 'u32', dkv_rows: 'u32', dkv_tile0: 'u32' } as const;
 
-/** An f16 copy of q, k or v, grown on demand, its rows past T kept finite (zero when allocated). */
+/** An f16 copy of q, k or v, grown on demand, its rows past T kept finite (zero when allocated),
+ * and the rows it was last rounded from. */
 interface Copy {
   t: Tensor | null;
   label: string;
+  from?: { buffer: GPUBuffer; byteOffset: number; rows: number };
 }
 
 /** Why `gpu` cannot run attention of head dim `headDim` on f16 tensor cores, or null. */
@@ -50,6 +52,8 @@ export class AttentionF16 {
     private readonly toF16: Kernel,
     private readonly fwd: Kernel,
     private readonly fwdLse: Kernel,
+    /** The second pass alone, on the lse a first forward wrote (AttentionForwardArgs.lseKnown). */
+    private readonly fwdLseIn: Kernel,
     private readonly bwdDq: Kernel,
     private readonly bwdDkv: Kernel,
     /** The shared prefix's key tiles over chunks of their queries, and the sum of the chunks. */
@@ -75,9 +79,10 @@ export class AttentionF16 {
     const defines = { D, FR, SGS: tile.subgroups, BI: tile.keys, KT: tile.keys / FR, DF: D / FR, DHF: D / FR / 2 };
     const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
     const bwd = (name: string, entry: string, split = false) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: BWD_UNIFORMS }], { ...defines, DKV_SPLIT: split });
-    const [[fwd], [fwdLse], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([
+    const [[fwd], [fwdLse], [fwdLseIn], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([
       compileMatrixKernels(gpu, 'attention_f16.fwd', [entry], defines),
       compileMatrixKernels(gpu, 'attention_f16.fwd_lse', [entry], { ...defines, LSE: true }),
+      compileMatrixKernels(gpu, 'attention_f16.fwd_lse_in', [entry], { ...defines, LSE_IN: true }),
       bwd('bwd_dq', 'attn_bwd_dq_f16'),
       bwd('bwd_dkv', 'attn_bwd_dkv_f16'),
       bwd('bwd_dkv_split', 'attn_bwd_dkv_f16', true),
@@ -85,7 +90,7 @@ export class AttentionF16 {
     ]);
     const tokens = tile.subgroups * FR;
     const dkvSum = gpu.kernelOnUse({ name: 'attention_f16.dkv_sum', shader: 'attention_dkv_sum', entry: 'attn_dkv_sum', defines: { D }, uniforms: { hkv: 'u32', dkv_splits: 'u32', dkv_rows: 'u32' } });
-    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, bwdDq, bwdDkv, bwdDkvSplit, dkvSum, Math.max(tokens, tile.keys), tokens);
+    return new AttentionF16(gpu, config, toF16, fwd, fwdLse, fwdLseIn, bwdDq, bwdDkv, bwdDkvSplit, dkvSum, Math.max(tokens, tile.keys), tokens);
   }
 
   /** `x` [T, width] rounded to f16 into its copy (rows past T finite). */
@@ -99,11 +104,20 @@ export class AttentionF16 {
     }
     const count = (T * width) / 2;
     rec.dispatch(this.toF16, { w: x, w16: c.t }, grid1d(count, 256), { count });
+    c.from = { buffer: x.buffer, byteOffset: x.byteOffset, rows: T };
     return c.t;
   }
 
+  /** The copy of `x` a forward made, where the caller vouches that x is unchanged since (`unchanged`) and it was the last rounded; else `x` rounded again. */
+  private rounded(rec: Recorder, which: 'q' | 'k' | 'v', x: Tensor, T: number, width: number, unchanged: boolean): Tensor {
+    const c = this.copies[which];
+    if (unchanged && c.t && c.from?.buffer === x.buffer && c.from.byteOffset === x.byteOffset && c.from.rows === T) return c.t;
+    return this.round(rec, which, x, T, width);
+  }
+
   /**
-   * o = softmax(scale·q·kᵀ + mask)·v as Attention.forward, and lse where given.
+   * o = softmax(scale·q·kᵀ + mask)·v as Attention.forward, and lse where given; with `lseKnown`
+   * the lse given is read, and only the pass over the keys that sums exp(s − lse)·v runs.
    */
   forward(rec: Recorder, a: AttentionForwardArgs): void {
     const op = 'attention_f16';
@@ -123,7 +137,8 @@ export class AttentionF16 {
     const q16 = this.round(rec, 'q', a.q, T, hq * D);
     const k16 = this.round(rec, 'k', a.k, T, hkv * D);
     const v16 = this.round(rec, 'v', a.v, T, hkv * D);
-    const kernel = a.lse ? this.fwdLse : this.fwd;
+    if (a.lseKnown && !a.lse) throw new ShapeError(op, 'lseKnown without an lse to read');
+    const kernel = a.lseKnown ? this.fwdLseIn : a.lse ? this.fwdLse : this.fwd;
     const bindings: Record<string, Tensor> = { q16, k16v: k16, v16v: v16, o: a.o, cu_seqlens: a.cuSeqlens };
     if (a.lse) bindings.lse = a.lse;
     const u = { rows: T, hq, hkv, causal: a.causal ? 1 : 0, scale: a.scale, nseq, prefix_len: prefix };
@@ -138,10 +153,11 @@ export class AttentionF16 {
     const { hq, hkv, headDim: D } = this.config;
     const T = a.q.shape[0];
     const nseq = a.cuSeqlens.numel - 1;
+    const same = a.inputsOfLastForward ?? false;
     const copies = {
-      q16: this.round(rec, 'q', a.q, T, hq * D),
-      k16: this.round(rec, 'k', a.k, T, hkv * D),
-      v16: this.round(rec, 'v', a.v, T, hkv * D),
+      q16: this.rounded(rec, 'q', a.q, T, hq * D, same),
+      k16: this.rounded(rec, 'k', a.k, T, hkv * D, same),
+      v16: this.rounded(rec, 'v', a.v, T, hkv * D, same),
       do16: this.round(rec, 'dout', a.dout, T, hq * D),
     };
     const prefix = a.sharedPrefix ?? 0;

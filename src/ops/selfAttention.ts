@@ -18,7 +18,7 @@ import type { Rope } from './rope';
 
 /** How a layer attends: over its own packed rows, or through the KV cache. */
 export type AttendMode =
-  | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor; sharedPrefix?: number }
+  | { kind: 'packed'; cuSeqlens: Tensor; lse?: Tensor; lseKnown?: boolean; recomputed?: boolean; sharedPrefix?: number }
   | { kind: 'cached'; cache: KvCache; slot0: number; count: number; split?: AttentionSplit };
 
 /** A training forward's attention: over its packed rows, keeping the log-sum-exp [T, Hq] for the backward. */
@@ -112,7 +112,7 @@ export class SelfAttention {
     const { b, attend } = a;
     this.qkNormRope(rec, a);
     if (attend.kind === 'packed') {
-      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
+      attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, lseKnown: attend.lseKnown, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
       projection.project(rec, b.attn, [a.o], { int8: a.int8, scratch: a.scratch, accumulate: true });
       return;
     }
@@ -175,7 +175,7 @@ export class SelfAttention {
     const T = b.q.shape[0];
     attention.backward(rec, {
       q: b.q, k: b.k, v: b.v, o: b.attn, lse: attend.lse, dout: a.dattn, cuSeqlens: attend.cuSeqlens, sharedPrefix: attend.sharedPrefix,
-      causal: true, scale: this.scale, rowStats: a.rowStats, dq: a.dq, dk: a.dk, dv: a.dv,
+      causal: true, scale: this.scale, rowStats: a.rowStats, dq: a.dq, dk: a.dk, dv: a.dv, inputsOfLastForward: attend.recomputed,
     });
     rope.applyBackward(rec, cs, a.dq, hq);
     rope.applyBackward(rec, cs, a.dk, hkv);

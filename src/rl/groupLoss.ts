@@ -25,7 +25,9 @@ export interface GroupLossArgs {
 }
 
 export interface GroupLoss {
-  result: RlLossResult;
+  /** Read back once the loss has run: queued at once, awaited by the caller after it has recorded
+   * the backward, so that the GPU does not wait on the host between the two. */
+  result: Promise<RlLossResult>;
   /**
    * `grad` and `gradEntropy` are the f32 [G, maxLen] gradients for Policy.backward (gradEntropy is
    * all zeros without the entropy bonus); release with RlLoss.release.
@@ -64,7 +66,9 @@ export async function groupLoss(gpu: Gpu, rl: RlLoss, a: GroupLossArgs): Promise
     rec.copy(a.fwd.entropy as Tensor, b.planes, n * 4, 0, 2 * PLANE.entropy * n * 4);
     rl.loss(rec, b, a.config, { old: a.old !== null, ref: a.ref !== null, sampling: a.sampling !== null, entropy: true }, { entropyCoef: a.entropyCoef, entropyDenominator: a.entropyDenominator });
     await rec.submit();
-    return { result: await RlLoss.read(gpu, b), buffers: b };
+    const result = RlLoss.read(gpu, b);
+    result.catch(() => undefined); // a caller that fails before awaiting it throws its own error
+    return { result, buffers: b };
   } catch (e) {
     RlLoss.release(b);
     throw e;

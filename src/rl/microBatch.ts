@@ -107,7 +107,8 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
 
   if (chunks.length === 1) {
     const fwd = await policy.forward(batch, { temperature, lora: true, train: true, gradientCheckpointing, dropout });
-    const { result, buffers } = await groupLoss(gpu, rl, { ...a.loss, fwd });
+    const loss = await groupLoss(gpu, rl, { ...a.loss, fwd });
+    const { buffers } = loss;
     try {
       // The readbacks are queued now, before the backward; the backward is recorded while they map
       // (awaiting them first left the GPU idle until the CPU recorded the backward's first layer).
@@ -115,7 +116,7 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
       reads.catch(() => undefined); // a failing backward throws first; this one is then not left unhandled
       await policy.backward(buffers.grad, hasEntropyBonus(a.loss.config) ? buffers.gradEntropy : undefined);
       const [logps, entropy] = await reads;
-      return { result, logps, entropy };
+      return { result: await loss.result, logps, entropy };
     } finally {
       RlLoss.release(buffers);
     }
@@ -163,7 +164,7 @@ export async function groupStep(gpu: Gpu, policy: Policy, rl: RlLoss, a: GroupSt
       }
     }
     const [lp, ent] = await reads;
-    return { result: loss.result, logps: lp, entropy: ent };
+    return { result: await loss.result, logps: lp, entropy: ent };
   } finally {
     if (buffers) RlLoss.release(buffers);
     for (const t of [logps, entropy, mask]) t.release();

@@ -78,7 +78,8 @@ async function setup(c: Case) {
   const routed = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
   routed.useTensorCores(f16);
   const args = { q: io.q, k: io.k, v: io.v, cuSeqlens: io.cu, causal: c.causal, scale: 1 / Math.sqrt(c.D), sharedPrefix: c.prefix };
-  const grads = (f: Attention, o: Tensor, lse: Tensor, dq: Tensor, dk: Tensor, dv: Tensor) => (r: Recorder) => f.backward(r, { ...args, o, lse, dout: io.dout, rowStats: io.stats, dq, dk, dv });
+  // `recomputed`: right after the forward on the same q, k, v (AttentionBackwardArgs.inputsOfLastForward).
+  const grads = (f: Attention, o: Tensor, lse: Tensor, dq: Tensor, dk: Tensor, dv: Tensor, recomputed = false) => (r: Recorder) => f.backward(r, { ...args, o, lse, dout: io.dout, rowStats: io.stats, dq, dk, dv, inputsOfLastForward: recomputed });
   return { T, io, f32, f16, routed, args, grads, release: () => [...Object.values(io)].forEach((x) => x.release()) };
 }
 
@@ -98,12 +99,17 @@ for (const c of CASES) {
   s.f16.forward(rec3, { ...s.args, o: s.io.o16 });
   await rec3.submit();
   const en = maxDiff(o, await read(s.io.o16)) / maxAbs(o);
+  // A checkpointed recompute: the second pass alone, on the lse the first forward wrote.
+  const rec5 = gpu.recorder('check');
+  s.f16.forward(rec5, { ...s.args, o: s.io.o16, lse: s.io.lse16, lseKnown: true });
+  await rec5.submit();
+  const ek = maxDiff(o, await read(s.io.o16)) / maxAbs(o);
   // The backward of each path, from its own forward's o and lse.
   const rec4 = gpu.recorder('check');
   s.f32.forward(rec4, { ...s.args, o: s.io.o, lse: s.io.lse });
   s.grads(s.f32, s.io.o, s.io.lse, s.io.dq, s.io.dk, s.io.dv)(rec4);
   s.routed.forward(rec4, { ...s.args, o: s.io.o16, lse: s.io.lse16 });
-  s.grads(s.routed, s.io.o16, s.io.lse16, s.io.dq16, s.io.dk16, s.io.dv16)(rec4);
+  s.grads(s.routed, s.io.o16, s.io.lse16, s.io.dq16, s.io.dk16, s.io.dv16, true)(rec4);
   await rec4.submit();
   const eg3 = await Promise.all(([['dq', s.io.dq, s.io.dq16], ['dk', s.io.dk, s.io.dk16], ['dv', s.io.dv, s.io.dv16]] as const).map(async ([n, x, y]) => {
     const [a, b] = [await read(x), await read(y)];
@@ -111,9 +117,9 @@ for (const c of CASES) {
   }));
   // q, k, v rounded to f16 (2^-11 relative) and p to f16: a few 1e-3 of max |o| at most; the
   // gradients also round dO and dS.
-  const ok = [eo, en].every((e) => e < 4e-3) && el < 4e-3 && [o16, lse16].every((x) => x.every(Number.isFinite)) && eg3.every((g) => g.finite && g.e < 1e-2);
+  const ok = [eo, en, ek].every((e) => e < 4e-3) && el < 4e-3 && [o16, lse16].every((x) => x.every(Number.isFinite)) && eg3.every((g) => g.finite && g.e < 1e-2);
   if (!ok) failed = true;
-  console.log(`${ok ? 'ok  ' : 'FAIL'} ${c.label}: o ${eo.toExponential(2)} of max |o| (without lse ${en.toExponential(2)}), lse ${el.toExponential(2)}; ${eg3.map((g) => `${g.n} ${g.e.toExponential(2)}`).join(', ')} of max |f32|`);
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${c.label}: o ${eo.toExponential(2)} of max |o| (without lse ${en.toExponential(2)}, on the lse given ${ek.toExponential(2)}), lse ${el.toExponential(2)}; ${eg3.map((g) => `${g.n} ${g.e.toExponential(2)}`).join(', ')} of max |f32|`);
   s.f16.release();
   s.release();
 }
@@ -144,10 +150,11 @@ if (!args.bool('no-speed')) {
       const withLse = await time((r) => f16.forward(r, { ...s.args, o: s.io.o16, lse: s.io.lse16 }));
       const err = maxDiff(await read(s.io.o), await read(s.io.o16)) / maxAbs(await read(s.io.o));
       if (!(err < 4e-3)) failed = true;
+      const lseGiven = await time((r) => f16.forward(r, { ...s.args, o: s.io.o16, lse: s.io.lse16, lseKnown: true }));
       const routed = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
       routed.useTensorCores(f16);
       const backward = await time(s.grads(routed, s.io.o16, s.io.lse16, s.io.dq16, s.io.dk16, s.io.dv16), 2.5);
-      line.push(`${tile.subgroups}x${tile.keys} with lse ${withLse} (error ${err.toExponential(1)}), backward ${backward}`);
+      line.push(`${tile.subgroups}x${tile.keys} with lse ${withLse} (error ${err.toExponential(1)}), on the lse given ${lseGiven}, backward ${backward}`);
       f16.release();
     }
     console.log(`${c.label}: ${line.join('; ')}`);

@@ -135,11 +135,12 @@ export async function run(args: CliArgs): Promise<void> {
   const fwd = await policy.forward(seqs, { temperature, lora: true, train: true });
   const mask = await gpu.readF32(fwd.mask);
   const rl = await RlLoss.create(gpu);
-  const { result, buffers } = await groupLoss(gpu, rl, { fwd, mask, old: old && pad(old, T), ref, sampling: null, scores: { rewards: rewards as number[] }, config });
+  const { result: reading, buffers } = await groupLoss(gpu, rl, { fwd, mask, old: old && pad(old, T), ref, sampling: null, scores: { rewards: rewards as number[] }, config });
   const zero = gpu.recorder('zero grads');
   for (const p of params) model.decoder.ops.lora.zeroGrad(zero, p);
   await zero.submit();
   await policy.backward(buffers.grad, hasEntropyBonus(config) ? buffers.gradEntropy : undefined);
+  const result = await reading;
   RlLoss.release(buffers);
 
   const tensors = [];
