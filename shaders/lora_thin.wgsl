@@ -13,6 +13,12 @@
 // With TRANS_W, B_g's columns are staged in workgroup memory a chunk of K at a time.
 // k_g % 4 == 0 (src/ops/lora.ts checks). Grid: x = blocks of BR rows, y = adapters · rank blocks.
 // SECOND / THIRD add the adapters g = 1, 2. W_TYPE is vec4<f32> (rows of A read as vec4s) or f32 (TRANS_W).
+// SUBGROUPS (subgroups of exactly SG_SIZE lanes, dividing LANES): a sub-tile's lanes are whole
+// subgroups, which sum their lanes with subgroupAdd; the H = LANES / SG_SIZE subgroups of a
+// sub-tile meet in workgroup memory once (without: two rounds of LANES partial sums a output).
+#if SUBGROUPS
+// requires: subgroups
+#endif
 
 struct Params {
   rows: u32,
@@ -51,7 +57,13 @@ const BC = 8u;                         // ranks a workgroup: two quads
 const LANES = 256u / (2u * ROW_QUADS); // threads along K per sub-tile
 const OUTS = BR * BC;
 const PAD = LANES + 1u; // a row of `red` per output of a round; +1 keeps the summing threads on distinct banks
+#if SUBGROUPS
+const SG_SIZE = {{SG_SIZE}}u;
+const H = LANES / SG_SIZE; // subgroups a sub-tile
+var<workgroup> red: array<f32, 256u / LANES * H * 16u>; // [sub-tile][subgroup][4 rows x 4 ranks]
+#else
 var<workgroup> red: array<f32, OUTS / 2u * PAD>;
+#endif
 #if TRANS_W
 const WPAD = LANES + 1u; // vec4s a staged rank, +1 spreads the staging writes over banks
 var<workgroup> wts: array<vec4<f32>, BC * WPAD>;
@@ -123,13 +135,26 @@ fn store(g: u32, i: u32, v: f32) {
 }
 
 @compute @workgroup_size(256)
-fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn thin(
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(local_invocation_index) li: u32,
+#if SUBGROUPS
+  @builtin(subgroup_id) sgid: u32,
+  @builtin(subgroup_invocation_id) sgl: u32,
+#endif
+) {
   let g = wid.y / p.rank_blocks;
   let j0 = (wid.y % p.rank_blocks) * BC;
   let k = k_of(g);
   let k4n = k / 4u;
+#if SUBGROUPS
+  // By subgroup, not by invocation index (WGSL does not say how the two map).
+  let lane = (sgid % H) * SG_SIZE + sgl;
+  let sub = sgid / H;
+#else
   let lane = li % LANES;
   let sub = li / LANES;          // sub-tiles: ROW_QUADS of rows x 2 of ranks
+#endif
   let row0 = wid.x * BR + (sub / 2u) * 4u;
   // Rows past the end read the last one; their sums are never written.
   var xo: array<u32, 4>;
@@ -177,6 +202,32 @@ fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
   }
 #endif
+#if SUBGROUPS
+  for (var i = 0u; i < 4u; i++) {
+    acc[i] = subgroupAdd(acc[i]);
+  }
+  if (sgl == 0u) {
+    for (var i = 0u; i < 4u; i++) {
+      for (var c = 0u; c < 4u; c++) {
+        red[(sub * H + sgid % H) * 16u + 4u * i + c] = acc[i][c];
+      }
+    }
+  }
+  workgroupBarrier();
+  if (li < OUTS) {
+    let sub2 = li / 16u;
+    let e = li % 16u;
+    var s = 0.0;
+    for (var h = 0u; h < H; h++) {
+      s += red[(sub2 * H + h) * 16u + e];
+    }
+    let row = wid.x * BR + (sub2 / 2u) * 4u + e / 4u;
+    let j = j0 + (sub2 % 2u) * 4u + e % 4u;
+    if (row < p.rows && j < p.r) {
+      store(g, row * p.r + j, scale_of(g) * s);
+    }
+  }
+#else
   // The lanes' sums meet in two rounds of two rows each (half the workgroup memory of one round).
   for (var h = 0u; h < 2u; h++) {
     for (var i2 = 0u; i2 < 2u; i2++) {
@@ -200,4 +251,5 @@ fn thin(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
     workgroupBarrier();
   }
+#endif
 }

@@ -10,7 +10,7 @@
 // (forwardGroup, backwardGroup): their u, or their t, in one of shaders/lora_thin.wgsl (no K split
 // into partials, x read for all), their up products in one of up_add, their dX in one, their dA
 // and dB in two of shaders/lora_grad.wgsl.
-import { grid1d, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
+import { capabilitiesOf, grid1d, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from './matmul';
 import { loraScale, type LoraParams } from './loraParams';
 
@@ -85,6 +85,14 @@ function thinBytes(rq: number, trans: boolean): number {
   const lanes = 256 / (2 * rq);
   return 4 * (16 * rq) * (lanes + 1) + (trans ? 16 * THIN_RANKS * (lanes + 1) : 0);
 }
+/**
+ * The subgroup size lora_thin sums its lanes with (subgroupAdd), or null for its workgroup-memory
+ * rounds: subgroups on the device, of one size (min = max) that divides both of its lane counts (32, 64).
+ */
+export function thinSubgroupSize(gpu: Gpu): number | null {
+  const { enabled, minSize, maxSize } = capabilitiesOf(gpu).subgroups;
+  return enabled && minSize !== null && minSize === maxSize && 32 % minSize === 0 ? minSize : null;
+}
 /** Adapters a group dispatch binds at most (q/k/v). */
 export const LORA_GROUP_MAX = 3;
 /** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds. */
@@ -143,6 +151,7 @@ export interface LoraBackwardMember {
 export class Lora {
   /** Variants by defines, each compiled on first use. */
   private readonly variants = new Map<string, Kernel>();
+  private readonly thinSubgroup: number | null;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -150,7 +159,9 @@ export class Lora {
     private readonly initK: Kernel,
     private readonly dropFwdK: Kernel,
     private readonly dropBwdK: Kernel,
-  ) {}
+  ) {
+    this.thinSubgroup = thinSubgroupSize(gpu);
+  }
 
   static async create(gpu: Gpu): Promise<Lora> {
     const spec = (entry: string) => ({
@@ -244,12 +255,13 @@ export class Lora {
     const blocks = Math.ceil(r / THIN_RANKS);
     const few = Math.ceil(T / 16) * G * blocks < THIN_MIN_GROUPS;
     const rowQuads = few && thinBytes(2, trans) <= this.gpu.limits.maxComputeWorkgroupStorageSize ? 2 : 4;
-    const key = `thin/${trans}/${G}/${shared}/${rowQuads}`;
+    const sg = this.thinSubgroup;
+    const key = `thin/${trans}/${G}/${shared}/${rowQuads}/${sg}`;
     const k = this.variant(key, () => ({
       name: `lora.thin${trans ? '[t]' : '[u]'}${G > 1 ? `x${G}` : ''}`,
       shader: 'lora_thin',
       entry: 'thin',
-      defines: { TRANS_W: trans, SHARED_X: shared, SECOND: G > 1, THIRD: G > 2, W_TYPE: trans ? 'f32' : 'vec4<f32>', ROW_QUADS: rowQuads },
+      defines: { TRANS_W: trans, SHARED_X: shared, SECOND: G > 1, THIRD: G > 2, W_TYPE: trans ? 'f32' : 'vec4<f32>', ROW_QUADS: rowQuads, SUBGROUPS: sg !== null, SG_SIZE: sg ?? 0 },
       uniforms: { rows: 'u32', r: 'u32', rank_blocks: 'u32', k0: 'u32', k1: 'u32', k2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' },
     }));
     const bind: Record<string, Tensor> = {};

@@ -16,3 +16,9 @@ export function withDefaultStorageLimit(gpu: Gpu): Gpu {
   const limits = new Proxy(gpu.limits, { get: (t, k) => (k === 'maxStorageBuffersPerShaderStage' ? 8 : t[k as keyof GPUSupportedLimits]) });
   return Object.create(gpu, { limits: { value: limits } }) as Gpu;
 }
+
+/** `gpu` as a device without the 'subgroups' feature: kernels that can use subgroups take their fallback. */
+export function withoutSubgroups(gpu: Gpu): Gpu {
+  const features = new Set([...gpu.features].filter((f) => f !== 'subgroups'));
+  return Object.create(gpu, { features: { value: features } }) as Gpu;
+}
