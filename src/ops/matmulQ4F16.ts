@@ -6,6 +6,7 @@
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
+import { Q4ToF16 } from './q4ToF16';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
  * over 2 x `tn` fragments. */
@@ -136,7 +137,7 @@ export class MatmulQ4F16 {
     /** On Q4 weights, and on f16 ones (W16). */
     private readonly q4K: GemmPair,
     private readonly f16K: GemmPair,
-    private readonly convert: { dense: Kernel; q4: Kernel },
+    private readonly convert: { dense: Kernel; q4: Q4ToF16 },
     readonly expandMaxWords: number,
     private readonly rs: Tensor,
     private readonly x16: Tensor,
@@ -163,14 +164,13 @@ export class MatmulQ4F16 {
       return { forward, dinput };
     };
     // Compiled side by side: a load waits for the slowest, not for the sum.
-    const [rowScale, q4K, f16K, dense, q4] = await Promise.all([
+    const [rowScale, q4K, f16K, dense] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {}),
       pair(false),
       pair(true),
       one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32' }, {}),
-      one('matmul_q4_f16', 'f16_convert', 'q4_to_f16', { count: 'u32' }, {}),
     ]);
-    const convert = { dense, q4 };
+    const convert = { dense, q4: Q4ToF16.create(gpu) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * opts.maxK) / 2], 'u32', 'matmul_q4_f16.x16');
@@ -234,18 +234,24 @@ export class MatmulQ4F16 {
     return { w16, n, k };
   }
 
-  /** The bindings of a Q4 weight: its f16 expansion (expandMaxWords) into the one scratch, which
-   * the dispatch recorded next reads before any later expansion rewrites it, or its codes and scales. */
-  private weight(rec: Recorder, w: Q4Weight): Record<string, Tensor> {
+  /** Whether W is expanded to f16 once a call (expandMaxWords) rather than dequantized in the kernel. */
+  private expands(w: Q4Weight): boolean {
+    return (w.n * w.k) / 2 <= this.expandMaxWords;
+  }
+
+  /** The bindings of a Q4 weight: its f16 expansion (expandMaxWords; `transpose`: Wᵀ) into the one
+   * scratch, which the dispatch recorded next reads before any later expansion rewrites it, or its
+   * codes and scales. */
+  private weight(rec: Recorder, w: Q4Weight, transpose = false): Record<string, Tensor> {
     const words = (w.n * w.k) / 2;
-    if (words > this.expandMaxWords) return { codes2: w.codes, scales: w.scales };
+    if (!this.expands(w)) return { codes2: w.codes, scales: w.scales };
     if (!this.scratch || this.scratch.numel < words) {
       // As MatmulQ4Mma's scratch: calls recorded before still read the smaller one, and the
       // queue orders them before any reuse of its buffer; kept while a tape is captured.
       if (!rec.capturing) this.scratch?.release();
       this.scratch = this.gpu.tensor([words], 'u32', 'matmul_q4_f16.w16');
     }
-    rec.dispatch(this.convert.q4, { codes: w.codes, scales: w.scales, w16: this.scratch }, grid1d(words, 256), { count: words });
+    this.convert.q4.expand(rec, w, this.scratch, transpose);
     return { w16: this.scratch };
   }
 
@@ -254,11 +260,13 @@ export class MatmulQ4F16 {
     const op = 'matmulQ4F16.backwardInput';
     if (!this.takesInput(w)) throw new ShapeError(op, `N = ${w.n} must be a multiple of ${Q4_GROUP}`);
     const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
-    const weight = this.weight(rec, w);
+    // An expanded W is expanded transposed: dY·W is then the forward's product on Wᵀ.
+    const forward = this.expands(w);
+    const weight = this.weight(rec, w, forward);
     for (const [r0, rows] of this.slices(op, m, w.n)) {
       const dys = rowSlice(dy, r0, rows, w.n);
       const xin = this.rowScales(rec, dys, rows, w.n);
-      this.dispatch(rec, true, xin, weight, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n, accumulate: accumulate ? 1 : 0 });
+      this.dispatch(rec, !forward, xin, weight, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n, accumulate: accumulate ? 1 : 0 });
     }
   }
 

@@ -1,0 +1,37 @@
+// Q4 weights expanded to f16 for the f16 tensor-core GEMM's W16 variant (shaders/f16_convert.wgsl):
+// W [N, K] as it is, for the forward, or transposed to Wᵀ [K, N], for the input gradient: dY·W is
+// then the forward's product on Wᵀ, whose staging runs faster than the input gradient's own
+// (BENCHMARKS.md, f16 tensor cores).
+import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
+import type { Q4Weight } from './matmulQ4';
+
+/** q4_to_f16_t's tile: rows and columns of W a workgroup. */
+const TILE = 64;
+
+export class Q4ToF16 {
+  private constructor(
+    private readonly plain: Kernel,
+    private readonly transposed: Kernel,
+  ) {}
+
+  /** Its kernels compile on first use (they need shader-f16). */
+  static create(gpu: Gpu): Q4ToF16 {
+    return new Q4ToF16(
+      gpu.kernelOnUse({ name: 'matmul_q4_f16.q4_to_f16', shader: 'f16_convert', entry: 'q4_to_f16', uniforms: { count: 'u32' } }),
+      gpu.kernelOnUse({ name: 'matmul_q4_f16.q4_to_f16_t', shader: 'f16_convert', entry: 'q4_to_f16_t', defines: { TRANSPOSE: true }, uniforms: { count: 'u32', n: 'u32', k: 'u32' } }),
+    );
+  }
+
+  /** `out` (u32, two halves a word, at least N·K / 2 words) = W rounded to f16 as [N][K], or with
+   * `transpose` as Wᵀ [K][N] (N even). */
+  expand(rec: Recorder, w: Q4Weight, out: Tensor, transpose: boolean): void {
+    const words = (w.n * w.k) / 2;
+    if (out.dtype !== 'u32' || out.numel < words) throw new ShapeError('q4ToF16', `'${out.label}' must be u32 of at least ${words} words, got ${out.dtype} [${out.shape.join(', ')}]`);
+    if (!transpose) {
+      rec.dispatch(this.plain, { codes: w.codes, scales: w.scales, w16: out }, grid1d(words, 256), { count: words });
+      return;
+    }
+    if (w.n % 2 !== 0) throw new ShapeError('q4ToF16', `a transposed expansion needs an even N, got ${w.n}`);
+    rec.dispatch(this.transposed, { codes: w.codes, scales: w.scales, w16: out }, [Math.ceil(w.k / TILE), Math.ceil(w.n / TILE)], { count: words, n: w.n, k: w.k });
+  }
+}
