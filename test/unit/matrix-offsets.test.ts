@@ -159,6 +159,7 @@ const variants: { shader: string; defines: Defines }[] = [
   ...KB.map((d) => ({ shader: 'matmul_q4_mma_gemm_kb', defines: { ...d, BLOCKED: true } })),
   ...ATTENTION.flatMap((d) => [
     { shader: 'attention_f16', defines: { ...d, LSE: true } },
+    { shader: 'attention_f16', defines: { ...d, LSE_IN: true } },
     { shader: 'attention_f16_bwd', defines: { ...d, DKV_SPLIT: false } },
     { shader: 'attention_f16_bwd', defines: { ...d, DKV_SPLIT: true } },
   ]),
