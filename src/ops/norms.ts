@@ -6,37 +6,47 @@
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 
 const WG = 128;
-/** The vec4 forward: rows of at least 4·VEC4_WG elements with n % 4 == 0 (the hidden rows). */
+/** The vec4 kernels: rows of at least 4·VEC4_WG elements with n % 4 == 0 (the hidden rows). */
 const VEC4_WG = 256;
+/** The rows kernels: narrower rows with n % 4 == 0 (the q/k norms' head_dim), ROWS_PER_WG a
+ * workgroup of ROWS_WG threads (shaders/norms.wgsl's RT = ROWS_WG / ROWS_PER_WG threads a row). */
+const ROWS_WG = 256;
+const ROWS_PER_WG = 8;
 const UNIFORMS = { rows: 'u32', n: 'u32', eps: 'f32' } as const;
+
+/** How an RMSNorm kernel covers rows of n: one workgroup a row (scalar or vec4) or several (rows). */
+type Layout = 'scalar' | 'vec4' | 'rows';
+
+function layoutOf(n: number): Layout {
+  if (n % 4 !== 0) return 'scalar';
+  return n >= 4 * VEC4_WG ? 'vec4' : 'rows';
+}
+
+/** Each RMSNorm entry by layout, and its variant (SAVE_RSTD forward, ACCUMULATE backward). */
+type RmsKernels = Record<Layout, { plain: Kernel; variant: Kernel }>;
 
 export class Norms {
   private constructor(
-    private readonly rmsK: Kernel,
-    private readonly rmsSaveK: Kernel,
-    private readonly rmsBwdK: Kernel,
-    private readonly rmsBwdAccK: Kernel,
+    private readonly rmsFwd: RmsKernels,
+    private readonly rmsBwd: RmsKernels,
     private readonly layerK: Kernel,
-    private readonly rmsVec4K: Kernel,
-    private readonly rmsVec4SaveK: Kernel,
     private readonly layerBwdK: Kernel,
     private readonly layerBwdAccK: Kernel,
   ) {}
 
   static async create(gpu: Gpu): Promise<Norms> {
     const spec = (entry: string, defines: Record<string, boolean> = {}, wg = WG) => ({ shader: 'norms', entry, defines, constants: { WG: wg }, uniforms: UNIFORMS });
-    const ks = [
-      gpu.kernelOnUse(spec('rmsnorm_fwd')),
-      gpu.kernelOnUse(spec('rmsnorm_fwd', { SAVE_RSTD: true })),
-      gpu.kernelOnUse(spec('rmsnorm_bwd')),
-      gpu.kernelOnUse(spec('rmsnorm_bwd', { ACCUMULATE: true })),
+    const family = (entry: string, variant: string): RmsKernels => {
+      const pair = (e: string, wg: number) => ({ plain: gpu.kernelOnUse(spec(e, {}, wg)), variant: gpu.kernelOnUse(spec(e, { [variant]: true }, wg)) });
+      return { scalar: pair(entry, WG), vec4: pair(`${entry}_vec4`, VEC4_WG), rows: pair(`${entry}_rows`, ROWS_WG) };
+    };
+    return new Norms(
+      family('rmsnorm_fwd', 'SAVE_RSTD'),
+      family('rmsnorm_bwd', 'ACCUMULATE'),
       gpu.kernelOnUse(spec('layernorm_fwd')),
-      gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', {}, VEC4_WG)),
-      gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', { SAVE_RSTD: true }, VEC4_WG)),
       gpu.kernelOnUse(spec('layernorm_bwd')),
       gpu.kernelOnUse(spec('layernorm_bwd', { ACCUMULATE: true })),
-    ];
-    return new Norms(ks[0], ks[1], ks[2], ks[3], ks[4], ks[5], ks[6], ks[7], ks[8]);
+    );
   }
 
   /** y = x·rsqrt(mean(x²)+eps)·w per row; `rstd` [rows], when given, receives rsqrt(mean(x²)+eps). */
@@ -45,13 +55,10 @@ export class Norms {
     const rows = this.checkRows(op, x, weight, { y });
     if (rstd) this.checkRstd(op, rstd, rows);
     const n = weight.numel;
-    const uniforms = { rows, n, eps };
-    if (n % 4 === 0 && n >= 4 * VEC4_WG) {
-      const bind = { x4: x, weight4: weight, y4: y };
-      if (rstd) rec.dispatch(this.rmsVec4SaveK, { ...bind, rstd }, grid1d(rows, 1), uniforms);
-      else rec.dispatch(this.rmsVec4K, bind, grid1d(rows, 1), uniforms);
-    } else if (rstd) rec.dispatch(this.rmsSaveK, { x, weight, y, rstd }, grid1d(rows, 1), uniforms);
-    else rec.dispatch(this.rmsK, { x, weight, y }, grid1d(rows, 1), uniforms);
+    const layout = layoutOf(n);
+    const k = this.rmsFwd[layout];
+    const bind: Record<string, Tensor> = layout === 'scalar' ? { x, weight, y } : { x4: x, weight4: weight, y4: y };
+    rec.dispatch(rstd ? k.variant : k.plain, rstd ? { ...bind, rstd } : bind, this.grid(layout, rows), { rows, n, eps });
   }
 
   /** dx (=, or += with accumulate) of rmsnorm, from dy, its input x, w and the rstd it saved. */
@@ -59,7 +66,16 @@ export class Norms {
     const op = 'rmsnorm_backward';
     const rows = this.checkRows(op, x, weight, { dy, dx });
     this.checkRstd(op, rstd, rows);
-    rec.dispatch(accumulate ? this.rmsBwdAccK : this.rmsBwdK, { dy, x, weight, rstd, dx }, grid1d(rows, 1), { rows, n: weight.numel, eps: 0 });
+    const n = weight.numel;
+    const layout = layoutOf(n);
+    const k = this.rmsBwd[layout];
+    const bind: Record<string, Tensor> = layout === 'scalar' ? { dy, x, weight, dx } : { dy4: dy, x4: x, weight4: weight, dx4: dx };
+    rec.dispatch(accumulate ? k.variant : k.plain, { ...bind, rstd }, this.grid(layout, rows), { rows, n, eps: 0 });
+  }
+
+  /** Workgroups for `rows` rows: one a row, or ROWS_PER_WG a workgroup. */
+  private grid(layout: Layout, rows: number): [number, number] {
+    return grid1d(rows, layout === 'rows' ? ROWS_PER_WG : 1);
   }
 
   /** y = (x − mean)·rsqrt(var + eps)·w + b per row (biased variance, as torch.nn.LayerNorm). */

@@ -40,17 +40,25 @@ const SHAPES: [number, number][] = [
   [5, 130],
   [2, 300],
 ];
-/** Rows wide enough for the vec4 forward (n % 4 == 0, n ≥ 1024): one pass per thread, and a ragged last pass. */
+/** Rows wide enough for the vec4 kernels (n % 4 == 0, n ≥ 1024): one pass per thread, and a ragged last pass. */
 const WIDE: [number, number][] = [
   [1, 2048],
   [3, 1028],
+];
+/** Narrower rows with n % 4 == 0, 8 a workgroup (the rows kernels): a partial last workgroup, rows of
+ * one vec4, of a q/k head (32 threads, one vec4 each) and of more vec4s than threads. */
+const NARROW: [number, number][] = [
+  [1, 4],
+  [11, 128],
+  [9, 132],
+  [3, 296],
 ];
 
 describe('norms', () => {
   it('rmsnorm forward matches f64 (odd widths, one row, wide rows), and saves rstd', async () => {
     const gpu = await testGpu();
     const norms = await Norms.create(gpu);
-    for (const [rows, n] of [...SHAPES, ...WIDE]) {
+    for (const [rows, n] of [...SHAPES, ...WIDE, ...NARROW]) {
       const x = randNormal(rows * n, rows * 100 + n);
       const w = randUniform(n, n, 0.5, 1.5);
       const eps = 1e-6;
@@ -88,10 +96,10 @@ describe('norms', () => {
     [tq, tw, ty].forEach((t) => t.release());
   });
 
-  it('rmsnorm backward matches finite differences of the f64 forward, and accumulates', async () => {
+  it('rmsnorm backward matches finite differences of the f64 forward, and accumulates (odd, wide and narrow rows)', async () => {
     const gpu = await testGpu();
     const norms = await Norms.create(gpu);
-    for (const [rows, n] of SHAPES) {
+    for (const [rows, n] of [...SHAPES, ...WIDE, ...NARROW]) {
       const x = randNormal(rows * n, 7 * rows + n);
       const w = randUniform(n, n + 1, 0.5, 1.5);
       const dy = randNormal(rows * n, 3 * n + rows);
