@@ -6,8 +6,9 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 
 // 4-bit weights on f16 tensor cores (f16 x f16 -> f32 subgroup matrices, FR x FR x FK):
 //   gemm:    y [M, N] (+)= x [M, K] · Wᵀ      (W [N, K] in the Q4 format; reduction over K)
-//   DINPUT:  dX [M, K] (+)= dY [M, N] · W     (the same file with the reduction over W's rows)
-//   W16:     W given in f16 instead of Q4 (dense weights, or Q4 expanded once a call: f16_convert.wgsl)
+//   DINPUT:  dX [M, K] (+)= dY [M, N] · W     (the same file with the reduction over W's rows; Q4 W)
+//   W16:     W given in f16 instead of Q4, forward only (dense weights, or Q4 expanded once a call
+//            by f16_convert.wgsl, transposed for an input gradient, which is then this product on Wᵀ)
 // Params name the product, not the weight: `n` output columns, `k` the reduction.
 // x comes as f16, scaled per row by a power of two (f16_row_scale.wgsl: no overflow, no flush to
 // zero). Each K step of 32 (one Q4 group along the weight's K) stages x's rows and W dequantized
@@ -104,20 +105,11 @@ fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
     if (i >= B_VECS) {
       continue;
     }
-#if DINPUT
-    // Row k0 + i / (BN / 8) of W, its 8 columns from n0 + (i % (BN / 8))·8.
-    let row = k0 + i / (BN / 8u);
-    let col = n0 + (i % (BN / 8u)) * 8u;
-    if (col < params.n) {
-      st.b[t] = w16[(row * params.n + col) / 8u];
-    }
-#else
     // Row n0 + i / 4 of W, its 8 columns from k0 + (i % 4)·8.
     let row = n0 + i / 4u;
     if (row < params.n) {
       st.b[t] = w16[(row * params.k + k0) / 8u + i % 4u];
     }
-#endif
   }
   return st;
 }
@@ -168,16 +160,9 @@ fn stage(st: Staged, buf: u32, lid: u32) {
       continue;
     }
 #if W16
-#if DINPUT
-    // Row i / (BN / 8) along K, 8 columns from (i % (BN / 8))·8 along N.
-    let c = (i % (BN / 8u)) * 8u;
-    let blk = buf * B_BLOCKS + c / CN;
-    let o = (i / (BN / 8u)) * CS + c % CN;
-#else
     let r = i / 4u;
     let blk = buf * B_BLOCKS + r / FR;
     let o = (r % FR) * AS + (i % 4u) * 8u;
-#endif
     for (var j = 0u; j < 4u; j++) {
       let h = bitcast<vec2<f16>>(st.b[t][j]);
       b_s[blk][o + 2u * j] = h.x;

@@ -1,7 +1,8 @@
 // y = x·Wᵀ and dX = dY·W for 4-bit weights on f16 tensor cores (shaders/matmul_q4_f16.wgsl): W is
-// dequantized with its group scale to f16 in workgroup memory, x (or dY) is scaled per row by a
-// power of two (shaders/f16_row_scale.wgsl) and rounded to f16, and the products accumulate in
-// f32. Needs shader-f16 and Chromium's subgroup-matrix extension with an f16 -> f32 configuration
+// expanded to f16 once a call (src/ops/q4ToF16.ts; transposed for dX, which then runs as the
+// forward on Wᵀ) or, past expandMaxWords, dequantized with its group scale in workgroup memory; x
+// (or dY) is scaled per row by a power of two (shaders/f16_row_scale.wgsl) and rounded to f16, and
+// the products accumulate in f32. Needs shader-f16 and Chromium's subgroup-matrix extension with an f16 -> f32 configuration
 // of square fragments (16x16x16 on NVIDIA, 8x8x8 on Apple).
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
@@ -51,9 +52,12 @@ export interface MatmulQ4F16Options {
 /** 64 MiB of f16: the 2B's joined gate/up (12288 x 2048) is 48 MiB. */
 export const EXPAND_MAX_WORDS = 16 * 2 ** 20;
 
-interface GemmPair {
-  forward: Kernel;
-  dinput: Kernel;
+/** The GEMM's variants: on Q4 codes forward and input gradient, on f16 weights forward only (an
+ * input gradient on an expanded W expands it transposed and runs this forward on Wᵀ). */
+interface GemmKernels {
+  q4: Kernel;
+  q4Dinput: Kernel;
+  w16: Kernel;
 }
 
 /** One product of `gemmShared`: y (+)= x·Wᵀ. */
@@ -134,9 +138,7 @@ export class MatmulQ4F16 {
   private constructor(
     private readonly gpu: Gpu,
     private readonly rowScaleK: Kernel,
-    /** On Q4 weights, and on f16 ones (W16). */
-    private readonly q4K: GemmPair,
-    private readonly f16K: GemmPair,
+    private readonly gemmK: GemmKernels,
     private readonly convert: { dense: Kernel; q4: Q4ToF16 },
     readonly expandMaxWords: number,
     private readonly rs: Tensor,
@@ -158,23 +160,20 @@ export class MatmulQ4F16 {
     const defines = { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: cfg.M, FK: cfg.K, KSTEPS: Q4_GROUP / cfg.K };
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
-    const pair = async (w16: boolean): Promise<GemmPair> => {
-      const family = `matmul_q4_f16${w16 ? '.w16' : ''}`;
-      const [forward, dinput] = await Promise.all([false, true].map((d) => one(d ? `${family}.dinput` : family, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: d })));
-      return { forward, dinput };
-    };
+    const variant = (family: string, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: dinput });
     // Compiled side by side: a load waits for the slowest, not for the sum.
-    const [rowScale, q4K, f16K, dense] = await Promise.all([
+    const [rowScale, q4, q4Dinput, w16, dense] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {}),
-      pair(false),
-      pair(true),
+      variant('matmul_q4_f16', false, false),
+      variant('matmul_q4_f16.dinput', false, true),
+      variant('matmul_q4_f16.w16', true, false),
       one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32' }, {}),
     ]);
     const convert = { dense, q4: Q4ToF16.create(gpu) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * opts.maxK) / 2], 'u32', 'matmul_q4_f16.x16');
-    return new MatmulQ4F16(gpu, rowScale, q4K, f16K, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tile, cfg, maxRows);
+    return new MatmulQ4F16(gpu, rowScale, { q4, q4Dinput, w16 }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tile, cfg, maxRows);
   }
 
   /** The forward takes weights whose rows of x (K wide) fit the workspace at least 64 at a time. */
@@ -276,10 +275,12 @@ export class MatmulQ4F16 {
     return this.x16;
   }
 
+  /** The GEMM on `weight`'s bindings: f16 (forward only) or Q4 codes, whose input gradient (`dinput`) reduces over W's rows. */
   private dispatch(rec: Recorder, dinput: boolean, x: Tensor, weight: Record<string, Tensor>, y: Tensor, u: { m: number; n: number; k: number; accumulate: number }): void {
-    const pair = 'w16' in weight ? this.f16K : this.q4K;
+    const w16 = 'w16' in weight;
+    if (w16 && dinput) throw new ShapeError('matmulQ4F16', 'an f16 weight takes the forward only (its input gradient is the forward on Wᵀ)');
     const grid: [number, number] = [Math.ceil(u.n / this.tile.cols), Math.ceil(u.m / this.tile.rows)];
-    rec.dispatch(dinput ? pair.dinput : pair.forward, { x, rs: this.rs, ...weight, y }, grid, u);
+    rec.dispatch(w16 ? this.gemmK.w16 : dinput ? this.gemmK.q4Dinput : this.gemmK.q4, { x, rs: this.rs, ...weight, y }, grid, u);
   }
 
   /** [first row, rows] of the slices of m rows of x `width` wide: as few as the workspace allows,

@@ -155,7 +155,8 @@ const ATTENTION: Defines[] = [
 ];
 
 const variants: { shader: string; defines: Defines }[] = [
-  ...F16_TILES.flatMap((t) => [false, true].flatMap((W16) => [false, true].map((DINPUT) => ({ shader: 'matmul_q4_f16', defines: { ...t, W16, DINPUT } })))),
+  // W16 takes the forward only (an input gradient on f16 weights is the forward on Wᵀ).
+  ...F16_TILES.flatMap((t) => [{ W16: false, DINPUT: false }, { W16: false, DINPUT: true }, { W16: true, DINPUT: false }].map((v) => ({ shader: 'matmul_q4_f16', defines: { ...t, ...v } }))),
   ...KB.map((d) => ({ shader: 'matmul_q4_mma_gemm_kb', defines: { ...d, BLOCKED: true } })),
   ...ATTENTION.flatMap((d) => [
     { shader: 'attention_f16', defines: { ...d, LSE: true } },
