@@ -1,14 +1,14 @@
 // Row normalizations over [rows, n] f32 (one workgroup per row, any n):
 //   rmsnorm_fwd   y = x · rsqrt(mean(x²) + eps) · w  (Qwen3VLTextRMSNorm; also q_norm/k_norm on rows
 //                 of head_dim); with SAVE_RSTD the per-row rsqrt is kept for the backward.
-//   rmsnorm_fwd_vec4  the same over vec4s, for wide rows with n % 4 == 0 (hidden rows: one row of
-//                 2048 is then two loads per thread of 256, not sixteen dependent-latency loads of 128)
+//   rmsnorm_fwd_vec4  the same over vec4s for rows with n % 4 == 0, RT threads a row and WG / RT rows
+//                 a workgroup: the hidden rows one a workgroup (RT = WG: a row of 2048 is two loads
+//                 per thread of 256, not sixteen dependent-latency loads of 128), the q/k heads' rows
+//                 of 128 eight a workgroup (RT = 32: one a workgroup left most threads idle behind a
+//                 seven-step reduction)
 //   rmsnorm_bwd   dx from dy, x, w and the saved rstd r (w is frozen, so no dw):
 //                 dx = r·(w⊙dy) − x · r³/n · Σ(w⊙dy⊙x);  ACCUMULATE adds into dx (residual stream).
-//   rmsnorm_bwd_vec4  the same over vec4s, for the hidden rows (as rmsnorm_fwd_vec4).
-//   rmsnorm_fwd_rows, rmsnorm_bwd_rows  RT threads a row over vec4s and WG / RT rows a workgroup,
-//                 for narrow rows with n % 4 == 0 (the q/k norms' rows of head_dim): a workgroup of
-//                 one row of 128 left most of its threads idle behind a seven-step reduction.
+//   rmsnorm_bwd_vec4  the same over vec4s, RT threads a row (as rmsnorm_fwd_vec4).
 //   layernorm_fwd y = (x − mean) · rsqrt(var + eps) · w + b  (vision tower);
 //                 mean first, then the variance about it (no E[x²] − mean² cancellation).
 //   layernorm_bwd dx from dy, x, w (the row's mean and r = rsqrt(var + eps) recomputed; w, b frozen):
@@ -37,22 +37,28 @@ struct Params {
 @group(0) @binding(12) var<storage, read_write> dx4: array<vec4f>;
 
 override WG: u32 = 128; // a power of two (tree reduction)
+override RT: u32 = WG;  // the vec4 kernels' threads a row, a power of two dividing WG
 
 var<workgroup> partial: array<f32, WG>;
 
-// Sum of v over the workgroup. Call from uniform control flow.
-fn workgroup_sum(v: f32, lid: u32) -> f32 {
+// Sum of v over the `width` threads of lid's group (lid / width): the workgroup, or a row of RT.
+// Call from uniform control flow.
+fn group_sum(v: f32, lid: u32, width: u32) -> f32 {
   partial[lid] = v;
   workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-    if (lid < s) {
+  for (var s = width / 2u; s > 0u; s = s >> 1u) {
+    if (lid % width < s) {
       partial[lid] = partial[lid] + partial[lid + s];
     }
     workgroupBarrier();
   }
-  let total = partial[0];
+  let total = partial[lid - lid % width];
   workgroupBarrier(); // the next call may overwrite partial
   return total;
+}
+
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
+  return group_sum(v, lid, WG);
 }
 
 @compute @workgroup_size(WG)
@@ -80,26 +86,30 @@ fn rmsnorm_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
 
 @compute @workgroup_size(WG)
 fn rmsnorm_fwd_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let row = wid.x + wid.y * nwg.x;
-  if (row >= p.rows) {
-    return;
-  }
+  // Rows past the end take part in the barriers and write nothing.
+  let row = (wid.x + wid.y * nwg.x) * (WG / RT) + lid / RT;
+  let lane = lid % RT;
+  let valid = row < p.rows;
   let n4 = p.n / 4u;
   let base = row * n4;
   var ss = 0.0;
-  for (var i = lid; i < n4; i += WG) {
-    let v = x4[base + i];
-    ss += dot(v, v);
+  if (valid) {
+    for (var i = lane; i < n4; i += RT) {
+      let v = x4[base + i];
+      ss += dot(v, v);
+    }
   }
-  let r = inverseSqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps);
-  for (var i = lid; i < n4; i += WG) {
-    y4[base + i] = (x4[base + i] * r) * weight4[i];
-  }
+  let r = inverseSqrt(group_sum(ss, lid, RT) / f32(p.n) + p.eps);
+  if (valid) {
+    for (var i = lane; i < n4; i += RT) {
+      y4[base + i] = (x4[base + i] * r) * weight4[i];
+    }
 #if SAVE_RSTD
-  if (lid == 0u) {
-    rstd[row] = r;
-  }
+    if (lane == 0u) {
+      rstd[row] = r;
+    }
 #endif
+  }
 }
 
 @compute @workgroup_size(WG)
@@ -127,75 +137,6 @@ fn rmsnorm_bwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
 
 @compute @workgroup_size(WG)
 fn rmsnorm_bwd_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let row = wid.x + wid.y * nwg.x;
-  if (row >= p.rows) {
-    return;
-  }
-  let n4 = p.n / 4u;
-  let base = row * n4;
-  let r = rstd[row];
-  var s = 0.0;
-  for (var i = lid; i < n4; i += WG) {
-    s += dot(dy4[base + i] * weight4[i], x4[base + i]);
-  }
-  let c = workgroup_sum(s, lid) * r * r * r / f32(p.n);
-  for (var i = lid; i < n4; i += WG) {
-    let g = dy4[base + i] * weight4[i] * r - x4[base + i] * c;
-#if ACCUMULATE
-    dx4[base + i] += g;
-#else
-    dx4[base + i] = g;
-#endif
-  }
-}
-
-const RT = 32u; // the rows variants: threads a row (WG / RT rows a workgroup)
-
-// Sum of v over the RT threads of lid's row. Call from uniform control flow.
-fn row_sum(v: f32, lid: u32) -> f32 {
-  partial[lid] = v;
-  workgroupBarrier();
-  for (var s = RT / 2u; s > 0u; s = s >> 1u) {
-    if (lid % RT < s) {
-      partial[lid] = partial[lid] + partial[lid + s];
-    }
-    workgroupBarrier();
-  }
-  let total = partial[lid - lid % RT];
-  workgroupBarrier(); // the next call may overwrite partial
-  return total;
-}
-
-@compute @workgroup_size(WG)
-fn rmsnorm_fwd_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  // Rows past the end take part in the barriers and write nothing.
-  let row = (wid.x + wid.y * nwg.x) * (WG / RT) + lid / RT;
-  let lane = lid % RT;
-  let valid = row < p.rows;
-  let n4 = p.n / 4u;
-  let base = row * n4;
-  var ss = 0.0;
-  if (valid) {
-    for (var i = lane; i < n4; i += RT) {
-      let v = x4[base + i];
-      ss += dot(v, v);
-    }
-  }
-  let r = inverseSqrt(row_sum(ss, lid) / f32(p.n) + p.eps);
-  if (valid) {
-    for (var i = lane; i < n4; i += RT) {
-      y4[base + i] = (x4[base + i] * r) * weight4[i];
-    }
-#if SAVE_RSTD
-    if (lane == 0u) {
-      rstd[row] = r;
-    }
-#endif
-  }
-}
-
-@compute @workgroup_size(WG)
-fn rmsnorm_bwd_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let row = (wid.x + wid.y * nwg.x) * (WG / RT) + lid / RT;
   let lane = lid % RT;
   let valid = row < p.rows;
@@ -209,7 +150,7 @@ fn rmsnorm_bwd_rows(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
       s += dot(dy4[base + i] * weight4[i], x4[base + i]);
     }
   }
-  let c = row_sum(s, lid) * r * r * r / f32(p.n);
+  let c = group_sum(s, lid, RT) * r * r * r / f32(p.n);
   if (valid) {
     for (var i = lane; i < n4; i += RT) {
       let g = dy4[base + i] * weight4[i] * r - x4[base + i] * c;

@@ -8,13 +8,12 @@ import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor }
 const WG = 128;
 /** The vec4 kernels: rows of at least 4·VEC4_WG elements with n % 4 == 0 (the hidden rows). */
 const VEC4_WG = 256;
-/** The rows kernels: narrower rows with n % 4 == 0 (the q/k norms' head_dim), ROWS_PER_WG a
- * workgroup of ROWS_WG threads (shaders/norms.wgsl's RT = ROWS_WG / ROWS_PER_WG threads a row). */
-const ROWS_WG = 256;
+/** Narrower rows with n % 4 == 0 (the q/k norms' head_dim) on the vec4 kernels, ROWS_PER_WG a
+ * workgroup of VEC4_WG threads (shaders/norms.wgsl's RT = VEC4_WG / ROWS_PER_WG threads a row). */
 const ROWS_PER_WG = 8;
 const UNIFORMS = { rows: 'u32', n: 'u32', eps: 'f32' } as const;
 
-/** How an RMSNorm kernel covers rows of n: one workgroup a row (scalar or vec4) or several (rows). */
+/** How an RMSNorm kernel covers rows of n: one workgroup a row (scalar or vec4), or several over vec4s (rows). */
 type Layout = 'scalar' | 'vec4' | 'rows';
 
 function layoutOf(n: number): Layout {
@@ -35,10 +34,15 @@ export class Norms {
   ) {}
 
   static async create(gpu: Gpu): Promise<Norms> {
-    const spec = (entry: string, defines: Record<string, boolean> = {}, wg = WG) => ({ shader: 'norms', entry, defines, constants: { WG: wg }, uniforms: UNIFORMS });
+    const spec = (entry: string, defines: Record<string, boolean> = {}, constants: Record<string, number> = { WG }, name = `norms.${entry}`) => ({ name, shader: 'norms', entry, defines, constants, uniforms: UNIFORMS });
     const family = (entry: string, variant: string): RmsKernels => {
-      const pair = (e: string, wg: number) => ({ plain: gpu.kernelOnUse(spec(e, {}, wg)), variant: gpu.kernelOnUse(spec(e, { [variant]: true }, wg)) });
-      return { scalar: pair(entry, WG), vec4: pair(`${entry}_vec4`, VEC4_WG), rows: pair(`${entry}_rows`, ROWS_WG) };
+      const pair = (e: string, constants: Record<string, number>, name: string) => ({ plain: gpu.kernelOnUse(spec(e, {}, constants, name)), variant: gpu.kernelOnUse(spec(e, { [variant]: true }, constants, name)) });
+      return {
+        scalar: pair(entry, { WG }, `norms.${entry}`),
+        vec4: pair(`${entry}_vec4`, { WG: VEC4_WG }, `norms.${entry}_vec4`),
+        // The vec4 kernels, several rows a workgroup (named apart in profiles).
+        rows: pair(`${entry}_vec4`, { WG: VEC4_WG, RT: VEC4_WG / ROWS_PER_WG }, `norms.${entry}_rows`),
+      };
     };
     return new Norms(
       family('rmsnorm_fwd', 'SAVE_RSTD'),
