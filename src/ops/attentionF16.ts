@@ -43,6 +43,11 @@ export function attentionF16UnsupportedBy(caps: Capabilities, headDim: number): 
   return null;
 }
 
+/** shaders/attention_f16*.wgsl's defines for heads of `D` on fragments of `FR` and `tile` (LSE, LSE_IN, DKV_SPLIT besides). */
+export function attentionF16Defines(D: number, FR: number, tile: AttentionF16Tile): { D: number; FR: number; SGS: number; BI: number; KT: number; DF: number; DHF: number } {
+  return { D, FR, SGS: tile.subgroups, BI: tile.keys, KT: tile.keys / FR, DF: D / FR, DHF: D / FR / 2 };
+}
+
 export class AttentionF16 {
   private readonly copies: Record<'q' | 'k' | 'v' | 'dout', Copy> = { q: { t: null, label: 'q16' }, k: { t: null, label: 'k16' }, v: { t: null, label: 'v16' }, dout: { t: null, label: 'do16' } };
 
@@ -76,7 +81,7 @@ export class AttentionF16 {
     if (tile.keys % FR !== 0 || (32 / FR) * 2 > tile.keys || bytes > lim.maxComputeWorkgroupStorageSize || 32 * tile.subgroups > lim.maxComputeInvocationsPerWorkgroup) {
       throw new ShapeError('attentionF16', `tile of ${tile.subgroups} subgroups x ${tile.keys} keys: needs keys a multiple of ${FR}, ${bytes} bytes of workgroup memory (${lim.maxComputeWorkgroupStorageSize} here) and ${32 * tile.subgroups} threads`);
     }
-    const defines = { D, FR, SGS: tile.subgroups, BI: tile.keys, KT: tile.keys / FR, DF: D / FR, DHF: D / FR / 2 };
+    const defines = attentionF16Defines(D, FR, tile);
     const entry = { shader: 'attention_f16', entry: 'attn_fwd_f16', uniforms: FWD_UNIFORMS };
     const bwd = (name: string, entry: string, split = false) => compileMatrixKernels(gpu, `attention_f16.${name}`, [{ shader: 'attention_f16_bwd', entry, uniforms: BWD_UNIFORMS }], { ...defines, DKV_SPLIT: split });
     const [[fwd], [fwdLse], [fwdLseIn], [bwdDq], [bwdDkv], [bwdDkvSplit], [toF16]] = await Promise.all([

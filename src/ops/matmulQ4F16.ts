@@ -131,6 +131,11 @@ export function f16TileBytes(t: F16Tile, fr: number): number {
   return staged + 4 * (t.threads / 32) * fr * fr;
 }
 
+/** shaders/matmul_q4_f16.wgsl's defines for `tile` on fragments of fr x fr x fk (the variant's W16 and DINPUT besides). */
+export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: number; BN: number; WG: number; TN: number; TN4: boolean; FR: number; FK: number; KSTEPS: number } {
+  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: fr, FK: fk, KSTEPS: Q4_GROUP / fk };
+}
+
 export class MatmulQ4F16 {
   /** Q4 weights expanded to f16 (expand), grown on demand. */
   private scratch: Tensor | null = null;
@@ -157,7 +162,7 @@ export class MatmulQ4F16 {
     const cfg = f16Config(caps)!;
     const { maxRows } = opts;
     if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
-    const defines = { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: cfg.M, FK: cfg.K, KSTEPS: Q4_GROUP / cfg.K };
+    const defines = f16GemmDefines(tile, cfg.M, cfg.K);
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
     const variant = (family: string, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: dinput });

@@ -104,6 +104,12 @@ export function mmaTileBytes(t: MmaTile, kBlock: KBlock, limbs: 1 | 2): number {
   return blocks * block + 4 * (t.rows + t.cols);
 }
 
+/** The int8 tensor-core kernels' defines for `tile`, K block, limbs, steps by row and blocked tiles. */
+export function mmaDefines(tile: MmaTile, kBlock: KBlock, limbs: 1 | 2, rowSteps: boolean, blocked: boolean): { BM: number; BN: number; WG: number; BLOCKED: boolean; SUB: number; STG: number; LIMBS: number; ROWCOL: boolean } {
+  const sub = kBlock / Q4_GROUP;
+  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, BLOCKED: blocked, SUB: sub, STG: Math.min(sub, 4), LIMBS: limbs, ROWCOL: rowSteps };
+}
+
 export class MatmulQ4Mma {
   /** The input gradient's weight steps, by the weight's scales (stepsOf). */
   private readonly inputSteps = new Map<Tensor, Tensor>();
@@ -170,7 +176,7 @@ export class MatmulQ4Mma {
     const blockable = threads === 128 && sg32;
     const blocked = kBlock > 32 || (opts.blocked ?? blockable);
     if (blocked && kBlock === 32 && !blockable) throw new ShapeError('matmulQ4Mma', 'blocked tiles need 128 threads in subgroups of exactly 32');
-    const defines = { BM: rows, BN: cols, WG: threads, BLOCKED: blocked, SUB: kBlock / Q4_GROUP, STG: Math.min(kBlock / Q4_GROUP, 4), LIMBS: limbs, ROWCOL: rowSteps };
+    const defines = mmaDefines(tile, kBlock, limbs, rowSteps, blocked);
     const suffix = kBlock > 32 ? '_kb' : '';
     const quantize = (entry: string): MmaEntry => ({ shader: 'matmul_q4_mma_quantize', entry, uniforms: ROWS_UNIFORMS });
     const weights = (entry: string): MmaEntry => ({ shader: 'matmul_q4_mma_weights', entry, uniforms: WEIGHT_UNIFORMS });

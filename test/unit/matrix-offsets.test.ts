@@ -8,6 +8,10 @@
 import { describe, expect, it } from 'vitest';
 import { matrixCalls, preprocess, shaderSource, type Defines } from '../../src/gpu';
 import { topLevelArgs } from '../../src/gpu/subgroupMatrixSpelling';
+import { attentionF16Defines, DEFAULT_ATTENTION_F16_TILE } from '../../src/ops/attentionF16';
+import { F16_TILES, f16GemmDefines } from '../../src/ops/matmulQ4F16';
+import { DEFAULT_MMA_TILE, mmaDefines } from '../../src/ops/matmulQ4Mma';
+import { PATHS } from '../../src/ops/projection';
 
 /** The value of a WGSL constant expression over u32s and bools (integer division), or undefined
  * where it holds anything else (floats, unknown names). */
@@ -137,27 +141,26 @@ function offenders(code: string): { checked: number; storage: number; bad: strin
   return { checked, storage: fromStorage, bad };
 }
 
-const F16_TILES: Defines[] = [
-  { BM: 128, BN: 128, WG: 256, TN: 4, TN4: true, FR: 16, FK: 16, KSTEPS: 2 },
-  { BM: 64, BN: 128, WG: 256, TN: 2, TN4: false, FR: 16, FK: 16, KSTEPS: 2 },
-  { BM: 64, BN: 64, WG: 256, TN: 4, TN4: true, FR: 8, FK: 8, KSTEPS: 4 },
-];
+// The variants the ops compile, from their own define builders and tile tables: every f16 tile by
+// fragment size (16x16x16, Apple's 8x8x8), the int8 settings' tiles (PATHS) and the 64x64 tile of a
+// K block of 64, attention's heads of 128 and 64 on the default tile.
+const F16_VARIANTS: Defines[] = Object.entries(F16_TILES).flatMap(([fr, tiles]) => tiles.map((t) => f16GemmDefines(t, Number(fr), Number(fr))));
 const KB: Defines[] = [
-  { BM: 64, BN: 64, WG: 128, SUB: 2, STG: 2, LIMBS: 2, ROWCOL: false },
-  { BM: 64, BN: 128, WG: 256, SUB: 4, STG: 4, LIMBS: 2, ROWCOL: false },
-  { BM: 64, BN: 128, WG: 256, SUB: 4, STG: 4, LIMBS: 2, ROWCOL: true },
-  { BM: 128, BN: 64, WG: 256, SUB: 8, STG: 4, LIMBS: 1, ROWCOL: false },
+  mmaDefines(DEFAULT_MMA_TILE, 64, 2, false, true),
+  mmaDefines(PATHS.mmaTile[2], PATHS.mmaKBlock[2], 2, false, true),
+  mmaDefines(PATHS.mmaTile[2], PATHS.mmaKBlock[2], 2, true, true),
+  mmaDefines(PATHS.mmaTile[1], PATHS.mmaKBlock[1], 1, false, true),
 ];
 const ATTENTION: Defines[] = [
-  { D: 128, FR: 16, SGS: 8, BI: 32, KT: 2, DF: 8, DHF: 4 },
-  { D: 64, FR: 16, SGS: 8, BI: 32, KT: 2, DF: 4, DHF: 2 },
-  { D: 64, FR: 8, SGS: 8, BI: 32, KT: 4, DF: 8, DHF: 4 },
+  attentionF16Defines(128, 16, DEFAULT_ATTENTION_F16_TILE),
+  attentionF16Defines(64, 16, DEFAULT_ATTENTION_F16_TILE),
+  attentionF16Defines(64, 8, DEFAULT_ATTENTION_F16_TILE),
 ];
 
 const variants: { shader: string; defines: Defines }[] = [
   // W16 takes the forward only (an input gradient on f16 weights is the forward on Wᵀ).
-  ...F16_TILES.flatMap((t) => [{ W16: false, DINPUT: false }, { W16: false, DINPUT: true }, { W16: true, DINPUT: false }].map((v) => ({ shader: 'matmul_q4_f16', defines: { ...t, ...v } }))),
-  ...KB.map((d) => ({ shader: 'matmul_q4_mma_gemm_kb', defines: { ...d, BLOCKED: true } })),
+  ...F16_VARIANTS.flatMap((t) => [{ W16: false, DINPUT: false }, { W16: false, DINPUT: true }, { W16: true, DINPUT: false }].map((v) => ({ shader: 'matmul_q4_f16', defines: { ...t, ...v } }))),
+  ...KB.map((d) => ({ shader: 'matmul_q4_mma_gemm_kb', defines: d })),
   ...ATTENTION.flatMap((d) => [
     { shader: 'attention_f16', defines: { ...d, LSE: true } },
     { shader: 'attention_f16', defines: { ...d, LSE_IN: true } },

@@ -6,20 +6,22 @@
 import { describe, expect, it } from 'vitest';
 import { createNodeGpu } from '../../src/node/gpu';
 import { preprocess, shaderSource, type Defines } from '../../src/gpu';
-import { mmaUnsupported } from '../../src/ops/matmulQ4Mma';
+import { DEFAULT_MMA_TILE, mmaDefines, mmaUnsupported } from '../../src/ops/matmulQ4Mma';
+import { PATHS } from '../../src/ops/projection';
 
 const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe', dawnFlags: ['enable-dawn-features=allow_unsafe_apis'] });
 const mma = mmaUnsupported(gpu) === null;
 
-// The defines MatmulQ4Mma.create passes: tiles, K blocks, limbs and steps it accepts.
+// The defines MatmulQ4Mma.create passes (mmaDefines): tiles, K blocks, limbs and steps it accepts.
+const TILE_128x64 = { rows: 128, cols: 64, threads: 256 } as const;
 const variants: Defines[] = [
-  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 1, STG: 1, LIMBS: 2, ROWCOL: false },
-  { BM: 128, BN: 64, WG: 256, BLOCKED: false, SUB: 1, STG: 1, LIMBS: 2, ROWCOL: false },
-  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 2, STG: 2, LIMBS: 2, ROWCOL: false },
-  { BM: 64, BN: 128, WG: 256, BLOCKED: true, SUB: 4, STG: 4, LIMBS: 2, ROWCOL: false },
-  { BM: 128, BN: 64, WG: 256, BLOCKED: true, SUB: 4, STG: 4, LIMBS: 2, ROWCOL: true },
-  { BM: 64, BN: 64, WG: 128, BLOCKED: true, SUB: 4, STG: 4, LIMBS: 1, ROWCOL: false },
-  { BM: 128, BN: 64, WG: 256, BLOCKED: true, SUB: 8, STG: 4, LIMBS: 1, ROWCOL: false },
+  mmaDefines(DEFAULT_MMA_TILE, 32, 2, false, true),
+  mmaDefines(TILE_128x64, 32, 2, false, false),
+  mmaDefines(DEFAULT_MMA_TILE, 64, 2, false, true),
+  mmaDefines(PATHS.mmaTile[2], PATHS.mmaKBlock[2], 2, false, true),
+  mmaDefines(TILE_128x64, 128, 2, true, true),
+  mmaDefines(DEFAULT_MMA_TILE, 128, 1, false, true),
+  mmaDefines(PATHS.mmaTile[1], PATHS.mmaKBlock[1], 1, false, true),
 ];
 
 const ROWS = { m: 'u32', k: 'u32' } as const;
