@@ -956,6 +956,13 @@ async function main(): Promise<void> {
     const runs = [await rlStep(first), await rlStep(first + 1), await rlStep(first + 2)];
     return { gen: median(runs.map((r) => r.gen)), step: median(runs.map((r) => r.step)) };
   };
+  // A products setting's RL steps: one warm-up with its pipelines compiled, then the medians of three.
+  const warmedSteps = async (products: Products, first: number) => {
+    await model.setProducts(products);
+    await rlStep(first);
+    watch.reset();
+    return rlSteps(first + 1);
+  };
   // --profile: a step's GPU time by kernel (a pass per dispatch), and in stream (its passes as
   // recorded) beside its wall time `wallS`: the rest is the host's.
   const stepProfile = async (what: string, seed: number, wallS: number) => {
@@ -980,12 +987,9 @@ async function main(): Promise<void> {
   };
   save();
   // The same on int8 tensor cores, the app's setting where the browser offers them
-  // (src/model/products.ts): a warm-up step with their pipelines compiled, then the medians of three.
+  // (src/model/products.ts).
   if (!noMma) {
-    await model.setProducts('int8');
-    await rlStep(6);
-    watch.reset();
-    const tc = await rlSteps(7);
+    const tc = await warmedSteps('int8', 6);
     const mem = memory('default trainer config on int8 tensor cores: generation + training step of one group');
     const { profile, gpuInStreamS } = await stepProfile('int8 tensor cores', 10, tc.step);
     const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 12) : undefined;
@@ -997,10 +1001,7 @@ async function main(): Promise<void> {
   }
   // The same on f16 tensor cores, where the device offers them (Dawn's f16 toggle: --f16).
   if (!noF16) {
-    await model.setProducts('f16');
-    await rlStep(11);
-    watch.reset();
-    const tc = await rlSteps(12);
+    const tc = await warmedSteps('f16', 11);
     const mem = memory('default trainer config on f16 tensor cores: generation + training step of one group');
     const { profile, gpuInStreamS } = await stepProfile('f16 tensor cores', 15, tc.step);
     result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, memory: mem, profile };
@@ -1011,10 +1012,7 @@ async function main(): Promise<void> {
   // Other int8 settings (--also-products): their step beside the default's.
   for (const [i, products] of ALSO_PRODUCTS.entries()) {
     if (noMma) break;
-    await model.setProducts(products);
-    await rlStep(30 + 4 * i);
-    watch.reset();
-    const tc = await rlSteps(31 + 4 * i);
+    const tc = await warmedSteps(products, 30 + 4 * i);
     ((result.defaultConfigAlso ??= {}) as Record<string, unknown>)[products] = { generateS: tc.gen, stepS: tc.step };
     await model.setProducts('f32');
     save();
