@@ -1,14 +1,18 @@
-// Weights into f16 for matmul_q4_f16.wgsl's W16 variant, [N][K] row-major, two halves a word:
-//   dense_to_f16: an f32 weight (the vision tower's), rounded once at load;
+// Weights into f16 for matmul_q4_f16.wgsl's W16 variant, [N][K] in its blocks of 32 x 32
+// (BLOCKED, f16_blocks.wgsl), two halves a word:
+//   dense_to_f16: an f32 weight (the vision tower's), rounded once at load; without BLOCKED, any
+//                 f32 tensor in its own order (attention_f16's copies of q, k, v);
 //   q4_to_f16:    a Q4 weight dequantized, w = d·(c − 8) rounded to f16 (as the Q4 kernel stages it);
 //   q4_to_f16_t:  the same written transposed, Wᵀ [K][N] (TRANSPOSE): the input gradient dY·W is
-//                 then the forward's product on Wᵀ.
+//                 then the forward's product on Wᵀ (N a multiple of 32).
 // requires: f16
 
+#include f16_blocks
+
 struct Params {
-  count: u32, // words of w16 to write (N·K / 2)
-#if TRANSPOSE
-  n: u32,     // W's rows, even
+  count: u32, // words to write (N·K / 2)
+#if BLOCKED
+  n: u32,     // W's rows
   k: u32,     // W's columns, a multiple of 32
 #endif
 }
@@ -29,10 +33,15 @@ fn index(wid: vec3u, nwg: vec3u, lid: u32) -> u32 {
 fn dense_to_f16(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let i = index(wid, nwg, lid);
   if (i < params.count) {
+#if BLOCKED
+    w16[blocked(2u * i / params.k, 2u * i % params.k, params.k) / 2u] = pack2x16float(w[i]);
+#else
     w16[i] = pack2x16float(w[i]);
+#endif
   }
 }
 
+#if BLOCKED
 fn scale_of(s: u32) -> f32 {
   return unpack2x16float(scales[s >> 1u])[s & 1u];
 }
@@ -44,7 +53,7 @@ fn q4_to_f16(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
   if (i < params.count) {
     let c = (codes[i / 4u] >> (8u * (i % 4u))) & 0xFFu;
     let d = scale_of(i / 16u);
-    w16[i] = pack2x16float(vec2<f32>(f32(c & 15u) - 8.0, f32(c >> 4u) - 8.0) * d);
+    w16[blocked(2u * i / params.k, 2u * i % params.k, params.k) / 2u] = pack2x16float(vec2<f32>(f32(c & 15u) - 8.0, f32(c >> 4u) - 8.0) * d);
   }
 }
 
@@ -81,8 +90,9 @@ fn q4_to_f16_t(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
     let kk = k0 + c;
     let n = n0 + r;
     if (kk < params.k && n < params.n) {
-      w16[(kk * params.n + n) / 2u] = pack2x16float(vec2<f32>(tile[c * TP + r], tile[c * TP + r + 1u]));
+      w16[blocked(kk, n, params.n) / 2u] = pack2x16float(vec2<f32>(tile[c * TP + r], tile[c * TP + r + 1u]));
     }
   }
 }
+#endif
 #endif

@@ -1,17 +1,20 @@
 // row_scale: a power of two s per row of x that brings the row's largest |x| into [2^14, 2^15), and
 // x·s rounded to f16, so that the f16 copy neither overflows (f16 ends at 65504) nor loses small
 // values to f16's subnormals; s is exact to undo. A row of zeros, or one that is not finite, gets
-// 1 (NaN and infinity then reach the product as they are). For matmul_q4_f16.wgsl.
+// 1 (NaN and infinity then reach the product as they are). For matmul_q4_f16.wgsl, in its blocked
+// layout (f16_blocks.wgsl).
+
+#include f16_blocks
 
 struct Params {
   m: u32, // rows of x
-  k: u32, // columns, a multiple of 4
+  k: u32, // columns, a multiple of 32
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> rs: array<f32>;
-@group(0) @binding(3) var<storage, read_write> x16: array<vec2<u32>>; // x·s as f16, 4 a vec2
+@group(0) @binding(3) var<storage, read_write> x16: array<vec2<u32>>; // x·s as f16, 4 a vec2, blocked
 
 const WG = 64u;
 var<workgroup> part: array<f32, WG>;
@@ -51,6 +54,6 @@ fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
   let s = scale;
   for (var i = lid; i < kv; i += WG) {
     let v = x[row * kv + i] * s;
-    x16[row * kv + i] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+    x16[blocked(row, 4u * i, params.k) / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
   }
 }

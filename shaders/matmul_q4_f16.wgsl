@@ -11,10 +11,13 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 //            by f16_convert.wgsl, transposed for an input gradient, which is then this product on Wᵀ)
 // Params name the product, not the weight: `n` output columns, `k` the reduction.
 // x comes as f16, scaled per row by a power of two (f16_row_scale.wgsl: no overflow, no flush to
-// zero). Each K step of 32 (one Q4 group along the weight's K) stages x's rows and W dequantized
-// with its group's scale to f16 in workgroup memory; the accumulators stay in the tensor cores'
+// zero); x and an f16 W in blocks of 32 x 32 (f16_blocks.wgsl), so that a step's loads are runs of
+// 2 KiB. Each K step of 32 (one Q4 group along the weight's K) stages x's rows and W (dequantized
+// with its group's scale) as f16 in workgroup memory; the accumulators stay in the tensor cores'
 // registers across the whole reduction and meet workgroup memory only in the epilogue. Global loads
-// of step s + 1 are issued before step s's MMAs, into the other of two staging buffers.
+// of step s + 1 are issued before step s's MMAs; they are staged into the other of two buffers
+// (NBUF 2), or, with one buffer, between two barriers after the MMAs (more threads a workgroup in
+// the same workgroup memory hide the loads better than a second buffer: BENCHMARKS.md).
 // Error: x and W each rounded to f16 (relative 2^-11), f32 accumulation.
 
 struct Params {
@@ -25,10 +28,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;  // x·rs rounded to f16, 8 a vec4 (row_scale)
+@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;  // x·rs rounded to f16, 8 a vec4, blocked (row_scale)
 @group(0) @binding(2) var<storage, read> rs: array<f32>;       // row_scale's power of two per row of x
 #if W16
-@group(0) @binding(3) var<storage, read> w16: array<vec4<u32>>;   // W already in f16 [N][K], 8 a vec4 (f16_convert.wgsl)
+@group(0) @binding(3) var<storage, read> w16: array<vec4<u32>>;   // W already in f16 [N][K], 8 a vec4, blocked (f16_convert.wgsl)
 #else
 @group(0) @binding(3) var<storage, read> codes2: array<vec2<u32>>; // the Q4 codes, 16 a vec2
 @group(0) @binding(4) var<storage, read> scales: array<u32>;
@@ -45,7 +48,8 @@ const WG = {{WG}}u;       // threads, in subgroups of 32
 const FR = {{FR}}u;       // the fragment's rows = columns (M = N of the configuration)
 const FK = {{FK}}u;       // the fragment's K
 const TM = 2u;            // fragments a subgroup along M
-const TN = {{TN}}u;       // fragments a subgroup along N: 2, or 4 with TN4
+const TN = {{TN}}u;       // fragments a subgroup along N: 2 or 4 (#repeat)
+const NBUF = {{NBUF}}u;   // staging buffers: 2, or 1 (NBUF1)
 const BK = 32u;           // the reduction a step: one Q4 group
 // KSTEPS = BK / FK fragment steps a staged step, unrolled (#repeat) so that their offsets are constants.
 const SGS = WG / 32u;
@@ -74,8 +78,8 @@ const B_VECS = BN * 2u;       // vec2s of codes (16 weights) a step
 #endif
 const B_PER = (B_VECS + WG - 1u) / WG;
 
-var<workgroup> a_s: array<array<f16, A_BLOCK>, 2u * A_BLOCKS>;
-var<workgroup> b_s: array<array<f16, B_BLOCK>, 2u * B_BLOCKS>;
+var<workgroup> a_s: array<array<f16, A_BLOCK>, NBUF * A_BLOCKS>;
+var<workgroup> b_s: array<array<f16, B_BLOCK>, NBUF * B_BLOCKS>;
 var<workgroup> out_s: array<array<f32, FR * FR>, SGS>; // the epilogue: one fragment a subgroup at a time
 
 struct Staged {
@@ -90,12 +94,13 @@ struct Staged {
 
 fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
   var st: Staged;
+  // Row i / 4 of the tile, its 8 columns from k0 + (i % 4)·8: in block ((m0 + i / 4) / 32, k0 / 32),
+  // 128 vec4s a block.
   for (var t = 0u; t < A_PER; t++) {
     let i = lid + t * WG;
-    let m = m0 + i / 4u;
     st.a[t] = vec4<u32>(0u);
-    if (m < params.m) {
-      st.a[t] = x[m * (params.k / 8u) + k0 / 8u + i % 4u];
+    if (m0 + i / 4u < params.m) {
+      st.a[t] = x[((m0 / 32u + i / 128u) * (params.k / 32u) + k0 / 32u) * 128u + i % 128u];
     }
   }
   for (var t = 0u; t < B_PER; t++) {
@@ -105,10 +110,9 @@ fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
     if (i >= B_VECS) {
       continue;
     }
-    // Row n0 + i / 4 of W, its 8 columns from k0 + (i % 4)·8.
-    let row = n0 + i / 4u;
-    if (row < params.n) {
-      st.b[t] = w16[(row * params.k + k0) / 8u + i % 4u];
+    // Row n0 + i / 4 of W, its 8 columns from k0 + (i % 4)·8 (blocked as x).
+    if (n0 + i / 4u < params.n) {
+      st.b[t] = w16[((n0 / 32u + i / 128u) * (params.k / 32u) + k0 / 32u) * 128u + i % 128u];
     }
   }
   return st;
@@ -227,23 +231,19 @@ fn gemm(
   let fm0 = (sg / SG_N) * TM * FR;
   let fn0 = (sg % SG_N) * TN * FR;
   // Fragments as named values, not arrays: the compiler then keeps them in registers.
-  var c00 = subgroup_matrix_result<f32, FR, FR>();
-  var c01 = subgroup_matrix_result<f32, FR, FR>();
-#if TN4
-  var c02 = subgroup_matrix_result<f32, FR, FR>();
-  var c03 = subgroup_matrix_result<f32, FR, FR>();
-#endif
-  var c10 = subgroup_matrix_result<f32, FR, FR>();
-  var c11 = subgroup_matrix_result<f32, FR, FR>();
-#if TN4
-  var c12 = subgroup_matrix_result<f32, FR, FR>();
-  var c13 = subgroup_matrix_result<f32, FR, FR>();
-#endif
+#repeat J TN
+  var c0{{J}} = subgroup_matrix_result<f32, FR, FR>();
+  var c1{{J}} = subgroup_matrix_result<f32, FR, FR>();
+#endrepeat
   let steps = params.k / BK;
   stage(fetch(0u, m0, n0, lid), 0u, lid);
   workgroupBarrier();
   for (var s = 0u; s < steps; s++) {
+#if NBUF1
+    let buf = 0u;
+#else
     let buf = s & 1u;
+#endif
     var st: Staged;
     let more = s + 1u < steps;
     if (more) {
@@ -255,55 +255,44 @@ fn gemm(
 #else
     let bb = buf * B_BLOCKS + fn0 / FR;
 #endif
+    // The MMAs in a branch the compiler cannot see through (accumulate is 0 or 1): without it, the
+    // compiler sinks the next step's global loads below the MMAs, next to their stores, where
+    // their latency is no longer hidden (BENCHMARKS.md).
+    if (params.accumulate < 2u) {
 #repeat KI KSTEPS
-    {
-      let a0 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s[ab], {{KI}}u * FK, AS);
-      let a1 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s[ab + 1u], {{KI}}u * FK, AS);
+      {
+        let a0 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s[ab], {{KI}}u * FK, AS);
+        let a1 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s[ab + 1u], {{KI}}u * FK, AS);
+#repeat J TN
 #if DINPUT
-      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 0u * FR, CS);
-      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 1u * FR, CS);
-#if TN4
-      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 2u * FR, CS);
-      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + 3u * FR, CS);
-#endif
+        let b{{J}} = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, row_major>(&b_s[bb], {{KI}}u * FK * CS + {{J}}u * FR, CS);
 #else
-      let b0 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb], {{KI}}u * FK, AS);
-      let b1 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb + 1u], {{KI}}u * FK, AS);
-#if TN4
-      let b2 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb + 2u], {{KI}}u * FK, AS);
-      let b3 = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb + 3u], {{KI}}u * FK, AS);
+        let b{{J}} = subgroupMatrixLoad<subgroup_matrix_right<f16, FR, FK>, col_major>(&b_s[bb + {{J}}u], {{KI}}u * FK, AS);
 #endif
-#endif
-      c00 = subgroupMatrixMultiplyAccumulate(a0, b0, c00);
-      c01 = subgroupMatrixMultiplyAccumulate(a0, b1, c01);
-#if TN4
-      c02 = subgroupMatrixMultiplyAccumulate(a0, b2, c02);
-      c03 = subgroupMatrixMultiplyAccumulate(a0, b3, c03);
-#endif
-      c10 = subgroupMatrixMultiplyAccumulate(a1, b0, c10);
-      c11 = subgroupMatrixMultiplyAccumulate(a1, b1, c11);
-#if TN4
-      c12 = subgroupMatrixMultiplyAccumulate(a1, b2, c12);
-      c13 = subgroupMatrixMultiplyAccumulate(a1, b3, c13);
-#endif
-    }
 #endrepeat
+#repeat J TN
+        c0{{J}} = subgroupMatrixMultiplyAccumulate(a0, b{{J}}, c0{{J}});
+        c1{{J}} = subgroupMatrixMultiplyAccumulate(a1, b{{J}}, c1{{J}});
+#endrepeat
+      }
+#endrepeat
+    }
+#if NBUF1
+    // One buffer: every subgroup is done reading it before it is restaged.
+    workgroupBarrier();
+    if (more) {
+      stage(st, 0u, lid);
+    }
+#else
     if (more) {
       stage(st, buf ^ 1u, lid);
     }
+#endif
     workgroupBarrier();
   }
   // Each fragment through this subgroup's corner of out_s, then to y with the row's scale undone.
-  put(c00, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 0u * FR, lane);
-  put(c01, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 1u * FR, lane);
-#if TN4
-  put(c02, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 2u * FR, lane);
-  put(c03, sg, m0 + fm0 + 0u * FR, n0 + fn0 + 3u * FR, lane);
-#endif
-  put(c10, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 0u * FR, lane);
-  put(c11, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 1u * FR, lane);
-#if TN4
-  put(c12, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 2u * FR, lane);
-  put(c13, sg, m0 + fm0 + 1u * FR, n0 + fn0 + 3u * FR, lane);
-#endif
+#repeat J TN
+  put(c0{{J}}, sg, m0 + fm0, n0 + fn0 + {{J}}u * FR, lane);
+  put(c1{{J}}, sg, m0 + fm0 + FR, n0 + fn0 + {{J}}u * FR, lane);
+#endrepeat
 }

@@ -7,32 +7,53 @@
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
-import { Q4ToF16 } from './q4ToF16';
+import { f16BlockedWords, Q4ToF16 } from './q4ToF16';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
- * over 2 x `tn` fragments. */
+ * over 2 x `tn` fragments, staged through `buffers` buffers of workgroup memory. */
 export interface F16Tile {
   rows: number;
   cols: number;
   threads: number;
   tn: 2 | 4;
+  buffers: 1 | 2;
 }
+
+/** A device's tiles: `f16` for f16 weights (Q4 expanded once a call, or dense), `q4` for Q4 codes
+ * dequantized in the kernel (forward and input gradient), and for f16 weights where `f16`'s grid
+ * would have fewer workgroups than MatmulQ4F16Options.wideFrom. */
+export interface F16Tiles {
+  f16: F16Tile;
+  q4: F16Tile;
+}
+
+const T128X128: F16Tile = { rows: 128, cols: 128, threads: 256, tn: 4, buffers: 2 };
+const T64X128: F16Tile = { rows: 64, cols: 128, threads: 256, tn: 2, buffers: 2 };
+const T64X64: F16Tile = { rows: 64, cols: 64, threads: 128, tn: 2, buffers: 2 };
+const A64X64: F16Tile = { rows: 64, cols: 64, threads: 256, tn: 4, buffers: 2 };
+const A32X64: F16Tile = { rows: 32, cols: 64, threads: 128, tn: 4, buffers: 2 };
 
 /** The tiles by fragment size, fastest first (BENCHMARKS.md); a device takes the first that fits
  * its workgroup memory and threads (f16TileFor). */
-export const F16_TILES: Readonly<Record<number, readonly F16Tile[]>> = {
+export const F16_TILES: Readonly<Record<number, readonly F16Tiles[]>> = {
   16: [
-    { rows: 128, cols: 128, threads: 256, tn: 4 },
-    { rows: 64, cols: 128, threads: 256, tn: 2 },
-    { rows: 64, cols: 64, threads: 128, tn: 2 },
+    { f16: { rows: 128, cols: 256, threads: 512, tn: 4, buffers: 1 }, q4: T128X128 },
+    { f16: T128X128, q4: T128X128 },
+    { f16: T64X128, q4: T64X128 },
+    { f16: T64X64, q4: T64X64 },
   ],
   8: [
-    { rows: 64, cols: 64, threads: 256, tn: 4 },
-    { rows: 32, cols: 64, threads: 128, tn: 4 },
+    { f16: A64X64, q4: A64X64 },
+    { f16: A32X64, q4: A32X64 },
   ],
 };
 
-export const DEFAULT_F16_TILE: F16Tile = F16_TILES[16][0];
+export const DEFAULT_F16_TILES: F16Tiles = F16_TILES[16][0];
+
+/** From this many workgroups of the `f16` tile, f16 weights take it, below it the `q4` tile: on an
+ * H100 the 128x256 tile's 160-workgroup grids (N 2048 at 2560 rows) ran 2-5% slower than
+ * 128x128's, its 320-workgroup grids 5% faster (BENCHMARKS.md). */
+export const WIDE_FROM = 256;
 
 export interface MatmulQ4F16Options {
   /** Rows of x a dispatch (the workspace of x's f16 copy and row scales); more rows go through in
@@ -41,7 +62,10 @@ export interface MatmulQ4F16Options {
   /** The widest x (the f16 copy of x is a workspace of maxRows x maxK halves). */
   maxK: number;
   /** Default: the first of F16_TILES the device runs. */
-  tile?: F16Tile;
+  tiles?: F16Tiles;
+  /** Default WIDE_FROM; 0 puts every product on f16 weights on the `f16` tile (a check of that
+   * kernel on small shapes). */
+  wideFrom?: number;
   /** A Q4 weight of at most this many f16 words (N·K / 2) is expanded to f16 once a call (a
    * scratch as large as the largest such weight), forward and input gradient, instead of
    * dequantized in every workgroup's staging (BENCHMARKS.md). Larger weights (the LM head)
@@ -58,6 +82,8 @@ interface GemmKernels {
   q4: Kernel;
   q4Dinput: Kernel;
   w16: Kernel;
+  /** On the q4 tile (MatmulQ4F16Options.wideFrom); w16 itself where the tiles are the same. */
+  w16Few: Kernel;
 }
 
 /** One product of `gemmShared`: y (+)= x·Wᵀ. */
@@ -79,34 +105,35 @@ export function f16Config(caps: Capabilities): SubgroupMatrixConfig | null {
   return square.sort((a, b) => b.M - a.M || b.K - a.K)[0] ?? null;
 }
 
-/** Why `caps` cannot run the f16 tensor-core products (with `tile`, else with any tile of
- * F16_TILES), or null when it can. */
-export function f16Unsupported(caps: Capabilities, tile?: F16Tile): string | null {
+/** Why `caps` cannot run the f16 tensor-core products (with `tiles`, else with any of F16_TILES),
+ * or null when it can. */
+export function f16Unsupported(caps: Capabilities, tiles?: F16Tiles): string | null {
   if (!caps.shaderF16) return 'no shader-f16 on this device';
   if (!caps.subgroupMatrix.enabled) return `no '${SUBGROUP_MATRIX}' feature on this device`;
   if (!caps.subgroups.enabled) return "no 'subgroups' feature";
   const cfg = f16Config(caps);
   if (!cfg) return 'no f16->f32 subgroup-matrix configuration with square fragments';
   if (caps.subgroups.minSize !== 32 || caps.subgroups.maxSize !== 32) return `subgroups of ${caps.subgroups.minSize ?? '?'} to ${caps.subgroups.maxSize ?? '?'} lanes; the tiles need exactly 32`;
-  const tiles = tile ? [tile] : (F16_TILES[cfg.M] ?? []);
-  if (tiles.length === 0) return `no tile for ${cfg.M}x${cfg.M} fragments`;
-  const why = tiles.map((t) => tileMisfit(caps, t, cfg.M));
+  const options = tiles ? [tiles] : (F16_TILES[cfg.M] ?? []);
+  if (options.length === 0) return `no tile for ${cfg.M}x${cfg.M} fragments`;
+  const why = options.map((t) => tileMisfit(caps, t.f16, cfg.M, false) ?? tileMisfit(caps, t.q4, cfg.M, true));
   return why.some((w) => w === null) ? null : why[why.length - 1];
 }
 
-/** The first tile of F16_TILES that `caps` runs (f16Unsupported(caps) must be null). */
-export function f16TileFor(caps: Capabilities): F16Tile {
+/** The first tiles of F16_TILES that `caps` runs (f16Unsupported(caps) must be null). */
+export function f16TileFor(caps: Capabilities): F16Tiles {
   const cfg = f16Config(caps)!;
-  const tile = (F16_TILES[cfg.M] ?? []).find((t) => tileMisfit(caps, t, cfg.M) === null);
-  if (!tile) throw new ShapeError('matmulQ4F16', f16Unsupported(caps) ?? 'no tile fits');
-  return tile;
+  const tiles = (F16_TILES[cfg.M] ?? []).find((t) => tileMisfit(caps, t.f16, cfg.M, false) === null && tileMisfit(caps, t.q4, cfg.M, true) === null);
+  if (!tiles) throw new ShapeError('matmulQ4F16', f16Unsupported(caps) ?? 'no tile fits');
+  return tiles;
 }
 
-/** What keeps `caps` from running `tile` with fragments of `fr` x `fr`, or null. */
-function tileMisfit(caps: Capabilities, tile: F16Tile, fr: number): string | null {
+/** What keeps `caps` from running `tile` with fragments of `fr` x `fr` (`q4`: on Q4 codes, with
+ * the input gradient's staging), or null. */
+function tileMisfit(caps: Capabilities, tile: F16Tile, fr: number, q4: boolean): string | null {
   const bad = tileProblem(tile, fr);
   if (bad) return bad;
-  const bytes = f16TileBytes(tile, fr);
+  const bytes = f16TileBytes(tile, fr, q4);
   if (bytes > caps.limits.maxComputeWorkgroupStorageSize) return `a ${tile.rows}x${tile.cols} tile needs ${bytes} bytes of workgroup memory; this GPU has ${caps.limits.maxComputeWorkgroupStorageSize}`;
   if (tile.threads > caps.limits.maxComputeInvocationsPerWorkgroup) return `a tile takes ${tile.threads} threads a workgroup; this GPU allows ${caps.limits.maxComputeInvocationsPerWorkgroup}`;
   return null;
@@ -114,26 +141,28 @@ function tileMisfit(caps: Capabilities, tile: F16Tile, fr: number): string | nul
 
 /** What is wrong with `tile` for fragments of `fr` x `fr`, or null. */
 function tileProblem(t: F16Tile, fr: number): string | null {
-  const { rows, cols, threads, tn } = t;
+  const { rows, cols, threads, tn, buffers } = t;
   const tm = 2;
   if (tn !== 2 && tn !== 4) return `tn must be 2 or 4, got ${String(tn)}`;
+  if (buffers !== 1 && buffers !== 2) return `buffers must be 1 or 2, got ${String(buffers)}`;
   if (rows % (fr * tm) !== 0 || cols % (fr * tn) !== 0) return `a ${rows}x${cols} tile is not a whole number of ${tm}x${tn} blocks of ${fr}x${fr} fragments`;
   if ((rows / (fr * tm)) * (cols / (fr * tn)) * 32 !== threads) return `a ${rows}x${cols} tile in ${tm}x${tn} blocks of ${fr}x${fr} takes ${(rows / (fr * tm)) * (cols / (fr * tn)) * 32} threads, not ${threads}`;
   if ((rows * 4) % threads !== 0 || cols % 16 !== 0) return `a ${rows}x${cols} tile does not divide among ${threads} threads`;
   return null;
 }
 
-/** Workgroup bytes: x and W staged as f16 twice (rows padded by 8; dX's W [32][cols] in one block
- * a subgroup column, each padded by 8), one f32 fragment a subgroup. */
-export function f16TileBytes(t: F16Tile, fr: number): number {
-  const dinputW = 32 * (t.cols / (t.tn * fr)) * (t.tn * fr + 8);
-  const staged = 2 * 2 * (t.rows * 40 + Math.max(t.cols * 40, dinputW));
+/** Workgroup bytes: x and W staged as f16 in `buffers` buffers (rows padded by 8; on Q4 codes, the
+ * input gradient's W [32][cols] in one block a subgroup column, each padded by 8), one f32
+ * fragment a subgroup. */
+export function f16TileBytes(t: F16Tile, fr: number, q4: boolean): number {
+  const dinputW = q4 ? 32 * (t.cols / (t.tn * fr)) * (t.tn * fr + 8) : 0;
+  const staged = t.buffers * 2 * (t.rows * 40 + Math.max(t.cols * 40, dinputW));
   return staged + 4 * (t.threads / 32) * fr * fr;
 }
 
 /** shaders/matmul_q4_f16.wgsl's defines for `tile` on fragments of fr x fr x fk (the variant's W16 and DINPUT besides). */
-export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: number; BN: number; WG: number; TN: number; TN4: boolean; FR: number; FK: number; KSTEPS: number } {
-  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, TN4: tile.tn === 4, FR: fr, FK: fk, KSTEPS: Q4_GROUP / fk };
+export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: number; BN: number; WG: number; TN: number; NBUF: number; NBUF1: boolean; FR: number; FK: number; KSTEPS: number } {
+  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, NBUF: tile.buffers, NBUF1: tile.buffers === 1, FR: fr, FK: fk, KSTEPS: Q4_GROUP / fk };
 }
 
 export class MatmulQ4F16 {
@@ -149,36 +178,38 @@ export class MatmulQ4F16 {
     private readonly rs: Tensor,
     private readonly x16: Tensor,
     readonly maxK: number,
-    readonly tile: F16Tile,
+    readonly tiles: F16Tiles,
     readonly config: SubgroupMatrixConfig,
     readonly maxRows: number,
+    private readonly wideFrom: number,
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4F16Options): Promise<MatmulQ4F16> {
     const caps = capabilitiesOf(gpu);
-    const why = f16Unsupported(caps, opts.tile);
+    const why = f16Unsupported(caps, opts.tiles);
     if (why) throw new MissingFeatureError(caps.shaderF16 ? SUBGROUP_MATRIX : 'shader-f16', why);
-    const tile = opts.tile ?? f16TileFor(caps);
+    const tiles = opts.tiles ?? f16TileFor(caps);
     const cfg = f16Config(caps)!;
     const { maxRows } = opts;
     if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
-    const defines = f16GemmDefines(tile, cfg.M, cfg.K);
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
-    const variant = (family: string, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...defines, W16: w16, DINPUT: dinput });
+    const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
+    const sameTile = JSON.stringify(tiles.f16) === JSON.stringify(tiles.q4);
     // Compiled side by side: a load waits for the slowest, not for the sum.
-    const [rowScale, q4, q4Dinput, w16, dense] = await Promise.all([
+    const [rowScale, q4, q4Dinput, w16, w16Few, dense] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {}),
-      variant('matmul_q4_f16', false, false),
-      variant('matmul_q4_f16.dinput', false, true),
-      variant('matmul_q4_f16.w16', true, false),
-      one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32' }, {}),
+      variant('matmul_q4_f16', tiles.q4, false, false),
+      variant('matmul_q4_f16.dinput', tiles.q4, false, true),
+      variant('matmul_q4_f16.w16', tiles.f16, true, false),
+      sameTile ? null : variant('matmul_q4_f16.w16_few', tiles.q4, true, false),
+      one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32', n: 'u32', k: 'u32' }, { BLOCKED: true }),
     ]);
     const convert = { dense, q4: Q4ToF16.create(gpu) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * opts.maxK) / 2], 'u32', 'matmul_q4_f16.x16');
-    return new MatmulQ4F16(gpu, rowScale, { q4, q4Dinput, w16 }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tile, cfg, maxRows);
+    return new MatmulQ4F16(gpu, rowScale, { q4, q4Dinput, w16, w16Few: w16Few ?? w16 }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tiles, cfg, maxRows, opts.wideFrom ?? WIDE_FROM);
   }
 
   /** The forward takes weights whose rows of x (K wide) fit the workspace at least 64 at a time. */
@@ -233,8 +264,8 @@ export class MatmulQ4F16 {
     const op = 'matmulQ4F16.toF16';
     if (w.dtype !== 'f32' || w.numel !== n * k) throw new ShapeError(op, `${label} must be f32 [${n}, ${k}], got ${w.dtype} [${w.shape.join(', ')}]`);
     if (!Number.isInteger(n) || n < 1 || k % Q4_GROUP !== 0 || k < Q4_GROUP) throw new ShapeError(op, `${label}: K = ${k} must be a positive multiple of ${Q4_GROUP}`);
-    const w16 = this.gpu.tensor([(n * k) / 2], 'u32', `${label}.f16`);
-    rec.dispatch(this.convert.dense, { w, w16 }, grid1d((n * k) / 2, 256), { count: (n * k) / 2 });
+    const w16 = this.gpu.tensor([f16BlockedWords(n, k)], 'u32', `${label}.f16`);
+    rec.dispatch(this.convert.dense, { w, w16 }, grid1d((n * k) / 2, 256), { count: (n * k) / 2, n, k });
     return { w16, n, k };
   }
 
@@ -247,7 +278,7 @@ export class MatmulQ4F16 {
    * scratch, which the dispatch recorded next reads before any later expansion rewrites it, or its
    * codes and scales. */
   private weight(rec: Recorder, w: Q4Weight, transpose = false): Record<string, Tensor> {
-    const words = (w.n * w.k) / 2;
+    const words = transpose ? f16BlockedWords(w.k, w.n) : f16BlockedWords(w.n, w.k);
     if (!this.expands(w)) return { codes2: w.codes, scales: w.scales };
     if (!this.scratch || this.scratch.numel < words) {
       // As MatmulQ4Mma's scratch: calls recorded before still read the smaller one, and the
@@ -284,8 +315,11 @@ export class MatmulQ4F16 {
   private dispatch(rec: Recorder, dinput: boolean, x: Tensor, weight: Record<string, Tensor>, y: Tensor, u: { m: number; n: number; k: number; accumulate: number }): void {
     const w16 = 'w16' in weight;
     if (w16 && dinput) throw new ShapeError('matmulQ4F16', 'an f16 weight takes the forward only (its input gradient is the forward on Wᵀ)');
-    const grid: [number, number] = [Math.ceil(u.n / this.tile.cols), Math.ceil(u.m / this.tile.rows)];
-    rec.dispatch(w16 ? this.gemmK.w16 : dinput ? this.gemmK.q4Dinput : this.gemmK.q4, { x, rs: this.rs, ...weight, y }, grid, u);
+    const groups = (t: F16Tile): [number, number] => [Math.ceil(u.n / t.cols), Math.ceil(u.m / t.rows)];
+    const [gx, gy] = groups(this.tiles.f16);
+    const wide = w16 && gx * gy >= this.wideFrom;
+    const kernel = wide ? this.gemmK.w16 : w16 ? this.gemmK.w16Few : dinput ? this.gemmK.q4Dinput : this.gemmK.q4;
+    rec.dispatch(kernel, { x, rs: this.rs, ...weight, y }, wide ? [gx, gy] : groups(this.tiles.q4), u);
   }
 
   /** [first row, rows] of the slices of m rows of x `width` wide: as few as the workspace allows,

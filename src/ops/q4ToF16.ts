@@ -5,6 +5,11 @@
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import type { Q4Weight } from './matmulQ4';
 
+/** Words of an f16 operand of `rows` x `k` in the GEMM's blocks of 32 x 32 (shaders/f16_blocks.wgsl). */
+export function f16BlockedWords(rows: number, k: number): number {
+  return (Math.ceil(rows / 32) * 32 * k) / 2;
+}
+
 /** q4_to_f16_t's tile: rows and columns of W a workgroup. */
 const TILE = 64;
 
@@ -17,21 +22,22 @@ export class Q4ToF16 {
   /** Its kernels compile on first use (they need shader-f16). */
   static create(gpu: Gpu): Q4ToF16 {
     return new Q4ToF16(
-      gpu.kernelOnUse({ name: 'matmul_q4_f16.q4_to_f16', shader: 'f16_convert', entry: 'q4_to_f16', uniforms: { count: 'u32' } }),
-      gpu.kernelOnUse({ name: 'matmul_q4_f16.q4_to_f16_t', shader: 'f16_convert', entry: 'q4_to_f16_t', defines: { TRANSPOSE: true }, uniforms: { count: 'u32', n: 'u32', k: 'u32' } }),
+      gpu.kernelOnUse({ name: 'matmul_q4_f16.q4_to_f16', shader: 'f16_convert', entry: 'q4_to_f16', defines: { BLOCKED: true }, uniforms: { count: 'u32', n: 'u32', k: 'u32' } }),
+      gpu.kernelOnUse({ name: 'matmul_q4_f16.q4_to_f16_t', shader: 'f16_convert', entry: 'q4_to_f16_t', defines: { BLOCKED: true, TRANSPOSE: true }, uniforms: { count: 'u32', n: 'u32', k: 'u32' } }),
     );
   }
 
-  /** `out` (u32, two halves a word, at least N·K / 2 words) = W rounded to f16 as [N][K], or with
-   * `transpose` as Wᵀ [K][N] (N even). */
+  /** `out` (u32, two halves a word) = W rounded to f16 as [N][K], or with `transpose` as Wᵀ [K][N]
+   * (N a multiple of 32), in the GEMM's blocks of 32 x 32 (f16BlockedWords words at least). */
   expand(rec: Recorder, w: Q4Weight, out: Tensor, transpose: boolean): void {
     const words = (w.n * w.k) / 2;
-    if (out.dtype !== 'u32' || out.numel < words) throw new ShapeError('q4ToF16', `'${out.label}' must be u32 of at least ${words} words, got ${out.dtype} [${out.shape.join(', ')}]`);
+    const need = transpose ? f16BlockedWords(w.k, w.n) : f16BlockedWords(w.n, w.k);
+    if (out.dtype !== 'u32' || out.numel < need) throw new ShapeError('q4ToF16', `'${out.label}' must be u32 of at least ${need} words, got ${out.dtype} [${out.shape.join(', ')}]`);
     if (!transpose) {
-      rec.dispatch(this.plain, { codes: w.codes, scales: w.scales, w16: out }, grid1d(words, 256), { count: words });
+      rec.dispatch(this.plain, { codes: w.codes, scales: w.scales, w16: out }, grid1d(words, 256), { count: words, n: w.n, k: w.k });
       return;
     }
-    if (w.n % 2 !== 0) throw new ShapeError('q4ToF16', `a transposed expansion needs an even N, got ${w.n}`);
+    if (w.n % 32 !== 0) throw new ShapeError('q4ToF16', `a transposed expansion needs N a multiple of 32, got ${w.n}`);
     rec.dispatch(this.transposed, { codes: w.codes, scales: w.scales, w16: out }, [Math.ceil(w.k / TILE), Math.ceil(w.n / TILE)], { count: words, n: w.n, k: w.k });
   }
 }

@@ -80,29 +80,29 @@ describe('capabilities of the real adapter', () => {
 });
 
 describe('the product-path chooser', () => {
-  it('int8 and f16 configs with subgroups of 32: both available, int8 by default (the faster on an H100)', () => {
+  it('int8 and f16 configs with subgroups of 32: both available, f16 by default (the faster on an H100)', () => {
     const caps = record();
     expect(path(caps, 'int8').available).toBe(true);
-    expect(chooseProducts(caps).products).toBe('int8');
+    expect(chooseProducts(caps).products).toBe('f16');
     const f16 = path(caps, 'f16');
     expect(f16.available).toBe(true);
     expect(f16.why).toMatch(/^shader-f16 and f16->f32 16x16x16 subgroup matrices offered/);
     expect(f16TileFor(caps)).toEqual(F16_TILES[16][0]);
-    // Where int8 lacks what it needs, f16 is the default.
-    expect(chooseProducts(record({ packedInt8Dot: false }))).toEqual({ products: 'f16', why: expect.stringMatching(/^f16 tensor cores: .*; int8 unavailable: no WGSL 'packed_4x8_integer_dot_product'/) });
+    // Without shader-f16 (NVIDIA's Vulkan driver without Dawn's toggle), int8 is the default.
+    expect(chooseProducts(record({ shaderF16: false }))).toEqual({ products: 'int8', why: expect.stringMatching(/^int8 tensor cores: .*; f16 unavailable: no shader-f16/) });
     // Less workgroup memory: a smaller tile of the table.
-    expect(f16TileFor(record({ limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } }))).toEqual(F16_TILES[16][2]);
+    expect(f16TileFor(record({ limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } }))).toEqual(F16_TILES[16][3]);
     expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8)');
     expect(capabilitySummary(caps)).toContain('subgroup matrices: i8->i32 16x16x32; f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8');
-    expect(productPathSummary(caps).at(-2)).toMatch(/^default products: int8 — int8 tensor cores/);
+    expect(productPathSummary(caps).at(-2)).toMatch(/^default products: f16 — f16 tensor cores/);
     expect(productPathSummary(caps).at(-1)).toBe('attention over packed rows on f16 tensor cores, with any tensor-core products: available');
   });
 
-  it("only f16/f32 configs (Apple's 8x8): f16 tensor cores, naming the missing int8 config and what is offered", () => {
+  it("only f16/f32 configs (Apple's 8x8): f16 tensor cores; the int8 path names the missing config and what is offered", () => {
     const caps = record({ vendor: 'apple', subgroupMatrix: { enabled: true, configs: APPLE_CONFIGS }, limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } });
     const choice = chooseProducts(caps);
     expect(choice.products).toBe('f16');
-    expect(choice.why).toMatch(/no i8->i32 M16 N16 K32 subgroup-matrix configuration \(offered: f32->f32 M8 N8 K8, f16->f16 M8 N8 K8, f16->f32 M8 N8 K8\)/);
+    expect(path(caps, 'int8').why).toMatch(/no i8->i32 M16 N16 K32 subgroup-matrix configuration \(offered: f32->f32 M8 N8 K8, f16->f16 M8 N8 K8, f16->f32 M8 N8 K8\)/);
     expect(path(caps, 'f16').why).toContain('f16->f32 8x8x8 subgroup matrices offered (of f16->f16 8x8x8; f16->f32 8x8x8)');
     expect(f16TileFor(caps)).toEqual(F16_TILES[8][0]);
     // Without shader-f16 (the same GPU, the feature not on the device): f32, saying so.

@@ -144,7 +144,7 @@ function offenders(code: string): { checked: number; storage: number; bad: strin
 // The variants the ops compile, from their own define builders and tile tables: every f16 tile by
 // fragment size (16x16x16, Apple's 8x8x8), the int8 settings' tiles (PATHS) and the 64x64 tile of a
 // K block of 64, attention's heads of 128 and 64 on the default tile.
-const F16_VARIANTS: Defines[] = Object.entries(F16_TILES).flatMap(([fr, tiles]) => tiles.map((t) => f16GemmDefines(t, Number(fr), Number(fr))));
+const F16_VARIANTS: { f16: Defines; q4: Defines }[] = Object.entries(F16_TILES).flatMap(([fr, tiles]) => tiles.map((t) => ({ f16: f16GemmDefines(t.f16, Number(fr), Number(fr)), q4: f16GemmDefines(t.q4, Number(fr), Number(fr)) })));
 const KB: Defines[] = [
   mmaDefines(DEFAULT_MMA_TILE, 64, 2, false, true),
   mmaDefines(PATHS.mmaTile[2], PATHS.mmaKBlock[2], 2, false, true),
@@ -159,7 +159,11 @@ const ATTENTION: Defines[] = [
 
 const variants: { shader: string; defines: Defines }[] = [
   // W16 takes the forward only (an input gradient on f16 weights is the forward on Wᵀ).
-  ...F16_VARIANTS.flatMap((t) => [{ W16: false, DINPUT: false }, { W16: false, DINPUT: true }, { W16: true, DINPUT: false }].map((v) => ({ shader: 'matmul_q4_f16', defines: { ...t, ...v } }))),
+  ...F16_VARIANTS.flatMap((t) => [
+    { shader: 'matmul_q4_f16', defines: { ...t.q4, W16: false, DINPUT: false } },
+    { shader: 'matmul_q4_f16', defines: { ...t.q4, W16: false, DINPUT: true } },
+    { shader: 'matmul_q4_f16', defines: { ...t.f16, W16: true, DINPUT: false } },
+  ]),
   ...KB.map((d) => ({ shader: 'matmul_q4_mma_gemm_kb', defines: d })),
   ...ATTENTION.flatMap((d) => [
     { shader: 'attention_f16', defines: { ...d, LSE: true } },

@@ -2,11 +2,11 @@
 // against the f64 product on odd shapes (forward and dX), then timed at the headline shapes beside
 // the default int8 tensor-core setting. Exits non-zero when a check fails.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG]
+//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...]
 // (--dawn: one more Dawn flag, e.g. enable-dawn-features=disable_robustness)
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
-import { DEFAULT_F16_TILE, f16UnsupportedOn, MatmulQ4F16, type F16Tile } from '../../src/ops/matmulQ4F16';
+import { F16_TILES, f16UnsupportedOn, MatmulQ4F16, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
 import { checkF16Dense, checkQ4F16 } from '../../src/ops/matmulQ4MmaCheck';
 import { accuracyReporter, inStreamMs, timeQ4Gemms } from './gemmTiming';
@@ -14,12 +14,8 @@ import { Matmul } from '../../src/ops/matmul';
 import { tensorCoreOptions } from '../../src/ops/projection';
 import { Filler } from '../../src/bench/fill';
 
-const TILES: F16Tile[] = [
-  DEFAULT_F16_TILE,
-  { rows: 64, cols: 128, threads: 256, tn: 2 },
-  { rows: 128, cols: 64, threads: 256, tn: 2 },
-  { rows: 64, cols: 64, threads: 128, tn: 2 },
-];
+// Every 16x16 entry of the table: each's f16 tile on expanded weights, its Q4 tile dequantizing in the kernel.
+const TILES: readonly F16Tiles[] = F16_TILES[16];
 // [M, N, K]: M odd to the tile and to 16, N odd to the tile, K from one group to 2048.
 const SHAPES: [number, number, number][] = [
   [1, 16, 32],
@@ -61,15 +57,19 @@ if (why) {
 const checks = accuracyReporter();
 const report = checks.report;
 let failed = false;
-const name = (t: F16Tile) => `${t.rows}x${t.cols}/${t.threads} 2x${t.tn}`;
+const name = (t: F16Tile) => `${t.rows}x${t.cols}/${t.threads} 2x${t.tn}${t.buffers === 1 ? ' one buffer' : ''}`;
 const ops: { name: string; op: MatmulQ4F16 }[] = [];
-for (const tile of TILES)
-  for (const expand of [false, true]) {
-    if (!expand && tile !== DEFAULT_F16_TILE) continue;
-    const n = `${name(tile)}${expand ? '' : ', W dequantized in the kernel'}`;
-    if (only !== undefined && !n.includes(only)) continue;
+const seen = new Set<string>();
+// Each entry as the engine runs it (small grids of the f16 tile on the q4 tile), its f16 tile on
+// every grid (wideFrom 0), and its Q4 tile dequantizing in the kernel.
+for (const tiles of TILES)
+  for (const mode of ['expand', 'wide', 'q4'] as const) {
+    if (mode === 'wide' && JSON.stringify(tiles.f16) === JSON.stringify(tiles.q4)) continue;
+    const n = mode === 'expand' ? name(tiles.f16) : mode === 'wide' ? `${name(tiles.f16)} on every grid` : `${name(tiles.q4)}, W dequantized in the kernel`;
+    if (seen.has(n) || (only !== undefined && !n.includes(only))) continue;
+    seen.add(n);
     try {
-      ops.push({ name: n, op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, tile, ...(expand ? {} : { expandMaxWords: 0 }) }) });
+      ops.push({ name: n, op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, tiles, ...(mode === 'q4' ? { expandMaxWords: 0 } : {}), ...(mode === 'wide' ? { wideFrom: 0 } : {}) }) });
     } catch (e) {
       failed = true;
       console.log(`FAIL ${n}: ${(e as Error).message}`);
@@ -85,7 +85,8 @@ if (!args.bool('no-speed')) {
   const fill = await Filler.create(gpu);
   const int8 = await MatmulQ4Mma.create(gpu, tensorCoreOptions(2, 8192, 6144));
   const timed = [...ops.map((o) => ({ ...o, kernels: /^matmul_q4_f16/ })), { name: 'int8 two limbs (default)', kernels: /^matmul_q4_mma\./, op: int8 }];
-  for (const shape of SPEED) await timeQ4Gemms(gpu, fill, shape, timed);
+  const shapes = args.optStr('shapes')?.split(',').map((t) => t.split('x').map(Number) as [number, number, number]) ?? SPEED;
+  for (const shape of shapes) await timeQ4Gemms(gpu, fill, shape, timed);
   const mm = await Matmul.create(gpu);
   const f16 = ops.find((o) => o.op.expandMaxWords > 0)?.op;
   for (const [m, n, k] of DENSE) {
