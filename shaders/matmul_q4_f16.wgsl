@@ -24,7 +24,7 @@ struct Params {
   m: u32,          // rows of x (and of y)
   n: u32,          // columns of y
   k: u32,          // the reduction, a multiple of 32
-  accumulate: u32, // 1: add into y instead of overwriting it
+  accumulate: u32, // 1: add into y instead of overwriting it (ABLATE: and 2, 4, 8 below)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -198,6 +198,14 @@ fn stage(st: Staged, buf: u32, lid: u32) {
   }
 }
 
+#if ABLATE
+// Measurement only (f16Gemm.ts --ablate): accumulate's bit 2 skips the global loads of each next
+// step, bit 4 their staging, bit 8 the MMAs (with their fragment loads), to see what each costs.
+fn skip(bit: u32) -> bool {
+  return (params.accumulate & bit) != 0u;
+}
+#endif
+
 // Fragment c (rows from m, columns from n of y) through this subgroup's corner of out_s, then to
 // y with the row's scale undone. Every subgroup calls it equally often: the barriers are uniform.
 fn put(c: subgroup_matrix_result<f32, FR, FR>, sg: u32, m: u32, n: u32, lane: u32) {
@@ -209,7 +217,7 @@ fn put(c: subgroup_matrix_result<f32, FR, FR>, sg: u32, m: u32, n: u32, lane: u3
     if (r < params.m && col < params.n) {
       let o = r * params.n + col;
       var v = out_s[sg][e] / rs[r];
-      if (params.accumulate != 0u) {
+      if ((params.accumulate & 1u) != 0u) {
         v += y[o];
       }
       y[o] = v;
@@ -246,7 +254,11 @@ fn gemm(
 #endif
     var st: Staged;
     let more = s + 1u < steps;
+#if ABLATE
+    if (more && !skip(2u)) {
+#else
     if (more) {
+#endif
       st = fetch((s + 1u) * BK, m0, n0, lid);
     }
     let ab = buf * A_BLOCKS + fm0 / FR;
@@ -258,7 +270,11 @@ fn gemm(
     // The MMAs in a branch the compiler cannot see through (accumulate is 0 or 1): without it, the
     // compiler sinks the next step's global loads below the MMAs, next to their stores, where
     // their latency is no longer hidden (BENCHMARKS.md).
+#if ABLATE
+    if (!skip(8u)) {
+#else
     if (params.accumulate < 2u) {
+#endif
 #repeat KI KSTEPS
       {
         let a0 = subgroupMatrixLoad<subgroup_matrix_left<f16, FK, FR>, row_major>(&a_s[ab], {{KI}}u * FK, AS);
@@ -280,11 +296,19 @@ fn gemm(
 #if NBUF1
     // One buffer: every subgroup is done reading it before it is restaged.
     workgroupBarrier();
+#if ABLATE
+    if (more && !skip(4u)) {
+#else
     if (more) {
+#endif
       stage(st, 0u, lid);
     }
 #else
+#if ABLATE
+    if (more && !skip(4u)) {
+#else
     if (more) {
+#endif
       stage(st, buf ^ 1u, lid);
     }
 #endif

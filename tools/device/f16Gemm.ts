@@ -2,11 +2,15 @@
 // against the f64 product on odd shapes (forward and dX), then timed at the headline shapes beside
 // the default int8 tensor-core setting. Exits non-zero when a check fails.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...]
+//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate]
+// (--ablate: the default f16 tile's kernel on f16 weights at M8192 N6144 K2048 without its global
+// loads, its staging stores, its MMAs, or both the first two: what each part of a step costs)
 // (--dawn: one more Dawn flag, e.g. enable-dawn-features=disable_robustness)
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
-import { F16_TILES, f16UnsupportedOn, MatmulQ4F16, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
+import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
+import { f16BlockedWords } from '../../src/ops/q4ToF16';
+import { compileMatrixKernels, grid1d } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
 import { checkF16Dense, checkQ4F16 } from '../../src/ops/matmulQ4MmaCheck';
 import { accuracyReporter, inStreamMs, timeQ4Gemms } from './gemmTiming';
@@ -81,6 +85,8 @@ for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
   for (const [i, shape] of SHAPES.entries()) report(n, await checkF16Dense(gpu, op, shape, 300 + i));
 }
 
+if (args.bool('ablate')) await ablate();
+
 if (!args.bool('no-speed')) {
   const fill = await Filler.create(gpu);
   const int8 = await MatmulQ4Mma.create(gpu, tensorCoreOptions(2, 8192, 6144));
@@ -109,3 +115,30 @@ if (!args.bool('no-speed')) {
   }
 }
 process.exit(failed || checks.failed ? 1 : 0);
+
+async function ablate(): Promise<void> {
+  const [m, n, k] = [8192, 6144, 2048];
+  const tile = DEFAULT_F16_TILES.f16;
+  const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+  const [kernel] = await compileMatrixKernels(gpu, 'matmul_q4_f16.ablate', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms }], { ...f16GemmDefines(tile, 16, 16), W16: true, DINPUT: false, ABLATE: true });
+  const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: { m: 'u32', k: 'u32' } }], {});
+  const op = await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: k });
+  const fill = await Filler.create(gpu);
+  const rec = gpu.recorder('setup');
+  const x = fill.fill(rec, gpu.tensor([m, k], 'f32', 'x'), 'uniform', 1);
+  const w = fill.fill(rec, gpu.tensor([n, k], 'f32', 'w'), 'uniform', 0.02);
+  const w16 = op.toF16(rec, w, n, k, 'w');
+  const rs = gpu.tensor([m], 'f32', 'rs');
+  const x16 = gpu.tensor([f16BlockedWords(m, k)], 'u32', 'x16');
+  const y = gpu.tensor([m, n], 'f32', 'y');
+  rec.dispatch(rowScale, { x, rs, x16 }, grid1d(m, 1), { m, k });
+  await rec.submit();
+  const parts: string[] = [];
+  for (const [label, bits] of [['whole kernel', 0], ['no global loads', 2], ['no staging stores', 4], ['no MMAs', 8], ['neither loads nor stores', 6]] as const) {
+    const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16: w16.w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits }));
+    parts.push(`${label} ${ms.toFixed(3)} ms (${((2 * m * n * k) / ms / 1e9).toFixed(0)} TFLOP/s)`);
+  }
+  console.log(`ablation, ${tile.rows}x${tile.cols}/${tile.threads} on f16 W, M${m} N${n} K${k}: ${parts.join('; ')}`);
+  for (const t of [x, w, w16.w16, rs, x16, y]) t.release();
+  op.release();
+}
