@@ -36,6 +36,7 @@ interface Side {
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   /** The same on int8 tensor cores, two limbs (the app's setting where they are offered). */
   defaultConfigTensorCores?: { generateS: number; stepS: number; memory: Memory };
+  defaultConfigF16?: { generateS: number; stepS: number; memory: Memory };
   /** Ours (--activation-storage f16): the default config with the kept hidden states in f16, and their drift. */
   defaultConfigActivationsF16?: {
     products: string;
@@ -154,9 +155,14 @@ function render(o: Side, t: Side | undefined): string {
     add('default trainer config (under Memory): generating its group of completions', dc.generateS, t?.defaultConfig?.generateS, 's', 'time');
     add('default trainer config: the training step of that group (ours with gradient checkpointing)', dc.stepS, t?.defaultConfig?.stepS, 's', 'time');
   }
+  const df = o.defaultConfigF16;
+  if (df) {
+    add("default trainer config on f16 tensor cores (the app's setting where offered): generating the group", df.generateS, t?.defaultConfig?.generateS, 's', 'time');
+    add('the same: the training step of that group', df.stepS, t?.defaultConfig?.stepS, 's', 'time');
+  }
   const dt = o.defaultConfigTensorCores;
   if (dt) {
-    add("default trainer config on int8 tensor cores, two limbs (the app's setting where offered): generating the group", dt.generateS, t?.defaultConfig?.generateS, 's', 'time');
+    add("default trainer config on int8 tensor cores, two limbs (the app's setting where int8 is offered and f16 is not): generating the group", dt.generateS, t?.defaultConfig?.generateS, 's', 'time');
     add('the same: the training step of that group', dt.stepS, t?.defaultConfig?.stepS, 's', 'time');
   }
   const da = o.defaultConfigActivationsF16;

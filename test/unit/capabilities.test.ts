@@ -66,7 +66,7 @@ describe('capabilities of the real adapter', () => {
     const [int8, f16] = (['int8', 'f16'] as const).map((f) => productPaths(capabilitiesOf(gpu)).find((p) => p.path === f)!);
     if (mmaUnsupported(gpu) !== null) expect(int8).toEqual({ path: 'int8', available: false, why: mmaUnsupported(gpu) });
     if (f16UnsupportedOn(gpu) !== null) expect(f16).toEqual({ path: 'f16', available: false, why: f16UnsupportedOn(gpu) });
-    expect(defaultProducts(gpu)).toBe(int8.available ? 'int8' : f16.available ? 'f16' : 'f32');
+    expect(defaultProducts(gpu)).toBe(f16.available ? 'f16' : int8.available ? 'int8' : 'f32');
   });
 
   it('a feature left off is off in the record', async () => {

@@ -21,10 +21,10 @@ describe('gpu command', () => {
     expect(out.capabilities.shaderF16).toBe(out.enabled.includes('shader-f16'));
     expect(out.capabilities.subgroups.enabled).toBe(out.enabled.includes('subgroups'));
     expect(out.capabilities.subgroupMatrix.configs).toEqual(out.subgroupMatrixConfigs);
-    expect(out.paths.map((p) => p.path)).toEqual(['int8', 'f16', 'f32']);
-    const [int8, f16] = out.paths;
-    expect(out.defaultProducts.products).toBe(int8.available ? 'int8' : f16.available ? 'f16' : 'f32');
-    expect(out.defaultProducts.why).toContain(int8.why);
+    expect(out.paths.map((p) => p.path)).toEqual(['f16', 'int8', 'f32']);
+    const [f16, int8] = out.paths;
+    expect(out.defaultProducts.products).toBe(f16.available ? 'f16' : int8.available ? 'int8' : 'f32');
+    expect(out.defaultProducts.why).toContain(f16.why);
     expect(r.stderr).toContain(`default products: ${out.defaultProducts.products}`);
     if (/llvmpipe/i.test(String(out.name))) {
       expect(out.capabilities.shaderF16).toBe(true);

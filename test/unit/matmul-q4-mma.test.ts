@@ -115,8 +115,8 @@ describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgrou
   it("the app's products setting: f32 by default, the tensor-core settings refused with the reason, the model left on f32", async () => {
     const model = await Qwen3VL.load(gpu, modelFiles(MODELS[0]));
     expect(productPaths(capabilitiesOf(gpu)).filter((p) => !p.available)).toEqual([
-      { path: 'int8', available: false, why: unsupported },
       { path: 'f16', available: false, why: f16UnsupportedOn(gpu) },
+      { path: 'int8', available: false, why: unsupported },
     ]);
     expect(defaultProducts(gpu)).toBe('f32');
     for (const p of ['f16', 'int8', 'int8-1limb', 'int8-row'] as const) {

@@ -90,7 +90,7 @@ if (args.bool('ablate')) await ablate();
 if (!args.bool('no-speed')) {
   const fill = await Filler.create(gpu);
   const int8 = await MatmulQ4Mma.create(gpu, tensorCoreOptions(2, 8192, 6144));
-  const timed = [...ops.map((o) => ({ ...o, kernels: /^matmul_q4_f16/ })), { name: 'int8 two limbs (default)', kernels: /^matmul_q4_mma\./, op: int8 }];
+  const timed = [...ops.map((o) => ({ ...o, kernels: /^matmul_q4_f16/ })), { name: 'int8 two limbs (products int8)', kernels: /^matmul_q4_mma\./, op: int8 }];
   const shapes = args.optStr('shapes')?.split(',').map((t) => t.split('x').map(Number) as [number, number, number]) ?? SPEED;
   for (const shape of shapes) await timeQ4Gemms(gpu, fill, shape, timed);
   const mm = await Matmul.create(gpu);
