@@ -16,7 +16,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> rs: array<f32>;
 @group(0) @binding(3) var<storage, read_write> x16: array<vec2<u32>>; // x·s as f16, 4 a vec2, blocked
 
-const WG = 64u;
+const WG = 256u;
 var<workgroup> part: array<f32, WG>;
 var<workgroup> scale: f32;
 
