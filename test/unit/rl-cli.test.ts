@@ -146,7 +146,7 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
     const engine = { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false, phase_buffers: 'keep' };
     // 'auto' on a GPU without tensor cores: the f32 units, said on stderr, and with them the f32 KV cache.
-    expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; int8 unavailable: .*; f16 unavailable: /);
+    expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; f16 unavailable: .*; int8 unavailable: /);
     expect(first.stderr).toContain('kv_cache: f32 (auto: the products run on f32, not f16)');
     expect(first.stderr).toMatch(/activation storage: f32 \(auto: the f32 products keep f32 states\)/);
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
