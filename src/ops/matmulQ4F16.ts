@@ -51,7 +51,7 @@ export const F16_TILES: Readonly<Record<number, readonly F16Tiles[]>> = {
 export const DEFAULT_F16_TILES: F16Tiles = F16_TILES[16][0];
 
 /** From this many workgroups of the `f16` tile, f16 weights take it, below it the `q4` tile: on an
- * H100 the 128x256 tile's 160-workgroup grids (N 2048 at 2560 rows) ran 2-5% slower than
+ * H100 the 128x256 tile's 160-workgroup grids (N 2048 at 2560 rows) ran 1-5% slower than
  * 128x128's, its 320-workgroup grids 5% faster (BENCHMARKS.md). */
 export const WIDE_FROM = 256;
 
