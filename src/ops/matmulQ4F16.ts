@@ -50,6 +50,11 @@ export const F16_TILES: Readonly<Record<number, readonly F16Tiles[]>> = {
 
 export const DEFAULT_F16_TILES: F16Tiles = F16_TILES[16][0];
 
+/** Whether `tiles` name one tile for both uses (then f16 weights need no second kernel). */
+export function oneTile(tiles: F16Tiles): boolean {
+  return JSON.stringify(tiles.f16) === JSON.stringify(tiles.q4);
+}
+
 /** From this many workgroups of the `f16` tile, f16 weights take it, below it the `q4` tile: on an
  * H100 the 128x256 tile's 160-workgroup grids (N 2048 at 2560 rows) ran 1-5% slower than
  * 128x128's, its 320-workgroup grids 5% faster (BENCHMARKS.md). */
@@ -195,7 +200,7 @@ export class MatmulQ4F16 {
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
     const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
-    const sameTile = JSON.stringify(tiles.f16) === JSON.stringify(tiles.q4);
+    const sameTile = oneTile(tiles);
     // Compiled side by side: a load waits for the slowest, not for the sum.
     const [rowScale, q4, q4Dinput, w16, w16Few, dense] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {}),
@@ -278,7 +283,7 @@ export class MatmulQ4F16 {
    * scratch, which the dispatch recorded next reads before any later expansion rewrites it, or its
    * codes and scales. */
   private weight(rec: Recorder, w: Q4Weight, transpose = false): Record<string, Tensor> {
-    const words = transpose ? f16BlockedWords(w.k, w.n) : f16BlockedWords(w.n, w.k);
+    const words = Q4ToF16.words(w, transpose);
     if (!this.expands(w)) return { codes2: w.codes, scales: w.scales };
     if (!this.scratch || this.scratch.numel < words) {
       // As MatmulQ4Mma's scratch: calls recorded before still read the smaller one, and the

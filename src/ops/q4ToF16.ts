@@ -27,11 +27,16 @@ export class Q4ToF16 {
     );
   }
 
+  /** Words `expand` writes W into: [N][K], or with `transpose` [K][N], in blocks of 32 x 32. */
+  static words(w: Q4Weight, transpose: boolean): number {
+    return transpose ? f16BlockedWords(w.k, w.n) : f16BlockedWords(w.n, w.k);
+  }
+
   /** `out` (u32, two halves a word) = W rounded to f16 as [N][K], or with `transpose` as Wᵀ [K][N]
-   * (N a multiple of 32), in the GEMM's blocks of 32 x 32 (f16BlockedWords words at least). */
+   * (N a multiple of 32), in the GEMM's blocks of 32 x 32 (Q4ToF16.words words at least). */
   expand(rec: Recorder, w: Q4Weight, out: Tensor, transpose: boolean): void {
     const words = (w.n * w.k) / 2;
-    const need = transpose ? f16BlockedWords(w.k, w.n) : f16BlockedWords(w.n, w.k);
+    const need = Q4ToF16.words(w, transpose);
     if (out.dtype !== 'u32' || out.numel < need) throw new ShapeError('q4ToF16', `'${out.label}' must be u32 of at least ${need} words, got ${out.dtype} [${out.shape.join(', ')}]`);
     if (!transpose) {
       rec.dispatch(this.plain, { codes: w.codes, scales: w.scales, w16: out }, grid1d(words, 256), { count: words, n: w.n, k: w.k });

@@ -8,7 +8,7 @@
 // (--dawn: one more Dawn flag, e.g. enable-dawn-features=disable_robustness)
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
-import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
+import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
 import { f16BlockedWords } from '../../src/ops/q4ToF16';
 import { compileMatrixKernels, grid1d } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
@@ -68,7 +68,7 @@ const seen = new Set<string>();
 // every grid (wideFrom 0), and its Q4 tile dequantizing in the kernel.
 for (const tiles of TILES)
   for (const mode of ['expand', 'wide', 'q4'] as const) {
-    if (mode === 'wide' && JSON.stringify(tiles.f16) === JSON.stringify(tiles.q4)) continue;
+    if (mode === 'wide' && oneTile(tiles)) continue;
     const n = mode === 'expand' ? name(tiles.f16) : mode === 'wide' ? `${name(tiles.f16)} on every grid` : `${name(tiles.q4)}, W dequantized in the kernel`;
     if (seen.has(n) || (only !== undefined && !n.includes(only))) continue;
     seen.add(n);
