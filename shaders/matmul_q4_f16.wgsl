@@ -96,7 +96,7 @@ fn fetch(k0: u32, m0: u32, n0: u32, lid: u32) -> Staged {
   var st: Staged;
   // Row i / 4 of the tile, its 8 columns from k0 + (i % 4)·8: in block ((m0 + i / 4) / 32, k0 / 32),
   // 128 vec4s a block. This is f16_blocks.wgsl's blocked(m0 + i / 4, k0 + (i % 4)·8, k) / 8 with
-  // m0 a multiple of 32 worked out: calling blocked() made the 128x128 kernel 30% slower.
+  // m0 a multiple of 32 worked out: calling blocked() ran slower (BENCHMARKS.md, Tried).
   for (var t = 0u; t < A_PER; t++) {
     let i = lid + t * WG;
     st.a[t] = vec4<u32>(0u);
