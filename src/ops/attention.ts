@@ -491,13 +491,13 @@ export class Attention {
     const need = this.splitWorkspaceShape(rows, chunks).reduce((x, y) => x * y);
     if (!Number.isInteger(chunks) || chunks < 1 || chunks > MAX_CHUNKS) throw new ShapeError(op, `chunks ${chunks} outside [1, ${MAX_CHUNKS}]`);
     if (ws.dtype !== 'f32' || ws.numel < need) throw new ShapeError(op, `split workspace '${ws.label}' needs ${need} f32 elements, has ${ws.numel} ${ws.dtype}`);
-    // The shared prefix's share of the chunks, from the lengths at recording time (one sequence
-    // reads it once either way: its own chunks cover it).
+    // The shared prefix's share of the chunks, in proportion to the keys a sequence holds when
+    // its cache is full (one sequence reads the prefix once either way: its own chunks cover it).
+    // Not the lengths at recording time: a decode step is recorded once and replayed while each
+    // sequence's own keys grow from none to the capacity's.
     let prefixChunks = 0;
     if (prefix.length > 0 && chunks > 1 && b.count > 1) {
-      let keys = 0;
-      for (let s = b.slot0; s < b.slot0 + b.count; s++) keys = Math.max(keys, cache.past[s] + n);
-      prefixChunks = Math.min(chunks - 1, Math.max(1, Math.round((chunks * prefix.length) / keys)));
+      prefixChunks = Math.min(chunks - 1, Math.max(1, Math.round((chunks * prefix.length) / cache.config.capacity)));
     }
     const ownChunks = chunks - prefixChunks;
     // Prefix tasks take as many sequences' rows as the widest kernel holds; own tasks one sequence's.
