@@ -26,7 +26,8 @@
 //
 //   npm run bench:build
 //   node .bench/model.mjs [--quick] [--size 2b|4b|8b] [--json FILE] [--only prefill,decode,gspo,default] [--vision-q4]
-//     [--samples 1,4,8] (decode's numbers of sequences) [--profile] (GPU time by kernel)
+//     [--samples 1,4,8] (decode's numbers of sequences) [--new-tokens N] (decode's tokens a sequence, default 128)
+//     [--profile] (GPU time by kernel)
 //     [--ablate] (with --profile: what each compiled kernel costs a decode step in stream)
 //     [--subsets] (with --ablate: decode's GEMVs and other kernels, alone and together)
 //     [--f16] (Dawn's vulkan_enable_f16_on_nvidia: shader-f16 and f16 subgroup matrices on NVIDIA's Vulkan driver)
@@ -195,7 +196,13 @@ const samplesFlag = (() => {
 const W0 = QUICK
   ? { promptLen: 48, promptImage: 64, newTokens: 8, samples: [1, 8], reps: 2, prompts: 2, G: 4, completion: 16, trainPrompt: 24, trainImage: 64, rank: 16, defaults: { prompt: 48, image: 64, G: 4, completion: 16, rank: 8 } }
   : { promptLen: 512, promptImage: 448, newTokens: 128, samples: [1, 8], reps: 3, prompts: 8, G: 8, completion: 256, trainPrompt: 96, trainImage: 224, rank: 16, defaults: { prompt: 512, image: 224, G: 8, completion: 256, rank: 8 } };
-const W = { ...W0, samples: samplesFlag ?? W0.samples };
+/** --new-tokens N: the decode section's tokens a sequence (default 128, as PyTorch's; the default
+ * trainer config generates 256, whose own keys outgrow the shared prompt's share of attention). */
+const newTokensFlag = (() => {
+  const i = args.indexOf('--new-tokens');
+  return i >= 0 ? Number(args[i + 1]) : undefined;
+})();
+const W = { ...W0, samples: samplesFlag ?? W0.samples, newTokens: newTokensFlag ?? W0.newTokens };
 
 /** A seeded generator (src/data/random.ts's Mulberry32): the same synthetic batch on every run. */
 function rng(seed: number): () => number {

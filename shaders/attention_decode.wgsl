@@ -56,13 +56,27 @@ const PGS: u32 = DWG / PCL;         // output row groups
 const PCPT: u32 = (NV + PCL - 1u) / PCL;
 const XW: u32 = DWG / RMAX;         // lanes per row in the max reduction
 const DSPT: u32 = (KB * NV + DWG - 1u) / DWG; // staged vec4s of K (and of V) per lane, loaded before stored
+// Loading the next block during this one holds 2·DSPT more vec4s a lane: kept for the wide layouts.
+const PREFETCH: bool = DSPT <= 4u;
 
 var<workgroup> dq_sh: array<vec4f, RMAX * NV>;
 var<workgroup> dk_sh: array<vec4f, KB * DSV>;
 var<workgroup> dv_sh: array<vec4f, KB * NV>;
 var<workgroup> dp_sh: array<f32, RMAX * KB>; // [row][key]: scores, then probabilities
 var<workgroup> dm_sh: array<f32, DWG>;
+var<workgroup> rm_sh: array<f32, RMAX>;
 var<workgroup> lim_sh: array<u32, RMAX>;     // per row: keys below this are visible (causal)
+
+// This lane's share of the K and V rows of keys [j0, min(j0 + KB, hi)) of kv head hk (zeros past hi).
+fn load_block(lid: u32, slot: u32, hk: u32, j0: u32, hi: u32, ka: ptr<function, array<vec4f, DSPT>>, va: ptr<function, array<vec4f, DSPT>>) {
+  for (var i = 0u; i < DSPT; i++) {
+    let e = min(lid + DWG * i, KB * NV - 1u);
+    let c = e / NV;
+    let base = kv_row(slot, min(j0 + c, hi - 1u)) * params.hkv * D + hk * D;
+    (*ka)[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < hi);
+    (*va)[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < hi);
+  }
+}
 
 @compute @workgroup_size(DWG)
 fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -102,7 +116,6 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 #endif
   let R = nb * rps;
   let slot = params.slot0 + b0; // keys of a prefix task all lie in the prefix: any slot of it
-  let kstride = params.hkv * D;
 
   for (var e = lid; e < RMAX * NV; e += DWG) {
     let r = min(e / NV, R - 1u);
@@ -122,17 +135,13 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
   var l: array<f32, RMAX / PGS>;
   var acc: array<vec4f, (RMAX / PGS) * PCPT>;
 
+  // PREFETCH: each block's K and V are loaded into registers while the block before it is computed.
+  var ka: array<vec4f, DSPT>;
+  var va: array<vec4f, DSPT>;
+  if (PREFETCH && lo < hi) { load_block(lid, slot, hk, lo, hi, &ka, &va); }
   for (var j0 = lo; j0 < hi; j0 += KB) {
+    if (!PREFETCH) { load_block(lid, slot, hk, j0, hi, &ka, &va); }
     workgroupBarrier(); // the previous block's readers are done (and q, lim_sh are staged)
-    var ka: array<vec4f, DSPT>;
-    var va: array<vec4f, DSPT>;
-    for (var i = 0u; i < DSPT; i++) {
-      let e = min(lid + DWG * i, KB * NV - 1u);
-      let c = e / NV;
-      let base = kv_row(slot, min(j0 + c, hi - 1u)) * kstride + hk * D;
-      ka[i] = select(vec4f(0.0), ld_k(base, e % NV), j0 + c < hi);
-      va[i] = select(vec4f(0.0), ld_v(base, e % NV), j0 + c < hi);
-    }
     for (var i = 0u; i < DSPT; i++) {
       let e = lid + DWG * i;
       if (e < KB * NV) {
@@ -141,6 +150,7 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
       }
     }
     workgroupBarrier();
+    if (PREFETCH && j0 + KB < hi) { load_block(lid, slot, hk, j0 + KB, hi, &ka, &va); }
     var s = array<f32, RMAX / RGS>(); // explicit: zeroed on every block
     for (var x = 0u; x < NV; x++) {
       let kv = dk_sh[kc * DSV + x];
@@ -154,18 +164,23 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
       if (r < R) { dp_sh[r * KB + kc] = select(NEG, s[i] * params.scale, j < hi && j < lim_sh[r]); }
     }
     workgroupBarrier();
-    // Block max per row: lane (row lid / XW, x = lid % XW) over keys x, x + XW, ...; then every
-    // lane reads the XW partials of every row.
+    // Block max per row: lane (row lid / XW, x = lid % XW) over keys x, x + XW, ...; then lane r
+    // over row r's XW partials, and every lane reads the rows' maxima (not every row's partials).
     var pm = NEG;
     if (lid / XW < R) {
       for (var c = lid % XW; c < KB; c += XW) { pm = max(pm, dp_sh[(lid / XW) * KB + c]); }
     }
     dm_sh[lid] = pm;
     workgroupBarrier();
+    if (lid < R) {
+      var mx = NEG;
+      for (var x = 0u; x < XW; x++) { mx = max(mx, dm_sh[lid * XW + x]); }
+      rm_sh[lid] = mx;
+    }
+    workgroupBarrier();
     for (var r = 0u; r < RMAX; r++) {
       if (r < R) {
-        var mx = m[r];
-        for (var x = 0u; x < XW; x++) { mx = max(mx, dm_sh[r * XW + x]); }
+        let mx = max(m[r], rm_sh[r]);
         if (r % PGS == prg) {
           let a = exp(m[r] - mx);
           let ri = r / PGS;

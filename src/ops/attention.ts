@@ -202,7 +202,7 @@ export function decodeTileFor(lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroup
   const RMAX = Math.max(2, ceilPow2(rows));
   const { NV, DSV } = vec4s(headDim);
   for (const [KB, DWG] of DECODE_BLOCKS) {
-    const bytes = 16 * (RMAX * NV + KB * DSV + KB * NV) + 4 * (RMAX * KB + DWG + RMAX);
+    const bytes = 16 * (RMAX * NV + KB * DSV + KB * NV) + 4 * (RMAX * KB + DWG + 2 * RMAX);
     if (bytes > lim.maxComputeWorkgroupStorageSize || DWG > lim.maxComputeInvocationsPerWorkgroup) continue;
     // Score row groups (DWG / KB) and output row groups (DWG / PCL) must divide RMAX.
     if (RMAX % (DWG / KB) !== 0 || DWG < RMAX) continue;

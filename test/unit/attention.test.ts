@@ -355,6 +355,31 @@ describe('attention over a KV cache', () => {
     cache.release();
   });
 
+  it('head_dim 128 (the model\'s heads) over several key blocks: one sequence and four sharing a prompt, unsplit and split', async () => {
+    const gpu = await testGpu();
+    const dims = { hq: 4, hkv: 2, D: 128 };
+    const { hkv, D } = dims;
+    const slots = 4;
+    const all = Array.from({ length: slots }, (_, s) => s);
+    const att = await Attention.create(gpu, { hq: dims.hq, hkv, headDim: D });
+    const cache = await KvCache.create(gpu, { layers: 1, slots, capacity: 80, hkv, headDim: D });
+    const workspace = gpu.tensor(att.splitWorkspaceShape(slots, 64), 'f32', 'split_workspace');
+    const { step, inherit, check } = cachedRun(gpu, att, cache, dims, 1 / Math.sqrt(D), workspace, 1100);
+    await step(0, 1, 70); // the prompt: three blocks of 32 keys for the decode below
+    await step(0, 1, 1); // one sequence (2 rows a kv head): its K and V loaded as each block starts
+    await step(0, 1, 1, 2);
+    const rec = gpu.recorder();
+    cache.share(rec, 0, all, 72);
+    await rec.submit();
+    inherit(0, all.slice(1));
+    // Four sequences: on a device with 44 KiB of workgroup memory, the prefix tasks' layout loads
+    // the next block while this one is computed.
+    for (const chunks of [undefined, 3, 5]) await step(0, slots, 1, chunks);
+    check();
+    workspace.release();
+    cache.release();
+  });
+
   it('a cache made with a prefix stores the prompt once: P + slots·(capacity − P) rows, the same attention, no fork', async () => {
     const gpu = await testGpu();
     const dims = { hq: 4, hkv: 2, D: 16 };
