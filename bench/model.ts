@@ -900,11 +900,12 @@ async function main(): Promise<void> {
     // group's log-probs and LoRA gradients.
     if (noMma) console.error(`gspo on tensor cores: skipped (${noMma})`);
     else {
-      // Two limbs of x (the default), then one ('int8-1limb'), then two with steps by row
-      // ('int8-row'), then f16 where offered; the profile of a group step with the default.
+      // Two limbs of x, then one ('int8-1limb'), then two with steps by row ('int8-row'), then f16
+      // where offered; the profile of a group step with the setting `auto` takes (f16, else int8).
       const timings = [];
       let profile: KernelTime[] | undefined;
       const settings: Products[] = ['int8', 'int8-1limb', 'int8-row', ...(noF16 ? [] : (['f16'] as const))];
+      const profiledSetting: Products = noF16 ? 'int8' : 'f16';
       for (const [i, products] of settings.entries()) {
         await model.setProducts(products); // as the app and the CLI set them
         const seed = 20 + 10 * i;
@@ -912,16 +913,21 @@ async function main(): Promise<void> {
         const tcS = await timed(gpu, () => gspoStep(gpu, setup, seed + 1));
         await gspoStep(gpu, setup, seed + 2, 1, false);
         const tcKeptS = await timed(gpu, () => gspoStep(gpu, setup, seed + 3, W.prompts, false));
-        if (i === 0 && args.includes('--profile')) profile = await kernelTimes(gpu, () => gspoStep(gpu, setup, seed + 4, 1));
+        if (products === profiledSetting && args.includes('--profile')) {
+          profile = await kernelTimes(gpu, () => gspoStep(gpu, setup, seed + 4, 1));
+          const total = profile.reduce((t, r) => t + r.us, 0);
+          console.error(`gspo group step on ${products} (1 prompt x ${W.G}) GPU time by kernel: ${(total / 1000).toFixed(1)} ms in ${profile.reduce((t, r) => t + r.calls, 0)} dispatches`);
+          for (const r of profile.slice(0, 24)) console.error(`  ${(r.us / 1000).toFixed(1).padStart(8)} ms  ${String(r.calls).padStart(6)} x ${r.name}`);
+        }
         timings.push({ seconds: tcS, tokensPerS: allTokens / tcS, noCheckpointingSeconds: tcKeptS, noCheckpointingTokensPerS: allTokens / tcKeptS });
         console.error(`gspo step on tensor cores, products ${products}: ${tcS.toFixed(2)} s; without gradient checkpointing ${tcKeptS.toFixed(2)} s`);
       }
       await model.setProducts('f32');
       const drift = await tensorCoreDrift(gpu, model, policy, lora16, { prompt: setup.prompts[0], completions: setup.completions[0] }, filler, noF16);
-      result.gspoTensorCores = { ...timings[0], drift: drift.two, profile };
+      result.gspoTensorCores = { ...timings[0], drift: drift.two, profile: profiledSetting === 'int8' ? profile : undefined };
       result.gspoTensorCoresOneLimb = { ...timings[1], drift: drift.one };
       result.gspoTensorCoresRowSteps = { ...timings[2], drift: drift.byRow };
-      if (drift.f16) result.gspoF16 = { ...timings[3], drift: drift.f16 };
+      if (drift.f16) result.gspoF16 = { ...timings[3], drift: drift.f16, profile };
       save();
       console.error(`tensor-core drift: ${JSON.stringify(drift)}`);
     }
