@@ -33,6 +33,8 @@ interface Side {
   gspoTensorCoresOneLimb?: TensorCoreRun;
   /** Two limbs with steps by row (products 'int8-row'). */
   gspoTensorCoresRowSteps?: TensorCoreRun;
+  /** f16 tensor cores (products 'f16'), where the device offers them. */
+  gspoF16?: TensorCoreRun;
   defaultConfig?: { config?: string; generateS: number; stepS: number; memory: Memory };
   /** The same on int8 tensor cores, two limbs (the app's setting where they are offered). */
   defaultConfigTensorCores?: { generateS: number; stepS: number; memory: Memory };
@@ -52,6 +54,8 @@ interface Side {
   drift?: Drift;
   /** Ours: the vision tower on int8 tensor cores (ModelOptions.visionTensorCores). */
   visionTensorCores?: { visionS: number; prefillS: number; tokensPerS: number; inStreamMs: number; relRms: number[] };
+  /** Ours: the vision tower's dense products on f16 tensor cores (products 'f16'). */
+  visionF16?: { visionS: number; prefillS: number; tokensPerS: number; inStreamMs: number; relRms: number[] };
   /** PyTorch only: its vision features in bf16 against fp32, relative RMS (merged embeds, then deepstack). */
   visionDrift?: { relRms: number[] };
   /** Ours: generation's KV cache (--kv-cache) and, for an f16 one, its drift from the f32 cache's. */
@@ -135,6 +139,11 @@ function render(o: Side, t: Side | undefined): string {
     add('vision tower on int8 tensor cores (ModelOptions.visionTensorCores)', 1000 * vt.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
     add('prefill with it', vt.tokensPerS, tp?.tokensPerS, 'tok/s', 'rate');
   }
+  const vf = o.visionF16;
+  if (vf) {
+    add("vision tower on f16 tensor cores (products 'f16', the app's setting where offered)", 1000 * vf.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
+    add('prefill with it', vf.tokensPerS, tp?.tokensPerS, 'tok/s', 'rate');
+  }
   for (const d of o.decode ?? []) {
     const td = t?.decode?.find((x) => x.samples === d.samples);
     add(`decode, ${d.samples} sequence(s): tokens/s`, d.tokensPerS, td?.tokensPerS, 'tok/s', 'rate');
@@ -175,6 +184,7 @@ function render(o: Side, t: Side | undefined): string {
     add('the same without gradient checkpointing: throughput', run.noCheckpointingTokensPerS, t?.gspo?.tokensPerS, 'tok/s', 'rate');
   };
   const [tc, one, byRow] = [o.gspoTensorCores, o.gspoTensorCoresOneLimb, o.gspoTensorCoresRowSteps];
+  tensorCoreRows("GSPO step, decoder and LM head GEMMs and input gradients on f16 tensor cores (products 'f16', the app's setting where offered)", o.gspoF16);
   tensorCoreRows('GSPO step, decoder and LM head GEMMs and input gradients on int8 tensor cores (products "int8")', tc);
   tensorCoreRows('GSPO step on int8 tensor cores, x in one limb (products "int8-1limb")', one);
   tensorCoreRows("GSPO step on int8 tensor cores, two limbs, steps by row (products 'int8-row')", byRow);
@@ -197,13 +207,13 @@ function render(o: Side, t: Side | undefined): string {
     '- Times: wall clock around the call, GPU synchronised, median after a warm-up. Decode = generate(128 tokens) − generate(1 token), 127 steps, temperature 1, no early stop; at 8 sequences our 4-bit GEMVs take x quantized to int8 per row and group of 32 (the default, ModelOptions.int8Decode: sampled log-probs within about 1e-3 to 1e-2 of the f32 forward\'s; training and scoring stay f32); at 1 sequence the GEMVs are f32 but the LM head\'s, whose x is in two int8 limbs (within 1.5e-5 of each group\'s largest |x|). GSPO: sequence-level ratio, loss_type grpo, ε 3e-4/4e-4, on-policy, per-prompt micro-batches of 8, clip 1.0 + AdamW; generation not included. Ours packs each group\'s prompt once before its 8 completions (the same loss and gradients; PyTorch, as TRL, repeats the prompt in every sequence). Ours recomputes each layer in the backward (gradient_checkpointing, our default) or, in the rows that say so, keeps every layer\'s activations; PyTorch keeps activations (no gradient checkpointing, TRL\'s default).',
     '- **× (ours/PyTorch)**: above 1 means ours is faster (rates: ours/PyTorch; times: PyTorch/ours).',
     tc
-      ? `- Tensor-core rows: the decoder's and the LM head's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of K, 128 with x in two int8 limbs and 256 with one; the vision tower stays f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${driftBrief('With x in one limb', one)}${driftBrief('With two limbs and one step per row of x and column of W over the whole of K', byRow)}${driftOf(t?.drift)}`
+      ? `- Tensor-core rows: the decoder's and the LM head's 4-bit products of more than 8 rows and their input gradients on the K-blocked int8 kernels (weights re-rounded to int8 per block of K, 128 with x in two int8 limbs and 256 with one; the vision tower stays f32). Against the f32 kernels on one group (${tc.drift.tokens} completion tokens, LoRA B random): log-probs move by ${f(tc.drift.logpMeanAbs, 2)} on average (at most ${f(tc.drift.logpMaxAbs, 2)}); the ${tc.drift.gradTensors} LoRA gradients by ${f(100 * tc.drift.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * tc.drift.gradNormWorst, 2)}%), their largest difference ${f(100 * tc.drift.gradOfMaxMedian, 2)}% of the tensor's largest entry at the median (worst ${f(100 * tc.drift.gradOfMaxWorst, 2)}%).${driftBrief('With x in one limb', one)}${driftBrief('With two limbs and one step per row of x and column of W over the whole of K', byRow)}${driftBrief('On f16 tensor cores (x and W rounded to f16, f32 accumulation)', o.gspoF16)}${driftOf(t?.drift)}`
       : '',
     o.command.includes('--f16')
       ? "- Run with `--f16` (Dawn's f16 toggle): in every tensor-core row the attention over packed rows (training, scoring, the vision tower) also runs on f16 tensor cores (src/ops/attentionF16.ts), as the engine runs it where the device offers them."
       : '',
     vt
-      ? `- Vision tensor-core rows: the tower's dense products but the patch embedding on the same kernel, its f32 weights rounded to int8 once per (row, block of 128 along K), x in two limbs (${f(vt.inStreamMs)} ms of GPU time in stream). Its features move from the f32 tower's by ${vt.relRms.map((r) => f(r, 2)).join(', ')} relative RMS (merged embeds, then the deepstack features)${t?.visionDrift?.relRms.length ? `; PyTorch's bf16 tower moves them from its fp32 by ${t.visionDrift.relRms.map((r) => f(r, 2)).join(', ')}` : ''}.`
+      ? `- Vision tensor-core rows: the tower's dense products but the patch embedding on the same kernel, its f32 weights rounded to int8 once per (row, block of 128 along K), x in two limbs (${f(vt.inStreamMs)} ms of GPU time in stream). Its features move from the f32 tower's by ${vt.relRms.map((r) => f(r, 2)).join(', ')} relative RMS (merged embeds, then the deepstack features)${t?.visionDrift?.relRms.length ? `; PyTorch's bf16 tower moves them from its fp32 by ${t.visionDrift.relRms.map((r) => f(r, 2)).join(', ')}` : ''}.${o.visionF16 ? ` On f16 tensor cores (${f(o.visionF16.inStreamMs)} ms in stream) they move by ${o.visionF16.relRms.map((r) => f(r, 2)).join(', ')}.` : ''}`
       : '',
     da
       ? `- Hidden states kept in f16 (activation_storage f16, ${da.products} products${da.storageAtEnd === 'f16' ? '' : `; fell back to f32: ${da.warnings.join('; ')}`}): against f32 states on one group (${da.drift.storageOnly.tokens} completion tokens), log-probs move by ${f(da.drift.storageOnly.logpMaxAbs, 2)} at most (the forward itself stays f32), LoRA gradients by ${f(100 * da.drift.storageOnly.gradNormMedian, 2)}% of their norm at the median (worst ${f(100 * da.drift.storageOnly.gradNormWorst, 2)}%); the whole path against f32 products with f32 states: log-probs ${f(da.drift.againstF32Path.logpMeanAbs, 2)} on average (at most ${f(da.drift.againstF32Path.logpMaxAbs, 2)}), gradients ${f(100 * da.drift.againstF32Path.gradNormMedian, 2)}% (worst ${f(100 * da.drift.againstF32Path.gradNormWorst, 2)}%).${driftOf(t?.drift)}`
