@@ -78,8 +78,8 @@ export interface MatmulQ4F16Options {
   expandMaxWords?: number;
 }
 
-/** 64 MiB of f16: the 2B's joined gate/up (12288 x 2048) is 48 MiB. */
-export const EXPAND_MAX_WORDS = 16 * 2 ** 20;
+/** 128 MiB of f16: the 8B's gate, up and down (12288 x 4096 each) are 96 MiB. */
+export const EXPAND_MAX_WORDS = 32 * 2 ** 20;
 
 /** The GEMM's variants: on Q4 codes forward and input gradient, on f16 weights forward only (an
  * input gradient on an expanded W expands it transposed and runs this forward on Wᵀ). */
