@@ -987,6 +987,9 @@ async function main(): Promise<void> {
   };
   await rlStep(1);
   watch.reset();
+  // What the Model panel predicts for this config and work on `products` (src/model/memoryPlan.ts).
+  const planGiB = (products: Products) =>
+    trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, phaseBuffers: PHASE_BUFFERS, products }).peakBytes / GiB;
   const { gen: genS, step: defStepS } = await rlSteps(2);
   const defProfile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 5)) : undefined;
   result.defaultConfig = {
@@ -994,8 +997,7 @@ async function main(): Promise<void> {
     generateS: genS,
     stepS: defStepS,
     memory: memory('default trainer config: generation + training step of one group'),
-    // What the Model panel predicts for this config and work (src/model/memoryPlan.ts).
-    planGiB: trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, phaseBuffers: PHASE_BUFFERS }).peakBytes / GiB,
+    planGiB: planGiB('f32'),
     profile: defProfile,
   };
   save();
@@ -1007,7 +1009,7 @@ async function main(): Promise<void> {
     const { profile, gpuInStreamS } = await stepProfile('int8 tensor cores', 10, tc.step);
     const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 12) : undefined;
     if (hostPhases) console.error(`default config on tensor cores, the step on the host: ${JSON.stringify(hostPhases)}`);
-    result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, profile };
+    result.defaultConfigTensorCores = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, planGiB: planGiB('int8'), profile };
     await model.setProducts('f32');
     save();
     console.error(`default config on tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
@@ -1017,7 +1019,7 @@ async function main(): Promise<void> {
     const tc = await warmedSteps('f16', 11);
     const mem = memory('default trainer config on f16 tensor cores: generation + training step of one group');
     const { profile, gpuInStreamS } = await stepProfile('f16 tensor cores', 15, tc.step);
-    result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, memory: mem, profile };
+    result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, memory: mem, planGiB: planGiB('f16'), profile };
     await model.setProducts('f32');
     save();
     console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
@@ -1041,7 +1043,7 @@ async function main(): Promise<void> {
     watch.reset();
     const tc = await rlSteps(17);
     const mem = memory(`default trainer config, ${storageProducts} products, hidden states kept in f16: generation + training step of one group`);
-    const planGiB = trainingMemory(config, memoryPlan(config), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16', phaseBuffers: PHASE_BUFFERS }).peakBytes / GiB;
+    const planGiB = trainingMemory(config, memoryPlan(config), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16', phaseBuffers: PHASE_BUFFERS, products: storageProducts }).peakBytes / GiB;
     result.defaultConfigActivationsF16 = { products: storageProducts, generateS: tc.gen, stepS: tc.step, memory: mem, planGiB, drift: storageDrift, storageAtEnd: policy.activationStorage, warnings: policy.takeWarnings() };
     await model.setProducts('f32');
     model.setActivationStorage('f32');

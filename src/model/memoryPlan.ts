@@ -16,6 +16,7 @@ import { chooseKvCache } from './kvCacheSetting';
 import type { Products } from './products';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
+import { EXPAND_MAX_WORDS, f16BlockedWords, MMA_K_BLOCK } from '../ops/productSizes';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
 import type { PhaseBuffers } from '../rl/engineConfig';
@@ -129,6 +130,8 @@ export interface TrainingWork {
   activationStorage?: ActivationStorage;
   /** Whether the pool keeps generation's and training's buffers both (EngineConfig.phase_buffers); default 'keep'. */
   phaseBuffers?: PhaseBuffers;
+  /** Where the decoder's and the LM head's large products run (EngineConfig.products, resolved); default 'f32'. */
+  products?: Products;
 }
 
 export const DEFAULT_TRAINING_WORK: TrainingWork = { generations: 8, promptTokens: 512, completionTokens: 256, loraRank: 8, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS };
@@ -141,8 +144,10 @@ export interface TrainingMemory {
   generationBytes: number;
   /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks. */
   trainingBytes: number;
-  /** weights + LoRA + generation and training together (phase_buffers 'keep': the pool keeps
-   * both), or the larger of the two ('release'). */
+  /** The tensor-core op's workspaces (productWorkspaceBytes), held from load: 0 on the f32 units. */
+  productsBytes: number;
+  /** weights + LoRA + the products' workspaces + generation and training together (phase_buffers
+   * 'keep': the pool keeps both), or the larger of the two ('release'). */
   peakBytes: number;
 }
 
@@ -182,13 +187,45 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   // chunk, two [prompt rows to a whole 16-row tile, Hkv·D].
   const dkvPart = 2 * dkvSplitsOf(T, P, seqs + 1) * Math.min(T, Math.ceil(P / 16) * 16) * kv * f;
   const trainingBytes = saved + backward + logits + dkvPart;
+  const productsBytes = productWorkspaceBytes(config, work.products ?? 'f32');
   return {
     weightsBytes: plan.totalBytes,
     loraBytes,
     generationBytes,
     trainingBytes,
-    peakBytes: plan.totalBytes + loraBytes + (work.phaseBuffers === 'release' ? Math.max(generationBytes, trainingBytes) : generationBytes + trainingBytes),
+    productsBytes,
+    peakBytes: plan.totalBytes + loraBytes + productsBytes + (work.phaseBuffers === 'release' ? Math.max(generationBytes, trainingBytes) : generationBytes + trainingBytes),
   };
+}
+
+/** Rows of x a tensor-core dispatch takes (Qwen3VL's MMA_ROWS: the default micro-batch, whole 64s). */
+const TENSOR_CORE_ROWS = 64 * Math.ceil(DEFAULT_MICRO_BATCH_TOKENS / 64);
+/** Vocabulary rows of one LM-head product in training and scoring (src/model/train.ts's LOGPROB_CHUNK). */
+const HEAD_CHUNK = 8192;
+
+/**
+ * What the decoder's and the LM head's tensor-core op (src/model/products.ts) holds for `products`,
+ * as MatmulQ4F16 and MatmulQ4Mma allocate it for TENSOR_CORE_ROWS rows of the widest x: f16, x's row
+ * scales and f16 copy, and the scratch its largest expanded weight (either way round) grows to;
+ * int8, x's limbs and group scales (and row maxima for steps by row), and the scratch of the
+ * largest weight rounded to int8 with its block steps. The vision tower's op (vision_products) is
+ * not counted. 0 on the f32 units.
+ */
+export function productWorkspaceBytes(config: Qwen3VLConfig, products: Products): number {
+  if (products === 'f32') return 0;
+  const { hiddenSize: H, intermediateSize: I, numHeads: hq, numKvHeads: hkv, headDim: D, vocabSize: V } = config.text;
+  const q = hq * D;
+  const maxK = Math.max(H, I, q);
+  const rows = TENSOR_CORE_ROWS;
+  // [N, K] of each product: q, k and v (k and v alike), o, gate and up, down, a chunk of the LM head.
+  const weights: [number, number][] = [[q, H], [hkv * D, H], [H, q], [I, H], [H, I], [Math.min(HEAD_CHUNK, V), H]];
+  if (products === 'f16') {
+    const expanded = weights.filter(([n, k]) => (n * k) / 2 <= EXPAND_MAX_WORDS).map(([n, k]) => Math.max(f16BlockedWords(n, k), f16BlockedWords(k, n)));
+    return rows * 4 + rows * maxK * 2 + 4 * Math.max(0, ...expanded);
+  }
+  const limbs = products === 'int8-1limb' ? 1 : 2;
+  const largest = Math.max(...weights.map(([n, k]) => n * k));
+  return rows * maxK * limbs + ((rows * maxK) / 32) * 4 + (products === 'int8-row' ? rows * 4 : 0) + largest + (largest / MMA_K_BLOCK[limbs]) * 4;
 }
 
 /** What an estimate of a training run assumes beyond its work: the engine's storage settings as
@@ -197,6 +234,8 @@ export interface EngineStorage {
   kvCache: KvDtype;
   activationStorage: ActivationStorage;
   phaseBuffers: PhaseBuffers;
+  /** The products themselves (their op's workspaces count too). */
+  products: Products;
 }
 
 /** The storage the engine's 'auto' settings take with `products` on a device with or without
@@ -206,10 +245,11 @@ export function defaultEngineStorage(products: Products, shaderF16: boolean, pha
     kvCache: chooseKvCache('auto', products, shaderF16).dtype,
     activationStorage: chooseActivationStorage('auto', { shaderF16 }, products).storage,
     phaseBuffers,
+    products,
   };
 }
 
 /** trainingMemory with the plan's KV cache and the work's storage as `storage` says. */
 export function trainingMemoryWith(config: Qwen3VLConfig, options: MemoryPlanOptions, work: TrainingWork, storage: EngineStorage): TrainingMemory {
-  return trainingMemory(config, memoryPlan(config, { ...options, kvCacheDtype: storage.kvCache }), { ...work, activationStorage: storage.activationStorage, phaseBuffers: storage.phaseBuffers });
+  return trainingMemory(config, memoryPlan(config, { ...options, kvCacheDtype: storage.kvCache }), { ...work, activationStorage: storage.activationStorage, phaseBuffers: storage.phaseBuffers, products: storage.products });
 }

@@ -7,7 +7,8 @@
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
-import { f16BlockedWords, Q4ToF16 } from './q4ToF16';
+import { EXPAND_MAX_WORDS, f16BlockedWords } from './productSizes';
+import { Q4ToF16 } from './q4ToF16';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
  * over 2 x `tn` fragments, staged through `buffers` buffers of workgroup memory. */
@@ -74,12 +75,9 @@ export interface MatmulQ4F16Options {
   /** A Q4 weight of at most this many f16 words (N·K / 2) is expanded to f16 once a call (a
    * scratch as large as the largest such weight), forward and input gradient, instead of
    * dequantized in every workgroup's staging (BENCHMARKS.md). Larger weights (the LM head)
-   * dequantize in the kernel. Default EXPAND_MAX_WORDS. */
+   * dequantize in the kernel. Default EXPAND_MAX_WORDS (src/ops/productSizes.ts). */
   expandMaxWords?: number;
 }
-
-/** 128 MiB of f16: the 8B's gate, up and down (12288 x 4096 each) are 96 MiB. */
-export const EXPAND_MAX_WORDS = 32 * 2 ** 20;
 
 /** The GEMM's variants: on Q4 codes forward and input gradient, on f16 weights forward only (an
  * input gradient on an expanded W expands it transposed and runs this forward on Wᵀ). */

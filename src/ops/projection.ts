@@ -27,6 +27,7 @@ import { Matmul } from './matmul';
 import { Norms } from './norms';
 import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, MatmulQ4, type Q4Weight } from './matmulQ4';
 import { MatmulQ4F16, type F16Weight } from './matmulQ4F16';
+import { MMA_K_BLOCK } from './productSizes';
 import { MatmulQ4Mma, type Int8Weight, type MatmulQ4MmaOptions } from './matmulQ4Mma';
 
 /** The path table: by rows of x (shape class) and x's int8 limbs on the tensor cores. */
@@ -37,8 +38,8 @@ export const PATHS = {
   loraGemvMaxRows: LORA_GEMV_MAX_ROWS,
   /** Tensor-core tile by x's limbs, the fastest on an H100 at the decoder's shapes (BENCHMARKS.md). */
   mmaTile: { 1: { rows: 128, cols: 64, threads: 256 }, 2: { rows: 64, cols: 128, threads: 256 } },
-  /** K block by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
-  mmaKBlock: { 1: 256, 2: 128 },
+  /** K block by x's limbs (productSizes.ts). */
+  mmaKBlock: MMA_K_BLOCK,
 } as const;
 
 const BIAS_WG = 256;

@@ -4,11 +4,7 @@
 // (BENCHMARKS.md, f16 tensor cores).
 import { grid1d, ShapeError, type Gpu, type Kernel, type Recorder, type Tensor } from '../gpu';
 import type { Q4Weight } from './matmulQ4';
-
-/** Words of an f16 operand of `rows` x `k` in the GEMM's blocks of 32 x 32 (shaders/f16_blocks.wgsl). */
-export function f16BlockedWords(rows: number, k: number): number {
-  return (Math.ceil(rows / 32) * 32 * k) / 2;
-}
+import { f16BlockedWords } from './productSizes';
 
 /** q4_to_f16_t's tile: rows and columns of W a workgroup. */
 const TILE = 64;

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { applyGenerationConfig, ConfigError, parseQwen3VLConfig } from '../../src/model/config';
-import { DEFAULT_TRAINING_WORK, defaultEngineStorage, memoryPlan, planProblems, trainingMemory, trainingMemoryWith } from '../../src/model/memoryPlan';
+import { DEFAULT_TRAINING_WORK, defaultEngineStorage, memoryPlan, planProblems, productWorkspaceBytes, trainingMemory, trainingMemoryWith } from '../../src/model/memoryPlan';
 import { canonicalWeightName, checkTensorShape, expectedShape, expectedWeights, WeightShapeError } from '../../src/model/weightShapes';
 
 const fixture = (name: string) => readFileSync(new URL(`../fixtures/model-io/configs/${name}`, import.meta.url), 'utf8');
@@ -160,17 +160,44 @@ describe('memoryPlan', () => {
 
   it("estimates with the engine's storage as 'auto' resolves it: f16 KV cache and hidden states beside the f16 products with shader-f16 only", () => {
     const c = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
-    expect(defaultEngineStorage('f16', true)).toEqual({ kvCache: 'f16', activationStorage: 'f16', phaseBuffers: 'keep' });
-    expect(defaultEngineStorage('f16', false)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep' });
-    expect(defaultEngineStorage('int8', true)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep' });
+    expect(defaultEngineStorage('f16', true)).toEqual({ kvCache: 'f16', activationStorage: 'f16', phaseBuffers: 'keep', products: 'f16' });
+    expect(defaultEngineStorage('f16', false)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep', products: 'f16' });
+    expect(defaultEngineStorage('int8', true)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep', products: 'int8' });
     const f32 = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, defaultEngineStorage('f32', true));
     expect(f32.peakBytes).toBe(trainingMemory(c, memoryPlan(c)).peakBytes);
     const f16 = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, defaultEngineStorage('f16', true));
     const T = 512 + 8 * 256;
-    // Half the KV cache (28 layers x K, V x 8 heads x 128 x 2 bytes a token) and half the kept states, one f32 row of H more.
-    expect(f32.peakBytes - f16.peakBytes).toBe(T * 28 * 2 * 8 * 128 * 2 + 29 * T * 2048 * 2 - T * 2048 * 4);
+    // Half the KV cache (28 layers x K, V x 8 heads x 128 x 2 bytes a token) and half the kept states, one f32 row of H more;
+    // the f16 op's workspaces besides.
+    expect(f32.peakBytes - f16.peakBytes).toBe(T * 28 * 2 * 8 * 128 * 2 + 29 * T * 2048 * 2 - T * 2048 * 4 - productWorkspaceBytes(c, 'f16'));
     const released = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, { ...defaultEngineStorage('f32', true), phaseBuffers: 'release' });
     expect(f32.peakBytes - released.peakBytes).toBe(Math.min(f32.generationBytes, f32.trainingBytes));
+  });
+
+  it("counts the tensor-core op's workspaces, and lands near the H100's f16 pool peaks at 2B, 4B and 8B", () => {
+    const c2 = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
+    const rows = 4096; // the default micro-batch: Qwen3VL's MMA_ROWS
+    expect(productWorkspaceBytes(c2, 'f32')).toBe(0);
+    // f16: row scales, x's f16 copy (the widest x: the intermediate 6144), and the scratch of the
+    // largest weight expanded, the LM head's vocabulary chunk of 8192 rows (32 MiB in f16).
+    expect(productWorkspaceBytes(c2, 'f16')).toBe(rows * 4 + rows * 6144 * 2 + 8192 * 2048 * 2);
+    // int8: two limbs of x and a scale per group of 32, then the largest weight as int8 and its steps per K block of 128.
+    expect(productWorkspaceBytes(c2, 'int8')).toBe(rows * 6144 * 2 + (rows * 6144 / 32) * 4 + 8192 * 2048 + (8192 * 2048 / 128) * 4);
+    expect(productWorkspaceBytes(c2, 'int8-1limb')).toBe(rows * 6144 + (rows * 6144 / 32) * 4 + 8192 * 2048 + (8192 * 2048 / 256) * 4);
+    expect(productWorkspaceBytes(c2, 'int8-row') - productWorkspaceBytes(c2, 'int8')).toBe(rows * 4);
+    // The 8B's gate (12288 x 4096, 96 MiB in f16) is under the expansion limit: it sets the scratch.
+    const c8 = parseQwen3VLConfig(fixture('qwen3-vl-8b-4.57.json'));
+    expect(productWorkspaceBytes(c8, 'f16')).toBe(rows * 4 + rows * 12288 * 2 + 12288 * 4096 * 2);
+    const plan2 = memoryPlan(c2);
+    expect(trainingMemory(c2, plan2, { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes - trainingMemory(c2, plan2).peakBytes).toBe(productWorkspaceBytes(c2, 'f16'));
+    // bench/model.ts's default config on f16 tensor cores (f32 KV cache and hidden states), H100:
+    // pool peaks 4.62, 6.97 and 10.96 GiB (BENCHMARKS.md, f16 tensor cores and Larger models).
+    for (const [name, peak] of [['qwen3-vl-2b-4.57.json', 4.62], ['qwen3-vl-4b-4.57.json', 6.97], ['qwen3-vl-8b-4.57.json', 10.96]] as const) {
+      const c = parseQwen3VLConfig(fixture(name));
+      const planned = trainingMemory(c, memoryPlan(c), { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes / 2 ** 30;
+      expect(planned, name).toBeGreaterThan(0.95 * peak);
+      expect(planned, name).toBeLessThanOrEqual(peak);
+    }
   });
 
   it('plans an untied lm_head and reports the limits it exceeds', () => {

@@ -7,7 +7,8 @@ import { testGpu } from '../helpers/gpu';
 import { randNormal } from '../helpers/reference';
 import { dequantizeRef, quantizeRef, toHalfBits } from '../helpers/q4-reference';
 import { allocQ4 } from '../../src/ops/matmulQ4';
-import { f16BlockedWords, Q4ToF16 } from '../../src/ops/q4ToF16';
+import { f16BlockedWords } from '../../src/ops/productSizes';
+import { Q4ToF16 } from '../../src/ops/q4ToF16';
 import { ShapeError } from '../../src/gpu';
 
 /** The half number of element (r, c) of a [R][K] operand in blocks of 32 x 32 (shaders/f16_blocks.wgsl). */

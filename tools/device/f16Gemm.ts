@@ -9,7 +9,7 @@
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
-import { f16BlockedWords } from '../../src/ops/q4ToF16';
+import { f16BlockedWords } from '../../src/ops/productSizes';
 import { compileMatrixKernels, grid1d } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
 import { checkF16Dense, checkQ4F16 } from '../../src/ops/matmulQ4MmaCheck';

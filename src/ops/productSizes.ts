@@ -1,0 +1,15 @@
+// The sizes behind the tensor-core products' buffers, in a module without GPU code so that the
+// memory plan (src/model/memoryPlan.ts, which the page imports) reckons with the same numbers the
+// ops allocate by (src/ops/matmulQ4F16.ts, src/ops/matmulQ4Mma.ts).
+
+/** Words of an f16 operand of `rows` x `k` in the GEMM's blocks of 32 x 32 (shaders/f16_blocks.wgsl). */
+export function f16BlockedWords(rows: number, k: number): number {
+  return (Math.ceil(rows / 32) * 32 * k) / 2;
+}
+
+/** 128 MiB of f16: the 8B's gate, up and down (12288 x 4096 each) are 96 MiB. A 4-bit weight of at
+ * most this many f16 words is expanded once a call into one scratch (MatmulQ4F16Options.expandMaxWords). */
+export const EXPAND_MAX_WORDS = 32 * 2 ** 20;
+
+/** The int8 tensor-core GEMM's K block by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
+export const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
