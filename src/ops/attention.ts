@@ -197,7 +197,7 @@ export function tileFor(
   throw new ShapeError('attention', `head_dim ${headDim} does not fit this device's workgroup memory`);
 }
 
-/** The decode layout for up to `rows` rows per kv head (a power of two from 2 to 8). */
+/** The decode layout for up to `rows` rows per kv head (the engine's: 8, and 16 over a shared prefix). */
 export function decodeTileFor(lim: Pick<GPUSupportedLimits, 'maxComputeWorkgroupStorageSize' | 'maxComputeInvocationsPerWorkgroup'>, headDim: number, rows: number): DecodeTile {
   const RMAX = Math.max(2, ceilPow2(rows));
   const { NV, DSV } = vec4s(headDim);
@@ -283,9 +283,8 @@ export class Attention {
       f32: make((n) => n, kvDefines('f32')),
       f16: make((n) => `${n}_f16`, kvDefines('f16')),
     });
-    // Decode (n = 1) needs G rows per kv head; a second variant takes a few new rows per sequence,
-    // a third the rows of several sequences over a shared prefix where workgroup memory allows.
-    const G = hq / hkv;
+    // One layout takes a sequence's own rows (G per kv head a new token, up to 8; forwardCached),
+    // a second the rows of several sequences over a shared prefix where workgroup memory allows.
     const fits = (rows: number) => {
       try {
         return decodeTileFor(lim, headDim, rows);
@@ -294,8 +293,7 @@ export class Attention {
         throw e;
       }
     };
-    const bounds = [...new Set([G, DECODE_MAX_ROWS, PREFIX_MAX_ROWS].filter((r) => r <= PREFIX_MAX_ROWS).map((r) => Math.max(2, ceilPow2(r))))].sort((x, y) => x - y);
-    const tiles = bounds.map(fits).filter((d): d is DecodeTile => d !== null);
+    const tiles = [DECODE_MAX_ROWS, PREFIX_MAX_ROWS].map(fits).filter((d): d is DecodeTile => d !== null);
     const quantizes = gpu.hasWgsl(DOT4_I8) && headDim % 32 === 0;
     const decode = tiles.map((d) => {
       const defs = { ALIGNED, RMAX: d.RMAX, KB: d.KB, DWG: d.DWG, PCL: d.PCL };
@@ -463,7 +461,10 @@ export class Attention {
     const rps = n * this.group;
     const kv = { ...this.views({ q, k: cache.k[layer], v: cache.v[layer] }), lengths: cache.lengths };
     const common = { rows: n, nseq: b.count, slot0: b.slot0, cap: cache.stride, causal: 1, scale: b.scale, prefix_len: prefix.length, prefix_slot: prefix.from };
-    const own = this.decode.find((d) => rps <= d.rows && d.rows <= DECODE_MAX_ROWS);
+    // A sequence's own rows take the 8-row layout: a 2-row task computes on a quarter of its
+    // threads, but all of them load each block of keys, and the next block during this one
+    // (BENCHMARKS.md, Kernel tuning choices: Attention).
+    const own = rps <= DECODE_MAX_ROWS ? this.decode[0] : undefined;
     const dt = cache.dtype;
     if (!own) {
       // Prefill-sized batches have enough rows to fill the GPU unsplit: `split` is not needed.

@@ -365,15 +365,15 @@ describe('attention over a KV cache', () => {
     const cache = await KvCache.create(gpu, { layers: 1, slots, capacity: 80, hkv, headDim: D });
     const workspace = gpu.tensor(att.splitWorkspaceShape(slots, 64), 'f32', 'split_workspace');
     const { step, inherit, check } = cachedRun(gpu, att, cache, dims, 1 / Math.sqrt(D), workspace, 1100);
-    await step(0, 1, 70); // the prompt: three blocks of 32 keys for the decode below
-    await step(0, 1, 1); // one sequence (2 rows a kv head): its K and V loaded as each block starts
+    await step(0, 1, 70); // the prompt: several blocks of keys for the decode below
+    // One sequence, then four sharing a prompt. With 48 KiB of workgroup memory their layouts load
+    // the next block of keys during this one; within lavapipe's limit, narrower ones a block at a time.
+    await step(0, 1, 1);
     await step(0, 1, 1, 2);
     const rec = gpu.recorder();
     cache.share(rec, 0, all, 72);
     await rec.submit();
     inherit(0, all.slice(1));
-    // Four sequences: on a device with 44 KiB of workgroup memory, the prefix tasks' layout loads
-    // the next block while this one is computed.
     for (const chunks of [undefined, 3, 5]) await step(0, slots, 1, chunks);
     check();
     workspace.release();
@@ -640,7 +640,8 @@ describe('attention tiles', () => {
     expect(tileFor(lim(49152), 128, 'backward')).toEqual({ BO: 16, BI: 16, WG: 128, CLN: 32 });
     // A device of 128 threads a workgroup keeps the forward's tile with fewer threads.
     expect(tileFor({ maxComputeWorkgroupStorageSize: 49152, maxComputeInvocationsPerWorkgroup: 128 }, 128, 'forward')).toEqual({ BO: 32, BI: 16, WG: 128, CLN: 32 });
-    expect(decodeTileFor(lim(49152), 128, 2)).toEqual({ RMAX: 2, KB: 32, DWG: 64, PCL: 32 });
+    // Decode's two layouts (a sequence's own rows; several sequences' over a shared prefix).
+    expect(decodeTileFor(lim(49152), 128, 8)).toEqual({ RMAX: 8, KB: 32, DWG: 256, PCL: 32 });
     expect(decodeTileFor(lim(49152), 128, 16)).toEqual({ RMAX: 16, KB: 32, DWG: 256, PCL: 32 });
     for (const D of [1, 12, 64, 128, 256]) {
       for (const pass of ['forward', 'backward'] as const) {
