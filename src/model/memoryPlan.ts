@@ -16,7 +16,7 @@ import { chooseKvCache } from './kvCacheSetting';
 import type { Products } from './products';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
-import { EXPAND_MAX_WORDS, f16BlockedWords, MMA_K_BLOCK } from '../ops/productSizes';
+import { EXPAND_MAX_WORDS, f16BlockedWords, LOGPROB_CHUNK, MMA_K_BLOCK } from '../ops/productSizes';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
 import type { PhaseBuffers } from '../rl/engineConfig';
@@ -182,7 +182,7 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   const saved = (L + 1) * T * H * (f16 ? 2 : f) + T * D * f + 2 * N * H * f + L * T * (hq + projections.length * r) * f;
   // train.ts's backward: 7 rows of H, 6 of q, 6 of kv, 6 of I, the attention's statistics, 8 LoRA rows.
   const backward = T * ((f16 ? 8 : 7) * H + 6 * q + 6 * kv + 6 * I + 3 * hq + hkv + 2 + 8 * r) * f;
-  const logits = N * Math.min(8192, V) * f;
+  const logits = N * Math.min(LOGPROB_CHUNK, V) * f;
   // The attention backward's dK/dV partials of the prompt's keys (src/ops/attention.ts): per query
   // chunk, two [prompt rows to a whole 16-row tile, Hkv·D].
   const dkvPart = 2 * dkvSplitsOf(T, P, seqs + 1) * Math.min(T, Math.ceil(P / 16) * 16) * kv * f;
@@ -200,8 +200,6 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
 
 /** Rows of x a tensor-core dispatch takes (Qwen3VL's MMA_ROWS: the default micro-batch, whole 64s). */
 const TENSOR_CORE_ROWS = 64 * Math.ceil(DEFAULT_MICRO_BATCH_TOKENS / 64);
-/** Vocabulary rows of one LM-head product in training and scoring (src/model/train.ts's LOGPROB_CHUNK). */
-const HEAD_CHUNK = 8192;
 
 /**
  * What the decoder's and the LM head's tensor-core op (src/model/products.ts) holds for `products`,
@@ -218,7 +216,7 @@ export function productWorkspaceBytes(config: Qwen3VLConfig, products: Products)
   const maxK = Math.max(H, I, q);
   const rows = TENSOR_CORE_ROWS;
   // [N, K] of each product: q, k and v (k and v alike), o, gate and up, down, a chunk of the LM head.
-  const weights: [number, number][] = [[q, H], [hkv * D, H], [H, q], [I, H], [H, I], [Math.min(HEAD_CHUNK, V), H]];
+  const weights: [number, number][] = [[q, H], [hkv * D, H], [H, q], [I, H], [H, I], [Math.min(LOGPROB_CHUNK, V), H]];
   if (products === 'f16') {
     const expanded = weights.filter(([n, k]) => (n * k) / 2 <= EXPAND_MAX_WORDS).map(([n, k]) => Math.max(f16BlockedWords(n, k), f16BlockedWords(k, n)));
     return rows * 4 + rows * maxK * 2 + 4 * Math.max(0, ...expanded);

@@ -178,17 +178,18 @@ async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16
   if (why) throw new MissingFeatureError('shader-f16', why);
   const op = await MatmulQ4F16.create(gpu, { maxRows: 64 * Math.ceil(dims.maxRows / 64), maxK: dims.maxK });
   const k = Math.min(dims.maxK, 512);
+  const check = (o: MatmulQ4F16) => checked(o, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16(gpu, o, shape, 17, input));
   // Small products take the tile of few workgroups; an op that puts them on the wide tile (the
   // same compiled kernels) checks that one too.
   const wide = await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: Math.max(k, 128), wideFrom: 0 });
   try {
-    await checked(wide, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16(gpu, wide, shape, 17, input));
+    await check(wide);
   } catch (e) {
     op.release();
     throw e;
   }
   wide.release();
-  return checked(op, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16(gpu, op, shape, 17, input));
+  return check(op);
 }
 
 /** The vision tower's op for `v`: makeTensorCores' int8 op, or its f16 op once the f16 copy of a

@@ -30,6 +30,7 @@ import { ShapeError, type Tensor } from '../gpu';
 import { F16_MAX } from '../ops/activationF16';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/loraParams';
+import { LOGPROB_CHUNK } from '../ops/productSizes';
 import type { Completion, ForwardOptions, Policy, PreparedPrompt, SamplingOptions, SequenceBatch, TrainingForward } from '../rl/policy';
 import { layerActivations, rangeSlotName, rangeSlots, releaseActivations, type LayerActivations, type LayerLora, type LayerLoraU, type VisualInputs } from './decoder';
 import { releaseVisual, type Qwen3VL } from './qwen3vl';
@@ -135,8 +136,6 @@ interface Saved {
   visionSaved: VisionSaved | null;
 }
 
-/** Logits a log-prob dispatch computes per row at a time (LogProb's chunk along the vocabulary). */
-const LOGPROB_CHUNK = 8192;
 
 export class Qwen3VLPolicy implements Policy {
   private logprob: LogProb | null = null;

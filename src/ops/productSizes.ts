@@ -11,5 +11,9 @@ export function f16BlockedWords(rows: number, k: number): number {
  * most this many f16 words is expanded once a call into one scratch (MatmulQ4F16Options.expandMaxWords). */
 export const EXPAND_MAX_WORDS = 32 * 2 ** 20;
 
+/** Logits a log-prob dispatch computes per row at a time (LogProb's chunk along the vocabulary): the
+ * vocabulary rows of one LM-head product in training and scoring. */
+export const LOGPROB_CHUNK = 8192;
+
 /** The int8 tensor-core GEMM's K block by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
 export const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
