@@ -142,7 +142,7 @@ export interface TrainingMemory {
   loraBytes: number;
   /** Sampling: the KV cache (plan.kvCacheBytesPerToken) of the prompt once and G completions, and the decoder's prefill workspace. */
   generationBytes: number;
-  /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks. */
+  /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks (and with f16 states a copy of the gradients). */
   trainingBytes: number;
   /** The tensor-core op's workspaces (productWorkspaceBytes), held from load: 0 on the f32 units. */
   productsBytes: number;
@@ -186,7 +186,9 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   // The attention backward's dK/dV partials of the prompt's keys (src/ops/attention.ts): per query
   // chunk, two [prompt rows to a whole 16-row tile, Hkv·D].
   const dkvPart = 2 * dkvSplitsOf(T, P, seqs + 1) * Math.min(T, Math.ceil(P / 16) * 16) * kv * f;
-  const trainingBytes = saved + backward + logits + dkvPart;
+  // With f16 states, the backward first copies the adapters' gradients (a fall-back to f32 states puts them back: train.ts).
+  const gradsCopy = f16 ? loraBytes / 4 : 0;
+  const trainingBytes = saved + backward + logits + dkvPart + gradsCopy;
   const productsBytes = productWorkspaceBytes(config, work.products ?? 'f32');
   return {
     weightsBytes: plan.totalBytes,

@@ -19,14 +19,17 @@
 // intermediates (LayerActivations) and the backward only walks back. The kept h_l (and without
 // checkpointing each layer's wide intermediates) are f32, or f16 where the model's activation
 // storage says so (src/model/activationStorage.ts), expanded back to f32 before the backward
-// reads them. A value beyond f16's range makes the policy run that forward again with f32 and
-// keep f32 from then on, with a warning (takeWarnings): the gradients stay those of the values
-// the forward computed, where refusing would end the run.
+// reads them. A value beyond f16's range makes the policy run that forward and its backward again
+// with f32 and keep f32 from then on, with a warning (takeWarnings): the gradients stay those of
+// the values the forward computed, where refusing would end the run. The range is read back after
+// the backward is submitted, not between the forward and the backward, so the GPU never waits for
+// the CPU to record the backward; the backward first copies the gradients it accumulates into, and
+// a fall-back puts that copy back before it runs again.
 // The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
 // tower (Qwen3VL.visionLora) the gradient at the image rows is also gathered where the features
 // enter (the embeddings at h_0, DeepStack level l at h_{l+1}) and goes back through the tower
 // (VisionTower.backward) from what the forward's vision pass kept.
-import { ShapeError, type Tensor } from '../gpu';
+import { ShapeError, Tensor, type Recorder } from '../gpu';
 import { F16_MAX } from '../ops/activationF16';
 import { LogProb } from '../ops/logprob';
 import type { LoraParams } from '../ops/loraParams';
@@ -134,6 +137,10 @@ interface Saved {
   visual: VisualInputs | null;
   /** What the vision backward reads (training forwards with vision LoRA), else null. */
   visionSaved: VisionSaved | null;
+  /** With f16 states, where ActivationF16.pack reports a value beyond f16's range (read after the backward), else null. */
+  range: Tensor | null;
+  /** The forward's arguments, to run it again with f32 states if `range` reports a value beyond f16's. */
+  redo: { batch: SequenceBatch; opts: ForwardOptions };
 }
 
 
@@ -256,25 +263,16 @@ export class Qwen3VLPolicy implements Policy {
     xd?.release();
     predictRows.release();
     if (staging) releaseActivations(staging);
-    const beyond = range && (await this.beyondF16(range));
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, us, lses, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null };
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, us, lses, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null, range, redo: { batch, opts } };
     this.outputs = [logp, entropy, mask];
-    if (beyond) {
-      // The f16 states would be clamped: this forward again with f32 states (the same dropout masks).
-      this.releaseSaved(saved);
-      this.f16Refused = beyond;
-      this.warnings.push(`activation_storage f16: ${beyond}; hidden states are kept in f32 from now on (this forward ran again with them)`);
-      return this.forward(batch, opts);
-    }
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     return { logps: logp, entropy, mask, maxLen: packed.maxLen };
   }
 
-  /** Which kept state passed f16's range and by how much (ActivationF16.pack's report), or null when all fit. Releases `range`. */
+  /** Which kept state passed f16's range and by how much (ActivationF16.pack's report), or null when all fit. */
   private async beyondF16(range: Tensor): Promise<string | null> {
     const bits = (await this.model.gpu.read(range)) as Uint32Array;
-    range.release();
     const i = bits.findIndex((b) => b !== 0);
     if (i < 0) return null;
     return `${rangeSlotName(i, this.model.config.text.numLayers)} reaches |x| = ${new Float32Array(bits.buffer)[i].toPrecision(6)}, beyond f16's ${F16_MAX}`;
@@ -287,6 +285,7 @@ export class Qwen3VLPolicy implements Policy {
     for (const t of s.lses ?? []) t.release();
     for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
     s.firstTokens?.release();
+    s.range?.release();
     if (s.visual) releaseVisual(s.visual);
     if (s.visionSaved) releaseVisionSaved(s.visionSaved);
   }
@@ -315,8 +314,12 @@ export class Qwen3VLPolicy implements Policy {
     // The gradients of the image features (embeds, then each DeepStack level) for the vision adapters.
     const dVisual = s.visionSaved && s.visual ? [s.visual.embeds, ...s.visual.deepstack].map((t, j) => gpu.tensor([...t.shape], 'f32', j === 0 ? 'train.d_image_embeds' : `train.d_deepstack${j - 1}`)) : null;
 
+    let beyond: string | null = null;
+    let grads: GradientCopy | null = null;
     try {
       const rec = gpu.recorder('train.backward');
+      // With f16 states not yet known to fit: what the gradients held before this backward adds to them.
+      if (s.range) grads = GradientCopy.record(gpu, rec, model.lora);
       // Log-probs → the predicting rows of the final norm's output → all its rows.
       rec.clear(dsel);
       logprob.backward(rec, model.head, s.hsel, s.targets, s.temperature, s.stats, gradLogps.reshape([N]), gradEntropy ? gradEntropy.reshape([N]) : null, dsel);
@@ -330,12 +333,55 @@ export class Qwen3VLPolicy implements Policy {
       });
       if (dVisual) model.vision.backward(rec, model.visionLora!, s.visionSaved!, dVisual);
       await rec.submit();
+      if (s.range) beyond = await this.beyondF16(s.range);
+      if (beyond) await grads!.restore();
     } finally {
       for (const t of [dsel, dout, ...(dVisual ?? [])]) t.release();
       ws.release();
       xd?.release();
+      grads?.release();
       this.releaseSaved(s);
     }
+    if (!beyond) return;
+    // The f16 states were clamped: the forward and this backward again with f32 states (the same
+    // dropout masks), the gradients as they were before. The caller's outputs stay its own (the
+    // same values: the forward computes in f32), so `gradLogps` may be one of them.
+    this.f16Refused = beyond;
+    this.warnings.push(`activation_storage f16: ${beyond}; hidden states are kept in f32 from now on (this forward and its backward ran again with them)`);
+    const outputs = this.outputs;
+    this.outputs = [];
+    await this.forward(s.redo.batch, s.redo.opts);
+    for (const t of this.outputs) t.release();
+    this.outputs = outputs;
+    await this.backward(gradLogps, gradEntropy);
+  }
+}
+
+/** A copy of the adapters' gradient buffers (each flat buffer up to its last view), to put back. */
+class GradientCopy {
+  private constructor(
+    private readonly gpu: Qwen3VL['gpu'],
+    private readonly pairs: { grads: Tensor; copy: Tensor }[],
+  ) {}
+
+  /** Record the copy on `rec`, before anything there adds to the gradients. */
+  static record(gpu: Qwen3VL['gpu'], rec: Recorder, params: readonly LoraParams[]): GradientCopy {
+    const extent = new Map<GPUBuffer, number>();
+    for (const t of params.flatMap((p) => [p.dA, p.dB])) extent.set(t.buffer, Math.max(extent.get(t.buffer) ?? 0, t.byteOffset + t.byteSize));
+    const pairs = [...extent].map(([buffer, bytes]) => ({ grads: new Tensor(buffer, [bytes / 4], 'f32', 'lora.grads'), copy: gpu.tensor([bytes / 4], 'f32', 'train.grads_copy') }));
+    for (const { grads, copy } of pairs) rec.copy(grads, copy);
+    return new GradientCopy(gpu, pairs);
+  }
+
+  /** Put the gradients back as they were when the copy was recorded. */
+  restore(): Promise<void> {
+    const rec = this.gpu.recorder('train.grads_restore');
+    for (const { grads, copy } of this.pairs) rec.copy(copy, grads);
+    return rec.submit();
+  }
+
+  release(): void {
+    for (const { copy } of this.pairs) copy.release();
   }
 }
 
