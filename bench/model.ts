@@ -969,6 +969,16 @@ async function main(): Promise<void> {
     const runs = [await rlStep(first), await rlStep(first + 1), await rlStep(first + 2)];
     return { gen: median(runs.map((r) => r.gen)), step: median(runs.map((r) => r.step)) };
   };
+  // Generation's part that does not grow with the completions: vision, the prompt's prefill and the
+  // first token (generate with one new token; the median of three), the vision cache cleared as in rlStep.
+  const firstTokenS = async () => {
+    const ts: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      model.visionCache.clear();
+      ts.push(await timed(gpu, () => model.generate(def.prompts[0], d.G, sampling(1), { stopIds: [] })));
+    }
+    return median(ts);
+  };
   // A products setting's RL steps: one warm-up with its pipelines compiled, then the medians of three.
   const warmedSteps = async (products: Products, first: number) => {
     await model.setProducts(products);
@@ -1019,10 +1029,13 @@ async function main(): Promise<void> {
     const tc = await warmedSteps('f16', 11);
     const mem = memory('default trainer config on f16 tensor cores: generation + training step of one group');
     const { profile, gpuInStreamS } = await stepProfile('f16 tensor cores', 15, tc.step);
-    result.defaultConfigF16 = { generateS: tc.gen, stepS: tc.step, gpuInStreamS, memory: mem, planGiB: planGiB('f16'), profile };
+    const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 17) : undefined;
+    if (hostPhases) console.error(`default config on f16 tensor cores, the step on the host: ${JSON.stringify(hostPhases)}`);
+    const generateFirstTokenS = await firstTokenS();
+    result.defaultConfigF16 = { generateS: tc.gen, generateFirstTokenS, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, planGiB: planGiB('f16'), profile };
     await model.setProducts('f32');
     save();
-    console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s`);
+    console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s (its first token ${generateFirstTokenS.toFixed(3)} s), step ${tc.step.toFixed(2)} s`);
   }
   // Other int8 settings (--also-products): their step beside the default's.
   for (const [i, products] of ALSO_PRODUCTS.entries()) {
@@ -1042,9 +1055,12 @@ async function main(): Promise<void> {
     await rlStep(16);
     watch.reset();
     const tc = await rlSteps(17);
+    const { profile, gpuInStreamS } = await stepProfile(`${storageProducts} products, f16 hidden states`, 21, tc.step);
+    const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 23) : undefined;
+    if (hostPhases) console.error(`default config, f16 hidden states, the step on the host: ${JSON.stringify(hostPhases)}`);
     const mem = memory(`default trainer config, ${storageProducts} products, hidden states kept in f16: generation + training step of one group`);
-    const planGiB = trainingMemory(config, memoryPlan(config), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16', phaseBuffers: PHASE_BUFFERS, products: storageProducts }).peakBytes / GiB;
-    result.defaultConfigActivationsF16 = { products: storageProducts, generateS: tc.gen, stepS: tc.step, memory: mem, planGiB, drift: storageDrift, storageAtEnd: policy.activationStorage, warnings: policy.takeWarnings() };
+    const planGiB = trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16', phaseBuffers: PHASE_BUFFERS, products: storageProducts }).peakBytes / GiB;
+    result.defaultConfigActivationsF16 = { products: storageProducts, generateS: tc.gen, stepS: tc.step, gpuInStreamS, hostPhases, profile, memory: mem, planGiB, drift: storageDrift, storageAtEnd: policy.activationStorage, warnings: policy.takeWarnings() };
     await model.setProducts('f32');
     model.setActivationStorage('f32');
     save();

@@ -21,8 +21,8 @@
 // storage says so (src/model/activationStorage.ts), expanded back to f32 before the backward
 // reads them. A value beyond f16's range makes the policy run that forward and its backward again
 // with f32 and keep f32 from then on, with a warning (takeWarnings): the gradients stay those of
-// the values the forward computed, where refusing would end the run. The range is read back after
-// the backward is submitted, not between the forward and the backward, so the GPU never waits for
+// the values the forward computed, where refusing would end the run. The range's readback is queued
+// right after the forward and awaited once the backward is submitted, so the GPU never waits for
 // the CPU to record the backward; the backward first copies the gradients it accumulates into, and
 // a fall-back puts that copy back before it runs again.
 // The DeepStack add is a residual add: the gradient passes through it. With LoRA on the vision
@@ -137,9 +137,9 @@ interface Saved {
   visual: VisualInputs | null;
   /** What the vision backward reads (training forwards with vision LoRA), else null. */
   visionSaved: VisionSaved | null;
-  /** With f16 states, where ActivationF16.pack reports a value beyond f16's range (read after the backward), else null. */
-  range: Tensor | null;
-  /** The forward's arguments, to run it again with f32 states if `range` reports a value beyond f16's. */
+  /** With f16 states, the readback of what ActivationF16.pack reported: which state passed f16's range (null: none). */
+  beyond: Promise<string | null> | null;
+  /** The forward's arguments, to run it again with f32 states if `beyond` names a state. */
   redo: { batch: SequenceBatch; opts: ForwardOptions };
 }
 
@@ -263,14 +263,19 @@ export class Qwen3VLPolicy implements Policy {
     xd?.release();
     predictRows.release();
     if (staging) releaseActivations(staging);
-    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, us, lses, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null, range, redo: { batch, opts } };
+    // Queued now, awaited after the backward is submitted: by then the forward has long finished.
+    const beyond = range && this.beyondF16(range);
+    range?.release(); // its copy is queued
+    beyond?.catch(() => undefined); // a forward without a backward leaves it unread
+    const saved: Saved = { batch: packed, temperature: opts.temperature, lora, dropout, cs, hs, layers, us, lses, ids, cu, scatterRows, firstTokens, targets, hsel, logp, entropy, stats, mask, visual, visionSaved: vis?.saved ?? null, beyond, redo: { batch, opts } };
     this.outputs = [logp, entropy, mask];
     if (opts.train) this.saved = saved;
     else this.releaseSaved(saved);
     return { logps: logp, entropy, mask, maxLen: packed.maxLen };
   }
 
-  /** Which kept state passed f16's range and by how much (ActivationF16.pack's report), or null when all fit. */
+  /** Which kept state passed f16's range and by how much (ActivationF16.pack's report), or null when all fit. The
+   * readback is queued before this returns: `range` may be released then. */
   private async beyondF16(range: Tensor): Promise<string | null> {
     const bits = (await this.model.gpu.read(range)) as Uint32Array;
     const i = bits.findIndex((b) => b !== 0);
@@ -285,7 +290,6 @@ export class Qwen3VLPolicy implements Policy {
     for (const t of s.lses ?? []) t.release();
     for (const t of [...s.hs, s.ids, s.cu, s.scatterRows, s.targets, s.hsel, s.stats]) t.release();
     s.firstTokens?.release();
-    s.range?.release();
     if (s.visual) releaseVisual(s.visual);
     if (s.visionSaved) releaseVisionSaved(s.visionSaved);
   }
@@ -319,7 +323,7 @@ export class Qwen3VLPolicy implements Policy {
     try {
       const rec = gpu.recorder('train.backward');
       // With f16 states not yet known to fit: what the gradients held before this backward adds to them.
-      if (s.range) grads = GradientCopy.record(gpu, rec, model.lora);
+      if (s.beyond) grads = GradientCopy.record(gpu, rec, model.lora);
       // Log-probs → the predicting rows of the final norm's output → all its rows.
       rec.clear(dsel);
       logprob.backward(rec, model.head, s.hsel, s.targets, s.temperature, s.stats, gradLogps.reshape([N]), gradEntropy ? gradEntropy.reshape([N]) : null, dsel);
@@ -333,7 +337,7 @@ export class Qwen3VLPolicy implements Policy {
       });
       if (dVisual) model.vision.backward(rec, model.visionLora!, s.visionSaved!, dVisual);
       await rec.submit();
-      if (s.range) beyond = await this.beyondF16(s.range);
+      if (s.beyond) beyond = await s.beyond;
       if (beyond) await grads!.restore();
     } finally {
       for (const t of [dsel, dout, ...(dVisual ?? [])]) t.release();
