@@ -38,6 +38,7 @@
 //     With an f16 cache the decode section also measures its drift: the same G x 128 sampled
 //     completions (same seed) over an f16 and an f32 cache, |Δ log-prob| of each sampled token up to
 //     its sequence's first token that differs)
+//     [--dawn-flag FLAG] (repeatable: an extra Dawn flag, e.g. enable-dawn-features=skip_validation)
 //     [--phase-buffers keep|release] (the default config's RL steps: the pool keeps both phases'
 //     buffers between generation and training, or only the coming phase's; EngineConfig.phase_buffers)
 // --quick shrinks the model and the work for a check on software Vulkan:
@@ -113,6 +114,10 @@ const KV_CACHE: KvCacheSetting = (() => {
   if (!isKvCacheSetting(v)) throw new Error(`--kv-cache takes ${KV_CACHE_SETTINGS.join(', ')}; got '${v}'`);
   return v;
 })();
+
+/** --dawn-flag FLAG (repeatable): an extra Dawn flag for the device, e.g. enable-dawn-features=skip_validation (what
+ * Dawn's own checks cost the host; Chrome never runs without them). */
+const DAWN_FLAGS: string[] = args.flatMap((a, i) => (a === '--dawn-flag' && args[i + 1] ? [args[i + 1]] : []));
 
 /** --also-products LIST: int8 settings (src/model/products.ts) whose default-config step is timed
  * too, after the int8 and f16 ones (result.defaultConfigAlso), e.g. int8-row,int8-1limb. */
@@ -588,7 +593,7 @@ async function kvCacheDrift(model: Qwen3VL, generate: () => Promise<Completion[]
 
 async function main(): Promise<void> {
   const t0 = performance.now();
-  const gpu = await createNodeGpu({ unsafeApis: true, f16: F16, dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
+  const gpu = await createNodeGpu({ unsafeApis: true, f16: F16, dawnFlags: ['disable-dawn-features=timestamp_quantization', ...DAWN_FLAGS] });
   console.log(`adapter: ${gpu.adapter.name}; features: ${[...gpu.features].join(', ')}${QUICK ? '; QUICK model' : ''}`);
   console.log(`capabilities: ${capabilitySummary(capabilitiesOf(gpu)).join('; ')}`);
   const watch = new PoolWatch(gpu);
