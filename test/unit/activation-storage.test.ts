@@ -2,7 +2,8 @@
 // intermediates) kept in f16 (EngineConfig.activation_storage, src/model/activationStorage.ts) on
 // the tiny fixtures: the log-probs are those of the f32 path (the forward computes in f32; only the
 // kept copies are rounded), the LoRA gradients move from the f32 path's within a measured bound,
-// and a value beyond f16's range falls back to f32 with a warning, giving the f32 gradients.
+// and a value beyond f16's range falls back to f32 with a warning, giving the f32 gradients (the
+// clamped backward's additions taken back).
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { importPeft } from '../../src/adapter/peft';
@@ -32,10 +33,11 @@ async function setup(m: (typeof MODELS)[number]) {
   const batch = JSON.parse(readFileSync(`${modelDir(m)}/lora/batch.json`, 'utf8')) as { completions: number[][]; temperature: number };
   const prompt = await fixturePrompt(`${modelDir(m)}/lora`);
   const policy = new Qwen3VLPolicy(model);
-  /** Log-probs and d(Σ log-probs)/d(every A, B) of one training forward and backward. */
-  const step = async (gradientCheckpointing: boolean) => {
+  /** Log-probs and d(Σ log-probs)/d(every A, B) of one training forward and backward, added to
+   * the gradients there (zeroed first unless `accumulate`). */
+  const step = async (gradientCheckpointing: boolean, accumulate = false) => {
     const rec = gpu.recorder();
-    for (const p of params) model.decoder.ops.lora.zeroGrad(rec, p);
+    if (!accumulate) for (const p of params) model.decoder.ops.lora.zeroGrad(rec, p);
     await rec.submit();
     const fwd = await policy.forward({ prompt, completions: batch.completions }, { temperature: batch.temperature, lora: true, train: true, gradientCheckpointing });
     const logps = await gpu.readF32(fwd.logps);
@@ -84,13 +86,15 @@ describe.skipIf(process.env.VLRL_VK === 'swiftshader').each(MODELS)('%s: hidden 
     model.setActivationStorage('f32');
     const f32 = await step(checkpointing);
     model.setActivationStorage('f16');
-    const fellBack = await step(checkpointing);
+    // On top of the f32 step's gradients (as a second micro-batch adds to the first's): the
+    // clamped backward's additions are taken back before the f32 one adds, so they double exactly.
+    const fellBack = await step(checkpointing, true);
     const warnings = policy.takeWarnings();
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(/hidden state entering layer 0 reaches \|x\| = 100000, beyond f16's 65504; hidden states are kept in f32 from now on/);
     expect(policy.activationStorage).toBe('f32');
     expect(Array.from(fellBack.logps)).toEqual(Array.from(f32.logps));
-    fellBack.grads.forEach((g, k) => expect(Array.from(g), `gradient ${k}`).toEqual(Array.from(f32.grads[k])));
+    fellBack.grads.forEach((g, k) => expect(Array.from(g), `gradient ${k}`).toEqual(Array.from(f32.grads[k], (v) => 2 * v)));
     expect(policy.takeWarnings(), 'said once').toEqual([]);
   });
 });
