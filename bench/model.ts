@@ -55,6 +55,7 @@ import { RlLoss } from '../src/ops/rlLoss';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../src/model/config';
 import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
+import type { ActivationStorage } from '../src/model/activationStorage';
 import { isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../src/model/kvCacheSetting';
 import { isProducts, type Products, type VisionProducts } from '../src/model/products';
 import { PHASE_BUFFERS as PHASE_BUFFER_VALUES, type PhaseBuffers } from '../src/rl/engineConfig';
@@ -205,7 +206,10 @@ const W0 = QUICK
  * trainer config generates 256, whose own keys outgrow the shared prompt's share of attention). */
 const newTokensFlag = (() => {
   const i = args.indexOf('--new-tokens');
-  return i >= 0 ? Number(args[i + 1]) : undefined;
+  if (i < 0) return undefined;
+  const n = Number(args[i + 1]);
+  if (!Number.isInteger(n) || n < 2) throw new Error(`--new-tokens takes an integer of at least 2; got '${args[i + 1] ?? ''}'`);
+  return n;
 })();
 const W = { ...W0, samples: samplesFlag ?? W0.samples, newTokens: newTokensFlag ?? W0.newTokens };
 
@@ -975,15 +979,13 @@ async function main(): Promise<void> {
     return { gen: median(runs.map((r) => r.gen)), step: median(runs.map((r) => r.step)) };
   };
   // Generation's part that does not grow with the completions: vision, the prompt's prefill and the
-  // first token (generate with one new token; the median of three), the vision cache cleared as in rlStep.
-  const firstTokenS = async () => {
-    const ts: number[] = [];
-    for (let i = 0; i < 3; i++) {
+  // first token (generate with one new token; the median of three after a warm-up), the vision cache
+  // cleared as in rlStep.
+  const firstTokenS = () =>
+    seconds(gpu, 3, () => {
       model.visionCache.clear();
-      ts.push(await timed(gpu, () => model.generate(def.prompts[0], d.G, sampling(1), { stopIds: [] })));
-    }
-    return median(ts);
-  };
+      return model.generate(def.prompts[0], d.G, sampling(1), { stopIds: [] });
+    });
   // A products setting's RL steps: one warm-up with its pipelines compiled, then the medians of three.
   const warmedSteps = async (products: Products, first: number) => {
     await model.setProducts(products);
@@ -1003,8 +1005,8 @@ async function main(): Promise<void> {
   await rlStep(1);
   watch.reset();
   // What the Model panel predicts for this config and work on `products` (src/model/memoryPlan.ts).
-  const planGiB = (products: Products) =>
-    trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, phaseBuffers: PHASE_BUFFERS, products }).peakBytes / GiB;
+  const planGiB = (products: Products, activationStorage: ActivationStorage = 'f32') =>
+    trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage, phaseBuffers: PHASE_BUFFERS, products }).peakBytes / GiB;
   const { gen: genS, step: defStepS } = await rlSteps(2);
   const defProfile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 5)) : undefined;
   result.defaultConfig = {
@@ -1064,12 +1066,12 @@ async function main(): Promise<void> {
     const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 23) : undefined;
     if (hostPhases) console.error(`default config, f16 hidden states, the step on the host: ${JSON.stringify(hostPhases)}`);
     const mem = memory(`default trainer config, ${storageProducts} products, hidden states kept in f16: generation + training step of one group`);
-    const planGiB = trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage: 'f16', phaseBuffers: PHASE_BUFFERS, products: storageProducts }).peakBytes / GiB;
-    result.defaultConfigActivationsF16 = { products: storageProducts, generateS: tc.gen, stepS: tc.step, gpuInStreamS, hostPhases, profile, memory: mem, planGiB, drift: storageDrift, storageAtEnd: policy.activationStorage, warnings: policy.takeWarnings() };
+    const plan = planGiB(storageProducts, 'f16');
+    result.defaultConfigActivationsF16 = { products: storageProducts, generateS: tc.gen, stepS: tc.step, gpuInStreamS, hostPhases, profile, memory: mem, planGiB: plan, drift: storageDrift, storageAtEnd: policy.activationStorage, warnings: policy.takeWarnings() };
     await model.setProducts('f32');
     model.setActivationStorage('f32');
     save();
-    console.error(`default config, ${storageProducts} products, f16 hidden states: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s, pool peak ${mem.poolPeakGiB.toFixed(2)} GiB (in use ${mem.inUsePeakGiB.toFixed(2)}; plan ${planGiB.toFixed(2)})`);
+    console.error(`default config, ${storageProducts} products, f16 hidden states: generation ${tc.gen.toFixed(2)} s, step ${tc.step.toFixed(2)} s, pool peak ${mem.poolPeakGiB.toFixed(2)} GiB (in use ${mem.inUsePeakGiB.toFixed(2)}; plan ${plan.toFixed(2)})`);
   }
 
   const rows: [string, string][] = [
