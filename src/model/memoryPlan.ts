@@ -200,8 +200,10 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   };
 }
 
-/** Rows of x a tensor-core dispatch takes (Qwen3VL's MMA_ROWS: the default micro-batch, whole 64s). */
-const TENSOR_CORE_ROWS = 64 * Math.ceil(DEFAULT_MICRO_BATCH_TOKENS / 64);
+/** Rows of x the decoder's tensor-core op takes a dispatch, its workspaces sized by them (Qwen3VL's
+ * setProducts): the trainer's default micro-batch in one, in whole 64s (its int8 copy of x: a byte an
+ * element and limb, 48 MiB for the 2B with two). */
+export const TENSOR_CORE_ROWS = 64 * Math.ceil(DEFAULT_MICRO_BATCH_TOKENS / 64);
 
 /**
  * What the decoder's and the LM head's tensor-core op (src/model/products.ts) holds for `products`,

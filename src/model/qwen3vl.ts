@@ -8,7 +8,7 @@ import type { AttentionConfig } from '../ops/attention';
 import type { TensorCoreProducts } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
 import { THINK_CLOSE, THINK_OPEN } from '../rewards/thinking';
-import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
+import { TENSOR_CORE_ROWS } from './memoryPlan';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
 import { applyGenerationConfig, parseQwen3VLConfig, type Qwen3VLConfig } from './config';
 import { Decoder, LORA_PROJECTIONS, loraModuleName, view, type LayerLora, type VisualInputs } from './decoder';
@@ -64,9 +64,6 @@ export interface ModelOptions {
   visionCacheBytes?: number;
 }
 
-/** Rows the tensor-core GEMM quantizes per dispatch (its int8 copy of x: a byte an element and
- * limb, 48 MiB for the 2B with two): the trainer's default micro-batch in one. */
-const MMA_ROWS = DEFAULT_MICRO_BATCH_TOKENS;
 /** Patches the vision tower's tensor-core GEMM quantizes per dispatch: a 448x448 image's 784 fit;
  * more go through in slices. */
 const VISION_MMA_ROWS = 1024;
@@ -192,7 +189,7 @@ export class Qwen3VL {
     if (products === this.productsSetting) return;
     const t = this.config.text;
     const maxK = Math.max(t.hiddenSize, t.intermediateSize, t.numHeads * t.headDim);
-    const made = products === 'f32' ? null : await makeTensorCores(this.gpu, products, { maxRows: MMA_ROWS, maxK });
+    const made = products === 'f32' ? null : await makeTensorCores(this.gpu, products, { maxRows: TENSOR_CORE_ROWS, maxK });
     const projection = this.decoder.ops.projection;
     if (this.productOp) {
       // Work recorded on the old one may still be in flight: its buffers go back to the pool after.
