@@ -29,7 +29,7 @@ const SPLIT_SUM_WG = 256;
 
 /** The uniforms split1, split2 of a joined weight's output widths (at most 3, summing to n), or
  * of one output. */
-export function splitsOf(op: string, parts: readonly number[] | undefined, n: number): [number, number] {
+function splitsOf(op: string, parts: readonly number[] | undefined, n: number): [number, number] {
   if (!parts) return [n, n];
   if (parts.length < 1 || parts.length > 3 || parts.some((p) => !Number.isInteger(p) || p < 1) || parts.reduce((a, p) => a + p, 0) !== n) {
     throw new ShapeError(op, `parts [${parts.join(', ')}] must be 1 to 3 positive widths summing to N = ${n}`);
@@ -178,7 +178,7 @@ const GATHER_UNIFORMS = { tokens: 'u32', n: 'u32', k: 'u32' } as const;
 /** Workgroup memory of the LoRA epilogue (shaders/q4_gemv_common.wgsl: lora_u and lora_fold). */
 const LORA_BYTES = 3 * 512 * 4;
 /** Most rows of x times rank the epilogue holds (LORA_MAX). */
-export const LORA_MAX = 512;
+const LORA_MAX = 512;
 const NO_LORA = { lora_r: 0, lora_np: 0, lora_s: 0 } as const;
 const NO_NORM = { eps: 0, down_r: 0, down_rows: 0 } as const;
 /** Storage buffers of the one-row GEMV with its norm: codes, scales, x, y, the norm's weight, and
