@@ -27,6 +27,7 @@
 //   npm run bench:build
 //   node .bench/model.mjs [--quick] [--size 2b|4b|8b] [--json FILE] [--only prefill,decode,gspo,default] [--vision-q4]
 //     [--samples 1,4,8] (decode's numbers of sequences) [--new-tokens N] (decode's tokens a sequence, default 128)
+//     [--default-rank R] (the default trainer config's LoRA rank, default 8; bench/torch_model.py takes it too)
 //     [--profile] (GPU time by kernel)
 //     [--ablate] (with --profile: what each compiled kernel costs a decode step in stream)
 //     [--subsets] (with --ablate: decode's GEMVs and other kernels, alone and together)
@@ -211,7 +212,15 @@ const newTokensFlag = (() => {
   if (!Number.isInteger(n) || n < 2) throw new Error(`--new-tokens takes an integer of at least 2; got '${args[i + 1] ?? ''}'`);
   return n;
 })();
-const W = { ...W0, samples: samplesFlag ?? W0.samples, newTokens: newTokensFlag ?? W0.newTokens };
+/** --default-rank R: the default trainer config's LoRA rank (src/rl/config.ts: 8), for its step at larger ranks. */
+const defaultRankFlag = (() => {
+  const i = args.indexOf('--default-rank');
+  if (i < 0) return undefined;
+  const r = Number(args[i + 1]);
+  if (!Number.isInteger(r) || r < 1) throw new Error(`--default-rank takes a positive integer; got '${args[i + 1] ?? ''}'`);
+  return r;
+})();
+const W = { ...W0, samples: samplesFlag ?? W0.samples, newTokens: newTokensFlag ?? W0.newTokens, defaults: { ...W0.defaults, rank: defaultRankFlag ?? W0.defaults.rank } };
 
 /** A seeded generator (src/data/random.ts's Mulberry32): the same synthetic batch on every run. */
 function rng(seed: number): () => number {
@@ -250,9 +259,13 @@ function makeLora(gpu: Gpu, c: Qwen3VLConfig, r: number): LoraParams[] {
  */
 class PoolWatch {
   private live = new Map<GPUBuffer, { label: string; bytes: number }>();
+  /** Released buffers the pool keeps, by their last label (until reused or destroyed). */
+  private cached = new Map<GPUBuffer, { label: string; bytes: number }>();
   private inUse = 0;
   peakInUse = 0;
   atPeak: { label: string; bytes: number }[] = [];
+  /** At the pool's peak (in use + cached): the buffers in use, and those cached. */
+  atPoolPeak: { inUse: { label: string; bytes: number }[]; cached: { label: string; bytes: number }[] } = { inUse: [], cached: [] };
 
   constructor(private readonly gpu: Gpu) {
     const pool = gpu.pool;
@@ -260,19 +273,31 @@ class PoolWatch {
     const release = pool.release.bind(pool);
     pool.acquire = (bytes, label) => {
       const before = pool.stats.inUse;
+      const peak = pool.stats.peak;
       const buf = acquire(bytes, label);
       const cls = pool.stats.inUse - before;
+      this.cached.delete(buf);
       this.live.set(buf, { label, bytes: cls });
       this.inUse += cls;
       if (this.inUse > this.peakInUse) {
         this.peakInUse = this.inUse;
         this.atPeak = [...this.live.values()];
       }
+      if (pool.stats.peak > peak) this.atPoolPeak = { inUse: [...this.live.values()], cached: [...this.cached.values()] };
       return buf;
     };
     pool.release = (buf) => {
       const e = this.live.get(buf);
-      if (e) this.inUse -= e.bytes;
+      if (e) {
+        this.inUse -= e.bytes;
+        // The pool destroys what it trims: such a buffer is no longer cached.
+        const destroy = buf.destroy.bind(buf);
+        buf.destroy = () => {
+          this.cached.delete(buf);
+          destroy();
+        };
+        this.cached.set(buf, e);
+      }
       this.live.delete(buf);
       release(buf);
     };
@@ -284,12 +309,13 @@ class PoolWatch {
     this.gpu.pool.stats.peak = this.gpu.pool.stats.inUse;
     this.peakInUse = this.inUse;
     this.atPeak = [...this.live.values()];
+    this.atPoolPeak = { inUse: [...this.live.values()], cached: [...this.cached.values()] };
   }
 
   /** The largest label groups live at the in-use peak (digits folded, so the 28 layers' copies add up). */
-  largest(n: number): { label: string; count: number; bytes: number }[] {
+  largest(n: number, at: readonly { label: string; bytes: number }[] = this.atPeak): { label: string; count: number; bytes: number }[] {
     const groups = new Map<string, { label: string; count: number; bytes: number }>();
-    for (const { label, bytes } of this.atPeak) {
+    for (const { label, bytes } of at) {
       const key = label.replace(/\d+/g, '#');
       const g = groups.get(key) ?? { label: key, count: 0, bytes: 0 };
       g.count++;
@@ -852,13 +878,26 @@ async function main(): Promise<void> {
   const policy = new Qwen3VLPolicy(model);
   const completionTokens = W.prompts * W.G * W.completion;
   const allTokens = W.prompts * W.G * (W.trainPrompt + W.completion);
-  const memory = (what: string) => ({
+  const memory = (what: string) => {
+    const m = memoryOf(what);
+    const list = (gs: { MiB: number; count: number; label: string }[]) => gs.map((b) => `${b.MiB.toFixed(0)} ${b.count}x${b.label}`).join(', ');
+    console.error(`${what}: pool peak ${m.poolPeakGiB.toFixed(3)} GiB, at it in use ${m.poolPeak.inUseGiB.toFixed(3)} and cached ${m.poolPeak.cachedGiB.toFixed(3)}\n  in use (MiB): ${list(m.poolPeak.inUse)}\n  cached (MiB): ${list(m.poolPeak.cached)}`);
+    return m;
+  };
+  const memoryOf = (what: string) => ({
     what,
     poolPeakGiB: gpu.pool.stats.peak / GiB,
     inUsePeakGiB: watch.peakInUse / GiB,
     weightsGiB: weightBytes / GiB,
     targetGiB: MEMORY_TARGET_GIB[SIZE],
     largest: watch.largest(24).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
+    // At the pool's peak: the largest groups in use and cached (what the memory plan must count).
+    poolPeak: {
+      inUseGiB: watch.atPoolPeak.inUse.reduce((a, b) => a + b.bytes, 0) / GiB,
+      cachedGiB: watch.atPoolPeak.cached.reduce((a, b) => a + b.bytes, 0) / GiB,
+      inUse: watch.largest(40, watch.atPoolPeak.inUse).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
+      cached: watch.largest(40, watch.atPoolPeak.cached).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
+    },
   });
   let stepS = NaN;
   let keptS = NaN;

@@ -39,6 +39,7 @@ ap.add_argument("--only", help="comma-separated sections: prefill,decode,gspo,de
 ap.add_argument("--gradient-checkpointing", action="store_true",
                 help="the default config's training step with gradient checkpointing (TRL's gradient_checkpointing=True), as ours runs it")
 ap.add_argument("--size", default="2b", choices=["2b", "4b", "8b"], help="the published Qwen3-VL-{2B,4B,8B}-Instruct shapes")
+ap.add_argument("--default-rank", type=int, default=8, help="the default trainer config's LoRA rank (bench/model.ts --default-rank)")
 args = ap.parse_args()
 
 DEV = torch.device("cuda")
@@ -62,11 +63,13 @@ else:
     TOK = dict(image=151655, video=151656, start=151652, end=151653, bos=151643, eos=151645)
     W = dict(promptLen=512, promptImage=448, newTokens=128, samples=[1, 8], reps=2, prompts=8, G=8, completion=256,
              trainPrompt=96, trainImage=224, rank=16, defaults=dict(prompt=512, image=224, G=8, completion=256, rank=8))
+W["defaults"]["rank"] = args.default_rank
 
 LORA_TARGETS = r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 RESULT = {"tool": "pytorch", "command": "python3 bench/torch_model.py " + " ".join(
     a for a in ["--quick" if args.quick else "", f"--size {args.size}",
-              "--gradient-checkpointing" if args.gradient_checkpointing else "", f"--json {args.json}" if args.json else ""] if a),
+              "--gradient-checkpointing" if args.gradient_checkpointing else "", f"--json {args.json}" if args.json else "",
+              f"--default-rank {args.default_rank}" if args.default_rank != 8 else ""] if a),
     "quick": args.quick, "size": args.size, "work": W, "errors": []}
 
 

@@ -142,7 +142,7 @@ export interface TrainingMemory {
   loraBytes: number;
   /** Sampling: the KV cache (plan.kvCacheBytesPerToken) of the prompt once and G completions, and the decoder's prefill workspace. */
   generationBytes: number;
-  /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks (and with f16 states a copy of the gradients). */
+  /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks, what the pool keeps of the forward's workspace (and with f16 states a copy of the gradients). */
   trainingBytes: number;
   /** The tensor-core op's workspaces (productWorkspaceBytes), held from load: 0 on the f32 units. */
   productsBytes: number;
@@ -188,7 +188,11 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   const dkvPart = 2 * dkvSplitsOf(T, P, seqs + 1) * Math.min(T, Math.ceil(P / 16) * 16) * kv * f;
   // With f16 states, the backward first copies the adapters' gradients (a fall-back to f32 states puts them back: train.ts).
   const gradsCopy = f16 ? loraBytes / 4 : 0;
-  const trainingBytes = saved + backward + logits + dkvPart + gradsCopy;
+  // The forward's workspace goes back to the pool before the backward, which keeps it cached (the
+  // phase's buffers): the backward's rows of H, q and I take most of it again, but none is the
+  // size of its joined q/k/v and gate/up outputs or its LoRA partials (src/model/decoder.ts).
+  const forwardLeft = T * (q + 2 * kv + 2 * I + Math.max(Math.ceil(I / 64), hq) * r) * f;
+  const trainingBytes = saved + backward + logits + dkvPart + gradsCopy + forwardLeft;
   const productsBytes = productWorkspaceBytes(config, work.products ?? 'f32');
   return {
     weightsBytes: plan.totalBytes,

@@ -9,7 +9,8 @@
 // Adapters of one input (q/k/v on a layer's normed rows, gate/up on the MLP's) share dispatches
 // (forwardGroup, backwardGroup): their u, or their t, in one of shaders/lora_thin.wgsl (no K split
 // into partials, x read for all), their up products in one of up_add, their dX in one, their dA
-// and dB in two of shaders/lora_grad.wgsl.
+// and dB in two of shaders/lora_grad.wgsl. At large ranks each product runs on the GEMM instead
+// (LORA_GEMM_FROM).
 import { capabilitiesOf, grid1d, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from './matmul';
 import { loraScale, type LoraParams } from './loraParams';
@@ -95,9 +96,10 @@ export function thinSubgroupSize(gpu: Gpu): number | null {
 }
 /** Adapters a group dispatch binds at most (q/k/v). */
 export const LORA_GROUP_MAX = 3;
-/** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds. */
+/** lora_grad: columns of P a workgroup (64 threads of a vec4 each), most ranks of Q it holds (its
+ * accumulators are as many vec4s a thread: 24 ran 2-3.5x slower than 16, BENCHMARKS.md). */
 const GRAD_COLS = 256;
-const GRAD_MAX_RANKS = 24;
+const GRAD_MAX_RANKS = 16;
 /** A row of P costs about this many of a rank's vec4 FMAs more (its load, Q's broadcast loads). */
 const GRAD_ROW_COST = 8;
 
@@ -123,6 +125,16 @@ const GRAD_UNIFORMS = {
   rows: 'u32', chunk_rows: 'u32', r: 'u32', width_a: 'u32', out0: 'u32', out1: 'u32', out2: 'u32', s0: 'f32', s1: 'f32', s2: 'f32',
   adapters: 'u32', a_tiles: 'u32', b_tiles0: 'u32', b_tiles1: 'u32', b_tiles2: 'u32', set_size: 'u32', b_at0: 'u32', b_at1: 'u32', b_at2: 'u32', chunks: 'u32',
 } as const;
+
+/** LoRA's products, by what they make: u = x̃·Aᵀ, the update s·u·Bᵀ, t = s·dY·B, dA and dB, dX's t·A. */
+export type LoraProduct = 'u' | 'up' | 't' | 'grads' | 'dx';
+
+/**
+ * From this rank on, a product runs on the GEMM (src/ops/matmul.ts) instead of its LoRA kernel
+ * (lora_thin, up_add, lora_grad: made for thin products, their work a thread growing with the
+ * rank): the crossovers measured on an H100 (BENCHMARKS.md, Kernel tuning choices).
+ */
+export const LORA_GEMM_FROM: Readonly<Record<LoraProduct, number>> = { u: 128, up: 128, t: 128, grads: 128, dx: 128 };
 
 /** One product of lora_thin: out [T, r] = scale·x·Wᵀ (W = A) or scale·x·W (W = B), K = k. */
 interface ThinProduct {
@@ -159,11 +171,13 @@ export class Lora {
     private readonly initK: Kernel,
     private readonly dropFwdK: Kernel,
     private readonly dropBwdK: Kernel,
+    private readonly gemmFrom: Readonly<Record<LoraProduct, number>>,
   ) {
     this.thinSubgroup = thinSubgroupSize(gpu);
   }
 
-  static async create(gpu: Gpu): Promise<Lora> {
+  /** `gemmFrom`: per product, the rank from which it runs on the GEMM (default LORA_GEMM_FROM). */
+  static async create(gpu: Gpu, opts: { gemmFrom?: Partial<Record<LoraProduct, number>> } = {}): Promise<Lora> {
     const spec = (entry: string) => ({
       shader: 'lora',
       entry,
@@ -173,7 +187,12 @@ export class Lora {
     const init = gpu.kernelOnUse(spec('init_uniform'));
     const dropout = gpu.kernelOnUse(spec('dropout_forward'));
     const dropoutBackward = gpu.kernelOnUse(spec('dropout_backward_acc'));
-    return new Lora(gpu, await Matmul.create(gpu), init, dropout, dropoutBackward);
+    return new Lora(gpu, await Matmul.create(gpu), init, dropout, dropoutBackward, { ...LORA_GEMM_FROM, ...opts.gemmFrom });
+  }
+
+  /** Whether `product` of rank r runs on the GEMM (gemmFrom). */
+  private onGemm(product: LoraProduct, r: number): boolean {
+    return r >= this.gemmFrom[product];
   }
 
   /** Whether adapters share group dispatches (on one x, and one dX in a backward): one to three
@@ -232,7 +251,7 @@ export class Lora {
   /** y [T, N] += scale·u [T, r]·W: W (n, j) is B[n, j] (`w` = B [N, r]) or A[j, n] (`w` = A
    * [r, N], `trans`). up_add where N % 4 == 0 (y as vec4s), else the GEMM. */
   private upAdd(rec: Recorder, u: Tensor, w: Tensor, y: Tensor, T: number, N: number, r: number, scale: number, trans: boolean): void {
-    if (N % 4 === 0) {
+    if (N % 4 === 0 && !this.onGemm(trans ? 'dx' : 'up', r)) {
       this.upAddGroup(rec, [{ u, w, y, n: N, scale }], T, r, trans, false);
       return;
     }
@@ -310,13 +329,13 @@ export class Lora {
 
   private downProduct(op: string, rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, T: number, xd: Tensor | undefined, opts: LoraCallOptions): void {
     const xin = this.dropout(op, rec, p, x, xd, T, opts);
-    if (p.in % 4 === 0) this.thin(rec, [{ x: xin, w: p.A, out: u, k: p.in, scale: 1 }], T, p.r, false);
+    if (p.in % 4 === 0 && !this.onGemm('u', p.r)) this.thin(rec, [{ x: xin, w: p.A, out: u, k: p.in, scale: 1 }], T, p.r, false);
     else this.mm.gemm(rec, { a: xin, b: p.A, c: u, m: T, n: p.r, k: p.in, transB: true });
   }
 
   /** t = s·dY·B [T, r]. */
   private dyB(rec: Recorder, p: LoraParams, dy: Tensor, t: Tensor, T: number): void {
-    if (p.out % 4 === 0) this.thin(rec, [{ x: dy, w: p.B, out: t, k: p.out, scale: loraScale(p) }], T, p.r, true);
+    if (p.out % 4 === 0 && !this.onGemm('t', p.r)) this.thin(rec, [{ x: dy, w: p.B, out: t, k: p.out, scale: loraScale(p) }], T, p.r, true);
     else this.mm.gemm(rec, { a: dy, b: p.B, c: t, m: T, n: p.r, k: p.out, alpha: loraScale(p) });
   }
 
@@ -407,8 +426,12 @@ export class Lora {
       return;
     }
     const r = members[0].p.r;
-    if (!uKept) this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
-    this.upAddGroup(rec, members.map((m) => ({ u: m.u, w: m.p.B, y: m.y, n: m.p.out, scale: loraScale(m.p) })), T, r, false, false);
+    if (!uKept) {
+      if (this.onGemm('u', r)) for (const { p, u } of members) this.mm.gemm(rec, { a: x, b: p.A, c: u, m: T, n: r, k: p.in, transB: true });
+      else this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
+    }
+    if (this.onGemm('up', r)) for (const { p, u, y } of members) this.upAdd(rec, u, p.B, y, T, p.out, r, loraScale(p), false);
+    else this.upAddGroup(rec, members.map((m) => ({ u: m.u, w: m.p.B, y: m.y, n: m.p.out, scale: loraScale(m.p) })), T, r, false, false);
   }
 
   /**
@@ -432,9 +455,13 @@ export class Lora {
       return;
     }
     const r = members[0].p.r;
-    this.thin(rec, members.map((m) => ({ x: m.dy, w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
-    this.weightGradsGroup(rec, x, members, T);
-    if (dx) this.upAddGroup(rec, members.map((m) => ({ u: m.t, w: m.p.A, y: dx, n: m.p.in, scale: 1 })), T, r, true, true);
+    if (this.onGemm('t', r)) for (const { p, dy, t } of members) this.dyB(rec, p, dy, t, T);
+    else this.thin(rec, members.map((m) => ({ x: m.dy, w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
+    if (this.onGemm('grads', r)) for (const { p, dy, u, t } of members) this.weightGrads(rec, p, dy, u, t, x, T);
+    else this.weightGradsGroup(rec, x, members, T);
+    if (!dx) return;
+    if (this.onGemm('dx', r)) for (const { p, t } of members) this.upAdd(rec, t, p.A, dx, T, p.in, r, 1, true);
+    else this.upAddGroup(rec, members.map((m) => ({ u: m.t, w: m.p.A, y: dx, n: m.p.in, scale: 1 })), T, r, true, true);
   }
 
   /** Accumulate dA and dB, and add the adapter's part of dX when `dx` is given. */
@@ -449,7 +476,7 @@ export class Lora {
     const { dy, u, t } = args;
     this.dyB(rec, p, dy, t, T);
     const xin = this.dropout(op, rec, p, args.x, args.xd, T, opts);
-    if (Lora.groupable([p])) this.weightGradsGroup(rec, xin, [{ p, dy, u, t }], T);
+    if (Lora.groupable([p]) && !this.onGemm('grads', p.r)) this.weightGradsGroup(rec, xin, [{ p, dy, u, t }], T);
     else this.weightGrads(rec, p, dy, u, t, xin, T);
     if (!args.dx) return;
     if (xin === args.x) {

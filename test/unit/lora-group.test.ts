@@ -4,7 +4,7 @@
 // counts that leave a partial block of 16 rows, ranks below, at and above lora_thin's block of 8
 // and stacked ranks above lora_grad's 24, and outputs of different widths (q/k/v's).
 import { describe, expect, it } from 'vitest';
-import { Lora } from '../../src/ops/lora';
+import { Lora, type LoraProduct } from '../../src/ops/lora';
 import { createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/loraParams';
 import type { Gpu, Tensor } from '../../src/gpu';
 import { testGpu, withDefaultStorageLimit, withoutSubgroups } from '../helpers/gpu';
@@ -61,16 +61,36 @@ describe('lora groups', () => {
     [600, 4096, [4096, 4096, 4096], 8],
     // Enough row blocks for lora_thin's 16 rows a workgroup (the others take 8).
     [1400, 64, [32, 16, 16], 8],
+    // lora_grad at rank 24: its ranks in tiles of at most 16.
+    [64, 128, [64, 32], 24],
   ] as const;
   // On a device of WebGPU's default 8 storage buffers a stage, three adapters take lora.thin[t],
   // lora.up_add[B] and lora.grad_* in runs of two. Without subgroups, lora_thin sums its lanes in
   // workgroup memory (with them, by subgroupAdd where the device's subgroups have one size).
   type Device = 'as it is' | '8 storage buffers' | 'no subgroups';
-  const on = (c: (typeof cases)[number], d: Device) => [c[0], c[1], c[2], c[3], d] as const;
-  it.each([...cases.map((c) => on(c, 'as it is')), on(cases[0], '8 storage buffers'), on(cases[1], '8 storage buffers'), on(cases[0], 'no subgroups'), on(cases[2], 'no subgroups'), on(cases[6], 'no subgroups')])('T %i, in %i, outs %j, rank %i (device: %s): forwardGroup and backwardGroup match f64', async (T, inF, outs, r, device) => {
+  // Which products run on the GEMM (Lora's gemmFrom, from rank 1): none as at small ranks, every
+  // one as at large ranks, or some (a group's products then mix both ways).
+  type Routing = 'kernels' | 'gemm' | 'grads and t on the gemm';
+  const GEMM_FROM: Record<Routing, Partial<Record<LoraProduct, number>>> = {
+    kernels: { u: Infinity, up: Infinity, t: Infinity, grads: Infinity, dx: Infinity },
+    gemm: { u: 1, up: 1, t: 1, grads: 1, dx: 1 },
+    'grads and t on the gemm': { u: Infinity, up: Infinity, t: 1, grads: 1, dx: Infinity },
+  };
+  const on = (c: (typeof cases)[number], d: Device, routing: Routing = 'kernels') => [c[0], c[1], c[2], c[3], d, routing] as const;
+  it.each([
+    ...cases.map((c) => on(c, 'as it is')),
+    on(cases[0], '8 storage buffers'),
+    on(cases[1], '8 storage buffers'),
+    on(cases[0], 'no subgroups'),
+    on(cases[2], 'no subgroups'),
+    on(cases[6], 'no subgroups'),
+    on(cases[0], 'as it is', 'gemm'),
+    on(cases[4], 'as it is', 'gemm'),
+    on(cases[1], 'as it is', 'grads and t on the gemm'),
+  ])('T %i, in %i, outs %j, rank %i (device: %s, products on %s): forwardGroup and backwardGroup match f64', async (T, inF, outs, r, device, routing) => {
     const base = await testGpu();
     const gpu = device === '8 storage buffers' ? withDefaultStorageLimit(base) : device === 'no subgroups' ? withoutSubgroups(base) : base;
-    const lora = await Lora.create(gpu);
+    const lora = await Lora.create(gpu, { gemmFrom: GEMM_FROM[routing] });
     const ms = await members(gpu, T, inF, outs, r, 100 + T);
     const x = randUniform(T * inF, T);
     const dx0 = randUniform(T * inF, T + 1);
@@ -86,10 +106,15 @@ describe('lora groups', () => {
     const backwardDispatches = gpu.hostStats.dispatches - before - forwardDispatches;
     await rec.submit();
     // One dispatch for every u, one for every update; in the backward one for every t, two for
-    // every dA and dB (partials, their sum), one for dX.
+    // every dA and dB (partials, their sum), one for dX. On the GEMM, at least one a product and adapter.
     const split = device === '8 storage buffers' && outs.length === 3;
-    expect(forwardDispatches).toBe(split ? 3 : 2);
-    expect(backwardDispatches).toBe(split ? 7 : 4);
+    if (routing === 'kernels') {
+      expect(forwardDispatches).toBe(split ? 3 : 2);
+      expect(backwardDispatches).toBe(split ? 7 : 4);
+    } else if (routing === 'gemm') {
+      expect(forwardDispatches).toBeGreaterThanOrEqual(2 * outs.length);
+      expect(backwardDispatches).toBeGreaterThanOrEqual(4 * outs.length);
+    }
 
     const dxWant = Float64Array.from(dx0);
     for (const [g, m] of ms.entries()) {

@@ -4,7 +4,9 @@
 // measure), and the sum over one layer's seven adapters; --kernels adds each kernel's time with
 // every dispatch in its own pass (a few µs more a dispatch than in stream).
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/loraSpeed.mjs [--rank 16] [--rows 2816] [--kernels]
+//   source .device/gpu-env.sh && node .bench/loraSpeed.mjs [--rank 16] [--rows 2816] [--kernels] [--gemm-from R [--gemm-products u,up,t,grads,dx]]
+// (--gemm-from R: the products listed (default all) of rank R or more on the GEMM, as Lora's
+// gemmFrom; the others as LORA_GEMM_FROM)
 import { createNodeGpu } from '../../src/node/gpu';
 import { Lora } from '../../src/ops/lora';
 import { createLoraParams, releaseLoraParams } from '../../src/ops/loraParams';
@@ -28,7 +30,9 @@ const SHAPES: [string, number, number, number][] = [
 
 const gpu = await createNodeGpu({ dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
 const fill = await Filler.create(gpu);
-const lora = await Lora.create(gpu);
+const from = arg('--gemm-from', NaN);
+const listed = process.argv.includes('--gemm-products') ? process.argv[process.argv.indexOf('--gemm-products') + 1].split(',') : ['u', 'up', 't', 'grads', 'dx'];
+const lora = await Lora.create(gpu, Number.isNaN(from) ? {} : { gemmFrom: Object.fromEntries(listed.map((p) => [p, from])) });
 const time = async (run: (rec: Recorder) => void) => {
   const t = await measure(gpu, /^(lora|matmul)\./, run, { maxReps: 20, gpuOnly: true });
   return 1000 * (t.passMs ?? t.ms);
