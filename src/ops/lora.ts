@@ -13,7 +13,6 @@
 // (LORA_GEMM_FROM).
 import { capabilitiesOf, grid1d, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from './matmul';
-import type { LoraF16 } from './loraF16';
 import { loraScale, type LoraParams } from './loraParams';
 
 const WG = 256;
@@ -137,10 +136,6 @@ export type LoraProduct = 'u' | 'up' | 't' | 'grads' | 'dx';
  */
 export const LORA_GEMM_FROM: Readonly<Record<LoraProduct, number>> = { u: 128, up: 128, t: 128, grads: 128, dx: 128 };
 
-/** From this rank on, where the model's products run on f16 tensor cores (useTensorCores), an
- * adapter's products run there too (src/ops/loraF16.ts): measured on an H100 (BENCHMARKS.md). */
-export const LORA_F16_FROM = 32;
-
 /** One product of lora_thin: out [T, r] = scale·x·Wᵀ (W = A) or scale·x·W (W = B), K = k. */
 interface ThinProduct {
   x: Tensor;
@@ -169,8 +164,6 @@ export class Lora {
   /** Variants by defines, each compiled on first use. */
   private readonly variants = new Map<string, Kernel>();
   private readonly thinSubgroup: number | null;
-  private f16: LoraF16 | null = null;
-  private f16From = LORA_F16_FROM;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -200,19 +193,6 @@ export class Lora {
   /** Whether `product` of rank r runs on the GEMM (gemmFrom). */
   private onGemm(product: LoraProduct, r: number): boolean {
     return r >= this.gemmFrom[product];
-  }
-
-  /** Run the products of adapters from rank `from` on f16 tensor cores through `f16`, or (null) no longer. */
-  useTensorCores(f16: LoraF16 | null, from = LORA_F16_FROM): void {
-    this.f16 = f16;
-    this.f16From = from;
-  }
-
-  /** The f16 path for adapters `ps`, where it is set, takes them and no tape is being captured
-   * (its operands are scratch released at once, which a replay would not find). */
-  private onF16(rec: Recorder, ps: readonly LoraParams[]): LoraF16 | null {
-    const f = this.f16;
-    return f && !rec.capturing && ps.every((p) => p.r >= this.f16From && f.takes(p)) ? f : null;
   }
 
   /** Whether adapters share group dispatches (on one x, and one dX in a backward): one to three
@@ -335,9 +315,7 @@ export class Lora {
     rows(op, p, 'y', args.y, p.out, T, true);
     rows(op, p, 'u', args.u, p.r, T);
     if (!opts.uKept) this.downProduct(op, rec, p, args.x, args.u, T, args.xd, opts);
-    const f16 = this.onF16(rec, [p]);
-    if (f16) f16.up(rec, p, args.u, args.y, T);
-    else this.upAdd(rec, args.u, p.B, args.y, T, p.out, p.r, loraScale(p), false);
+    this.upAdd(rec, args.u, p.B, args.y, T, p.out, p.r, loraScale(p), false);
   }
 
   /** u = x̃·Aᵀ alone: the forward's first half, for a recompute that needs u but not y. */
@@ -351,17 +329,13 @@ export class Lora {
 
   private downProduct(op: string, rec: Recorder, p: LoraParams, x: Tensor, u: Tensor, T: number, xd: Tensor | undefined, opts: LoraCallOptions): void {
     const xin = this.dropout(op, rec, p, x, xd, T, opts);
-    const f16 = this.onF16(rec, [p]);
-    if (f16) f16.down(rec, xin, [{ p, u }], T);
-    else if (p.in % 4 === 0 && !this.onGemm('u', p.r)) this.thin(rec, [{ x: xin, w: p.A, out: u, k: p.in, scale: 1 }], T, p.r, false);
+    if (p.in % 4 === 0 && !this.onGemm('u', p.r)) this.thin(rec, [{ x: xin, w: p.A, out: u, k: p.in, scale: 1 }], T, p.r, false);
     else this.mm.gemm(rec, { a: xin, b: p.A, c: u, m: T, n: p.r, k: p.in, transB: true });
   }
 
   /** t = s·dY·B [T, r]. */
   private dyB(rec: Recorder, p: LoraParams, dy: Tensor, t: Tensor, T: number): void {
-    const f16 = this.onF16(rec, [p]);
-    if (f16) f16.t(rec, p, dy, t, T);
-    else if (p.out % 4 === 0 && !this.onGemm('t', p.r)) this.thin(rec, [{ x: dy, w: p.B, out: t, k: p.out, scale: loraScale(p) }], T, p.r, true);
+    if (p.out % 4 === 0 && !this.onGemm('t', p.r)) this.thin(rec, [{ x: dy, w: p.B, out: t, k: p.out, scale: loraScale(p) }], T, p.r, true);
     else this.mm.gemm(rec, { a: dy, b: p.B, c: t, m: T, n: p.r, k: p.out, alpha: loraScale(p) });
   }
 
@@ -452,12 +426,6 @@ export class Lora {
       return;
     }
     const r = members[0].p.r;
-    const f16 = this.onF16(rec, members.map((m) => m.p));
-    if (f16) {
-      if (!uKept) f16.down(rec, x, members, T);
-      for (const { p, u, y } of members) f16.up(rec, p, u, y, T);
-      return;
-    }
     if (!uKept) {
       if (this.onGemm('u', r)) for (const { p, u } of members) this.mm.gemm(rec, { a: x, b: p.A, c: u, m: T, n: r, k: p.in, transB: true });
       else this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
@@ -487,13 +455,6 @@ export class Lora {
       return;
     }
     const r = members[0].p.r;
-    const f16 = this.onF16(rec, members.map((m) => m.p));
-    if (f16) {
-      for (const { p, dy, t } of members) f16.t(rec, p, dy, t, T);
-      f16.grads(rec, x, members, T);
-      if (dx) for (const { p, t } of members) f16.dx(rec, p, t, dx, T);
-      return;
-    }
     if (this.onGemm('t', r)) for (const { p, dy, t } of members) this.dyB(rec, p, dy, t, T);
     else this.thin(rec, members.map((m) => ({ x: m.dy, w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
     if (this.onGemm('grads', r)) for (const { p, dy, u, t } of members) this.weightGrads(rec, p, dy, u, t, x, T);
@@ -515,14 +476,11 @@ export class Lora {
     const { dy, u, t } = args;
     this.dyB(rec, p, dy, t, T);
     const xin = this.dropout(op, rec, p, args.x, args.xd, T, opts);
-    const f16 = this.onF16(rec, [p]);
-    if (f16) f16.grads(rec, xin, [{ p, dy, u, t }], T);
-    else if (Lora.groupable([p]) && !this.onGemm('grads', p.r)) this.weightGradsGroup(rec, xin, [{ p, dy, u, t }], T);
+    if (Lora.groupable([p]) && !this.onGemm('grads', p.r)) this.weightGradsGroup(rec, xin, [{ p, dy, u, t }], T);
     else this.weightGrads(rec, p, dy, u, t, xin, T);
     if (!args.dx) return;
     if (xin === args.x) {
-      if (f16) f16.dx(rec, p, t, args.dx, T);
-      else this.upAdd(rec, t, p.A, args.dx, T, p.in, p.r, 1, true);
+      this.upAdd(rec, t, p.A, args.dx, T, p.in, p.r, 1, true);
       return;
     }
     // With dropout, t·A goes through the workspace (dropout(x) is no longer needed) and only

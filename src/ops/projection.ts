@@ -14,15 +14,13 @@
 //                          at one row the norm and the down products inside the base GEMV's
 //                          dispatch (normedGemv), an update folded into the GEMV's epilogue
 //                          (projectFolded); otherwise src/ops/lora.ts's group dispatches, keeping
-//                          u for a backward (and lora_dropout), and from LORA_F16_FROM ranks on
-//                          the f16 tensor cores where the products run there (src/ops/loraF16.ts)
+//                          u for a backward (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
 import { Activations } from './activations';
 import { Lora, type LoraForwardMember } from './lora';
-import { LoraF16 } from './loraF16';
 import { loraScale, type LoraParams } from './loraParams';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
@@ -243,8 +241,6 @@ export class Projection {
     const old = this.copies;
     this.copies = new Map();
     this.tensorCores = null;
-    // LoRA's products of large rank go where the f16 products go.
-    this.lora.useTensorCores(op instanceof MatmulQ4F16 ? LoraF16.create(this.gpu, op) : null);
     if (old.size > 0) {
       // Work recorded with the old copies may still be in flight.
       await this.gpu.sync();

@@ -7,12 +7,8 @@
 //   source .device/gpu-env.sh && node .bench/loraSpeed.mjs [--rank 16] [--rows 2816] [--kernels] [--gemm-from R [--gemm-products u,up,t,grads,dx]]
 // (--gemm-from R: the products listed (default all) of rank R or more on the GEMM, as Lora's
 // gemmFrom; the others as LORA_GEMM_FROM)
-// --f16: every product on f16 tensor cores (src/ops/loraF16.ts, Dawn's f16 toggle), each shape's
-// outputs checked against the f32 path's first (the largest difference over the largest entry).
 import { createNodeGpu } from '../../src/node/gpu';
 import { Lora } from '../../src/ops/lora';
-import { LoraF16 } from '../../src/ops/loraF16';
-import { MatmulQ4F16 } from '../../src/ops/matmulQ4F16';
 import { createLoraParams, releaseLoraParams } from '../../src/ops/loraParams';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
@@ -32,14 +28,11 @@ const SHAPES: [string, number, number, number][] = [
   ['down', 6144, 2048, 1],
 ];
 
-const F16 = process.argv.includes('--f16');
-const gpu = await createNodeGpu({ unsafeApis: F16, f16: F16, dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
+const gpu = await createNodeGpu({ dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
 const fill = await Filler.create(gpu);
 const from = arg('--gemm-from', NaN);
 const listed = process.argv.includes('--gemm-products') ? process.argv[process.argv.indexOf('--gemm-products') + 1].split(',') : ['u', 'up', 't', 'grads', 'dx'];
 const lora = await Lora.create(gpu, Number.isNaN(from) ? {} : { gemmFrom: Object.fromEntries(listed.map((p) => [p, from])) });
-const f32 = await Lora.create(gpu);
-if (F16) lora.useTensorCores(LoraF16.create(gpu, await MatmulQ4F16.create(gpu, { maxRows: 4096, maxK: 6144 })), 1);
 const time = async (run: (rec: Recorder) => void) => {
   const t = await measure(gpu, /^(lora|matmul)\./, run, { maxReps: 20, gpuOnly: true });
   return 1000 * (t.passMs ?? t.ms);
@@ -55,27 +48,6 @@ for (const [name, inF, outF, count] of SHAPES) {
   const rec = gpu.recorder('setup');
   for (const z of [x, y, dx, p.A, p.B]) fill.fill(rec, z, 'uniform', 1);
   await rec.submit();
-  if (F16) {
-    // The same products on both paths from the same inputs (dA, dB from zero; y, dX accumulated onto equal values).
-    const outs = async (l: Lora) => {
-      const rc = gpu.recorder('check');
-      const [yy, dxx] = [gpu.tensor([T, outF], 'f32', 'y'), gpu.tensor([T, inF], 'f32', 'dx')];
-      rc.copy(y, yy);
-      rc.copy(dx, dxx);
-      l.zeroGrad(rc, p);
-      l.forward(rc, p, { x, y: yy, u });
-      l.backward(rc, p, { x, dy: y, u, dx: dxx, t });
-      await rc.submit();
-      const got = await Promise.all([u, yy, t, p.dA, p.dB, dxx].map((z) => gpu.readF32(z)));
-      yy.release();
-      dxx.release();
-      return got;
-    };
-    const want = await outs(f32);
-    const got = await outs(lora);
-    const rel = got.map((g, i) => g.reduce((m, v, j) => Math.max(m, Math.abs(v - want[i][j])), 0) / want[i].reduce((m, v) => Math.max(m, Math.abs(v)), 0));
-    console.log(`${name} r${r} f16 against f32, largest difference over largest entry: ${['u', 'y', 't', 'dA', 'dB', 'dX'].map((w, i) => `${w} ${rel[i].toExponential(2)}`).join(', ')}`);
-  }
   const fwd = await time((rc) => lora.forward(rc, p, { x, y, u }));
   const bwd = await time((rc) => lora.backward(rc, p, { x, dy: y, u, dx, t }));
   console.log(`${name} T${T} in ${inF} out ${outF} r${r}: forward ${fwd.toFixed(1)} µs, backward ${bwd.toFixed(1)} µs`);
