@@ -249,7 +249,7 @@ export class Lora {
   }
 
   /** y [T, N] += scale·u [T, r]·W: W (n, j) is B[n, j] (`w` = B [N, r]) or A[j, n] (`w` = A
-   * [r, N], `trans`). up_add where N % 4 == 0 (y as vec4s), else the GEMM. */
+   * [r, N], `trans`). up_add where N % 4 == 0 (y as vec4s) below gemmFrom's rank, else the GEMM. */
   private upAdd(rec: Recorder, u: Tensor, w: Tensor, y: Tensor, T: number, N: number, r: number, scale: number, trans: boolean): void {
     if (N % 4 === 0 && !this.onGemm(trans ? 'dx' : 'up', r)) {
       this.upAddGroup(rec, [{ u, w, y, n: N, scale }], T, r, trans, false);
