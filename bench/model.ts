@@ -261,6 +261,7 @@ class PoolWatch {
   private live = new Map<GPUBuffer, { label: string; bytes: number }>();
   /** Released buffers the pool keeps, by their last label (until reused or destroyed). */
   private cached = new Map<GPUBuffer, { label: string; bytes: number }>();
+  private readonly wrapped = new WeakSet<GPUBuffer>();
   private inUse = 0;
   peakInUse = 0;
   atPeak: { label: string; bytes: number }[] = [];
@@ -290,12 +291,15 @@ class PoolWatch {
       const e = this.live.get(buf);
       if (e) {
         this.inUse -= e.bytes;
-        // The pool destroys what it trims: such a buffer is no longer cached.
-        const destroy = buf.destroy.bind(buf);
-        buf.destroy = () => {
-          this.cached.delete(buf);
-          destroy();
-        };
+        // The pool destroys what it trims: such a buffer is no longer cached (wrapped once a buffer).
+        if (!this.wrapped.has(buf)) {
+          this.wrapped.add(buf);
+          const destroy = buf.destroy.bind(buf);
+          buf.destroy = () => {
+            this.cached.delete(buf);
+            destroy();
+          };
+        }
         this.cached.set(buf, e);
       }
       this.live.delete(buf);
