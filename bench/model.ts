@@ -882,27 +882,25 @@ async function main(): Promise<void> {
   const policy = new Qwen3VLPolicy(model);
   const completionTokens = W.prompts * W.G * W.completion;
   const allTokens = W.prompts * W.G * (W.trainPrompt + W.completion);
+  // A run's memory, and at the pool's peak the largest groups of buffers in use and cached (what
+  // the memory plan must count), those also on stderr.
   const memory = (what: string) => {
-    const m = memoryOf(what);
-    const list = (gs: { MiB: number; count: number; label: string }[]) => gs.map((b) => `${b.MiB.toFixed(0)} ${b.count}x${b.label}`).join(', ');
+    const mib = (gs: { label: string; count: number; bytes: number }[]) => gs.map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 }));
+    const gib = (bs: { bytes: number }[]) => bs.reduce((a, b) => a + b.bytes, 0) / GiB;
+    const at = watch.atPoolPeak;
+    const m = {
+      what,
+      poolPeakGiB: gpu.pool.stats.peak / GiB,
+      inUsePeakGiB: watch.peakInUse / GiB,
+      weightsGiB: weightBytes / GiB,
+      targetGiB: MEMORY_TARGET_GIB[SIZE],
+      largest: mib(watch.largest(24)),
+      poolPeak: { inUseGiB: gib(at.inUse), cachedGiB: gib(at.cached), inUse: mib(watch.largest(40, at.inUse)), cached: mib(watch.largest(40, at.cached)) },
+    };
+    const list = (gs: typeof m.largest) => gs.map((b) => `${b.MiB.toFixed(0)} ${b.count}x${b.label}`).join(', ');
     console.error(`${what}: pool peak ${m.poolPeakGiB.toFixed(3)} GiB, at it in use ${m.poolPeak.inUseGiB.toFixed(3)} and cached ${m.poolPeak.cachedGiB.toFixed(3)}\n  in use (MiB): ${list(m.poolPeak.inUse)}\n  cached (MiB): ${list(m.poolPeak.cached)}`);
     return m;
   };
-  const memoryOf = (what: string) => ({
-    what,
-    poolPeakGiB: gpu.pool.stats.peak / GiB,
-    inUsePeakGiB: watch.peakInUse / GiB,
-    weightsGiB: weightBytes / GiB,
-    targetGiB: MEMORY_TARGET_GIB[SIZE],
-    largest: watch.largest(24).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
-    // At the pool's peak: the largest groups in use and cached (what the memory plan must count).
-    poolPeak: {
-      inUseGiB: watch.atPoolPeak.inUse.reduce((a, b) => a + b.bytes, 0) / GiB,
-      cachedGiB: watch.atPoolPeak.cached.reduce((a, b) => a + b.bytes, 0) / GiB,
-      inUse: watch.largest(40, watch.atPoolPeak.inUse).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
-      cached: watch.largest(40, watch.atPoolPeak.cached).map((g) => ({ ...g, MiB: g.bytes / 2 ** 20 })),
-    },
-  });
   let stepS = NaN;
   let keptS = NaN;
   const noMma = mmaUnsupported(gpu);
