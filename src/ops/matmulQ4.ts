@@ -144,6 +144,9 @@ export interface MatmulQ4Options {
   /** 2..8 rows of x through the int8 kernel where it was faster (GemvShape.int8; default: where
    * WGSL offers packed_4x8_integer_dot_product). Off: every call in f32. */
   int8?: boolean;
+  /** Most rows of x a GEMV takes a LoRA epilogue for (takesLora; 1 to GEMV_MAX_ROWS). Default
+   * Q4_TUNING.loraMaxRows. */
+  loraMaxRows?: number;
 }
 
 /** A GEMV layout ready to dispatch: per M its kernel spec, compiled on first use. */
@@ -250,6 +253,8 @@ export class MatmulQ4 {
     private readonly quantize2K: Kernel | null,
     /** MatmulQ4Options.gemmSplit. */
     private readonly gemmSplit: number | undefined,
+    /** MatmulQ4Options.loraMaxRows. */
+    private readonly loraMaxRows: number,
   ) {}
 
   /** 2..8 rows of x take the int8 layouts (when no layout is fixed); set by create. */
@@ -285,7 +290,9 @@ export class MatmulQ4 {
     const [quantizeK, quantize2K] = ['quantize_x', 'quantize_x2'].map((entry) =>
       dot4 ? gpu.kernelOnUse({ name: 'matmul_q4.gemv', shader: 'matmul_q4_quantize_x', entry, uniforms: QUANTIZE_X_UNIFORMS }) : null,
     );
-    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, splitSumK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K, gemmSplit);
+    const loraMaxRows = opts.loraMaxRows ?? Q4_TUNING.loraMaxRows;
+    if (!Number.isInteger(loraMaxRows) || loraMaxRows < 1 || loraMaxRows > GEMV_MAX_ROWS) throw new ShapeError('matmulQ4', `loraMaxRows must be an integer in [1, ${GEMV_MAX_ROWS}], got ${loraMaxRows}`);
+    const mm = new MatmulQ4(gpu, opts.gemv, xChunk, gemmK, dinputK, gatherK, splitSumK, subgroups, { m: 16 * gemm.rowsPerThread, n: 16 * gemm.colsPerThread }, quantizeK, quantize2K, gemmSplit, loraMaxRows);
     // The layouts are checked now (bad shapes and limits throw here, not at the first call); their
     // pipelines are compiled on first use (a model uses a few of the M x layout x K variants).
     for (const g of opts.gemv ? [opts.gemv] : gemvLayouts('f32')) mm.plan(g, 1 << 20);
@@ -585,7 +592,7 @@ export class MatmulQ4 {
   /** Whether gemv can add a rank-r adapter's update, from `perRow` partials of u a row, to m rows
    * of x·Wᵀ in its epilogue (and should: few enough partials). */
   takesLora(m: number, w: Q4Weight, r: number, perRow: number, int8: boolean): boolean {
-    if (m < 1 || m > GEMV_MAX_ROWS || m * r > LORA_MAX || m * perRow * r > Q4_TUNING.loraMaxPartials) return false;
+    if (m < 1 || m > this.loraMaxRows || m * r > LORA_MAX || m * perRow * r > Q4_TUNING.loraMaxPartials) return false;
     return this.loraKernel(this.plan(this.layoutFor(m, w.n, w.k, int8), w.k), m) !== null;
   }
 
