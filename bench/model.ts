@@ -203,23 +203,19 @@ const samplesFlag = (() => {
 const W0 = QUICK
   ? { promptLen: 48, promptImage: 64, newTokens: 8, samples: [1, 8], reps: 2, prompts: 2, G: 4, completion: 16, trainPrompt: 24, trainImage: 64, rank: 16, defaults: { prompt: 48, image: 64, G: 4, completion: 16, rank: 8 } }
   : { promptLen: 512, promptImage: 448, newTokens: 128, samples: [1, 8], reps: 3, prompts: 8, G: 8, completion: 256, trainPrompt: 96, trainImage: 224, rank: 16, defaults: { prompt: 512, image: 224, G: 8, completion: 256, rank: 8 } };
-/** --new-tokens N: the decode section's tokens a sequence (default 128, as PyTorch's; the default
- * trainer config generates 256, whose own keys outgrow the shared prompt's share of attention). */
-const newTokensFlag = (() => {
-  const i = args.indexOf('--new-tokens');
+/** The integer after `name` (at least `min`), or undefined when the flag is absent. */
+function intFlag(name: string, min: number): number | undefined {
+  const i = args.indexOf(name);
   if (i < 0) return undefined;
   const n = Number(args[i + 1]);
-  if (!Number.isInteger(n) || n < 2) throw new Error(`--new-tokens takes an integer of at least 2; got '${args[i + 1] ?? ''}'`);
+  if (!Number.isInteger(n) || n < min) throw new Error(`${name} takes an integer of at least ${min}; got '${args[i + 1] ?? ''}'`);
   return n;
-})();
+}
+/** --new-tokens N: the decode section's tokens a sequence (default 128, as PyTorch's; the default
+ * trainer config generates 256, whose own keys outgrow the shared prompt's share of attention). */
+const newTokensFlag = intFlag('--new-tokens', 2);
 /** --default-rank R: the default trainer config's LoRA rank (src/rl/config.ts: 8), for its step at larger ranks. */
-const defaultRankFlag = (() => {
-  const i = args.indexOf('--default-rank');
-  if (i < 0) return undefined;
-  const r = Number(args[i + 1]);
-  if (!Number.isInteger(r) || r < 1) throw new Error(`--default-rank takes a positive integer; got '${args[i + 1] ?? ''}'`);
-  return r;
-})();
+const defaultRankFlag = intFlag('--default-rank', 1);
 const W = { ...W0, samples: samplesFlag ?? W0.samples, newTokens: newTokensFlag ?? W0.newTokens, defaults: { ...W0.defaults, rank: defaultRankFlag ?? W0.defaults.rank } };
 
 /** A seeded generator (src/data/random.ts's Mulberry32): the same synthetic batch on every run. */

@@ -4,7 +4,7 @@
 // counts that leave a partial block of 16 rows, ranks below, at and above lora_thin's block of 8
 // and stacked ranks above lora_grad's 24, and outputs of different widths (q/k/v's).
 import { describe, expect, it } from 'vitest';
-import { Lora, type LoraProduct } from '../../src/ops/lora';
+import { Lora, LORA_GEMM_FROM, type LoraProduct } from '../../src/ops/lora';
 import { createLoraParams, loraScale, releaseLoraParams, type LoraParams } from '../../src/ops/loraParams';
 import type { Gpu, Tensor } from '../../src/gpu';
 import { testGpu, withDefaultStorageLimit, withoutSubgroups } from '../helpers/gpu';
@@ -71,10 +71,11 @@ describe('lora groups', () => {
   // Which products run on the GEMM (Lora's gemmFrom, from rank 1): none as at small ranks, every
   // one as at large ranks, or some (a group's products then mix both ways).
   type Routing = 'kernels' | 'gemm' | 'grads and t on the gemm';
+  const every = (rank: number) => Object.fromEntries(Object.keys(LORA_GEMM_FROM).map((p) => [p, rank])) as Record<LoraProduct, number>;
   const GEMM_FROM: Record<Routing, Partial<Record<LoraProduct, number>>> = {
-    kernels: { u: Infinity, up: Infinity, t: Infinity, grads: Infinity, dx: Infinity },
-    gemm: { u: 1, up: 1, t: 1, grads: 1, dx: 1 },
-    'grads and t on the gemm': { u: Infinity, up: Infinity, t: 1, grads: 1, dx: Infinity },
+    kernels: every(Infinity),
+    gemm: every(1),
+    'grads and t on the gemm': { ...every(Infinity), t: 1, grads: 1 },
   };
   const on = (c: (typeof cases)[number], d: Device, routing: Routing = 'kernels') => [c[0], c[1], c[2], c[3], d, routing] as const;
   it.each([

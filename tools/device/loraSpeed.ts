@@ -8,7 +8,7 @@
 // (--gemm-from R: the products listed (default all) of rank R or more on the GEMM, as Lora's
 // gemmFrom; the others as LORA_GEMM_FROM)
 import { createNodeGpu } from '../../src/node/gpu';
-import { Lora } from '../../src/ops/lora';
+import { Lora, LORA_GEMM_FROM } from '../../src/ops/lora';
 import { createLoraParams, releaseLoraParams } from '../../src/ops/loraParams';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
@@ -31,7 +31,7 @@ const SHAPES: [string, number, number, number][] = [
 const gpu = await createNodeGpu({ dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
 const fill = await Filler.create(gpu);
 const from = arg('--gemm-from', NaN);
-const listed = process.argv.includes('--gemm-products') ? process.argv[process.argv.indexOf('--gemm-products') + 1].split(',') : ['u', 'up', 't', 'grads', 'dx'];
+const listed = process.argv.includes('--gemm-products') ? process.argv[process.argv.indexOf('--gemm-products') + 1].split(',') : Object.keys(LORA_GEMM_FROM);
 const lora = await Lora.create(gpu, Number.isNaN(from) ? {} : { gemmFrom: Object.fromEntries(listed.map((p) => [p, from])) });
 const time = async (run: (rec: Recorder) => void) => {
   const t = await measure(gpu, /^(lora|matmul)\./, run, { maxReps: 20, gpuOnly: true });
