@@ -27,8 +27,8 @@ struct Params {
 // weight: one multiply-add per weight and row of x, and nothing else per row. Staged x is
 // pre-scaled by 16^-p; x read from memory is not, and 16^-p goes into the scales instead. The
 // lanes' partial sums meet once, in workgroup memory (the staging buffer, reused): every lane
-// writes its M vec4s, one barrier, then one thread per (row block, row of x) adds its TPR lanes'
-// (a tree of barriers per row of x cost more than the products on small weights).
+// writes its M vec4s, one barrier, then one thread per output adds its TPR lanes' (a tree of
+// barriers per row of x cost more than the products on small weights).
 // Per code word a thread holds a 4 (rows of W) x M (rows of x) x 8 (k) tile: 32 unpack instructions
 // (and, or, subtract, scale on 8 vec4s), 8·M vec4 fmas (32·M scalar) and 2·M vec4 loads of x, so
 // 16 fmas per vec4 load (4 per x value); the TPR·TG lanes of a workgroup read x at TPR addresses
@@ -223,23 +223,24 @@ fn store_rows(blk: u32, tg: u32, lane: u32, lid: u32, a: array<vec4<f32>, 8>) {
   if (M > 6u) { rows_mem[partial_at(o + 6u, lane)] = bitcast<vec4<u32>>(a[6]); }
   if (M > 7u) { rows_mem[partial_at(o + 7u, lane)] = bitcast<vec4<u32>>(a[7]); }
   workgroupBarrier();
-  for (var j = lid; j < TG * M; j += TPR * TG) {
-    var sum = vec4<f32>(0.0);
+  // A thread an output (row m of x, row n of W): the LoRA epilogue's r multiply-adds spread over
+  // the workgroup, not 4·r of them chained in a thread per (row block, row of x).
+  for (var it = lid; it < TG * M * 4u; it += TPR * TG) {
+    let j = it / 4u;
+    let r = it % 4u;
+    var sum = 0.0;
     for (var l = 0u; l < TPR; l++) {
-      sum += bitcast<vec4<f32>>(rows_mem[partial_at(j, l)]);
+      sum += bitcast<f32>(rows_mem[partial_at(j, l)][r]);
     }
     let m = j % M;
-    let n0 = (blk * TG + j / M) * 4u;
-    for (var r = 0u; r < 4u; r++) {
-      let n = n0 + r;
-      if (n < params.n) {
-        var v = sum[r] + lora_out(m, n);
-        let o = out_at(m, n);
-        if (params.accumulate != 0u) {
-          v += y[o];
-        }
-        y[o] = v;
+    let n = (blk * TG + j / M) * 4u + r;
+    if (n < params.n) {
+      var v = sum + lora_out(m, n);
+      let o = out_at(m, n);
+      if (params.accumulate != 0u) {
+        v += y[o];
       }
+      y[o] = v;
     }
   }
 }

@@ -115,11 +115,19 @@ fn lora_gather(lid: u32, wg: u32, rows: u32) {
 fn lora_out(m: u32, n: u32) -> f32 {
 #if LORA
   let r = params.lora_r;
-  var d = 0.0;
-  for (var j = 0u; j < r; j++) {
-    d += lora_u[m * r + j] * lora_b[n * r + j];
+  let u0 = m * r;
+  let b0 = n * r;
+  // Four loads of B in flight a round, not a chain of one.
+  var d = vec4<f32>(0.0);
+  var j = 0u;
+  for (; j + 4u <= r; j += 4u) {
+    d += vec4<f32>(lora_u[u0 + j], lora_u[u0 + j + 1u], lora_u[u0 + j + 2u], lora_u[u0 + j + 3u]) *
+      vec4<f32>(lora_b[b0 + j], lora_b[b0 + j + 1u], lora_b[b0 + j + 2u], lora_b[b0 + j + 3u]);
   }
-  return d;
+  for (; j < r; j++) {
+    d.x += lora_u[u0 + j] * lora_b[b0 + j];
+  }
+  return d.x + d.y + d.z + d.w;
 #else
   return 0.0;
 #endif
