@@ -69,10 +69,9 @@ fn step_at(rr: vec4<u32>, s: u32) -> Step {
 // ---- LoRA's up product as the GEMV's epilogue ---------------------------------------------------
 // Decode's o_proj and down_proj adapters: the kernel before the GEMV (the attention combine, the
 // SwiGLU) leaves u = x·Aᵀ as lora_np partial sums a row; with LORA, the GEMV sums them at its start
-// (while its first weights are in flight) and adds s·u·Bᵀ to each output it stores, so the update
-// takes no dispatch of its own (decode at one sequence is bound by recording dispatches). The host
-// uses it at one row of x by default (Q4_TUNING.loraMaxRows): at more, every workgroup's sums of
-// every row cost more than the dispatch.
+// and adds s·u·Bᵀ to each output it stores, so the update takes no dispatch of its own (decode at
+// one sequence is bound by recording dispatches). The host uses it at one row of x by default
+// (Q4_TUNING.loraMaxRows): at more, it cost more than the dispatch it saves (BENCHMARKS.md).
 #if LORA
 const LORA_MAX: u32 = 512u; // rows of x · rank: 8 · 64 at most (the host checks)
 var<workgroup> lora_u: array<f32, LORA_MAX>;       // [m, r]: s·u
