@@ -70,17 +70,21 @@ fn step_at(rr: vec4<u32>, s: u32) -> Step {
 // Decode's o_proj and down_proj adapters: the kernel before the GEMV (the attention combine, the
 // SwiGLU) leaves u = x·Aᵀ as lora_np partial sums a row; with LORA, the GEMV sums them at its start
 // and adds s·u·Bᵀ to each output it stores, so the update takes no dispatch of its own (decode at
-// one sequence is bound by recording dispatches). The host uses it at one row of x by default
-// (Q4_TUNING.loraMaxRows): at more, it cost more than the dispatch it saves (BENCHMARKS.md).
+// one sequence is bound by recording dispatches). At 2 to 8 rows it pays only where the step's other
+// GEMVs run this kernel too, at rank 0 (Q4_TUNING.loraMaxRows, BENCHMARKS.md).
 #if LORA
 const LORA_MAX: u32 = 512u; // rows of x · rank: 8 · 64 at most (the host checks)
 var<workgroup> lora_u: array<f32, LORA_MAX>;       // [m, r]: s·u
 var<workgroup> lora_fold: array<f32, 2u * LORA_MAX>; // the threads' slices of the partial sums
 
 // lora_u = s·Σ partials for `rows` rows of x, by all wg threads (slices of the partials when
-// rows·r is below wg, then a fold).
+// rows·r is below wg, then a fold). Rank 0 (a weight without an adapter on this kernel, which the
+// host gives every decoder GEMV of a few rows) skips it, barriers included.
 fn lora_gather(lid: u32, wg: u32, rows: u32) {
   let r = params.lora_r;
+  if (r == 0u) {
+    return;
+  }
   let np = params.lora_np;
   let items = rows * r;
   let slices = clamp(wg / items, 1u, 2u * LORA_MAX / items);

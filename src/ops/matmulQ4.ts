@@ -2,7 +2,7 @@
 // (≤ 8 rows) or tiled GEMM, dX = dY·W for backward through a frozen weight, and row gather from a
 // 4-bit embedding. The layout choices are matmulQ4Tuning.ts's table.
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, Tensor } from '../gpu';
-import { DEFAULT_GEMM, gemmSplitOf, gemvLayout, gemvLayouts, Q4_TUNING } from './matmulQ4Tuning';
+import { DEFAULT_GEMM, gemmSplitOf, gemvLayout, gemvLayouts, HEAD_N, Q4_TUNING } from './matmulQ4Tuning';
 
 export { DEFAULT_GEMM, DEFAULT_GEMV } from './matmulQ4Tuning';
 
@@ -144,8 +144,9 @@ export interface MatmulQ4Options {
   /** 2..8 rows of x through the int8 kernel where it was faster (GemvShape.int8; default: where
    * WGSL offers packed_4x8_integer_dot_product). Off: every call in f32. */
   int8?: boolean;
-  /** Most rows of x a GEMV takes a LoRA epilogue for (takesLora; 1 to GEMV_MAX_ROWS). Default
-   * Q4_TUNING.loraMaxRows. */
+  /** Most rows of x a GEMV takes a LoRA epilogue for (takesLora; 1 to GEMV_MAX_ROWS), and up to
+   * which a decoder weight's GEMV of 2 or more rows without one runs the epilogue's kernel at rank 0.
+   * Default Q4_TUNING.loraMaxRows. */
   loraMaxRows?: number;
 }
 
@@ -262,6 +263,8 @@ export class MatmulQ4 {
 
   /** quantize_x's output for the PREQ layouts, grown on first use to the largest call's. */
   private xq: Tensor | null = null;
+  /** What a rank-0 epilogue binds for its partials and B (never read). */
+  private rankZero: Tensor | null = null;
 
   static async create(gpu: Gpu, opts: MatmulQ4Options = {}): Promise<MatmulQ4> {
     const gemm = opts.gemm ?? DEFAULT_GEMM;
@@ -461,8 +464,13 @@ export class MatmulQ4 {
     }
     const xq = given ?? (readsGroups(plan, m) ? this.quantize(rec, x, m, w.k) : null);
     if (!lora) {
-      const kernel = (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
+      // At 2..loraMaxRows rows a decoder weight takes its layout's epilogue kernel at rank 0, so
+      // that a decode step streams its weights through one GEMV pipeline: a second one cost the
+      // step more than the epilogue saves (BENCHMARKS.md, Kernel tuning choices).
+      const shared = m >= 2 && m <= this.loraMaxRows && w.n <= HEAD_N ? this.loraKernel(plan, m) : null;
+      const kernel = shared ?? (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
+      if (shared) bind.lora_parts = bind.lora_b = (this.rankZero ??= this.gpu.tensor([4], 'f32', 'matmul_q4.rank_zero'));
       if (xq) bind.xq_in = xq;
       rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, ...NO_NORM });
       return;

@@ -109,9 +109,9 @@ export const Q4_TUNING = {
   /** Most partials (rows · partials a row · rank) a LoRA epilogue sums in every workgroup: beyond,
    * those reads cost more than the dispatch the epilogue saves. */
   loraMaxPartials: 2048,
-  /** Most rows of x a LoRA epilogue takes: at more, its sums for every row in every workgroup cost
-   * more than the dispatch it saves (BENCHMARKS.md). */
-  loraMaxRows: 1,
+  /** Most rows of x a LoRA epilogue takes. Up to it, the decoder's GEMVs without an adapter run the
+   * epilogue's kernel at rank 0 (one GEMV pipeline in a decode step: BENCHMARKS.md). */
+  loraMaxRows: 8,
 } as const;
 
 /** K chunks for a 4-bit GEMM of `tiles` tiles of y over K (MatmulQ4Options.gemmSplit overrides). */

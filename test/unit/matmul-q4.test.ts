@@ -95,10 +95,10 @@ async function checkForward(gpu: Gpu, mm: MatmulQ4, product: Product, ms: readon
 }
 
 describe('4-bit matmul', () => {
-  it('GEMV y = x·Wᵀ (and y +=) matches dequantize-then-f64 for 1 to 8 rows, odd N and K', async () => {
+  it('GEMV y = x·Wᵀ (and y +=) matches dequantize-then-f64 for 1 to 8 rows, odd N and K (2 to 8 rows on the LoRA epilogue\'s kernel at rank 0, and on the plain one)', async () => {
     const gpu = await testGpu();
-    const mm = await MatmulQ4.create(gpu);
-    await checkForward(gpu, mm, 'gemv', MS_GEMV, '');
+    await checkForward(gpu, await MatmulQ4.create(gpu), 'gemv', MS_GEMV, '');
+    await checkForward(gpu, await MatmulQ4.create(gpu, { loraMaxRows: 1 }), 'gemv', [2, 8], ' (no epilogue kernel)');
   });
 
   it('GEMV with another thread layout (8 lanes per row block, 4 blocks), with and without subgroups', async () => {
@@ -206,7 +206,7 @@ describe('4-bit matmul', () => {
 
   it('GEMV with a LoRA epilogue adds s·u·Bᵀ, u the sum of each row\'s partials, for 1 to 8 rows, f32 and int8 x (one row: two limbs)', async () => {
     const gpu = await testGpu();
-    // The epilogue up to 8 rows (by default one row takes it: Q4_TUNING.loraMaxRows).
+    // The epilogue up to 8 rows (Q4_TUNING.loraMaxRows).
     const byDefault = await MatmulQ4.create(gpu, { loraMaxRows: 8 });
     // One row takes int8 x (two limbs) by default on the LM head, or given them: a fixed int8 layout here.
     const oneRowInt8 = gpu.hasWgsl(DOT4_I8) ? await MatmulQ4.create(gpu, { gemv: { threadsPerRow: 8, groups: 2, int8: true, preq: true } }) : null;
@@ -255,11 +255,13 @@ describe('4-bit matmul', () => {
     const { w } = weight(gpu, 8, 32, 3);
     expect(byDefault.takesLora(8, w, 65, 1, false)).toBe(false); // M·r over the epilogue's 512
     expect(byDefault.takesLora(8, w, 16, 96, false)).toBe(false); // down_proj's partials at 8 rows: a dispatch of their own
-    // By default only one row of x takes it: o_proj's update at 2 to 8 rows is a dispatch of its own.
+    // By default 1 to 8 rows take it (o_proj's update at 8 sequences, r 8, 16 heads), and the
+    // GEMVs of 2 to 8 rows without an adapter run its kernel at rank 0 (the first test's).
     const engine = await MatmulQ4.create(gpu);
     expect(engine.takesLora(1, w, 16, 96, false)).toBe(true);
-    expect(engine.takesLora(2, w, 8, 16, false)).toBe(false);
-    expect(engine.takesLora(8, w, 8, 16, false)).toBe(false);
+    expect(engine.takesLora(2, w, 8, 16, false)).toBe(true);
+    expect(engine.takesLora(8, w, 8, 16, false)).toBe(true);
+    expect((await MatmulQ4.create(gpu, { loraMaxRows: 1 })).takesLora(2, w, 8, 16, false)).toBe(false);
     await expect(MatmulQ4.create(gpu, { loraMaxRows: 9 })).rejects.toThrow(ShapeError);
   });
 
