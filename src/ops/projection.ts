@@ -12,8 +12,8 @@
 //   LoRA                   few rows of inference: the LoRA GEMV, one pair of dispatches for the
 //                          adapters of one x, its norm inside the down dispatch (normProject), or
 //                          at one row the norm and the down products inside the base GEMV's
-//                          dispatch (normedGemv), and there an update folded into the GEMV's
-//                          epilogue (projectFolded); otherwise src/ops/lora.ts's group dispatches, keeping
+//                          dispatch (normedGemv), an update folded into the GEMV's epilogue
+//                          (projectFolded); otherwise src/ops/lora.ts's group dispatches, keeping
 //                          u for a backward (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
@@ -483,8 +483,8 @@ export class Projection {
 
   /**
    * y += x·Wᵀ + s·u·Bᵀ for the fold's adapter, u [rows, r] left as partials by the kernel before
-   * (attentionFold, swigluFold): inside the 4-bit GEMV's epilogue where it takes it (MatmulQ4.takesLora:
-   * one row of x by default), else one dispatch after it.
+   * (attentionFold, swigluFold): inside the 4-bit GEMV's epilogue where it takes it (MatmulQ4.takesLora),
+   * else one dispatch after it.
    */
   projectFolded(rec: Recorder, x: Tensor, out: Product, f: Fold, int8: boolean): void {
     const { w, y } = out;

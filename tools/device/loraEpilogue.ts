@@ -2,17 +2,16 @@
 // measure: the calls back to back as a decode step records them, the weight's copies cycled past
 // L2) and a pass per dispatch:
 //   separate  the int8 GEMV, then lora_gemv's up product from the partials (the engine's choice)
-//   epilogue  the GEMV adding s·u·Bᵀ as it stores (MatmulQ4Options.loraMaxRows 8)
-// The model's decode step took the epilogue 0.27-0.35 ms a step slower in stream at 8 sequences
-// while its per-dispatch clock called it 0.11-0.13 ms faster (BENCHMARKS.md, Tried and not kept):
-// this separates the kernels' own cost in stream from their neighbours' in the step.
+//   epilogue  the GEMV adding s·u·Bᵀ as it stores (MatmulQ4Options.loraMaxRows)
+// Beside the decode step's own figures (--profile --ablate), this separates the kernels' cost in
+// stream from their neighbours' in the step (BENCHMARKS.md).
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/loraEpilogue.mjs [--quick]
 // --quick: a small shape, two copies (a check on software Vulkan).
 import { createNodeGpu } from '../../src/node/gpu';
 import { int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
 import { LoraGemv } from '../../src/ops/loraGemv';
-import type { LoraParams } from '../../src/ops/loraParams';
+import { createLoraParams, loraScale, releaseLoraParams } from '../../src/ops/loraParams';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
 import { q4Bytes, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
@@ -35,8 +34,8 @@ const us = (ms: number) => (1000 * ms).toFixed(2);
 const copies = QUICK ? 2 : Math.max(2, Math.min(64, Math.ceil((256 * 2 ** 20) / q4Bytes(N, K))));
 const setup = gpu.recorder('setup');
 const ws = Array.from({ length: copies }, (_, c) => randomQ4Blocks(gpu, setup, fill, N, K, `w${c}`)[0]);
-const B = fill.fill(setup, gpu.tensor([N, R], 'f32', 'lora_B'), 'uniform', 0.05);
-const p: LoraParams = { name: 'o_proj', in: K, out: N, r: R, alpha: 2 * R, A: B, B, dA: B, dB: B };
+const p = createLoraParams(gpu, { name: 'o_proj', in: K, out: N, r: R, alpha: 2 * R });
+fill.fill(setup, p.B, 'uniform', 0.05);
 await setup.submit();
 
 for (const pass of QUICK ? [1] : [0, 1]) {
@@ -55,7 +54,7 @@ for (const pass of QUICK ? [1] : [0, 1]) {
       return `${what} ${us(t.passMs ?? t.ms)} in stream, ${us(t.ms)} a pass per dispatch`;
     };
     const gemv = (mm: MatmulQ4, r: Recorder, c: number, withLora: boolean) =>
-      mm.gemv(r, x, ws[c], y, true, { int8: true, xq, lora: withLora ? { B, r: R, scale: 2, parts, perRow: PER_ROW } : undefined });
+      mm.gemv(r, x, ws[c], y, true, { int8: true, xq, lora: withLora ? { B: p.B, r: R, scale: loraScale(p), parts, perRow: PER_ROW } : undefined });
     const lines = [
       await time('GEMV alone', (r, c) => gemv(separate, r, c, false)),
       await time('separate (GEMV, then the up product)', (r, c) => {
@@ -69,5 +68,5 @@ for (const pass of QUICK ? [1] : [0, 1]) {
   }
 }
 ws.forEach((w) => releaseQ4([w]));
-B.release();
+releaseLoraParams(p);
 process.exit(0);
