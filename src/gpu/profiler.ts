@@ -19,6 +19,9 @@ export class Profiler {
   readonly querySet: GPUQuerySet;
   readonly capacity: number;
   private readonly totals = new Map<string, { calls: number; ns: number }>();
+  /** The first begin and last end stamped since the last reset: the GPU's span, idle time included. */
+  private first: bigint | null = null;
+  private last: bigint | null = null;
   private readonly resolveBuf: GPUBuffer;
   private readonly readBufs: GPUBuffer[] = [];
   /** Kernels whose dispatches are not recorded while this profiler is attached ('pass' mode). */
@@ -67,7 +70,10 @@ export class Profiler {
     await read.mapAsync(GPUMapMode.READ, first * 8, names.length * 16);
     const stamps = new BigUint64Array(read.getMappedRange(first * 8, names.length * 16));
     names.forEach((name, i) => {
-      const ns = Number(stamps[2 * i + 1] - stamps[2 * i]);
+      const [b, e] = [stamps[2 * i], stamps[2 * i + 1]];
+      if (this.first === null || b < this.first) this.first = b;
+      if (this.last === null || e > this.last) this.last = e;
+      const ns = Number(e - b);
       const t = this.totals.get(name) ?? { calls: 0, ns: 0 };
       t.calls++;
       t.ns += Math.max(0, ns);
@@ -83,7 +89,14 @@ export class Profiler {
       .sort((a, b) => b.totalMs - a.totalMs);
   }
 
+  /** Milliseconds from the first stamped begin to the last stamped end: with report()'s busy time,
+   * how long the GPU sat idle between the stamped passes (0 before any stamp). */
+  spanMs(): number {
+    return this.first === null || this.last === null ? 0 : Number(this.last - this.first) / 1e6;
+  }
+
   reset(): void {
+    this.first = this.last = null;
     this.totals.clear();
     this.dispatched.clear();
   }

@@ -3,13 +3,13 @@
 // (two wide dispatches) per step.
 //
 // No CPU round trip per token: the sampler writes the next ids into the buffer the next step's
-// embedding reads, positions for every step are uploaded once, so STEPS_PER_SUBMIT steps are
-// recorded into one submit. Their ids and log-probs are read back together while the GPU already
-// runs the next batch; stop ids are checked then, and tokens sampled after a sequence stopped
-// are dropped. Each row's draw depends only on (seed, row, step), so the output is the same as
-// reading back every step. Every decode step binds the same tensors with the same uniforms, so the
-// first is captured on a Tape and the rest replay it: recording a step then costs its WebGPU calls
-// and none of the model's JS.
+// embedding reads, positions for every step are uploaded once, so each step is submitted as soon as
+// it is recorded and the ids and log-probs of STEPS_PER_READBACK steps are read back together, while
+// the GPU runs the batches queued behind them; stop ids are checked then, and tokens sampled after
+// a sequence stopped are dropped. Each row's draw depends only on (seed, row, step), so the output
+// is the same as reading back every step. Every decode step binds the same tensors with the same
+// uniforms, so the first is captured on a Tape and the rest replay it: recording a step then costs
+// its WebGPU calls and none of the model's JS.
 import { Tensor, type Gpu, type Tape } from '../gpu';
 import { KvCache, type KvDtype } from '../ops/kvCache';
 import { Sampler, type SamplingConfig } from '../ops/sampling';
@@ -17,8 +17,12 @@ import { ThinkingBudget, type ThinkingBudgetSettings } from '../ops/thinkingBudg
 import type { Decoder, LayerLora, VisualInputs } from './decoder';
 import type { TableHead } from './lmHead';
 
-/** Decode steps per submit (and per readback). At most twice this many steps run past the last stop. */
-export const STEPS_PER_SUBMIT = 8;
+/** Decode steps per readback of their ids and log-probs (each step is its own submit). */
+export const STEPS_PER_READBACK = 8;
+/** Batches of steps submitted and not yet read back: the GPU's queue while the host waits for the
+ * oldest (a pause of the host shorter than the queue leaves the GPU busy: BENCHMARKS.md). At most
+ * this many batches run past the last stop. */
+const BATCHES_IN_FLIGHT = 4;
 /** Keys per chunk of split decode attention, and the most chunks the kernel takes. */
 const KEYS_PER_CHUNK = 64;
 const MAX_ATTENTION_CHUNKS = 64;
@@ -89,7 +93,7 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const penalty = r.sampling.repetitionPenalty ?? 1;
   const seen = penalty !== 1 ? Sampler.seenBitmap(gpu, G, head.vocab, Array.from(r.inputIds)) : undefined;
   // Per step of a batch: G ids, then G log-prob bits.
-  const packed = gpu.tensor([STEPS_PER_SUBMIT * 2 * G], 'u32', 'generate.readback');
+  const packed = gpu.tensor([STEPS_PER_READBACK * 2 * G], 'u32', 'generate.readback');
   // What a step reads from the GPU, one row per step: its [3, G] positions (padded to the storage
   // offset alignment), then the step number. A step starts by copying its row into `current`, so
   // every step binds the same tensors with the same uniforms: its bind groups are the step before's.
@@ -142,9 +146,12 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
       rec.copy(ids, packed, 4 * G, 0, 8 * G * j);
       rec.copy(logp, packed, 4 * G, 0, 8 * G * j + 4 * G);
     };
-    /** Record and submit steps [from, from + n); resolves to their packed ids and log-probs. */
+    /** Record and submit steps [from, from + n), a submit each; resolves to their packed ids and log-probs. */
     const launch = (from: number, n: number) => {
-      for (let j = 0; j < n; j++) recordStep(from + j, j);
+      for (let j = 0; j < n; j++) {
+        recordStep(from + j, j);
+        if (j < n - 1) rec.flush();
+      }
       const done = rec.submit();
       const words = gpu.read(packed);
       return Promise.all([done, words]).then(([, w]) => ({ from, n, words: w as Uint32Array }));
@@ -162,22 +169,27 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
       }
       return out.every((s) => s.terminated);
     };
-    let next = Math.min(STEPS_PER_SUBMIT, r.maxNewTokens);
-    let inFlight = launch(0, next);
-    for (;;) {
-      // Record the next batch while the GPU runs the one in flight, then look at the earlier one.
-      const later = next < r.maxNewTokens ? launch(next, Math.min(STEPS_PER_SUBMIT, r.maxNewTokens - next)) : null;
-      // Awaited below unless the batch in flight fails first.
-      later?.catch(() => undefined);
-      if (later) next += Math.min(STEPS_PER_SUBMIT, r.maxNewTokens - next);
-      const finished = take(await inFlight);
+    const inFlight: ReturnType<typeof launch>[] = [];
+    let next = 0;
+    const fill = () => {
+      while (inFlight.length < BATCHES_IN_FLIGHT && next < r.maxNewTokens) {
+        const n = Math.min(STEPS_PER_READBACK, r.maxNewTokens - next);
+        const batch = launch(next, n);
+        // Awaited below unless an earlier batch fails first.
+        batch.catch(() => undefined);
+        inFlight.push(batch);
+        next += n;
+      }
+    };
+    fill();
+    while (inFlight.length > 0) {
+      const finished = take(await inFlight.shift()!);
       r.onTokens?.(out.reduce((n, s) => n + s.tokens.length, 0));
-      if (!later) break;
       if (finished) {
-        await later;
+        await Promise.all(inFlight);
         break;
       }
-      inFlight = later;
+      fill();
     }
   } finally {
     stepTape?.release();

@@ -268,6 +268,33 @@ describe('gpu runtime', () => {
     y.release();
   });
 
+  it("gives the GPU's span from the first stamped begin to the last end: busy time plus the idle between submits", async () => {
+    const gpu = await testGpu();
+    if (!gpu.has('timestamp-query')) return;
+    const ew = await Elementwise.create(gpu);
+    const x = gpu.upload(randUniform(4096, 3), [4096], 'f32', 'x');
+    const y = gpu.zeros([4096], 'f32', 'y');
+    const prof = gpu.startProfiling('pass');
+    expect(prof.spanMs()).toBe(0);
+    for (let i = 0; i < 2; i++) {
+      const rec = gpu.recorder();
+      ew.axpy(rec, x, y, 1);
+      await rec.submit();
+      await gpu.sync();
+      // The GPU waits for the host between the two submits.
+      if (i === 0) await new Promise((r) => setTimeout(r, 50));
+    }
+    gpu.stopProfiling();
+    const busy = prof.report().reduce((t, r) => t + r.totalMs, 0);
+    expect(prof.report()[0].calls).toBe(2);
+    expect(prof.spanMs()).toBeGreaterThan(busy + 40);
+    gpu.startProfiling('pass');
+    gpu.stopProfiling();
+    expect(prof.spanMs()).toBe(0);
+    x.release();
+    y.release();
+  });
+
   it('reports device loss to the caller as DeviceLostError, and refuses work afterwards', async () => {
     const gpu = await createNodeGpu({ driver: process.env.VLRL_VK ?? 'lavapipe' }); // its own device: this one is destroyed
     const seen: DeviceLostError[] = [];

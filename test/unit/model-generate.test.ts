@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { CASES, MODELS, modelFiles, readReference, type FixtureModel } from '../helpers/modelFixtures';
 import { expectClose } from '../helpers/reference';
-import { STEPS_PER_SUBMIT } from '../../src/model/generate';
+import { STEPS_PER_READBACK } from '../../src/model/generate';
 import { Qwen3VL, splitImages } from '../../src/model/qwen3vl';
 import type { PreparedPrompt } from '../../src/rl/policy';
 
@@ -76,14 +76,14 @@ describe('sampling', () => {
     const net = await model('tiny-a');
     const { p } = await prompt('tiny-a', 'text');
     // Not a multiple of the batch: the last batch is partial.
-    const opts = { temperature: 1.5, topP: 1, topK: 0, maxNewTokens: 2 * STEPS_PER_SUBMIT + 3, seed: 3 };
+    const opts = { temperature: 1.5, topP: 1, topK: 0, maxNewTokens: 2 * STEPS_PER_READBACK + 3, seed: 3 };
     const free = await net.generate(p, 3, opts, { stopIds: [] });
-    const stopIds = [free[0].tokens[STEPS_PER_SUBMIT + 2], free[1].tokens[3]];
+    const stopIds = [free[0].tokens[STEPS_PER_READBACK + 2], free[1].tokens[3]];
     const stopped = await net.generate(p, 3, opts, { stopIds });
     const cuts = free.map((s) => s.tokens.findIndex((t) => stopIds.includes(t)));
     // One sequence stops in the second batch, after others stopped in the first.
-    expect(Math.max(...cuts)).toBeGreaterThanOrEqual(STEPS_PER_SUBMIT);
-    expect(Math.min(...cuts.filter((c) => c >= 0))).toBeLessThan(STEPS_PER_SUBMIT);
+    expect(Math.max(...cuts)).toBeGreaterThanOrEqual(STEPS_PER_READBACK);
+    expect(Math.min(...cuts.filter((c) => c >= 0))).toBeLessThan(STEPS_PER_READBACK);
     stopped.forEach((s, g) => {
       const end = cuts[g] < 0 ? opts.maxNewTokens : cuts[g] + 1;
       expect(s.tokens).toEqual(free[g].tokens.slice(0, end));

@@ -3,7 +3,9 @@
 // finish and submit, per dispatch. A decode step replays about 230-350 such dispatches
 // (Recorder.replay), so this is the floor its recording stands on. Kernels of 1 to 10 storage
 // bindings (one written) with and without a uniform block, cycling through 1 to 40 pipelines, a
-// distinct bind group per dispatch as decode binds; the GPU work itself is one workgroup each.
+// distinct bind group per dispatch as decode binds; the GPU work itself is one workgroup each. The
+// read bindings are distinct buffers, or ranges of one shared buffer ("one buffer"): Dawn tracks
+// usage per buffer, so the two tell a binding's cost from a buffer's.
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/hostCost.mjs [--dawn-flag enable-dawn-features=skip_validation] [--quick]
 // --quick: fewer dispatches and repetitions (a check on software Vulkan).
@@ -14,14 +16,20 @@ const dawnFlags = process.argv.flatMap((a, i) => (a === '--dawn-flag' && process
 /** Dispatches a measured pass records: ten decode steps of one sequence. */
 const DISPATCHES = QUICK ? 232 : 2320;
 const REPS = QUICK ? 3 : 8;
-/** [storage bindings, a uniform block, pipelines cycled]. */
-const CASES: [number, boolean, number][] = [
-  [1, false, 1],
-  [6, false, 1],
-  [6, true, 1],
-  [6, true, 8],
-  [6, true, 40],
-  [10, true, 40],
+/** [storage bindings, a uniform block, pipelines cycled, read bindings on one shared buffer]. */
+const CASES: [number, boolean, number, boolean][] = [
+  [1, false, 1, false],
+  [6, false, 1, false],
+  [6, true, 1, false],
+  [6, true, 8, false],
+  [6, true, 40, false],
+  [7, true, 40, false],
+  [8, true, 40, false],
+  [9, true, 40, false],
+  [10, true, 40, false],
+  [10, true, 40, true],
+  [14, true, 40, false],
+  [14, true, 40, true],
 ];
 
 const gpu = await createNodeGpu({ dawnFlags });
@@ -40,10 +48,12 @@ function pipeline(bindings: number, uniform: boolean, salt: number): GPUComputeP
 
 const STEP = 232;
 const buffers = Array.from({ length: 300 }, () => device.createBuffer({ size: 4096, usage: GPUBufferUsage.STORAGE }));
+/** Read ranges of 4 KiB each, one per binding and dispatch slot, in one buffer. */
+const shared = device.createBuffer({ size: 4096 * 16 * 8, usage: GPUBufferUsage.STORAGE });
 const uniforms = device.createBuffer({ size: 256 * STEP, usage: GPUBufferUsage.UNIFORM });
 const us = (ms: number) => ((1000 * ms) / DISPATCHES).toFixed(2);
 console.log(`Dawn flags: ${dawnFlags.join(' ') || 'none'}; ${DISPATCHES} dispatches a pass, median of ${REPS - 2} passes after two`);
-for (const [bindings, uniform, pipelines] of CASES) {
+for (const [bindings, uniform, pipelines, oneBuffer] of CASES) {
   if (bindings > storageMax) {
     console.log(`${bindings} storage bindings: skipped (this device allows ${storageMax} a stage)`);
     continue;
@@ -53,7 +63,10 @@ for (const [bindings, uniform, pipelines] of CASES) {
     device.createBindGroup({
       layout: pipes[j % pipelines].getBindGroupLayout(0),
       entries: [
-        ...Array.from({ length: bindings }, (_, i) => ({ binding: i, resource: { buffer: buffers[(j + 37 * i) % buffers.length] } })),
+        ...Array.from({ length: bindings }, (_, i) => ({
+          binding: i,
+          resource: oneBuffer && i > 0 ? { buffer: shared, offset: 4096 * (16 * (j % 8) + i), size: 4096 } : { buffer: buffers[(j + 37 * i) % buffers.length] },
+        })),
         ...(uniform ? [{ binding: bindings, resource: { buffer: uniforms, offset: 256 * j, size: 16 } }] : []),
       ],
     }),
@@ -81,7 +94,8 @@ for (const [bindings, uniform, pipelines] of CASES) {
     if (rep >= 2) runs.push([t1 - t0, t2 - t1, t3 - t2]);
   }
   const median = (k: number) => runs.map((r) => r[k]).sort((a, b) => a - b)[Math.floor(runs.length / 2)];
-  console.log(`${bindings} storage bindings${uniform ? ' + uniform' : ''}, ${pipelines} pipeline${pipelines > 1 ? 's' : ''}: µs a dispatch: encode ${us(median(0))}, finish ${us(median(1))}, submit ${us(median(2))}`);
+  const where = oneBuffer ? ' (read ones ranges of one buffer)' : '';
+  console.log(`${bindings} storage bindings${where}${uniform ? ' + uniform' : ''}, ${pipelines} pipeline${pipelines > 1 ? 's' : ''}: µs a dispatch: encode ${us(median(0))}, finish ${us(median(1))}, submit ${us(median(2))}`);
 }
 gpu.destroy();
 process.exit(0);
