@@ -97,6 +97,8 @@ interface TensorCoreRun {
 }
 interface DecodeStep {
   gpuMs: number;
+  /** The stamped passes' span, first begin to last end (absent from runs before it existed). */
+  spanMs?: number;
   mainMs?: number;
   cpuMs: number;
   wallMs: number;
@@ -271,13 +273,13 @@ function decodeBreakdown(o: Side): string[] {
   const out = [
     '## Where a decode step goes (`--profile`)',
     '',
-    'GPU in stream: timestamps around the passes of 32 steps as generate() records them, per step. Main thread busy: its event-loop utilisation (the JS and synchronous Dawn calls that record a step, and polling); of it, replay is the time in Recorder.replay (a replayed step\'s WebGPU calls) and submit the time finishing and submitting command buffers (Gpu.hostStats). Process CPU: user + system time of every thread over the same steps (a driver\'s spin-waits included), so it can exceed the wall time. A step is bound by recording when its wall time sits above its GPU time.',
+    'GPU in stream: timestamps around the passes of 32 steps as generate() records them, per step; GPU span: from the first pass\'s begin to the last one\'s end, per step, whose excess over the time in stream is the GPU\'s idle time. Main thread busy: its event-loop utilisation (the JS and synchronous Dawn calls that record a step, and polling); of it, replay is the time in Recorder.replay (a replayed step\'s WebGPU calls) and submit the time finishing and submitting command buffers (Gpu.hostStats). Process CPU: user + system time of every thread over the same steps (a driver\'s spin-waits included), so it can exceed the wall time. A step is bound by recording when its wall time sits above its GPU time.',
     '',
-    '| sequences | dispatches | GPU in stream | main thread busy | of it: replay | of it: submit | process CPU | wall (profiled run) |',
-    '|---|---|---|---|---|---|---|---|',
+    '| sequences | dispatches | GPU in stream | GPU span | main thread busy | of it: replay | of it: submit | process CPU | wall (profiled run) |',
+    '|---|---|---|---|---|---|---|---|---|',
     ...sides
       .filter((x) => x.step)
-      .map(({ G, step: s }) => `| ${G} | ${s!.dispatches?.toFixed(0) ?? '—'} | ${ms(s!.gpuMs)} | ${ms(s!.mainMs)} | ${ms(s!.replayMs)} | ${ms(s!.submitMs)} | ${ms(s!.cpuMs)} | ${ms(s!.wallMs)} |`),
+      .map(({ G, step: s }) => `| ${G} | ${s!.dispatches?.toFixed(0) ?? '—'} | ${ms(s!.gpuMs)} | ${ms(s!.spanMs)} | ${ms(s!.mainMs)} | ${ms(s!.replayMs)} | ${ms(s!.submitMs)} | ${ms(s!.cpuMs)} | ${ms(s!.wallMs)} |`),
     '',
   ];
   const names = [...new Set(sides.flatMap((x) => (x.kernels ?? []).filter((k) => k.calls > 0).slice(0, 10).map((k) => k.name)))];

@@ -250,6 +250,7 @@ export class Recorder {
     const what = [...this.kernels].join(', ') || this.label;
     this.pending.push(gpu.guarded(what, () => gpu.device.queue.submit([cmd])));
     gpu.hostStats.submitMs += performance.now() - t0;
+    gpu.hostStats.submits++;
     if (prof && timings) this.pending.push(prof.collect(timings.query, timings.names));
     this.encoder = null;
     this.timings = null;

@@ -42,8 +42,8 @@ export class Gpu {
   taping = 0;
   /** What recording costs the CPU, summed over every recorder (read differences; bench/model.ts
    * --profile reports them a decode step): dispatches encoded, ms in Recorder.replay (WebGPU's own
-   * calls, no model code) and ms finishing and submitting command buffers. */
-  readonly hostStats = { dispatches: 0, replayMs: 0, submitMs: 0 };
+   * calls, no model code), ms finishing and submitting command buffers, and those submits. */
+  readonly hostStats = { dispatches: 0, replayMs: 0, submitMs: 0, submits: 0 };
   /** Objects that must live as long as the device (Dawn's instance in Node). */
   private readonly retained: unknown[] = [];
 

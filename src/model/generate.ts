@@ -22,7 +22,7 @@ export const STEPS_PER_READBACK = 8;
 /** Batches of steps submitted and not yet read back: the GPU's queue while the host waits for the
  * oldest (a pause of the host shorter than the queue leaves the GPU busy: BENCHMARKS.md). At most
  * this many batches run past the last stop. */
-const BATCHES_IN_FLIGHT = 4;
+export const BATCHES_IN_FLIGHT = 4;
 /** Keys per chunk of split decode attention, and the most chunks the kernel takes. */
 const KEYS_PER_CHUNK = 64;
 const MAX_ATTENTION_CHUNKS = 64;

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { CASES, MODELS, modelFiles, readReference, type FixtureModel } from '../helpers/modelFixtures';
 import { expectClose } from '../helpers/reference';
-import { STEPS_PER_READBACK } from '../../src/model/generate';
+import { BATCHES_IN_FLIGHT, STEPS_PER_READBACK } from '../../src/model/generate';
 import { Qwen3VL, splitImages } from '../../src/model/qwen3vl';
 import type { PreparedPrompt } from '../../src/rl/policy';
 
@@ -90,6 +90,27 @@ describe('sampling', () => {
       expect(s.samplingLogps).toEqual(free[g].samplingLogps.slice(0, end));
       expect(s.terminated).toBe(cuts[g] >= 0);
     });
+  });
+
+  it('submits each step on its own and queues BATCHES_IN_FLIGHT batches of steps before its first readback: a stop at the first token leaves exactly that many recorded', async () => {
+    const gpu = await testGpu();
+    const net = await model('tiny-a');
+    const { p, greedy } = await prompt('tiny-a', 'text');
+    const recorded = async (maxNewTokens: number, stopIds: number[]) => {
+      const [d, s] = [gpu.hostStats.dispatches, gpu.hostStats.submits];
+      const [out] = await net.generate(p, 1, { ...GREEDY, maxNewTokens }, { stopIds });
+      return { dispatches: gpu.hostStats.dispatches - d, submits: gpu.hostStats.submits - s, tokens: out.tokens };
+    };
+    // Step 0 samples the prefill's last row; every later step records the same dispatches, and
+    // is submitted on its own (the GPU starts it while the host records the next).
+    const first = await recorded(1, []);
+    const second = await recorded(2, []);
+    expect(second.submits - first.submits).toBe(1);
+    const perStep = second.dispatches - first.dispatches;
+    const queued = BATCHES_IN_FLIGHT * STEPS_PER_READBACK;
+    const cut = await recorded(queued + 9, [greedy[0]]);
+    expect(cut.tokens).toEqual([greedy[0]]);
+    expect(1 + (cut.dispatches - first.dispatches) / perStep).toBe(queued);
   });
 
   it('a token table in several blocks gives the same logits and tokens (4-bit and f32)', async () => {
