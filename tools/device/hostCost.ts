@@ -1,11 +1,11 @@
 // What recording a dispatch costs the host in Dawn for Node, apart from the engine: raw WebGPU calls
 // (setPipeline when it changes, setBindGroup, dispatchWorkgroups) into one compute pass, then
 // finish and submit, per dispatch. A decode step replays about 230-350 such dispatches
-// (Recorder.replay), so this is the floor its recording stands on. Kernels of 1 to 10 storage
-// bindings (one written) with and without a uniform block, cycling through 1 to 40 pipelines, a
+// (Recorder.replay), so this is the floor its recording stands on. Kernels of 1 to 14 storage
+// bindings (one written; decode's kernels bind 3 to 15 in all) with and without a uniform block, cycling through 1 to 40 pipelines, a
 // distinct bind group per dispatch as decode binds; the GPU work itself is one workgroup each. The
-// read bindings are distinct buffers, or ranges of one shared buffer ("one buffer"): Dawn tracks
-// usage per buffer, so the two tell a binding's cost from a buffer's.
+// read bindings are distinct buffers, or ranges of one shared buffer: Dawn tracks usage per
+// buffer, so the two tell a binding's cost from a buffer's.
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/hostCost.mjs [--dawn-flag enable-dawn-features=skip_validation] [--quick]
 // --quick: fewer dispatches and repetitions (a check on software Vulkan).
