@@ -2,10 +2,10 @@
 // (setPipeline when it changes, setBindGroup, dispatchWorkgroups) into one compute pass, then
 // finish and submit, per dispatch. A decode step replays about 230-350 such dispatches
 // (Recorder.replay), so this is the floor its recording stands on. Kernels of 1 to 14 storage
-// bindings (one written; decode's kernels bind 3 to 15 in all) with and without a uniform block, cycling through 1 to 40 pipelines, a
-// distinct bind group per dispatch as decode binds; the GPU work itself is one workgroup each. The
-// read bindings are distinct buffers, or ranges of one shared buffer: Dawn tracks usage per
-// buffer, so the two tell a binding's cost from a buffer's.
+// bindings (one written; decode's kernels bind 3 to 15 in all) with and without a uniform block,
+// cycling through 1 to 40 pipelines, a distinct bind group per dispatch as decode binds; the GPU
+// work itself is one workgroup each. The read bindings are distinct buffers, or ranges of one
+// shared buffer: Dawn tracks usage per buffer, so the two tell a binding's cost from a buffer's.
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/hostCost.mjs [--dawn-flag enable-dawn-features=skip_validation] [--quick]
 // --quick: fewer dispatches and repetitions (a check on software Vulkan).
@@ -17,18 +17,15 @@ const dawnFlags = process.argv.flatMap((a, i) => (a === '--dawn-flag' && process
 const DISPATCHES = QUICK ? 232 : 2320;
 const REPS = QUICK ? 3 : 8;
 /** [storage bindings, a uniform block, pipelines cycled, read bindings on one shared buffer]. */
-const CASES: [number, boolean, number, boolean][] = [
+type Case = [number, boolean, number, boolean];
+const CASES: Case[] = [
   [1, false, 1, false],
   [6, false, 1, false],
   [6, true, 1, false],
   [6, true, 8, false],
-  [6, true, 40, false],
-  [7, true, 40, false],
-  [8, true, 40, false],
-  [9, true, 40, false],
-  [10, true, 40, false],
+  // Decode's shape: a uniform block and 40 pipelines, by bindings; then read ranges of one buffer.
+  ...[6, 7, 8, 9, 10, 14].map((b): Case => [b, true, 40, false]),
   [10, true, 40, true],
-  [14, true, 40, false],
   [14, true, 40, true],
 ];
 
