@@ -3,18 +3,60 @@
 // values to f16's subnormals; s is exact to undo. A row of zeros, or one that is not finite, gets
 // 1 (NaN and infinity then reach the product as they are). For matmul_q4_f16.wgsl, in its blocked
 // layout (f16_blocks.wgsl).
+// EXT: each row goes on past k with e more columns (a multiple of 32): adapter g's s_g·u_g [m, r]
+// in columns k + g·r .. k + g·r + r, zeros after the last: LoRA's update as more of the reduction,
+// against its B in the weight's extra columns (f16_convert.wgsl's EXT; src/ops/matmulQ4F16.ts). The
+// row's scale covers those columns too.
 
 #include f16_blocks
 
 struct Params {
   m: u32, // rows of x
   k: u32, // columns, a multiple of 32
+#if EXT
+  e: u32,        // the extension's columns, a multiple of 32
+  r: u32,        // each adapter's rank
+  adapters: u32, // 1 to 3
+  s0: f32,       // their scales
+  s1: f32,
+  s2: f32,
+#endif
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> rs: array<f32>;
 @group(0) @binding(3) var<storage, read_write> x16: array<vec2<u32>>; // x·s as f16, 4 a vec2, blocked
+#if EXT
+@group(0) @binding(4) var<storage, read> u0: array<f32>; // [m, r] each; absent adapters bind u0 again
+@group(0) @binding(5) var<storage, read> u1: array<f32>;
+@group(0) @binding(6) var<storage, read> u2: array<f32>;
+
+// Column c of the extension of row `row`: s_g·u_g[row, j] for c = g·r + j, past the adapters 0.
+fn ext_at(row: u32, c: u32) -> f32 {
+  let g = c / params.r;
+  let i = row * params.r + c % params.r;
+  if (g == 0u) {
+    return params.s0 * u0[i];
+  }
+  if (g == 1u && g < params.adapters) {
+    return params.s1 * u1[i];
+  }
+  if (g == 2u && g < params.adapters) {
+    return params.s2 * u2[i];
+  }
+  return 0.0;
+}
+
+fn ext4(row: u32, i: u32) -> vec4<f32> {
+  let c = 4u * i;
+  return vec4<f32>(ext_at(row, c), ext_at(row, c + 1u), ext_at(row, c + 2u), ext_at(row, c + 3u));
+}
+#else
+fn ext4(row: u32, i: u32) -> vec4<f32> {
+  return vec4<f32>(0.0);
+}
+#endif
 
 const WG = 256u;
 var<workgroup> part: array<f32, WG>;
@@ -27,9 +69,20 @@ fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
     return; // uniform: the whole workgroup
   }
   let kv = params.k / 4u;
+#if EXT
+  let ev = params.e / 4u;
+#else
+  let ev = 0u;
+#endif
+  let width = 4u * (kv + ev); // the blocked row: x, then the extension
   var a = 0.0;
-  for (var i = lid; i < kv; i += WG) {
-    let v = abs(x[row * kv + i]);
+  for (var i = lid; i < kv + ev; i += WG) {
+    var v: vec4<f32>;
+    if (i < kv) {
+      v = abs(x[row * kv + i]);
+    } else {
+      v = abs(ext4(row, i - kv));
+    }
     a = max(a, max(max(v.x, v.y), max(v.z, v.w)));
   }
   part[lid] = a;
@@ -52,8 +105,13 @@ fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
   }
   workgroupBarrier();
   let s = scale;
-  for (var i = lid; i < kv; i += WG) {
-    let v = x[row * kv + i] * s;
-    x16[blocked(row, 4u * i, params.k) / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+  for (var i = lid; i < kv + ev; i += WG) {
+    var v: vec4<f32>;
+    if (i < kv) {
+      v = x[row * kv + i] * s;
+    } else {
+      v = ext4(row, i - kv) * s;
+    }
+    x16[blocked(row, 4u * i, width) / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
   }
 }

@@ -23,7 +23,7 @@ import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
 import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
-import { dropoutSeed, LORA_GROUP_MAX, type Lora, type LoraBackwardMember } from '../ops/lora';
+import { dropoutSeed, LORA_GROUP_MAX, type Lora } from '../ops/lora';
 import type { LoraParams } from '../ops/loraParams';
 import { LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
@@ -31,7 +31,7 @@ import { QkNormRope } from '../ops/qkNormRope';
 import { Rope } from '../ops/rope';
 import { TokenIds } from '../ops/tokenIds';
 import type { Qwen3VLTextConfig } from './config';
-import { Projection, type LoraScratch, type Product } from '../ops/projection';
+import { Projection, type BackwardProduct, type LoraScratch, type Product } from '../ops/projection';
 import { SelfAttention, type AttendMode, type AttentionBuffers, type PackedAttend } from '../ops/selfAttention';
 import { mropeLayout } from './ropeTables';
 import type { DecoderLayerWeights, LanguageModelWeights, LinearWeight, TokenTable } from './weights';
@@ -395,13 +395,10 @@ export class Decoder {
    *   dact = dh·W_down (+LoRA) → SwiGLU' → dxn = dgate·W_gate + dup·W_up (+LoRA);  dh += RMSNorm'(dxn)
    */
   mlpBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, g: LayerGradients, lora: LoraCall | null): void {
-    const { projection, act, norms } = this.ops;
-    projection.backwardInput(rec, g.dh, w.down, g.dact);
-    this.loraBackward(rec, lora, [['down', g.dh]], b.act, g.dact, g.loraT);
+    const { act, norms } = this.ops;
+    this.inputGradients(rec, lora, [['down', w.down, g.dh]], b.act, g.dact, g.loraT);
     act.swigluBackward(rec, b.gate, b.up, g.dact, g.dgate, g.dup);
-    projection.backwardInput(rec, g.dgate, w.gate, g.dxn);
-    projection.backwardInput(rec, g.dup, w.up, g.dxn, true);
-    this.loraBackward(rec, lora, [['gate', g.dgate], ['up', g.dup]], b.xn, g.dxn, g.loraT);
+    this.inputGradients(rec, lora, [['gate', w.gate, g.dgate], ['up', w.up, g.dup]], b.xn, g.dxn, g.loraT);
     norms.rmsnormBackward(rec, g.dxn, h, w.postAttentionNorm, b.rstd!, g.dh, true);
   }
 
@@ -411,35 +408,29 @@ export class Decoder {
    *   dh += RMSNorm'(dxn)
    */
   attentionBlockBackward(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: PackedAttend, g: LayerGradients, lora: LoraCall | null): void {
-    const { projection, norms } = this.ops;
-    projection.backwardInput(rec, g.dh, w.o, g.dattn);
-    this.loraBackward(rec, lora, [['o', g.dh]], b.attn, g.dattn, g.loraT);
+    const { norms } = this.ops;
+    this.inputGradients(rec, lora, [['o', w.o, g.dh]], b.attn, g.dattn, g.loraT);
     this.ops.selfAttention.backward(rec, { qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, dattn: g.dattn, rowStats: g.rowStats, dq: g.dq, dk: g.dk, dqRaw: g.dqRaw, dkRaw: g.dkRaw, dv: g.dv });
-    projection.backwardInput(rec, g.dqRaw, w.q, g.dxn);
-    projection.backwardInput(rec, g.dkRaw, w.k, g.dxn, true);
-    projection.backwardInput(rec, g.dv, w.v, g.dxn, true);
-    this.loraBackward(rec, lora, [['q', g.dqRaw], ['k', g.dkRaw], ['v', g.dv]], b.xn, g.dxn, g.loraT);
+    this.inputGradients(rec, lora, [['q', w.q, g.dqRaw], ['k', w.k, g.dkRaw], ['v', w.v, g.dv]], b.xn, g.dxn, g.loraT);
     norms.rmsnormBackward(rec, g.dxn, h, w.inputNorm, b.rstd!.input, g.dh, true);
   }
 
   /**
-   * dx += each adapter's dy·B·A·s (its input's dropout mask applied), and its dA, dB accumulated,
-   * for the projections of one input x (`outs`: each with its output's gradient); those without
-   * dropout as one group (Lora.backwardGroup); nothing for projections without an adapter.
+   * dx = Σ dy·W over the projections of one input x (`outs`: each with its weight and its
+   * output's gradient), with each adapter's backward: dA, dB, and its dy·B·A·s in dx (its input's
+   * dropout mask applied). Each adapter takes its own workspace of `t`.
    */
-  private loraBackward(rec: Recorder, lora: LoraCall | null, outs: readonly [LoraProjection, Tensor][], x: Tensor, dx: Tensor, t: readonly Tensor[]): void {
-    if (!lora) return;
+  private inputGradients(rec: Recorder, lora: LoraCall | null, outs: readonly [LoraProjection, LinearWeight, Tensor][], x: Tensor, dx: Tensor, t: readonly Tensor[]): void {
     const T = x.shape[0];
-    const d = lora.dropout;
-    const group: LoraBackwardMember[] = [];
-    for (const [proj, dy] of outs) {
-      const p = lora.params[proj];
-      if (!p) continue;
-      const tp = view(t[group.length], [T, p.r]);
-      if (d) this.ops.lora.backward(rec, p, { x, dy, u: lora.u(proj), dx, t: tp, xd: d.xd(p) }, { dropout: d.p, seed: d.seed(proj) });
-      else group.push({ p, dy, u: lora.u(proj), t: tp });
-    }
-    this.ops.lora.backwardGroup(rec, x, dx, group);
+    const d = lora?.dropout;
+    let adapters = 0;
+    const items = outs.map(([proj, w, dy]): BackwardProduct => {
+      const p = lora?.params[proj];
+      if (!lora || !p) return { w, dy };
+      const dropout = d && { p: d.p, seed: d.seed(proj), xd: d.xd(p) };
+      return { w, dy, lora: { p, u: lora.u(proj), t: view(t[adapters++], [T, p.r]), dropout } };
+    });
+    this.ops.projection.backwardProducts(rec, x, dx, items);
   }
 
   /** h [T, hidden] = embedding rows of ids (4-bit or f32 table, in blocks). */

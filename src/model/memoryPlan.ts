@@ -16,7 +16,7 @@ import { chooseKvCache } from './kvCacheSetting';
 import type { Products } from './products';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
-import { EXPAND_MAX_WORDS, f16BlockedWords, LOGPROB_CHUNK, MMA_K_BLOCK } from '../ops/productSizes';
+import { EXPAND_MAX_WORDS, f16BlockedWords, LOGPROB_CHUNK, LORA_COLUMNS_RESERVED, loraColumns, MMA_K_BLOCK } from '../ops/productSizes';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
 import type { PhaseBuffers } from '../rl/engineConfig';
@@ -193,7 +193,7 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   // size of its joined q/k/v and gate/up outputs or its LoRA partials (src/model/decoder.ts).
   const forwardLeft = T * (q + 2 * kv + 2 * I + Math.max(Math.ceil(I / 64), hq) * r) * f;
   const trainingBytes = saved + backward + logits + dkvPart + gradsCopy + forwardLeft;
-  const productsBytes = productWorkspaceBytes(config, work.products ?? 'f32');
+  const productsBytes = productWorkspaceBytes(config, work.products ?? 'f32', r);
   return {
     weightsBytes: plan.totalBytes,
     loraBytes,
@@ -212,12 +212,13 @@ export const TENSOR_CORE_ROWS = 64 * Math.ceil(DEFAULT_MICRO_BATCH_TOKENS / 64);
 /**
  * What the decoder's and the LM head's tensor-core op (src/model/products.ts) holds for `products`,
  * as MatmulQ4F16 and MatmulQ4Mma allocate it for TENSOR_CORE_ROWS rows of the widest x: f16, x's row
- * scales and f16 copy, and the scratch its largest expanded weight (either way round) grows to;
+ * scales and f16 copy (with the columns of adapters of rank `loraRank`), and the scratch its largest
+ * expanded weight (either way round, with its adapter's columns) grows to;
  * int8, x's limbs and group scales (and row maxima for steps by row), and the scratch of the
  * largest weight rounded to int8 with its block steps. The vision tower's op (vision_products) is
  * not counted. 0 on the f32 units.
  */
-export function productWorkspaceBytes(config: Qwen3VLConfig, products: Products): number {
+export function productWorkspaceBytes(config: Qwen3VLConfig, products: Products, loraRank = 0): number {
   if (products === 'f32') return 0;
   const { hiddenSize: H, intermediateSize: I, numHeads: hq, numKvHeads: hkv, headDim: D, vocabSize: V } = config.text;
   const q = hq * D;
@@ -226,8 +227,13 @@ export function productWorkspaceBytes(config: Qwen3VLConfig, products: Products)
   // [N, K] of each product: q, k and v (k and v alike), o, gate and up, down, a chunk of the LM head.
   const weights: [number, number][] = [[q, H], [hkv * D, H], [H, q], [I, H], [H, I], [Math.min(LOGPROB_CHUNK, V), H]];
   if (products === 'f16') {
-    const expanded = weights.filter(([n, k]) => (n * k) / 2 <= EXPAND_MAX_WORDS).map(([n, k]) => Math.max(f16BlockedWords(n, k), f16BlockedWords(k, n)));
-    return rows * 4 + rows * maxK * 2 + 4 * Math.max(0, ...expanded);
+    // LoRA's terms widen x and the expansions: three adapters of x in a forward, one in an input gradient.
+    const [fwd, inp] = loraRank > 0 ? [loraColumns(3, loraRank), loraColumns(1, loraRank)] : [0, 0];
+    const expanded = weights.filter(([n, k]) => (n * k) / 2 <= EXPAND_MAX_WORDS).map(([n, k], i) => {
+      const [f, d] = i < weights.length - 1 ? [fwd, inp] : [0, 0]; // the LM head has no adapter
+      return Math.max(f16BlockedWords(n, k + f), f16BlockedWords(k, n + d));
+    });
+    return rows * 4 + rows * (maxK + Math.max(LORA_COLUMNS_RESERVED, fwd)) * 2 + 4 * Math.max(0, ...expanded);
   }
   const limbs = products === 'int8-1limb' ? 1 : 2;
   const largest = Math.max(...weights.map(([n, k]) => n * k));

@@ -8,7 +8,7 @@ import { f16Config, f16Unsupported, MatmulQ4F16 } from '../ops/matmulQ4F16';
 import { AttentionF16, attentionF16Unsupported, attentionF16UnsupportedBy, checkAttentionF16 } from '../ops/attentionF16';
 import type { AttentionConfig } from '../ops/attention';
 import { MatmulQ4Mma, mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
-import { checkF16Dense, checkQ4F16, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
+import { checkF16Dense, checkQ4F16, checkQ4F16Lora, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
 import { PATHS, tensorCoreOptions, type TensorCoreProducts } from '../ops/projection';
 import type { ModelOptions } from './qwen3vl';
 
@@ -189,7 +189,10 @@ async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16
     throw e;
   }
   wide.release();
-  return check(op);
+  await check(op);
+  // LoRA's terms inside the product (a rank-8 adapter, forward and input gradient): the extended
+  // copies of x and W, on the kernels checked above.
+  return checked(op, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16Lora(gpu, op, shape, 23, input, 8));
 }
 
 /** The vision tower's op for `v`: makeTensorCores' int8 op, or its f16 op once the f16 copy of a

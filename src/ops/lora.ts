@@ -414,24 +414,30 @@ export class Lora {
    */
   forwardGroup(rec: Recorder, x: Tensor, members: readonly LoraForwardMember[], uKept = false): void {
     if (members.length === 0) return;
-    const op = 'lora.forward';
-    const T = x.shape[0];
-    for (const { p, u, y } of members) {
-      rows(op, p, 'x', x, p.in);
-      rows(op, p, 'y', y, p.out, T, true);
-      rows(op, p, 'u', u, p.r, T);
-    }
+    const T = checkForward(x, members);
     if (!Lora.groupable(members.map((m) => m.p))) {
       for (const { p, u, y } of members) this.forward(rec, p, { x, y, u }, { uKept });
       return;
     }
     const r = members[0].p.r;
-    if (!uKept) {
-      if (this.onGemm('u', r)) for (const { p, u } of members) this.mm.gemm(rec, { a: x, b: p.A, c: u, m: T, n: r, k: p.in, transB: true });
-      else this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
-    }
+    if (!uKept) this.downs(rec, x, members, T);
     if (this.onGemm('up', r)) for (const { p, u, y } of members) this.upAdd(rec, u, p.B, y, T, p.out, r, loraScale(p), false);
     else this.upAddGroup(rec, members.map((m) => ({ u: m.u, w: m.p.B, y: m.y, n: m.p.out, scale: loraScale(m.p) })), T, r, false, false);
+  }
+
+  /** Every u = x·Aᵀ of adapters of one input x without dropout, and nothing else: for a product
+   * that adds their updates itself (the f16 tensor cores' extended reduction). */
+  downGroup(rec: Recorder, x: Tensor, members: readonly { p: LoraParams; u: Tensor }[]): void {
+    if (members.length === 0) return;
+    const T = checkForward(x, members);
+    if (Lora.groupable(members.map((m) => m.p))) this.downs(rec, x, members, T);
+    else for (const { p, u } of members) this.down(rec, p, x, u);
+  }
+
+  private downs(rec: Recorder, x: Tensor, members: readonly { p: LoraParams; u: Tensor }[], T: number): void {
+    const r = members[0].p.r;
+    if (this.onGemm('u', r)) for (const { p, u } of members) this.mm.gemm(rec, { a: x, b: p.A, c: u, m: T, n: r, k: p.in, transB: true });
+    else this.thin(rec, members.map((m) => ({ x, w: m.p.A, out: m.u, k: m.p.in, scale: 1 })), T, r, false);
   }
 
   /**
@@ -441,27 +447,45 @@ export class Lora {
    */
   backwardGroup(rec: Recorder, x: Tensor, dx: Tensor | undefined, members: readonly LoraBackwardMember[]): void {
     if (members.length === 0) return;
-    const op = 'lora.backward';
-    const T = x.shape[0];
-    for (const { p, dy, u, t } of members) {
-      rows(op, p, 'x', x, p.in);
-      rows(op, p, 'dy', dy, p.out, T, true);
-      rows(op, p, 'u', u, p.r, T);
-      rows(op, p, 't', t, p.r, T);
-      if (dx) rows(op, p, 'dx', dx, p.in, T, true);
-    }
+    const T = checkBackward(x, dx, members);
     if (!Lora.groupable(members.map((m) => m.p))) {
       for (const { p, dy, u, t } of members) this.backward(rec, p, { x, dy, u, t, dx });
       return;
     }
     const r = members[0].p.r;
-    if (this.onGemm('t', r)) for (const { p, dy, t } of members) this.dyB(rec, p, dy, t, T);
-    else this.thin(rec, members.map((m) => ({ x: m.dy, w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
-    if (this.onGemm('grads', r)) for (const { p, dy, u, t } of members) this.weightGrads(rec, p, dy, u, t, x, T);
-    else this.weightGradsGroup(rec, x, members, T);
+    this.ts(rec, members, T);
+    this.grads(rec, x, members, T);
     if (!dx) return;
     if (this.onGemm('dx', r)) for (const { p, t } of members) this.upAdd(rec, t, p.A, dx, T, p.in, r, 1, true);
     else this.upAddGroup(rec, members.map((m) => ({ u: m.t, w: m.p.A, y: dx, n: m.p.in, scale: 1 })), T, r, true, true);
+  }
+
+  /** Every t = s·dY·B of adapters of one input x without dropout, for a product that adds their
+   * parts of dX itself (the f16 tensor cores' extended reduction); gradsGroup then finishes. */
+  tGroup(rec: Recorder, x: Tensor, members: readonly LoraBackwardMember[]): void {
+    if (members.length === 0) return;
+    const T = checkBackward(x, undefined, members);
+    if (Lora.groupable(members.map((m) => m.p))) this.ts(rec, members, T);
+    else for (const { p, dy, t } of members) this.dyB(rec, p, dy, t, T);
+  }
+
+  /** dA and dB of adapters of one input x without dropout, on the t that tGroup left. */
+  gradsGroup(rec: Recorder, x: Tensor, members: readonly LoraBackwardMember[]): void {
+    if (members.length === 0) return;
+    const T = checkBackward(x, undefined, members);
+    if (Lora.groupable(members.map((m) => m.p))) this.grads(rec, x, members, T);
+    else for (const { p, dy, u, t } of members) this.weightGrads(rec, p, dy, u, t, x, T);
+  }
+
+  private ts(rec: Recorder, members: readonly LoraBackwardMember[], T: number): void {
+    const r = members[0].p.r;
+    if (this.onGemm('t', r)) for (const { p, dy, t } of members) this.dyB(rec, p, dy, t, T);
+    else this.thin(rec, members.map((m) => ({ x: m.dy, w: m.p.B, out: m.t, k: m.p.out, scale: loraScale(m.p) })), T, r, true);
+  }
+
+  private grads(rec: Recorder, x: Tensor, members: readonly LoraBackwardMember[], T: number): void {
+    if (this.onGemm('grads', members[0].p.r)) for (const { p, dy, u, t } of members) this.weightGrads(rec, p, dy, u, t, x, T);
+    else this.weightGradsGroup(rec, x, members, T);
   }
 
   /** Accumulate dA and dB, and add the adapter's part of dX when `dx` is given. */
@@ -503,6 +527,32 @@ export class Lora {
     rec.dispatch(this.dropFwdK, { x, y: xd }, grid1d(n, WG), dropoutUniforms(n, opts));
     return xd;
   }
+}
+
+/** A forward group's shapes (x, each u and y); its rows. */
+function checkForward(x: Tensor, members: readonly { p: LoraParams; u: Tensor; y?: Tensor }[]): number {
+  const op = 'lora.forward';
+  const T = x.shape[0];
+  for (const { p, u, y } of members) {
+    rows(op, p, 'x', x, p.in);
+    if (y) rows(op, p, 'y', y, p.out, T, true);
+    rows(op, p, 'u', u, p.r, T);
+  }
+  return T;
+}
+
+/** A backward group's shapes (x, each dY, u, t, and dX when given); its rows. */
+function checkBackward(x: Tensor, dx: Tensor | undefined, members: readonly LoraBackwardMember[]): number {
+  const op = 'lora.backward';
+  const T = x.shape[0];
+  for (const { p, dy, u, t } of members) {
+    rows(op, p, 'x', x, p.in);
+    rows(op, p, 'dy', dy, p.out, T, true);
+    rows(op, p, 'u', u, p.r, T);
+    rows(op, p, 't', t, p.r, T);
+    if (dx) rows(op, p, 'dx', dx, p.in, T, true);
+  }
+  return T;
 }
 
 function dropoutUniforms(n: number, opts: LoraCallOptions): Record<string, number> {

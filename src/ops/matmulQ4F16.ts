@@ -2,13 +2,16 @@
 // expanded to f16 once a call (src/ops/q4ToF16.ts; transposed for dX, which then runs as the
 // forward on Wᵀ) or, past expandMaxWords, dequantized with its group scale in workgroup memory; x
 // (or dY) is scaled per row by a power of two (shaders/f16_row_scale.wgsl) and rounded to f16, and
-// the products accumulate in f32. Needs shader-f16 and Chromium's subgroup-matrix extension with an f16 -> f32 configuration
-// of square fragments (16x16x16 on NVIDIA, 8x8x8 on Apple).
+// the products accumulate in f32. A LoRA adapter's update (y += s·u·Bᵀ) or its part of dX (t·A)
+// joins the product as more of the reduction: x goes on with s·u (or dY with t) and the expanded W
+// with B (or Aᵀ), so that it runs on the tensor cores inside the one GEMM. Needs shader-f16 and
+// Chromium's subgroup-matrix extension with an f16 -> f32 configuration of square fragments
+// (16x16x16 on NVIDIA, 8x8x8 on Apple).
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
-import { EXPAND_MAX_WORDS, f16BlockedWords } from './productSizes';
-import { Q4ToF16 } from './q4ToF16';
+import { EXPAND_MAX_WORDS, f16BlockedWords, LORA_COLUMNS_RESERVED, loraColumns } from './productSizes';
+import { Q4ToF16, type Q4Extension } from './q4ToF16';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
  * over 2 x `tn` fragments, staged through `buffers` buffers of workgroup memory. */
@@ -95,6 +98,25 @@ export interface F16Output {
   y: Tensor;
 }
 
+/** An adapter's update inside a forward product: y += scale·u·Bᵀ, u [rows, r] and B [n, r]. */
+export interface F16LoraUpdate {
+  u: Tensor;
+  B: Tensor;
+  r: number;
+  scale: number;
+}
+
+/** An adapter's part of an input gradient inside the product: dX += t·A, t [rows, r] (its scale
+ * in it) and A [r, k]. */
+export interface F16LoraInput {
+  t: Tensor;
+  A: Tensor;
+  r: number;
+}
+
+/** Most adapters one x carries (q/k/v). */
+const EXT_MAX_ADAPTERS = 3;
+
 /** A weight [n, k] held in f16 (toF16), two halves a u32 word; the caller owns the tensor. */
 export interface F16Weight {
   w16: Tensor;
@@ -171,21 +193,27 @@ export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: num
 export class MatmulQ4F16 {
   /** Q4 weights expanded to f16 (expand), grown on demand. */
   private scratch: Tensor | null = null;
+  /** The widest x the workspace x16 holds maxRows of: maxK + LORA_COLUMNS_RESERVED, or more once a
+   * LoRA extension needed it. */
+  private widthCap: number;
 
   private constructor(
     private readonly gpu: Gpu,
     private readonly rowScaleK: Kernel,
+    private readonly rowScaleExtK: Kernel,
     private readonly gemmK: GemmKernels,
     private readonly convert: { dense: Kernel; q4: Q4ToF16 },
     readonly expandMaxWords: number,
     private readonly rs: Tensor,
-    private readonly x16: Tensor,
+    private x16: Tensor,
     readonly maxK: number,
     readonly tiles: F16Tiles,
     readonly config: SubgroupMatrixConfig,
     readonly maxRows: number,
     private readonly wideFrom: number,
-  ) {}
+  ) {
+    this.widthCap = maxK + LORA_COLUMNS_RESERVED;
+  }
 
   static async create(gpu: Gpu, opts: MatmulQ4F16Options): Promise<MatmulQ4F16> {
     const caps = capabilitiesOf(gpu);
@@ -196,12 +224,13 @@ export class MatmulQ4F16 {
     const { maxRows } = opts;
     if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
     const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
-    const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
+    const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32' | 'f32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
     const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
     const sameTile = oneTile(tiles);
     // Compiled side by side: a load waits for the slowest, not for the sum.
-    const [rowScale, q4, q4Dinput, w16, w16Few, dense] = await Promise.all([
+    const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, dense] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {}),
+      one('matmul_q4_f16.lora', 'f16_row_scale', 'row_scale', ROW_SCALE_EXT, { EXT: true }),
       variant('matmul_q4_f16', tiles.q4, false, false),
       variant('matmul_q4_f16.dinput', tiles.q4, false, true),
       variant('matmul_q4_f16.w16', tiles.f16, true, false),
@@ -211,8 +240,8 @@ export class MatmulQ4F16 {
     const convert = { dense, q4: Q4ToF16.create(gpu) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
-    const x16 = gpu.tensor([(maxRows * opts.maxK) / 2], 'u32', 'matmul_q4_f16.x16');
-    return new MatmulQ4F16(gpu, rowScale, { q4, q4Dinput, w16, w16Few: w16Few ?? w16 }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tiles, cfg, maxRows, opts.wideFrom ?? WIDE_FROM);
+    const x16 = gpu.tensor([(maxRows * (opts.maxK + LORA_COLUMNS_RESERVED)) / 2], 'u32', 'matmul_q4_f16.x16');
+    return new MatmulQ4F16(gpu, rowScale, rowScaleExt, { q4, q4Dinput, w16, w16Few: w16Few ?? w16 }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tiles, cfg, maxRows, opts.wideFrom ?? WIDE_FROM);
   }
 
   /** The forward takes weights whose rows of x (K wide) fit the workspace at least 64 at a time. */
@@ -225,11 +254,72 @@ export class MatmulQ4F16 {
     return w.n % Q4_GROUP === 0 && this.rowsFitting(w.n) > 0;
   }
 
-  /** Rows of x of `width` a dispatch: maxRows up to maxK wide, beyond it as many whole 64-row
+  /** Rows of x of `width` a dispatch: maxRows up to widthCap wide, beyond it as many whole 64-row
    * slices as the workspace holds (0: none fits). */
   private rowsFitting(width: number): number {
-    if (width <= this.maxK) return this.maxRows;
-    return 64 * Math.floor((this.maxRows * this.maxK) / width / 64);
+    if (width <= this.widthCap) return this.maxRows;
+    return 64 * Math.floor((this.maxRows * this.widthCap) / width / 64);
+  }
+
+  /** Whether products on `w` may carry LoRA terms (gemmSharedLora, backwardInputLora): W is
+   * expanded once a call, where its extension is written (the input gradient: N a multiple of 32). */
+  takesLora(w: Q4Weight, input: boolean): boolean {
+    return this.expands(w) && (!input || this.takesInput(w));
+  }
+
+  /** x16 widened to maxRows rows of `width` (x with a LoRA extension past maxK). As the weight
+   * scratch: calls recorded before keep the old buffer, which the queue orders before its reuse. */
+  private widen(rec: Recorder, width: number): void {
+    if (width <= this.widthCap) return;
+    if (!rec.capturing) this.x16.release();
+    this.x16 = this.gpu.tensor([(this.maxRows * width) / 2], 'u32', 'matmul_q4_f16.x16');
+    this.widthCap = width;
+  }
+
+  /**
+   * gemmShared with LoRA updates: y (+)= x·Wᵀ + scale·u·Bᵀ for each output with `lora` (every one
+   * of one rank, up to three), their u placed after x's K columns and each B at its u's place in
+   * its W's expansion; outputs without an adapter get zeros there. Each W must take it (takesLora).
+   */
+  gemmSharedLora(rec: Recorder, x: Tensor, outs: readonly (F16Output & { lora?: F16LoraUpdate })[], accumulate = false): void {
+    const op = 'matmulQ4F16.gemmSharedLora';
+    const k = outs[0].w.k;
+    if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
+    const terms = outs.flatMap((o) => (o.lora ? [o.lora] : []));
+    if (terms.length === 0 || terms.length > EXT_MAX_ADAPTERS) throw new ShapeError(op, `1 to ${EXT_MAX_ADAPTERS} adapters on one x, got ${terms.length}`);
+    const r = terms[0].r;
+    if (terms.some((t) => t.r !== r)) throw new ShapeError(op, `adapters of one x need one rank, got ${terms.map((t) => t.r).join(', ')}`);
+    for (const o of outs) if (!this.takesLora(o.w, false)) throw new ShapeError(op, `a weight of ${o.w.n}x${o.w.k} is not expanded to f16 (expandMaxWords ${this.expandMaxWords}): no LoRA extension`);
+    const e = loraColumns(terms.length, r);
+    const m = outs.map(({ w, y }) => rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
+    for (const t of terms) loraFactorRows(op, t.u, 'u', m, r);
+    this.widen(rec, k + e);
+    for (const [r0, rows] of this.slices(op, m, k + e)) {
+      const xin = this.rowScalesExt(rec, rowSlice(x, r0, rows, k), rows, k, e, r, terms.map((t) => ({ u: rowSlice(t.u, r0, rows, r), scale: t.scale })));
+      let slot = 0;
+      for (const { w, y, lora } of outs) {
+        // An output without an adapter: zeros over the whole extension (rank 0).
+        const ext: Q4Extension = lora ? { factor: lora.B, e, r, off: r * slot++ } : { factor: terms[0].B, e, r: 0, off: 0 };
+        this.dispatch(rec, false, xin, this.weight(rec, w, false, ext), rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k: k + e, accumulate: accumulate ? 1 : 0 });
+      }
+    }
+  }
+
+  /** backwardInput with an adapter's part: dX (+)= dY·W + t·A, t placed after dY's N columns and
+   * Aᵀ after Wᵀ's (takesLora(w, true)). */
+  backwardInputLora(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate: boolean, lora: F16LoraInput): void {
+    const op = 'matmulQ4F16.backwardInputLora';
+    if (!this.takesLora(w, true)) throw new ShapeError(op, `a weight of ${w.n}x${w.k} is not expanded to f16 with N a multiple of 32: no LoRA extension`);
+    const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
+    const { r } = lora;
+    loraFactorRows(op, lora.t, 't', m, r);
+    const e = loraColumns(1, r);
+    const weight = this.weight(rec, w, true, { factor: lora.A, e, r, off: 0 });
+    this.widen(rec, w.n + e);
+    for (const [r0, rows] of this.slices(op, m, w.n + e)) {
+      const xin = this.rowScalesExt(rec, rowSlice(dy, r0, rows, w.n), rows, w.n, e, r, [{ u: rowSlice(lora.t, r0, rows, r), scale: 1 }]);
+      this.dispatch(rec, false, xin, weight, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n + e, accumulate: accumulate ? 1 : 0 });
+    }
   }
 
   /** y [M, N] (+)= x [M, K]·Wᵀ. */
@@ -280,8 +370,8 @@ export class MatmulQ4F16 {
   /** The bindings of a Q4 weight: its f16 expansion (expandMaxWords; `transpose`: Wᵀ) into the one
    * scratch, which the dispatch recorded next reads before any later expansion rewrites it, or its
    * codes and scales. */
-  private weight(rec: Recorder, w: Q4Weight, transpose = false): Record<string, Tensor> {
-    const words = Q4ToF16.words(w, transpose);
+  private weight(rec: Recorder, w: Q4Weight, transpose = false, ext?: Q4Extension): Record<string, Tensor> {
+    const words = Q4ToF16.words(w, transpose, ext?.e ?? 0);
     if (!this.expands(w)) return { codes2: w.codes, scales: w.scales };
     if (!this.scratch || this.scratch.numel < words) {
       // As MatmulQ4Mma's scratch: calls recorded before still read the smaller one, and the
@@ -289,7 +379,7 @@ export class MatmulQ4F16 {
       if (!rec.capturing) this.scratch?.release();
       this.scratch = this.gpu.tensor([words], 'u32', 'matmul_q4_f16.w16');
     }
-    this.convert.q4.expand(rec, w, this.scratch, transpose);
+    this.convert.q4.expand(rec, w, this.scratch, transpose, ext);
     return { w16: this.scratch };
   }
 
@@ -311,6 +401,14 @@ export class MatmulQ4F16 {
   /** x's row scales and its f16 copy (what the GEMM reads as x). */
   private rowScales(rec: Recorder, x: Tensor, rows: number, width: number): Tensor {
     rec.dispatch(this.rowScaleK, { x, rs: this.rs, x16: this.x16 }, grid1d(rows, 1), { m: rows, k: width });
+    return this.x16;
+  }
+
+  /** rowScales for x [rows, k] followed by the extension's e columns: each term's scale·u side by side, then zeros. */
+  private rowScalesExt(rec: Recorder, x: Tensor, rows: number, k: number, e: number, r: number, terms: readonly { u: Tensor; scale: number }[]): Tensor {
+    const u = (i: number) => (terms[i] ?? terms[0]).u;
+    const s = (i: number) => terms[i]?.scale ?? 0;
+    rec.dispatch(this.rowScaleExtK, { x, rs: this.rs, x16: this.x16, u0: u(0), u1: u(1), u2: u(2) }, grid1d(rows, 1), { m: rows, k, e, r, adapters: terms.length, s0: s(0), s1: s(1), s2: s(2) });
     return this.x16;
   }
 
@@ -339,6 +437,13 @@ export class MatmulQ4F16 {
     this.scratch?.release();
     this.scratch = null;
   }
+}
+
+const ROW_SCALE_EXT = { m: 'u32', k: 'u32', e: 'u32', r: 'u32', adapters: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' } as const;
+
+/** A LoRA term's u or t: f32 with r columns and at least `rows` rows. */
+function loraFactorRows(op: string, t: Tensor, name: string, rows: number, r: number): void {
+  if (t.dtype !== 'f32' || t.shape.length !== 2 || t.shape[1] !== r || t.shape[0] < rows) throw new ShapeError(op, `${name} ('${t.label}') must be f32 [≥ ${rows}, ${r}], got ${t.dtype} [${t.shape.join(', ')}]`);
 }
 
 /** Why this device cannot run the f16 tensor-core products, or null when it can. */

@@ -5,11 +5,18 @@
 import type { Gpu, Recorder, Tensor } from '../gpu';
 import { allocQ4, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 import type { MatmulQ4Mma } from './matmulQ4Mma';
+import type { F16LoraInput, F16LoraUpdate } from './matmulQ4F16';
 
 /** A 4-bit product under test (the int8 or the f16 tensor-core op). */
 export interface Q4Product {
   gemm(rec: Recorder, x: Tensor, w: Q4Weight, y: Tensor, accumulate?: boolean): void;
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate?: boolean): void;
+}
+
+/** A 4-bit product that adds a LoRA adapter's terms inside it (MatmulQ4F16). */
+export interface Q4LoraProduct {
+  gemmSharedLora(rec: Recorder, x: Tensor, outs: readonly { w: Q4Weight; y: Tensor; lora?: F16LoraUpdate }[], accumulate?: boolean): void;
+  backwardInputLora(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate: boolean, lora: F16LoraInput): void;
 }
 
 /** The error one term x·w of the reduction may carry (x at row r of reduction index c, output column j). */
@@ -100,6 +107,19 @@ export async function checkQ4F16(gpu: Gpu, op: Q4Product, shape: [number, number
   });
 }
 
+/**
+ * checkQ4F16 with a LoRA adapter of rank r inside the product: y = x·Wᵀ + s·u·Bᵀ (gemmSharedLora)
+ * or, with `input`, dX = dY·W + t·A (backwardInputLora), u (t) Gaussian, B (A) Gaussian of 0.05,
+ * against the f64 product of the extended reduction [x | s·u]·[W | B]ᵀ with the same per-term bound
+ * (the row's scale taken over the extension too).
+ */
+export async function checkQ4F16Lora(gpu: Gpu, op: Q4LoraProduct, shape: [number, number, number], seed: number, input: boolean, r: number): Promise<MmaAccuracy> {
+  return checkQ4Product(gpu, { lora: op, r, scale: input ? 1 : 2 }, shape, seed, input, ({ x, m, red }) => {
+    const inv = rowScaleInverses(x, m, red);
+    return (row, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[row] * Math.abs(wv);
+  });
+}
+
 /** An op that multiplies f32 weights held in f16 (MatmulQ4F16's toF16 and gemmF16). */
 export interface F16DenseProduct {
   toF16(rec: Recorder, w: Tensor, n: number, k: number, label: string): { w16: Tensor; n: number; k: number };
@@ -171,16 +191,28 @@ function rowScaleInverses(x: Float32Array, m: number, red: number): Float64Array
  */
 async function checkQ4Product(
   gpu: Gpu,
-  op: Q4Product,
+  subject: Q4Product | { lora: Q4LoraProduct; r: number; scale: number },
   [m, n, k]: [number, number, number],
   seed: number,
   input: boolean,
   bounds: (a: { x: Float32Array; m: number; red: number; out: number; scale: (row: number, col: number) => number }) => TermBound,
 ): Promise<MmaAccuracy> {
-  // The product reduces over `red` (k, or n for the input gradient) into `out` columns.
-  const [red, out] = input ? [n, k] : [k, n];
+  const lora = 'lora' in subject ? subject : null;
+  // The product reduces over `red` (k, or n for the input gradient) into `out` columns; an
+  // adapter's terms go on for r more (u, or t, against B, or A).
+  const [base, out] = input ? [n, k] : [k, n];
+  const lr = lora?.r ?? 0;
+  const red = base + lr;
   const next = rng(seed);
-  const x = activations(next, m, red);
+  const xBase = activations(next, m, base);
+  const u = new Float32Array(m * lr).map(() => gaussian(next));
+  const factor = new Float32Array(lr * out).map(() => 0.05 * gaussian(next)); // B [n, r] or A [r, k]
+  // [x | s·u] as the product sees it (s·u rounded to f32 as the GPU forms it).
+  const x = new Float32Array(m * red);
+  for (let i = 0; i < m; i++) {
+    x.set(xBase.subarray(i * base, (i + 1) * base), i * red);
+    for (let j = 0; j < lr; j++) x[i * red + base + j] = Math.fround(lora!.scale * u[i * lr + j]);
+  }
   const words = q4Words(n, k);
   const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
   // f16 scales of either sign around 2^-8, as Q4 of weights of about 0.01 have.
@@ -190,21 +222,30 @@ async function checkQ4Product(
   const w = allocQ4(gpu, n, k, 'mma-check.w');
   gpu.write(w.codes, codes);
   gpu.write(w.scales, new Uint32Array(halves.buffer));
-  const tx = gpu.upload(x, [m, red], 'f32', 'mma-check.x');
+  const tx = gpu.upload(xBase, [m, base], 'f32', 'mma-check.x');
   const ty = gpu.tensor([m, out], 'f32', 'mma-check.y');
   const tacc = gpu.upload(y0, [m, out], 'f32', 'mma-check.y0');
+  const tu = gpu.upload(lr ? u : new Float32Array(1), lr ? [m, lr] : [1], 'f32', 'mma-check.u');
+  const tf = gpu.upload(lr ? factor : new Float32Array(1), lr ? (input ? [lr, k] : [n, lr]) : [1], 'f32', 'mma-check.factor');
   const rec = gpu.recorder('mma-check');
-  if (input) {
-    op.backwardInput(rec, tx, w, ty);
-    op.backwardInput(rec, tx, w, tacc, true);
+  if ('lora' in subject && input) {
+    subject.lora.backwardInputLora(rec, tx, w, ty, false, { t: tu, A: tf, r: lr });
+    subject.lora.backwardInputLora(rec, tx, w, tacc, true, { t: tu, A: tf, r: lr });
+  } else if ('lora' in subject) {
+    const term = { u: tu, B: tf, r: lr, scale: subject.scale };
+    subject.lora.gemmSharedLora(rec, tx, [{ w, y: ty, lora: term }]);
+    subject.lora.gemmSharedLora(rec, tx, [{ w, y: tacc, lora: term }], true);
+  } else if (input) {
+    subject.backwardInput(rec, tx, w, ty);
+    subject.backwardInput(rec, tx, w, tacc, true);
   } else {
-    op.gemm(rec, tx, w, ty);
-    op.gemm(rec, tx, w, tacc, true);
+    subject.gemm(rec, tx, w, ty);
+    subject.gemm(rec, tx, w, tacc, true);
   }
   await rec.submit();
   const got = await gpu.readF32(ty);
   const gotAcc = await gpu.readF32(tacc);
-  for (const t of [tx, ty, tacc, w.codes, w.scales] as Tensor[]) t.release();
+  for (const t of [tx, ty, tacc, tu, tf, w.codes, w.scales] as Tensor[]) t.release();
 
   const groups = k / Q4_GROUP;
   const scale = (row: number, col: number) => f16ToNumber(halves[row * groups + (col >> 5)]);
@@ -214,8 +255,11 @@ async function checkQ4Product(
       const code = (codes[(r * k + c) >> 3] >>> (4 * (c & 7))) & 15;
       deq[r * k + c] = scale(r, c) * (code - 8);
     }
-  // The weight meeting x[., c] in output column j.
-  const wAt = input ? (c: number, j: number) => deq[c * k + j] : (c: number, j: number) => deq[j * k + c];
+  // The weight meeting x[., c] in output column j (past W's reduction, the adapter's factor).
+  const wAt = (c: number, j: number) => {
+    if (c >= base) return input ? factor[(c - base) * k + j] : factor[j * lr + c - base];
+    return input ? deq[c * k + j] : deq[j * k + c];
+  };
   const termBound = bounds({ x, m, red, out, scale });
   return compare({ x, y0, got, gotAcc, m, red, out, termBound, wAt, shape: `${input ? 'dX ' : ''}M${m} N${n} K${k}` });
 }

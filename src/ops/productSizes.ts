@@ -11,6 +11,16 @@ export function f16BlockedWords(rows: number, k: number): number {
  * most this many f16 words is expanded once a call into one scratch (MatmulQ4F16Options.expandMaxWords). */
 export const EXPAND_MAX_WORDS = 32 * 2 ** 20;
 
+/** Columns the f16 tensor-core GEMM's reduction gains for `adapters` LoRA adapters of rank r (their
+ * u side by side after x, src/ops/matmulQ4F16.ts), rounded up to its K step of 32. */
+export function loraColumns(adapters: number, r: number): number {
+  return 32 * Math.ceil((adapters * r) / 32);
+}
+
+/** Columns past maxK the f16 GEMM's copy of x holds from the start: the LoRA terms of three adapters
+ * of rank up to 32 (one up to 96) fit without widening it during a step. */
+export const LORA_COLUMNS_RESERVED = 96;
+
 /** Logits a log-prob dispatch computes per row at a time (LogProb's chunk along the vocabulary): the
  * vocabulary rows of one LM-head product in training and scoring. */
 export const LOGPROB_CHUNK = 8192;

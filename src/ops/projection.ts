@@ -13,14 +13,16 @@
 //                          adapters of one x, its norm inside the down dispatch (normProject), or
 //                          at one row the norm and the down products inside the base GEMV's
 //                          dispatch (normedGemv), an update folded into the GEMV's epilogue
-//                          (projectFolded); otherwise src/ops/lora.ts's group dispatches, keeping
-//                          u for a backward (and lora_dropout)
+//                          (projectFolded); on the f16 tensor cores the update (and in a backward
+//                          the adapter's part of dX) as more of the GEMM's reduction (f16Lora);
+//                          otherwise src/ops/lora.ts's group dispatches, keeping u for a backward
+//                          (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
 import { Activations } from './activations';
-import { Lora, type LoraForwardMember } from './lora';
+import { Lora, LORA_GROUP_MAX, type LoraForwardMember } from './lora';
 import { loraScale, type LoraParams } from './loraParams';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
@@ -64,6 +66,15 @@ export interface ProductLora {
   dropout?: { p: number; seed: number; xd: Tensor };
   /** u already holds x·Aᵀ (a checkpointed recompute whose forward kept it): the update alone. */
   uKept?: boolean;
+}
+
+/** One input gradient of a backward: dX (+)= dY·W, with the adapter's backward (dA, dB, its part
+ * of dX) when `lora` is given: the forward's u, a workspace t [≥ rows, r] of its own, dropout as
+ * in the forward. */
+export interface BackwardProduct {
+  w: LinearWeight;
+  dy: Tensor;
+  lora?: { p: LoraParams; u: Tensor; t: Tensor; dropout?: { p: number; seed: number; xd: Tensor } };
 }
 
 /** One product of x: y (+)= x·Wᵀ (+ its LoRA update). */
@@ -374,6 +385,13 @@ export class Projection {
     const { accumulate = false, int8 = false } = o;
     const gemv = this.gemvLora(x, outs, o.scratch);
     const mma = gemv ? null : this.tensorCoreWeights(x, outs.map((p) => p.w));
+    const fused = mma && this.f16Lora(outs.map((p, i) => ({ w: mma[i], lora: p.lora })), false);
+    if (fused) {
+      // u first; the updates then run inside the GEMM, as more of its reduction.
+      this.loraDowns(rec, x, outs);
+      fused.gemmSharedLora(rec, x, outs.map((p, i) => ({ w: mma[i], y: p.y, lora: p.lora && { u: p.lora.u, B: p.lora.p.B, r: p.lora.p.r, scale: loraScale(p.lora.p) } })), accumulate);
+      return;
+    }
     if (mma) {
       // The LoRA updates follow the GEMM (in its epilogue they slowed its main loop: BENCHMARKS.md).
       this.tensorCores!.gemmShared(rec, x, outs.map((p, i) => ({ w: mma[i], y: p.y })), accumulate);
@@ -497,6 +515,57 @@ export class Projection {
     if (xq && w.kind === 'q4') q4.gemv(rec, x, w.w, y, true, { int8, xq });
     else this.forward(rec, x, w, y, true, int8);
     this.loraGemv.upFromParts(rec, p, parts, perRow, y);
+  }
+
+  /**
+   * dx = Σ dy·W over `items` (products of one input x), with each adapter's backward: on the f16 tensor cores every t = s·dY·B first and
+   * each adapter's t·A inside its product's reduction (f16Lora), else src/ops/lora.ts's products
+   * after them (dropout adapters each, the others as one group).
+   */
+  backwardProducts(rec: Recorder, x: Tensor, dx: Tensor, items: readonly BackwardProduct[]): void {
+    const fused = this.f16Lora(items.map((it) => ({ w: it.w.kind === 'q4' ? it.w.w : null, lora: it.lora })), true);
+    const members = items.flatMap((it) => (it.lora && !it.lora.dropout ? [{ p: it.lora.p, dy: it.dy, u: it.lora.u, t: it.lora.t }] : []));
+    if (fused) {
+      this.lora.tGroup(rec, x, members);
+      items.forEach((it, i) => {
+        const l = it.lora;
+        if (l && it.w.kind === 'q4') fused.backwardInputLora(rec, it.dy, it.w.w, dx, i > 0, { t: l.t, A: l.p.A, r: l.p.r });
+        else this.backwardInput(rec, it.dy, it.w, dx, i > 0);
+      });
+      this.lora.gradsGroup(rec, x, members);
+      return;
+    }
+    items.forEach((it, i) => this.backwardInput(rec, it.dy, it.w, dx, i > 0));
+    for (const { dy, lora: l } of items) {
+      if (l?.dropout) this.lora.backward(rec, l.p, { x, dy, u: l.u, dx, t: l.t, xd: l.dropout.xd }, { dropout: l.dropout.p, seed: l.dropout.seed });
+    }
+    this.lora.backwardGroup(rec, x, dx, members);
+  }
+
+  /**
+   * The f16 tensor-core op when the adapters of these products run inside its products: 1 to 3
+   * of one rank, every weight with one 4-bit and taking the extension (`input`: the input
+   * gradient's, which dropout's mask keeps out); else null.
+   */
+  private f16Lora(ps: readonly { w: Q4Weight | null; lora?: { p: LoraParams; dropout?: unknown } }[], input: boolean): MatmulQ4F16 | null {
+    const op = this.tensorCores;
+    const withLora = ps.filter((p) => p.lora);
+    if (!(op instanceof MatmulQ4F16) || withLora.length === 0 || withLora.length > LORA_GROUP_MAX) return null;
+    const r = withLora[0].lora!.p.r;
+    if (withLora.some((p) => p.lora!.p.r !== r || !p.w || !op.takesLora(p.w, input) || (input && p.lora!.dropout))) return null;
+    return op;
+  }
+
+  /** Every adapter's u = x̃·Aᵀ of `outs` (not those kept): dropout's each, the others as one group. */
+  private loraDowns(rec: Recorder, x: Tensor, outs: readonly Product[]): void {
+    const group: { p: LoraParams; u: Tensor }[] = [];
+    for (const { lora } of outs) {
+      if (!lora || lora.uKept) continue;
+      const d = lora.dropout;
+      if (d) this.lora.down(rec, lora.p, x, lora.u, d.xd, { dropout: d.p, seed: d.seed });
+      else group.push({ p: lora.p, u: lora.u });
+    }
+    this.lora.downGroup(rec, x, group);
   }
 
   /** Each adapter's update by src/ops/lora.ts, keeping u: those without dropout (which share x) as one group. */

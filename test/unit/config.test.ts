@@ -169,7 +169,7 @@ describe('memoryPlan', () => {
     const T = 512 + 8 * 256;
     // Half the KV cache (28 layers x K, V x 8 heads x 128 x 2 bytes a token) and half the kept states, one f32 row of H
     // and a copy of the gradients more; the f16 op's workspaces besides.
-    expect(f32.peakBytes - f16.peakBytes).toBe(T * 28 * 2 * 8 * 128 * 2 + 29 * T * 2048 * 2 - T * 2048 * 4 - f32.loraBytes / 4 - productWorkspaceBytes(c, 'f16'));
+    expect(f32.peakBytes - f16.peakBytes).toBe(T * 28 * 2 * 8 * 128 * 2 + 29 * T * 2048 * 2 - T * 2048 * 4 - f32.loraBytes / 4 - productWorkspaceBytes(c, 'f16', DEFAULT_TRAINING_WORK.loraRank));
     const released = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, { ...defaultEngineStorage('f32', true), phaseBuffers: 'release' });
     expect(f32.peakBytes - released.peakBytes).toBe(Math.min(f32.generationBytes, f32.trainingBytes));
   });
@@ -178,18 +178,23 @@ describe('memoryPlan', () => {
     const c2 = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
     const rows = 4096; // the default micro-batch: Qwen3VL's MMA_ROWS
     expect(productWorkspaceBytes(c2, 'f32')).toBe(0);
-    // f16: row scales, x's f16 copy (the widest x: the intermediate 6144), and the scratch of the
-    // largest weight expanded, the LM head's vocabulary chunk of 8192 rows (32 MiB in f16).
-    expect(productWorkspaceBytes(c2, 'f16')).toBe(rows * 4 + rows * 6144 * 2 + 8192 * 2048 * 2);
+    // f16: row scales, x's f16 copy (the widest x: the intermediate 6144, and 96 columns for LoRA's
+    // terms), and the scratch of the largest weight expanded, the LM head's vocabulary chunk of 8192
+    // rows (32 MiB in f16).
+    expect(productWorkspaceBytes(c2, 'f16')).toBe(rows * 4 + rows * (6144 + 96) * 2 + 8192 * 2048 * 2);
+    // Adapters of rank 8 fit those columns; at rank 64 three adapters of x take 192. The LM head (no
+    // adapter) still sets the scratch: gate's expansion with them, 6144 x (2048 + 192), is smaller.
+    expect(productWorkspaceBytes(c2, 'f16', 8)).toBe(productWorkspaceBytes(c2, 'f16'));
+    expect(productWorkspaceBytes(c2, 'f16', 64)).toBe(rows * 4 + rows * (6144 + 192) * 2 + 8192 * 2048 * 2);
     // int8: two limbs of x and a scale per group of 32, then the largest weight as int8 and its steps per K block of 128.
     expect(productWorkspaceBytes(c2, 'int8')).toBe(rows * 6144 * 2 + (rows * 6144 / 32) * 4 + 8192 * 2048 + (8192 * 2048 / 128) * 4);
     expect(productWorkspaceBytes(c2, 'int8-1limb')).toBe(rows * 6144 + (rows * 6144 / 32) * 4 + 8192 * 2048 + (8192 * 2048 / 256) * 4);
     expect(productWorkspaceBytes(c2, 'int8-row') - productWorkspaceBytes(c2, 'int8')).toBe(rows * 4);
     // The 8B's gate (12288 x 4096, 96 MiB in f16) is under the expansion limit: it sets the scratch.
     const c8 = parseQwen3VLConfig(fixture('qwen3-vl-8b-4.57.json'));
-    expect(productWorkspaceBytes(c8, 'f16')).toBe(rows * 4 + rows * 12288 * 2 + 12288 * 4096 * 2);
+    expect(productWorkspaceBytes(c8, 'f16')).toBe(rows * 4 + rows * (12288 + 96) * 2 + 12288 * 4096 * 2);
     const plan2 = memoryPlan(c2);
-    expect(trainingMemory(c2, plan2, { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes - trainingMemory(c2, plan2).peakBytes).toBe(productWorkspaceBytes(c2, 'f16'));
+    expect(trainingMemory(c2, plan2, { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes - trainingMemory(c2, plan2).peakBytes).toBe(productWorkspaceBytes(c2, 'f16', DEFAULT_TRAINING_WORK.loraRank));
     // bench/model.ts's default config on f16 tensor cores (f32 hidden states; the KV cache f16, as
     // 'auto' takes it beside f16 products), H100: pool peaks 4.62, 6.97 and 10.96 GiB (BENCHMARKS.md,
     // f16 tensor cores and Larger models).

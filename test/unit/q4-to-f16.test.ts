@@ -2,6 +2,8 @@
 // weight dequantized to f16 as [N][K], and transposed as [K][N] for the input gradient, in the
 // GEMM's blocks of 32 x 32, against the CPU dequantization rounded to f16, on shapes that leave
 // partial 64 x 64 tiles and partial blocks; and x's f16 copy (f16_row_scale.wgsl) in those blocks.
+// With a LoRA extension (EXT): the expansions go on with B (or Aᵀ) past W's columns, x with each
+// adapter's s·u past its own, zeros after, the row's scale over both.
 import { describe, expect, it } from 'vitest';
 import { testGpu } from '../helpers/gpu';
 import { randNormal } from '../helpers/reference';
@@ -51,6 +53,67 @@ describe.skipIf(process.env.VLRL_VK === 'swiftshader')('Q4 weights expanded to f
     for (const x of [w.codes, w.scales, plain, trans]) x.release();
   });
 
+  it.each([
+    [96, 160, 8, 2, 64],
+    [130, 64, 16, 0, 32],
+    [64, 96, 40, 0, 64],
+  ])('N %i, K %i with B of rank %i at column %i of %i more: [N][K + e] ends with B, and [K][N + e] with Aᵀ; zeros elsewhere', async (n, k, r, off, e) => {
+    const gpu = await testGpu();
+    const q = quantizeRef(randNormal(n * k, n + k + 1, 0.05), n, k);
+    const want = dequantizeRef(q);
+    const B = randNormal(n * r, 3, 0.5);
+    const A = randNormal(r * k, 4, 0.5);
+    const w = allocQ4(gpu, n, k, 'w');
+    gpu.write(w.codes, q.codes);
+    gpu.write(w.scales, q.scales);
+    const [tb, ta] = [gpu.upload(B, [n, r], 'f32', 'B'), gpu.upload(A, [r, k], 'f32', 'A')];
+    const op = Q4ToF16.create(gpu);
+    const plain = gpu.tensor([Q4ToF16.words(w, false, e)], 'u32', 'w16');
+    const trans = gpu.tensor([Q4ToF16.words(w, true, e)], 'u32', 'w16t');
+    const transposes = n % 32 === 0;
+    // Poison first: every half the extension owns must be written.
+    gpu.write(plain, new Uint32Array(plain.numel).fill(0x7c007c00));
+    gpu.write(trans, new Uint32Array(trans.numel).fill(0x7c007c00));
+    const rec = gpu.recorder('expand');
+    op.expand(rec, w, plain, false, { factor: tb, e, r, off });
+    if (transposes) op.expand(rec, w, trans, true, { factor: ta, e, r, off: 0 });
+    await rec.submit();
+    const halves = async (t: typeof plain) => new Uint16Array((await gpu.read(t)).buffer);
+    const [p, t] = [await halves(plain), await halves(trans)];
+    for (let row = 0; row < n; row++) {
+      for (let c = 0; c < k + e; c++) {
+        const j = c - k - off;
+        const v = c < k ? want[row * k + c] : j >= 0 && j < r ? B[row * r + j] : 0;
+        const got = p[blocked(row, c, k + e)];
+        if (got !== toHalfBits(v)) expect.fail(`[N][K + e] (${row}, ${c}): half bits ${got}, expected ${toHalfBits(v)} (${v})`);
+      }
+    }
+    if (transposes) {
+      for (let i = 0; i < k; i++) {
+        for (let c = 0; c < n + e; c++) {
+          const v = c < n ? want[c * k + i] : c - n < r ? A[(c - n) * k + i] : 0;
+          const got = t[blocked(i, c, n + e)];
+          if (got !== toHalfBits(v)) expect.fail(`[K][N + e] (${i}, ${c}): half bits ${got}, expected ${toHalfBits(v)} (${v})`);
+        }
+      }
+    }
+    for (const x of [w.codes, w.scales, plain, trans, tb, ta]) x.release();
+  });
+
+  it('refuses an extension that is not a multiple of 32, a factor past it, and a factor of the wrong size', async () => {
+    const gpu = await testGpu();
+    const op = Q4ToF16.create(gpu);
+    const w = allocQ4(gpu, 64, 64, 'w');
+    const out = gpu.tensor([Q4ToF16.words(w, true, 64)], 'u32', 'out');
+    const b = gpu.tensor([64, 8], 'f32', 'B');
+    const rec = gpu.recorder('expand');
+    expect(() => op.expand(rec, w, out, false, { factor: b, e: 48, r: 8, off: 0 })).toThrow(/multiple of 32/);
+    expect(() => op.expand(rec, w, out, false, { factor: b, e: 32, r: 8, off: 28 })).toThrow(/does not fit/);
+    expect(() => op.expand(rec, w, out, false, { factor: b, e: 32, r: 16, off: 0 })).toThrow(/B \[64, 16\]/);
+    expect(() => op.expand(rec, w, out, true, { factor: b, e: 32, r: 8, off: 8 })).toThrow(/column 0/);
+    for (const x of [w.codes, w.scales, out, b]) x.release();
+  });
+
   it('refuses an output too small for the blocks and, for the transpose, N not a multiple of 32', async () => {
     const gpu = await testGpu();
     const op = Q4ToF16.create(gpu);
@@ -94,5 +157,48 @@ describe.skipIf(process.env.VLRL_VK === 'swiftshader')("x's f16 copy for the f16
       }
     }
     for (const t of [xt, rs, x16]) t.release();
+  });
+
+  it.each([
+    [3, 8, 64],
+    [2, 16, 32],
+    [1, 40, 64],
+  ])('EXT: %i adapters of rank %i in %i more columns: each s·u after x, zeros after the last, the scale over both', async (adapters, r, e) => {
+    const gpu = await testGpu();
+    const [m, k] = [37, 64];
+    const x = randNormal(m * k, 11, 1);
+    const us = Array.from({ length: adapters }, (_, g) => randNormal(m * r, 20 + g, 1));
+    const scales = [2, 0.5, 3].slice(0, adapters);
+    // Row 3's largest value in the extension: its scale must follow it.
+    us[0][3 * r] = 5000;
+    const kernel = await gpu.kernel({ shader: 'f16_row_scale', entry: 'row_scale', defines: { EXT: true }, uniforms: { m: 'u32', k: 'u32', e: 'u32', r: 'u32', adapters: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' } });
+    const xt = gpu.upload(x, [m, k], 'f32', 'x');
+    const ut = us.map((u, g) => gpu.upload(u, [m, r], 'f32', `u${g}`));
+    const rs = gpu.tensor([m], 'f32', 'rs');
+    const x16 = gpu.tensor([f16BlockedWords(m, k + e)], 'u32', 'x16');
+    gpu.write(x16, new Uint32Array(x16.numel).fill(0x7c007c00));
+    const rec = gpu.recorder('row_scale');
+    const u = (g: number) => ut[g] ?? ut[0];
+    rec.dispatch(kernel, { x: xt, rs, x16, u0: u(0), u1: u(1), u2: u(2) }, [m, 1], { m, k, e, r, adapters, s0: scales[0], s1: scales[1] ?? 0, s2: scales[2] ?? 0 });
+    await rec.submit();
+    const got = new Float32Array(await gpu.read(rs));
+    const halves = new Uint16Array((await gpu.read(x16)).buffer);
+    const value = (row: number, c: number) => {
+      if (c < k) return x[row * k + c];
+      const g = Math.floor((c - k) / r);
+      return g < adapters ? Math.fround(scales[g] * us[g][row * r + ((c - k) % r)]) : 0;
+    };
+    for (let row = 0; row < m; row++) {
+      let amax = 0;
+      for (let c = 0; c < k + e; c++) amax = Math.max(amax, Math.abs(value(row, c)));
+      const s = 2 ** (15 - Math.floor(Math.log2(amax) + 1));
+      expect(got[row], `row ${row}`).toBe(s);
+      for (let c = 0; c < k + e; c++) {
+        const want = toHalfBits(Math.fround(value(row, c) * s));
+        const h = halves[blocked(row, c, k + e)];
+        if (h !== want) expect.fail(`(${row}, ${c}): half bits ${h}, expected ${want}`);
+      }
+    }
+    for (const t of [xt, rs, x16, ...ut]) t.release();
   });
 });

@@ -1,5 +1,6 @@
 // The f16 tensor-core 4-bit products (src/ops/matmulQ4F16.ts) on a real GPU: every tile checked
-// against the f64 product on odd shapes (forward and dX), then timed at the headline shapes beside
+// against the f64 product on odd shapes (forward and dX, and on expanded weights with a LoRA
+// adapter's terms inside the product at ranks 8, 16 and 64), then timed at the headline shapes beside
 // the default int8 tensor-core setting. Exits non-zero when a check fails.
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate]
@@ -12,7 +13,7 @@ import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ
 import { f16BlockedWords } from '../../src/ops/productSizes';
 import { compileMatrixKernels, grid1d } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
-import { checkF16Dense, checkQ4F16 } from '../../src/ops/matmulQ4MmaCheck';
+import { checkF16Dense, checkQ4F16, checkQ4F16Lora } from '../../src/ops/matmulQ4MmaCheck';
 import { accuracyReporter, inStreamMs, timeQ4Gemms } from './gemmTiming';
 import { Matmul } from '../../src/ops/matmul';
 import { tensorCoreOptions } from '../../src/ops/projection';
@@ -83,6 +84,11 @@ for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
   for (const [i, shape] of SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 100 + i));
   for (const [i, shape] of DX_SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 200 + i, true));
   for (const [i, shape] of SHAPES.entries()) report(n, await checkF16Dense(gpu, op, shape, 300 + i));
+  if (op.expandMaxWords === 0) continue;
+  for (const r of [8, 16, 64]) {
+    for (const [i, shape] of SHAPES.entries()) report(`${n}, LoRA r ${r}`, await checkQ4F16Lora(gpu, op, shape, 400 + i, false, r));
+    for (const [i, shape] of DX_SHAPES.entries()) report(`${n}, LoRA r ${r}`, await checkQ4F16Lora(gpu, op, shape, 500 + i, true, r));
+  }
 }
 
 if (args.bool('ablate')) await ablate();
