@@ -10,7 +10,8 @@
 // (forwardGroup, backwardGroup): their u, or their t, in one of shaders/lora_thin.wgsl (no K split
 // into partials, x read for all), their up products in one of up_add, their dX in one, their dA
 // and dB in two of shaders/lora_grad.wgsl. At large ranks each product runs on the GEMM instead
-// (LORA_GEMM_FROM).
+// (LORA_GEMM_FROM). Where the base product adds the updates and dX parts itself (the f16 tensor
+// cores: src/ops/matmulQ4F16.ts), the rest comes apart: downGroup, then tGroup and gradsGroup.
 import { capabilitiesOf, grid1d, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
 import { Matmul } from './matmul';
 import { loraScale, type LoraParams } from './loraParams';
