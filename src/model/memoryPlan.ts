@@ -224,15 +224,16 @@ export function productWorkspaceBytes(config: Qwen3VLConfig, products: Products,
   const q = hq * D;
   const maxK = Math.max(H, I, q);
   const rows = TENSOR_CORE_ROWS;
-  // [N, K] of each product: q, k and v (k and v alike), o, gate and up, down, a chunk of the LM head.
-  const weights: [number, number][] = [[q, H], [hkv * D, H], [H, q], [I, H], [H, I], [Math.min(LOGPROB_CHUNK, V), H]];
+  // [N, K] of each product, and whether it has an adapter: q, k and v (k and v alike), o, gate and
+  // up, down, a chunk of the LM head.
+  const head = Math.min(LOGPROB_CHUNK, V);
+  const weights: [number, number, boolean][] = [[q, H, true], [hkv * D, H, true], [H, q, true], [I, H, true], [H, I, true], [head, H, false]];
   if (products === 'f16') {
     // LoRA's terms widen x and the expansions: three adapters of x in a forward, one in an input gradient.
     const [fwd, inp] = loraRank > 0 ? [loraColumns(3, loraRank), loraColumns(1, loraRank)] : [0, 0];
-    const expanded = weights.filter(([n, k]) => (n * k) / 2 <= EXPAND_MAX_WORDS).map(([n, k], i) => {
-      const [f, d] = i < weights.length - 1 ? [fwd, inp] : [0, 0]; // the LM head has no adapter
-      return Math.max(f16BlockedWords(n, k + f), f16BlockedWords(k, n + d));
-    });
+    const expanded = weights
+      .filter(([n, k]) => (n * k) / 2 <= EXPAND_MAX_WORDS)
+      .map(([n, k, lora]) => Math.max(f16BlockedWords(n, k + (lora ? fwd : 0)), f16BlockedWords(k, n + (lora ? inp : 0))));
     return rows * 4 + rows * (maxK + Math.max(LORA_COLUMNS_RESERVED, fwd)) * 2 + 4 * Math.max(0, ...expanded);
   }
   const limbs = products === 'int8-1limb' ? 1 : 2;

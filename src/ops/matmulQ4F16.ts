@@ -193,9 +193,6 @@ export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: num
 export class MatmulQ4F16 {
   /** Q4 weights expanded to f16 (expand), grown on demand. */
   private scratch: Tensor | null = null;
-  /** The widest x the workspace x16 holds maxRows of: maxK + LORA_COLUMNS_RESERVED, or more once a
-   * LoRA extension needed it. */
-  private widthCap: number;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -211,9 +208,7 @@ export class MatmulQ4F16 {
     readonly config: SubgroupMatrixConfig,
     readonly maxRows: number,
     private readonly wideFrom: number,
-  ) {
-    this.widthCap = maxK + LORA_COLUMNS_RESERVED;
-  }
+  ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4F16Options): Promise<MatmulQ4F16> {
     const caps = capabilitiesOf(gpu);
@@ -254,72 +249,28 @@ export class MatmulQ4F16 {
     return w.n % Q4_GROUP === 0 && this.rowsFitting(w.n) > 0;
   }
 
-  /** Rows of x of `width` a dispatch: maxRows up to widthCap wide, beyond it as many whole 64-row
-   * slices as the workspace holds (0: none fits). */
+  /** Rows of x of `width` a dispatch: maxRows up to the workspace's width, beyond it as many whole
+   * 64-row slices as it holds (0: none fits). */
   private rowsFitting(width: number): number {
-    if (width <= this.widthCap) return this.maxRows;
-    return 64 * Math.floor((this.maxRows * this.widthCap) / width / 64);
+    const cap = (2 * this.x16.numel) / this.maxRows;
+    if (width <= cap) return this.maxRows;
+    return 64 * Math.floor((this.maxRows * cap) / width / 64);
   }
 
-  /** Whether products on `w` may carry LoRA terms (gemmSharedLora, backwardInputLora): W is
+  /** Whether products on `w` may carry LoRA terms (gemmShared's and backwardInput's `lora`): W is
    * expanded once a call, where its extension is written (the input gradient: N a multiple of 32). */
   takesLora(w: Q4Weight, input: boolean): boolean {
     return this.expands(w) && (!input || this.takesInput(w));
   }
 
-  /** x16 widened to maxRows rows of `width` (x with a LoRA extension past maxK). As the weight
-   * scratch: calls recorded before keep the old buffer, which the queue orders before its reuse. */
+  /** x16 widened to hold maxRows rows of `width` where it holds fewer: for LoRA columns past maxK +
+   * LORA_COLUMNS_RESERVED only (wider x without them, the LM head's input gradient, goes through in
+   * slices). As the weight scratch: calls recorded before keep the old buffer, which the queue
+   * orders before its reuse. */
   private widen(rec: Recorder, width: number): void {
-    if (width <= this.widthCap) return;
+    if ((this.maxRows * width) / 2 <= this.x16.numel) return;
     if (!rec.capturing) this.x16.release();
     this.x16 = this.gpu.tensor([(this.maxRows * width) / 2], 'u32', 'matmul_q4_f16.x16');
-    this.widthCap = width;
-  }
-
-  /**
-   * gemmShared with LoRA updates: y (+)= x·Wᵀ + scale·u·Bᵀ for each output with `lora` (every one
-   * of one rank, up to three), their u placed after x's K columns and each B at its u's place in
-   * its W's expansion; outputs without an adapter get zeros there. Each W must take it (takesLora).
-   */
-  gemmSharedLora(rec: Recorder, x: Tensor, outs: readonly (F16Output & { lora?: F16LoraUpdate })[], accumulate = false): void {
-    const op = 'matmulQ4F16.gemmSharedLora';
-    const k = outs[0].w.k;
-    if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
-    const terms = outs.flatMap((o) => (o.lora ? [o.lora] : []));
-    if (terms.length === 0 || terms.length > EXT_MAX_ADAPTERS) throw new ShapeError(op, `1 to ${EXT_MAX_ADAPTERS} adapters on one x, got ${terms.length}`);
-    const r = terms[0].r;
-    if (terms.some((t) => t.r !== r)) throw new ShapeError(op, `adapters of one x need one rank, got ${terms.map((t) => t.r).join(', ')}`);
-    for (const o of outs) if (!this.takesLora(o.w, false)) throw new ShapeError(op, `a weight of ${o.w.n}x${o.w.k} is not expanded to f16 (expandMaxWords ${this.expandMaxWords}): no LoRA extension`);
-    const e = loraColumns(terms.length, r);
-    const m = outs.map(({ w, y }) => rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
-    for (const t of terms) loraFactorRows(op, t.u, 'u', m, r);
-    this.widen(rec, k + e);
-    for (const [r0, rows] of this.slices(op, m, k + e)) {
-      const xin = this.rowScalesExt(rec, rowSlice(x, r0, rows, k), rows, k, e, r, terms.map((t) => ({ u: rowSlice(t.u, r0, rows, r), scale: t.scale })));
-      let slot = 0;
-      for (const { w, y, lora } of outs) {
-        // An output without an adapter: zeros over the whole extension (rank 0).
-        const ext: Q4Extension = lora ? { factor: lora.B, e, r, off: r * slot++ } : { factor: terms[0].B, e, r: 0, off: 0 };
-        this.dispatch(rec, false, xin, this.weight(rec, w, false, ext), rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k: k + e, accumulate: accumulate ? 1 : 0 });
-      }
-    }
-  }
-
-  /** backwardInput with an adapter's part: dX (+)= dY·W + t·A, t placed after dY's N columns and
-   * Aᵀ after Wᵀ's (takesLora(w, true)). */
-  backwardInputLora(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate: boolean, lora: F16LoraInput): void {
-    const op = 'matmulQ4F16.backwardInputLora';
-    if (!this.takesLora(w, true)) throw new ShapeError(op, `a weight of ${w.n}x${w.k} is not expanded to f16 with N a multiple of 32: no LoRA extension`);
-    const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
-    const { r } = lora;
-    loraFactorRows(op, lora.t, 't', m, r);
-    const e = loraColumns(1, r);
-    const weight = this.weight(rec, w, true, { factor: lora.A, e, r, off: 0 });
-    this.widen(rec, w.n + e);
-    for (const [r0, rows] of this.slices(op, m, w.n + e)) {
-      const xin = this.rowScalesExt(rec, rowSlice(dy, r0, rows, w.n), rows, w.n, e, r, [{ u: rowSlice(lora.t, r0, rows, r), scale: 1 }]);
-      this.dispatch(rec, false, xin, weight, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n + e, accumulate: accumulate ? 1 : 0 });
-    }
   }
 
   /** y [M, N] (+)= x [M, K]·Wᵀ. */
@@ -327,17 +278,43 @@ export class MatmulQ4F16 {
     this.gemmShared(rec, x, [{ w, y }], accumulate);
   }
 
-  /** Every product of `outs` on the same x (q/k/v, gate/up): x's row scales are found once a slice. */
-  gemmShared(rec: Recorder, x: Tensor, outs: readonly F16Output[], accumulate = false): void {
+  /**
+   * Every product of `outs` on the same x (q/k/v, gate/up): x's row scales are found once a slice.
+   * Outputs with `lora` (1 to 3, one rank; each W taking it, takesLora) also get scale·u·Bᵀ: their
+   * u after x's K columns, each B at its u's place in its W's expansion, zeros there for an output
+   * without one.
+   */
+  gemmShared(rec: Recorder, x: Tensor, outs: readonly (F16Output & { lora?: F16LoraUpdate })[], accumulate = false): void {
     const op = 'matmulQ4F16.gemm';
     const k = outs[0].w.k;
     if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
     const m = outs.map(({ w, y }) => rowsOf(op, w, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
-    for (const [r0, rows] of this.slices(op, m, k)) {
-      const xs = rowSlice(x, r0, rows, k);
-      const xin = this.rowScales(rec, xs, rows, k);
-      for (const { w, y } of outs) this.dispatch(rec, false, xin, this.weight(rec, w), rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
+    const terms = outs.flatMap((o) => (o.lora ? [o.lora] : []));
+    const ext = terms.length > 0 ? this.loraColumnsOf(op, terms.map((t) => ({ f: t.u, r: t.r })), m, outs, false) : null;
+    const width = k + (ext?.e ?? 0);
+    if (ext) this.widen(rec, width);
+    for (const [r0, rows] of this.slices(op, m, width)) {
+      const xin = this.rowScales(rec, rowSlice(x, r0, rows, k), rows, k, ext && { e: ext.e, r: ext.r, terms: terms.map((t) => ({ u: rowSlice(t.u, r0, rows, ext.r), scale: t.scale })) });
+      let slot = 0;
+      for (const { w, y, lora } of outs) {
+        // An output without an adapter: zeros over the whole extension (rank 0).
+        const wx: Q4Extension | undefined = ext ? (lora ? { factor: lora.B, e: ext.e, r: ext.r, off: ext.r * slot++ } : { factor: terms[0].B, e: ext.e, r: 0, off: 0 }) : undefined;
+        this.dispatch(rec, false, xin, this.weight(rec, w, false, wx), rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k: width, accumulate: accumulate ? 1 : 0 });
+      }
     }
+  }
+
+  /** The LoRA columns of a product (their width e and rank r) once its terms (their u or t, `f`)
+   * and weights are checked. */
+  private loraColumnsOf(op: string, terms: readonly { f: Tensor; r: number }[], m: number, outs: readonly { w: Q4Weight }[], input: boolean): { e: number; r: number } {
+    if (terms.length > EXT_MAX_ADAPTERS) throw new ShapeError(op, `at most ${EXT_MAX_ADAPTERS} adapters on one x, got ${terms.length}`);
+    const r = terms[0].r;
+    if (terms.some((t) => t.r !== r)) throw new ShapeError(op, `adapters of one x need one rank, got ${terms.map((t) => t.r).join(', ')}`);
+    for (const { w } of outs) if (!this.takesLora(w, input)) throw new ShapeError(op, `a weight of ${w.n}x${w.k} is not expanded to f16${input ? ' with N a multiple of 32' : ''}: no LoRA terms inside its product`);
+    for (const t of terms) {
+      if (t.f.dtype !== 'f32' || t.f.shape.length !== 2 || t.f.shape[1] !== r || t.f.shape[0] < m) throw new ShapeError(op, `'${t.f.label}' must be f32 [≥ ${m}, ${r}], got ${t.f.dtype} [${t.f.shape.join(', ')}]`);
+    }
+    return { e: loraColumns(terms.length, r), r };
   }
 
   /** y (+)= x·Wᵀ for weights held in f16 (toF16), every product of `outs` on one x. */
@@ -383,29 +360,32 @@ export class MatmulQ4F16 {
     return { w16: this.scratch };
   }
 
-  /** dX [M, K] (+)= dY [M, N]·W; N a multiple of 32. */
-  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false): void {
+  /** dX [M, K] (+)= dY [M, N]·W; N a multiple of 32. With `lora` (takesLora(w, true)) also + t·A:
+   * t after dY's N columns, Aᵀ after Wᵀ's. */
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate = false, lora?: F16LoraInput): void {
     const op = 'matmulQ4F16.backwardInput';
     if (!this.takesInput(w)) throw new ShapeError(op, `N = ${w.n} must be a multiple of ${Q4_GROUP}`);
     const m = rowsOf(op, w, { name: 'dy', t: dy, width: w.n, dim: 'N' }, { name: 'dx', t: dx, width: w.k });
+    const ext = lora ? this.loraColumnsOf(op, [{ f: lora.t, r: lora.r }], m, [{ w }], true) : null;
+    const width = w.n + (ext?.e ?? 0);
+    if (ext) this.widen(rec, width);
     // An expanded W is expanded transposed: dY·W is then the forward's product on Wᵀ.
     const forward = this.expands(w);
-    const weight = this.weight(rec, w, forward);
-    for (const [r0, rows] of this.slices(op, m, w.n)) {
-      const dys = rowSlice(dy, r0, rows, w.n);
-      const xin = this.rowScales(rec, dys, rows, w.n);
-      this.dispatch(rec, !forward, xin, weight, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: w.n, accumulate: accumulate ? 1 : 0 });
+    const weight = this.weight(rec, w, forward, lora && ext ? { factor: lora.A, e: ext.e, r: ext.r, off: 0 } : undefined);
+    for (const [r0, rows] of this.slices(op, m, width)) {
+      const xin = this.rowScales(rec, rowSlice(dy, r0, rows, w.n), rows, w.n, lora && ext && { e: ext.e, r: ext.r, terms: [{ u: rowSlice(lora.t, r0, rows, ext.r), scale: 1 }] });
+      this.dispatch(rec, !forward, xin, weight, rowSlice(dx, r0, rows, w.k), { m: rows, n: w.k, k: width, accumulate: accumulate ? 1 : 0 });
     }
   }
 
-  /** x's row scales and its f16 copy (what the GEMM reads as x). */
-  private rowScales(rec: Recorder, x: Tensor, rows: number, width: number): Tensor {
-    rec.dispatch(this.rowScaleK, { x, rs: this.rs, x16: this.x16 }, grid1d(rows, 1), { m: rows, k: width });
-    return this.x16;
-  }
-
-  /** rowScales for x [rows, k] followed by the extension's e columns: each term's scale·u side by side, then zeros. */
-  private rowScalesExt(rec: Recorder, x: Tensor, rows: number, k: number, e: number, r: number, terms: readonly { u: Tensor; scale: number }[]): Tensor {
+  /** x's row scales and its f16 copy (what the GEMM reads as x), [rows, k] followed by `ext`'s e
+   * columns: each term's scale·u side by side, then zeros. */
+  private rowScales(rec: Recorder, x: Tensor, rows: number, k: number, ext?: { e: number; r: number; terms: readonly { u: Tensor; scale: number }[] } | null): Tensor {
+    if (!ext) {
+      rec.dispatch(this.rowScaleK, { x, rs: this.rs, x16: this.x16 }, grid1d(rows, 1), { m: rows, k });
+      return this.x16;
+    }
+    const { e, r, terms } = ext;
     const u = (i: number) => (terms[i] ?? terms[0]).u;
     const s = (i: number) => terms[i]?.scale ?? 0;
     rec.dispatch(this.rowScaleExtK, { x, rs: this.rs, x16: this.x16, u0: u(0), u1: u(1), u2: u(2) }, grid1d(rows, 1), { m: rows, k, e, r, adapters: terms.length, s0: s(0), s1: s(1), s2: s(2) });
@@ -440,11 +420,6 @@ export class MatmulQ4F16 {
 }
 
 const ROW_SCALE_EXT = { m: 'u32', k: 'u32', e: 'u32', r: 'u32', adapters: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' } as const;
-
-/** A LoRA term's u or t: f32 with r columns and at least `rows` rows. */
-function loraFactorRows(op: string, t: Tensor, name: string, rows: number, r: number): void {
-  if (t.dtype !== 'f32' || t.shape.length !== 2 || t.shape[1] !== r || t.shape[0] < rows) throw new ShapeError(op, `${name} ('${t.label}') must be f32 [≥ ${rows}, ${r}], got ${t.dtype} [${t.shape.join(', ')}]`);
-}
 
 /** Why this device cannot run the f16 tensor-core products, or null when it can. */
 export function f16UnsupportedOn(gpu: Gpu): string | null {

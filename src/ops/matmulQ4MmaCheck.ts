@@ -15,8 +15,8 @@ export interface Q4Product {
 
 /** A 4-bit product that adds a LoRA adapter's terms inside it (MatmulQ4F16). */
 export interface Q4LoraProduct {
-  gemmSharedLora(rec: Recorder, x: Tensor, outs: readonly { w: Q4Weight; y: Tensor; lora?: F16LoraUpdate }[], accumulate?: boolean): void;
-  backwardInputLora(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate: boolean, lora: F16LoraInput): void;
+  gemmShared(rec: Recorder, x: Tensor, outs: readonly { w: Q4Weight; y: Tensor; lora?: F16LoraUpdate }[], accumulate?: boolean): void;
+  backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor, accumulate: boolean, lora: F16LoraInput): void;
 }
 
 /** The error one term x·w of the reduction may carry (x at row r of reduction index c, output column j). */
@@ -108,8 +108,8 @@ export async function checkQ4F16(gpu: Gpu, op: Q4Product, shape: [number, number
 }
 
 /**
- * checkQ4F16 with a LoRA adapter of rank r inside the product: y = x·Wᵀ + s·u·Bᵀ (gemmSharedLora)
- * or, with `input`, dX = dY·W + t·A (backwardInputLora), u (t) Gaussian, B (A) Gaussian of 0.05,
+ * checkQ4F16 with a LoRA adapter of rank r inside the product: y = x·Wᵀ + s·u·Bᵀ (gemmShared's
+ * lora) or, with `input`, dX = dY·W + t·A (backwardInput's), u (t) Gaussian, B (A) Gaussian of 0.05,
  * against the f64 product of the extended reduction [x | s·u]·[W | B]ᵀ with the same per-term bound
  * (the row's scale taken over the extension too).
  */
@@ -225,27 +225,21 @@ async function checkQ4Product(
   const tx = gpu.upload(xBase, [m, base], 'f32', 'mma-check.x');
   const ty = gpu.tensor([m, out], 'f32', 'mma-check.y');
   const tacc = gpu.upload(y0, [m, out], 'f32', 'mma-check.y0');
-  const tu = gpu.upload(lr ? u : new Float32Array(1), lr ? [m, lr] : [1], 'f32', 'mma-check.u');
-  const tf = gpu.upload(lr ? factor : new Float32Array(1), lr ? (input ? [lr, k] : [n, lr]) : [1], 'f32', 'mma-check.factor');
+  // The adapter's u (or t) and B (or A).
+  const lt = lora && { u: gpu.upload(u, [m, lr], 'f32', 'mma-check.u'), f: gpu.upload(factor, input ? [lr, k] : [n, lr], 'f32', 'mma-check.factor') };
   const rec = gpu.recorder('mma-check');
-  if ('lora' in subject && input) {
-    subject.lora.backwardInputLora(rec, tx, w, ty, false, { t: tu, A: tf, r: lr });
-    subject.lora.backwardInputLora(rec, tx, w, tacc, true, { t: tu, A: tf, r: lr });
-  } else if ('lora' in subject) {
-    const term = { u: tu, B: tf, r: lr, scale: subject.scale };
-    subject.lora.gemmSharedLora(rec, tx, [{ w, y: ty, lora: term }]);
-    subject.lora.gemmSharedLora(rec, tx, [{ w, y: tacc, lora: term }], true);
-  } else if (input) {
-    subject.backwardInput(rec, tx, w, ty);
-    subject.backwardInput(rec, tx, w, tacc, true);
-  } else {
-    subject.gemm(rec, tx, w, ty);
-    subject.gemm(rec, tx, w, tacc, true);
+  // Once overwriting y, once accumulating into y0.
+  for (const [y, acc] of [[ty, false], [tacc, true]] as const) {
+    if ('lora' in subject) {
+      if (input) subject.lora.backwardInput(rec, tx, w, y, acc, { t: lt!.u, A: lt!.f, r: lr });
+      else subject.lora.gemmShared(rec, tx, [{ w, y, lora: { u: lt!.u, B: lt!.f, r: lr, scale: subject.scale } }], acc);
+    } else if (input) subject.backwardInput(rec, tx, w, y, acc);
+    else subject.gemm(rec, tx, w, y, acc);
   }
   await rec.submit();
   const got = await gpu.readF32(ty);
   const gotAcc = await gpu.readF32(tacc);
-  for (const t of [tx, ty, tacc, tu, tf, w.codes, w.scales] as Tensor[]) t.release();
+  for (const t of [tx, ty, tacc, w.codes, w.scales, ...(lt ? [lt.u, lt.f] : [])] as Tensor[]) t.release();
 
   const groups = k / Q4_GROUP;
   const scale = (row: number, col: number) => f16ToNumber(halves[row * groups + (col >> 5)]);

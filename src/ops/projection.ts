@@ -389,7 +389,7 @@ export class Projection {
     if (fused) {
       // u first; the updates then run inside the GEMM, as more of its reduction.
       this.loraDowns(rec, x, outs);
-      fused.gemmSharedLora(rec, x, outs.map((p, i) => ({ w: mma[i], y: p.y, lora: p.lora && { u: p.lora.u, B: p.lora.p.B, r: p.lora.p.r, scale: loraScale(p.lora.p) } })), accumulate);
+      fused.gemmShared(rec, x, outs.map((p, i) => ({ w: mma[i], y: p.y, lora: p.lora && { u: p.lora.u, B: p.lora.p.B, r: p.lora.p.r, scale: loraScale(p.lora.p) } })), accumulate);
       return;
     }
     if (mma) {
@@ -529,7 +529,7 @@ export class Projection {
       this.lora.tGroup(rec, x, members);
       items.forEach((it, i) => {
         const l = it.lora;
-        if (l && it.w.kind === 'q4') fused.backwardInputLora(rec, it.dy, it.w.w, dx, i > 0, { t: l.t, A: l.p.A, r: l.p.r });
+        if (l && it.w.kind === 'q4') fused.backwardInput(rec, it.dy, it.w.w, dx, i > 0, { t: l.t, A: l.p.A, r: l.p.r });
         else this.backwardInput(rec, it.dy, it.w, dx, i > 0);
       });
       this.lora.gradsGroup(rec, x, members);
