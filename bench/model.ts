@@ -47,7 +47,7 @@
 // bench/torch_model.py does the same work in PyTorch + PEFT; bench/report.ts merges the two.
 import { writeFileSync } from 'node:fs';
 import { performance as nodePerformance } from 'node:perf_hooks';
-import { capabilitiesOf, capabilitySummary, type Gpu, type Kernel } from '../src/gpu';
+import { capabilitiesOf, capabilitySummary, type Gpu, type Kernel, type StreamAlterations } from '../src/gpu';
 import { createNodeGpu } from '../src/node/gpu';
 import { AdamW } from '../src/ops/adamw';
 import { Lora } from '../src/ops/lora';
@@ -580,9 +580,9 @@ async function kernelTimes(gpu: Gpu, f: () => Promise<unknown>): Promise<KernelT
 }
 
 /** The GPU time in stream (ms) of what `f` records (its passes as the engine records them), and
- * the dispatches of each kernel; those of `omit` left out, those of `shrink` as one workgroup. */
-async function passProfile(gpu: Gpu, f: () => Promise<unknown>, omit: ReadonlySet<Kernel> = new Set(), shrink: ReadonlySet<Kernel> = new Set()) {
-  const prof = gpu.startProfiling('pass', omit, shrink);
+ * the dispatches of each kernel, the stream altered by `alter` (Gpu.startProfiling). */
+async function passProfile(gpu: Gpu, f: () => Promise<unknown>, alter: StreamAlterations = {}) {
+  const prof = gpu.startProfiling('pass', alter);
   await f();
   await gpu.sync();
   const r = { ms: prof.report().reduce((t, k) => t + k.totalMs, 0), dispatched: new Map(prof.dispatched) };
@@ -834,9 +834,9 @@ async function main(): Promise<void> {
     // that kernel's dispatches left out (Gpu.startProfiling's omit; the outputs are then wrong,
     // the times are not). A pass per dispatch adds several µs to every dispatch; this does not.
     // Kernels here are compiled variants (one name covers several: a GEMV's layouts and M).
-    const perStepInStream = async (G: number, omit: ReadonlySet<Kernel>, shrink: ReadonlySet<Kernel> = new Set()) => {
+    const perStepInStream = async (G: number, alter: StreamAlterations) => {
       const steps = 16;
-      const run = (n: number) => passProfile(gpu, () => gen(G, n), omit, shrink);
+      const run = (n: number) => passProfile(gpu, () => gen(G, n), alter);
       const one = [await run(1), await run(1), await run(1)];
       const all = [await run(steps + 1), await run(steps + 1), await run(steps + 1)];
       const perStep = new Map<Kernel, { calls: number; grid: number[] }>();
@@ -847,16 +847,17 @@ async function main(): Promise<void> {
       return { ms: (median(all.map((r) => r.ms)) - median(one.map((r) => r.ms))) / steps, perStep };
     };
     for (const G of args.includes('--ablate') ? W.samples : []) {
-      const full = await perStepInStream(G, new Set());
-      const rows: { name: string; id: number; calls: number; grid: string; us: number; aloneUs: number }[] = [];
+      const full = await perStepInStream(G, {});
+      const rows: { name: string; id: number; calls: number; grid: string; us: number; aloneUs: number; againUs: number }[] = [];
       for (const [k, d] of full.perStep) {
-        const without = await perStepInStream(G, new Set([k]));
-        const alone = await perStepInStream(G, new Set([...full.perStep.keys()].filter((o) => o !== k)));
-        rows.push({ name: k.name, id: k.id, calls: d.calls, grid: d.grid.join('x'), us: 1000 * (full.ms - without.ms), aloneUs: 1000 * alone.ms });
+        const without = await perStepInStream(G, { omit: new Set([k]) });
+        const alone = await perStepInStream(G, { omit: new Set([...full.perStep.keys()].filter((o) => o !== k)) });
+        const twice = await perStepInStream(G, { twice: new Set([k]) });
+        rows.push({ name: k.name, id: k.id, calls: d.calls, grid: d.grid.join('x'), us: 1000 * (full.ms - without.ms), aloneUs: 1000 * alone.ms, againUs: 1000 * (twice.ms - full.ms) });
       }
       rows.sort((a, b) => b.us - a.us);
-      console.error(`decode x${G} in stream: ${full.ms.toFixed(3)} ms a step; what each compiled kernel's dispatches cost it (the step less the step without them; their time alone):`);
-      for (const r of rows) console.error(`  ${r.us.toFixed(0).padStart(6)} us ${r.aloneUs.toFixed(0).padStart(6)} us  ${r.calls.toFixed(0).padStart(3)} x ${r.name}#${r.id} (grid ${r.grid})`);
+      console.error(`decode x${G} in stream: ${full.ms.toFixed(3)} ms a step; what each compiled kernel's dispatches cost it (the step less the step without them; their time alone; each dispatch run again right after itself, warm):`);
+      for (const r of rows) console.error(`  ${r.us.toFixed(0).padStart(6)} us ${r.aloneUs.toFixed(0).padStart(6)} us ${r.againUs.toFixed(0).padStart(6)} us  ${r.calls.toFixed(0).padStart(3)} x ${r.name}#${r.id} (grid ${r.grid})`);
       (result as Record<string, unknown>)[`decodeInStream${G}`] = { fullMs: full.ms, byKernel: rows };
       if (!args.includes('--subsets')) continue;
       // --subsets: the GEMVs (their quantize dispatches and the LM head's included) and the
@@ -866,7 +867,7 @@ async function main(): Promise<void> {
       // The GEMVs with their input's norm (matmul_q4.gemv_norm*) count as GEMVs.
       const gemvs = kernels.filter((k) => k.name.startsWith('matmul_q4.gemv'));
       const others = kernels.filter((k) => !k.name.startsWith('matmul_q4.gemv'));
-      const keep = async (kept: Kernel[], small: Kernel[] = []) => 1000 * (await perStepInStream(G, new Set(kernels.filter((o) => !kept.includes(o))), new Set(small))).ms;
+      const keep = async (kept: Kernel[], small: Kernel[] = []) => 1000 * (await perStepInStream(G, { omit: new Set(kernels.filter((o) => !kept.includes(o))), shrink: new Set(small) })).ms;
       const subsets = {
         gemvsAloneUs: await keep(gemvs),
         othersAloneUs: await keep(others),
@@ -875,6 +876,8 @@ async function main(): Promise<void> {
         othersAloneAsOneWorkgroupUs: await keep(others, others),
         gemvsAsOneWorkgroupUs: await keep(kernels, gemvs),
         gemvsAloneAsOneWorkgroupUs: await keep(gemvs, gemvs),
+        // Every dispatch run again right after itself: the step plus each one's warm repeat.
+        allTwiceUs: 1000 * (await perStepInStream(G, { twice: new Set(kernels) })).ms,
       };
       console.error(`  subsets (us a step): ${JSON.stringify(subsets)}`);
       (result as Record<string, unknown>)[`decodeSubsets${G}`] = subsets;

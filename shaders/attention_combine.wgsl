@@ -26,7 +26,9 @@ struct Params {
 #if QUANT
 // QUANT (with FOLD): the merged rows also as int8 groups for o_proj's 4-bit GEMV.
 @group(0) @binding(5) var<storage, read_write> xq: array<vec4<u32>>;
+const QL_WG = FLAT_WG;
 #include int8_groups
+#include int8_lanes
 #endif
 
 #include attention_head
@@ -39,6 +41,7 @@ var<workgroup> cl_sh: array<f32, CSG>;
 var<workgroup> ca_sh: array<f32, CSG * CDT * CDL>;
 #if FOLD
 var<workgroup> fo_sh: array<f32, D>;
+var<workgroup> fs_sh: array<f32, FLAT_WG>;
 #endif
 
 @compute @workgroup_size(FLAT_WG)
@@ -86,29 +89,30 @@ fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
     }
   }
 #if FOLD
+  // FLAT_WG / fold_r lanes a rank (fold_r ≤ FLAT_WG), each over a run of D, then the runs summed:
+  // short chains in little code (a decode step pays for each kernel's code fetched cold).
+  workgroupBarrier();
+  let per = FLAT_WG / params.fold_r;
+  let run = (D + per - 1u) / per;
+  if (lid < params.fold_r * per) {
+    let j = lid / per;
+    let d0 = (lid % per) * run;
+    let arow = j * params.hq * D + (i % params.hq) * D;
+    var s = 0.0;
+    for (var d = d0; d < min(d0 + run, D); d++) { s += a_fold[arow + d] * fo_sh[d]; }
+    fs_sh[lid] = s;
+  }
   workgroupBarrier();
   if (lid < params.fold_r) {
-    let arow = lid * params.hq * D + (i % params.hq) * D;
     var s = 0.0;
-    for (var d = 0u; d < D; d++) { s += a_fold[arow + d] * fo_sh[d]; }
+    for (var q = 0u; q < per; q++) { s += fs_sh[lid * per + q]; }
     fold_parts[i * params.fold_r + lid] = s;
   }
 #endif
 #if QUANT
-  // The merged row as int8 groups of 32 (D a multiple of 32), the last threads one each: o is
+  // The merged row as int8 groups of 32 (D a multiple of 32, D / 4 ≤ FLAT_WG), a vec4 a lane: o is
   // [rows, Hq·D] row-major, so row i's groups are numbers i·D/32 .. of o's.
-  let qg = FLAT_WG - 1u - lid;
-  if (qg < D / 32u) {
-    var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 8u; j++) {
-      let c = 32u * qg + 4u * j;
-      v[j] = vec4f(fo_sh[c], fo_sh[c + 1u], fo_sh[c + 2u], fo_sh[c + 3u]);
-    }
-    let qv = quantize_group(v);
-    let at = 3u * (i * (D / 32u) + qg);
-    xq[at] = qv[0];
-    xq[at + 1u] = qv[1];
-    xq[at + 2u] = qv[2];
-  }
+  let c = 4u * min(lid, D / 4u - 1u);
+  quantize_lanes(lid, vec4f(fo_sh[c], fo_sh[c + 1u], fo_sh[c + 2u], fo_sh[c + 3u]), lid < D / 4u, 3u * (i * (D / 32u) + lid / 8u));
 #endif
 }

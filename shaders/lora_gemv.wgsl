@@ -59,7 +59,9 @@ struct Params {
 @group(0) @binding(17) var<storage, read_write> parts: array<f32>;
 #if QUANT
 @group(0) @binding(18) var<storage, read_write> xq: array<vec4<u32>>;
+const QL_WG: u32 = 256u; // lora_down's WG; lora_up's UP_WG lanes use the first 64 slots' worth
 #include int8_groups
+#include int8_lanes
 #endif
 
 const WG: u32 = 256u;
@@ -75,7 +77,7 @@ var<workgroup> red: array<f32, 2048>; // NV · WG
 var<workgroup> part: array<f32, WG>;
 var<workgroup> tot: array<f32, 2>;
 var<workgroup> fold_sh: array<f32, UP_WG>;
-var<workgroup> u_sh: array<f32, UP_WG>;
+var<workgroup> u_sh: array<f32, UP_WG>; // PARTS: the row's u; FOLD: the lanes' runs of the fold
 
 fn dot_e(a: {{ELEM}}, b: {{ELEM}}) -> f32 {
 #if VEC4
@@ -164,24 +166,20 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
     u[t * width + e] = tot[0] * rstd;
   }
 #if QUANT
-  // This workgroup's whole groups of 32 (8 vec4s) of the normed row, a thread each: the values, as
-  // below, and the group as int8 (xq, quantize_x's layout in matmul_q4_quantize_x.wgsl) for the 4-bit GEMV
-  // after, which then needs no quantize dispatch of its own.
+  // This workgroup's whole groups of 32 (8 vec4s) of the normed row, a vec4 a thread: the values,
+  // as below, and the groups as int8 (xq, quantize_x's layout in matmul_q4_quantize_x.wgsl) for the
+  // 4-bit GEMV after, which then needs no quantize dispatch of its own.
   let groups = kw / 8u;
   let per = (groups + width - 1u) / width;
-  let g_end = min(groups, (e + 1u) * per);
-  for (var g = e * per + lid; g < g_end; g += WG) {
-    var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 8u; j++) {
-      let kk = 8u * g + j;
-      v[j] = (x[xr + kk] * rstd) * norm_w[kk];
-      xn[xr + kk] = v[j];
+  let v_end = 8u * min(groups, (e + 1u) * per);
+  for (var v0 = 8u * min(groups, e * per); v0 < v_end; v0 += WG) {
+    let kk = min(v0 + lid, v_end - 1u);
+    let v = (x[xr + kk] * rstd) * norm_w[kk];
+    let live = v0 + lid < v_end;
+    if (live) {
+      xn[xr + kk] = v;
     }
-    let q = quantize_group(v);
-    let at = 3u * (t * groups + g);
-    xq[at] = q[0];
-    xq[at + 1u] = q[1];
-    xq[at + 2u] = q[2];
+    quantize_lanes(lid, v, live, 3u * (t * groups + kk / 8u));
   }
 #else
   // This workgroup's slice of the normed row, as rmsnorm_fwd: (h·rstd)·w.
@@ -292,31 +290,31 @@ fn lora_up(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
 #if FOLD
   fold_sh[lid] = a;
   workgroupBarrier();
+  // UP_WG / r lanes a rank (r divides UP_WG), each over a run of the workgroup's columns, then the
+  // runs summed: short chains in little code, as the combine's fold.
   let e0 = flat * UP_WG;
+  let per = UP_WG / p.r;
+  let run = UP_WG / per;
+  let c0 = (lid % per) * run;
+  let row_a = (lid / per) * p.n0 + e0 % p.n0;
+  var s = 0.0;
+  for (var c = c0; c < c0 + run; c++) {
+    s += a_fold[row_a + c] * fold_sh[c];
+  }
+  u_sh[lid] = s;
+  workgroupBarrier();
   if (lid < p.r && e0 < p.rows * p.n0) {
-    let row_a = lid * p.n0 + e0 % p.n0;
-    var s = 0.0;
-    for (var c = 0u; c < UP_WG; c++) {
-      s += a_fold[row_a + c] * fold_sh[c];
+    var total = 0.0;
+    for (var q = 0u; q < per; q++) {
+      total += u_sh[lid * per + q];
     }
-    parts[flat * p.r + lid] = s; // [row][e0 % n0 / UP_WG][lid]: flat = row·(n0 / UP_WG) + ...
+    parts[flat * p.r + lid] = total; // [row][e0 % n0 / UP_WG][lid]: flat = row·(n0 / UP_WG) + ...
   }
 #if QUANT
-  // This workgroup's act as int8 groups of 32 for down_proj's GEMV, the last threads one each
-  // (the fold's threads are the first r): groups never straddle rows (n0 % UP_WG == 0).
-  let qg = UP_WG - 1u - lid;
-  if (qg < UP_WG / 32u && e0 < p.rows * p.n0) {
-    var v: array<vec4<f32>, 8>;
-    for (var j = 0u; j < 8u; j++) {
-      let c = 32u * qg + 4u * j;
-      v[j] = vec4f(fold_sh[c], fold_sh[c + 1u], fold_sh[c + 2u], fold_sh[c + 3u]);
-    }
-    let q = quantize_group(v);
-    let at = 3u * (e0 / 32u + qg);
-    xq[at] = q[0];
-    xq[at + 1u] = q[1];
-    xq[at + 2u] = q[2];
-  }
+  // This workgroup's act as int8 groups of 32 for down_proj's GEMV, a vec4 a lane: groups never
+  // straddle rows (n0 % UP_WG == 0).
+  let c4 = 4u * min(lid, UP_WG / 4u - 1u);
+  quantize_lanes(lid, vec4f(fold_sh[c4], fold_sh[c4 + 1u], fold_sh[c4 + 2u], fold_sh[c4 + 3u]), lid < UP_WG / 4u && e0 < p.rows * p.n0, 3u * (e0 / 32u + lid / 8u));
 #endif
 #endif
 #else

@@ -7,7 +7,7 @@ export * from './recorder';
 export { Tape } from './tape';
 export * from './runtime';
 export * from './grid';
-export { Profiler, type KernelTiming } from './profiler';
+export { Profiler, type KernelTiming, type StreamAlterations } from './profiler';
 export { preprocess, shaderSource, type Defines } from './shaders';
 export { BindingCache, type BindingCacheStats } from './bindingCache';
 export { compileMatrixKernels, legacySubgroupMatrixSpelling, matrixCalls, type MatrixCall, type MatrixKernelEntry } from './subgroupMatrixSpelling';

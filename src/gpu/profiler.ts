@@ -5,8 +5,19 @@
 // the cost of a pass per kernel. A 'pass' profiler counts the dispatches of each kernel, and can
 // omit some kernels': the stream's time with them, less its time without them, is what they cost
 // in stream (their share of a decode step, which a pass per dispatch overstates by several µs a
-// dispatch); or run them as one workgroup each (their code runs, their data barely moves).
+// dispatch); or run them as one workgroup each (their code runs, their data barely moves); or twice
+// in a row (the second time with its code, bindings and inputs warm: what a first run pays extra).
 import type { Kernel } from './kernel';
+
+/** How a 'pass' profiler alters the stream it times (Gpu.startProfiling). */
+export interface StreamAlterations {
+  /** Kernels whose dispatches are left out. */
+  omit?: ReadonlySet<Kernel>;
+  /** Kernels dispatched as one workgroup. */
+  shrink?: ReadonlySet<Kernel>;
+  /** Kernels dispatched twice in a row, the same bindings and grid. */
+  twice?: ReadonlySet<Kernel>;
+}
 
 export interface KernelTiming {
   name: string;
@@ -28,6 +39,8 @@ export class Profiler {
   omit: ReadonlySet<Kernel> = new Set();
   /** Kernels dispatched as one workgroup while this profiler is attached ('pass' mode). */
   shrink: ReadonlySet<Kernel> = new Set();
+  /** Kernels dispatched twice in a row while this profiler is attached ('pass' mode). */
+  twice: ReadonlySet<Kernel> = new Set();
   /** 'pass' mode: the dispatches recorded of each kernel, and the grid of its first. */
   readonly dispatched = new Map<Kernel, { calls: number; grid: [number, number, number] }>();
 

@@ -141,6 +141,7 @@ export class Recorder {
     }
     pass.setBindGroup(0, group);
     pass.dispatchWorkgroups(x, y, z);
+    if (prof?.twice.has(kernel)) pass.dispatchWorkgroups(x, y, z);
     return this;
   }
 

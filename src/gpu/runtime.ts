@@ -11,7 +11,7 @@ import {
   ShaderCompileError,
 } from './errors';
 import { compileKernel, compileKernelNow, kernelKey, kernelName, KernelOnUse, type Kernel, type KernelSpec } from './kernel';
-import { Profiler } from './profiler';
+import { Profiler, type StreamAlterations } from './profiler';
 import { BindingCache } from './bindingCache';
 import { Recorder } from './recorder';
 import { BufferPool, DTYPE_BYTES, numelOf, storageUsage, Tensor, type DType } from './tensor';
@@ -327,16 +327,19 @@ export class Gpu {
   }
 
   /** Start collecting GPU times (needs timestamp-query): per kernel, or per pass (Profiler's modes);
-   * in 'pass' mode the dispatches of the kernels in `omit` are left out and those in `shrink` run
-   * as one workgroup (measurements only: what they would have written is not). */
-  startProfiling(mode: 'dispatch' | 'pass' = 'dispatch', omit: ReadonlySet<Kernel> = new Set(), shrink: ReadonlySet<Kernel> = new Set()): Profiler {
-    if (mode === 'dispatch' && omit.size + shrink.size > 0) throw new Error('startProfiling: omit and shrink are for pass mode');
+   * in 'pass' mode the dispatches of the kernels in `alter.omit` are left out, those in
+   * `alter.shrink` run as one workgroup and those in `alter.twice` twice in a row (measurements
+   * only: what they write then is not what the engine would have). */
+  startProfiling(mode: 'dispatch' | 'pass' = 'dispatch', alter: StreamAlterations = {}): Profiler {
+    const { omit = new Set(), shrink = new Set(), twice = new Set() } = alter;
+    if (mode === 'dispatch' && omit.size + shrink.size + twice.size > 0) throw new Error('startProfiling: omit, shrink and twice are for pass mode');
     this.require('timestamp-query', 'per-kernel GPU timing');
     let p = this.profilers.get(mode);
     if (!p) this.profilers.set(mode, (p = new Profiler(this.device, undefined, mode)));
     p.reset();
     p.omit = omit;
     p.shrink = shrink;
+    p.twice = twice;
     this.profiler = p;
     return p;
   }

@@ -231,7 +231,7 @@ describe('gpu runtime', () => {
     expect((await gpu.readF32(y))[7]).toBeCloseTo(3 * (await gpu.readF32(x))[7], 5);
   });
 
-  it("counts each kernel's dispatches in 'pass' mode, and can leave a kernel out or run it as one workgroup (what a kernel costs in stream)", async () => {
+  it("counts each kernel's dispatches in 'pass' mode, and can leave a kernel out, run it as one workgroup or twice in a row (what a kernel costs in stream)", async () => {
     const gpu = await testGpu();
     if (!gpu.has('timestamp-query')) return;
     const ew = await Elementwise.create(gpu);
@@ -239,8 +239,8 @@ describe('gpu runtime', () => {
     const xs = randUniform(n, 5);
     const x = gpu.upload(xs, [n], 'f32', 'x');
     const y = gpu.zeros([n], 'f32', 'y');
-    const run = async (omit?: ReadonlySet<Kernel>, shrink?: ReadonlySet<Kernel>) => {
-      const prof = gpu.startProfiling('pass', omit, shrink);
+    const run = async (omit?: ReadonlySet<Kernel>, shrink?: ReadonlySet<Kernel>, twice?: ReadonlySet<Kernel>) => {
+      const prof = gpu.startProfiling('pass', { omit, shrink, twice });
       const rec = gpu.recorder();
       for (let i = 0; i < 3; i++) ew.axpy(rec, x, y, 1);
       await rec.submit();
@@ -263,7 +263,12 @@ describe('gpu runtime', () => {
     got = await gpu.readF32(y);
     expect(got[0]).toBeCloseTo(6 * xs[0], 5);
     expect(got[n - 1]).toBeCloseTo(3 * xs[n - 1], 5);
-    expect(() => gpu.startProfiling('dispatch', new Set([axpy]))).toThrow(/pass mode/);
+    // Twice: each of the 3 calls adds x two times; its calls are counted once.
+    expect((await run(undefined, undefined, new Set([axpy]))).dispatched.get(axpy)?.calls).toBe(3);
+    got = await gpu.readF32(y);
+    expect(got[0]).toBeCloseTo(12 * xs[0], 5);
+    expect(got[n - 1]).toBeCloseTo(9 * xs[n - 1], 5);
+    expect(() => gpu.startProfiling('dispatch', { omit: new Set([axpy]) })).toThrow(/pass mode/);
     x.release();
     y.release();
   });
