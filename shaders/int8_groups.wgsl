@@ -1,7 +1,8 @@
 // Groups of 32 f32 values as int8, the form the 4-bit GEMV's int8 kernels read: included by
-// matmul_q4_gemv_rows.wgsl and matmul_q4_quantize_x.wgsl, which quantize x themselves, and by
-// lora_gemv.wgsl and attention_combine.wgsl, whose kernels can leave the x they write quantized
-// for the GEMV after them. Needs WGSL's packed_4x8_integer_dot_product (pack4xI8Clamp).
+// matmul_q4_gemv_rows.wgsl and matmul_q4_quantize_x.wgsl, which quantize x themselves, and by the
+// kernels that leave the x they write quantized for the GEMV after them: attention_decode.wgsl
+// (quantize_group), lora_gemv.wgsl and attention_combine.wgsl (by lanes: int8_lanes.wgsl). Needs
+// WGSL's packed_4x8_integer_dot_product (pack4xI8Clamp).
 
 const I8_BIAS = 0x4B400000i;  // 1.5·2^23 as f32 bits: an integer n, |n| < 2^22, added is the float 1.5·2^23 + n
 

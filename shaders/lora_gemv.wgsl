@@ -15,7 +15,8 @@
 // and the products are taken in one pass over k and reduced together; every workgroup also writes
 // its slice of its row of xn for the base projections: the norm's own dispatch is saved.
 // With QUANT (NORM and VEC4, k a multiple of 32) it also writes the normed rows as int8 groups for
-// the int8 GEMV after it (shaders/int8_groups.wgsl); FOLD with QUANT writes act so for down_proj's.
+// the int8 GEMV after it (shaders/int8_groups.wgsl's layout, by shaders/int8_lanes.wgsl); FOLD with
+// QUANT writes act so for down_proj's.
 // With FOLD (SWIGLU only), the same dispatch starts the down_proj adapter's down product on act:
 // each workgroup's UP_WG columns of act (one row: n_0 % UP_WG == 0) times those columns of
 // A_fold [r, n_0] give parts [rows, n_0 / UP_WG, r]; with PARTS, lora_up (one adapter) sums a
@@ -59,7 +60,7 @@ struct Params {
 @group(0) @binding(17) var<storage, read_write> parts: array<f32>;
 #if QUANT
 @group(0) @binding(18) var<storage, read_write> xq: array<vec4<u32>>;
-const QL_WG: u32 = 256u; // lora_down's WG; lora_up's UP_WG lanes use the first 64 slots' worth
+const QL_WG: u32 = 256u; // the larger workgroup of the two entry points (lora_down's WG)
 #include int8_groups
 #include int8_lanes
 #endif
