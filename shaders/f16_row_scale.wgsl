@@ -58,6 +58,14 @@ fn ext4(row: u32, i: u32) -> vec4<f32> {
 }
 #endif
 
+// Vec4 i of the blocked row: x's (kv of them), then the extension's.
+fn row_vec4(row: u32, kv: u32, i: u32) -> vec4<f32> {
+  if (i < kv) {
+    return x[row * kv + i];
+  }
+  return ext4(row, i - kv);
+}
+
 const WG = 256u;
 var<workgroup> part: array<f32, WG>;
 var<workgroup> scale: f32;
@@ -77,12 +85,7 @@ fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
   let width = 4u * (kv + ev); // the blocked row: x, then the extension
   var a = 0.0;
   for (var i = lid; i < kv + ev; i += WG) {
-    var v: vec4<f32>;
-    if (i < kv) {
-      v = abs(x[row * kv + i]);
-    } else {
-      v = abs(ext4(row, i - kv));
-    }
+    let v = abs(row_vec4(row, kv, i));
     a = max(a, max(max(v.x, v.y), max(v.z, v.w)));
   }
   part[lid] = a;
@@ -106,12 +109,7 @@ fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
   workgroupBarrier();
   let s = scale;
   for (var i = lid; i < kv + ev; i += WG) {
-    var v: vec4<f32>;
-    if (i < kv) {
-      v = x[row * kv + i] * s;
-    } else {
-      v = ext4(row, i - kv) * s;
-    }
+    let v = row_vec4(row, kv, i) * s;
     x16[blocked(row, 4u * i, width) / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
   }
 }

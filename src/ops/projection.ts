@@ -544,16 +544,18 @@ export class Projection {
 
   /**
    * The f16 tensor-core op when the adapters of these products run inside its products: 1 to 3
-   * of one rank, every weight with one 4-bit and taking the extension (`input`: the input
-   * gradient's, which dropout's mask keeps out); else null.
+   * of one rank, each on a 4-bit weight taking the extension (`input`: the input gradient's, which
+   * dropout's mask keeps out); in a forward every weight of the shared x, since an output without
+   * an adapter takes zeros there (MatmulQ4F16.gemmShared); else null.
    */
   private f16Lora(ps: readonly { w: Q4Weight | null; lora?: { p: LoraParams; dropout?: unknown } }[], input: boolean): MatmulQ4F16 | null {
     const op = this.tensorCores;
     const withLora = ps.filter((p) => p.lora);
     if (!(op instanceof MatmulQ4F16) || withLora.length === 0 || withLora.length > LORA_GROUP_MAX) return null;
     const r = withLora[0].lora!.p.r;
-    if (withLora.some((p) => p.lora!.p.r !== r || !p.w || !op.takesLora(p.w, input) || (input && p.lora!.dropout))) return null;
-    return op;
+    if (withLora.some((p) => p.lora!.p.r !== r || (input && p.lora!.dropout))) return null;
+    const extended = input ? withLora : ps;
+    return extended.every((p) => p.w && op.takesLora(p.w, input)) ? op : null;
   }
 
   /** Every adapter's u = x̃·Aᵀ of `outs` (not those kept): dropout's each, the others as one group. */
