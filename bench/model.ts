@@ -764,7 +764,8 @@ async function main(): Promise<void> {
     console.error(`f16 vs f32 KV cache, ${G} x ${W.newTokens} sampled tokens: |Δ log-prob| mean ${drift.meanAbs.toExponential(2)}, max ${drift.maxAbs.toExponential(2)} over ${drift.tokens} tokens (${drift.diverged} of ${G} sequences drew another token at some step)`);
   }
   // --profile: GPU time per decode step by kernel (timestamps around every dispatch), the
-  // difference between 17 new tokens and 1 as above.
+  // difference between all new tokens and 1 as above: the same steps, over the same contexts, as
+  // the timed decode.
   if (runs('decode') && args.includes('--profile')) {
     const byKernel = async (G: number, n: number) => new Map((await profiled(gpu, 'dispatch', () => gen(G, n))).map((k) => [k.name, k]));
     // The same difference in 'pass' mode: the GPU time of a step as the engine records it (no pass
@@ -807,8 +808,8 @@ async function main(): Promise<void> {
       for (const k of Object.keys(out) as (keyof typeof out)[]) out[k] = median(runs.map((r) => r[k]));
       return out;
     };
+    const steps = W.newTokens - 1;
     for (const G of W.samples) {
-      const steps = 32;
       await inStream(G, steps + 1);
       const a = await medianRuns(G, 1);
       const b = await medianRuns(G, steps + 1);
@@ -820,7 +821,6 @@ async function main(): Promise<void> {
       (result as Record<string, unknown>)[`decodeStep${G}`] = perStep;
     }
     for (const G of W.samples) {
-      const steps = 16;
       const a = await byKernel(G, 1);
       const b = await byKernel(G, steps + 1);
       const rows = [...b.values()].map((k) => ({ name: k.name, calls: (k.calls - (a.get(k.name)?.calls ?? 0)) / steps, us: (1000 * (k.totalMs - (a.get(k.name)?.totalMs ?? 0))) / steps }));

@@ -74,12 +74,17 @@ fn attn_split_combine(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   if (sg == 0u) {
     var m_all = NEG;
     for (var g = 0u; g < CSG; g++) { m_all = max(m_all, cm_sh[g]); }
+    // Each group's weight once (CSG exps, not CSG·(CDT + 1): code a cold dispatch fetches).
+    var w: array<f32, CSG>;
     var l_all = 0.0;
-    for (var g = 0u; g < CSG; g++) { l_all += cl_sh[g] * exp(cm_sh[g] - m_all); }
+    for (var g = 0u; g < CSG; g++) {
+      w[g] = exp(cm_sh[g] - m_all);
+      l_all += cl_sh[g] * w[g];
+    }
     for (var t = 0u; t < CDT; t++) {
       let d = dl + CDL * t;
       var acc = 0.0;
-      for (var g = 0u; g < CSG; g++) { acc += ca_sh[(g * CDT + t) * CDL + dl] * exp(cm_sh[g] - m_all); }
+      for (var g = 0u; g < CSG; g++) { acc += ca_sh[(g * CDT + t) * CDL + dl] * w[g]; }
       if (d < D) {
         o[i * D + d] = acc / l_all;
 #if FOLD

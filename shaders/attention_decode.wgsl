@@ -64,7 +64,8 @@ var<workgroup> dk_sh: array<vec4f, KB * DSV>;
 var<workgroup> dv_sh: array<vec4f, KB * NV>;
 var<workgroup> dp_sh: array<f32, RMAX * KB>; // [row][key]: scores, then probabilities
 var<workgroup> dm_sh: array<f32, DWG>;
-var<workgroup> rm_sh: array<f32, RMAX>;
+var<workgroup> rm_sh: array<f32, RMAX>;     // per row: the running max over the blocks so far,
+var<workgroup> rs_sh: array<f32, RMAX>;     // and what this block rescales the row's sums by
 var<workgroup> lim_sh: array<u32, RMAX>;     // per row: keys below this are visible (causal)
 
 // This lane's share of the K and V rows of keys [j0, min(j0 + KB, hi)) of kv head hk (zeros past hi).
@@ -125,13 +126,12 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
     // Row r is new token (r % rps) / G of its sequence, at position past + that.
     let r = min(lid, R - 1u);
     lim_sh[lid] = select(0u, lengths[params.slot0 + b0 + r / rps] + (r % rps) / G + 1u, lid < R);
+    rm_sh[lid] = NEG;
   }
   let kc = lid % KB;
   let srg = lid / KB;
   let pc = lid % PCL;
   let prg = lid / PCL;
-  var m: array<f32, RMAX>;
-  for (var r = 0u; r < RMAX; r++) { m[r] = NEG; }
   var l: array<f32, RMAX / PGS>;
   var acc: array<vec4f, (RMAX / PGS) * PCPT>;
 
@@ -165,7 +165,8 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
     }
     workgroupBarrier();
     // Block max per row: lane (row lid / XW, x = lid % XW) over keys x, x + XW, ...; then lane r
-    // over row r's XW partials, and every lane reads the rows' maxima (not every row's partials).
+    // over row r's XW partials updates the row's running max in workgroup memory, and each lane
+    // reads only its own rows' (an unrolled pass over every row's is code a cold dispatch fetches).
     var pm = NEG;
     if (lid / XW < R) {
       for (var c = lid % XW; c < KB; c += XW) { pm = max(pm, dp_sh[(lid / XW) * KB + c]); }
@@ -173,28 +174,25 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
     dm_sh[lid] = pm;
     workgroupBarrier();
     if (lid < R) {
-      var mx = NEG;
+      var mx = rm_sh[lid];
       for (var x = 0u; x < XW; x++) { mx = max(mx, dm_sh[lid * XW + x]); }
+      rs_sh[lid] = exp(rm_sh[lid] - mx);
       rm_sh[lid] = mx;
     }
     workgroupBarrier();
-    for (var r = 0u; r < RMAX; r++) {
+    for (var i = 0u; i < RMAX / PGS; i++) {
+      let r = prg + PGS * i;
       if (r < R) {
-        let mx = max(m[r], rm_sh[r]);
-        if (r % PGS == prg) {
-          let a = exp(m[r] - mx);
-          let ri = r / PGS;
-          l[ri] *= a;
-          for (var jj = 0u; jj < PCPT; jj++) { acc[ri * PCPT + jj] *= a; }
-        }
-        m[r] = mx;
+        let a = rs_sh[r];
+        l[i] *= a;
+        for (var jj = 0u; jj < PCPT; jj++) { acc[i * PCPT + jj] *= a; }
       }
     }
     for (var i = 0u; i < RMAX / RGS; i++) {
       let r = srg + RGS * i;
       if (r < R) {
         let sc = dp_sh[r * KB + kc];
-        dp_sh[r * KB + kc] = select(0.0, exp(sc - m[r]), sc > MASKED);
+        dp_sh[r * KB + kc] = select(0.0, exp(sc - rm_sh[r]), sc > MASKED);
       }
     }
     workgroupBarrier();
@@ -219,7 +217,10 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
 #if SPLIT
       let base = (chunk * params.nseq * params.rows * params.hq + row) * (D + 2u);
       if (pc == 0u) {
-        part[base + D] = m[r];
+        // A task of no keys ran no block (and no barrier after rm_sh's start): its max is NEG.
+        var mr = NEG;
+        if (lo < hi) { mr = rm_sh[r]; }
+        part[base + D] = mr;
         part[base + D + 1u] = l[i];
       }
       let inv = 1.0;

@@ -66,41 +66,44 @@ fn dot_l(a: {{LELEM}}, b: {{LELEM}}) -> f32 {
 #endif
 }
 
-// s·Σ_j u[t, which·r + j]·B[col, j] for the projection `which` (0 q, 1 k, 2 v).
-fn lora_delta(which: u32, t: u32, col: u32) -> f32 {
+// Element `at` of the B of projection `which` (0 q, 1 k, 2 v).
+fn b_of(which: u32, at: u32) -> {{LELEM}} {
+  if (which == 0u) {
+    return bq[at];
+  } else if (which == 1u) {
+    return bk[at];
+  }
+  return bv[at];
+}
+
+// s·Σ_j u[t, which·r + j]·B[col, j] for the two columns a thread holds (a rotated pair), in one
+// loop: a decode step fetches this kernel's code cold, so the code is kept short.
+fn lora_delta(which: u32, t: u32, cols: vec2u) -> vec2f {
   let rw = p.r / {{LW}}u;
   let ub = (t * 3u + which) * rw;
-  let bb = col * rw;
-  var s = 0.0;
+  var s = vec2f(0.0);
   for (var j = 0u; j < rw; j++) {
-    var b: {{LELEM}};
-    if (which == 0u) {
-      b = bq[bb + j];
-    } else if (which == 1u) {
-      b = bk[bb + j];
-    } else {
-      b = bv[bb + j];
-    }
-    s += dot_l(u_in[ub + j], b);
+    let u = u_in[ub + j];
+    s += vec2f(dot_l(u, b_of(which, cols.x * rw + j)), dot_l(u, b_of(which, cols.y * rw + j)));
   }
   return select(select(p.sv, p.sk, which == 1u), p.sq, which == 0u) * s;
 }
 #endif
 
-// Projection `which` of row t at index i of its rows, column col of the row (with its LoRA update).
-fn value(which: u32, t: u32, i: u32, col: u32) -> f32 {
-  var x: f32;
+// Projection `which` of row t at indices i of its rows, columns cols of the row (with its LoRA update).
+fn values(which: u32, t: u32, i: vec2u, cols: vec2u) -> vec2f {
+  var x: vec2f;
   if (which == 0u) {
-    x = q_raw[i];
+    x = vec2f(q_raw[i.x], q_raw[i.y]);
   } else if (which == 1u) {
-    x = k_raw[i];
+    x = vec2f(k_raw[i.x], k_raw[i.y]);
   } else {
 #if CACHE
-    x = v[i];
+    x = vec2f(v[i.x], v[i.y]);
 #endif
   }
 #if LORA
-  x += lora_delta(which, t, col);
+  x += lora_delta(which, t, cols);
 #endif
   return x;
 }
@@ -146,8 +149,10 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   let kv = ((slot * p.cap + lengths[slot] + t % p.n) * p.hkv + kvh) * d;
   if (h >= p.hq + p.hkv) {
     let base = (t * p.hkv + kvh) * d;
-    for (var j = lid; j < d; j += WG) {
-      v_cache[kv + j] = to_kv(value(2u, t, base + j, kvh * d + j));
+    for (var j = lid; j < p.half; j += WG) {
+      let x = values(2u, t, vec2u(base + j, base + j + p.half), vec2u(kvh * d + j, kvh * d + j + p.half));
+      v_cache[kv + j] = to_kv(x.x);
+      v_cache[kv + j + p.half] = to_kv(x.y);
     }
     return;
   }
@@ -163,8 +168,9 @@ fn qk_norm_rope(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
   for (var i = 0u; i < PAIRS; i++) {
     let j = lid + i * WG;
     if (j < p.half) {
-      lo[i] = value(which, t, base + j, col + j);
-      hi[i] = value(which, t, base + j + p.half, col + j + p.half);
+      let x = values(which, t, vec2u(base + j, base + j + p.half), vec2u(col + j, col + j + p.half));
+      lo[i] = x.x;
+      hi[i] = x.y;
       ss += lo[i] * lo[i] + hi[i] * hi[i];
     }
   }
