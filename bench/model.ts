@@ -834,17 +834,18 @@ async function main(): Promise<void> {
     // that kernel's dispatches left out (Gpu.startProfiling's omit; the outputs are then wrong,
     // the times are not). A pass per dispatch adds several µs to every dispatch; this does not.
     // Kernels here are compiled variants (one name covers several: a GEMV's layouts and M).
+    // Over the first 16 steps only: every kernel is timed with three alterations, three runs each.
+    const ablateSteps = 16;
     const perStepInStream = async (G: number, alter: StreamAlterations) => {
-      const steps = 16;
       const run = (n: number) => passProfile(gpu, () => gen(G, n), alter);
       const one = [await run(1), await run(1), await run(1)];
-      const all = [await run(steps + 1), await run(steps + 1), await run(steps + 1)];
+      const all = [await run(ablateSteps + 1), await run(ablateSteps + 1), await run(ablateSteps + 1)];
       const perStep = new Map<Kernel, { calls: number; grid: number[] }>();
       for (const [k, d] of all[0].dispatched) {
-        const calls = (d.calls - (one[0].dispatched.get(k)?.calls ?? 0)) / steps;
+        const calls = (d.calls - (one[0].dispatched.get(k)?.calls ?? 0)) / ablateSteps;
         if (calls > 0) perStep.set(k, { calls, grid: d.grid });
       }
-      return { ms: (median(all.map((r) => r.ms)) - median(one.map((r) => r.ms))) / steps, perStep };
+      return { ms: (median(all.map((r) => r.ms)) - median(one.map((r) => r.ms))) / ablateSteps, perStep };
     };
     for (const G of args.includes('--ablate') ? W.samples : []) {
       const full = await perStepInStream(G, {});

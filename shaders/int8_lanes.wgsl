@@ -2,7 +2,8 @@
 // meeting in workgroup memory: a few instructions a lane where quantize_group runs about 250 in one
 // thread. Decode's kernels run a handful of times a step and fetch their code cold each time, so
 // their length costs more than their arithmetic (BENCHMARKS.md). The including shader defines
-// QL_WG, its workgroup size (a multiple of 8), and includes int8_groups (I8_BIAS).
+// QL_WG, its workgroup size (a multiple of 8), and includes int8_groups (the group's rounding,
+// packing and header).
 
 var<workgroup> ql_max: array<f32, QL_WG>;
 var<workgroup> ql_q: array<vec4<i32>, QL_WG>;
@@ -20,22 +21,18 @@ fn quantize_lanes(lid: u32, v: vec4<f32>, live: bool, at: u32) {
   for (var j = 0u; j < 8u; j++) {
     a = max(a, ql_max[first + j]);
   }
-  let inv = select(127.0 / a, 0.0, a == 0.0);
-  ql_q[lid] = vec4<i32>(round(v * inv));
+  ql_q[lid] = vec4<i32>(round(v * group_inv(a)));
   workgroupBarrier();
   // Word `lane` of pack_limb: vec4s 2w and 2w + 1 (w = lane / 2), their even or odd components.
-  let lo = ql_q[first + (lane & ~1u)];
-  let hi = ql_q[first + (lane | 1u)];
-  let even = pack4xI8Clamp(vec4<i32>(lo.x, lo.z, hi.x, hi.z));
-  let odd = pack4xI8Clamp(vec4<i32>(lo.y, lo.w, hi.y, hi.w));
+  let words = pack_pair(ql_q[first + (lane & ~1u)], ql_q[first + (lane | 1u)]);
   if (live) {
-    xq[at + lane / 4u][lane % 4u] = select(even, odd, (lane & 1u) == 1u);
+    xq[at + lane / 4u][lane % 4u] = select(words.x, words.y, (lane & 1u) == 1u);
     if (lane == 0u) {
       var sum = vec4<i32>(0);
       for (var j = 0u; j < 8u; j++) {
         sum += ql_q[first + j];
       }
-      xq[at + 2u] = vec4<u32>(bitcast<u32>(a / 127.0), bitcast<u32>(I8_BIAS - 8i * (sum.x + sum.y + sum.z + sum.w)), 0u, 0u);
+      xq[at + 2u] = group_header(a, sum.x + sum.y + sum.z + sum.w);
     }
   }
   workgroupBarrier(); // a next call may overwrite ql_max and ql_q

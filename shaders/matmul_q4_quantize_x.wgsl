@@ -48,7 +48,7 @@ fn quantize_x2(@builtin(global_invocation_id) gid: vec3u) {
   }
   let v = x_group(i);
   let a = group_absmax(v);
-  let inv = select(127.0 / a, 0.0, a == 0.0);
+  let inv = group_inv(a);
   var qh: array<vec4<i32>, 8>;
   var ql: array<vec4<i32>, 8>;
   for (var j = 0u; j < 8u; j++) {
