@@ -305,8 +305,33 @@ const PREQ = true;
 const PREQ = false;
 #endif
 
+#if ABLATE
+// Measurement only (tools/device/gemvRows.ts --ablate), each a build of its own: ABLATE_W makes
+// the weights' codes from the step's index instead of loading them, ABLATE_ARITH skips the
+// arithmetic (each step's codes still reach the sums, so their loads stay), ABLATE_X makes x's
+// values in registers instead of loading them. Each keeps its loads behind a test no call passes,
+// so that the bindings stay those of the engine's kernel.
+const NEVER = 0xFFFFFFFFu; // an accumulate no call passes
+#endif
+
+// Step s of the 4 rows from rr (ABLATE_W: made up).
+fn step_i8(rr: vec4<u32>, s: u32) -> Step {
+#if ABLATE_W
+  if (params.accumulate != NEVER) {
+    let c = vec4<u32>(s * 0x11111111u) ^ rr;
+    return Step(array<vec4<u32>, 4>(c, c ^ vec4<u32>(1u), c ^ vec4<u32>(2u), c ^ vec4<u32>(3u)), vec4<f32>(f32(s)));
+  }
+#endif
+  return step_at(rr, s);
+}
+
 // Vec4 h of row m's group g0 + gl: staged, or (PREQ) quantize_x's.
 fn xq_at(m: u32, gl: u32, g0: u32, h: u32) -> vec4<u32> {
+#if ABLATE_X
+  if (params.accumulate != NEVER) {
+    return vec4<u32>(gl * 0x01010101u + h + m, gl ^ m, gl + 7u * h, 0x01000000u * h);
+  }
+#endif
 #if PREQ
   return xq_in[(m * (params.k / 32u) + g0 + gl) * 3u + h];
 #else
@@ -350,20 +375,27 @@ fn gemv_rows_i8(
       let gc = min(chunk, groups - k0 / 32u);
       let g0 = k0 / 32u;
       var gl = lane;
-      var cur = step_at(rr, g0 + min(gl, gc - 1u));
+      var cur = step_i8(rr, g0 + min(gl, gc - 1u));
       if (!PREQ) {
         workgroupBarrier(); // the previous chunk's reads (or block's partial sums) are done
         stage_rows_i8(lid, k0, gc);
         workgroupBarrier();
       }
       for (; gl < gc; gl += TPR) {
-        let next = step_at(rr, g0 + min(gl + TPR, gc - 1u));
+        let next = step_i8(rr, g0 + min(gl + TPR, gc - 1u));
         var lo: array<vec4<u32>, 4>;
         var hi: array<vec4<u32>, 4>;
         for (var r = 0u; r < 4u; r++) {
           lo[r] = cur.c[r] & vec4<u32>(LOW_NIBBLES);
           hi[r] = (cur.c[r] >> vec4<u32>(4u)) & vec4<u32>(LOW_NIBBLES);
         }
+#if ABLATE_ARITH
+        if (params.accumulate != NEVER) {
+          a[0] += bitcast<vec4<f32>>(lo[0] ^ hi[0] ^ lo[1] ^ hi[1] ^ lo[2] ^ hi[2] ^ lo[3] ^ hi[3]) * cur.d;
+          cur = next;
+          continue;
+        }
+#endif
         a[0] = rows_i8(a[0], 0u, gl, g0, lo, hi, cur.d);
         a[1] = rows_i8(a[1], 1u, gl, g0, lo, hi, cur.d);
         if (M > 2u) { a[2] = rows_i8(a[2], 2u, gl, g0, lo, hi, cur.d); }
