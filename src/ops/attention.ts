@@ -126,6 +126,14 @@ const MAX_CHUNKS = 64;
 /** Keys per chunk of the default split: many short chunks cost more than they save (each is a
  * workgroup that stages q and writes partials). */
 const KEYS_PER_CHUNK = 256;
+/** Split decode over a shared prefix: each sequence's own keys in at least two chunks of at most
+ * this many keys, and the prefix, which a task reads once for several sequences, in chunks of one
+ * staged block (BENCHMARKS.md, Kernel tuning choices: Attention). */
+const OWN_KEYS_PER_CHUNK = 128;
+const PREFIX_KEYS_PER_CHUNK = 32;
+
+/** Chunks of a sequence's own keys, up to `own` of them, in split decode over a shared prefix. */
+const ownChunksOf = (own: number) => Math.max(2, Math.ceil(own / OWN_KEYS_PER_CHUNK));
 /** The decode kernel takes up to this many rows (n new tokens x G query heads) per kv head. */
 const DECODE_MAX_ROWS = 8;
 /** Rows of a task over a shared prefix: the rows of as many sequences as fit. */
@@ -364,6 +372,15 @@ export class Attention {
     return Math.max(1, Math.min(MAX_CHUNKS, Math.ceil(keys / KEYS_PER_CHUNK)));
   }
 
+  /**
+   * A chunk count for decoding several sequences that share a prefix of `prefix` positions, each
+   * with up to `own` positions of its own (the cache's capacity past the prefix): forwardCached
+   * gives their own keys at least two chunks of at most OWN_KEYS_PER_CHUNK, the prefix the rest.
+   */
+  static sharedDecodeChunks(prefix: number, own: number): number {
+    return Math.min(MAX_CHUNKS, ownChunksOf(own) + Math.ceil(prefix / PREFIX_KEYS_PER_CHUNK));
+  }
+
   /** Binding names of q, k, v, dO for the tiled and decode kernels: their vec4 views when D % 4 == 0. */
   private views(t: Partial<Record<'q' | 'k' | 'v' | 'dout', Tensor>>): Record<string, Tensor> {
     if (this.config.headDim % 4 !== 0) return t as Record<string, Tensor>;
@@ -492,13 +509,13 @@ export class Attention {
     const need = this.splitWorkspaceShape(rows, chunks).reduce((x, y) => x * y);
     if (!Number.isInteger(chunks) || chunks < 1 || chunks > MAX_CHUNKS) throw new ShapeError(op, `chunks ${chunks} outside [1, ${MAX_CHUNKS}]`);
     if (ws.dtype !== 'f32' || ws.numel < need) throw new ShapeError(op, `split workspace '${ws.label}' needs ${need} f32 elements, has ${ws.numel} ${ws.dtype}`);
-    // The shared prefix's share of the chunks, in proportion to the keys a sequence holds when
-    // its cache is full (one sequence reads the prefix once either way: its own chunks cover it).
-    // Not the lengths at recording time: a decode step is recorded once and replayed while each
-    // sequence's own keys grow from none to the capacity's.
+    // Each sequence's own keys take ownChunksOf what its cache holds when full, the shared prefix
+    // the rest (sharedDecodeChunks sizes the count so; one sequence reads the prefix once either
+    // way: its own chunks cover it). Not the lengths at recording time: a decode step is recorded
+    // once and replayed while each sequence's own keys grow from none to the capacity's.
     let prefixChunks = 0;
     if (prefix.length > 0 && chunks > 1 && b.count > 1) {
-      prefixChunks = Math.min(chunks - 1, Math.max(1, Math.round((chunks * prefix.length) / cache.config.capacity)));
+      prefixChunks = chunks - Math.min(chunks - 1, ownChunksOf(cache.config.capacity - prefix.length));
     }
     const ownChunks = chunks - prefixChunks;
     // Prefix tasks take as many sequences' rows as the widest kernel holds; own tasks one sequence's.

@@ -332,8 +332,10 @@ describe('attention over a KV cache', () => {
     await rec.submit();
     inherit(0, all.slice(1));
     expect(Array.from(await gpu.read(cache.lengths))).toEqual(all.map(() => 37));
-    // Unsplit; own chunks only (1); prefix + own chunks (2, 7; 64: most prefix chunks hold 1 key or none).
-    for (const chunks of [undefined, 1, 2, 7, 64]) await step(0, slots, 1, chunks);
+    // Unsplit; own chunks only (1); prefix + own chunks (2, 7; 64: most prefix chunks hold 1 key or
+    // none; generate's count: 2 prefix chunks of 19 keys, the own keys in 2).
+    expect(Attention.sharedDecodeChunks(37, 48 - 37)).toBe(4);
+    for (const chunks of [undefined, 1, 2, 7, 64, Attention.sharedDecodeChunks(37, 48 - 37)]) await step(0, slots, 1, chunks);
     await step(2, 3, 1, 5); // 3 sequences: one prefix task of 6 rows
     await step(5, 1, 1, 3); // one sequence over slot 0's prefix
     await step(0, slots, 2, 4); // n·G = 4 rows a sequence: prefix tasks of 4 sequences
@@ -613,6 +615,14 @@ describe('attention with a shared prefix (a prompt, then its completions)', () =
       expectClose(want, sum, { rtol: 1e-4, atol: 1e-5, what: `${what} vs the copies' sum` });
     }
     releaseAll(t);
+  });
+
+  it('sizes split decode over a shared prefix: chunks of 32 prefix keys, and the own keys in at least 2 of at most 128, 64 in all at most', () => {
+    expect(Attention.sharedDecodeChunks(512, 256)).toBe(18);
+    expect(Attention.sharedDecodeChunks(512, 128)).toBe(18);
+    expect(Attention.sharedDecodeChunks(500, 1000)).toBe(24);
+    expect(Attention.sharedDecodeChunks(1, 1)).toBe(3);
+    expect(Attention.sharedDecodeChunks(4096, 256)).toBe(64);
   });
 
   it("walks a prefix key tile's queries in chunks about an own tile's walk long, at most 8", () => {
