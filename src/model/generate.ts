@@ -24,9 +24,6 @@ export const STEPS_PER_READBACK = 8;
  * oldest (a pause of the host shorter than the queue leaves the GPU busy: BENCHMARKS.md). At most
  * this many batches run past the last stop. */
 export const BATCHES_IN_FLIGHT = 4;
-/** Keys per chunk of one sequence's split decode attention, and the most chunks the kernel takes. */
-const KEYS_PER_CHUNK = 64;
-const MAX_ATTENTION_CHUNKS = 64;
 
 export interface GenerateRequest {
   inputIds: Int32Array;
@@ -105,10 +102,8 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
   const stepPositions = new Tensor(current.buffer, [3, G], 'i32', 'generate.positions', current.byteOffset);
   const stepNumber = new Tensor(current.buffer, [1], 'u32', 'generate.step_number', current.byteOffset + posBytes);
   // Decode attention has only G·Hkv workgroups of work: split each sequence's keys into chunks,
-  // the shared prompt's apart from the samples' own (BENCHMARKS.md, Kernel tuning choices:
-  // Attention); one chunk's worth of keys takes the unsplit kernel, one dispatch a layer.
-  const keys = T + r.maxNewTokens;
-  const chunks = keys <= KEYS_PER_CHUNK ? 1 : G > 1 ? Attention.sharedDecodeChunks(T, r.maxNewTokens) : Math.min(MAX_ATTENTION_CHUNKS, Math.ceil(keys / KEYS_PER_CHUNK));
+  // the shared prompt's apart from the samples' own (BENCHMARKS.md, Kernel tuning choices: Attention).
+  const chunks = Attention.generateChunks(T, r.maxNewTokens, G);
   const splitWs = gpu.tensor(decoder.ops.attention.splitWorkspaceShape(G, chunks), 'f32', 'generate.attention_split');
   const stop = new Set(r.stopIds);
   // Steps 2 on record the same commands as step 1: they replay its tape (Recorder.capture).

@@ -126,6 +126,9 @@ const MAX_CHUNKS = 64;
 /** Keys per chunk of the default split: many short chunks cost more than they save (each is a
  * workgroup that stages q and writes partials). */
 const KEYS_PER_CHUNK = 256;
+/** Generation's split decode of one sequence: keys per chunk; a context of at most this many
+ * keys takes the unsplit kernel, one dispatch a layer (generateChunks). */
+const GENERATE_KEYS_PER_CHUNK = 64;
 /** Split decode over a shared prefix: each sequence's own keys in at least two chunks of at most
  * this many keys, and the prefix, which a task reads once for several sequences, in chunks of one
  * staged block (BENCHMARKS.md, Kernel tuning choices: Attention). */
@@ -379,6 +382,16 @@ export class Attention {
    */
   static sharedDecodeChunks(prefix: number, own: number): number {
     return Math.min(MAX_CHUNKS, ownChunksOf(own) + Math.ceil(prefix / PREFIX_KEYS_PER_CHUNK));
+  }
+
+  /**
+   * The chunk count generation decodes with: `sequences` samples of a `prompt`-position prompt
+   * (shared when more than one) and up to `newTokens` positions each.
+   */
+  static generateChunks(prompt: number, newTokens: number, sequences: number): number {
+    const keys = prompt + newTokens;
+    if (keys <= GENERATE_KEYS_PER_CHUNK) return 1;
+    return sequences > 1 ? Attention.sharedDecodeChunks(prompt, newTokens) : Math.min(MAX_CHUNKS, Math.ceil(keys / GENERATE_KEYS_PER_CHUNK));
   }
 
   /** Binding names of q, k, v, dO for the tiled and decode kernels: their vec4 views when D % 4 == 0. */

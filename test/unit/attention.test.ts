@@ -617,12 +617,16 @@ describe('attention with a shared prefix (a prompt, then its completions)', () =
     releaseAll(t);
   });
 
-  it('sizes split decode over a shared prefix: chunks of 32 prefix keys, and the own keys in at least 2 of at most 128, 64 in all at most', () => {
+  it('sizes split decode over a shared prefix: chunks of 32 prefix keys, and the own keys in at least 2 of at most 128, 64 in all at most; and generation\'s', () => {
     expect(Attention.sharedDecodeChunks(512, 256)).toBe(18);
     expect(Attention.sharedDecodeChunks(512, 128)).toBe(18);
     expect(Attention.sharedDecodeChunks(500, 1000)).toBe(24);
     expect(Attention.sharedDecodeChunks(1, 1)).toBe(3);
     expect(Attention.sharedDecodeChunks(4096, 256)).toBe(64);
+    // Generation: unsplit up to 64 keys; one sequence in chunks of 64; several over their shared prompt.
+    expect(Attention.generateChunks(40, 24, 8)).toBe(1);
+    expect(Attention.generateChunks(512, 256, 1)).toBe(12);
+    expect(Attention.generateChunks(512, 256, 8)).toBe(18);
   });
 
   it("walks a prefix key tile's queries in chunks about an own tile's walk long, at most 8", () => {
