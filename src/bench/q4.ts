@@ -6,6 +6,15 @@ import type { LmHead } from '../ops/logprob';
 import { allocQ4, q4Words, type MatmulQ4, type Q4Weight } from '../ops/matmulQ4';
 import type { Filler } from './fill';
 
+/** Qwen3-VL-2B's decoder weights as a decode step's GEMVs take them: o_proj, joined q/k/v, joined
+ * gate/up, down_proj ([N, K]). */
+export const DECODER_GEMV_SHAPES: readonly [number, number][] = [
+  [2048, 2048],
+  [4096, 2048],
+  [12288, 2048],
+  [2048, 6144],
+];
+
 /** Bytes a Q4 weight [n, k] occupies (codes and scales). */
 export function q4Bytes(n: number, k: number): number {
   const w = q4Words(n, k);

@@ -220,6 +220,8 @@ const NONE: GemvCall = {};
 /** Whether a call of m rows on a plan reads x as int8 groups (quantize_x's; one row takes two limbs,
  * quantize_x2's, on every int8 layout). */
 const readsGroups = (plan: GemvPlan, m: number) => plan.int8 && (m === 1 || plan.preq);
+/** Workgroups of a GEMV on n rows of W: one a row block, at most `persist` with a persistent grid. */
+const gridOf = (plan: GemvPlan, n: number) => Math.min(Math.ceil(n / plan.rowsPerGroup), plan.persist > 0 ? plan.persist : Infinity);
 const INT8: GemvCall = { int8: true };
 
 /** A LoRA update the GEMV adds as it stores y: y += s·u·Bᵀ, with u [M, r] the sum of `perRow`
@@ -455,8 +457,7 @@ export class MatmulQ4 {
       return;
     }
     const plan = this.plan(this.layoutFor(m, w.n, w.k, int8), w.k);
-    const blocks = Math.ceil(w.n / plan.rowsPerGroup);
-    const groups = plan.persist > 0 ? Math.min(blocks, plan.persist) : blocks;
+    const groups = gridOf(plan, w.n);
     const [split1, split2] = splitsOf(op, parts, w.n);
     if (given) {
       if (!readsGroups(plan, m)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}]) does not take x as int8 groups (takesQuantizedX)`);
@@ -464,10 +465,7 @@ export class MatmulQ4 {
     }
     const xq = given ?? (readsGroups(plan, m) ? this.quantize(rec, x, m, w.k) : null);
     if (!lora) {
-      // At 2..loraMaxRows rows a decoder weight takes its layout's epilogue kernel at rank 0, so
-      // that a decode step streams its weights through one GEMV pipeline: a second one cost the
-      // step more than the epilogue saves (BENCHMARKS.md, Kernel tuning choices).
-      const shared = m >= 2 && m <= this.loraMaxRows && w.n <= HEAD_N ? this.loraKernel(plan, m) : null;
+      const shared = this.sharedEpilogue(plan, m, w.n);
       const kernel = shared ?? (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
       if (shared) bind.lora_parts = bind.lora_b = (this.rankZero ??= this.gpu.tensor([4], 'f32', 'matmul_q4.rank_zero'));
@@ -602,6 +600,23 @@ export class MatmulQ4 {
   takesLora(m: number, w: Q4Weight, r: number, perRow: number, int8: boolean): boolean {
     if (m < 1 || m > this.loraMaxRows || m * r > LORA_MAX || m * perRow * r > Q4_TUNING.loraMaxPartials) return false;
     return this.loraKernel(this.plan(this.layoutFor(m, w.n, w.k, int8), w.k), m) !== null;
+  }
+
+  /** The epilogue kernel at rank 0 that a gemv of m rows on n rows of W without an adapter takes,
+   * or null: at 2..loraMaxRows rows a decoder weight takes it, so that a decode step streams its
+   * weights through one GEMV pipeline; a second one cost the step more than the epilogue saves
+   * (BENCHMARKS.md, Kernel tuning choices). */
+  private sharedEpilogue(plan: GemvPlan, m: number, n: number): Kernel | null {
+    return m >= 2 && m <= this.loraMaxRows && n <= HEAD_N ? this.loraKernel(plan, m) : null;
+  }
+
+  /**
+   * The kernel a gemv of m rows on w without an adapter dispatches, as its spec, and its grid's
+   * workgroups: for tools that build variants of it (tools/device/gemvRows.ts).
+   */
+  gemvSpec(m: number, w: Q4Weight, int8: boolean): { spec: KernelSpec; groups: number } {
+    const plan = this.plan(this.layoutFor(m, w.n, w.k, int8), w.k);
+    return { spec: plan.spec(m, this.sharedEpilogue(plan, m, w.n) !== null), groups: gridOf(plan, w.n) };
   }
 
   private loraKernel(plan: GemvPlan, m: number): Kernel | null {

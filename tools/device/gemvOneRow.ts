@@ -9,20 +9,12 @@ import { createNodeGpu } from '../../src/node/gpu';
 import { int8GroupWords, MatmulQ4, type GemvShape } from '../../src/ops/matmulQ4';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
-import { q4Bytes, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
+import { DECODER_GEMV_SHAPES, q4Bytes, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import type { Recorder } from '../../src/gpu';
 
 const QUICK = process.argv.includes('--quick');
-// Qwen3-VL-2B: o_proj, joined q/k/v, gate (one part), joined gate/up, down_proj.
-const SHAPES: [number, number][] = QUICK
-  ? [[256, 512]]
-  : [
-      [2048, 2048],
-      [4096, 2048],
-      [6144, 2048],
-      [12288, 2048],
-      [2048, 6144],
-    ];
+// The decoder's weights, and gate alone (one part of the joined gate/up).
+const SHAPES = QUICK ? [[256, 512]] : [...DECODER_GEMV_SHAPES, [6144, 2048]];
 const F32: (GemvShape | undefined)[] = [
   undefined, // the default choice
   { threadsPerRow: 64, groups: 4 },

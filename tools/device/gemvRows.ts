@@ -10,25 +10,16 @@
 // --quick: one small shape, two copies (a check on software Vulkan).
 import { createNodeGpu } from '../../src/node/gpu';
 import { int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
-import { gemvLayout } from '../../src/ops/matmulQ4Tuning';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
-import { q4Bytes, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
+import { DECODER_GEMV_SHAPES, q4Bytes, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { grid1d } from '../../src/gpu/grid';
 import type { Kernel, Recorder, Tensor } from '../../src/gpu';
 import type { Q4Weight } from '../../src/ops/matmulQ4';
 
 const QUICK = process.argv.includes('--quick');
 const ABLATE = process.argv.includes('--ablate');
-// Qwen3-VL-2B: o_proj, joined q/k/v, joined gate/up, down_proj.
-const SHAPES: [number, number][] = QUICK
-  ? [[256, 512]]
-  : [
-      [2048, 2048],
-      [4096, 2048],
-      [12288, 2048],
-      [2048, 6144],
-    ];
+const SHAPES = QUICK ? [[256, 512]] : DECODER_GEMV_SHAPES;
 const ROWS = QUICK ? [8] : [2, 8];
 // Each ablation's build: its define beside ABLATE.
 const ABLATIONS: [string, string][] = [
@@ -37,8 +28,6 @@ const ABLATIONS: [string, string][] = [
   ['no arithmetic', 'ABLATE_ARITH'],
   ['no x loads', 'ABLATE_X'],
 ];
-// The int8 GEMV's params struct (shaders/matmul_q4_gemv_rows.wgsl), in order.
-const UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
 
 const gpu = await createNodeGpu({ dawnFlags: ['disable-dawn-features=timestamp_quantization'] });
 const fill = await Filler.create(gpu);
@@ -47,23 +36,13 @@ const rankZero = gpu.tensor([4], 'f32', 'rank_zero');
 const us = (ms: number) => (1000 * ms).toFixed(2);
 let failed = false;
 
-/** The engine's kernel for m rows on [n, k], built with `ablate` (a define; '': the whole kernel):
- * the layout's pipeline constants as matmulQ4.ts sets them for x from quantize_x, with the LoRA
- * epilogue at rank 0 (the decoder's GEMVs of a few rows run that kernel). */
-function ablationKernel(m: number, n: number, k: number, ablate: string): { kernel: Kernel; groups: number } {
-  const g = gemvLayout(m, n, k, true);
-  if (!g.preq || g.persist) throw new Error(`gemvRows --ablate: the layout for ${m} rows of [${n}, ${k}] is not the int8 one it knows (${JSON.stringify(g)})`);
-  const TPR = Math.min(g.threadsPerRow, 2 ** Math.ceil(Math.log2(k / 32)));
-  const TG = g.groups;
-  const kernel = gpu.kernelNow({
-    name: `matmul_q4.gemv_ablate${ablate}`,
-    shader: 'matmul_q4_gemv_rows',
-    entry: 'gemv_rows_i8',
-    uniforms: UNIFORMS,
-    constants: { TPR, TG, PERSIST: 0, M: m, XS: TPR * TG * m, XQ: 1 },
-    defines: { LORA: true, PREQ: true, ABLATE: true, ...(ablate ? { [ablate]: true } : {}) },
-  });
-  return { kernel, groups: Math.ceil(n / (4 * TG)) };
+/** The engine's kernel for m rows on w (MatmulQ4.gemvSpec), built with `ablate` (a define; '': the
+ * whole kernel), and its grid. */
+function ablationKernel(m: number, w: Q4Weight, ablate: string): { kernel: Kernel; groups: number; epilogue: boolean } {
+  const { spec, groups } = mm.gemvSpec(m, w, true);
+  if (spec.entry !== 'gemv_rows_i8' || !spec.defines?.PREQ) throw new Error(`gemvRows --ablate: ${m} rows of [${w.n}, ${w.k}] do not run the int8 kernel on x from quantize_x (${spec.entry})`);
+  const kernel = gpu.kernelNow({ ...spec, name: `${spec.name}_ablate${ablate}`, defines: { ...spec.defines, ABLATE: true, ...(ablate ? { [ablate]: true } : {}) } });
+  return { kernel, groups, epilogue: spec.defines.LORA === true };
 }
 
 // The list twice: the first pass runs while the GPU's clocks rise; the second is printed.
@@ -87,9 +66,9 @@ for (const pass of QUICK ? [1] : [0, 1]) {
       };
       const parts = [`engine ${await time((r, w) => mm.gemv(r, x, w, y, false, { int8: true, xq }))}`];
       if (ABLATE) {
-        const dispatch = (r: Recorder, build: { kernel: Kernel; groups: number }, w: Q4Weight, out: Tensor) =>
-          r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, lora_parts: rankZero, lora_b: rankZero, xq_in: xq }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0 });
-        const builds = ABLATIONS.map(([, define]) => ablationKernel(m, n, k, define));
+        const dispatch = (r: Recorder, build: ReturnType<typeof ablationKernel>, w: Q4Weight, out: Tensor) =>
+          r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, xq_in: xq, ...(build.epilogue ? { lora_parts: rankZero, lora_b: rankZero } : {}) }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0 });
+        const builds = ABLATIONS.map(([, define]) => ablationKernel(m, ws[0], define));
         const whole = gpu.tensor([m, n], 'f32', 'y_ablate');
         const check = gpu.recorder('check');
         mm.gemv(check, x, ws[0], y, false, { int8: true, xq });
