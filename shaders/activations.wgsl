@@ -28,11 +28,7 @@ fn flat_index(wid: vec3u, nwg: vec3u, lid: u32) -> u32 {
   return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
-fn sigmoid(z: f32) -> f32 {
-  let e = exp(-abs(z));
-  let s = 1.0 / (1.0 + e);
-  return select(e * s, s, z >= 0.0);
-}
+#include sigmoid
 
 // Φ(x), the standard normal CDF, through erfc(|x|/√2) (Chebyshev fit, relative error < 1.2e-7),
 // so the left tail keeps its relative precision instead of cancelling in 1 + erf.

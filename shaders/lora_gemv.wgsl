@@ -224,12 +224,7 @@ fn up_dot(g: u32, t: u32, col: u32, width: u32) -> f32 {
 }
 
 #if SWIGLU
-// As shaders/activations.wgsl (exp of non-positive arguments only), so act matches swiglu_fwd.
-fn sigmoid(z: f32) -> f32 {
-  let e = exp(-abs(z));
-  let s = 1.0 / (1.0 + e);
-  return select(e * s, s, z >= 0.0);
-}
+#include sigmoid
 #endif
 
 #if PARTS
