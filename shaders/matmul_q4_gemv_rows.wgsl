@@ -1,8 +1,6 @@
 // GEMV for 2 to 8 rows of x: y[m, n] (+)= Σ_k x[m, k] W[n, k] (decode of a few sequences),
 // in f32 (gemv_rows) or with x as int8 groups (gemv_rows_i8). The thread layout and code unpacking
 // are q4_gemv_common.wgsl's; y may be a joined weight's parts stored apart (q4_joined_parts.wgsl).
-// gemv_rows_i8 with SWIGLU is decode's gate/up product with the SwiGLU after it in its epilogue
-// (the section at the end).
 
 struct Params {
   m: u32,          // rows of x (M, also a pipeline constant)
@@ -13,8 +11,7 @@ struct Params {
   split2: u32,
   lora_r: u32,     // LORA: the adapter's rank,
   lora_np: u32,    // partials of u per row of x,
-  lora_s: f32,     // and its scale alpha / r (SWIGLU: gate's adapter's)
-  lora_s2: f32,    // SWIGLU: up's adapter's scale
+  lora_s: f32,     // and its scale alpha / r
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -369,12 +366,8 @@ fn gemv_rows_i8(
 #if LORA
   lora_gather(lid, TPR * TG, M);
 #endif
-#if SWIGLU
-  // The epilogue's adapter factors, requested now so that they arrive during the weight stream.
-  let pre = sw_prefetch(rb.x, lid);
-#endif
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
-    let row0 = block_row0(blk, tg);
+    let row0 = (blk * TG + tg) * 4u;
     let rr = block_rows(row0, groups);
     var a = array<vec4<f32>, 8>();
     let chunk = select(XQ, groups, PREQ);
@@ -414,210 +407,6 @@ fn gemv_rows_i8(
         cur = next;
       }
     }
-#if SWIGLU
-    store_swiglu(blk, tg, lane, lid, a, pre);
-#else
     store_rows(blk, tg, lane, lid, a);
-#endif
   }
 }
-
-// The first of the 4 rows of W that row block tg of workgroup block blk takes.
-fn block_row0(blk: u32, tg: u32) -> u32 {
-#if SWIGLU
-  let h = TG / 2u;
-  return select(0u, params.n / 2u, tg >= h) + (blk * h + tg % h) * 4u;
-#else
-  return (blk * TG + tg) * 4u;
-#endif
-}
-
-#if SWIGLU
-// ---- gate/up with the SwiGLU in the epilogue (decode of 2 to 8 sequences) ------------------------
-// W is gate and up joined, [2·half, K]; a workgroup takes act's columns c0 = 2·TG·blk .. c0 + 2·TG:
-// its first TG/2 row blocks the gate rows c0.., its last TG/2 the up rows half + c0... Its epilogue
-// does what the SwiGLU dispatch after the GEMV did (lora_gemv.wgsl, lora_up with SWIGLU, FOLD and
-// QUANT), so that dispatch and its barrier leave the step; the adapters' factors it reads are
-// requested before the weight stream (sw_prefetch), not after it:
-//   gate, up += s·u·Bᵀ (the adapters' up products, u [M, 2r] from their down dispatch), act =
-//   silu(gate)·up into y [M, half], act as int8 groups into xq_out (the form down_proj's GEMV
-//   reads), and down_proj's adapter's partial u over these columns into fold_parts [M, half/cols, r].
-@group(0) @binding(8) var<storage, read> lora_b2: array<f32>;             // up's lora_B.weight [half, r] (gate's: lora_b)
-@group(0) @binding(9) var<storage, read> fold_a: array<f32>;              // down_proj's lora_A.weight [r, half]
-@group(0) @binding(10) var<storage, read_write> fold_parts: array<f32>;   // [M, half / cols, r]
-@group(0) @binding(11) var<storage, read_write> xq_out: array<vec4<u32>>; // act as int8 groups
-
-#include sigmoid
-
-const SW_PER: u32 = 8u; // outputs a thread sums at most: 4·M ≤ SW_PER·TPR (the host checks)
-// The adapter factors a thread requests at the start, at most (the host checks r ≤ 2·TPR and
-// M·r ≤ TPR·TG / 2): B of gate and up over the workgroup's 4TG rows (4TG·r), down_proj's A over its
-// 2TG columns (2TG·r), u (M·2r).
-const SW_B: u32 = 8u;
-const SW_A: u32 = 4u;
-
-// Where the epilogue keeps its values in rows_mem (f32 indices), once the partial sums are read:
-// v, the outputs [M, 4TG] (gate's 2TG columns, then up's; act replaces gate's); u [M, 2r]; B of
-// the 4TG rows [4TG, r] (gate's rows, then up's); down_proj's A over the 2TG columns [r, 2TG].
-fn sw_u_at() -> u32 {
-  return M * 4u * TG;
-}
-fn sw_b_at() -> u32 {
-  return sw_u_at() + M * 2u * params.lora_r;
-}
-fn sw_a_at() -> u32 {
-  return sw_b_at() + 4u * TG * params.lora_r;
-}
-
-fn sw_get(i: u32) -> f32 {
-  return bitcast<f32>(rows_mem[i / 4u][i % 4u]);
-}
-
-fn sw_set(i: u32, v: f32) {
-  rows_mem[i / 4u][i % 4u] = bitcast<u32>(v);
-}
-
-struct SwPre {
-  b: array<f32, SW_B>,
-  a: array<f32, SW_A>,
-  u: f32,
-}
-
-// Element e of the workgroup's B (gate's rows then up's, [4TG, r]) and of its A slice [r, 2TG].
-fn sw_b_elem(blk: u32, e: u32) -> f32 {
-  let r = params.lora_r;
-  let lr = e / r; // row of the workgroup's 4TG
-  let col = blk * 2u * TG + lr % (2u * TG);
-  if (lr < 2u * TG) {
-    return lora_b[col * r + e % r];
-  }
-  return lora_b2[col * r + e % r];
-}
-
-fn sw_prefetch(blk: u32, lid: u32) -> SwPre {
-  let wg = TPR * TG;
-  let r = params.lora_r;
-  let half = params.n / 2u;
-  var pre: SwPre;
-  for (var i = 0u; i < SW_B; i++) {
-    let e = lid + i * wg;
-    if (e < 4u * TG * r) {
-      pre.b[i] = sw_b_elem(blk, e);
-    }
-  }
-  for (var i = 0u; i < SW_A; i++) {
-    let e = lid + i * wg;
-    if (e < 2u * TG * r) {
-      pre.a[i] = fold_a[(e / (2u * TG)) * half + blk * 2u * TG + e % (2u * TG)];
-    }
-  }
-  if (lid < M * 2u * r) {
-    pre.u = lora_parts[lid];
-  }
-  return pre;
-}
-
-fn store_swiglu(blk: u32, tg: u32, lane: u32, lid: u32, a: array<vec4<f32>, 8>, pre: SwPre) {
-  let wg = TPR * TG;
-  let cols = 2u * TG;              // act's columns of this workgroup
-  let half = params.n / 2u;
-  let r = params.lora_r;
-  let c0 = blk * cols;
-  workgroupBarrier();
-  let o = tg * M;
-  rows_mem[partial_at(o, lane)] = bitcast<vec4<u32>>(a[0]);
-  rows_mem[partial_at(o + 1u, lane)] = bitcast<vec4<u32>>(a[1]);
-  if (M > 2u) { rows_mem[partial_at(o + 2u, lane)] = bitcast<vec4<u32>>(a[2]); }
-  if (M > 3u) { rows_mem[partial_at(o + 3u, lane)] = bitcast<vec4<u32>>(a[3]); }
-  if (M > 4u) { rows_mem[partial_at(o + 4u, lane)] = bitcast<vec4<u32>>(a[4]); }
-  if (M > 5u) { rows_mem[partial_at(o + 5u, lane)] = bitcast<vec4<u32>>(a[5]); }
-  if (M > 6u) { rows_mem[partial_at(o + 6u, lane)] = bitcast<vec4<u32>>(a[6]); }
-  if (M > 7u) { rows_mem[partial_at(o + 7u, lane)] = bitcast<vec4<u32>>(a[7]); }
-  workgroupBarrier();
-  // A thread an output (as store_rows): its lanes' sum, held until every partial is read.
-  var v: array<f32, SW_PER>;
-  for (var i = 0u; i < SW_PER; i++) {
-    let it = lid + i * wg;
-    if (it < TG * M * 4u) {
-      var sum = 0.0;
-      for (var l = 0u; l < TPR; l++) {
-        sum += bitcast<f32>(rows_mem[partial_at(it / 4u, l)][it % 4u]);
-      }
-      v[i] = sum;
-    }
-  }
-  workgroupBarrier();
-  // The prefetched factors into their places.
-  for (var i = 0u; i < SW_B; i++) {
-    let e = lid + i * wg;
-    if (e < 4u * TG * r) {
-      sw_set(sw_b_at() + e, pre.b[i]);
-    }
-  }
-  for (var i = 0u; i < SW_A; i++) {
-    let e = lid + i * wg;
-    if (e < 2u * TG * r) {
-      sw_set(sw_a_at() + e, pre.a[i]);
-    }
-  }
-  if (lid < M * 2u * r) {
-    sw_set(sw_u_at() + lid, pre.u);
-  }
-  workgroupBarrier();
-  // Each output with its adapter's update, s·u·Bᵀ, at v[m·4TG + its row of the workgroup's 4TG].
-  for (var i = 0u; i < SW_PER; i++) {
-    let it = lid + i * wg;
-    if (it < TG * M * 4u) {
-      let j = it / 4u;
-      let m = j % M;
-      let tgj = j / M;
-      let up = select(0u, 1u, tgj >= TG / 2u);
-      let lr = up * cols + (tgj % (TG / 2u)) * 4u + it % 4u;
-      let ub = sw_u_at() + m * 2u * r + up * r;
-      let bb = sw_b_at() + lr * r;
-      var d = 0.0;
-      for (var q = 0u; q < r; q++) {
-        d += sw_get(ub + q) * sw_get(bb + q);
-      }
-      sw_set(m * 4u * TG + lr, v[i] + select(params.lora_s, params.lora_s2, up == 1u) * d);
-    }
-  }
-  workgroupBarrier();
-  // act = silu(gate)·up, stored and kept in the gate's place.
-  for (var it = lid; it < M * cols; it += wg) {
-    let m = it / cols;
-    let c = it % cols;
-    let g = sw_get(m * 4u * TG + c);
-    let act = g * sigmoid(g) * sw_get(m * 4u * TG + cols + c);
-    y[m * half + c0 + c] = act;
-    sw_set(m * 4u * TG + c, act);
-  }
-  workgroupBarrier();
-  // act's groups of 32 as int8, a thread a group; down_proj's partial u, a thread a (row, rank).
-  let groups = cols / 32u;
-  for (var it = lid; it < M * groups; it += wg) {
-    let m = it / groups;
-    let g = it % groups;
-    var vals: array<vec4<f32>, 8>;
-    for (var q = 0u; q < 8u; q++) {
-      vals[q] = bitcast<vec4<f32>>(rows_mem[(m * 4u * TG + 32u * g) / 4u + q]);
-    }
-    let words = quantize_group(vals);
-    let at = 3u * (m * (half / 32u) + c0 / 32u + g);
-    xq_out[at] = words[0];
-    xq_out[at + 1u] = words[1];
-    xq_out[at + 2u] = words[2];
-  }
-  for (var it = lid; it < M * r; it += wg) {
-    let m = it / r;
-    let j = it % r;
-    var s = vec4<f32>(0.0);
-    for (var c = 0u; c < cols; c += 4u) {
-      let x4 = bitcast<vec4<f32>>(rows_mem[(m * 4u * TG + c) / 4u]);
-      let ai = sw_a_at() + j * cols + c;
-      s += x4 * vec4<f32>(sw_get(ai), sw_get(ai + 1u), sw_get(ai + 2u), sw_get(ai + 3u));
-    }
-    fold_parts[(m * (half / cols) + blk) * r + j] = s.x + s.y + s.z + s.w;
-  }
-}
-#endif

@@ -376,11 +376,7 @@ export class Decoder {
     const { projection } = this.ops;
     const call = { int8, scratch: lora?.scratch };
     const outs = this.products(lora, [[w.gate, b.gate, 'gate'], [w.up, b.up, 'up']]);
-    const norm = { weight: w.postAttentionNorm, eps: this.config.rmsNormEps };
-    // h += down(silu(gate)·up): the residual add is the down projection's accumulate.
-    const downOut = output ? this.products(lora, [[w.down, h, 'down']])[0] : null;
-    if (downOut && !b.rstd && projection.normSwigluDown(rec, h, norm, b.xn, outs, b.act, downOut, call)) return;
-    const gemv = projection.normProject(rec, h, { ...norm, rstd: b.rstd }, b.xn, outs, call);
+    const gemv = projection.normProject(rec, h, { weight: w.postAttentionNorm, eps: this.config.rmsNormEps, rstd: b.rstd }, b.xn, outs, call);
     const downP = lora?.params.down;
     if (!output) {
       if (gemv) throw new ShapeError('decoder.mlp', 'a block without its output keeps u for a backward: not on the LoRA GEMV path');
@@ -389,7 +385,9 @@ export class Decoder {
       if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), { dropout: d?.p, seed: d?.seed('down'), uKept: lora!.uKept });
       return;
     }
-    projection.swigluDown(rec, gemv, b, downOut!, { ...call, accumulate: true });
+    // h += down(silu(gate)·up): the residual add is the down projection's accumulate.
+    const [downOut] = this.products(lora, [[w.down, h, 'down']]);
+    projection.swigluDown(rec, gemv, b, downOut, { ...call, accumulate: true });
   }
 
   /**

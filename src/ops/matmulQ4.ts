@@ -2,7 +2,7 @@
 // (≤ 8 rows) or tiled GEMM, dX = dY·W for backward through a frozen weight, and row gather from a
 // 4-bit embedding. The layout choices are matmulQ4Tuning.ts's table.
 import { grid1d, MissingFeatureError, ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, Tensor } from '../gpu';
-import { DEFAULT_GEMM, gemmSplitOf, gemvLayout, gemvLayouts, HEAD_N, Q4_TUNING, SWIGLU_GEMV } from './matmulQ4Tuning';
+import { DEFAULT_GEMM, gemmSplitOf, gemvLayout, gemvLayouts, HEAD_N, Q4_TUNING } from './matmulQ4Tuning';
 
 export { DEFAULT_GEMM, DEFAULT_GEMV } from './matmulQ4Tuning';
 
@@ -161,8 +161,6 @@ interface GemvPlan {
   /** One row with its RMSNorm (GemvNorm), by the adapters whose down products it writes (0 to 3);
    * null: this layout does not take it. */
   normKernels: (Kernel | null | undefined)[];
-  /** Lanes a block of 4 rows of W (the layout's, capped at the groups a row has). */
-  lanes: number;
   /** The kernel of one row with its norm and `adapters` down products (GemvCall.norm). */
   normSpec: (adapters: number) => KernelSpec;
   rowsPerGroup: number;
@@ -175,7 +173,7 @@ interface GemvPlan {
 
 // The params struct of each kernel file, in order.
 const GEMV_UNIFORMS = { n: 'u32', k: 'u32', accumulate: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', eps: 'f32', down_r: 'u32', down_rows: 'u32' } as const;
-const GEMV_ROWS_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', lora_s2: 'f32' } as const;
+const GEMV_ROWS_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
 const QUANTIZE_X_UNIFORMS = { m: 'u32', k: 'u32' } as const;
 const GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', k_chunk: 'u32' } as const;
 const SPLIT_SUM_UNIFORMS = { m: 'u32', n: 'u32', chunks: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
@@ -185,7 +183,7 @@ const GATHER_UNIFORMS = { tokens: 'u32', n: 'u32', k: 'u32' } as const;
 const LORA_BYTES = 3 * 512 * 4;
 /** Most rows of x times rank the epilogue holds (LORA_MAX). */
 const LORA_MAX = 512;
-const NO_LORA = { lora_r: 0, lora_np: 0, lora_s: 0, lora_s2: 0 } as const;
+const NO_LORA = { lora_r: 0, lora_np: 0, lora_s: 0 } as const;
 const NO_NORM = { eps: 0, down_r: 0, down_rows: 0 } as const;
 /** Storage buffers of the one-row GEMV with its norm: codes, scales, x, y, the norm's weight, and
  * with adapters their A and u. */
@@ -218,32 +216,6 @@ export interface GemvNorm {
   down?: { A: readonly Tensor[]; r: number; u: Tensor };
 }
 const NONE: GemvCall = {};
-
-/** Columns of act a workgroup of gemvSwiglu takes: LoraGemv's fold partials are per 64 columns. */
-export const SWIGLU_COLS = 2 * SWIGLU_GEMV.groups;
-/** Outputs a thread of gemvSwiglu sums (SW_PER in shaders/matmul_q4_gemv_rows.wgsl). */
-const SWIGLU_PER = 8;
-/** gemvSwiglu's storage buffers: codes, scales, x, act, u, the two B, down's A, its partials, and
- * x and act as int8 groups. */
-const SWIGLU_BUFFERS = 11;
-
-/** What gemvSwiglu does beside the product: gate/up's adapters, the SwiGLU, and what down_proj's
- * GEMV and adapter take from act. */
-export interface GemvSwiglu {
-  /** u [M, 2r]: gate's then up's adapter's down products (LoraGemv.down over the two). */
-  u: Tensor;
-  /** lora_B.weight of gate and of up, [half, r] each. */
-  B: readonly [Tensor, Tensor];
-  r: number;
-  /** alpha / r of gate's and of up's adapter. */
-  scales: readonly [number, number];
-  /** down_proj's adapter (its rank r too): lora_A.weight [r, half], and the partials of its u =
-   * act·Aᵀ it receives, [M, half / SWIGLU_COLS, r] (LoraGemv.upFromParts' and the GEMV
-   * epilogue's input). */
-  fold: { A: Tensor; parts: Tensor };
-  /** Receives act as int8 groups (int8GroupWords' layout): down_proj's GemvCall.xq. */
-  xqOut: Tensor;
-}
 
 /** Whether a call of m rows on a plan reads x as int8 groups (quantize_x's; one row takes two limbs,
  * quantize_x2's, on every int8 layout). */
@@ -290,9 +262,6 @@ export class MatmulQ4 {
 
   /** 2..8 rows of x take the int8 layouts (when no layout is fixed); set by create. */
   private int8 = false;
-
-  /** gemvSwiglu's kernels by K and M (null: does not fit this device). */
-  private readonly swiglu = new Map<number, (Kernel | null | undefined)[]>();
 
   /** quantize_x's output for the PREQ layouts, grown on first use to the largest call's. */
   private xq: Tensor | null = null;
@@ -430,7 +399,7 @@ export class MatmulQ4 {
     };
     // Bad shapes and limits throw here, at planning, not at the first call.
     for (let m = 1; m <= GEMV_MAX_ROWS; m++) spec(m, false);
-    const plan = { spec, kernels: [], normKernels: [], normSpec, lanes: TPR, rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false, int8: shape.int8 ?? false };
+    const plan = { spec, kernels: [], normKernels: [], normSpec, rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false, int8: shape.int8 ?? false };
     byK.set(k, plan);
     return plan;
   }
@@ -523,74 +492,8 @@ export class MatmulQ4 {
       lora_r: r,
       lora_np: perRow,
       lora_s: scale,
-      lora_s2: 0,
       ...NO_NORM,
     });
-  }
-
-  /** Whether gemvSwiglu takes m rows on the joined gate/up weight w with adapters of rank r: 2 to 8
-   * rows on a device with the int8 GEMV, whole workgroups of columns, and the buffers and
-   * workgroup memory it needs. */
-  takesSwiglu(m: number, w: Q4Weight, r: number): boolean {
-    if (m < 2 || m > GEMV_MAX_ROWS || !this.int8 || this.fixed || !Number.isInteger(r) || r < 1) return false;
-    if (w.n % (2 * SWIGLU_COLS) !== 0 || SWIGLU_BUFFERS > this.gpu.limits.maxStorageBuffersPerShaderStage) return false;
-    // A thread sums at most SWIGLU_PER of the workgroup's outputs and requests at most 8 of its B's
-    // and 4 of its A's entries and one of u (the kernel's SW_PER, SW_B, SW_A).
-    const lanes = this.plan(SWIGLU_GEMV, w.k).lanes;
-    if (4 * m > SWIGLU_PER * lanes || r > 2 * lanes || 2 * m * r > lanes * SWIGLU_GEMV.groups) return false;
-    return this.swigluKernel(m, w.k) !== null;
-  }
-
-  private swigluKernel(m: number, k: number): Kernel | null {
-    let byM = this.swiglu.get(k);
-    if (!byM) this.swiglu.set(k, (byM = []));
-    let kernel = byM[m];
-    if (kernel === undefined) {
-      try {
-        const plan = this.plan(SWIGLU_GEMV, k);
-        const spec = plan.spec(m, false);
-        // rows_mem holds the lanes' partial sums, then the epilogue's outputs [M, 4TG], u [M, 2r],
-        // B [4TG, r] and A [r, 2TG] at the largest rank it takes (2 lanes a rank).
-        const TG = SWIGLU_GEMV.groups;
-        const r = 2 * plan.lanes;
-        const XS = Math.max(plan.lanes * TG * m, Math.ceil((4 * TG * m + 2 * m * r + 6 * TG * r) / 4));
-        if (16 * XS > this.gpu.limits.maxComputeWorkgroupStorageSize) throw new ShapeError('matmulQ4.gemvSwiglu', `${16 * XS} bytes of workgroup memory exceed this GPU's ${this.gpu.limits.maxComputeWorkgroupStorageSize}`);
-        kernel = this.gpu.kernelNow({ ...spec, name: 'matmul_q4.gemv_swiglu', constants: { ...spec.constants, XS }, defines: { ...spec.defines, SWIGLU: true } });
-      } catch (e) {
-        if (!(e instanceof ShapeError)) throw e;
-        kernel = null;
-      }
-      byM[m] = kernel;
-    }
-    return kernel;
-  }
-
-  /**
-   * act [M, half] = silu(gate)·up for gate/up = x·W_gate/upᵀ + their adapters' updates, W [2·half,
-   * K] the joined gate/up weight (gate's rows first), x [M, K] given as int8 groups `xq` (as the
-   * norm's LoRA down leaves it): one dispatch for what a GEMV and the SwiGLU dispatch after it did,
-   * with act also written as int8 groups and down_proj's adapter's partials (GemvSwiglu).
-   */
-  gemvSwiglu(rec: Recorder, x: Tensor, xq: Tensor, w: Q4Weight, act: Tensor, call: GemvSwiglu): void {
-    const op = 'matmulQ4.gemvSwiglu';
-    this.checkWeight(op, w);
-    const m = this.rowsOf(op, x, w.k);
-    const half = w.n / 2;
-    const { u, B, r, scales, fold, xqOut } = call;
-    if (!this.takesSwiglu(m, w, r)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}], r ${r}) does not take the SwiGLU in its epilogue (takesSwiglu)`);
-    this.checkF32(op, 'x', x, m, w.k);
-    this.checkF32(op, 'act', act, m, half);
-    checkInt8Groups(op, 'xq', xq, m, w.k);
-    checkWrittenInt8Groups(op, 'xqOut', xqOut, m, half);
-    if (xqOut.buffer === xq.buffer) throw new ShapeError(op, 'xqOut must not share xq\'s buffer (the kernel reads one while it writes the other)');
-    if (u.dtype !== 'f32' || u.numel < m * 2 * r) throw new ShapeError(op, `u must be f32 with ${m * 2 * r} elements ([${m}, 2·${r}]), got ${u.dtype} [${u.shape.join(', ')}]`);
-    B.forEach((b, i) => this.checkF32(op, `lora B of ${i ? 'up' : 'gate'}`, b, half, r));
-    this.checkF32(op, "down_proj's lora A", fold.A, r, half);
-    const perRow = half / SWIGLU_COLS;
-    if (fold.parts.dtype !== 'f32' || fold.parts.numel < m * perRow * r) throw new ShapeError(op, `fold partials must hold [${m}, ${perRow}, ${r}] f32`);
-    const kernel = this.swigluKernel(m, w.k)!;
-    const bind = { codes4: w.codes, scales: w.scales, x, y: act, xq_in: xq, lora_parts: u, lora_b: B[0], lora_b2: B[1], fold_a: fold.A, fold_parts: fold.parts, xq_out: xqOut };
-    rec.dispatch(kernel, bind, grid1d(w.n / (2 * SWIGLU_COLS), 1), { m, n: w.n, k: w.k, accumulate: 0, split1: w.n, split2: w.n, lora_r: r, lora_np: 1, lora_s: scales[0], lora_s2: scales[1] });
   }
 
   /** Whether a gemv of m rows on weight w can take its x's RMSNorm (GemvCall.norm) with the down

@@ -13,10 +13,6 @@ export const SMALL_N = 16384;
  * the kernel before writes their x as int8 groups for 2 to 8 rows, and one row reads f32 x. */
 export const HEAD_N = 65536;
 
-/** gate/up's GEMV with the SwiGLU in its epilogue (MatmulQ4.gemvSwiglu), int8 x: 32 row blocks a
- * workgroup, so that it holds 64 columns of act (SWIGLU_COLS) in gate's and up's rows. */
-export const SWIGLU_GEMV: GemvShape = { threadsPerRow: 8, groups: 32, int8: true, preq: true };
-
 /** One row of x on a large weight in f32: 8 lanes a block of 4 rows, 64 rows a workgroup. */
 export const DEFAULT_GEMV: GemvShape = { threadsPerRow: 8, groups: 16 };
 

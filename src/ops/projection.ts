@@ -27,7 +27,7 @@ import { loraScale, type LoraParams } from './loraParams';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
 import { Norms } from './norms';
-import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, MatmulQ4, SWIGLU_COLS, type Q4Weight } from './matmulQ4';
+import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, MatmulQ4, type Q4Weight } from './matmulQ4';
 import { MatmulQ4F16, type F16Weight } from './matmulQ4F16';
 import { MMA_K_BLOCK } from './productSizes';
 import { MatmulQ4Mma, type Int8Weight, type MatmulQ4MmaOptions } from './matmulQ4Mma';
@@ -139,8 +139,6 @@ export class Projection {
   private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
   /** A GEMV's x as int8 groups, written by the kernel before (quantizedInput). */
   private xq: Tensor | null = null;
-  /** act as int8 groups where gate/up's GEMV writes them (normSwigluDown): never released, as xq. */
-  private xqAct: Tensor | null = null;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -486,40 +484,6 @@ export class Projection {
     else this.act.swiglu(rec, b.gate, b.up, b.act);
     if (fold) this.projectFolded(rec, b.act, down, fold, int8);
     else this.project(rec, b.act, [down], { int8, scratch: o.scratch, accumulate });
-  }
-
-  /**
-   * The MLP of 2 to 8 rows with int8 x on the LoRA GEMV path, where the device takes it
-   * (MatmulQ4.takesSwiglu): gate/up's norm with their adapters' down products (the normed rows as
-   * int8 groups), then one dispatch for their GEMV, their up products, the SwiGLU, act as int8
-   * groups and down_proj's adapter's partials (what swigluDown's SwiGLU dispatch did after the
-   * GEMV), then down_proj (+)= act·Wᵀ with its update (projectFolded). False, nothing recorded,
-   * where it does not apply: the caller then takes normProject and swigluDown.
-   */
-  normSwigluDown(rec: Recorder, h: Tensor, norm: { weight: Tensor; eps: number }, n: Tensor, outs: readonly Product[], act: Tensor, down: Product, o: ProjectOptions): boolean {
-    const rows = n.shape[0];
-    const scratch = o.scratch;
-    if (!o.int8 || rows < 2 || !scratch) return false;
-    const gemv = this.gemvLora(n, outs, scratch);
-    const joined = gemv?.ps.length === 2 ? this.joined(outs) : null;
-    const downL = down.lora;
-    if (!gemv || !joined || joined.w.kind !== 'q4' || !downL || downL.dropout || down.w.kind !== 'q4') return false;
-    const [gateP, upP] = gemv.ps;
-    const downP = downL.p;
-    const w = joined.w.w;
-    const half = w.n / 2;
-    if (gateP.out !== half || upP.out !== half || !LoraGemv.canFold(gateP, downP) || LoraGemv.foldParts(downP) * SWIGLU_COLS !== half) return false;
-    if (!this.loraGemv.quantizes(gemv.ps) || !this.q4.takesSwiglu(rows, w, gateP.r) || !this.q4.takesQuantizedX(rows, down.w.w, true)) return false;
-    const xq = this.quantizedInput(rows, joined.w, true);
-    if (!xq) return false;
-    // act's int8 groups apart from x's: the fused GEMV reads one while it writes the other.
-    this.xqAct ??= this.gpu.tensor([int8GroupWords(PATHS.gemvMaxRows, this.maxK)], 'u32', 'projection.xq_act');
-    const perRow = LoraGemv.foldParts(downP);
-    const fold: Fold = { p: downP, perRow, parts: scratch.parts(rows * perRow * downP.r), quantized: this.xqAct };
-    this.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm.weight, eps: norm.eps, out: n, quantized: xq });
-    this.q4.gemvSwiglu(rec, n, xq, w, act, { u: gemv.u, B: [gateP.B, upP.B], r: gateP.r, scales: [loraScale(gateP), loraScale(upP)], fold: { A: downP.A, parts: fold.parts }, xqOut: this.xqAct });
-    this.projectFolded(rec, act, down, fold, true);
-    return true;
   }
 
   /**

@@ -7,16 +7,11 @@
 // of the whole kernel must write what the engine's does, bit for bit.
 // --layouts: the same kernel in other layouts (lanes per block of 4 rows of W x row blocks per
 // workgroup), each checked against the engine's output: what a fatter or thinner workgroup costs.
-// --swiglu: gate/up's GEMV with the SwiGLU in its epilogue (MatmulQ4.gemvSwiglu, LoRA r 16) against
-// the pair it replaces (the GEMV, then LoraGemv's SwiGLU with down_proj's fold and act as int8),
-// act checked against the pair's.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/gemvRows.mjs [--ablate] [--layouts] [--swiglu] [--quick]
+//   source .device/gpu-env.sh && node .bench/gemvRows.mjs [--ablate] [--layouts] [--quick]
 // --quick: one small shape, two copies (a check on software Vulkan).
 import { createNodeGpu } from '../../src/node/gpu';
-import { int8GroupWords, MatmulQ4, SWIGLU_COLS } from '../../src/ops/matmulQ4';
-import { LoraGemv } from '../../src/ops/loraGemv';
-import { createLoraParams, loraScale } from '../../src/ops/loraParams';
+import { int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
 import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
 import { DECODER_GEMV_SHAPES, q4Bytes, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
@@ -27,10 +22,9 @@ import type { Q4Weight } from '../../src/ops/matmulQ4';
 const QUICK = process.argv.includes('--quick');
 const ABLATE = process.argv.includes('--ablate');
 const LAYOUTS = process.argv.includes('--layouts');
-const SWIGLU = process.argv.includes('--swiglu');
 // (lanes per block of 4 rows, row blocks per workgroup)
 const OTHER_LAYOUTS: [number, number][] = QUICK ? [[8, 8]] : [[32, 2], [32, 8], [16, 8], [16, 32], [8, 32], [64, 1], [64, 2], [64, 4], [128, 1], [128, 2], [128, 4]];
-const SHAPES = SWIGLU ? [QUICK ? [256, 512] : [12288, 2048]] : QUICK ? [[256, 512]] : DECODER_GEMV_SHAPES;
+const SHAPES = QUICK ? [[256, 512]] : DECODER_GEMV_SHAPES;
 const ROWS = QUICK ? [8] : [2, 8];
 // Each ablation's build: its define beside ABLATE.
 const ABLATIONS: [string, string][] = [
@@ -66,53 +60,6 @@ function layoutKernel(m: number, w: Q4Weight, tpr: number, tg: number): ReturnTy
   return { kernel, groups: Math.ceil(w.n / (4 * tg)), epilogue: spec.defines.LORA === true };
 }
 
-/** gemvSwiglu against the GEMV and the SwiGLU dispatch it replaces, on the joined gate/up weights
- * ws [n = 2·half, k] with int8 x, adapters of rank 16: their times, and act's largest difference. */
-async function swigluVsPair(m: number, n: number, k: number, ws: Q4Weight[], x: Tensor, xq: Tensor, y: Tensor, time: (f: (r: Recorder, w: Q4Weight) => void) => Promise<string>): Promise<string> {
-  const half = n / 2;
-  const r = 16;
-  const lg = await LoraGemv.create(gpu);
-  const rec = gpu.recorder('lora');
-  const p = (name: string, inF: number, out: number) => createLoraParams(gpu, { name, in: inF, out, r, alpha: 2 * r });
-  const [gateP, upP, downP] = [p('gate', k, half), p('up', k, half), p('down', half, 2048)];
-  for (const t of [gateP.A, gateP.B, upP.A, upP.B, downP.A]) fill.fill(rec, t, 'uniform', 0.05);
-  const u = fill.fill(rec, gpu.tensor([m, 2 * r], 'f32', 'u'), 'uniform', 1);
-  await rec.submit();
-  if (!mm.takesSwiglu(m, ws[0], r)) throw new Error(`gemvRows --swiglu: ${m} rows of [${n}, ${k}] do not take the SwiGLU in the GEMV on this device`);
-  const perRow = half / SWIGLU_COLS;
-  const out = () => ({ act: gpu.tensor([m, half], 'f32', 'act'), xq: gpu.tensor([int8GroupWords(m, half)], 'u32', 'xq_act'), parts: gpu.tensor([m * perRow * r], 'f32', 'parts') });
-  const [fused, pair] = [out(), out()];
-  const [gate, up] = [gpu.tensor([m, half], 'f32', 'gate'), gpu.tensor([m, half], 'f32', 'up')];
-  const call = { u, B: [gateP.B, upP.B] as const, r, scales: [loraScale(gateP), loraScale(upP)] as const };
-  const runFused = (rr: Recorder, w: Q4Weight) => mm.gemvSwiglu(rr, x, xq, w, fused.act, { ...call, fold: { A: downP.A, parts: fused.parts }, xqOut: fused.xq });
-  const runPair = (rr: Recorder, w: Q4Weight) => {
-    mm.gemv(rr, x, w, y, false, { int8: true, xq, parts: [half, half] });
-    rr.copy(y, gate, m * half * 4);
-    rr.copy(y, up, m * half * 4, m * half * 4);
-    lg.upSwiglu(rr, gateP, upP, u, gate, up, pair.act, { p: downP, parts: pair.parts, quantized: pair.xq });
-  };
-  const check = gpu.recorder('check');
-  runFused(check, ws[0]);
-  runPair(check, ws[0]);
-  await check.submit();
-  const [a, b] = await Promise.all([gpu.readF32(fused.act), gpu.readF32(pair.act)]);
-  const scale = b.reduce((s, v) => Math.max(s, Math.abs(v)), 0);
-  const worst = a.reduce((s, v, i) => Math.max(s, Math.abs(v - b[i])), 0);
-  if (!(worst <= 1e-5 * scale)) {
-    failed = true;
-    console.error(`gemvRows --swiglu: act differs from the pair's on ${m} rows of [${n}, ${k}] by ${worst} (largest |act| ${scale})`);
-  }
-  // The pair without its copies (the engine's GEMV writes gate and up where the SwiGLU reads them).
-  const pairTime = await time((rr, w) => {
-    mm.gemv(rr, x, w, y, false, { int8: true, xq, parts: [half, half] });
-    lg.upSwiglu(rr, gateP, upP, u, gate, up, pair.act, { p: downP, parts: pair.parts, quantized: pair.xq });
-  });
-  const text = `GEMV + SwiGLU dispatch ${pairTime}; SwiGLU in the GEMV ${await time(runFused)} (act within ${(worst / scale).toExponential(1)} of the pair's)`;
-  for (const t of [u, gate, up, ...Object.values(fused), ...Object.values(pair)]) t.release();
-  for (const lp of [gateP, upP, downP]) for (const t of [lp.A, lp.B, lp.dA, lp.dB]) t.release();
-  return text;
-}
-
 // The list twice: the first pass runs while the GPU's clocks rise; the second is printed.
 for (const pass of QUICK ? [1] : [0, 1]) {
   for (const [n, k] of SHAPES) {
@@ -133,9 +80,8 @@ for (const pass of QUICK ? [1] : [0, 1]) {
         return us(t.passMs ?? t.ms);
       };
       const parts = [`engine ${await time((r, w) => mm.gemv(r, x, w, y, false, { int8: true, xq }))}`];
-      if (SWIGLU) parts.push(await swigluVsPair(m, n, k, ws, x, xq, y, time));
       const dispatch = (r: Recorder, build: ReturnType<typeof ablationKernel>, w: Q4Weight, out: Tensor) =>
-        r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, xq_in: xq, ...(build.epilogue ? { lora_parts: rankZero, lora_b: rankZero } : {}) }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0, lora_s2: 0 });
+        r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, xq_in: xq, ...(build.epilogue ? { lora_parts: rankZero, lora_b: rankZero } : {}) }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0 });
       if (ABLATE) {
         const builds = ABLATIONS.map(([, define]) => ablationKernel(m, ws[0], define));
         const whole = gpu.tensor([m, n], 'f32', 'y_ablate');
