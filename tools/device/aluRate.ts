@@ -7,6 +7,7 @@
 //   source .device/gpu-env.sh && node .bench/aluRate.mjs [--quick]
 // --quick: a small grid (a check on software Vulkan).
 import { createNodeGpu } from '../../src/node/gpu';
+import { passTimer } from './passTimer';
 
 const QUICK = process.argv.includes('--quick');
 const REPS = QUICK ? 3 : 7;
@@ -103,9 +104,7 @@ const threads = WORKGROUPS * 256;
 const out = device.createBuffer({ size: threads * 4, usage: GPUBufferUsage.STORAGE });
 const uni = device.createBuffer({ size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
 device.queue.writeBuffer(uni, 0, new Uint32Array([ITERS, 0, 0, 0]));
-const query = device.createQuerySet({ type: 'timestamp', count: 2 });
-const resolved = device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
-const readback = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+const timer = passTimer(device);
 
 console.log(`${WORKGROUPS} workgroups of 256 threads, ${ITERS} rounds of ${CHAINS} independent operations a thread; median of ${REPS - 2} passes after two`);
 for (const p of PROBES) {
@@ -118,24 +117,13 @@ for (const p of PROBES) {
   const group = device.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: out } }, { binding: 1, resource: { buffer: uni } }] });
   const invalid = await device.popErrorScope();
   if (invalid) throw new Error(`${p.what}: ${invalid.message}`);
-  const times: number[] = [];
-  for (let rep = 0; rep < REPS; rep++) {
-    const encoder = device.createCommandEncoder();
-    const pass = encoder.beginComputePass({ timestampWrites: { querySet: query, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } });
-    pass.setPipeline(pipe);
-    pass.setBindGroup(0, group);
-    pass.dispatchWorkgroups(WORKGROUPS);
-    pass.end();
-    encoder.resolveQuerySet(query, 0, 2, resolved, 0);
-    encoder.copyBufferToBuffer(resolved, 0, readback, 0, 16);
-    device.queue.submit([encoder.finish()]);
-    await readback.mapAsync(GPUMapMode.READ);
-    const [t0, t1] = new BigUint64Array(readback.getMappedRange().slice(0));
-    readback.unmap();
-    if (rep >= 2) times.push(Number(t1 - t0) / 1e9);
-  }
-  times.sort((a, b) => a - b);
-  const sec = times[Math.floor(times.length / 2)];
+  const sec = (
+    await timer.median(REPS, (pass) => {
+      pass.setPipeline(pipe);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(WORKGROUPS);
+    })
+  ).median / 1e9;
   const ops = threads * ITERS * CHAINS;
   console.log(`${p.what}: ${(ops / sec / 1e12).toFixed(2)} T operations/s, ${((ops * p.macs) / sec / 1e12).toFixed(2)} T multiply-adds/s (${(sec * 1e3).toFixed(3)} ms)`);
 }

@@ -10,6 +10,7 @@
 //   source .device/gpu-env.sh && node .bench/dispatchCost.mjs [--quick]
 // --quick: fewer dispatches and repetitions (a check on software Vulkan).
 import { createNodeGpu } from '../../src/node/gpu';
+import { passTimer } from './passTimer';
 
 const QUICK = process.argv.includes('--quick');
 const DISPATCHES = QUICK ? 64 : 1024;
@@ -84,9 +85,7 @@ ${body}${store}}
 const buffer = () => device.createBuffer({ size: 4096, usage: GPUBufferUsage.STORAGE });
 const src = buffer();
 const own = Array.from({ length: DISPATCHES }, buffer);
-const query = device.createQuerySet({ type: 'timestamp', count: 2 });
-const resolved = device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
-const readback = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+const timer = passTimer(device);
 
 console.log(`${DISPATCHES} dispatches a pass, GPU time between the pass's timestamps, median of ${REPS - 2} passes after two`);
 for (const c of CASES) {
@@ -98,27 +97,16 @@ for (const c of CASES) {
       entries: [...(c.readOnly ? [] : [{ binding: 0, resource: { buffer: own[c.chained ? 0 : i] } }]), { binding: 1, resource: { buffer: src } }],
     }),
   );
-  const times: number[] = [];
-  for (let rep = 0; rep < REPS; rep++) {
-    const encoder = device.createCommandEncoder();
-    const pass = encoder.beginComputePass({ timestampWrites: { querySet: query, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } });
+  const t = await timer.median(REPS, (pass) => {
     for (let i = 0; i < DISPATCHES; i++) {
       if (c.pipelines > 1 || i === 0) pass.setPipeline(pipes[i % c.pipelines]);
       pass.setBindGroup(0, groups[i]);
       pass.dispatchWorkgroups(c.workgroups);
     }
-    pass.end();
-    encoder.resolveQuerySet(query, 0, 2, resolved, 0);
-    encoder.copyBufferToBuffer(resolved, 0, readback, 0, 16);
-    device.queue.submit([encoder.finish()]);
-    await readback.mapAsync(GPUMapMode.READ);
-    const [t0, t1] = new BigUint64Array(readback.getMappedRange().slice(0));
-    readback.unmap();
-    if (rep >= 2) times.push(Number(t1 - t0) / 1000 / DISPATCHES);
-  }
-  times.sort((a, b) => a - b);
-  const med = times[Math.floor(times.length / 2)];
-  console.log(`${c.what}: ${med.toFixed(3)} µs a dispatch (passes ${times[0].toFixed(3)}-${times[times.length - 1].toFixed(3)})`);
+  });
+  const perDispatch = (ns: number) => ns / 1000 / DISPATCHES;
+  const [med, lo, hi] = [perDispatch(t.median), perDispatch(t.min), perDispatch(t.max)];
+  console.log(`${c.what}: ${med.toFixed(3)} µs a dispatch (passes ${lo.toFixed(3)}-${hi.toFixed(3)})`);
 }
 gpu.destroy();
 process.exit(0);
