@@ -163,13 +163,9 @@ fn rmsnorm_bwd_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
   }
 }
 
-@compute @workgroup_size(WG)
-fn layernorm_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let row = wid.x + wid.y * nwg.x;
-  if (row >= p.rows) {
-    return;
-  }
-  let base = row * p.n;
+// The mean of the row at base and 1/sqrt(its variance + eps), two passes over x (the forward and the
+// backward recompute them alike).
+fn layernorm_stats(base: u32, lid: u32) -> vec2f {
   var s = 0.0;
   for (var i = lid; i < p.n; i += WG) {
     s += x[base + i];
@@ -180,7 +176,19 @@ fn layernorm_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
     let d = x[base + i] - mean;
     ss += d * d;
   }
-  let r = inverseSqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps);
+  return vec2f(mean, inverseSqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps));
+}
+
+@compute @workgroup_size(WG)
+fn layernorm_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let row = wid.x + wid.y * nwg.x;
+  if (row >= p.rows) {
+    return;
+  }
+  let base = row * p.n;
+  let stats = layernorm_stats(base, lid);
+  let mean = stats.x;
+  let r = stats.y;
   for (var i = lid; i < p.n; i += WG) {
     y[base + i] = (x[base + i] - mean) * r * weight[i] + bias[i];
   }
@@ -193,17 +201,9 @@ fn layernorm_bwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
     return;
   }
   let base = row * p.n;
-  var s = 0.0;
-  for (var i = lid; i < p.n; i += WG) {
-    s += x[base + i];
-  }
-  let mean = workgroup_sum(s, lid) / f32(p.n);
-  var ss = 0.0;
-  for (var i = lid; i < p.n; i += WG) {
-    let d = x[base + i] - mean;
-    ss += d * d;
-  }
-  let r = inverseSqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps);
+  let stats = layernorm_stats(base, lid);
+  let mean = stats.x;
+  let r = stats.y;
   var sg = 0.0;
   var sgx = 0.0;
   for (var i = lid; i < p.n; i += WG) {
