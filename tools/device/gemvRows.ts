@@ -16,7 +16,7 @@ import { Filler } from '../../src/bench/fill';
 import { measure } from '../../src/bench/harness';
 import { DECODER_GEMV_SHAPES, q4Bytes, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { grid1d } from '../../src/gpu/grid';
-import type { Kernel, Recorder, Tensor } from '../../src/gpu';
+import type { Kernel, KernelSpec, Recorder, Tensor } from '../../src/gpu';
 import type { Q4Weight } from '../../src/ops/matmulQ4';
 
 const QUICK = process.argv.includes('--quick');
@@ -41,24 +41,30 @@ const rankZero = gpu.tensor([4], 'f32', 'rank_zero');
 const us = (ms: number) => (1000 * ms).toFixed(2);
 let failed = false;
 
-/** The engine's kernel for m rows on w (MatmulQ4.gemvSpec), built with `ablate` (a define; '': the
- * whole kernel), and its grid. */
-function ablationKernel(m: number, w: Q4Weight, ablate: string): { kernel: Kernel; groups: number; epilogue: boolean } {
-  const { spec, groups } = mm.gemvSpec(m, w, true);
-  if (spec.entry !== 'gemv_rows_i8' || !spec.defines?.PREQ) throw new Error(`gemvRows --ablate: ${m} rows of [${w.n}, ${w.k}] do not run the int8 kernel on x from quantize_x (${spec.entry})`);
-  const kernel = gpu.kernelNow({ ...spec, name: `${spec.name}_ablate${ablate}`, defines: { ...spec.defines, ABLATE: true, ...(ablate ? { [ablate]: true } : {}) } });
-  return { kernel, groups, epilogue: spec.defines.LORA === true };
+/** A build of the engine's kernel for m rows on w (MatmulQ4.gemvSpec), and its grid. */
+interface Build {
+  kernel: Kernel;
+  groups: number;
+  epilogue: boolean;
 }
 
-/** The engine's kernel for m rows on w in another layout: tpr lanes a block of 4 rows, tg blocks a
- * workgroup (the partial sums' workgroup memory resized), and its grid. */
-function layoutKernel(m: number, w: Q4Weight, tpr: number, tg: number): ReturnType<typeof ablationKernel> {
-  const { spec } = mm.gemvSpec(m, w, true);
-  if (spec.entry !== 'gemv_rows_i8' || !spec.defines?.PREQ) throw new Error(`gemvRows --layouts: ${m} rows of [${w.n}, ${w.k}] do not run the int8 kernel on x from quantize_x (${spec.entry})`);
-  const constants = { ...spec.constants, TPR: tpr, TG: tg, XS: tpr * tg * m };
-  const kernel = gpu.kernelNow({ ...spec, name: `${spec.name}_layout${tpr}x${tg}`, constants });
-  return { kernel, groups: Math.ceil(w.n / (4 * tg)), epilogue: spec.defines.LORA === true };
+/** The engine's int8 kernel for m rows on w, changed by `vary` (its spec in, the build's spec and
+ * grid out); `what` names the mode in the error where the call does not take that kernel. */
+function variant(m: number, w: Q4Weight, what: string, vary: (spec: KernelSpec, groups: number) => { spec: KernelSpec; groups: number }): Build {
+  const engine = mm.gemvSpec(m, w, true);
+  if (engine.spec.entry !== 'gemv_rows_i8' || !engine.spec.defines?.PREQ) throw new Error(`gemvRows ${what}: ${m} rows of [${w.n}, ${w.k}] do not run the int8 kernel on x from quantize_x (${engine.spec.entry})`);
+  const { spec, groups } = vary(engine.spec, engine.groups);
+  return { kernel: gpu.kernelNow(spec), groups, epilogue: spec.defines?.LORA === true };
 }
+
+/** The build with `ablate` (a define beside ABLATE; '': the whole kernel). */
+const ablationKernel = (m: number, w: Q4Weight, ablate: string): Build =>
+  variant(m, w, '--ablate', (spec, groups) => ({ spec: { ...spec, name: `${spec.name}_ablate${ablate}`, defines: { ...spec.defines, ABLATE: true, ...(ablate ? { [ablate]: true } : {}) } }, groups }));
+
+/** The build in another layout: tpr lanes a block of 4 rows, tg blocks a workgroup (the partial
+ * sums' workgroup memory resized). */
+const layoutKernel = (m: number, w: Q4Weight, tpr: number, tg: number): Build =>
+  variant(m, w, '--layouts', (spec) => ({ spec: { ...spec, name: `${spec.name}_layout${tpr}x${tg}`, constants: { ...spec.constants, TPR: tpr, TG: tg, XS: tpr * tg * m } }, groups: Math.ceil(w.n / (4 * tg)) }));
 
 // The list twice: the first pass runs while the GPU's clocks rise; the second is printed.
 for (const pass of QUICK ? [1] : [0, 1]) {
@@ -80,34 +86,33 @@ for (const pass of QUICK ? [1] : [0, 1]) {
         return us(t.passMs ?? t.ms);
       };
       const parts = [`engine ${await time((r, w) => mm.gemv(r, x, w, y, false, { int8: true, xq }))}`];
-      const dispatch = (r: Recorder, build: ReturnType<typeof ablationKernel>, w: Q4Weight, out: Tensor) =>
+      const dispatch = (r: Recorder, build: Build, w: Q4Weight, out: Tensor) =>
         r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, xq_in: xq, ...(build.epilogue ? { lora_parts: rankZero, lora_b: rankZero } : {}) }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0 });
-      if (ABLATE) {
-        const builds = ABLATIONS.map(([, define]) => ablationKernel(m, ws[0], define));
-        const whole = gpu.tensor([m, n], 'f32', 'y_ablate');
+      /** The engine's y and the build's on the first copy of the weight. */
+      const againstEngine = async (build: Build): Promise<[Float32Array, Float32Array]> => {
+        const out = gpu.tensor([m, n], 'f32', 'y_build');
         const check = gpu.recorder('check');
         mm.gemv(check, x, ws[0], y, false, { int8: true, xq });
-        dispatch(check, builds[0], ws[0], whole);
+        dispatch(check, build, ws[0], out);
         await check.submit();
-        const [a, b] = await Promise.all([gpu.readF32(y), gpu.readF32(whole)]);
+        const got = await Promise.all([gpu.readF32(y), gpu.readF32(out)]);
+        out.release();
+        return got;
+      };
+      if (ABLATE) {
+        const builds = ABLATIONS.map(([, define]) => ablationKernel(m, ws[0], define));
+        const [a, b] = await againstEngine(builds[0]);
         if (a.some((v, i) => !Object.is(v, b[i]))) {
           failed = true;
           console.error(`gemvRows: the tool's build of the whole kernel differs from the engine's on ${m} rows of [${n}, ${k}]`);
         }
-        whole.release();
         for (const [i, [label]] of ABLATIONS.entries()) parts.push(`${label} ${await time((r, w) => dispatch(r, builds[i], w, y))}`);
       }
       if (LAYOUTS) {
         for (const [tpr, tg] of OTHER_LAYOUTS) {
           if (tpr * tg > gpu.limits.maxComputeInvocationsPerWorkgroup || 16 * tpr * tg * m > gpu.limits.maxComputeWorkgroupStorageSize) continue;
           const build = layoutKernel(m, ws[0], tpr, tg);
-          const other = gpu.tensor([m, n], 'f32', 'y_layout');
-          const check = gpu.recorder('check');
-          mm.gemv(check, x, ws[0], y, false, { int8: true, xq });
-          dispatch(check, build, ws[0], other);
-          await check.submit();
-          const [a, b] = await Promise.all([gpu.readF32(y), gpu.readF32(other)]);
-          other.release();
+          const [a, b] = await againstEngine(build);
           // Another layout sums the lanes' partials in another order: equal to rounding.
           const scale = a.reduce((s, v) => Math.max(s, Math.abs(v)), 0);
           const worst = a.reduce((s, v, i) => Math.max(s, Math.abs(v - b[i])), 0);
