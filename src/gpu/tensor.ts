@@ -85,6 +85,8 @@ export interface PoolStats {
 export class BufferPool {
   private free = new Map<number, GPUBuffer[]>();
   private readonly sizeOf = new WeakMap<GPUBuffer, number>();
+  /** Each buffer's creation number: enterPhase orders the free lists by it. */
+  private readonly serial = new WeakMap<GPUBuffer, number>();
   /** Buffers a live Tape binds, with how many tapes bind each: not released while held. */
   private readonly held = new Map<GPUBuffer, number>();
   /** Buffers handed out, by size class. */
@@ -113,7 +115,7 @@ export class BufferPool {
     } else {
       buf = this.create(cls, label);
       this.sizeOf.set(buf, cls);
-      this.stats.created++;
+      this.serial.set(buf, this.stats.created++);
     }
     this.stats.inUse += cls;
     this.stats.peak = Math.max(this.stats.peak, this.stats.inUse + this.stats.cached);
@@ -166,7 +168,9 @@ export class BufferPool {
    * any phase used (a phase that comes back finds its buffers, and the bind groups made on them;
    * the peak is about the phases' sum), 'own' only what `name` used (the peak stays the larger
    * phase's; the others' buffers are made again each time). A phase never run before counts as
-   * having used nothing.
+   * having used nothing. The cached buffers are then handed out oldest first: a phase that makes
+   * its tensors in the same order as last time gets the same buffers, so the bind groups it made
+   * then are found again (BindingCache) and none are made, nor dropped for the garbage collector.
    */
   enterPhase(name: string, keep: 'all' | 'own'): void {
     if (this.phase !== null) this.demands.set(this.phase, this.peakByClass);
@@ -175,6 +179,8 @@ export class BufferPool {
       if (keep === 'own' && phase !== name) continue;
       for (const [cls, n] of demand) want.set(cls, Math.max(want.get(cls) ?? 0, n));
     }
+    // Newest first in each list: trim destroys from the front, acquire pops from the back.
+    for (const list of this.free.values()) list.sort((a, b) => this.serial.get(b)! - this.serial.get(a)!);
     this.trim(want);
     this.phase = name;
     this.peakByClass = new Map(this.inUseByClass);

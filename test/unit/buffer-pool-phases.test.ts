@@ -91,4 +91,22 @@ describe('BufferPool phases', () => {
     expect(pool.stats.cached).toBe(0);
     expect(destroyed.length).toBe(4);
   });
+
+  it('hands a phase that acquires in the same order the same buffers each time it comes back, whatever order they were released in', () => {
+    const { pool } = fakePool();
+    const runs: GPUBuffer[][] = [];
+    for (let step = 0; step < 4; step++) {
+      pool.enterPhase('generation', 'all');
+      const g = [pool.acquire(MiB, 'g'), pool.acquire(MiB, 'g')];
+      // Released in an order that changes from step to step, as asynchronous work can.
+      for (const b of step % 2 ? g : [...g].reverse()) pool.release(b);
+      pool.enterPhase('training', 'all');
+      const t = [pool.acquire(MiB, 't'), pool.acquire(MiB, 't'), pool.acquire(MiB, 't')];
+      runs.push(t);
+      for (const b of step % 2 ? [...t].reverse() : t) pool.release(b);
+    }
+    // The bind groups made on a phase's buffers are found again only if the buffers are the same ones.
+    for (const r of runs.slice(2)) expect(r).toEqual(runs[1]);
+    for (let i = 0; i < 3; i++) expect(runs[3][i]).toBe(runs[1][i]);
+  });
 });
