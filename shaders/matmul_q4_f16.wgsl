@@ -24,7 +24,7 @@ struct Params {
   m: u32,          // rows of x (and of y)
   n: u32,          // columns of y
   k: u32,          // the reduction, a multiple of 32
-  accumulate: u32, // 1: add into y instead of overwriting it (ABLATE: and 2, 4, 8 below)
+  accumulate: u32, // 1: add into y instead of overwriting it (ABLATE: and 2, 4, 8, 16 below)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -54,7 +54,7 @@ const BK = 32u;           // the reduction a step: one Q4 group
 // KSTEPS = BK / FK fragment steps a staged step, unrolled (#repeat) so that their offsets are constants.
 const SGS = WG / 32u;
 const SG_N = BN / (FR * TN); // subgroups along N
-const AS = BK + 8u;       // row stride of the staged x (f16): 8 past 32 puts 8 rows in 8 bank groups
+const AS = BK + {{AS_PAD}}u; // row stride of the staged x (f16): AS_PAD 8 puts 8 rows in 8 bank groups
 // Staging is an array of fixed-size blocks, each fragment load reading inside one block at a
 // constant offset: Dawn's robustness then has nothing to check (a load at a computed offset into
 // the whole array gets a bounds test and a copy of the matrix: BENCHMARKS.md).
@@ -201,7 +201,8 @@ fn stage(st: Staged, buf: u32, lid: u32) {
 
 #if ABLATE
 // Measurement only (f16Gemm.ts --ablate): accumulate's bit 2 skips the global loads of each next
-// step, bit 4 their staging, bit 8 the MMAs (with their fragment loads), to see what each costs.
+// step, bit 4 their staging, bit 8 the MMAs (with their fragment loads), bit 16 the loop's barriers
+// (with 2 and 4 only: nothing then writes the staging), to see what each costs.
 fn skip(bit: u32) -> bool {
   return (params.accumulate & bit) != 0u;
 }
@@ -296,7 +297,11 @@ fn gemm(
     }
 #if NBUF1
     // One buffer: every subgroup is done reading it before it is restaged.
+#if ABLATE
+    if (!skip(16u)) { workgroupBarrier(); }
+#else
     workgroupBarrier();
+#endif
 #if ABLATE
     if (more && !skip(4u)) {
 #else
@@ -313,7 +318,11 @@ fn gemm(
       stage(st, buf ^ 1u, lid);
     }
 #endif
+#if ABLATE
+    if (!skip(16u)) { workgroupBarrier(); }
+#else
     workgroupBarrier();
+#endif
   }
   // Each fragment through this subgroup's corner of out_s, then to y with the row's scale undone.
 #repeat J TN

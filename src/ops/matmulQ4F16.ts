@@ -186,8 +186,8 @@ export function f16TileBytes(t: F16Tile, fr: number, q4: boolean): number {
 }
 
 /** shaders/matmul_q4_f16.wgsl's defines for `tile` on fragments of fr x fr x fk (the variant's W16 and DINPUT besides). */
-export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: number; BN: number; WG: number; TN: number; NBUF: number; NBUF1: boolean; FR: number; FK: number; KSTEPS: number } {
-  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, NBUF: tile.buffers, NBUF1: tile.buffers === 1, FR: fr, FK: fk, KSTEPS: Q4_GROUP / fk };
+export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: number; BN: number; WG: number; TN: number; NBUF: number; NBUF1: boolean; FR: number; FK: number; KSTEPS: number; AS_PAD: number } {
+  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, NBUF: tile.buffers, NBUF1: tile.buffers === 1, FR: fr, FK: fk, KSTEPS: Q4_GROUP / fk, AS_PAD: 8 };
 }
 
 export class MatmulQ4F16 {

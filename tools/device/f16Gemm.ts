@@ -5,7 +5,8 @@
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate]
 // (--ablate: the default f16 tile's kernel on f16 weights at M8192 N6144 K2048 without its global
-// loads, its staging stores, its MMAs, or both the first two: what each part of a step costs)
+// loads, its staging stores, its MMAs, both the first two, or those two and the barriers: what each
+// part of a step costs; at the kernel's staging row stride and without its padding)
 // (--dawn: one more Dawn flag, e.g. enable-dawn-features=disable_robustness)
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
@@ -126,7 +127,6 @@ async function ablate(): Promise<void> {
   const [m, n, k] = [8192, 6144, 2048];
   const tile = DEFAULT_F16_TILES.f16;
   const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
-  const [kernel] = await compileMatrixKernels(gpu, 'matmul_q4_f16.ablate', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms }], { ...f16GemmDefines(tile, 16, 16), W16: true, DINPUT: false, ABLATE: true });
   const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: { m: 'u32', k: 'u32' } }], {});
   const op = await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: k });
   const fill = await Filler.create(gpu);
@@ -139,12 +139,17 @@ async function ablate(): Promise<void> {
   const y = gpu.tensor([m, n], 'f32', 'y');
   rec.dispatch(rowScale, { x, rs, x16 }, grid1d(m, 1), { m, k });
   await rec.submit();
-  const parts: string[] = [];
-  for (const [label, bits] of [['whole kernel', 0], ['no global loads', 2], ['no staging stores', 4], ['no MMAs', 8], ['neither loads nor stores', 6]] as const) {
-    const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16: w16.w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits }));
-    parts.push(`${label} ${ms.toFixed(3)} ms (${((2 * m * n * k) / ms / 1e9).toFixed(0)} TFLOP/s)`);
+  // Rows of the staged tiles 32 f16 apart (pad 0) and 40 (the kernel's): what bank conflicts cost.
+  // Wider pads pass the 48 KiB of workgroup memory.
+  for (const pad of [0, 8]) {
+    const [kernel] = await compileMatrixKernels(gpu, 'matmul_q4_f16.ablate', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms }], { ...f16GemmDefines(tile, 16, 16), AS_PAD: pad, W16: true, DINPUT: false, ABLATE: true });
+    const parts: string[] = [];
+    for (const [label, bits] of [['whole kernel', 0], ['no global loads', 2], ['no staging stores', 4], ['no MMAs', 8], ['neither loads nor stores', 6], ['MMAs alone, no barriers', 22], ['barriers alone', 14]] as const) {
+      const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16: w16.w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits }));
+      parts.push(`${label} ${ms.toFixed(3)} ms (${((2 * m * n * k) / ms / 1e9).toFixed(0)} TFLOP/s)`);
+    }
+    console.log(`ablation, pad ${pad}, ${tile.rows}x${tile.cols}/${tile.threads} on f16 W, M${m} N${n} K${k}: ${parts.join('; ')}`);
   }
-  console.log(`ablation, ${tile.rows}x${tile.cols}/${tile.threads} on f16 W, M${m} N${n} K${k}: ${parts.join('; ')}`);
   for (const t of [x, w, w16.w16, rs, x16, y]) t.release();
   op.release();
 }
