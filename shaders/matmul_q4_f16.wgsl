@@ -206,6 +206,18 @@ fn stage(st: Staged, buf: u32, lid: u32) {
 fn skip(bit: u32) -> bool {
   return (params.accumulate & bit) != 0u;
 }
+
+// The main loop's barriers.
+fn step_barrier() {
+  if (!skip(16u)) {
+    workgroupBarrier();
+  }
+}
+#else
+// The main loop's barriers.
+fn step_barrier() {
+  workgroupBarrier();
+}
 #endif
 
 // Fragment c (rows from m, columns from n of y) through this subgroup's corner of out_s, then to
@@ -297,11 +309,7 @@ fn gemm(
     }
 #if NBUF1
     // One buffer: every subgroup is done reading it before it is restaged.
-#if ABLATE
-    if (!skip(16u)) { workgroupBarrier(); }
-#else
-    workgroupBarrier();
-#endif
+    step_barrier();
 #if ABLATE
     if (more && !skip(4u)) {
 #else
@@ -318,11 +326,7 @@ fn gemm(
       stage(st, buf ^ 1u, lid);
     }
 #endif
-#if ABLATE
-    if (!skip(16u)) { workgroupBarrier(); }
-#else
-    workgroupBarrier();
-#endif
+    step_barrier();
   }
   // Each fragment through this subgroup's corner of out_s, then to y with the row's scale undone.
 #repeat J TN
