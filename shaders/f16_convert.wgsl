@@ -5,6 +5,8 @@
 //   q4_to_f16:    a Q4 weight dequantized, w = d·(c − 8) rounded to f16 (as the Q4 kernel stages it);
 //   q4_to_f16_t:  the same written transposed, Wᵀ [K][N] (TRANSPOSE): the input gradient dY·W is
 //                 then the forward's product on Wᵀ (N a multiple of 32).
+// Q4 (the Q4 entries) writes 8 halves a store, a code word's weights: the expansion runs at the
+// memory's rate rather than at one word a thread's.
 // EXT (the Q4 entries): each row of the output goes on for e more columns (a multiple of 32) that
 // hold a LoRA factor, for f16_row_scale.wgsl's EXT: the forward's row n gets B[n, j] at column
 // K + off + j (j < r) and zeros elsewhere, the transpose's row i gets A[j, i] at column N + j. The
@@ -14,7 +16,7 @@
 #include f16_blocks
 
 struct Params {
-  count: u32, // words to write (N·K / 2)
+  count: u32, // words to write (N·K / 2); the Q4 entries: code words to expand (N·K / 8)
 #if BLOCKED
   n: u32,     // W's rows
   k: u32,     // W's columns, a multiple of 32
@@ -30,7 +32,11 @@ struct Params {
 @group(0) @binding(1) var<storage, read> w: array<vec2<f32>>;
 @group(0) @binding(2) var<storage, read> codes: array<u32>;
 @group(0) @binding(3) var<storage, read> scales: array<u32>;
+#if Q4
+@group(0) @binding(4) var<storage, read_write> w16: array<vec4<u32>>; // 8 halves a vec4
+#else
 @group(0) @binding(4) var<storage, read_write> w16: array<u32>;
+#endif
 #if EXT
 @group(0) @binding(5) var<storage, read> factor: array<f32>; // B [N, r] (forward) or A [r, K] (TRANSPOSE)
 #endif
@@ -41,6 +47,8 @@ fn index(wid: vec3u, nwg: vec3u, lid: u32) -> u32 {
   return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
+#if Q4
+#else
 @compute @workgroup_size(WG)
 fn dense_to_f16(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let i = index(wid, nwg, lid);
@@ -52,8 +60,9 @@ fn dense_to_f16(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg:
 #endif
   }
 }
+#endif
 
-#if BLOCKED
+#if Q4
 fn scale_of(s: u32) -> f32 {
   return unpack2x16float(scales[s >> 1u])[s & 1u];
 }
@@ -76,34 +85,52 @@ fn ext_width() -> u32 {
 }
 #endif
 
-// Word i holds weights 2i and 2i + 1 of the flat [N][K] order: codes word i / 4, group i / 16.
-// With EXT, words past count are the extension's, e / 2 a row.
+// Two weights of a code word, from bit `shift` on, dequantized with d as one f16 pair.
+fn pair(word: u32, shift: u32, d: f32) -> u32 {
+  return pack2x16float(vec2<f32>(f32((word >> shift) & 15u) - 8.0, f32((word >> (shift + 4u)) & 15u) - 8.0) * d);
+}
+
+// The 8 weights of code word i, one vec4 of f16 pairs (low nibble first).
+fn expand_word(i: u32) -> vec4<u32> {
+  let word = codes[i];
+  let d = scale_of(i / 4u);
+  return vec4<u32>(pair(word, 0u, d), pair(word, 8u, d), pair(word, 16u, d), pair(word, 24u, d));
+}
+
+// Thread i expands code word i, weights 8i .. 8i + 7 of the flat [N][K] order: one row, one group
+// (K a multiple of 32), 8 consecutive halves of a block. With EXT, threads past count write the
+// extension, 8 of its columns each.
 @compute @workgroup_size(WG)
 fn q4_to_f16(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let i = index(wid, nwg, lid);
   let width = params.k + ext_width();
   if (i < params.count) {
-    let c = (codes[i / 4u] >> (8u * (i % 4u))) & 0xFFu;
-    let d = scale_of(i / 16u);
-    w16[blocked(2u * i / params.k, 2u * i % params.k, width) / 2u] = pack2x16float(vec2<f32>(f32(c & 15u) - 8.0, f32(c >> 4u) - 8.0) * d);
+    let at = 8u * i;
+    let n = at / params.k;
+    w16[blocked(n, at - n * params.k, width) / 8u] = expand_word(i);
     return;
   }
 #if EXT
   let j = i - params.count;
-  if (j < params.n * params.e / 2u) {
-    let n = 2u * j / params.e;
-    let c = 2u * j % params.e;
-    w16[blocked(n, params.k + c, width) / 2u] = pack2x16float(vec2<f32>(b_at(n, c), b_at(n, c + 1u)));
+  if (j < params.n * params.e / 8u) {
+    let n = 8u * j / params.e;
+    let c = 8u * j % params.e;
+    var h: array<u32, 4>;
+    for (var p = 0u; p < 4u; p++) {
+      h[p] = pack2x16float(vec2<f32>(b_at(n, c + 2u * p), b_at(n, c + 2u * p + 1u)));
+    }
+    w16[blocked(n, params.k + c, width) / 8u] = vec4<u32>(h[0], h[1], h[2], h[3]);
   }
 #endif
 }
 
 #if TRANSPOSE
-// A workgroup reads a tile of TT rows x TT columns of W along its rows (8 codes a word), and writes
-// it transposed along the rows of Wᵀ, through workgroup memory. Grid (ceil(K / TT), ceil(N / TT)).
+// A workgroup reads a tile of TT rows x TT columns of W along its rows (8 codes a word), two rows a
+// thread, and writes it transposed along the rows of Wᵀ, 8 halves a store, through workgroup
+// memory that holds it as f16 pairs of neighbouring rows. Grid (ceil(K / TT), ceil(N / TT)).
 const TT = 64u;
-const TP = TT + 1u; // the tile's row stride: a column of it spreads over the banks
-var<workgroup> tile: array<f32, TT * TP>; // [column of W][row of W]
+const TP = TT / 2u + 1u; // the tile's row stride in pairs: a column of it spreads over the banks
+var<workgroup> tile: array<u32, TT * TP>; // [column of W][pair of rows of W]
 
 @compute @workgroup_size(WG)
 fn q4_to_f16_t(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -112,43 +139,52 @@ fn q4_to_f16_t(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_inde
   let width = params.n + ext_width();
 #if EXT
   // The last row of workgroups writes the extension of Wᵀ's rows k0 .. k0 + TT: A[j, i] at column
-  // N + j (zeros from r on). Uniform: the whole workgroup returns.
+  // N + j (zeros from r on), 8 columns a store. Uniform: the whole workgroup returns.
   if (n0 >= params.n) {
-    for (var e = lid; e < TT * params.e / 2u; e += WG) {
-      let kk = k0 + e / (params.e / 2u);
-      let c = 2u * (e % (params.e / 2u));
+    let per_row = params.e / 8u;
+    for (var t = lid; t < TT * per_row; t += WG) {
+      let kk = k0 + t / per_row;
+      let c = 8u * (t % per_row);
       if (kk < params.k) {
-        let a0 = select(0.0, factor[min(c, params.r - 1u) * params.k + kk], c < params.r);
-        let a1 = select(0.0, factor[min(c + 1u, params.r - 1u) * params.k + kk], c + 1u < params.r);
-        w16[blocked(kk, params.n + c, width) / 2u] = pack2x16float(vec2<f32>(a0, a1));
+        var h: array<u32, 4>;
+        for (var p = 0u; p < 4u; p++) {
+          let j = c + 2u * p;
+          let a0 = select(0.0, factor[min(j, params.r - 1u) * params.k + kk], j < params.r);
+          let a1 = select(0.0, factor[min(j + 1u, params.r - 1u) * params.k + kk], j + 1u < params.r);
+          h[p] = pack2x16float(vec2<f32>(a0, a1));
+        }
+        w16[blocked(kk, params.n + c, width) / 8u] = vec4<u32>(h[0], h[1], h[2], h[3]);
       }
     }
     return;
   }
 #endif
-  // TT rows of TT / 8 code words each.
-  for (var e = lid; e < TT * TT / 8u; e += WG) {
-    let r = e / (TT / 8u);
+  // TT / 2 pairs of rows, TT / 8 code words of each: one pair of words a thread (N is even).
+  for (var e = lid; e < TT * TT / 16u; e += WG) {
+    let p = e / (TT / 8u);
     let c = (e % (TT / 8u)) * 8u;
-    let n = n0 + r;
+    let n = n0 + 2u * p;
     if (n < params.n && k0 + c < params.k) {
-      let at = n * params.k + k0 + c; // the first of the word's 8 weights
-      let word = codes[at / 8u];
-      let d = scale_of(at / 32u);
+      let at = n * params.k + k0 + c; // the first of the upper word's 8 weights
+      let lo = codes[at / 8u];
+      let hi = codes[(at + params.k) / 8u];
+      let d = vec2<f32>(scale_of(at / 32u), scale_of((at + params.k) / 32u));
       for (var j = 0u; j < 8u; j++) {
-        tile[(c + j) * TP + r] = (f32((word >> (4u * j)) & 15u) - 8.0) * d;
+        let q = vec2<f32>(f32((lo >> (4u * j)) & 15u), f32((hi >> (4u * j)) & 15u)) - 8.0;
+        tile[(c + j) * TP + p] = pack2x16float(q * d);
       }
     }
   }
   workgroupBarrier();
-  // TT rows of Wᵀ, TT / 2 words each.
-  for (var e = lid; e < TT * TT / 2u; e += WG) {
-    let c = e / (TT / 2u);
-    let r = (e % (TT / 2u)) * 2u;
+  // TT rows of Wᵀ, TT / 8 stores of 8 halves each (N a multiple of 32: a store is in or out whole).
+  for (var e = lid; e < TT * TT / 8u; e += WG) {
+    let c = e / (TT / 8u);
+    let p = (e % (TT / 8u)) * 4u;
     let kk = k0 + c;
-    let n = n0 + r;
+    let n = n0 + 2u * p;
     if (kk < params.k && n < params.n) {
-      w16[blocked(kk, n, width) / 2u] = pack2x16float(vec2<f32>(tile[c * TP + r], tile[c * TP + r + 1u]));
+      let t = c * TP + p;
+      w16[blocked(kk, n, width) / 8u] = vec4<u32>(tile[t], tile[t + 1u], tile[t + 2u], tile[t + 3u]);
     }
   }
 }

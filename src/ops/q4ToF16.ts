@@ -39,7 +39,7 @@ export class Q4ToF16 {
         name: `matmul_q4_f16.q4_to_f16${transpose ? '_t' : ''}${ext ? '_ext' : ''}`,
         shader: 'f16_convert',
         entry: transpose ? 'q4_to_f16_t' : 'q4_to_f16',
-        defines: { BLOCKED: true, TRANSPOSE: transpose, EXT: ext },
+        defines: { BLOCKED: true, Q4: true, TRANSPOSE: transpose, EXT: ext },
         uniforms: ext ? EXT_UNIFORMS : UNIFORMS,
       });
     return new Q4ToF16(kernel(false, false), kernel(true, false), kernel(false, true), kernel(true, true));
@@ -55,7 +55,7 @@ export class Q4ToF16 {
    * `ext`, each row goes on with its columns of the factor. */
   expand(rec: Recorder, w: Q4Weight, out: Tensor, transpose: boolean, ext?: Q4Extension): void {
     const op = 'q4ToF16';
-    const words = (w.n * w.k) / 2;
+    const codeWords = (w.n * w.k) / 8;
     const e = ext?.e ?? 0;
     const need = Q4ToF16.words(w, transpose, e);
     if (out.dtype !== 'u32' || out.numel < need) throw new ShapeError(op, `'${out.label}' must be u32 of at least ${need} words, got ${out.dtype} [${out.shape.join(', ')}]`);
@@ -63,13 +63,13 @@ export class Q4ToF16 {
     const extU: Record<string, number> = ext ? { e, r: ext.r, off: ext.off } : {};
     const extB: Record<string, Tensor> = ext ? { factor: ext.factor } : {};
     if (!transpose) {
-      rec.dispatch(ext ? this.plainExt : this.plain, { codes: w.codes, scales: w.scales, w16: out, ...extB }, grid1d(words + (w.n * e) / 2, 256), { count: words, n: w.n, k: w.k, ...extU });
+      rec.dispatch(ext ? this.plainExt : this.plain, { codes: w.codes, scales: w.scales, w16: out, ...extB }, grid1d(codeWords + (w.n * e) / 8, 256), { count: codeWords, n: w.n, k: w.k, ...extU });
       return;
     }
     if (w.n % 32 !== 0) throw new ShapeError(op, `a transposed expansion needs N a multiple of 32, got ${w.n}`);
     // With an extension, one more row of workgroups writes it.
     const rowsOfGroups = Math.ceil(w.n / TILE) + (ext ? 1 : 0);
-    rec.dispatch(ext ? this.transposedExt : this.transposed, { codes: w.codes, scales: w.scales, w16: out, ...extB }, [Math.ceil(w.k / TILE), rowsOfGroups], { count: words, n: w.n, k: w.k, ...extU });
+    rec.dispatch(ext ? this.transposedExt : this.transposed, { codes: w.codes, scales: w.scales, w16: out, ...extB }, [Math.ceil(w.k / TILE), rowsOfGroups], { count: codeWords, n: w.n, k: w.k, ...extU });
   }
 }
 

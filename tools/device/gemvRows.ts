@@ -8,7 +8,8 @@
 // --layouts: the same kernel in other layouts (lanes per block of 4 rows of W x row blocks per
 // workgroup), each checked against the engine's output: what a fatter or thinner workgroup costs.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/gemvRows.mjs [--ablate] [--layouts] [--quick]
+//   source .device/gpu-env.sh && node .bench/gemvRows.mjs [--ablate] [--layouts] [--head] [--quick]
+// --head: the LM head (151936x2048) at 8 rows instead, whose layout is its own (I8Q_HEAD).
 // --quick: one small shape, two copies (a check on software Vulkan).
 import { createNodeGpu } from '../../src/node/gpu';
 import { int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
@@ -22,10 +23,12 @@ import type { Q4Weight } from '../../src/ops/matmulQ4';
 const QUICK = process.argv.includes('--quick');
 const ABLATE = process.argv.includes('--ablate');
 const LAYOUTS = process.argv.includes('--layouts');
+const HEAD: [number, number] = [151936, 2048];
 // (lanes per block of 4 rows, row blocks per workgroup)
-const OTHER_LAYOUTS: [number, number][] = QUICK ? [[8, 8]] : [[32, 2], [32, 8], [16, 8], [16, 32], [8, 32], [64, 1], [64, 2], [64, 4], [128, 1], [128, 2], [128, 4]];
-const SHAPES = QUICK ? [[256, 512]] : DECODER_GEMV_SHAPES;
-const ROWS = QUICK ? [8] : [2, 8];
+const OTHER_LAYOUTS: [number, number][] = QUICK ? [[8, 8]] : [[32, 2], [32, 4], [32, 8], [16, 4], [16, 8], [16, 16], [16, 32], [8, 4], [8, 8], [8, 16], [8, 32], [4, 16], [4, 32], [64, 1], [64, 2], [64, 4], [128, 1], [128, 2], [128, 4]];
+const SHAPES = QUICK ? [[256, 512]] : process.argv.includes('--head') ? [HEAD] : DECODER_GEMV_SHAPES;
+// The head's int8 layout takes 5 to 8 rows (matmulQ4Tuning.ts).
+const rowsOf = (n: number) => (QUICK || n === HEAD[0] ? [8] : [2, 8]);
 // Each ablation's build: its define beside ABLATE.
 const ABLATIONS: [string, string][] = [
   ['whole kernel', ''],
@@ -73,7 +76,7 @@ for (const pass of QUICK ? [1] : [0, 1]) {
     const setup = gpu.recorder('setup');
     const ws = Array.from({ length: copies }, (_, c) => randomQ4Blocks(gpu, setup, fill, n, k, `w${c}`)[0]);
     await setup.submit();
-    for (const m of ROWS) {
+    for (const m of rowsOf(n)) {
       const rec = gpu.recorder('inputs');
       const x = fill.fill(rec, gpu.tensor([m, k], 'f32', 'x'), 'uniform', 0.05);
       const xq = gpu.tensor([int8GroupWords(m, k)], 'u32', 'xq');
