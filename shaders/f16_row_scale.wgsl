@@ -7,6 +7,7 @@
 // in columns k + g·r .. k + g·r + r, zeros after the last: LoRA's update as more of the reduction,
 // against its B in the weight's extra columns (f16_convert.wgsl's EXT; src/ops/matmulQ4F16.ts). The
 // row's scale covers those columns too.
+// requires: subgroups
 
 #include f16_blocks
 
@@ -67,11 +68,25 @@ fn row_vec4(row: u32, kv: u32, i: u32) -> vec4<f32> {
 }
 
 const WG = 256u;
-var<workgroup> part: array<f32, WG>;
-var<workgroup> scale: f32;
+// Each thread keeps HOLD of the row's vec4s in registers (unrolled: constant names) between finding
+// the row's largest |x| and writing the scaled copy, so a row of at most HOLD·WG vec4s is read from
+// memory once; the vec4s past those are read again.
+const HOLD = {{HOLD}}u;
+// The row's largest |x| as f32 bits (non-negative floats order as their bits, a NaN's above
+// infinity's), met once a subgroup: one barrier, whatever the subgroup size.
+var<workgroup> amax_bits: atomic<u32>;
+
+fn amax4(v: vec4<f32>) -> f32 {
+  let a = abs(v);
+  return max(max(a.x, a.y), max(a.z, a.w));
+}
+
+fn store(row: u32, width: u32, i: u32, v: vec4<f32>) {
+  x16[blocked(row, 4u * i, width) / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+}
 
 @compute @workgroup_size(WG)
-fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) lane: u32) {
   let row = wid.x + wid.y * nwg.x;
   if (row >= params.m) {
     return; // uniform: the whole workgroup
@@ -82,34 +97,40 @@ fn row_scale(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: ve
 #else
   let ev = 0u;
 #endif
-  let width = 4u * (kv + ev); // the blocked row: x, then the extension
+  let n = kv + ev;
+  let width = 4u * n; // the blocked row: x, then the extension
   var a = 0.0;
-  for (var i = lid; i < kv + ev; i += WG) {
-    let v = abs(row_vec4(row, kv, i));
-    a = max(a, max(max(v.x, v.y), max(v.z, v.w)));
+#repeat J HOLD
+  let i{{J}} = lid + {{J}}u * WG;
+  var h{{J}} = vec4<f32>(0.0);
+  if (i{{J}} < n) {
+    h{{J}} = row_vec4(row, kv, i{{J}});
+    a = max(a, amax4(h{{J}}));
   }
-  part[lid] = a;
+#endrepeat
+  for (var i = lid + HOLD * WG; i < n; i += WG) {
+    a = max(a, amax4(row_vec4(row, kv, i)));
+  }
+  a = subgroupMax(a);
+  if (lane == 0u) {
+    atomicMax(&amax_bits, bitcast<u32>(a));
+  }
   workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) {
-      part[lid] = max(part[lid], part[lid + s]);
-    }
-    workgroupBarrier();
+  let amax = bitcast<f32>(atomicLoad(&amax_bits));
+  var s = 1.0;
+  // amax = f·2^e with f in [0.5, 1): amax·2^(15 − e) lies in [2^14, 2^15).
+  if (amax > 0.0 && amax <= 3.4e38) {
+    s = ldexp(1.0, min(15 - frexp(amax).exp, 127));
   }
   if (lid == 0u) {
-    let amax = part[0];
-    var s = 1.0;
-    // amax = f·2^e with f in [0.5, 1): amax·2^(15 − e) lies in [2^14, 2^15).
-    if (amax > 0.0 && amax <= 3.4e38) {
-      s = ldexp(1.0, min(15 - frexp(amax).exp, 127));
-    }
     rs[row] = s;
-    scale = s;
   }
-  workgroupBarrier();
-  let s = scale;
-  for (var i = lid; i < kv + ev; i += WG) {
-    let v = row_vec4(row, kv, i) * s;
-    x16[blocked(row, 4u * i, width) / 4u] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+#repeat J HOLD
+  if (i{{J}} < n) {
+    store(row, width, i{{J}}, h{{J}} * s);
+  }
+#endrepeat
+  for (var i = lid + HOLD * WG; i < n; i += WG) {
+    store(row, width, i, row_vec4(row, kv, i) * s);
   }
 }

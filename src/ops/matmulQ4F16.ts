@@ -224,8 +224,8 @@ export class MatmulQ4F16 {
     const sameTile = oneTile(tiles);
     // Compiled side by side: a load waits for the slowest, not for the sum.
     const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, dense] = await Promise.all([
-      one('matmul_q4_f16', 'f16_row_scale', 'row_scale', { m: 'u32', k: 'u32' }, {}),
-      one('matmul_q4_f16.lora', 'f16_row_scale', 'row_scale', ROW_SCALE_EXT, { EXT: true }),
+      one('matmul_q4_f16', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.plain, rowScaleDefines(false)),
+      one('matmul_q4_f16.lora', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.ext, rowScaleDefines(true)),
       variant('matmul_q4_f16', tiles.q4, false, false),
       variant('matmul_q4_f16.dinput', tiles.q4, false, true),
       variant('matmul_q4_f16.w16', tiles.f16, true, false),
@@ -419,7 +419,20 @@ export class MatmulQ4F16 {
   }
 }
 
-const ROW_SCALE_EXT = { m: 'u32', k: 'u32', e: 'u32', r: 'u32', adapters: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' } as const;
+/** f16_row_scale's uniforms: plain, and with the adapters' columns (EXT). */
+export const ROW_SCALE_UNIFORMS = {
+  plain: { m: 'u32', k: 'u32' },
+  ext: { m: 'u32', k: 'u32', e: 'u32', r: 'u32', adapters: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' },
+} as const;
+
+/** Vec4s of a row each of f16_row_scale's threads holds in registers: rows of up to 4,096 columns
+ * are read once, longer ones read their rest twice (BENCHMARKS.md, Kernel tuning choices). */
+export const ROW_SCALE_HOLD = 4;
+
+/** f16_row_scale's defines: with the adapters' columns (EXT) or not; `hold` as ROW_SCALE_HOLD. */
+export function rowScaleDefines(ext: boolean, hold = ROW_SCALE_HOLD): { EXT: boolean; HOLD: number } {
+  return { EXT: ext, HOLD: hold };
+}
 
 /** Why this device cannot run the f16 tensor-core products, or null when it can. */
 export function f16UnsupportedOn(gpu: Gpu): string | null {

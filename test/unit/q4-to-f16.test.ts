@@ -11,6 +11,7 @@ import { dequantizeRef, quantizeRef, toHalfBits } from '../helpers/q4-reference'
 import { allocQ4 } from '../../src/ops/matmulQ4';
 import { f16BlockedWords } from '../../src/ops/productSizes';
 import { Q4ToF16 } from '../../src/ops/q4ToF16';
+import { ROW_SCALE_UNIFORMS, rowScaleDefines } from '../../src/ops/matmulQ4F16';
 import { ShapeError } from '../../src/gpu';
 
 /** The half number of element (r, c) of a [R][K] operand in blocks of 32 x 32 (shaders/f16_blocks.wgsl). */
@@ -128,13 +129,18 @@ describe.skipIf(process.env.VLRL_VK === 'swiftshader')('Q4 weights expanded to f
 });
 
 describe.skipIf(process.env.VLRL_VK === 'swiftshader')("x's f16 copy for the f16 GEMM (row_scale)", () => {
-  it('rows scaled by a power of two and rounded to f16, in blocks of 32 x 32, the scale kept per row', async () => {
+  // hold: vec4s a thread keeps in registers; rows longer than 256·hold vec4s read the rest twice.
+  it.each([
+    [96, 16],
+    [1056, 1],
+    [160, 0],
+  ])('K %i, hold %i: rows scaled by a power of two and rounded to f16, in blocks of 32 x 32, the scale kept per row', async (k, hold) => {
     const gpu = await testGpu();
-    const [m, k] = [70, 96];
+    const m = 70;
     const x = randNormal(m * k, 7, 1);
     for (let c = 0; c < k; c++) x[5 * k + c] = 0; // a row of zeros keeps scale 1
     for (let c = 0; c < k; c++) x[6 * k + c] *= 1e-6; // small values are lifted, not lost to subnormals
-    const kernel = await gpu.kernel({ shader: 'f16_row_scale', entry: 'row_scale', uniforms: { m: 'u32', k: 'u32' } });
+    const kernel = await gpu.kernel({ shader: 'f16_row_scale', entry: 'row_scale', defines: rowScaleDefines(false, hold), uniforms: ROW_SCALE_UNIFORMS.plain });
     const xt = gpu.tensor([m, k], 'f32', 'x');
     gpu.write(xt, x);
     const rs = gpu.tensor([m], 'f32', 'rs');
@@ -160,18 +166,18 @@ describe.skipIf(process.env.VLRL_VK === 'swiftshader')("x's f16 copy for the f16
   });
 
   it.each([
-    [3, 8, 64],
-    [2, 16, 32],
-    [1, 40, 64],
-  ])('EXT: %i adapters of rank %i in %i more columns: each s·u after x, zeros after the last, the scale over both', async (adapters, r, e) => {
+    [3, 8, 64, 64, 4],
+    [2, 16, 32, 1024, 1],
+    [1, 40, 64, 64, 0],
+  ])('EXT: %i adapters of rank %i in %i more columns after K %i, hold %i: each s·u after x, zeros after the last, the scale over both', async (adapters, r, e, k, hold) => {
     const gpu = await testGpu();
-    const [m, k] = [37, 64];
+    const m = 37;
     const x = randNormal(m * k, 11, 1);
     const us = Array.from({ length: adapters }, (_, g) => randNormal(m * r, 20 + g, 1));
     const scales = [2, 0.5, 3].slice(0, adapters);
     // Row 3's largest value in the extension: its scale must follow it.
     us[0][3 * r] = 5000;
-    const kernel = await gpu.kernel({ shader: 'f16_row_scale', entry: 'row_scale', defines: { EXT: true }, uniforms: { m: 'u32', k: 'u32', e: 'u32', r: 'u32', adapters: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' } });
+    const kernel = await gpu.kernel({ shader: 'f16_row_scale', entry: 'row_scale', defines: rowScaleDefines(true, hold), uniforms: ROW_SCALE_UNIFORMS.ext });
     const xt = gpu.upload(x, [m, k], 'f32', 'x');
     const ut = us.map((u, g) => gpu.upload(u, [m, r], 'f32', `u${g}`));
     const rs = gpu.tensor([m], 'f32', 'rs');

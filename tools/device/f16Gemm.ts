@@ -10,7 +10,7 @@
 // (--dawn: one more Dawn flag, e.g. enable-dawn-features=disable_robustness)
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
-import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
+import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, ROW_SCALE_UNIFORMS, rowScaleDefines, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
 import { f16BlockedWords } from '../../src/ops/productSizes';
 import { compileMatrixKernels, grid1d } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
@@ -127,7 +127,7 @@ async function ablate(): Promise<void> {
   const [m, n, k] = [8192, 6144, 2048];
   const tile = DEFAULT_F16_TILES.f16;
   const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
-  const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: { m: 'u32', k: 'u32' } }], {});
+  const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: ROW_SCALE_UNIFORMS.plain }], rowScaleDefines(false));
   const op = await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: k });
   const fill = await Filler.create(gpu);
   const rec = gpu.recorder('setup');

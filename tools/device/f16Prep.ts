@@ -4,11 +4,12 @@
 // Q4 weight to f16 (shaders/f16_convert.wgsl), as it is and transposed for the input gradient. Each
 // in stream a call, with the bytes it reads and writes as GB/s.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/f16Prep.mjs [--rows M] [--rank R]
+//   source .device/gpu-env.sh && node .bench/f16Prep.mjs [--rows M] [--rank R] [--hold H,...]
+// --hold: the row scaling with each number of vec4s a thread holds (ROW_SCALE_HOLD by default).
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { compileMatrixKernels, grid1d } from '../../src/gpu';
-import { f16UnsupportedOn } from '../../src/ops/matmulQ4F16';
+import { f16UnsupportedOn, ROW_SCALE_HOLD, ROW_SCALE_UNIFORMS, rowScaleDefines } from '../../src/ops/matmulQ4F16';
 import { Q4ToF16 } from '../../src/ops/q4ToF16';
 import { f16BlockedWords, loraColumns } from '../../src/ops/productSizes';
 import { DECODER_GEMV_SHAPES, randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
@@ -26,10 +27,11 @@ if (why) {
 }
 const fill = await Filler.create(gpu);
 const convert = Q4ToF16.create(gpu);
-const ROW_SCALE_EXT = { m: 'u32', k: 'u32', e: 'u32', r: 'u32', adapters: 'u32', s0: 'f32', s1: 'f32', s2: 'f32' } as const;
-const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16.lora', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: ROW_SCALE_EXT }], { EXT: true });
+const holds = (args.optStr('hold') ?? String(ROW_SCALE_HOLD)).split(',').map(Number);
+const rowScales = await Promise.all(holds.map(async (hold) => (await compileMatrixKernels(gpu, `matmul_q4_f16.lora_hold${hold}`, [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: ROW_SCALE_UNIFORMS.ext }], rowScaleDefines(true, hold)))[0]));
 const gbs = (bytes: number, ms: number) => (bytes / ms / 1e6).toFixed(0);
-const total = { rowScale: 0, expand: 0, transposed: 0 };
+const total = { expand: 0, transposed: 0 };
+const totalRowScale = holds.map(() => 0);
 
 // Each weight [N, K] with the adapters sharing its input: q/k/v 3, gate/up 2, o and down 1.
 const adaptersOf = (n: number) => (n === 4096 ? 3 : n === 12288 ? 2 : 1);
@@ -53,13 +55,17 @@ for (const [n, k] of DECODER_GEMV_SHAPES) {
   total.transposed += tt;
   for (const [label, width, adapters] of [['x', k, adaptersOf(n)], ['dY', n, 1]] as const) {
     const ee = loraColumns(adapters, rank);
-    const ms = await inStreamMs(gpu, /row_scale/, (r) => r.dispatch(rowScale, { x, rs, x16, u0: u, u1: u, u2: u }, grid1d(rows, 1), { m: rows, k: width, e: ee, r: rank, adapters, s0: 2, s1: 2, s2: 2 }));
-    line.push(`row scale of ${label} [${rows}, ${width}] + ${ee}: ${(ms * 1e3).toFixed(1)} µs (${gbs(rows * (4 * width + 2 * (width + ee)), ms)} GB/s)`);
-    total.rowScale += ms;
+    const each: string[] = [];
+    for (const [h, rowScale] of rowScales.entries()) {
+      const ms = await inStreamMs(gpu, /row_scale/, (r) => r.dispatch(rowScale, { x, rs, x16, u0: u, u1: u, u2: u }, grid1d(rows, 1), { m: rows, k: width, e: ee, r: rank, adapters, s0: 2, s1: 2, s2: 2 }));
+      each.push(`${holds.length > 1 ? `hold ${holds[h]} ` : ''}${(ms * 1e3).toFixed(1)} µs (${gbs(rows * (4 * width + 2 * (width + ee)), ms)} GB/s)`);
+      totalRowScale[h] += ms;
+    }
+    line.push(`row scale of ${label} [${rows}, ${width}] + ${ee}: ${each.join(', ')}`);
   }
   console.log(line.join('; '));
   releaseQ4([w]);
   for (const t of [factor, out, x, u, rs, x16]) t.release();
 }
-console.log(`a layer's set (each once): row scales ${(total.rowScale * 1e3).toFixed(1)} µs, expansions ${(total.expand * 1e3).toFixed(1)} µs, transposed ${(total.transposed * 1e3).toFixed(1)} µs`);
+console.log(`a layer's set (each once): row scales ${totalRowScale.map((t, h) => `${holds.length > 1 ? `hold ${holds[h]} ` : ''}${(t * 1e3).toFixed(1)} µs`).join(', ')}, expansions ${(total.expand * 1e3).toFixed(1)} µs, transposed ${(total.transposed * 1e3).toFixed(1)} µs`);
 process.exit(0);
