@@ -80,7 +80,11 @@ const B_PER = (B_VECS + WG - 1u) / WG;
 
 var<workgroup> a_s: array<array<f16, A_BLOCK>, NBUF * A_BLOCKS>;
 var<workgroup> b_s: array<array<f16, B_BLOCK>, NBUF * B_BLOCKS>;
-var<workgroup> out_s: array<array<f32, FR * FR>, SGS>; // the epilogue: one fragment a subgroup at a time
+// The epilogue: one fragment a subgroup at a time, OUT_ROUNDS rounds of SGS / OUT_ROUNDS subgroups
+// (2 where one fragment each for every subgroup would pass the workgroup memory).
+const OUT_ROUNDS = {{OUT_ROUNDS}}u;
+const OUT_SLOTS = SGS / OUT_ROUNDS;
+var<workgroup> out_s: array<array<f32, FR * FR>, OUT_SLOTS>;
 
 struct Staged {
   a: array<vec4<u32>, A_PER>,
@@ -220,24 +224,33 @@ fn step_barrier() {
 }
 #endif
 
-// Fragment c (rows from m, columns from n of y) through this subgroup's corner of out_s, then to
-// y with the row's scale undone. Every subgroup calls it equally often: the barriers are uniform.
+// Fragment c (rows from m, columns from n of y) through this subgroup's corner of out_s in its
+// round, then to y with the row's scale undone. Every subgroup calls it equally often and runs
+// every round: the barriers are uniform.
 fn put(c: subgroup_matrix_result<f32, FR, FR>, sg: u32, m: u32, n: u32, lane: u32) {
-  subgroupMatrixStore<row_major>(&out_s[sg], 0u, c, FR);
-  workgroupBarrier();
-  for (var e = lane; e < FR * FR; e += 32u) {
-    let r = m + e / FR;
-    let col = n + e % FR;
-    if (r < params.m && col < params.n) {
-      let o = r * params.n + col;
-      var v = out_s[sg][e] / rs[r];
-      if ((params.accumulate & 1u) != 0u) {
-        v += y[o];
-      }
-      y[o] = v;
+  let slot = sg % OUT_SLOTS;
+  for (var round = 0u; round < OUT_ROUNDS; round++) {
+    let mine = sg / OUT_SLOTS == round;
+    if (mine) {
+      subgroupMatrixStore<row_major>(&out_s[slot], 0u, c, FR);
     }
+    workgroupBarrier();
+    if (mine) {
+      for (var e = lane; e < FR * FR; e += 32u) {
+        let r = m + e / FR;
+        let col = n + e % FR;
+        if (r < params.m && col < params.n) {
+          let o = r * params.n + col;
+          var v = out_s[slot][e] / rs[r];
+          if ((params.accumulate & 1u) != 0u) {
+            v += y[o];
+          }
+          y[o] = v;
+        }
+      }
+    }
+    workgroupBarrier();
   }
-  workgroupBarrier();
 }
 
 @compute @workgroup_size(WG)

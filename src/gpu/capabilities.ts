@@ -29,6 +29,21 @@ export interface Capabilities {
   /** WGSL's packed 4x8-bit integer dot products. */
   packedInt8Dot: boolean;
   limits: Record<CapabilityLimit, number>;
+  /** The GPU's multiprocessors where its adapter's name says which GPU it is (multiprocessorsOf), else null. */
+  multiprocessors: number | null;
+}
+
+/** Multiprocessors of the GPUs whose adapter names them, for the tile that runs a grid in one wave
+ * (src/ops/matmulQ4F16.ts, oneWave). WebGPU does not expose the count; these are NVIDIA's published
+ * figures for the GPUs BENCHMARKS.md measures (the H100 SXM's and the H200's are one die). */
+const MULTIPROCESSORS: readonly [RegExp, number][] = [
+  [/h200/i, 132],
+  [/h100.*(hbm3|sxm)/i, 132],
+];
+
+/** The multiprocessors of the GPU `adapter` (the adapter's name) names, or null where not known. */
+export function multiprocessorsOf(adapter: string): number | null {
+  return MULTIPROCESSORS.find(([name]) => name.test(adapter))?.[1] ?? null;
 }
 
 /** What the device of `gpu` offers (features enabled on it, the adapter's configurations and sizes). */
@@ -52,6 +67,7 @@ export function capabilitiesFrom(a: AdapterSummary, enabled: Iterable<string>, l
     subgroupMatrix: { enabled: matrix, configs: matrix ? [...(a.subgroupMatrixConfigs ?? [])] : [] },
     packedInt8Dot: a.wgslFeatures.includes(PACKED_INT8_DOT),
     limits: lim,
+    multiprocessors: multiprocessorsOf(a.name),
   };
 }
 
@@ -99,5 +115,6 @@ export function capabilitySummary(caps: Capabilities): string[] {
     f16Mma.length > 0 ? `f16 tensor cores: offered (${formatConfigs(f16Mma)})` : 'f16 tensor cores: not offered',
     `packed int8 dot products: ${caps.packedInt8Dot ? 'yes' : 'no'}`,
     `largest buffer ${bytes(caps.limits.maxBufferSize)}, storage binding ${bytes(caps.limits.maxStorageBufferBindingSize)}, workgroup memory ${bytes(caps.limits.maxComputeWorkgroupStorageSize)}, ${caps.limits.maxComputeInvocationsPerWorkgroup} threads a workgroup`,
+    caps.multiprocessors === null ? 'multiprocessors: not known (the adapter does not name its GPU): no one-wave tile' : `multiprocessors: ${caps.multiprocessors} (from the adapter's name): grids of one wave take the one-wave tile`,
   ];
 }

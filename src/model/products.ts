@@ -176,7 +176,8 @@ export async function makeTensorCores(gpu: Gpu, products: Exclude<Products, 'f32
 async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16> {
   const why = f16Unsupported(capabilitiesOf(gpu));
   if (why) throw new MissingFeatureError('shader-f16', why);
-  const op = await MatmulQ4F16.create(gpu, { maxRows: 64 * Math.ceil(dims.maxRows / 64), maxK: dims.maxK });
+  const waveSlots = capabilitiesOf(gpu).multiprocessors;
+  const op = await MatmulQ4F16.create(gpu, { maxRows: 64 * Math.ceil(dims.maxRows / 64), maxK: dims.maxK, waveSlots });
   const k = Math.min(dims.maxK, 512);
   const check = (o: MatmulQ4F16) => checked(o, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16(gpu, o, shape, 17, input));
   // Small products take the tile of few workgroups; an op that puts them on the wide tile (the
@@ -189,6 +190,18 @@ async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16
     throw e;
   }
   wide.release();
+  // The one-wave tile: 150 rows take two workgroups of the wide tile and one of it (with one slot).
+  if (waveSlots) {
+    const tall = await MatmulQ4F16.create(gpu, { maxRows: 192, maxK: Math.max(k, 128), waveSlots: 1 });
+    try {
+      await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16(gpu, tall, shape, 29, input));
+      await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16Lora(gpu, tall, shape, 31, input, 8));
+    } catch (e) {
+      op.release();
+      throw e;
+    }
+    tall.release();
+  }
   await check(op);
   // LoRA's terms inside the product (a rank-8 adapter, forward and input gradient): the extended
   // copies of x and W, on the kernels checked above.

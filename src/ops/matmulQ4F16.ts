@@ -14,13 +14,15 @@ import { EXPAND_MAX_WORDS, f16BlockedWords, LORA_COLUMNS_RESERVED, loraColumns }
 import { Q4ToF16, type Q4Extension } from './q4ToF16';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
- * over 2 x `tn` fragments, staged through `buffers` buffers of workgroup memory. */
+ * over 2 x `tn` fragments, staged through `buffers` buffers of workgroup memory; its epilogue
+ * passes the subgroups' fragments through workgroup memory in `outRounds` rounds (default 1). */
 export interface F16Tile {
   rows: number;
   cols: number;
   threads: number;
   tn: 2 | 4;
   buffers: 1 | 2;
+  outRounds?: 1 | 2;
 }
 
 /** A device's tiles: `f16` for f16 weights (Q4 expanded once a call, or dense), `q4` for Q4 codes
@@ -29,6 +31,9 @@ export interface F16Tile {
 export interface F16Tiles {
   f16: F16Tile;
   q4: F16Tile;
+  /** For f16 weights, a taller tile whose grid the GPU runs in one wave where `f16`'s takes two
+   * (MatmulQ4F16Options.waveSlots): fewer, larger workgroups, each slower per product. */
+  oneWave?: F16Tile;
 }
 
 const T128X128: F16Tile = { rows: 128, cols: 128, threads: 256, tn: 4, buffers: 2 };
@@ -41,7 +46,7 @@ const A32X64: F16Tile = { rows: 32, cols: 64, threads: 128, tn: 4, buffers: 2 };
  * its workgroup memory and threads (f16TileFor). */
 export const F16_TILES: Readonly<Record<number, readonly F16Tiles[]>> = {
   16: [
-    { f16: { rows: 128, cols: 256, threads: 512, tn: 4, buffers: 1 }, q4: T128X128 },
+    { f16: { rows: 128, cols: 256, threads: 512, tn: 4, buffers: 1 }, q4: T128X128, oneWave: { rows: 160, cols: 256, threads: 640, tn: 4, buffers: 1, outRounds: 2 } },
     { f16: T128X128, q4: T128X128 },
     { f16: T64X128, q4: T64X128 },
     { f16: T64X64, q4: T64X64 },
@@ -75,6 +80,10 @@ export interface MatmulQ4F16Options {
   /** Default WIDE_FROM; 0 puts every product on f16 weights on the `f16` tile (a check of that
    * kernel on small shapes). */
   wideFrom?: number;
+  /** Workgroups of the `oneWave` tile the GPU runs at once (one a multiprocessor: multiprocessorsOf),
+   * where known: a product on f16 weights whose `f16` grid exceeds it and whose `oneWave` grid
+   * does not takes the `oneWave` tile (oneWaveTakes). Unset: never. */
+  waveSlots?: number | null;
   /** A Q4 weight of at most this many f16 words (N·K / 2) is expanded to f16 once a call (a
    * scratch as large as the largest such weight), forward and input gradient, instead of
    * dequantized in every workgroup's staging (BENCHMARKS.md). Larger weights (the LM head)
@@ -90,6 +99,15 @@ interface GemmKernels {
   w16: Kernel;
   /** On the q4 tile (MatmulQ4F16Options.wideFrom); w16 itself where the tiles are the same. */
   w16Few: Kernel;
+  /** On the oneWave tile, where the tiles have one and waveSlots is known; else null. */
+  w16OneWave: Kernel | null;
+}
+
+/** Whether a product of m rows and n columns on f16 weights takes the `oneWave` tile: the GPU runs
+ * its grid in one wave of `slots` workgroups, and `wide`'s grid in more. */
+export function oneWaveTakes(m: number, n: number, wide: F16Tile, oneWave: F16Tile, slots: number): boolean {
+  const groups = (t: F16Tile) => Math.ceil(n / t.cols) * Math.ceil(m / t.rows);
+  return groups(oneWave) <= slots && groups(wide) > slots;
 }
 
 /** One product of `gemmShared`: y (+)= x·Wᵀ. */
@@ -170,6 +188,8 @@ function tileProblem(t: F16Tile, fr: number): string | null {
   const tm = 2;
   if (tn !== 2 && tn !== 4) return `tn must be 2 or 4, got ${String(tn)}`;
   if (buffers !== 1 && buffers !== 2) return `buffers must be 1 or 2, got ${String(buffers)}`;
+  const rounds = t.outRounds ?? 1;
+  if ((rounds !== 1 && rounds !== 2) || (threads / 32) % rounds !== 0) return `outRounds must be 1 or 2 and divide the tile's subgroups, got ${String(rounds)}`;
   if (rows % (fr * tm) !== 0 || cols % (fr * tn) !== 0) return `a ${rows}x${cols} tile is not a whole number of ${tm}x${tn} blocks of ${fr}x${fr} fragments`;
   if ((rows / (fr * tm)) * (cols / (fr * tn)) * 32 !== threads) return `a ${rows}x${cols} tile in ${tm}x${tn} blocks of ${fr}x${fr} takes ${(rows / (fr * tm)) * (cols / (fr * tn)) * 32} threads, not ${threads}`;
   if ((rows * 4) % threads !== 0 || cols % 16 !== 0) return `a ${rows}x${cols} tile does not divide among ${threads} threads`;
@@ -182,12 +202,12 @@ function tileProblem(t: F16Tile, fr: number): string | null {
 export function f16TileBytes(t: F16Tile, fr: number, q4: boolean): number {
   const dinputW = q4 ? 32 * (t.cols / (t.tn * fr)) * (t.tn * fr + 8) : 0;
   const staged = t.buffers * 2 * (t.rows * 40 + Math.max(t.cols * 40, dinputW));
-  return staged + 4 * (t.threads / 32) * fr * fr;
+  return staged + (4 * (t.threads / 32) * fr * fr) / (t.outRounds ?? 1);
 }
 
 /** shaders/matmul_q4_f16.wgsl's defines for `tile` on fragments of fr x fr x fk (the variant's W16 and DINPUT besides). */
-export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: number; BN: number; WG: number; TN: number; NBUF: number; NBUF1: boolean; FR: number; FK: number; KSTEPS: number; AS_PAD: number } {
-  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, NBUF: tile.buffers, NBUF1: tile.buffers === 1, FR: fr, FK: fk, KSTEPS: Q4_GROUP / fk, AS_PAD: 8 };
+export function f16GemmDefines(tile: F16Tile, fr: number, fk: number): { BM: number; BN: number; WG: number; TN: number; NBUF: number; NBUF1: boolean; FR: number; FK: number; KSTEPS: number; AS_PAD: number; OUT_ROUNDS: number } {
+  return { BM: tile.rows, BN: tile.cols, WG: tile.threads, TN: tile.tn, NBUF: tile.buffers, NBUF1: tile.buffers === 1, FR: fr, FK: fk, KSTEPS: Q4_GROUP / fk, AS_PAD: 8, OUT_ROUNDS: tile.outRounds ?? 1 };
 }
 
 export class MatmulQ4F16 {
@@ -208,6 +228,7 @@ export class MatmulQ4F16 {
     readonly config: SubgroupMatrixConfig,
     readonly maxRows: number,
     private readonly wideFrom: number,
+    private readonly waveSlots: number | null,
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4F16Options): Promise<MatmulQ4F16> {
@@ -222,21 +243,23 @@ export class MatmulQ4F16 {
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32' | 'f32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
     const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
     const sameTile = oneTile(tiles);
+    const oneWave = opts.waveSlots && tiles.oneWave && !tileMisfit(caps, tiles.oneWave, cfg.M, false) ? tiles.oneWave : null;
     // Compiled side by side: a load waits for the slowest, not for the sum.
-    const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, dense] = await Promise.all([
+    const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, w16OneWave, dense] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.plain, rowScaleDefines(false)),
       one('matmul_q4_f16.lora', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.ext, rowScaleDefines(true)),
       variant('matmul_q4_f16', tiles.q4, false, false),
       variant('matmul_q4_f16.dinput', tiles.q4, false, true),
       variant('matmul_q4_f16.w16', tiles.f16, true, false),
       sameTile ? null : variant('matmul_q4_f16.w16_few', tiles.q4, true, false),
+      oneWave ? variant('matmul_q4_f16.w16_one_wave', oneWave, true, false) : null,
       one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32', n: 'u32', k: 'u32' }, { BLOCKED: true }),
     ]);
     const convert = { dense, q4: Q4ToF16.create(gpu) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * (opts.maxK + LORA_COLUMNS_RESERVED)) / 2], 'u32', 'matmul_q4_f16.x16');
-    return new MatmulQ4F16(gpu, rowScale, rowScaleExt, { q4, q4Dinput, w16, w16Few: w16Few ?? w16 }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tiles, cfg, maxRows, opts.wideFrom ?? WIDE_FROM);
+    return new MatmulQ4F16(gpu, rowScale, rowScaleExt, { q4, q4Dinput, w16, w16Few: w16Few ?? w16, w16OneWave }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tiles, cfg, maxRows, opts.wideFrom ?? WIDE_FROM, oneWave ? opts.waveSlots! : null);
   }
 
   /** The forward takes weights whose rows of x (K wide) fit the workspace at least 64 at a time. */
@@ -397,6 +420,11 @@ export class MatmulQ4F16 {
     const w16 = 'w16' in weight;
     if (w16 && dinput) throw new ShapeError('matmulQ4F16', 'an f16 weight takes the forward only (its input gradient is the forward on Wᵀ)');
     const groups = (t: F16Tile): [number, number] => [Math.ceil(u.n / t.cols), Math.ceil(u.m / t.rows)];
+    const { oneWave } = this.tiles;
+    if (w16 && this.gemmK.w16OneWave && oneWave && oneWaveTakes(u.m, u.n, this.tiles.f16, oneWave, this.waveSlots!)) {
+      rec.dispatch(this.gemmK.w16OneWave, { x, rs: this.rs, ...weight, y }, groups(oneWave), u);
+      return;
+    }
     const [gx, gy] = groups(this.tiles.f16);
     const wide = w16 && gx * gy >= this.wideFrom;
     const kernel = wide ? this.gemmK.w16 : w16 ? this.gemmK.w16Few : dinput ? this.gemmK.q4Dinput : this.gemmK.q4;

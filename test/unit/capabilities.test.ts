@@ -2,9 +2,9 @@
 // matrices), the product-path chooser on synthetic records (an H100 through Dawn with its int8 and
 // f16 configurations, an Apple GPU's f16/f32 8x8 ones, none), their text, and Dawn's flags.
 import { describe, expect, it } from 'vitest';
-import { capabilitiesFrom, capabilitiesOf, capabilitySummary, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
+import { capabilitiesFrom, capabilitiesOf, capabilitySummary, multiprocessorsOf, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
 import { chooseProducts, defaultProducts, productPaths, productPathSummary } from '../../src/model/products';
-import { F16_TILES, f16TileFor, f16UnsupportedOn } from '../../src/ops/matmulQ4F16';
+import { F16_TILES, f16TileBytes, f16TileFor, f16UnsupportedOn, oneWaveTakes } from '../../src/ops/matmulQ4F16';
 import { createNodeGpu, dawnFlags } from '../../src/node/gpu';
 import { mmaUnsupported } from '../../src/ops/matmulQ4Mma';
 import { testGpu } from '../helpers/gpu';
@@ -28,6 +28,7 @@ function record(over: Partial<Capabilities> = {}): Capabilities {
     subgroupMatrix: { enabled: true, configs: H100_CONFIGS },
     packedInt8Dot: true,
     limits: { maxBufferSize: 2 ** 36, maxStorageBufferBindingSize: 2 ** 32 - 4, maxComputeWorkgroupStorageSize: 49152, maxComputeInvocationsPerWorkgroup: 1024 },
+    multiprocessors: null,
     ...over,
   };
 }
@@ -150,5 +151,34 @@ describe("Dawn's flags", () => {
     expect(
       dawnFlags({ f16: true, dawnFlags: ['enable-dawn-features=allow_unsafe_apis,dump_shaders', 'disable-dawn-features=timestamp_quantization', 'backend=vulkan', 'enable-dawn-features=vulkan_enable_f16_on_nvidia'] }),
     ).toEqual(['enable-dawn-features=vulkan_enable_f16_on_nvidia,allow_unsafe_apis,dump_shaders', 'disable-dawn-features=timestamp_quantization', 'backend=vulkan']);
+  });
+});
+
+describe('the one-wave tile', () => {
+  const tiles = F16_TILES[16][0];
+  const oneWave = tiles.oneWave!;
+
+  it('knows the multiprocessors of the GPUs it measured from their adapter names, and no others', () => {
+    expect(multiprocessorsOf('nvidia nvidia-h200 NVIDIA: 580.159.04 580.159.4.0')).toBe(132);
+    expect(multiprocessorsOf('nvidia nvidia-h100-80gb-hbm3 NVIDIA: 580.159.04')).toBe(132);
+    expect(multiprocessorsOf('nvidia nvidia-h100-pcie')).toBeNull();
+    expect(multiprocessorsOf('nvidia lovelace')).toBeNull();
+    expect(capabilitySummary(record({ multiprocessors: 132 })).at(-1)).toContain('multiprocessors: 132');
+    expect(capabilitySummary(record()).at(-1)).toContain('not known');
+  });
+
+  it('takes a grid the wide tile runs in two waves and it in one, and no other', () => {
+    // 2560 rows by 2048 columns: 160 workgroups of 128x256, 128 of 160x256.
+    expect(oneWaveTakes(2560, 2048, tiles.f16, oneWave, 132)).toBe(true);
+    // One wave either way, or two either way.
+    expect(oneWaveTakes(2048, 2048, tiles.f16, oneWave, 132)).toBe(false);
+    expect(oneWaveTakes(2560, 12288, tiles.f16, oneWave, 132)).toBe(false);
+    // A GPU with fewer multiprocessors runs both in several waves.
+    expect(oneWaveTakes(2560, 2048, tiles.f16, oneWave, 60)).toBe(false);
+  });
+
+  it('fits the workgroup memory and threads of a 48 KiB device with its epilogue in two rounds', () => {
+    expect(f16TileBytes(oneWave, 16, false)).toBeLessThanOrEqual(49152);
+    expect(f16TileBytes({ ...oneWave, outRounds: 1 }, 16, false)).toBeGreaterThan(49152);
   });
 });

@@ -14,6 +14,7 @@ function capabilities(shaderF16: boolean): Capabilities {
     subgroupMatrix: { enabled: false, configs: [] },
     packedInt8Dot: false,
     limits: { maxBufferSize: 2 ** 30, maxStorageBufferBindingSize: 2 ** 27, maxComputeWorkgroupStorageSize: 16384, maxComputeInvocationsPerWorkgroup: 256 },
+    multiprocessors: null,
   };
 }
 import { DEFAULT_LOSS_CONFIG, resolveLossConfig } from '../../src/rl/lossConfig';

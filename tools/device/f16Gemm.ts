@@ -3,7 +3,7 @@
 // adapter's terms inside the product at ranks 8, 16 and 64), then timed at the headline shapes beside
 // the default int8 tensor-core setting. Exits non-zero when a check fails.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate]
+//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate] [--wave-slots N]
 // (--ablate: the default f16 tile's kernel on f16 weights at M8192 N6144 K2048 without its global
 // loads, its staging stores, its MMAs, both the first two, or those two and the barriers: what each
 // part of a step costs; at the kernel's staging row stride and without its padding)
@@ -12,7 +12,7 @@ import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, ROW_SCALE_UNIFORMS, rowScaleDefines, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
 import { f16BlockedWords } from '../../src/ops/productSizes';
-import { compileMatrixKernels, grid1d } from '../../src/gpu';
+import { capabilitiesOf, compileMatrixKernels, grid1d } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
 import { checkF16Dense, checkQ4F16, checkQ4F16Lora } from '../../src/ops/matmulQ4MmaCheck';
 import { accuracyReporter, inStreamMs, timeQ4Gemms } from './gemmTiming';
@@ -68,14 +68,18 @@ const ops: { name: string; op: MatmulQ4F16 }[] = [];
 const seen = new Set<string>();
 // Each entry as the engine runs it (small grids of the f16 tile on the q4 tile), its f16 tile on
 // every grid (wideFrom 0), and its Q4 tile dequantizing in the kernel.
+// The engine's op takes the one-wave tile where it knows the GPU's multiprocessors (`--wave-slots`
+// overrides); 'one wave' puts every product on f16 weights on that tile.
+const waveSlots = args.optStr('wave-slots') !== undefined ? args.num('wave-slots') : capabilitiesOf(gpu).multiprocessors;
 for (const tiles of TILES)
-  for (const mode of ['expand', 'wide', 'q4'] as const) {
-    if (mode === 'wide' && oneTile(tiles)) continue;
-    const n = mode === 'expand' ? name(tiles.f16) : mode === 'wide' ? `${name(tiles.f16)} on every grid` : `${name(tiles.q4)}, W dequantized in the kernel`;
+  for (const mode of ['expand', 'wide', 'one wave', 'q4'] as const) {
+    if ((mode === 'wide' && oneTile(tiles)) || (mode === 'one wave' && !tiles.oneWave)) continue;
+    const n = mode === 'expand' ? `${name(tiles.f16)}${tiles.oneWave && waveSlots ? ` (${name(tiles.oneWave)} for one wave of ${waveSlots})` : ''}` : mode === 'wide' ? `${name(tiles.f16)} on every grid` : mode === 'one wave' ? `${name(tiles.oneWave!)} on every grid` : `${name(tiles.q4)}, W dequantized in the kernel`;
     if (seen.has(n) || (only !== undefined && !n.includes(only))) continue;
     seen.add(n);
+    const opts = mode === 'q4' ? { tiles, expandMaxWords: 0 } : mode === 'wide' ? { tiles, wideFrom: 0 } : mode === 'one wave' ? { tiles: { f16: tiles.oneWave!, q4: tiles.q4 }, wideFrom: 0 } : { tiles, waveSlots };
     try {
-      ops.push({ name: n, op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, tiles, ...(mode === 'q4' ? { expandMaxWords: 0 } : {}), ...(mode === 'wide' ? { wideFrom: 0 } : {}) }) });
+      ops.push({ name: n, op: await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, ...opts }) });
     } catch (e) {
       failed = true;
       console.log(`FAIL ${n}: ${(e as Error).message}`);
