@@ -21,6 +21,16 @@ type TypedArray = Float32Array | Uint32Array | Int32Array | Uint16Array | Uint8A
 /** Readback buffers up to this size are kept for the next read; larger ones are destroyed after use. */
 const KEEP_STAGING_BYTES = 64 * 2 ** 20;
 
+/** A runtime's garbage collector: the JS heap in use, and a full collection now. */
+export interface HostCollector {
+  heapUsed(): number;
+  collect(): void;
+}
+
+/** Heap growth between Gpu.collectGarbage's collections: about a third of a second of the 2B's
+ * generation on an H200 host, well inside V8's own threshold for a full collection. */
+const COLLECT_GROWTH = 32 * 2 ** 20;
+
 export class Gpu {
   readonly pool: BufferPool;
   profiler: Profiler | null = null;
@@ -46,6 +56,9 @@ export class Gpu {
   readonly hostStats = { dispatches: 0, replayMs: 0, submitMs: 0, submits: 0 };
   /** Objects that must live as long as the device (Dawn's instance in Node). */
   private readonly retained: unknown[] = [];
+  /** The host's garbage collector where the runtime lends it (Node: createNodeGpu), else null. */
+  hostCollector: HostCollector | null = null;
+  private heapAfterCollect = 0;
 
   constructor(
     readonly device: GPUDevice,
@@ -90,6 +103,20 @@ export class Gpu {
   }
 
   /** Keep `owner` alive while this Gpu is reachable. */
+  /**
+   * A point where the host may pause without idling the GPU (work queued behind it): a full
+   * garbage collection, where the runtime lends its collector and the heap has grown by
+   * COLLECT_GROWTH since the last. Dawn's Node binding waits on pending work by a setImmediate
+   * loop that makes a native callback each turn; those outlive the young generation, so V8's own
+   * full collections came mid-generation and held the host past the queued steps (BENCHMARKS.md).
+   */
+  collectGarbage(): void {
+    const c = this.hostCollector;
+    if (!c || c.heapUsed() - this.heapAfterCollect < COLLECT_GROWTH) return;
+    c.collect();
+    this.heapAfterCollect = c.heapUsed();
+  }
+
   retain(owner: unknown): void {
     this.retained.push(owner);
   }

@@ -188,6 +188,8 @@ export async function generate(p: GenerateParts, r: GenerateRequest): Promise<Ge
         break;
       }
       fill();
+      // The queue is full again: a pause of the host here leaves the GPU busy.
+      gpu.collectGarbage();
     }
   } finally {
     stepTape?.release();

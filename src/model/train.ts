@@ -337,6 +337,8 @@ export class Qwen3VLPolicy implements Policy {
       });
       if (dVisual) model.vision.backward(rec, model.visionLora!, s.visionSaved!, dVisual);
       await rec.submit();
+      // The GPU runs the whole backward now: a pause of the host costs nothing.
+      gpu.collectGarbage();
       if (s.beyond) beyond = await s.beyond;
       if (beyond) await grads!.restore();
     } finally {

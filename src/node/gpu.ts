@@ -3,7 +3,9 @@
 //   VLRL_VK=lavapipe     Mesa's software rasterizer (shader-f16, subgroups)
 //   VLRL_VK=swiftshader  SwiftShader shipped with Debian's chromium (subgroups, no f16)
 //   unset                whatever the system's loader finds (a real GPU on the GPU machine)
-import { Gpu, type DeviceOptions } from '../gpu';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { Gpu, type DeviceOptions, type HostCollector } from '../gpu';
 
 export const ICDS: Record<string, string> = {
   lavapipe: '/usr/share/vulkan/icd.d/lvp_icd.json',
@@ -57,9 +59,18 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<Gpu> {
   // The GPU object owns Dawn's instance: if it is garbage-collected while a device lives, the next
   // asynchronous call (error scopes, mapAsync) crashes the process. The device's Gpu holds it.
   result.retain(gpu);
+  result.hostCollector = nodeCollector();
   // Dawn's pending promises (error scopes, compilation info) do not keep Node's event loop alive, so
   // a script awaiting one would just exit. A timer holds the loop open until the device goes away.
   const keepAlive = setInterval(() => {}, 1 << 30);
   void result.lost.then(() => clearInterval(keepAlive));
   return result;
+}
+
+/** V8's full collection (exposed at run time: no flag to pass), and the heap in use. */
+function nodeCollector(): HostCollector | null {
+  setFlagsFromString('--expose-gc');
+  const collect: unknown = runInNewContext('gc');
+  if (typeof collect !== 'function') return null;
+  return { heapUsed: () => process.memoryUsage().heapUsed, collect: collect as () => void };
 }
