@@ -99,8 +99,13 @@ interface GemmKernels {
   w16: Kernel;
   /** On the q4 tile (MatmulQ4F16Options.wideFrom); w16 itself where the tiles are the same. */
   w16Few: Kernel;
-  /** On the oneWave tile, where the tiles have one and waveSlots is known; else null. */
-  w16OneWave: Kernel | null;
+}
+
+/** The one-wave tile's kernel (on f16 weights) and the workgroups the GPU runs at once. */
+interface OneWave {
+  tile: F16Tile;
+  kernel: Kernel;
+  slots: number;
 }
 
 /** Whether a product of m rows and n columns on f16 weights takes the `oneWave` tile: the GPU runs
@@ -228,7 +233,7 @@ export class MatmulQ4F16 {
     readonly config: SubgroupMatrixConfig,
     readonly maxRows: number,
     private readonly wideFrom: number,
-    private readonly waveSlots: number | null,
+    private readonly oneWave: OneWave | null,
   ) {}
 
   static async create(gpu: Gpu, opts: MatmulQ4F16Options): Promise<MatmulQ4F16> {
@@ -243,23 +248,24 @@ export class MatmulQ4F16 {
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32' | 'f32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
     const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
     const sameTile = oneTile(tiles);
-    const oneWave = opts.waveSlots && tiles.oneWave && !tileMisfit(caps, tiles.oneWave, cfg.M, false) ? tiles.oneWave : null;
+    const slots = opts.waveSlots ?? 0;
+    const tall = slots > 0 && tiles.oneWave && !tileMisfit(caps, tiles.oneWave, cfg.M, false) ? tiles.oneWave : null;
     // Compiled side by side: a load waits for the slowest, not for the sum.
-    const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, w16OneWave, dense] = await Promise.all([
+    const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, w16Tall, dense] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.plain, rowScaleDefines(false)),
       one('matmul_q4_f16.lora', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.ext, rowScaleDefines(true)),
       variant('matmul_q4_f16', tiles.q4, false, false),
       variant('matmul_q4_f16.dinput', tiles.q4, false, true),
       variant('matmul_q4_f16.w16', tiles.f16, true, false),
       sameTile ? null : variant('matmul_q4_f16.w16_few', tiles.q4, true, false),
-      oneWave ? variant('matmul_q4_f16.w16_one_wave', oneWave, true, false) : null,
+      tall ? variant('matmul_q4_f16.w16_one_wave', tall, true, false) : null,
       one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32', n: 'u32', k: 'u32' }, { BLOCKED: true }),
     ]);
     const convert = { dense, q4: Q4ToF16.create(gpu) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * (opts.maxK + LORA_COLUMNS_RESERVED)) / 2], 'u32', 'matmul_q4_f16.x16');
-    return new MatmulQ4F16(gpu, rowScale, rowScaleExt, { q4, q4Dinput, w16, w16Few: w16Few ?? w16, w16OneWave }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tiles, cfg, maxRows, opts.wideFrom ?? WIDE_FROM, oneWave ? opts.waveSlots! : null);
+    return new MatmulQ4F16(gpu, rowScale, rowScaleExt, { q4, q4Dinput, w16, w16Few: w16Few ?? w16 }, convert, opts.expandMaxWords ?? EXPAND_MAX_WORDS, rs, x16, opts.maxK, tiles, cfg, maxRows, opts.wideFrom ?? WIDE_FROM, tall && w16Tall ? { tile: tall, kernel: w16Tall, slots } : null);
   }
 
   /** The forward takes weights whose rows of x (K wide) fit the workspace at least 64 at a time. */
@@ -420,9 +426,9 @@ export class MatmulQ4F16 {
     const w16 = 'w16' in weight;
     if (w16 && dinput) throw new ShapeError('matmulQ4F16', 'an f16 weight takes the forward only (its input gradient is the forward on Wᵀ)');
     const groups = (t: F16Tile): [number, number] => [Math.ceil(u.n / t.cols), Math.ceil(u.m / t.rows)];
-    const { oneWave } = this.tiles;
-    if (w16 && this.gemmK.w16OneWave && oneWave && oneWaveTakes(u.m, u.n, this.tiles.f16, oneWave, this.waveSlots!)) {
-      rec.dispatch(this.gemmK.w16OneWave, { x, rs: this.rs, ...weight, y }, groups(oneWave), u);
+    const tall = this.oneWave;
+    if (w16 && tall && oneWaveTakes(u.m, u.n, this.tiles.f16, tall.tile, tall.slots)) {
+      rec.dispatch(tall.kernel, { x, rs: this.rs, ...weight, y }, groups(tall.tile), u);
       return;
     }
     const [gx, gy] = groups(this.tiles.f16);
