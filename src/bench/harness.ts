@@ -78,6 +78,8 @@ export interface MeasureOptions {
   calls?: number;
   /** Skip the wall-clock measurement (used in option sweeps, whose winners are remeasured). */
   gpuOnly?: boolean;
+  /** The untimed back-to-back work first, ms: default WARM_MS, or SWEEP_WARM_MS with gpuOnly. */
+  warmMs?: number;
 }
 
 export function median(xs: number[]): number {
@@ -103,7 +105,7 @@ async function profiledOnce(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) =>
 
 /** The back-to-back GPU work (one batch of at least this long) each measurement runs untimed
  * first; an option sweep's tries (gpuOnly, their winner measured again in full) take the short one. */
-const WARM_MS = 100;
+export const WARM_MS = 100;
 const SWEEP_WARM_MS = 25;
 
 async function wallOnce(gpu: Gpu, record: (rec: Recorder) => void, times: number): Promise<number> {
@@ -128,7 +130,7 @@ export async function measure(gpu: Gpu, kernel: RegExp, record: (rec: Recorder) 
   // before a try, or between suites) runs at low clocks until a sustained load raises them. With
   // 25 ms, the H100's attention forward, measured right after a start, read 8.8 ms on the
   // per-dispatch clock and 1.6 in stream (the idle clock is 345 MHz, the top 1980: 5.7x).
-  const warm = opts.gpuOnly ? SWEEP_WARM_MS : WARM_MS;
+  const warm = opts.warmMs ?? (opts.gpuOnly ? SWEEP_WARM_MS : WARM_MS);
   for (let batch = 4; batch <= 4096 && (await wallOnce(gpu, record, batch)) < warm; batch *= 4);
   // About 20 ms of work per submit, so that the submit's own cost (tens of µs) stays small.
   const batchFor = (ms: number) => Math.max(1, Math.min(50, Math.ceil(20 / Math.max(ms * calls, 1e-3))));

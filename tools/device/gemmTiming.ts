@@ -1,7 +1,7 @@
 // What the device tools for the 4-bit GEMMs share (gemmSpeed, mmaCheck, f16Gemm): the accuracy line
 // of a check, and the forward/dX timing of ops on random Q4 weights at [M, N, K] shapes.
 import type { Gpu, Recorder, Tensor } from '../../src/gpu';
-import { measure } from '../../src/bench/harness';
+import { measure, WARM_MS } from '../../src/bench/harness';
 import type { Filler } from '../../src/bench/fill';
 import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import type { Q4Weight } from '../../src/ops/matmulQ4';
@@ -28,9 +28,11 @@ export interface TimedGemm {
   backwardInput(rec: Recorder, dy: Tensor, w: Q4Weight, dx: Tensor): void;
 }
 
-/** Per-call in-stream ms of `kernels`' dispatches (the wall clock where the device has no timestamps). */
+/** Per-call in-stream ms of `kernels`' dispatches (the wall clock where the device has no timestamps),
+ * after a full warm-up: a tool's first timing follows its accuracy checks, through which the GPU
+ * idled down (on an H200 the first shape read 0.74 ms after a sweep's 25 ms warm-up, 0.20 later). */
 export async function inStreamMs(gpu: Gpu, kernels: RegExp, run: (rec: Recorder) => void): Promise<number> {
-  const t = await measure(gpu, kernels, run, { maxReps: 20, gpuOnly: true });
+  const t = await measure(gpu, kernels, run, { maxReps: 20, gpuOnly: true, warmMs: WARM_MS });
   return t.passMs ?? t.ms;
 }
 
