@@ -29,8 +29,8 @@ export interface TimedGemm {
 }
 
 /** Per-call in-stream ms of `kernels`' dispatches (the wall clock where the device has no timestamps),
- * after a full warm-up: a tool's first timing follows its accuracy checks, through which the GPU
- * idled down (on an H200 the first shape read 0.74 ms after a sweep's 25 ms warm-up, 0.20 later). */
+ * after a full warm-up: a tool's first timing follows its accuracy checks, long host work through
+ * which the GPU's clocks fall (a sweep's short warm-up left f16Gemm's first shape reading 3.7x slow). */
 export async function inStreamMs(gpu: Gpu, kernels: RegExp, run: (rec: Recorder) => void): Promise<number> {
   const t = await measure(gpu, kernels, run, { maxReps: 20, gpuOnly: true, warmMs: WARM_MS });
   return t.passMs ?? t.ms;
