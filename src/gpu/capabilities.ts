@@ -115,6 +115,8 @@ export function capabilitySummary(caps: Capabilities): string[] {
     f16Mma.length > 0 ? `f16 tensor cores: offered (${formatConfigs(f16Mma)})` : 'f16 tensor cores: not offered',
     `packed int8 dot products: ${caps.packedInt8Dot ? 'yes' : 'no'}`,
     `largest buffer ${bytes(caps.limits.maxBufferSize)}, storage binding ${bytes(caps.limits.maxStorageBufferBindingSize)}, workgroup memory ${bytes(caps.limits.maxComputeWorkgroupStorageSize)}, ${caps.limits.maxComputeInvocationsPerWorkgroup} threads a workgroup`,
-    caps.multiprocessors === null ? 'multiprocessors: not known (the adapter does not name its GPU): no one-wave tile' : `multiprocessors: ${caps.multiprocessors} (from the adapter's name): grids of one wave take the one-wave tile`,
+    caps.multiprocessors === null
+      ? `multiprocessors: not known (the adapter does not name its GPU)${f16Mma.length > 0 ? ': no one-wave f16 tile' : ''}`
+      : `multiprocessors: ${caps.multiprocessors} (from the adapter's name)${f16Mma.length > 0 ? ': f16 products whose grid fits one wave take the one-wave tile' : ''}`,
   ];
 }
