@@ -174,33 +174,32 @@ export async function makeTensorCores(gpu: Gpu, products: Exclude<Products, 'f32
 
 /** makeTensorCores for 'f16'. */
 async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16> {
-  const why = f16Unsupported(capabilitiesOf(gpu));
+  const caps = capabilitiesOf(gpu);
+  const why = f16Unsupported(caps);
   if (why) throw new MissingFeatureError('shader-f16', why);
-  const waveSlots = capabilitiesOf(gpu).multiprocessors;
+  const waveSlots = caps.multiprocessors;
   const op = await MatmulQ4F16.create(gpu, { maxRows: 64 * Math.ceil(dims.maxRows / 64), maxK: dims.maxK, waveSlots });
   const k = Math.min(dims.maxK, 512);
   const check = (o: MatmulQ4F16) => checked(o, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16(gpu, o, shape, 17, input));
-  // Small products take the tile of few workgroups; an op that puts them on the wide tile (the
-  // same compiled kernels) checks that one too.
-  const wide = await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: Math.max(k, 128), wideFrom: 0 });
-  try {
-    await check(wide);
-  } catch (e) {
-    op.release();
-    throw e;
-  }
-  wide.release();
-  // The one-wave tile: 150 rows take two workgroups of the wide tile and one of it (with one slot).
-  if (waveSlots) {
-    const tall = await MatmulQ4F16.create(gpu, { maxRows: 192, maxK: Math.max(k, 128), waveSlots: 1 });
+  // An op on the same compiled kernels whose small products take a tile `op` gives only large ones:
+  // checked, then released (checked releases it on a failure, and `op` goes with it).
+  const checkBeside = async (side: MatmulQ4F16, run: (o: MatmulQ4F16) => Promise<unknown>) => {
     try {
-      await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16(gpu, tall, shape, 29, input));
-      await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16Lora(gpu, tall, shape, 31, input, 8));
+      await run(side);
     } catch (e) {
       op.release();
       throw e;
     }
-    tall.release();
+    side.release();
+  };
+  // Small products take the tile of few workgroups: the wide tile through wideFrom 0.
+  await checkBeside(await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: Math.max(k, 128), wideFrom: 0 }), check);
+  // The one-wave tile: 150 rows take two workgroups of the wide tile and one of it (with one slot).
+  if (waveSlots) {
+    await checkBeside(await MatmulQ4F16.create(gpu, { maxRows: 192, maxK: Math.max(k, 128), waveSlots: 1 }), async (tall) => {
+      await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16(gpu, tall, shape, 29, input));
+      await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16Lora(gpu, tall, shape, 31, input, 8));
+    });
   }
   await check(op);
   // LoRA's terms inside the product (a rank-8 adapter, forward and input gradient): the extended

@@ -3,7 +3,7 @@
 //   VLRL_VK=lavapipe     Mesa's software rasterizer (shader-f16, subgroups)
 //   VLRL_VK=swiftshader  SwiftShader shipped with Debian's chromium (subgroups, no f16)
 //   unset                whatever the system's loader finds (a real GPU on the GPU machine)
-import { setFlagsFromString } from 'node:v8';
+import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Gpu, type DeviceOptions, type HostCollector } from '../gpu';
 
@@ -72,5 +72,5 @@ function nodeCollector(): HostCollector | null {
   setFlagsFromString('--expose-gc');
   const collect: unknown = runInNewContext('gc');
   if (typeof collect !== 'function') return null;
-  return { heapUsed: () => process.memoryUsage().heapUsed, collect: collect as () => void };
+  return { heapUsed: () => getHeapStatistics().used_heap_size, collect: collect as () => void };
 }
