@@ -39,8 +39,9 @@ for (const [n, k] of DECODER_GEMV_SHAPES) {
   const rec = gpu.recorder('setup');
   const [w] = randomQ4Blocks(gpu, rec, fill, n, k, 'w', n);
   const factor = fill.fill(rec, gpu.tensor([rank * Math.max(n, k)], 'f32', 'factor'), 'uniform', 0.1);
-  const e = 32;
-  const out = gpu.tensor([Math.max(Q4ToF16.words(w, false, e), Q4ToF16.words(w, true, e))], 'u32', 'w16');
+  // The extensions the engine writes: the forward's B of every adapter sharing x, the transpose's Aᵀ.
+  const [ef, et] = [loraColumns(adaptersOf(n), rank), loraColumns(1, rank)];
+  const out = gpu.tensor([Math.max(Q4ToF16.words(w, false, ef), Q4ToF16.words(w, true, et))], 'u32', 'w16');
   // The forward's input [rows, K] and the input gradient's dY [rows, N], each with its u columns.
   const x = fill.fill(rec, gpu.tensor([rows, Math.max(n, k)], 'f32', 'x'), 'uniform', 1);
   const u = fill.fill(rec, gpu.tensor([rows, rank], 'f32', 'u'), 'uniform', 1);
@@ -48,9 +49,9 @@ for (const [n, k] of DECODER_GEMV_SHAPES) {
   const x16 = gpu.tensor([f16BlockedWords(rows, Math.max(n, k) + 96)], 'u32', 'x16');
   await rec.submit();
   const wBytes = (n * k) / 2 + (n * k) / 16;
-  const tf = await inStreamMs(gpu, /q4_to_f16/, (r) => convert.expand(r, w, out, false, { factor, e, r: rank, off: 0 }));
-  const tt = await inStreamMs(gpu, /q4_to_f16/, (r) => convert.expand(r, w, out, true, { factor, e, r: rank, off: 0 }));
-  const line = [`W ${n}x${k}: expand ${(tf * 1e3).toFixed(1)} µs (${gbs(wBytes + 2 * n * (k + e), tf)} GB/s), transposed ${(tt * 1e3).toFixed(1)} µs (${gbs(wBytes + 2 * k * (n + e), tt)} GB/s)`];
+  const tf = await inStreamMs(gpu, /q4_to_f16/, (r) => convert.expand(r, w, out, false, { factor, e: ef, r: rank, off: 0 }));
+  const tt = await inStreamMs(gpu, /q4_to_f16/, (r) => convert.expand(r, w, out, true, { factor, e: et, r: rank, off: 0 }));
+  const line = [`W ${n}x${k}: expand ${(tf * 1e3).toFixed(1)} µs (${gbs(wBytes + 2 * n * (k + ef), tf)} GB/s), transposed ${(tt * 1e3).toFixed(1)} µs (${gbs(wBytes + 2 * k * (n + et), tt)} GB/s)`];
   total.expand += tf;
   total.transposed += tt;
   for (const [label, width, adapters] of [['x', k, adaptersOf(n)], ['dY', n, 1]] as const) {
