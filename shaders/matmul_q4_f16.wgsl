@@ -25,6 +25,8 @@ struct Params {
   n: u32,          // columns of y
   k: u32,          // the reduction, a multiple of 32
   accumulate: u32, // 1: add into y instead of overwriting it (ABLATE: and 2, 4, 8, 16 below)
+  split1: u32,     // the output's parts (q4_joined_parts.wgsl; n, n: one [m, n] output); no tile straddles two
+  split2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -41,6 +43,7 @@ struct Params {
 #if !W16
 #include q4_format
 #endif
+#include q4_joined_parts
 
 const BM = {{BM}}u;       // rows of y a workgroup
 const BN = {{BN}}u;       // columns of y a workgroup
@@ -240,7 +243,7 @@ fn put(c: subgroup_matrix_result<f32, FR, FR>, sg: u32, m: u32, n: u32, lane: u3
         let r = m + e / FR;
         let col = n + e % FR;
         if (r < params.m && col < params.n) {
-          let o = r * params.n + col;
+          let o = joined_at(r, col, params.m, params.n, params.split1, params.split2);
           var v = out_s[slot][e] / rs[r];
           if ((params.accumulate & 1u) != 0u) {
             v += y[o];

@@ -149,6 +149,8 @@ export interface LayerActivations {
   hmid: Tensor;
   /** LoRA's x·Aᵀ per projection [T, r] (rank-sized views are taken where read). */
   u: Record<LoraProjection, Tensor>;
+  /** The buffer A.qRaw, A.kRaw and A.v lie in back to back (one product writes them), if one. */
+  qkv?: Tensor;
 }
 
 /** A training forward's keep: every layer's input h_l and the final hidden state (L + 1 of
@@ -207,10 +209,19 @@ export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank
   const { hiddenSize: H, numHeads: hq, numKvHeads: hkv, headDim: D, intermediateSize: I } = c;
   const f = (shape: number[], name: string) => gpu.tensor(shape, 'f32', `${label}.${name}`);
   const w = (shape: number[], name: WideName) => gpu.tensor(shape, wide, `${label}.${name}`);
+  // q_raw, k_raw and v back to back where every start can be bound: q/k/v's product then writes
+  // them as one (MatmulQ4F16.joins), as into DecoderWorkspace's.
+  const widths = [hq * D, hkv * D, hkv * D];
+  const bytes = wide === 'f16' ? 2 : 4;
+  const align = gpu.limits.minStorageBufferOffsetAlignment;
+  const fits = widths.every((n) => (bytes * T * n) % align === 0) && bytes * T * (hq + 2 * hkv) * D <= Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
+  const qkv = fits ? gpu.tensor([T * (hq + 2 * hkv) * D], wide, `${label}.qkv`) : null;
+  const [qRaw, kRaw, v] = qkv ? stacked({ buffer: qkv, widths }, T) : [w([T, hq * D], 'q_raw'), w([T, hkv * D], 'k_raw'), w([T, hkv * D], 'v')];
   return {
+    ...(qkv ? { qkv } : {}),
     A: {
-      xn: w([T, H], 'xn_attn'), qRaw: w([T, hq * D], 'q_raw'), kRaw: w([T, hkv * D], 'k_raw'),
-      q: w([T, hq * D], 'q'), k: w([T, hkv * D], 'k'), v: w([T, hkv * D], 'v'), attn: w([T, hq * D], 'attn'),
+      xn: w([T, H], 'xn_attn'), qRaw, kRaw,
+      q: w([T, hq * D], 'q'), k: w([T, hkv * D], 'k'), v, attn: w([T, hq * D], 'attn'),
       rstd: { input: f([T], 'rstd_in'), q: f([T * hq], 'rstd_q'), k: f([T * hkv], 'rstd_k') },
     },
     M: { xn: w([T, H], 'xn_mlp'), gate: w([T, I], 'gate'), up: w([T, I], 'up'), act: w([T, I], 'act'), rstd: f([T], 'rstd_post') },
@@ -222,7 +233,8 @@ export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank
 
 export function releaseActivations(a: LayerActivations): void {
   const { rstd, ...attn } = a.A;
-  for (const t of [...Object.values(attn), rstd!.input, rstd!.q, rstd!.k, ...Object.values(a.M), a.lse, a.hmid, ...Object.values(a.u)]) t.release();
+  const apart = a.qkv ? [attn.xn, attn.q, attn.k, attn.attn, a.qkv] : Object.values(attn);
+  for (const t of [...apart, rstd!.input, rstd!.q, rstd!.k, ...Object.values(a.M), a.lse, a.hmid, ...Object.values(a.u)]) t.release();
 }
 
 /** The gradients a layer's backward passes through, for T rows; every layer reuses them. */
@@ -652,12 +664,13 @@ export class Decoder {
 
 type WorkspaceViews = ReturnType<DecoderWorkspace['makeViews']>;
 
-/** [T, width] views of `s.buffer`, one per width, back to back. */
+/** [T, width] views of `s.buffer` (of its element type), one per width, back to back. */
 function stacked(s: { buffer: Tensor; widths: number[] }, T: number): Tensor[] {
+  const bytes = s.buffer.dtype === 'f16' ? 2 : 4;
   let at = s.buffer.byteOffset;
   return s.widths.map((w) => {
-    const t = new Tensor(s.buffer.buffer, [T, w], 'f32', s.buffer.label, at);
-    at += 4 * T * w;
+    const t = new Tensor(s.buffer.buffer, [T, w], s.buffer.dtype, s.buffer.label, at);
+    at += bytes * T * w;
     return t;
   });
 }

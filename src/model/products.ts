@@ -5,10 +5,11 @@
 // through Chromium's subgroup-matrix extension where the browser offers it.
 import { capabilitiesOf, configsOf, formatConfigs, MissingFeatureError, TensorCoreCheckError, type Capabilities, type Gpu } from '../gpu';
 import { f16Config, f16Unsupported, MatmulQ4F16 } from '../ops/matmulQ4F16';
+import { JOIN_COLUMNS } from '../ops/productSizes';
 import { AttentionF16, attentionF16Unsupported, attentionF16UnsupportedBy, checkAttentionF16 } from '../ops/attentionF16';
 import type { AttentionConfig } from '../ops/attention';
 import { MatmulQ4Mma, mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../ops/matmulQ4Mma';
-import { checkF16Dense, checkQ4F16, checkQ4F16Lora, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
+import { checkF16Dense, checkQ4F16, checkQ4F16Joined, checkQ4F16Lora, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
 import { PATHS, tensorCoreOptions, type TensorCoreProducts } from '../ops/projection';
 import type { ModelOptions } from './qwen3vl';
 
@@ -192,19 +193,38 @@ async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16
     }
     side.release();
   };
+  // Products of one x joined into one (q/k/v), where the op joins any: outputs of 256 columns side
+  // by side, at 70 rows on the tile of few workgroups, or on the tile a side op gives them.
+  const joinedNs = [256, 256, 256].slice(0, Math.min(3, Math.floor(dims.maxK / JOIN_COLUMNS)));
+  const joinedCheck = async (o: MatmulQ4F16, m: number, seed: number) => {
+    if (joinedNs.length < 2) return;
+    const a = await checkQ4F16Joined(gpu, o, m, joinedNs, 128, seed, 8);
+    if (!(a.ofBound <= 1)) {
+      o.release();
+      throw new TensorCoreCheckError(`${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`, 'f16');
+    }
+  };
+  const joinedK = Math.max(k, 128, JOIN_COLUMNS * joinedNs.length);
   // Small products take the tile of few workgroups: the wide tile through wideFrom 0.
-  await checkBeside(await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: Math.max(k, 128), wideFrom: 0 }), check);
-  // The one-wave tile: 150 rows take two workgroups of the wide tile and one of it (with one slot).
+  await checkBeside(await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: joinedK, wideFrom: 0 }), async (wide) => {
+    await check(wide);
+    await joinedCheck(wide, 70, 37);
+  });
+  // The one-wave tile: 150 rows take two workgroups of the wide tile and one of it (with one slot);
+  // joined outputs, one of it a 256 columns (with as many slots).
   if (waveSlots) {
     await checkBeside(await MatmulQ4F16.create(gpu, { maxRows: 192, maxK: Math.max(k, 128), waveSlots: 1 }), async (tall) => {
       await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16(gpu, tall, shape, 29, input));
       await checked(tall, 'f16', [[150, 96, k], false], [[150, 96, 128], true], (shape, input) => checkQ4F16Lora(gpu, tall, shape, 31, input, 8));
     });
+    await checkBeside(await MatmulQ4F16.create(gpu, { maxRows: 192, maxK: joinedK, waveSlots: joinedNs.length }), (tall) => joinedCheck(tall, 150, 41));
   }
   await check(op);
   // LoRA's terms inside the product (a rank-8 adapter, forward and input gradient): the extended
   // copies of x and W, on the kernels checked above.
-  return checked(op, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16Lora(gpu, op, shape, 23, input, 8));
+  await checked(op, 'f16', [[70, 96, k], false], [[70, 96, 128], true], (shape, input) => checkQ4F16Lora(gpu, op, shape, 23, input, 8));
+  await joinedCheck(op, 70, 43);
+  return op;
 }
 
 /** The vision tower's op for `v`: makeTensorCores' int8 op, or its f16 op once the f16 copy of a

@@ -10,7 +10,7 @@
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
-import { EXPAND_MAX_WORDS, f16BlockedWords, LORA_COLUMNS_RESERVED, loraColumns } from './productSizes';
+import { EXPAND_MAX_WORDS, f16BlockedWords, JOIN_COLUMNS, LORA_COLUMNS_RESERVED, loraColumns } from './productSizes';
 import { Q4ToF16, type Q4Extension } from './q4ToF16';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
@@ -113,6 +113,19 @@ interface OneWave {
 export function oneWaveTakes(m: number, n: number, wide: F16Tile, oneWave: F16Tile, slots: number): boolean {
   const groups = (t: F16Tile) => Math.ceil(n / t.cols) * Math.ceil(m / t.rows);
   return groups(oneWave) <= slots && groups(wide) > slots;
+}
+
+/**
+ * Whether products of one x (m rows; each output's W [n, k] and where its y starts) run as one
+ * product on their expansions side by side: 2 or 3 weights expanded to f16 (at most expandMaxWords
+ * each), outputs of JOIN_COLUMNS multiples (no tile straddles two) back to back in one buffer, no
+ * wider together than maxK (the joined expansion then fits the scratch the widest weight takes:
+ * q/k/v join, gate/up do not).
+ */
+export function joinsOutputs(outs: readonly { n: number; k: number; buffer: unknown; byteOffset: number }[], m: number, maxK: number, expandMaxWords: number): boolean {
+  if (outs.length < 2 || outs.length > 3 || outs.some(({ n, k }) => (n * k) / 2 > expandMaxWords || n % JOIN_COLUMNS !== 0)) return false;
+  if (outs.reduce((a, o) => a + o.n, 0) > maxK) return false;
+  return outs.every((o, i) => o.buffer === outs[0].buffer && (i === 0 || o.byteOffset === outs[i - 1].byteOffset + 4 * m * outs[i - 1].n));
 }
 
 /** One product of `gemmShared`: y (+)= x·Wᵀ. */
@@ -244,7 +257,7 @@ export class MatmulQ4F16 {
     const cfg = f16Config(caps)!;
     const { maxRows } = opts;
     if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
-    const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+    const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32' | 'f32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
     const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
     const sameTile = oneTile(tiles);
@@ -322,15 +335,43 @@ export class MatmulQ4F16 {
     const ext = terms.length > 0 ? this.loraColumnsOf(op, terms.map((t) => ({ f: t.u, r: t.r })), m, outs, false) : null;
     const width = k + (ext?.e ?? 0);
     if (ext) this.widen(rec, width);
-    for (const [r0, rows] of this.slices(op, m, width)) {
+    // Each output's extension: its adapter's B at its u's place, or zeros over the whole extension (rank 0).
+    let slot = 0;
+    const exts = outs.map(({ lora }): Q4Extension | undefined => (ext ? (lora ? { factor: lora.B, e: ext.e, r: ext.r, off: ext.r * slot++ } : { factor: terms[0].B, e: ext.e, r: 0, off: 0 }) : undefined));
+    const slices = this.slices(op, m, width);
+    const joined = slices.length === 1 && this.joins(outs, m) ? this.joinedWeight(rec, outs, exts) : null;
+    for (const [r0, rows] of slices) {
       const xin = this.rowScales(rec, rowSlice(x, r0, rows, k), rows, k, ext && { e: ext.e, r: ext.r, terms: terms.map((t) => ({ u: rowSlice(t.u, r0, rows, ext.r), scale: t.scale })) });
-      let slot = 0;
-      for (const { w, y, lora } of outs) {
-        // An output without an adapter: zeros over the whole extension (rank 0).
-        const wx: Q4Extension | undefined = ext ? (lora ? { factor: lora.B, e: ext.e, r: ext.r, off: ext.r * slot++ } : { factor: terms[0].B, e: ext.e, r: 0, off: 0 }) : undefined;
-        this.dispatch(rec, false, xin, this.weight(rec, w, false, wx), rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k: width, accumulate: accumulate ? 1 : 0 });
+      const acc = accumulate ? 1 : 0;
+      if (joined) {
+        // One output of m rows a part, the parts back to back (q4_joined_parts.wgsl).
+        const n = outs.reduce((a, o) => a + o.w.n, 0);
+        const y = new Tensor(outs[0].y.buffer, [m * n], 'f32', outs[0].y.label, outs[0].y.byteOffset);
+        const split1 = outs[0].w.n;
+        this.dispatch(rec, false, xin, joined, y, { m, n, k: width, accumulate: acc, split1, split2: outs.length > 2 ? split1 + outs[1].w.n : n });
+        continue;
       }
+      outs.forEach(({ w, y }, i) => this.dispatch(rec, false, xin, this.weight(rec, w, false, exts[i]), rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k: width, accumulate: acc }));
     }
+  }
+
+  /** Whether gemmShared runs the products of `outs` (m rows of one x) as one (joinsOutputs). */
+  joins(outs: readonly F16Output[], m: number): boolean {
+    return joinsOutputs(outs.map(({ w, y }) => ({ n: w.n, k: w.k, buffer: y.buffer, byteOffset: y.byteOffset })), m, this.maxK, this.expandMaxWords);
+  }
+
+  /** The expansions of `outs`' weights (with their extensions) one after another in the scratch:
+   * [N₀ + N₁ (+ N₂)][K + e] in blocks of 32 x 32, as one weight of those rows. */
+  private joinedWeight(rec: Recorder, outs: readonly F16Output[], exts: readonly (Q4Extension | undefined)[]): Record<string, Tensor> {
+    const words = outs.map(({ w }, i) => Q4ToF16.words(w, false, exts[i]?.e ?? 0));
+    const all = words.reduce((a, b) => a + b, 0);
+    const scratch = this.scratchOf(rec, all);
+    let at = 0;
+    outs.forEach(({ w }, i) => {
+      this.convert.q4.expand(rec, w, new Tensor(scratch.buffer, [words[i]], 'u32', scratch.label, scratch.byteOffset + 4 * at), false, exts[i]);
+      at += words[i];
+    });
+    return { w16: scratch };
   }
 
   /** The LoRA columns of a product (their width e and rank r) once its terms (their u or t, `f`)
@@ -377,16 +418,21 @@ export class MatmulQ4F16 {
    * scratch, which the dispatch recorded next reads before any later expansion rewrites it, or its
    * codes and scales. */
   private weight(rec: Recorder, w: Q4Weight, transpose = false, ext?: Q4Extension): Record<string, Tensor> {
-    const words = Q4ToF16.words(w, transpose, ext?.e ?? 0);
     if (!this.expands(w)) return { codes2: w.codes, scales: w.scales };
+    const scratch = this.scratchOf(rec, Q4ToF16.words(w, transpose, ext?.e ?? 0));
+    this.convert.q4.expand(rec, w, scratch, transpose, ext);
+    return { w16: scratch };
+  }
+
+  /** The one scratch expansions write, grown to `words` where smaller. */
+  private scratchOf(rec: Recorder, words: number): Tensor {
     if (!this.scratch || this.scratch.numel < words) {
       // As MatmulQ4Mma's scratch: calls recorded before still read the smaller one, and the
       // queue orders them before any reuse of its buffer; kept while a tape is captured.
       if (!rec.capturing) this.scratch?.release();
       this.scratch = this.gpu.tensor([words], 'u32', 'matmul_q4_f16.w16');
     }
-    this.convert.q4.expand(rec, w, this.scratch, transpose, ext);
-    return { w16: this.scratch };
+    return this.scratch;
   }
 
   /** dX [M, K] (+)= dY [M, N]·W; N a multiple of 32. With `lora` (takesLora(w, true)) also + t·A:
@@ -422,7 +468,8 @@ export class MatmulQ4F16 {
   }
 
   /** The GEMM on `weight`'s bindings: f16 (forward only) or Q4 codes, whose input gradient (`dinput`) reduces over W's rows. */
-  private dispatch(rec: Recorder, dinput: boolean, x: Tensor, weight: Record<string, Tensor>, y: Tensor, u: { m: number; n: number; k: number; accumulate: number }): void {
+  private dispatch(rec: Recorder, dinput: boolean, x: Tensor, weight: Record<string, Tensor>, y: Tensor, one: { m: number; n: number; k: number; accumulate: number; split1?: number; split2?: number }): void {
+    const u = { split1: one.n, split2: one.n, ...one };
     const w16 = 'w16' in weight;
     if (w16 && dinput) throw new ShapeError('matmulQ4F16', 'an f16 weight takes the forward only (its input gradient is the forward on Wᵀ)');
     const groups = (t: F16Tile): [number, number] => [Math.ceil(u.n / t.cols), Math.ceil(u.m / t.rows)];

@@ -2,7 +2,7 @@
 // f64 on the CPU, on activations shaped like Qwen's: Gaussian with a few outlier channels. Run by
 // the unit test (where the device has subgroup matrices), by the gemm benchmark suite, which
 // puts the figures beside the speed, and by Qwen3VL before it routes products through a new one.
-import type { Gpu, Recorder, Tensor } from '../gpu';
+import { Tensor, type Gpu, type Recorder } from '../gpu';
 import { allocQ4, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 import type { MatmulQ4Mma } from './matmulQ4Mma';
 import type { F16LoraInput, F16LoraUpdate } from './matmulQ4F16';
@@ -118,6 +118,88 @@ export async function checkQ4F16Lora(gpu: Gpu, op: Q4LoraProduct, shape: [number
     const inv = rowScaleInverses(x, m, red);
     return (row, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[row] * Math.abs(wv);
   });
+}
+
+/** A product that joins the products of one x into one (MatmulQ4F16.joins). */
+export interface Q4JoinedProduct extends Q4LoraProduct {
+  joins(outs: readonly { w: Q4Weight; y: Tensor }[], m: number): boolean;
+}
+
+/**
+ * gemmShared on products of one x joined into one (`ns` columns each, outputs back to back in one
+ * buffer, as the decoder's q/k/v), with rank-r adapters on all but the last (whose extension is
+ * zeros), against each output's f64 product of the extended reduction [x | s·u₀ | s·u₁ | …], once
+ * overwriting y and once accumulating; the worst output's accuracy. Throws where `op` would not
+ * join them (the check would not test the joined path).
+ */
+export async function checkQ4F16Joined(gpu: Gpu, op: Q4JoinedProduct, m: number, ns: readonly number[], k: number, seed: number, r: number): Promise<MmaAccuracy> {
+  const next = rng(seed);
+  const adapters = ns.length - 1;
+  const scales = [2, 0.5];
+  const red = k + adapters * r;
+  const xBase = activations(next, m, k);
+  const us = Array.from({ length: adapters }, () => new Float32Array(m * r).map(() => gaussian(next)));
+  const x = new Float32Array(m * red);
+  for (let i = 0; i < m; i++) {
+    x.set(xBase.subarray(i * k, (i + 1) * k), i * red);
+    us.forEach((u, a) => {
+      for (let j = 0; j < r; j++) x[i * red + k + a * r + j] = Math.fround(scales[a] * u[i * r + j]);
+    });
+  }
+  const total = ns.reduce((a, n) => a + n, 0);
+  const parts = ns.map((n) => {
+    const words = q4Words(n, k);
+    const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
+    const halves = new Uint16Array(2 * words.scales).map(() => (next() < 0.5 ? 0x8000 : 0) | ((7 + Math.floor(next() * 3)) << 10) | Math.floor(next() * 1024));
+    const B = new Float32Array(n * r).map(() => 0.05 * gaussian(next));
+    return { n, codes, halves, B };
+  });
+  const y0 = new Float32Array(m * total).map(() => gaussian(next));
+  const ws = parts.map((p, i) => {
+    const w = allocQ4(gpu, p.n, k, `joined-check.w${i}`);
+    gpu.write(w.codes, p.codes);
+    gpu.write(w.scales, new Uint32Array(p.halves.buffer));
+    return w;
+  });
+  const tx = gpu.upload(xBase, [m, k], 'f32', 'joined-check.x');
+  const tu = us.map((u, a) => gpu.upload(u, [m, r], 'f32', `joined-check.u${a}`));
+  const tB = parts.slice(0, adapters).map((p, a) => gpu.upload(p.B, [p.n, r], 'f32', `joined-check.B${a}`));
+  const ty = gpu.tensor([m * total], 'f32', 'joined-check.y');
+  const tacc = gpu.upload(y0, [m * total], 'f32', 'joined-check.y0');
+  // Output i: m rows of its n columns, after the outputs before it (the decoder's stacked q/k/v).
+  const views = (t: Tensor) => {
+    let at = 0;
+    return ns.map((n) => {
+      const v = new Tensor(t.buffer, [m, n], 'f32', t.label, t.byteOffset + 4 * at);
+      at += m * n;
+      return v;
+    });
+  };
+  const outs = (t: Tensor) => views(t).map((y, i) => ({ w: ws[i], y, lora: i < adapters ? { u: tu[i], B: tB[i], r, scale: scales[i] } : undefined }));
+  if (!op.joins(outs(ty), m)) throw new Error(`checkQ4F16Joined: the op does not join outputs of ${ns.join(' + ')} columns at ${m} rows`);
+  const rec = gpu.recorder('joined-check');
+  op.gemmShared(rec, tx, outs(ty), false);
+  op.gemmShared(rec, tx, outs(tacc), true);
+  await rec.submit();
+  const got = await gpu.readF32(ty);
+  const gotAcc = await gpu.readF32(tacc);
+  for (const t of [tx, ty, tacc, ...tu, ...tB, ...ws.flatMap((w) => [w.codes, w.scales])] as Tensor[]) t.release();
+
+  const groups = k / Q4_GROUP;
+  const inv = rowScaleInverses(x, m, red);
+  const termBound: TermBound = (row, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[row] * Math.abs(wv);
+  let at = 0;
+  let worst: MmaAccuracy | null = null;
+  for (const [i, p] of parts.entries()) {
+    const deq = (row: number, c: number) => f16ToNumber(p.halves[row * groups + (c >> 5)]) * (((p.codes[(row * k + c) >> 3] >>> (4 * (c & 7))) & 15) - 8);
+    // Past K, only its own adapter's columns meet a nonzero factor.
+    const wAt = (c: number, j: number) => (c < k ? deq(j, c) : i < adapters && c >= k + i * r && c < k + (i + 1) * r ? p.B[j * r + c - k - i * r] : 0);
+    const slice = (v: Float32Array) => v.subarray(m * at, m * (at + p.n));
+    const a = compare({ x, y0: slice(y0), got: slice(got), gotAcc: slice(gotAcc), m, red, out: p.n, termBound, wAt, shape: `joined output ${i} of ${ns.join(' + ')}: M${m} N${p.n} K${k}` });
+    if (!worst || !(a.ofBound <= worst.ofBound)) worst = a;
+    at += p.n;
+  }
+  return worst!;
 }
 
 /** An op that multiplies f32 weights held in f16 (MatmulQ4F16's toF16 and gemmF16). */

@@ -27,3 +27,7 @@ export const LOGPROB_CHUNK = 8192;
 
 /** The int8 tensor-core GEMM's K block by x's limbs: 128 for two (the most their i32 sums hold), 256 for one. */
 export const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
+
+/** Columns each output of a joined f16 product (MatmulQ4F16.joins) comes in multiples of: the
+ * widest tile's, so that no tile straddles two outputs. */
+export const JOIN_COLUMNS = 256;

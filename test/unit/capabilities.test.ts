@@ -4,7 +4,8 @@
 import { describe, expect, it } from 'vitest';
 import { capabilitiesFrom, capabilitiesOf, capabilitySummary, multiprocessorsOf, PACKED_INT8_DOT, type Capabilities, type SubgroupMatrixConfig } from '../../src/gpu';
 import { chooseProducts, defaultProducts, productPaths, productPathSummary } from '../../src/model/products';
-import { F16_TILES, f16TileBytes, f16TileFor, f16UnsupportedOn, oneWaveTakes } from '../../src/ops/matmulQ4F16';
+import { F16_TILES, f16TileBytes, f16TileFor, f16UnsupportedOn, joinsOutputs, oneWaveTakes } from '../../src/ops/matmulQ4F16';
+import { EXPAND_MAX_WORDS } from '../../src/ops/productSizes';
 import { createNodeGpu, dawnFlags } from '../../src/node/gpu';
 import { mmaUnsupported } from '../../src/ops/matmulQ4Mma';
 import { testGpu } from '../helpers/gpu';
@@ -180,5 +181,35 @@ describe('the one-wave tile', () => {
   it('fits the workgroup memory and threads of a 48 KiB device with its epilogue in two rounds', () => {
     expect(f16TileBytes(oneWave, 16, false)).toBeLessThanOrEqual(49152);
     expect(f16TileBytes({ ...oneWave, outRounds: 1 }, 16, false)).toBeGreaterThan(49152);
+  });
+});
+
+describe('joined f16 products of one x', () => {
+  // The 2B's q/k/v and gate/up at T rows, stacked in one buffer each as the decoder's workspace lays them out.
+  const T = 2560;
+  const stacked = (ns: number[], k: number, buffer: object = {}, rows = T) => {
+    let at = 0;
+    return ns.map((n) => {
+      const o = { n, k, buffer, byteOffset: 256 + 4 * at };
+      at += rows * n;
+      return o;
+    });
+  };
+
+  it("joins q/k/v stacked back to back, not gate/up (wider than the widest x: the scratch would grow)", () => {
+    expect(joinsOutputs(stacked([2048, 1024, 1024], 2048), T, 6144, EXPAND_MAX_WORDS)).toBe(true);
+    expect(joinsOutputs(stacked([6144, 6144], 2048), T, 6144, EXPAND_MAX_WORDS)).toBe(false);
+    // The 8B's q/k/v: 4096 + 1024 + 1024 columns under its intermediate 12288.
+    expect(joinsOutputs(stacked([4096, 1024, 1024], 4096), T, 12288, EXPAND_MAX_WORDS)).toBe(true);
+  });
+
+  it('runs apart outputs in other buffers, not back to back, of columns a tile could straddle, or a weight not expanded', () => {
+    const qkv = stacked([2048, 1024, 1024], 2048);
+    expect(joinsOutputs([qkv[0], { ...qkv[1], buffer: {} }, qkv[2]], T, 6144, EXPAND_MAX_WORDS)).toBe(false);
+    // Outputs of more rows than x has (their views laid out for another T).
+    expect(joinsOutputs(stacked([2048, 1024, 1024], 2048, {}, T + 64), T, 6144, EXPAND_MAX_WORDS)).toBe(false);
+    expect(joinsOutputs(stacked([2048, 1024 + 128, 1024], 2048), T, 6144, EXPAND_MAX_WORDS)).toBe(false);
+    expect(joinsOutputs(stacked([2048, 1024, 1024], 2048), T, 6144, (1024 * 2048) / 2 - 1)).toBe(false);
+    expect(joinsOutputs(stacked([2048], 2048), T, 6144, EXPAND_MAX_WORDS)).toBe(false);
   });
 });

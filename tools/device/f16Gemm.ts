@@ -3,7 +3,10 @@
 // adapter's terms inside the product at ranks 8, 16 and 64), then timed at the headline shapes beside
 // the default int8 tensor-core setting. Exits non-zero when a check fails.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate] [--wave-slots N]
+//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate] [--wave-slots N] [--joined ROWS,...]
+// (--joined: the 2B's q, k and v on one x as the decoder runs them, joined into one product on
+// outputs back to back and apart on outputs in buffers of their own, with a rank-8 adapter each, at
+// each number of rows)
 // (--ablate: the default f16 tile's kernel on f16 weights at M8192 N6144 K2048 without its global
 // loads, its staging stores, its MMAs, both the first two, or those two and the barriers: what each
 // part of a step costs; at the kernel's staging row stride and without its padding)
@@ -12,9 +15,10 @@ import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
 import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, ROW_SCALE_UNIFORMS, rowScaleDefines, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
 import { f16BlockedWords } from '../../src/ops/productSizes';
-import { capabilitiesOf, compileMatrixKernels, grid1d } from '../../src/gpu';
+import { capabilitiesOf, compileMatrixKernels, grid1d, Tensor } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
-import { checkF16Dense, checkQ4F16, checkQ4F16Lora } from '../../src/ops/matmulQ4MmaCheck';
+import { checkF16Dense, checkQ4F16, checkQ4F16Joined, checkQ4F16Lora } from '../../src/ops/matmulQ4MmaCheck';
+import { randomQ4Blocks, releaseQ4 } from '../../src/bench/q4';
 import { accuracyReporter, inStreamMs, timeQ4Gemms } from './gemmTiming';
 import { Matmul } from '../../src/ops/matmul';
 import { tensorCoreOptions } from '../../src/ops/projection';
@@ -90,6 +94,7 @@ for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
   for (const [i, shape] of DX_SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 200 + i, true));
   for (const [i, shape] of SHAPES.entries()) report(n, await checkF16Dense(gpu, op, shape, 300 + i));
   if (op.expandMaxWords === 0) continue;
+  report(`${n}, joined`, await checkQ4F16Joined(gpu, op, 77, [512, 256, 256], 320, 600, 16));
   for (const r of [8, 16, 64]) {
     for (const [i, shape] of SHAPES.entries()) report(`${n}, LoRA r ${r}`, await checkQ4F16Lora(gpu, op, shape, 400 + i, false, r));
     for (const [i, shape] of DX_SHAPES.entries()) report(`${n}, LoRA r ${r}`, await checkQ4F16Lora(gpu, op, shape, 500 + i, true, r));
@@ -97,6 +102,8 @@ for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
 }
 
 if (args.bool('ablate')) await ablate();
+const joinedRows = args.optStr('joined');
+if (joinedRows) await joined(joinedRows.split(',').map(Number));
 
 if (!args.bool('no-speed')) {
   const fill = await Filler.create(gpu);
@@ -130,7 +137,7 @@ process.exit(failed || checks.failed ? 1 : 0);
 async function ablate(): Promise<void> {
   const [m, n, k] = [8192, 6144, 2048];
   const tile = DEFAULT_F16_TILES.f16;
-  const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32' } as const;
+  const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
   const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: ROW_SCALE_UNIFORMS.plain }], rowScaleDefines(false));
   const op = await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: k });
   const fill = await Filler.create(gpu);
@@ -149,11 +156,46 @@ async function ablate(): Promise<void> {
     const [kernel] = await compileMatrixKernels(gpu, 'matmul_q4_f16.ablate', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms }], { ...f16GemmDefines(tile, 16, 16), AS_PAD: pad, W16: true, DINPUT: false, ABLATE: true });
     const parts: string[] = [];
     for (const [label, bits] of [['whole kernel', 0], ['no global loads', 2], ['no staging stores', 4], ['no MMAs', 8], ['neither loads nor stores', 6], ['MMAs alone, no barriers', 22], ['barriers alone', 14]] as const) {
-      const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16: w16.w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits }));
+      const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16: w16.w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits, split1: n, split2: n }));
       parts.push(`${label} ${ms.toFixed(3)} ms (${((2 * m * n * k) / ms / 1e9).toFixed(0)} TFLOP/s)`);
     }
     console.log(`ablation, pad ${pad}, ${tile.rows}x${tile.cols}/${tile.threads} on f16 W, M${m} N${n} K${k}: ${parts.join('; ')}`);
   }
   for (const t of [x, w, w16.w16, rs, x16, y]) t.release();
+  op.release();
+}
+
+/** q, k and v of the 2B (2048, 1024, 1024 columns, K 2048) on one x with rank-8 adapters: joined, then apart. */
+async function joined(rowCounts: readonly number[]): Promise<void> {
+  const [k, r, ns] = [2048, 8, [2048, 1024, 1024]];
+  const op = await MatmulQ4F16.create(gpu, { maxRows: 8192, maxK: 6144, waveSlots });
+  const fill = await Filler.create(gpu);
+  const rec = gpu.recorder('setup');
+  const ws = ns.map((n, i) => randomQ4Blocks(gpu, rec, fill, n, k, `w${i}`, n)[0]);
+  const Bs = ns.map((n, i) => fill.fill(rec, gpu.tensor([n, r], 'f32', `B${i}`), 'uniform', 0.05));
+  await rec.submit();
+  for (const m of rowCounts) {
+    const setup = gpu.recorder('setup');
+    const x = fill.fill(setup, gpu.tensor([m, k], 'f32', 'x'), 'uniform', 1);
+    const us = ns.map((_, i) => fill.fill(setup, gpu.tensor([m, r], 'f32', `u${i}`), 'uniform', 1));
+    const stacked = gpu.tensor([m * 4096], 'f32', 'qkv');
+    const apart = ns.map((n, i) => gpu.tensor([m, n], 'f32', `y${i}`));
+    await setup.submit();
+    let at = 0;
+    const views = ns.map((n) => {
+      const v = new Tensor(stacked.buffer, [m, n], 'f32', 'qkv', stacked.byteOffset + 4 * at);
+      at += m * n;
+      return v;
+    });
+    const outs = (ys: readonly Tensor[]) => ys.map((y, i) => ({ w: ws[i], y, lora: { u: us[i], B: Bs[i], r, scale: 2 } }));
+    if (!op.joins(outs(views), m) || op.joins(outs(apart), m)) throw new Error('joined: the op does not join the stacked outputs, or joins the apart ones');
+    const tj = await inStreamMs(gpu, /^matmul_q4_f16/, (rr) => op.gemmShared(rr, x, outs(views)));
+    const ta = await inStreamMs(gpu, /^matmul_q4_f16/, (rr) => op.gemmShared(rr, x, outs(apart)));
+    const tflops = (ms: number) => ((2 * m * 4096 * (k + 32)) / ms / 1e9).toFixed(1);
+    console.log(`q/k/v at ${m} rows, LoRA r ${r}, expansions and row scaling included: joined ${tj.toFixed(3)} ms (${tflops(tj)} TFLOP/s), apart ${ta.toFixed(3)} ms (${tflops(ta)})`);
+    for (const t of [x, ...us, stacked, ...apart]) t.release();
+  }
+  releaseQ4(ws);
+  for (const t of Bs) t.release();
   op.release();
 }
