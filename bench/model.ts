@@ -1036,6 +1036,18 @@ async function main(): Promise<void> {
       model.visionCache.clear();
       return model.generate(def.prompts[0], d.G, sampling(1), { stopIds: [] });
     });
+  // --profile: that part's GPU time in stream and by kernel (a pass per dispatch).
+  const firstTokenKernels = async () => {
+    const firstToken = () => {
+      model.visionCache.clear();
+      return model.generate(def.prompts[0], d.G, sampling(1), { stopIds: [] });
+    };
+    const inStreamMs = await gpuMsInStream(gpu, firstToken);
+    const kernels = await kernelTimes(gpu, firstToken);
+    console.error(`generation's first token (vision, prefill, LM head, sampling): ${inStreamMs.toFixed(2)} ms of GPU in stream; by kernel ${(kernels.reduce((t, r) => t + r.us, 0) / 1000).toFixed(2)} ms in ${kernels.reduce((t, r) => t + r.calls, 0)} dispatches`);
+    for (const r of kernels.slice(0, 16)) console.error(`  ${r.us.toFixed(0).padStart(6)} us  ${String(r.calls).padStart(4)} x ${r.name}`);
+    return { inStreamMs, kernels };
+  };
   // A products setting's RL steps: one warm-up with its pipelines compiled, then the medians of three.
   const warmedSteps = async (products: Products, first: number) => {
     await model.setProducts(products);
@@ -1089,7 +1101,8 @@ async function main(): Promise<void> {
     const hostPhases = args.includes('--profile') ? await stepPhases(gpu, def, 17) : undefined;
     if (hostPhases) console.error(`default config on f16 tensor cores, the step on the host: ${JSON.stringify(hostPhases)}`);
     const generateFirstTokenS = await firstTokenS();
-    result.defaultConfigF16 = { generateS: tc.gen, generateFirstTokenS, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, planGiB: planGiB('f16'), profile };
+    const firstTokenProfile = args.includes('--profile') ? await firstTokenKernels() : undefined;
+    result.defaultConfigF16 = { generateS: tc.gen, generateFirstTokenS, firstTokenProfile, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, planGiB: planGiB('f16'), profile };
     await model.setProducts('f32');
     save();
     console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s (its first token ${generateFirstTokenS.toFixed(3)} s), step ${tc.step.toFixed(2)} s`);
