@@ -1,6 +1,7 @@
 // The f16 tensor-core 4-bit products (src/ops/matmulQ4F16.ts) on a real GPU: every tile checked
 // against the f64 product on odd shapes (forward and dX, and on expanded weights with a LoRA
-// adapter's terms inside the product at ranks 8, 16 and 64), then timed at the headline shapes beside
+// adapter's terms inside the product at ranks 8, 16 and 64, and three outputs joined into one
+// product as q/k/v are), then timed at the headline shapes beside
 // the default int8 tensor-core setting. Exits non-zero when a check fails.
 //   npm run bench:build, then on the GPU machine:
 //   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate] [--wave-slots N] [--joined ROWS,...]
@@ -94,7 +95,7 @@ for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
   for (const [i, shape] of DX_SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 200 + i, true));
   for (const [i, shape] of SHAPES.entries()) report(n, await checkF16Dense(gpu, op, shape, 300 + i));
   if (op.expandMaxWords === 0) continue;
-  report(`${n}, joined`, await checkQ4F16Joined(gpu, op, 77, [512, 256, 256], 320, 600, 16));
+  report(n, await checkQ4F16Joined(gpu, op, 77, [512, 256, 256], 320, 600, 16));
   for (const r of [8, 16, 64]) {
     for (const [i, shape] of SHAPES.entries()) report(`${n}, LoRA r ${r}`, await checkQ4F16Lora(gpu, op, shape, 400 + i, false, r));
     for (const [i, shape] of DX_SHAPES.entries()) report(`${n}, LoRA r ${r}`, await checkQ4F16Lora(gpu, op, shape, 500 + i, true, r));
