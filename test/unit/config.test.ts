@@ -193,6 +193,10 @@ describe('memoryPlan', () => {
     // The 8B's gate (12288 x 4096, 96 MiB in f16) is under the expansion limit: it sets the scratch.
     const c8 = parseQwen3VLConfig(fixture('qwen3-vl-8b-4.57.json'));
     expect(productWorkspaceBytes(c8, 'f16')).toBe(rows * 4 + rows * (12288 + 96) * 2 + 12288 * 4096 * 2);
+    // q, k and v expanded side by side (MatmulQ4F16.joins) count where they are the widest: a model
+    // whose hidden size holds them together and whose other weights are smaller.
+    const joined = { ...c2, text: { ...c2.text, numHeads: 8, numKvHeads: 4, intermediateSize: 1024, vocabSize: 1024 } };
+    expect(productWorkspaceBytes(joined, 'f16', 8)).toBe(rows * 4 + rows * (2048 + 96) * 2 + 2048 * (2048 + 32) * 2);
     const plan2 = memoryPlan(c2);
     expect(trainingMemory(c2, plan2, { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes - trainingMemory(c2, plan2).peakBytes).toBe(productWorkspaceBytes(c2, 'f16', DEFAULT_TRAINING_WORK.loraRank));
     // bench/model.ts's default config on f16 tensor cores (f32 hidden states; the KV cache f16, as
