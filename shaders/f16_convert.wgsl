@@ -47,8 +47,7 @@ fn index(wid: vec3u, nwg: vec3u, lid: u32) -> u32 {
   return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
-#if Q4
-#else
+#if !Q4
 @compute @workgroup_size(WG)
 fn dense_to_f16(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let i = index(wid, nwg, lid);

@@ -102,7 +102,6 @@ export class Gpu {
     if (!this.has(feature)) throw new MissingFeatureError(feature, `needed for ${forWhat}`);
   }
 
-  /** Keep `owner` alive while this Gpu is reachable. */
   /**
    * A point where the host may pause without idling the GPU (work queued behind it): a full
    * garbage collection, where the runtime lends its collector and the heap has grown by
@@ -117,6 +116,7 @@ export class Gpu {
     this.heapAfterCollect = c.heapUsed();
   }
 
+  /** Keep `owner` alive while this Gpu is reachable. */
   retain(owner: unknown): void {
     this.retained.push(owner);
   }

@@ -17,7 +17,7 @@
 // mlpBlock) over explicit buffers; the backward walks the layers in reverse through their
 // backwards (mlpBlockBackward, attentionBlockBackward), rerunning a layer's blocks first where
 // the forward kept only its input (gradient checkpointing).
-import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
+import { DTYPE_BYTES, ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
 import { ActivationF16 } from '../ops/activationF16';
 import { Activations } from '../ops/activations';
 import { Attention } from '../ops/attention';
@@ -212,7 +212,7 @@ export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank
   // q_raw, k_raw and v back to back where every start can be bound: q/k/v's product then writes
   // them as one (MatmulQ4F16.joins), as into DecoderWorkspace's.
   const widths = [hq * D, hkv * D, hkv * D];
-  const bytes = wide === 'f16' ? 2 : 4;
+  const bytes = DTYPE_BYTES[wide];
   const align = gpu.limits.minStorageBufferOffsetAlignment;
   const fits = widths.every((n) => (bytes * T * n) % align === 0) && bytes * T * (hq + 2 * hkv) * D <= Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
   const qkv = fits ? gpu.tensor([T * (hq + 2 * hkv) * D], wide, `${label}.qkv`) : null;
@@ -666,7 +666,7 @@ type WorkspaceViews = ReturnType<DecoderWorkspace['makeViews']>;
 
 /** [T, width] views of `s.buffer` (of its element type), one per width, back to back. */
 function stacked(s: { buffer: Tensor; widths: number[] }, T: number): Tensor[] {
-  const bytes = s.buffer.dtype === 'f16' ? 2 : 4;
+  const bytes = DTYPE_BYTES[s.buffer.dtype];
   let at = s.buffer.byteOffset;
   return s.widths.map((w) => {
     const t = new Tensor(s.buffer.buffer, [T, w], s.buffer.dtype, s.buffer.label, at);

@@ -16,7 +16,7 @@ import { chooseKvCache } from './kvCacheSetting';
 import type { Products } from './products';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
-import { EXPAND_MAX_WORDS, f16BlockedWords, JOIN_COLUMNS, LOGPROB_CHUNK, LORA_COLUMNS_RESERVED, loraColumns, MMA_K_BLOCK } from '../ops/productSizes';
+import { EXPAND_MAX_WORDS, f16BlockedWords, joinsWidths, LOGPROB_CHUNK, LORA_COLUMNS_RESERVED, loraColumns, MMA_K_BLOCK } from '../ops/productSizes';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
 import type { PhaseBuffers } from '../rl/engineConfig';
@@ -235,8 +235,7 @@ export function productWorkspaceBytes(config: Qwen3VLConfig, products: Products,
       .filter(([n, k]) => (n * k) / 2 <= EXPAND_MAX_WORDS)
       .map(([n, k, lora]) => Math.max(f16BlockedWords(n, k + (lora ? fwd : 0)), f16BlockedWords(k, n + (lora ? inp : 0))));
     // q, k and v expanded side by side where the op joins them (MatmulQ4F16.joins), forward only.
-    const qkv = q + 2 * hkv * D;
-    const joined = qkv <= maxK && (qkv * H) / 2 <= EXPAND_MAX_WORDS && [q, hkv * D].every((n) => n % JOIN_COLUMNS === 0) ? [f16BlockedWords(qkv, H + fwd)] : [];
+    const joined = joinsWidths([q, hkv * D, hkv * D], H, maxK) ? [f16BlockedWords(q + 2 * hkv * D, H + fwd)] : [];
     return rows * 4 + rows * (maxK + Math.max(LORA_COLUMNS_RESERVED, fwd)) * 2 + 4 * Math.max(0, ...expanded, ...joined);
   }
   const limbs = products === 'int8-1limb' ? 1 : 2;

@@ -195,14 +195,9 @@ async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16
   };
   // Products of one x joined into one (q/k/v), where the op joins any: outputs of 256 columns side
   // by side, at 70 rows on the tile of few workgroups, or on the tile a side op gives them.
-  const joinedNs = [256, 256, 256].slice(0, Math.min(3, Math.floor(dims.maxK / JOIN_COLUMNS)));
+  const joinedNs = Array<number>(Math.min(3, Math.floor(dims.maxK / JOIN_COLUMNS))).fill(JOIN_COLUMNS);
   const joinedCheck = async (o: MatmulQ4F16, m: number, seed: number) => {
-    if (joinedNs.length < 2) return;
-    const a = await checkQ4F16Joined(gpu, o, m, joinedNs, 128, seed, 8);
-    if (!(a.ofBound <= 1)) {
-      o.release();
-      throw new TensorCoreCheckError(`${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`, 'f16');
-    }
+    if (joinedNs.length >= 2) accept(o, 'f16', '', await checkQ4F16Joined(gpu, o, m, joinedNs, 128, seed, 8));
   };
   const joinedK = Math.max(k, 128, JOIN_COLUMNS * joinedNs.length);
   // Small products take the tile of few workgroups: the wide tile through wideFrom 0.
@@ -248,14 +243,15 @@ export async function makeInt8Products(gpu: Gpu, products: Int8Products, dims: P
 type CheckShape = readonly [readonly [number, number, number], boolean];
 
 async function checked<T extends Q4Product & { release(): void }>(op: T, path: string, forward: CheckShape, input: CheckShape, check: (shape: [number, number, number], input: boolean) => Promise<MmaAccuracy>): Promise<T> {
-  for (const [shape, isInput] of [forward, input]) {
-    const a = await check([...shape], isInput);
-    if (!(a.ofBound <= 1)) {
-      op.release();
-      throw new TensorCoreCheckError(`${isInput ? 'input gradient' : 'forward'} ${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`, path);
-    }
-  }
+  for (const [shape, isInput] of [forward, input]) accept(op, path, `${isInput ? 'input gradient' : 'forward'} `, await check([...shape], isInput));
   return op;
+}
+
+/** Returns where `a` is within its rounding bound; else releases `op` and throws TensorCoreCheckError. */
+function accept(op: { release(): void }, path: string, what: string, a: MmaAccuracy): void {
+  if (a.ofBound <= 1) return;
+  op.release();
+  throw new TensorCoreCheckError(`${what}${a.shape}: error ${a.ofBound.toFixed(2)} times its rounding bound`, path);
 }
 
 /**

@@ -10,7 +10,7 @@
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
-import { EXPAND_MAX_WORDS, f16BlockedWords, JOIN_COLUMNS, LORA_COLUMNS_RESERVED, loraColumns } from './productSizes';
+import { EXPAND_MAX_WORDS, f16BlockedWords, joinsWidths, LORA_COLUMNS_RESERVED, loraColumns } from './productSizes';
 import { Q4ToF16, type Q4Extension } from './q4ToF16';
 
 /** The workgroup tile of y: `rows` x `cols` by `threads` threads in subgroups of 32, each subgroup
@@ -117,14 +117,11 @@ export function oneWaveTakes(m: number, n: number, wide: F16Tile, oneWave: F16Ti
 
 /**
  * Whether products of one x (m rows; each output's W [n, k] and where its y starts) run as one
- * product on their expansions side by side: 2 or 3 weights expanded to f16 (at most expandMaxWords
- * each), outputs of JOIN_COLUMNS multiples (no tile straddles two) back to back in one buffer, no
- * wider together than maxK (the joined expansion then fits the scratch the widest weight takes:
- * q/k/v join, gate/up do not).
+ * product on their expansions side by side: weights that may (joinsWidths), outputs back to back
+ * in one buffer.
  */
 export function joinsOutputs(outs: readonly { n: number; k: number; buffer: unknown; byteOffset: number }[], m: number, maxK: number, expandMaxWords: number): boolean {
-  if (outs.length < 2 || outs.length > 3 || outs.some(({ n, k }) => (n * k) / 2 > expandMaxWords || n % JOIN_COLUMNS !== 0)) return false;
-  if (outs.reduce((a, o) => a + o.n, 0) > maxK) return false;
+  if (!joinsWidths(outs.map((o) => o.n), outs[0]?.k ?? 0, maxK, expandMaxWords)) return false;
   return outs.every((o, i) => o.buffer === outs[0].buffer && (i === 0 || o.byteOffset === outs[i - 1].byteOffset + 4 * m * outs[i - 1].n));
 }
 

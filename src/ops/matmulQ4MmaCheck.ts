@@ -57,6 +57,39 @@ function f16ToNumber(h: number): number {
   return h & 0x8000 ? -v : v;
 }
 
+/** A random Q4 weight [n, k] on the host: random codes, and f16 scales of either sign around 2^-8, as
+ * Q4 of weights of about 0.01 have. */
+interface HostQ4 {
+  n: number;
+  k: number;
+  codes: Uint32Array;
+  halves: Uint16Array;
+}
+
+function randomQ4(next: () => number, n: number, k: number): HostQ4 {
+  const words = q4Words(n, k);
+  const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
+  const halves = new Uint16Array(2 * words.scales).map(() => (next() < 0.5 ? 0x8000 : 0) | ((7 + Math.floor(next() * 3)) << 10) | Math.floor(next() * 1024));
+  return { n, k, codes, halves };
+}
+
+/** Its group scale at (row, col), and its weight there dequantized. */
+function q4Scale(q: HostQ4, row: number, col: number): number {
+  return f16ToNumber(q.halves[row * (q.k / Q4_GROUP) + (col >> 5)]);
+}
+
+function q4At(q: HostQ4, row: number, col: number): number {
+  return q4Scale(q, row, col) * (((q.codes[(row * q.k + col) >> 3] >>> (4 * (col & 7))) & 15) - 8);
+}
+
+/** It on the GPU. */
+function uploadQ4(gpu: Gpu, q: HostQ4, label: string): Q4Weight {
+  const w = allocQ4(gpu, q.n, q.k, label);
+  gpu.write(w.codes, q.codes);
+  gpu.write(w.scales, new Uint32Array(q.halves.buffer));
+  return w;
+}
+
 /**
  * The int8 tensor-core op against the f64 product (checkQ4Product), each element within the bound
  * x's limbs and, past a K block of 32, the weights' re-rounding allow.
@@ -147,20 +180,9 @@ export async function checkQ4F16Joined(gpu: Gpu, op: Q4JoinedProduct, m: number,
     });
   }
   const total = ns.reduce((a, n) => a + n, 0);
-  const parts = ns.map((n) => {
-    const words = q4Words(n, k);
-    const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
-    const halves = new Uint16Array(2 * words.scales).map(() => (next() < 0.5 ? 0x8000 : 0) | ((7 + Math.floor(next() * 3)) << 10) | Math.floor(next() * 1024));
-    const B = new Float32Array(n * r).map(() => 0.05 * gaussian(next));
-    return { n, codes, halves, B };
-  });
+  const parts = ns.map((n) => ({ ...randomQ4(next, n, k), B: new Float32Array(n * r).map(() => 0.05 * gaussian(next)) }));
   const y0 = new Float32Array(m * total).map(() => gaussian(next));
-  const ws = parts.map((p, i) => {
-    const w = allocQ4(gpu, p.n, k, `joined-check.w${i}`);
-    gpu.write(w.codes, p.codes);
-    gpu.write(w.scales, new Uint32Array(p.halves.buffer));
-    return w;
-  });
+  const ws = parts.map((p, i) => uploadQ4(gpu, p, `joined-check.w${i}`));
   const tx = gpu.upload(xBase, [m, k], 'f32', 'joined-check.x');
   const tu = us.map((u, a) => gpu.upload(u, [m, r], 'f32', `joined-check.u${a}`));
   const tB = parts.slice(0, adapters).map((p, a) => gpu.upload(p.B, [p.n, r], 'f32', `joined-check.B${a}`));
@@ -185,15 +207,13 @@ export async function checkQ4F16Joined(gpu: Gpu, op: Q4JoinedProduct, m: number,
   const gotAcc = await gpu.readF32(tacc);
   for (const t of [tx, ty, tacc, ...tu, ...tB, ...ws.flatMap((w) => [w.codes, w.scales])] as Tensor[]) t.release();
 
-  const groups = k / Q4_GROUP;
   const inv = rowScaleInverses(x, m, red);
   const termBound: TermBound = (row, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[row] * Math.abs(wv);
   let at = 0;
   let worst: MmaAccuracy | null = null;
   for (const [i, p] of parts.entries()) {
-    const deq = (row: number, c: number) => f16ToNumber(p.halves[row * groups + (c >> 5)]) * (((p.codes[(row * k + c) >> 3] >>> (4 * (c & 7))) & 15) - 8);
     // Past K, only its own adapter's columns meet a nonzero factor.
-    const wAt = (c: number, j: number) => (c < k ? deq(j, c) : i < adapters && c >= k + i * r && c < k + (i + 1) * r ? p.B[j * r + c - k - i * r] : 0);
+    const wAt = (c: number, j: number) => (c < k ? q4At(p, j, c) : i < adapters && c >= k + i * r && c < k + (i + 1) * r ? p.B[j * r + c - k - i * r] : 0);
     const slice = (v: Float32Array) => v.subarray(m * at, m * (at + p.n));
     const a = compare({ x, y0: slice(y0), got: slice(got), gotAcc: slice(gotAcc), m, red, out: p.n, termBound, wAt, shape: `joined output ${i} of ${ns.join(' + ')}: M${m} N${p.n} K${k}` });
     if (!worst || !(a.ofBound <= worst.ofBound)) worst = a;
@@ -295,15 +315,10 @@ async function checkQ4Product(
     x.set(xBase.subarray(i * base, (i + 1) * base), i * red);
     for (let j = 0; j < lr; j++) x[i * red + base + j] = Math.fround(lora!.scale * u[i * lr + j]);
   }
-  const words = q4Words(n, k);
-  const codes = new Uint32Array(words.codes).map(() => Math.floor(next() * 4294967296));
-  // f16 scales of either sign around 2^-8, as Q4 of weights of about 0.01 have.
-  const halves = new Uint16Array(2 * words.scales).map(() => (next() < 0.5 ? 0x8000 : 0) | ((7 + Math.floor(next() * 3)) << 10) | Math.floor(next() * 1024));
+  const q = randomQ4(next, n, k);
   const y0 = new Float32Array(m * out).map(() => gaussian(next));
 
-  const w = allocQ4(gpu, n, k, 'mma-check.w');
-  gpu.write(w.codes, codes);
-  gpu.write(w.scales, new Uint32Array(halves.buffer));
+  const w = uploadQ4(gpu, q, 'mma-check.w');
   const tx = gpu.upload(xBase, [m, base], 'f32', 'mma-check.x');
   const ty = gpu.tensor([m, out], 'f32', 'mma-check.y');
   const tacc = gpu.upload(y0, [m, out], 'f32', 'mma-check.y0');
@@ -323,14 +338,9 @@ async function checkQ4Product(
   const gotAcc = await gpu.readF32(tacc);
   for (const t of [tx, ty, tacc, w.codes, w.scales, ...(lt ? [lt.u, lt.f] : [])] as Tensor[]) t.release();
 
-  const groups = k / Q4_GROUP;
-  const scale = (row: number, col: number) => f16ToNumber(halves[row * groups + (col >> 5)]);
+  const scale = (row: number, col: number) => q4Scale(q, row, col);
   const deq = new Float64Array(n * k);
-  for (let r = 0; r < n; r++)
-    for (let c = 0; c < k; c++) {
-      const code = (codes[(r * k + c) >> 3] >>> (4 * (c & 7))) & 15;
-      deq[r * k + c] = scale(r, c) * (code - 8);
-    }
+  for (let r = 0; r < n; r++) for (let c = 0; c < k; c++) deq[r * k + c] = q4At(q, r, c);
   // The weight meeting x[., c] in output column j (past W's reduction, the adapter's factor).
   const wAt = (c: number, j: number) => {
     if (c >= base) return input ? factor[(c - base) * k + j] : factor[j * lr + c - base];

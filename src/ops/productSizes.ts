@@ -31,3 +31,15 @@ export const MMA_K_BLOCK = { 1: 256, 2: 128 } as const;
 /** Columns each output of a joined f16 product (MatmulQ4F16.joins) comes in multiples of: the
  * widest tile's, so that no tile straddles two outputs. */
 export const JOIN_COLUMNS = 256;
+
+/**
+ * Whether the f16 products of one x on weights [n, k] (`ns` their n) may run as one product on
+ * their expansions side by side (MatmulQ4F16.joins, which also needs the outputs back to back):
+ * 2 or 3 weights expanded (at most expandMaxWords each), outputs of JOIN_COLUMNS multiples, no
+ * wider together than maxK (the joined expansion then fits the scratch the widest weight takes:
+ * q/k/v join, gate/up do not).
+ */
+export function joinsWidths(ns: readonly number[], k: number, maxK: number, expandMaxWords = EXPAND_MAX_WORDS): boolean {
+  if (ns.length < 2 || ns.length > 3 || ns.some((n) => (n * k) / 2 > expandMaxWords || n % JOIN_COLUMNS !== 0)) return false;
+  return ns.reduce((a, n) => a + n, 0) <= maxK;
+}
