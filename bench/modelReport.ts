@@ -6,6 +6,12 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { MODEL_BEGIN, MODEL_END } from './sections';
 
+/** The GPU's short name in the results' file names (bench/results/model.h200.json): the part of
+ * the adapter's name after `nvidia-`, up to its next dash. */
+function machineOf(adapter: string | undefined): string {
+  return /nvidia-([a-z0-9]+)/i.exec(adapter ?? '')?.[1]?.toLowerCase() ?? 'gpu';
+}
+
 interface Memory {
   what: string;
   poolPeakGiB?: number;
@@ -204,7 +210,7 @@ function render(o: Side, t: Side | undefined): string {
     `- GPU: **${o.adapter?.name ?? '?'}**; PyTorch saw **${t?.device ?? 'no run'}** (torch ${t?.torch ?? '—'}, transformers ${t?.transformers ?? '—'}, PEFT ${t?.peft ?? '—'}). Ours ${o.date}; PyTorch ${t?.date ?? '—'}.`,
     `- Ours: \`${o.command}\`; PyTorch: \`${t?.command ?? '—'}\`. On the GPU machine with carry \`[".device", ".bench"]\` after \`npm run bench:build\`:`,
     '  `source .device/gpu-env.sh && node .bench/model.mjs --f16 --profile --json $OUT/model.json; python3 bench/torch_model.py --json $OUT/torch_model.json`; then',
-    '  `npx vite-node bench/modelReport.ts -- --ours model.json --torch torch_model.json`. The JSONs of this run: bench/results/*.h100.json.',
+    `  \`npx vite-node bench/modelReport.ts -- --ours model.json --torch torch_model.json\`. The JSONs of this run: bench/results/*.${machineOf(o.adapter?.name)}.json.`,
     `- Model: Qwen3-VL-2B shapes (spec B1), random weights. Ours: 4-bit LM (${f(o.weightsGiB)} GiB on the GPU with the f32 vision tower), f32 arithmetic; PyTorch: bf16 everywhere (${f(t?.weightsGiB)} GiB), sdpa. LoRA r=16 (alpha 32) on q/k/v/o/gate/up/down, unmerged on both sides.`,
     '- Times: wall clock around the call, GPU synchronised, median after a warm-up. Decode = generate(128 tokens) − generate(1 token), 127 steps, temperature 1, no early stop; at 8 sequences our 4-bit GEMVs take x quantized to int8 per row and group of 32 (the default, ModelOptions.int8Decode: sampled log-probs within about 1e-3 to 1e-2 of the f32 forward\'s; training and scoring stay f32); at 1 sequence the GEMVs are f32 but the LM head\'s, whose x is in two int8 limbs (within 1.5e-5 of each group\'s largest |x|). GSPO: sequence-level ratio, loss_type grpo, ε 3e-4/4e-4, on-policy, per-prompt micro-batches of 8, clip 1.0 + AdamW; generation not included. Ours packs each group\'s prompt once before its 8 completions (the same loss and gradients; PyTorch, as TRL, repeats the prompt in every sequence). Ours recomputes each layer in the backward (gradient_checkpointing, our default) or, in the rows that say so, keeps every layer\'s activations; PyTorch keeps activations (no gradient checkpointing, TRL\'s default).',
     '- **× (ours/PyTorch)**: above 1 means ours is faster (rates: ours/PyTorch; times: PyTorch/ours).',
