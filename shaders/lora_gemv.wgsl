@@ -14,6 +14,7 @@
 // xn = h·rsqrt(mean(h²) + eps)·w. Since u = rsqrt(mean(h²) + eps)·Σ h·(w·A), the sums of squares
 // and the products are taken in one pass over k and reduced together; every workgroup also writes
 // its slice of its row of xn for the base projections: the norm's own dispatch is saved.
+// With ADD (NORM), x is h plus an update owed to it (x_add), read as one.
 // With QUANT (NORM and VEC4, k a multiple of 32) it also writes the normed rows as int8 groups for
 // the int8 GEMV after it (shaders/int8_groups.wgsl's layout, by shaders/int8_lanes.wgsl); FOLD with
 // QUANT writes act so for down_proj's.
@@ -21,7 +22,9 @@
 // each workgroup's UP_WG columns of act (one row: n_0 % UP_WG == 0) times those columns of
 // A_fold [r, n_0] give parts [rows, n_0 / UP_WG, r]; with PARTS, lora_up (one adapter) sums a
 // row's np partials into u first. So down_proj's update after its base GEMV takes one dispatch, not two (a decode
-// step is bound by recording its dispatches).
+// step is bound by recording its dispatches), and none where the GEMV's own workgroups sum the
+// partials (its LoRA epilogue) or workgroups beside them do (shaders/matmul_q4_gemv_rows.wgsl's
+// residual).
 // With VEC4 (k and r multiples of 4) x, A, u and B are read as vec4s: the loops are latency-bound,
 // so a quarter of the iterations is most of the gain.
 // lora_up's grid is 2-D (src/gpu/grid.ts): flat group id = wid.x + wid.y * nwg.x.
@@ -58,6 +61,11 @@ struct Params {
 @group(0) @binding(15) var<storage, read_write> xn: array<{{ELEM}}>;
 @group(0) @binding(16) var<storage, read> a_fold: array<f32>;
 @group(0) @binding(17) var<storage, read_write> parts: array<f32>;
+#if ADD
+// With ADD (NORM): the rows are h + x_add, an update owed to h (decode's deferred down_proj
+// update: src/ops/projection.ts, Residual); h itself is left as it is.
+@group(0) @binding(19) var<storage, read> x_add: array<{{ELEM}}>;
+#endif
 #if QUANT
 @group(0) @binding(18) var<storage, read_write> xq: array<vec4<u32>>;
 const QL_WG: u32 = 256u; // the larger workgroup of the two entry points (lora_down's WG)
@@ -85,6 +93,15 @@ fn dot_e(a: {{ELEM}}, b: {{ELEM}}) -> f32 {
   return dot(a, b);
 #else
   return a * b;
+#endif
+}
+
+// Element i of x: with ADD, h + the owed update.
+fn x_at(i: u32) -> {{ELEM}} {
+#if ADD
+  return x[i] + x_add[i];
+#else
+  return x[i];
 #endif
 }
 
@@ -139,7 +156,7 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
   var ss = 0.0;
 #endif
   for (var kk = lid; kk < kw; kk += WG) {
-    let xv = x[xr + kk];
+    let xv = x_at(xr + kk);
 #if NORM
     dot_xa += dot_e(xv, a_at(g, ar + kk) * norm_w[kk]);
     ss += dot_e(xv, xv);
@@ -175,7 +192,7 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
   let v_end = 8u * min(groups, (e + 1u) * per);
   for (var v0 = 8u * min(groups, e * per); v0 < v_end; v0 += WG) {
     let kk = min(v0 + lid, v_end - 1u);
-    let v = (x[xr + kk] * rstd) * norm_w[kk];
+    let v = (x_at(xr + kk) * rstd) * norm_w[kk];
     let live = v0 + lid < v_end;
     if (live) {
       xn[xr + kk] = v;
@@ -187,7 +204,7 @@ fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
   let chunk = (kw + width - 1u) / width;
   let end = min(kw, (e + 1u) * chunk);
   for (var kk = e * chunk + lid; kk < end; kk += WG) {
-    xn[xr + kk] = (x[xr + kk] * rstd) * norm_w[kk];
+    xn[xr + kk] = (x_at(xr + kk) * rstd) * norm_w[kk];
   }
 #endif
 #else

@@ -171,7 +171,7 @@ fn gemv(
   let rb = row_blocks(wid, nwg);
   var staged = NOT_STAGED;
 #if LORA
-  lora_gather(lid, wg, 1u);
+  lora_gather(lid, wg, 0u, 1u, LoraTerm(params.lora_r, params.lora_np, params.lora_s));
 #endif
 #if NORM
   // rb.x past the row blocks (rb.z): a workgroup of the adapters' down products, row rb.x - rb.z of
@@ -247,7 +247,7 @@ fn gemv(
     for (var r = lane; r < 4u; r += TPR) {
       let n = row0 + r;
       if (n < params.n) {
-        var v = acc[r] + lora_out(0u, n);
+        var v = acc[r] + lora_out(0u, n, params.lora_r);
         if (params.accumulate != 0u) {
           v += y[n];
         }
@@ -266,7 +266,7 @@ fn gemv(
     }
     for (var r = lane; r < 4u; r += TPR) {
       if (row0 + r < params.n) {
-        var v = lora_out(0u, row0 + r);
+        var v = lora_out(0u, row0 + r, params.lora_r);
         for (var p = 0u; p < min(TPR, 8u); p++) {
           v += partial[tg * TPR + p][r];
         }

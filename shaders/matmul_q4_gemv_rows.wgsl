@@ -12,6 +12,11 @@ struct Params {
   lora_r: u32,     // LORA: the adapter's rank,
   lora_np: u32,    // partials of u per row of x,
   lora_s: f32,     // and its scale alpha / r
+  res_add: u32,    // LORA: 1 adds residual[m, n] to each output stored
+  res_wg0: u32,    // LORA: > 0: workgroups from this one on write residual (residual_up)
+  res_r: u32,      // the residual's adapter: rank,
+  res_np: u32,     // partials of u per row of x,
+  res_s: f32,      // and scale
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -20,6 +25,30 @@ struct Params {
 #include q4_gemv_common
 #include q4_joined_parts
 #include int8_groups
+
+#if LORA
+// A residual update owed to h between two kernels of a decode step (src/ops/projection.ts,
+// Residual): down_proj's adapter update s·u·Bᵀ does not depend on down_proj's GEMV, so workgroups
+// past the GEMV's (res_wg0 on) write it to `residual` [M, n] from lora_parts and lora_b (the GEMV
+// itself runs at rank 0) instead of a dispatch of its own after the GEMV; the next layer's norm
+// reads h + residual and its o_proj GEMV adds residual into h as it stores (res_add).
+@group(0) @binding(8) var<storage, read_write> residual: array<f32>;
+
+// Workgroup i of the residual's: row i / per_row of x, its columns (i % per_row)·WG + lid.
+fn residual_up(i: u32, lid: u32) {
+  let wg = TPR * TG;
+  let per_row = (params.n + wg - 1u) / wg;
+  let t = i / per_row;
+  if (t >= M) {
+    return; // the grid's padding
+  }
+  lora_gather(lid, wg, t, 1u, LoraTerm(params.res_r, params.res_np, params.res_s));
+  let c = (i % per_row) * wg + lid;
+  if (c < params.n) {
+    residual[t * params.n + c] = lora_out(0u, c, params.res_r);
+  }
+}
+#endif
 
 // ---- 2 to 8 rows of x ------------------------------------------------------------------------
 // What grows with M is the per-row work, so each code word is unpacked and scaled once, as q[j] =
@@ -146,7 +175,11 @@ fn gemv_rows(
   let gc_max = chunk / 32u;
   let rb = row_blocks(wid, nwg);
 #if LORA
-  lora_gather(lid, TPR * TG, M);
+  if (params.res_wg0 != 0u && rb.x >= params.res_wg0) {
+    residual_up(rb.x - params.res_wg0, lid);
+    return;
+  }
+  lora_gather(lid, TPR * TG, 0u, M, LoraTerm(params.lora_r, params.lora_np, params.lora_s));
 #endif
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;
@@ -235,7 +268,12 @@ fn store_rows(blk: u32, tg: u32, lane: u32, lid: u32, a: array<vec4<f32>, 8>) {
     let m = j % M;
     let n = (blk * TG + j / M) * 4u + r;
     if (n < params.n) {
-      var v = sum + lora_out(m, n);
+      var v = sum + lora_out(m, n, params.lora_r);
+#if LORA
+      if (params.res_add != 0u) {
+        v += residual[m * params.n + n];
+      }
+#endif
       let o = out_at(m, n);
       if (params.accumulate != 0u) {
         v += y[o];
@@ -364,7 +402,11 @@ fn gemv_rows_i8(
   let groups = params.k / 32u;
   let rb = row_blocks(wid, nwg);
 #if LORA
-  lora_gather(lid, TPR * TG, M);
+  if (params.res_wg0 != 0u && rb.x >= params.res_wg0) {
+    residual_up(rb.x - params.res_wg0, lid);
+    return;
+  }
+  lora_gather(lid, TPR * TG, 0u, M, LoraTerm(params.lora_r, params.lora_np, params.lora_s));
 #endif
   for (var blk = rb.x; blk < rb.z; blk += rb.y) {
     let row0 = (blk * TG + tg) * 4u;

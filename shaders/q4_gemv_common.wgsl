@@ -77,20 +77,28 @@ const LORA_MAX: u32 = 512u; // rows of x · rank: 8 · 64 at most (the host chec
 var<workgroup> lora_u: array<f32, LORA_MAX>;       // [m, r]: s·u
 var<workgroup> lora_fold: array<f32, 2u * LORA_MAX>; // the threads' slices of the partial sums
 
-// lora_u = s·Σ partials for `rows` rows of x, by all wg threads (slices of the partials when
-// rows·r is below wg, then a fold). Rank 0 (a weight without an adapter on this kernel, which the
-// host gives every decoder GEMV of a few rows) skips it, barriers included.
-fn lora_gather(lid: u32, wg: u32, rows: u32) {
-  let r = params.lora_r;
+// The adapter whose partials lora_gather sums: its rank r, partials a row np and scale s.
+struct LoraTerm {
+  r: u32,
+  np: u32,
+  s: f32,
+}
+
+// lora_u[(row − row0)·r + j] = s·Σ partials of rows row0 .. row0 + rows of x, by all wg threads
+// (slices of the partials when rows·r is below wg, then a fold). Rank 0 (a weight without an
+// adapter on this kernel, which the host gives every decoder GEMV of a few rows) skips it,
+// barriers included.
+fn lora_gather(lid: u32, wg: u32, row0: u32, rows: u32, a: LoraTerm) {
+  let r = a.r;
   if (r == 0u) {
     return;
   }
-  let np = params.lora_np;
+  let np = a.np;
   let items = rows * r;
   let slices = clamp(wg / items, 1u, 2u * LORA_MAX / items);
   for (var i = lid; i < items * slices; i += wg) {
     let it = i % items;
-    let row = (it / r) * np * r + it % r;
+    let row = (row0 + it / r) * np * r + it % r;
     // Four loads in flight per round (one per round trip made this a chain of L2 latencies).
     var sum = vec4<f32>(0.0);
     var q = i / items;
@@ -108,16 +116,15 @@ fn lora_gather(lid: u32, wg: u32, rows: u32) {
     for (var sl = 0u; sl < slices; sl++) {
       t += lora_fold[sl * items + it];
     }
-    lora_u[it] = params.lora_s * t;
+    lora_u[it] = a.s * t;
   }
   workgroupBarrier();
 }
 #endif
 
-// s·u[m]·B[n] (0 without LORA).
-fn lora_out(m: u32, n: u32) -> f32 {
+// s·u[m]·B[n] for the rank-r adapter lora_gather summed (0 without LORA).
+fn lora_out(m: u32, n: u32, r: u32) -> f32 {
 #if LORA
-  let r = params.lora_r;
   let u0 = m * r;
   let b0 = n * r;
   // Four loads of B in flight a round, not a chain of one.

@@ -25,7 +25,7 @@ import { Elementwise } from '../ops/elementwise';
 import { Embedding } from '../ops/embedding';
 import { dropoutSeed, LORA_GROUP_MAX, type Lora } from '../ops/lora';
 import type { LoraParams } from '../ops/loraParams';
-import { LoraGemv } from '../ops/loraGemv';
+import { LORA_GEMV_MAX_ROWS, LoraGemv } from '../ops/loraGemv';
 import { Norms } from '../ops/norms';
 import { QkNormRope } from '../ops/qkNormRope';
 import { Rope } from '../ops/rope';
@@ -353,27 +353,29 @@ export class Decoder {
 
   /**
    * h += o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v)), q, k, v = q/k/v_proj(rms(h)).
-   * `cs` is the rope table of the rows [T, D/2, 2].
+   * `cs` is the rope table of the rows [T, D/2, 2]. `owed`: an update the layer before still owes
+   * h (mlpBlock's return), taken in with this block's norm and o_proj.
    */
-  attentionBlock(rec: Recorder, layer: number, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null): void {
+  attentionBlock(rec: Recorder, layer: number, w: DecoderLayerWeights, h: Tensor, b: AttentionBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null, owed: Tensor | null = null): void {
     // Cached attention is inference (prefill and decode of generation): its GEMVs may take int8 x.
     const int8 = attend.kind === 'cached';
     const scratch = lora?.scratch;
     const qkv = this.products(lora, [[w.q, b.qRaw, 'q'], [w.k, b.kRaw, 'k'], [w.v, b.v, 'v']]);
-    const gemv = this.ops.projection.normProject(rec, h, { weight: w.inputNorm, eps: this.config.rmsNormEps, rstd: b.rstd?.input }, b.xn, qkv, { int8, scratch });
+    const normed = this.ops.projection.normProject(rec, h, { weight: w.inputNorm, eps: this.config.rmsNormEps, rstd: b.rstd?.input }, b.xn, qkv, { int8, scratch, owed });
     const [o] = this.products(lora, [[w.o, h, 'o']]);
-    this.ops.selfAttention.forward(rec, { layer, qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, qkv, gemv, o, scratch, int8 });
+    this.ops.selfAttention.forward(rec, { layer, qNorm: w.qNorm, kNorm: w.kNorm, b, cs, attend, qkv, gemv: normed.gemv, o, owed: normed.owed, scratch, int8 });
   }
 
   /**
-   * One decoder layer on h: the attention block, then the MLP block (mlpBlock's `int8` and
-   * `output`), with h between them copied to `hmid` where a backward reads it. The forward's
-   * loop and the backward's recompute both run it.
+   * One decoder layer on h: the attention block, then the MLP block (mlpBlock's `int8`,
+   * `output` and `residual`), with h between them copied to `hmid` where a backward reads it. The
+   * forward's loop and the backward's recompute both run it. `owed`: what the layer before still
+   * owes h; returns what this one owes (mlpBlock).
    */
-  private layer(rec: Recorder, l: number, w: DecoderLayerWeights, h: Tensor, A: AttentionBuffers, M: MlpBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null, o: { hmid?: Tensor; int8?: boolean; output?: boolean }): void {
-    this.attentionBlock(rec, l, w, h, A, cs, attend, lora);
+  private layer(rec: Recorder, l: number, w: DecoderLayerWeights, h: Tensor, A: AttentionBuffers, M: MlpBuffers, cs: Tensor, attend: AttendMode, lora: LoraCall | null, o: { hmid?: Tensor; int8?: boolean; output?: boolean; owed?: Tensor | null; residual?: Tensor }): Tensor | null {
+    this.attentionBlock(rec, l, w, h, A, cs, attend, lora, o.owed ?? null);
     if (o.hmid) rec.copy(h, o.hmid);
-    this.mlpBlock(rec, w, h, M, lora, { int8: o.int8, output: o.output });
+    return this.mlpBlock(rec, w, h, M, lora, { int8: o.int8, output: o.output, residual: o.residual });
   }
 
   /**
@@ -381,25 +383,27 @@ export class Decoder {
    * straight into the SwiGLU (b.gate and b.up then keep the base projections only). `int8`:
    * decode's int8 x. `output` false stops before down_proj, after the down adapter's u = act·Aᵀ:
    * a training backward's recompute has the layer's output and reads only what comes before it
-   * (down_proj is a quarter of the layer's products).
+   * (down_proj is a quarter of the layer's products). Given `residual` [rows, hidden] (a decode
+   * step's layer before the last), down's adapter update may be left there rather than added to
+   * h: it is returned, owed to h (Projection.swigluDown), else null.
    */
-  mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, opts: { int8?: boolean; output?: boolean } = {}): void {
+  mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, opts: { int8?: boolean; output?: boolean; residual?: Tensor } = {}): Tensor | null {
     const { int8 = false, output = true } = opts;
     const { projection } = this.ops;
     const call = { int8, scratch: lora?.scratch };
     const outs = this.products(lora, [[w.gate, b.gate, 'gate'], [w.up, b.up, 'up']]);
-    const gemv = projection.normProject(rec, h, { weight: w.postAttentionNorm, eps: this.config.rmsNormEps, rstd: b.rstd }, b.xn, outs, call);
+    const { gemv } = projection.normProject(rec, h, { weight: w.postAttentionNorm, eps: this.config.rmsNormEps, rstd: b.rstd }, b.xn, outs, call);
     const downP = lora?.params.down;
     if (!output) {
       if (gemv) throw new ShapeError('decoder.mlp', 'a block without its output keeps u for a backward: not on the LoRA GEMV path');
       this.ops.act.swiglu(rec, b.gate, b.up, b.act);
       const d = lora!.dropout;
       if (downP) this.ops.lora.down(rec, downP, b.act, lora!.u('down'), d?.xd(downP), { dropout: d?.p, seed: d?.seed('down'), uKept: lora!.uKept });
-      return;
+      return null;
     }
     // h += down(silu(gate)·up): the residual add is the down projection's accumulate.
     const [downOut] = this.products(lora, [[w.down, h, 'down']]);
-    projection.swigluDown(rec, gemv, b, downOut, { ...call, accumulate: true });
+    return projection.swigluDown(rec, gemv, b, downOut, { ...call, accumulate: true, residual: opts.residual });
   }
 
   /**
@@ -509,6 +513,7 @@ export class Decoder {
     // Kept for a backward or dropped out: u goes to the layer's own tensors (or the shared
     // scratch, recomputed later), never through the inference-only LoRA GEMV.
     const scratch = keep || a.dropout ? undefined : { wide: b.loraWide, parts: b.loraParts };
+    let owed: Tensor | null = null;
     this.weights.layers.forEach((w, l) => {
       const held = keep?.layers?.[l];
       // Wide intermediates kept in f16: the layer runs on the f32 staging set, rounded after it.
@@ -523,9 +528,12 @@ export class Decoder {
       if (keep) this.keepState(rec, b.h, keep, l);
       const lse = kept?.lse ?? keep?.lse?.[l];
       const attend = lse && a.attend.kind === 'packed' ? { ...a.attend, lse } : a.attend;
-      this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached' });
-      if (held && kept !== held) this.keepWide(rec, kept!, held, keep!.range!, l);
       const ds = a.visual?.deepstack[l];
+      // A decode step's layer may leave its down_proj update owed to the next layer (mlpBlock);
+      // the last, and one before a DeepStack add, settle theirs.
+      const residual = scratch && l + 1 < c.numLayers && !ds ? b.residual : undefined;
+      owed = this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached', owed, residual });
+      if (held && kept !== held) this.keepWide(rec, kept!, held, keep!.range!, l);
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
       // A prefill or a training forward submits each layer: the GPU starts on it while the next is recorded.
       if (T >= FLUSH_MIN_ROWS || keep) rec.flush();
@@ -724,6 +732,8 @@ export class DecoderWorkspace {
       loraU: f(LORA_GROUP_MAX * this.uSlot, 'lora_u'),
       // Partial u of down_proj (one per 64 columns of act) or of o_proj (one per head), on that path.
       loraParts: f(R * Math.max(Math.ceil(I / 64), hq) * Math.max(1, rank), 'lora_parts'),
+      // The update a decode step's layer leaves owed to h (mlpBlock's residual).
+      residual: f(Math.min(R, LORA_GEMV_MAX_ROWS) * H, 'residual'),
       positions: gpu.tensor([3 * R], 'i32', 'decoder.positions'),
     };
     this.blockIds = table.blocks.length > 1 ? table.blocks.map((_, b) => gpu.tensor([R], 'u32', `decoder.ids[${b}]`)) : [];
@@ -760,6 +770,8 @@ export class DecoderWorkspace {
         attn: view(t.attn, [T, hq * D]),
       } satisfies AttentionBuffers,
       mlp: { xn, gate, up, act: view(t.act, [T, I]) } satisfies MlpBuffers,
+      /** [T, hidden] for the few rows of a decode step (LoRA GEMV path), else undefined. */
+      residual: T <= LORA_GEMV_MAX_ROWS ? view(t.residual, [T, H]) : undefined,
       /** u [T, r] of the adapter in slot `slot` of its group (GROUP_SLOT): apart from the others'. */
       loraU: (r: number, slot: number) => {
         if (r > this.rank) throw new ShapeError('decoder', `LoRA rank ${r} above the workspace's ${this.rank}`);

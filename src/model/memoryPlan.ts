@@ -16,6 +16,7 @@ import { chooseKvCache } from './kvCacheSetting';
 import type { Products } from './products';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
+import { LORA_GEMV_MAX_ROWS } from '../ops/loraGemv';
 import { EXPAND_MAX_WORDS, f16BlockedWords, joinsWidths, LOGPROB_CHUNK, LORA_COLUMNS_RESERVED, loraColumns, MMA_K_BLOCK } from '../ops/productSizes';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
@@ -167,9 +168,11 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   const C = work.completionTokens;
   const projections: [number, number][] = [[H, q], [H, kv], [H, kv], [q, H], [H, I], [H, I], [I, H]];
   const loraBytes = 4 * L * projections.reduce((a, [i, o]) => a + r * (i + o) * f, 0);
-  // Decoder workspace per row: h, out, xn; q_raw, q, attn; k_raw, k, v; gate, up, act; rope; LoRA u.
+  // Decoder workspace per row: h, out, xn; q_raw, q, attn; k_raw, k, v; gate, up, act; rope; LoRA u;
+  // and a decode step's owed update (its few rows).
   const workspaceRow = (3 * H + 3 * q + 3 * kv + 3 * I + D + r) * f;
-  const generationBytes = (P + G * C) * plan.kvCacheBytesPerToken + Math.max(P, G) * workspaceRow;
+  const workspaceRows = Math.max(P, G);
+  const generationBytes = (P + G * C) * plan.kvCacheBytesPerToken + workspaceRows * workspaceRow + Math.min(workspaceRows, LORA_GEMV_MAX_ROWS) * H * f;
   // A micro-batch: the prompt once, then the group's completions in as few even chunks as the
   // budget allows (src/rl/microBatch.ts, src/model/train.ts).
   const perChunk = Math.max(1, Math.min(G, Math.floor((work.microBatchTokens - P) / C)));

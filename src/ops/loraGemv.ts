@@ -24,7 +24,12 @@ export interface LoraInputNorm {
    * (u32, int8GroupWords; in a multiple of 32 and of 4, r of 4): the GEMV after needs no
    * quantize dispatch. Where WGSL lacks packed 4x8 integer dot products, LoraGemv.quantizes is false. */
   quantized?: Tensor;
+  /** [rows, in]: an update owed to x (the residual rows h), normed with it: the rows are x + add,
+   * and x is left as it is (LoraGemv.takesAdd). */
+  add?: Tensor;
 }
+
+type Variant = '' | 'norm' | 'norm_quant' | 'norm_add' | 'norm_quant_add' | 'swiglu' | 'swiglu_fold' | 'swiglu_fold_quant' | 'parts';
 
 /** The kernels for one element width: scalar, or vec4 (in and r multiples of 4); by adapter count - 1. */
 interface Family {
@@ -33,6 +38,10 @@ interface Family {
   downNorm: readonly Kernel[];
   /** downNorm that also writes the normed rows as int8 groups (vec4 only, with packed dot products). */
   downNormQuant: readonly Kernel[] | null;
+  /** downNorm and downNormQuant on x + an owed update (ADD); null where the storage buffers a
+   * stage cannot hold it. */
+  downNormAdd: readonly Kernel[] | null;
+  downNormQuantAdd: readonly Kernel[] | null;
   up: readonly Kernel[];
   swiglu: Kernel;
   /** swiglu that also leaves the down_proj adapter's partial u (FOLD). */
@@ -61,7 +70,7 @@ export class LoraGemv {
 
   static async create(gpu: Gpu): Promise<LoraGemv> {
     const family = (vec4: boolean): Family => {
-      const spec = (entry: string, adapters: number, variant: '' | 'norm' | 'norm_quant' | 'swiglu' | 'swiglu_fold' | 'swiglu_fold_quant' | 'parts' = '') => ({
+      const spec = (entry: string, adapters: number, variant: Variant = '') => ({
         name: `lora_gemv.${entry}${adapters > 1 ? `_x${adapters}` : ''}${variant ? `_${variant}` : ''}${vec4 ? '_vec4' : ''}`,
         shader: 'lora_gemv',
         entry,
@@ -69,8 +78,9 @@ export class LoraGemv {
           ADAPTERS: adapters,
           SECOND: adapters >= 2,
           THIRD: adapters >= 3,
-          NORM: variant === 'norm' || variant === 'norm_quant',
-          QUANT: variant === 'norm_quant' || variant === 'swiglu_fold_quant',
+          NORM: variant.startsWith('norm'),
+          QUANT: variant === 'norm_quant' || variant === 'norm_quant_add' || variant === 'swiglu_fold_quant',
+          ADD: variant.endsWith('_add'),
           SWIGLU: variant === 'swiglu' || variant === 'swiglu_fold' || variant === 'swiglu_fold_quant',
           FOLD: variant === 'swiglu_fold' || variant === 'swiglu_fold_quant',
           PARTS: variant === 'parts',
@@ -80,12 +90,16 @@ export class LoraGemv {
         },
         uniforms: UNIFORMS,
       });
-      const all = (entry: string, variant: '' | 'norm' | 'norm_quant' = '') => [1, 2, 3].map((n) => gpu.kernelOnUse(spec(entry, n, variant)));
+      const all = (entry: string, variant: Variant = '') => [1, 2, 3].map((n) => gpu.kernelOnUse(spec(entry, n, variant)));
       const dot4 = gpu.hasWgsl(DOT4_I8);
+      // x, A x3, u, the norm's weight, xn (and xq), and the owed update.
+      const buffers = gpu.limits.maxStorageBuffersPerShaderStage;
       return {
         down: all('lora_down'),
         downNorm: all('lora_down', 'norm'),
         downNormQuant: vec4 && dot4 ? all('lora_down', 'norm_quant') : null,
+        downNormAdd: buffers >= 8 ? all('lora_down', 'norm_add') : null,
+        downNormQuantAdd: vec4 && dot4 && buffers >= 9 ? all('lora_down', 'norm_quant_add') : null,
         up: all('lora_up'),
         swiglu: gpu.kernelOnUse(spec('lora_up', 2, 'swiglu')),
         swigluFold: gpu.kernelOnUse(spec('lora_up', 2, 'swiglu_fold')),
@@ -106,6 +120,13 @@ export class LoraGemv {
    * for adapters `ps` (in a multiple of 32, the vec4 kernels, packed dot products in WGSL). */
   quantizes(ps: readonly LoraParams[]): boolean {
     return ps[0].in % Q4_GROUP === 0 && this.family(ps[0]).downNormQuant !== null;
+  }
+
+  /** Whether down's norm can take an update owed to its rows (LoraInputNorm.add), writing them as
+   * int8 groups too (`quantized`) or not. */
+  takesAdd(ps: readonly LoraParams[], quantized: boolean): boolean {
+    const f = this.family(ps[0]);
+    return (quantized ? f.downNormQuantAdd : f.downNormAdd) !== null;
   }
 
   /** Whether upSwiglu's fold can also leave act as int8 groups (LoraFold.quantized): packed dot
@@ -190,6 +211,12 @@ export class LoraGemv {
         checkWrittenInt8Groups('lora_gemv', 'norm.quantized', norm.quantized, rows, ps[0].in);
         bind.xq = norm.quantized;
         kernel = f.downNormQuant![ps.length - 1];
+      }
+      if (norm.add) {
+        if (!this.takesAdd(ps, norm.quantized !== undefined)) throw new ShapeError('lora_gemv', `${ps[0].name}: this device's storage buffers a stage cannot hold the owed update beside the norm (takesAdd)`);
+        this.checkOut(norm.add, rows * ps[0].in, 'norm.add');
+        bind.x_add = norm.add;
+        kernel = (norm.quantized ? f.downNormQuantAdd : f.downNormAdd)![ps.length - 1];
       }
     }
     rec.dispatch(kernel, bind, [ps.length * ps[0].r, rows], this.uniforms(ps, rows, norm?.eps ?? 0));

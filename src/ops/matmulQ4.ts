@@ -164,6 +164,8 @@ interface GemvPlan {
   /** The kernel of one row with its norm and `adapters` down products (GemvCall.norm). */
   normSpec: (adapters: number) => KernelSpec;
   rowsPerGroup: number;
+  /** Threads a workgroup (TPR · TG). */
+  threads: number;
   persist: number;
   /** 2..8 rows of x are quantized by quantize_x first (GemvShape.preq). */
   preq: boolean;
@@ -173,7 +175,7 @@ interface GemvPlan {
 
 // The params struct of each kernel file, in order.
 const GEMV_UNIFORMS = { n: 'u32', k: 'u32', accumulate: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', eps: 'f32', down_r: 'u32', down_rows: 'u32' } as const;
-const GEMV_ROWS_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32' } as const;
+const GEMV_ROWS_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', lora_r: 'u32', lora_np: 'u32', lora_s: 'f32', res_add: 'u32', res_wg0: 'u32', res_r: 'u32', res_np: 'u32', res_s: 'f32' } as const;
 const QUANTIZE_X_UNIFORMS = { m: 'u32', k: 'u32' } as const;
 const GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', k_chunk: 'u32' } as const;
 const SPLIT_SUM_UNIFORMS = { m: 'u32', n: 'u32', chunks: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
@@ -185,6 +187,7 @@ const LORA_BYTES = 3 * 512 * 4;
 const LORA_MAX = 512;
 const NO_LORA = { lora_r: 0, lora_np: 0, lora_s: 0 } as const;
 const NO_NORM = { eps: 0, down_r: 0, down_rows: 0 } as const;
+const NO_RESIDUAL = { res_add: 0, res_wg0: 0, res_r: 0, res_np: 0, res_s: 0 } as const;
 /** Storage buffers of the one-row GEMV with its norm: codes, scales, x, y, the norm's weight, and
  * with adapters their A and u. */
 const normBuffers = (adapters: number) => 5 + (adapters > 0 ? adapters + 1 : 0);
@@ -203,6 +206,12 @@ export interface GemvCall {
   xq?: Tensor;
   /** One row of x that is a residual row h: the GEMV multiplies its RMSNorm (takesNorm). */
   norm?: GemvNorm;
+  /** 2..8 rows (takesResidual): each output stored adds residual[m, n] [M, N], an update owed to
+   * y that the GEMV before wrote (`writeResidual`). */
+  addResidual?: Tensor;
+  /** 2..8 rows (takesResidual), no `lora`: workgroups beside the GEMV's write out [M, N] = s·u·Bᵀ
+   * of `lora`'s adapter, independent of the product (a deferred update: projection.ts). */
+  writeResidual?: { out: Tensor; lora: GemvLora };
 }
 
 /** The RMSNorm a one-row GEMV applies to x first, y = (rms(h)·weight)·Wᵀ, and the adapters whose
@@ -267,6 +276,7 @@ export class MatmulQ4 {
   private xq: Tensor | null = null;
   /** What a rank-0 epilogue binds for its partials and B (never read). */
   private rankZero: Tensor | null = null;
+  private residualNone: Tensor | null = null;
 
   static async create(gpu: Gpu, opts: MatmulQ4Options = {}): Promise<MatmulQ4> {
     const gemm = opts.gemm ?? DEFAULT_GEMM;
@@ -399,7 +409,7 @@ export class MatmulQ4 {
     };
     // Bad shapes and limits throw here, at planning, not at the first call.
     for (let m = 1; m <= GEMV_MAX_ROWS; m++) spec(m, false);
-    const plan = { spec, kernels: [], normKernels: [], normSpec, rowsPerGroup: 4 * TG, persist, preq: shape.preq ?? false, int8: shape.int8 ?? false };
+    const plan = { spec, kernels: [], normKernels: [], normSpec, rowsPerGroup: 4 * TG, threads: TPR * TG, persist, preq: shape.preq ?? false, int8: shape.int8 ?? false };
     byK.set(k, plan);
     return plan;
   }
@@ -464,36 +474,87 @@ export class MatmulQ4 {
       checkInt8Groups(op, 'xq', given, m, w.k);
     }
     const xq = given ?? (readsGroups(plan, m) ? this.quantize(rec, x, m, w.k) : null);
-    if (!lora) {
+    const { addResidual, writeResidual } = call;
+    if (!lora && !addResidual && !writeResidual) {
       const shared = this.sharedEpilogue(plan, m, w.n);
       const kernel = shared ?? (plan.kernels[m - 1] ??= this.gpu.kernelNow(plan.spec(m, false)))!;
       const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y };
-      if (shared) bind.lora_parts = bind.lora_b = (this.rankZero ??= this.gpu.tensor([4], 'f32', 'matmul_q4.rank_zero'));
+      if (shared) {
+        bind.lora_parts = bind.lora_b = this.zeros();
+        bind.residual = this.noResidual();
+      }
       if (xq) bind.xq_in = xq;
-      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, ...NO_NORM });
+      rec.dispatch(kernel, bind, grid1d(groups, 1), { m, n: w.n, k: w.k, accumulate: accumulate ? 1 : 0, split1, split2, ...NO_LORA, ...NO_NORM, ...NO_RESIDUAL });
       return;
     }
-    const { B, r, scale, perRow } = lora;
-    if (parts || !Number.isInteger(r) || r < 1 || m * r > LORA_MAX || !Number.isInteger(perRow) || perRow < 1) {
-      throw new ShapeError(op, `a LoRA epilogue needs one output, 1 ≤ r and M·r ≤ ${LORA_MAX} and whole partials (r ${r}, M ${m}, ${perRow} partials a row)`);
-    }
-    this.checkF32(op, 'lora B', B, w.n, r);
-    if (lora.parts.dtype !== 'f32' || lora.parts.numel < m * perRow * r) throw new ShapeError(op, `LoRA partials must hold [${m}, ${perRow}, ${r}] f32`);
+    if (lora) this.checkLora(op, lora, m, w.n, parts);
     const kernel = this.loraKernel(plan, m);
     if (!kernel) throw new ShapeError(op, `this device's workgroup memory cannot hold the LoRA epilogue beside ${m} rows of x (takesLora)`);
-    const bind = { codes4: w.codes, scales: w.scales, x, y, lora_parts: lora.parts, lora_b: B };
-    rec.dispatch(kernel, xq ? { ...bind, xq_in: xq } : bind, grid1d(groups, 1), {
+    const bind: Record<string, Tensor> = { codes4: w.codes, scales: w.scales, x, y, lora_parts: lora?.parts ?? this.zeros(), lora_b: lora?.B ?? this.zeros() };
+    // The kernel of 2..8 rows binds a residual (the one-row kernel has none).
+    if (m > 1) bind.residual = this.noResidual();
+    if (xq) bind.xq_in = xq;
+    let grid = groups;
+    let res: Record<string, number> = NO_RESIDUAL;
+    if (addResidual || writeResidual) {
+      if (!this.takesResidual(m, w, int8)) throw new ShapeError(op, `this call (${m} rows, [${w.n}, ${w.k}]) does not take a residual (takesResidual)`);
+      if (addResidual && writeResidual) throw new ShapeError(op, 'a GEMV adds a residual or writes one, not both');
+    }
+    if (addResidual) {
+      this.checkF32(op, 'residual', addResidual, m, w.n);
+      bind.residual = addResidual;
+      res = { ...NO_RESIDUAL, res_add: 1 };
+    }
+    if (writeResidual) {
+      const { out, lora: up } = writeResidual;
+      if (lora) throw new ShapeError(op, 'a GEMV that writes a residual runs its own product at rank 0 (no lora)');
+      this.checkLora(op, up, 1, w.n, undefined);
+      if (up.parts.numel < m * up.perRow * up.r) throw new ShapeError(op, `the residual's LoRA partials must hold [${m}, ${up.perRow}, ${up.r}] f32`);
+      this.checkF32(op, 'residual', out, m, w.n);
+      if (out.buffer === y.buffer) throw new ShapeError(op, 'the residual must not share y\'s buffer');
+      Object.assign(bind, { lora_parts: up.parts, lora_b: up.B, residual: out });
+      res = { res_add: 0, res_wg0: groups, res_r: up.r, res_np: up.perRow, res_s: up.scale };
+      grid += m * Math.ceil(w.n / plan.threads);
+    }
+    rec.dispatch(kernel, bind, grid1d(grid, 1), {
       m,
       n: w.n,
       k: w.k,
       accumulate: accumulate ? 1 : 0,
       split1,
       split2,
-      lora_r: r,
-      lora_np: perRow,
-      lora_s: scale,
+      ...(lora ? { lora_r: lora.r, lora_np: lora.perRow, lora_s: lora.scale } : NO_LORA),
       ...NO_NORM,
+      ...res,
     });
+  }
+
+  /** A LoRA epilogue's adapter fits: one output, 1 ≤ r, M·r within the epilogue, whole partials. */
+  private checkLora(op: string, lora: GemvLora, m: number, n: number, parts: readonly number[] | undefined): void {
+    const { B, r, perRow } = lora;
+    if (parts || !Number.isInteger(r) || r < 1 || m * r > LORA_MAX || !Number.isInteger(perRow) || perRow < 1) {
+      throw new ShapeError(op, `a LoRA epilogue needs one output, 1 ≤ r and M·r ≤ ${LORA_MAX} and whole partials (r ${r}, M ${m}, ${perRow} partials a row)`);
+    }
+    this.checkF32(op, 'lora B', B, n, r);
+    if (lora.parts.dtype !== 'f32' || lora.parts.numel < m * perRow * r) throw new ShapeError(op, `LoRA partials must hold [${m}, ${perRow}, ${r}] f32`);
+  }
+
+  /** Four zeros: the LoRA epilogue's partials and B at rank 0. */
+  private zeros(): Tensor {
+    return (this.rankZero ??= this.gpu.tensor([4], 'f32', 'matmul_q4.rank_zero'));
+  }
+
+  /** The residual binding of a call without one (writable: it cannot share the zeros' buffer). */
+  private noResidual(): Tensor {
+    return (this.residualNone ??= this.gpu.tensor([4], 'f32', 'matmul_q4.no_residual'));
+  }
+
+  /** Whether a gemv of m rows on w takes a residual (GemvCall.addResidual, writeResidual): 2 to
+   * loraMaxRows rows on the LoRA epilogue's kernel, a layout that does not persist. */
+  takesResidual(m: number, w: Q4Weight, int8: boolean): boolean {
+    if (m < 2 || m > this.loraMaxRows) return false;
+    const plan = this.plan(this.layoutFor(m, w.n, w.k, int8), w.k);
+    return plan.persist === 0 && this.loraKernel(plan, m) !== null;
   }
 
   /** Whether a gemv of m rows on weight w can take its x's RMSNorm (GemvCall.norm) with the down

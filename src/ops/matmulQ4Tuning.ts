@@ -107,7 +107,8 @@ export const Q4_TUNING = {
   /** Columns of x a GEMV stages per chunk (Qwen3-VL's hidden size). */
   xChunk: 2048,
   /** Most partials (rows · partials a row · rank) a LoRA epilogue sums in every workgroup: beyond,
-   * those reads cost more than the dispatch the epilogue saves. */
+   * those reads cost more than the dispatch the epilogue saves (decode then writes the update
+   * beside the GEMV: MatmulQ4's writeResidual). */
   loraMaxPartials: 2048,
   /** Most rows of x a LoRA epilogue takes. Up to it, the decoder's GEMVs without an adapter run the
    * epilogue's kernel at rank 0 (one GEMV pipeline in a decode step: BENCHMARKS.md). */

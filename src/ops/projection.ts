@@ -22,6 +22,7 @@
 import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
 import { Activations } from './activations';
+import { Elementwise } from './elementwise';
 import { Lora, LORA_GROUP_MAX, type LoraForwardMember } from './lora';
 import { loraScale, type LoraParams } from './loraParams';
 import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
@@ -114,6 +115,18 @@ export interface LoraGemvCall {
   u: Tensor;
 }
 
+/**
+ * normProject's result: the adapters on the LoRA GEMV path, and the update still owed to h. An
+ * owed update (a residual [rows, hidden]) is down_proj's adapter update of the layer before in a
+ * decode step, written beside down_proj's GEMV (swigluDown) instead of by a dispatch after it:
+ * the next layer's norm reads h plus it, and its o_proj GEMV adds it into h as it stores
+ * (projectFolded); where a kernel cannot take it, `settle` adds it into h first.
+ */
+export interface NormProjected {
+  gemv: LoraGemvCall | null;
+  owed: Tensor | null;
+}
+
 /** Weights of one input joined by rows: `w` holds the rows of `parts` in order; each part is a view of it. */
 interface JoinedWeight {
   w: LinearWeight;
@@ -148,6 +161,7 @@ export class Projection {
     readonly loraGemv: LoraGemv,
     private readonly norms: Norms,
     private readonly act: Activations,
+    private readonly elementwise: Elementwise,
     private readonly biasAdd: Kernel,
     /** Widest x a pre-quantized GEMV input takes (0: none). */
     private readonly maxK: number,
@@ -156,8 +170,16 @@ export class Projection {
   /** `int8`: whether inference GEMVs may take int8 x. `maxK`: the widest x of a pre-quantized GEMV input (decoder). */
   static async create(gpu: Gpu, opts: { int8?: boolean; maxK?: number } = {}): Promise<Projection> {
     const biasAdd = gpu.kernelOnUse({ shader: 'vision', entry: 'bias_add', constants: { WG: BIAS_WG }, uniforms: { n: 'u32', width: 'u32', rows: 'u32' } });
-    const [matmul, q4, lora, loraGemv, norms, act] = await Promise.all([Matmul.create(gpu), MatmulQ4.create(gpu, { int8: opts.int8 }), Lora.create(gpu), LoraGemv.create(gpu), Norms.create(gpu), Activations.create(gpu)]);
-    return new Projection(gpu, matmul, q4, lora, loraGemv, norms, act, biasAdd, opts.maxK ?? 0);
+    const [matmul, q4, lora, loraGemv, norms, act, elementwise] = await Promise.all([
+      Matmul.create(gpu),
+      MatmulQ4.create(gpu, { int8: opts.int8 }),
+      Lora.create(gpu),
+      LoraGemv.create(gpu),
+      Norms.create(gpu),
+      Activations.create(gpu),
+      Elementwise.create(gpu),
+    ]);
+    return new Projection(gpu, matmul, q4, lora, loraGemv, norms, act, elementwise, biasAdd, opts.maxK ?? 0);
   }
 
   // ---- weights joined at load ----------------------------------------------------------------
@@ -414,25 +436,35 @@ export class Projection {
    * whose products are one 4-bit GEMV (joined weights) takes the norm and the adapters' down
    * products inside that GEMV's dispatch (normedGemv), and n is then not written.
    */
-  normProject(rec: Recorder, h: Tensor, norm: { weight: Tensor; eps: number; rstd?: Tensor }, n: Tensor, outs: readonly Product[], o: ProjectOptions = {}): LoraGemvCall | null {
+  normProject(rec: Recorder, h: Tensor, norm: { weight: Tensor; eps: number; rstd?: Tensor }, n: Tensor, outs: readonly Product[], o: ProjectOptions & { owed?: Tensor | null } = {}): NormProjected {
     const int8 = o.int8 ?? false;
+    const owed = o.owed ?? null;
     const gemv = norm.rstd ? null : this.gemvLora(n, outs, o.scratch);
     const one = norm.rstd ? null : this.normedGemv(n, outs, gemv);
     if (one) {
+      if (owed) this.settle(rec, owed, h);
       const down = gemv ? { A: gemv.ps.map((p) => p.A), r: gemv.ps[0].r, u: gemv.u } : undefined;
       this.q4.gemv(rec, h, one.w, one.y, false, { norm: { weight: norm.weight, eps: norm.eps, down } });
-      return gemv;
+      return { gemv, owed: null };
     }
     if (!gemv) {
+      if (owed) this.settle(rec, owed, h);
       this.norms.rmsnorm(rec, h, norm.weight, n, norm.eps, norm.rstd);
       this.project(rec, n, outs, { ...o, accumulate: false });
-      return null;
+      return { gemv: null, owed: null };
     }
     const joined = this.joined(outs);
     const xq = joined && this.loraGemv.quantizes(gemv.ps) ? this.quantizedInput(n.shape[0], joined.w, int8) : undefined;
-    this.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm.weight, eps: norm.eps, out: n, quantized: xq });
+    const add = owed && this.loraGemv.takesAdd(gemv.ps, xq !== undefined) ? owed : null;
+    if (owed && !add) this.settle(rec, owed, h);
+    this.loraGemv.down(rec, gemv.ps, h, gemv.u, { weight: norm.weight, eps: norm.eps, out: n, quantized: xq, add: add ?? undefined });
     this.baseProjections(rec, n, outs, false, int8, xq);
-    return gemv;
+    return { gemv, owed: add };
+  }
+
+  /** h += owed: an update owed to the residual rows (NormProjected) added by a dispatch of its own. */
+  settle(rec: Recorder, owed: Tensor, h: Tensor): void {
+    this.elementwise.axpy(rec, owed, h);
   }
 
   /**
@@ -475,15 +507,18 @@ export class Projection {
   /**
    * act = silu(gate)·up, then down (+)= act·W_downᵀ with its adapter: on the LoRA GEMV path of
    * gate/up (`gemv`, normProject's) their adapters' up products finish in the SwiGLU dispatch, and
-   * down's adapter folds into it (swigluFold); else SwiGLU, then the projection.
+   * down's adapter folds into it (swigluFold); else SwiGLU, then the projection. Given `residual`
+   * [rows, out], down's adapter update may go there instead of into y, written beside its GEMV:
+   * then it is returned, owed to y (NormProjected), else null.
    */
-  swigluDown(rec: Recorder, gemv: LoraGemvCall | null, b: { gate: Tensor; up: Tensor; act: Tensor }, down: Product, o: { scratch?: LoraScratch; int8?: boolean; accumulate?: boolean } = {}): void {
+  swigluDown(rec: Recorder, gemv: LoraGemvCall | null, b: { gate: Tensor; up: Tensor; act: Tensor }, down: Product, o: { scratch?: LoraScratch; int8?: boolean; accumulate?: boolean; residual?: Tensor } = {}): Tensor | null {
     const { int8 = false, accumulate = false } = o;
     const fold = this.swigluFold(gemv, down, b.act.shape[0], o.scratch, int8);
     if (gemv) this.loraGemv.upSwiglu(rec, gemv.ps[0], gemv.ps[1], gemv.u, b.gate, b.up, b.act, fold && { p: fold.p, parts: fold.parts, quantized: fold.quantized });
     else this.act.swiglu(rec, b.gate, b.up, b.act);
-    if (fold) this.projectFolded(rec, b.act, down, fold, int8);
-    else this.project(rec, b.act, [down], { int8, scratch: o.scratch, accumulate });
+    if (fold) return this.projectFolded(rec, b.act, down, fold, int8, { write: o.residual });
+    this.project(rec, b.act, [down], { int8, scratch: o.scratch, accumulate });
+    return null;
   }
 
   /**
@@ -502,19 +537,32 @@ export class Projection {
   /**
    * y += x·Wᵀ + s·u·Bᵀ for the fold's adapter, u [rows, r] left as partials by the kernel before
    * (attentionFold, swigluFold): inside the 4-bit GEMV's epilogue where it takes it (MatmulQ4.takesLora),
-   * else one dispatch after it.
+   * else one dispatch after it. `residual.add`: an update owed to y (NormProjected), added as the
+   * GEMV stores y where it takes one (MatmulQ4.takesResidual), else settled first.
+   * `residual.write`: where the GEMV takes it and not the epilogue, the adapter's update goes
+   * there, beside the GEMV, and is returned, owed to y; else null.
    */
-  projectFolded(rec: Recorder, x: Tensor, out: Product, f: Fold, int8: boolean): void {
+  projectFolded(rec: Recorder, x: Tensor, out: Product, f: Fold, int8: boolean, residual: { add?: Tensor | null; write?: Tensor } = {}): Tensor | null {
     const { w, y } = out;
     const { p, parts, perRow, quantized: xq } = f;
     const q4 = this.q4;
-    if (w.kind === 'q4' && q4.takesLora(x.shape[0], w.w, p.r, perRow, int8)) {
-      q4.gemv(rec, x, w.w, y, true, { int8, lora: { B: p.B, r: p.r, scale: loraScale(p), parts, perRow }, xq });
-      return;
+    const m = x.shape[0];
+    const lora = { B: p.B, r: p.r, scale: loraScale(p), parts, perRow };
+    const takesResidual = w.kind === 'q4' && q4.takesResidual(m, w.w, int8);
+    if (residual.add && !takesResidual) this.settle(rec, residual.add, y);
+    const addResidual = (takesResidual && residual.add) || undefined;
+    if (w.kind === 'q4' && q4.takesLora(m, w.w, p.r, perRow, int8)) {
+      q4.gemv(rec, x, w.w, y, true, { int8, lora, xq, addResidual });
+      return null;
     }
-    if (xq && w.kind === 'q4') q4.gemv(rec, x, w.w, y, true, { int8, xq });
+    if (w.kind === 'q4' && takesResidual && residual.write && !addResidual) {
+      q4.gemv(rec, x, w.w, y, true, { int8, xq, writeResidual: { out: residual.write, lora } });
+      return residual.write;
+    }
+    if (w.kind === 'q4' && (xq || addResidual)) q4.gemv(rec, x, w.w, y, true, { int8, xq, addResidual });
     else this.forward(rec, x, w, y, true, int8);
     this.loraGemv.upFromParts(rec, p, parts, perRow, y);
+    return null;
   }
 
   /**

@@ -63,6 +63,8 @@ export interface SelfAttentionArgs {
   gemv: LoraGemvCall | null;
   /** o_proj, accumulated into the residual stream. */
   o: Product;
+  /** An update still owed to the residual stream (NormProjected.owed), added with o_proj's output. */
+  owed?: Tensor | null;
   /** Inference: the LoRA scratch, and whether the 4-bit GEMVs take int8 x. */
   scratch?: LoraScratch;
   int8: boolean;
@@ -111,6 +113,7 @@ export class SelfAttention {
     const { attention, projection } = this.ops;
     const { b, attend } = a;
     this.qkNormRope(rec, a);
+    if (a.owed && attend.kind === 'packed') projection.settle(rec, a.owed, a.o.y);
     if (attend.kind === 'packed') {
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, lseKnown: attend.lseKnown, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
       projection.project(rec, b.attn, [a.o], { int8: a.int8, scratch: a.scratch, accumulate: true });
@@ -122,8 +125,12 @@ export class SelfAttention {
     const fold = projection.attentionFold(a.gemv, a.o, T, this.config.hq, a.scratch, { quantizes: attention.foldQuantizes, int8: a.int8 });
     const combineFold = fold && { A: fold.p.A, r: fold.p.r, parts: fold.parts, quantized: fold.quantized };
     const folded = attention.forwardCached(rec, b.q, attend.cache, a.layer, b.attn, { slot0: attend.slot0, count: attend.count, scale: this.scale, split: attend.split, fold: combineFold });
-    if (folded) projection.projectFolded(rec, b.attn, a.o, fold!, a.int8);
-    else projection.project(rec, b.attn, [a.o], { int8: a.int8, scratch: a.scratch, accumulate: true });
+    if (folded) {
+      projection.projectFolded(rec, b.attn, a.o, fold!, a.int8, { add: a.owed });
+      return;
+    }
+    if (a.owed) projection.settle(rec, a.owed, a.o.y);
+    projection.project(rec, b.attn, [a.o], { int8: a.int8, scratch: a.scratch, accumulate: true });
   }
 
   /** After a forward's last layer: the cache's slots hold the forward's rows. */

@@ -5,7 +5,8 @@ import { parseQwen3VLConfig } from '../../src/model/config';
 
 export const ALIGNED = { hidden: 128, intermediate: 256, vocab: 512, kvWidth: 64 } as const;
 
-export const alignedConfig = parseQwen3VLConfig({
+/** The config.json of the aligned model (variants change a field and parse it). */
+export const ALIGNED_RAW = {
   architectures: ['Qwen3VLForConditionalGeneration'],
   model_type: 'qwen3_vl',
   image_token_id: 500,
@@ -29,4 +30,6 @@ export const alignedConfig = parseQwen3VLConfig({
     rope_parameters: { rope_type: 'default', rope_theta: 5000000, mrope_section: [6, 5, 5], mrope_interleaved: true },
   },
   vision_config: { model_type: 'qwen3_vl_vision', depth: 1, hidden_size: 64, num_heads: 2, intermediate_size: 128, out_hidden_size: ALIGNED.hidden, num_position_embeddings: 64, deepstack_visual_indexes: [0], hidden_act: 'gelu_pytorch_tanh', in_channels: 3, patch_size: 16, temporal_patch_size: 2, spatial_merge_size: 2 },
-});
+};
+
+export const alignedConfig = parseQwen3VLConfig(ALIGNED_RAW);

@@ -6,7 +6,7 @@
 // decode's GEMVs (the default), within the quantization's reach of them, x then quantized by the
 // kernels that write it.
 import { describe, expect, it } from 'vitest';
-import { ALIGNED, alignedConfig } from '../helpers/alignedModel';
+import { ALIGNED, ALIGNED_RAW, alignedConfig } from '../helpers/alignedModel';
 import { testGpu } from '../helpers/gpu';
 import { expectClose } from '../helpers/reference';
 import { Filler } from '../../src/bench/fill';
@@ -16,6 +16,7 @@ import { randomWeights } from '../../src/model/randomWeights';
 import { createLoraParams } from '../../src/ops/loraParams';
 import { DOT4_I8 } from '../../src/ops/matmulQ4';
 import type { Gpu } from '../../src/gpu';
+import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../src/model/config';
 
 const { hidden: H, intermediate: I, vocab: VOCAB, kvWidth: KV } = ALIGNED;
 const config = alignedConfig;
@@ -64,15 +65,41 @@ describe('decode with folded LoRA down products', () => {
       expect([...kernels].filter((k) => k.includes('_quant')).sort()).toEqual(quant.sort());
     }
   });
+
+  it('8 samples whose down_proj partials pass the GEMV epilogue\'s (intermediate 1088, r 16): the first layer\'s down_proj update is owed to the next (written beside its GEMV, taken in by its norm and o_proj GEMV), one dispatch fewer a step; log-probs as the packed forward\'s', async () => {
+    const gpu = await testGpu();
+    // 17 partials a row of act: 8 · 17 · 16 = 2176 past Q4_TUNING.loraMaxPartials.
+    const inter = 1088;
+    const cfg = parseQwen3VLConfig({ ...ALIGNED_RAW, text_config: { ...ALIGNED_RAW.text_config, intermediate_size: inter } });
+    for (const int8Decode of [false, undefined]) {
+      if (int8Decode === undefined && !gpu.hasWgsl(DOT4_I8)) continue;
+      const model = await adaptedModel(gpu, int8Decode, { cfg, inter, r: 16, logitRows: 8 });
+      for (const [g, s] of (await samplesVsForward(model, 8, PROMPT_LENGTHS[1])).entries()) {
+        expectClose(s.got, s.want, { rtol: 0, atol: int8Decode === false ? 2e-4 : 2e-2, what: `int8 ${int8Decode}, sample ${g}` });
+      }
+      if (int8Decode !== false) continue;
+      // A step in f32: the aligned model's 10 a layer over two key chunks and 7 outside, then the
+      // last layer's down_proj update by a dispatch of its own (the first's is owed to the second;
+      // settled by dispatches of their own, 10 · L + 7 + 2).
+      const steps = async (n: number) => {
+        const before = gpu.hostStats.dispatches;
+        await model.generate({ id: 'p', inputIds: Int32Array.from({ length: PROMPT_LENGTHS[1] }, (_, i) => (53 * i + 7) % 480), images: [] }, 8, { temperature: 1, topP: 1, topK: 0, maxNewTokens: n, seed: 9 }, { stopIds: [] });
+        return gpu.hostStats.dispatches - before;
+      };
+      const L = cfg.text.numLayers;
+      expect((await steps(4)) - (await steps(3))).toBe(10 * L + 7 + 1);
+    }
+  }, 900_000);
 });
 
-/** The aligned random model with a 2-layer adapter whose factors are both non-zero. */
-async function adaptedModel(gpu: Gpu, int8Decode: boolean | undefined): Promise<Qwen3VL> {
+/** The aligned random model (or `cfg`, of intermediate size `inter`) with a 2-layer adapter of
+ * rank r whose factors are both non-zero. */
+async function adaptedModel(gpu: Gpu, int8Decode: boolean | undefined, o: { cfg?: Qwen3VLConfig; inter?: number; r?: number; logitRows?: number } = {}): Promise<Qwen3VL> {
+  const { cfg = config, inter = I, r = 8, logitRows = 3 } = o;
   const filler = await Filler.create(gpu);
-  const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
-  const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: 3, int8Decode });
-  const r = 8;
-  const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [I, H], up: [I, H], down: [H, I] } as const;
+  const weights = await randomWeights(gpu, cfg, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
+  const model = await Qwen3VL.create(gpu, cfg, weights, { maxLogitRows: logitRows, int8Decode });
+  const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [inter, H], up: [inter, H], down: [H, inter] } as const;
   const lora = Array.from({ length: 2 }, (_, l) => LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
   const rec = gpu.recorder();
   // Both factors non-zero (PEFT starts B at zero): the update must show in the outputs.

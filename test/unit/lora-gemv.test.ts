@@ -299,6 +299,47 @@ describe('lora gemv, adapters sharing an input', () => {
   });
 
   it.each([
+    { rows: 8, inF: 512, r: 8, adapters: 3, quantized: true },
+    { rows: 3, inF: 96, r: 4, adapters: 2, quantized: true },
+    { rows: 7, inF: 130, r: 3, adapters: 2, quantized: false },
+    { rows: 2, inF: 256, r: 16, adapters: 1, quantized: false },
+  ])('the norm of h plus an owed update (add): u, the normed rows and their int8 groups are bit for bit those of the norm of h + add, and h is left as it was ($rows rows, in $inF, r $r, $adapters adapters, int8 $quantized)', async ({ rows, inF, r, adapters, quantized }) => {
+    const gpu = await testGpu();
+    const op = await LoraGemv.create(gpu);
+    const ps = Array.from({ length: adapters }, (_, g) => {
+      const p = createLoraParams(gpu, { name: `p${g}`, in: inF, out: 4, r, alpha: r });
+      gpu.write(p.A, randUniform(r * inF, 140 + g));
+      return p;
+    });
+    if (quantized && !op.quantizes(ps)) return;
+    if (!op.takesAdd(ps, quantized)) {
+      // Too few storage buffers a stage for the owed update: refused.
+      expect(() => op.down(gpu.recorder(), ps, gpu.tensor([rows, inF], 'f32', 'h'), gpu.tensor([rows, adapters * r], 'f32', 'u'), { weight: gpu.tensor([inF], 'f32', 'w'), eps: 1e-6, out: gpu.tensor([rows, inF], 'f32', 'xn'), add: gpu.tensor([rows, inF], 'f32', 'add') })).toThrow(ShapeError);
+      return;
+    }
+    const h = randUniform(rows * inF, 150, -2, 2);
+    const add = randUniform(rows * inF, 151, -0.5, 0.5);
+    const sum = h.map((v, i) => Math.fround(v + add[i]));
+    const [th, tadd, tsum] = [gpu.upload(h, [rows, inF], 'f32', 'h'), gpu.upload(add, [rows, inF], 'f32', 'add'), gpu.upload(sum, [rows, inF], 'f32', 'h_plus')];
+    const tw = gpu.upload(randUniform(inF, 152, 0.5, 1.5), [inF], 'f32', 'norm_w');
+    const [xn, xn2] = [gpu.tensor([rows, inF], 'f32', 'xn'), gpu.tensor([rows, inF], 'f32', 'xn2')];
+    const [u, u2] = [gpu.tensor([rows, adapters * r], 'f32', 'u'), gpu.tensor([rows, adapters * r], 'f32', 'u2')];
+    const [xq, xq2] = quantized ? [0, 1].map((i) => gpu.tensor([int8GroupWords(rows, inF)], 'u32', `xq${i}`)) : [undefined, undefined];
+    const rec = gpu.recorder();
+    op.down(rec, ps, th, u, { weight: tw, eps: 1e-6, out: xn, quantized: xq, add: tadd });
+    op.down(rec, ps, tsum, u2, { weight: tw, eps: 1e-6, out: xn2, quantized: xq2 });
+    await rec.submit();
+    expect(await gpu.readF32(u)).toEqual(await gpu.readF32(u2));
+    expect(await gpu.readF32(xn)).toEqual(await gpu.readF32(xn2));
+    if (xq && xq2) expect(await gpu.read(xq)).toEqual(await gpu.read(xq2));
+    expect(await gpu.readF32(th)).toEqual(h);
+    expect(maxAbs(await gpu.readF32(u))).toBeGreaterThan(0);
+    // An owed update of the wrong size is refused.
+    expect(() => op.down(gpu.recorder(), ps, th, u, { weight: tw, eps: 1e-6, out: xn, add: gpu.tensor([rows, inF - 1], 'f32', 'short') })).toThrow(ShapeError);
+    for (const t of [th, tadd, tsum, tw, xn, xn2, u, u2, ...(xq && xq2 ? [xq, xq2] : []), ...ps.flatMap((p) => [p.A, p.B, p.dA, p.dB])]) t.release();
+  });
+
+  it.each([
     { rows: 8, np: 96, out: 128, r: 16 },
     { rows: 3, np: 101, out: 64, r: 4 },
     { rows: 1, np: 7, out: 64, r: 64 },

@@ -254,7 +254,7 @@ describe('4-bit matmul', () => {
     }
     const { w } = weight(gpu, 8, 32, 3);
     expect(byDefault.takesLora(8, w, 65, 1, false)).toBe(false); // M·r over the epilogue's 512
-    expect(byDefault.takesLora(8, w, 16, 96, false)).toBe(false); // down_proj's partials at 8 rows: a dispatch of their own
+    expect(byDefault.takesLora(8, w, 16, 96, false)).toBe(false); // down_proj's partials at 8 rows: written beside the GEMV instead (takesResidual)
     // By default 1 to 8 rows take it (o_proj's update at 8 sequences, r 8, 16 heads), and the
     // GEMVs of 2 to 8 rows without an adapter run its kernel at rank 0 (the first test's).
     const engine = await MatmulQ4.create(gpu);
@@ -263,6 +263,79 @@ describe('4-bit matmul', () => {
     expect(engine.takesLora(8, w, 8, 16, false)).toBe(true);
     expect((await MatmulQ4.create(gpu, { loraMaxRows: 1 })).takesLora(2, w, 8, 16, false)).toBe(false);
     await expect(MatmulQ4.create(gpu, { loraMaxRows: 9 })).rejects.toThrow(ShapeError);
+  });
+
+  it('GEMV of 2 to 8 rows with a residual: written beside the product (s·u·Bᵀ from partials, y untouched by it), or added to each output, with and without the LoRA epilogue', async () => {
+    const gpu = await testGpu();
+    const mm = await MatmulQ4.create(gpu);
+    const rec = gpu.recorder();
+    const scale = 0.625;
+    const sum = (parts: Float32Array, np: number, r: number, i: number, c: number) => {
+      let u = 0;
+      for (let q = 0; q < np; q++) u += parts[(i * np + q) * r + c];
+      return u;
+    };
+    // [m, n, k, r, partials a row, int8, mode]: 'write' the residual; 'add' it (r > 0: beside a LoRA epilogue).
+    const shapes: (readonly [number, number, number, number, number, boolean, 'write' | 'add'])[] = [
+      [2, 67, 96, 4, 5, false, 'write'],
+      [8, 300, 160, 16, 96, false, 'write'],
+      [3, 131, 64, 8, 7, false, 'add'],
+      [8, 64, 64, 16, 16, false, 'add'],
+      [5, 131, 96, 0, 0, false, 'add'],
+    ];
+    if (gpu.hasWgsl(DOT4_I8)) shapes.push([8, 300, 160, 16, 96, true, 'write'], [8, 64, 64, 16, 16, true, 'add']);
+    const cases = [];
+    for (const [m, n, k, r, np, int8, mode] of shapes) {
+      const seed = 9100 + 10 * m + r + (int8 ? 5 : 0);
+      const { w, deq } = weight(gpu, n, k, seed);
+      const x = randUniform(m * k, seed + 1);
+      const parts = randUniform(Math.max(1, m * np * r), seed + 2);
+      const B = randUniform(Math.max(1, n * r), seed + 3);
+      const y0 = randUniform(m * n, seed + 4);
+      const res0 = randUniform(m * n, seed + 5);
+      const t = { x: gpu.upload(x, [m, k], 'f32', 'x'), parts: gpu.upload(parts, [parts.length], 'f32', 'parts'), B: gpu.upload(B, [Math.max(1, n * r)], 'f32', 'B'), y: gpu.upload(y0, [m, n], 'f32', 'y'), res: gpu.upload(res0, [m, n], 'f32', 'residual') };
+      expect(mm.takesResidual(m, w, int8)).toBe(true);
+      const lora = { B: t.B, r, scale, parts: t.parts, perRow: np };
+      if (mode === 'write') mm.gemv(rec, t.x, w, t.y, true, { int8, writeResidual: { out: t.res, lora } });
+      else mm.gemv(rec, t.x, w, t.y, true, { int8, addResidual: t.res, lora: r > 0 ? lora : undefined });
+      cases.push({ m, n, k, r, np, int8, mode, deq, x, parts, B, y0, res0, t, w });
+    }
+    await rec.submit();
+    for (const { m, n, k, r, np, int8, mode, deq, x, parts, B, y0, res0, t, w } of cases) {
+      const { y, mag } = matmulABt(x, deq, m, n, k);
+      const bound = int8 ? int8Bound(x, deq, m, n, k) : new Float64Array(m * n);
+      const [gotY, gotRes] = [await gpu.readF32(t.y), await gpu.readF32(t.res)];
+      const what = `${mode} M=${m} N=${n} r=${r} int8 ${int8}`;
+      for (let i = 0; i < m; i++)
+        for (let j = 0; j < n; j++) {
+          const e = i * n + j;
+          let up = 0;
+          let upMag = 0;
+          for (let c = 0; c < r; c++) {
+            const term = scale * sum(parts, np, r, i, c) * B[j * r + c];
+            up += term;
+            upMag += Math.abs(term);
+          }
+          const tolY = bound[e] + 1e-4 * (mag[e] + upMag + Math.abs(y0[e]) + Math.abs(res0[e])) + 1e-6;
+          const wantY = y0[e] + y[e] + (mode === 'add' ? up + res0[e] : 0);
+          if (!(Math.abs(gotY[e] - wantY) <= tolY)) expect.fail(`${what}: y[${e}] is ${gotY[e]}, expected ${wantY} ± ${tolY}`);
+          const wantRes = mode === 'write' ? up : res0[e];
+          if (!(Math.abs(gotRes[e] - wantRes) <= 1e-5 * (upMag + 1))) expect.fail(`${what}: residual[${e}] is ${gotRes[e]}, expected ${wantRes}`);
+        }
+      release(t.x, t.parts, t.B, t.y, t.res, w.codes, w.scales);
+    }
+    // One row takes none; nor does a call that adds and writes, or writes beside its own epilogue, or writes into y's buffer.
+    const { w } = weight(gpu, 64, 64, 4);
+    expect(mm.takesResidual(1, w, false)).toBe(false);
+    expect((await MatmulQ4.create(gpu, { loraMaxRows: 1 })).takesResidual(2, w, false)).toBe(false);
+    const x = gpu.tensor([2, 64], 'f32', 'x');
+    const y = gpu.tensor([2, 64], 'f32', 'y');
+    const res = gpu.tensor([2, 64], 'f32', 'res');
+    const lora = { B: gpu.tensor([64, 4], 'f32', 'B'), r: 4, scale: 1, parts: gpu.tensor([2 * 3 * 4], 'f32', 'parts'), perRow: 3 };
+    expect(() => mm.gemv(gpu.recorder(), x, w, y, true, { addResidual: res, writeResidual: { out: res, lora } })).toThrow(ShapeError);
+    expect(() => mm.gemv(gpu.recorder(), x, w, y, true, { lora, writeResidual: { out: res, lora } })).toThrow(ShapeError);
+    expect(() => mm.gemv(gpu.recorder(), x, w, y, true, { writeResidual: { out: y, lora } })).toThrow(ShapeError);
+    expect(() => mm.gemv(gpu.recorder(), gpu.tensor([1, 64], 'f32', 'x1'), w, gpu.tensor([1, 64], 'f32', 'y1'), true, { addResidual: gpu.tensor([1, 64], 'f32', 'r1') })).toThrow(ShapeError);
   });
 
   it('GEMM y = x·Wᵀ (and y +=) matches for one row to several tiles, odd N and K', async () => {

@@ -41,6 +41,7 @@ const gpu = await createNodeGpu({ dawnFlags: ['disable-dawn-features=timestamp_q
 const fill = await Filler.create(gpu);
 const mm = await MatmulQ4.create(gpu);
 const rankZero = gpu.tensor([4], 'f32', 'rank_zero');
+const noResidual = gpu.tensor([4], 'f32', 'no_residual');
 const us = (ms: number) => (1000 * ms).toFixed(2);
 let failed = false;
 
@@ -90,7 +91,7 @@ for (const pass of QUICK ? [1] : [0, 1]) {
       };
       const parts = [`engine ${await time((r, w) => mm.gemv(r, x, w, y, false, { int8: true, xq }))}`];
       const dispatch = (r: Recorder, build: Build, w: Q4Weight, out: Tensor) =>
-        r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, xq_in: xq, ...(build.epilogue ? { lora_parts: rankZero, lora_b: rankZero } : {}) }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0 });
+        r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, xq_in: xq, ...(build.epilogue ? { lora_parts: rankZero, lora_b: rankZero, residual: noResidual } : {}) }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0, res_add: 0, res_wg0: 0, res_r: 0, res_np: 0, res_s: 0 });
       /** The engine's y and the build's on the first copy of the weight. */
       const againstEngine = async (build: Build): Promise<[Float32Array, Float32Array]> => {
         const out = gpu.tensor([m, n], 'f32', 'y_build');
@@ -133,4 +134,5 @@ for (const pass of QUICK ? [1] : [0, 1]) {
   }
 }
 rankZero.release();
+noResidual.release();
 process.exit(failed ? 1 : 0);
