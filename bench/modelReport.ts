@@ -58,7 +58,7 @@ interface Side {
   };
   /** PyTorch only: bf16 against fp32 on the same weights (torch_model.py's drift). */
   drift?: Drift;
-  /** Ours: the vision tower on int8 tensor cores (ModelOptions.visionTensorCores). */
+  /** Ours: the vision tower on int8 tensor cores (vision_products 'int8'). */
   visionTensorCores?: { visionS: number; prefillS: number; tokensPerS: number; inStreamMs: number; relRms: number[] };
   /** Ours: the vision tower's dense products on f16 tensor cores (products 'f16'). */
   visionF16?: { visionS: number; prefillS: number; tokensPerS: number; inStreamMs: number; relRms: number[] };
@@ -144,12 +144,12 @@ function render(o: Side, t: Side | undefined): string {
   }
   const vt = o.visionTensorCores;
   if (vt) {
-    add('vision tower on int8 tensor cores (ModelOptions.visionTensorCores)', 1000 * vt.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
+    add("vision tower on int8 tensor cores (vision_products 'int8')", 1000 * vt.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
     add('prefill with it', vt.tokensPerS, tp?.tokensPerS, 'tok/s', 'rate');
   }
   const vf = o.visionF16;
   if (vf) {
-    add("vision tower on f16 tensor cores (products 'f16', the app's setting where offered)", 1000 * vf.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
+    add("vision tower on f16 tensor cores (vision_products 'f16'; the app's default is 'f32')", 1000 * vf.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
     add('prefill with it', vf.tokensPerS, tp?.tokensPerS, 'tok/s', 'rate');
   }
   for (const d of o.decode ?? []) {
