@@ -63,7 +63,7 @@ struct Params {
 @group(0) @binding(17) var<storage, read_write> parts: array<f32>;
 #if ADD
 // With ADD (NORM): the rows are h + x_add, an update owed to h (decode's deferred down_proj
-// update: src/ops/projection.ts, Residual); h itself is left as it is.
+// update: src/ops/projection.ts, NormProjected); h itself is left as it is.
 @group(0) @binding(19) var<storage, read> x_add: array<{{ELEM}}>;
 #endif
 #if QUANT

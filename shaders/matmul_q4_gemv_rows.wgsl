@@ -28,7 +28,7 @@ struct Params {
 
 #if LORA
 // A residual update owed to h between two kernels of a decode step (src/ops/projection.ts,
-// Residual): down_proj's adapter update s·u·Bᵀ does not depend on down_proj's GEMV, so workgroups
+// NormProjected): down_proj's adapter update s·u·Bᵀ does not depend on down_proj's GEMV, so workgroups
 // past the GEMV's (res_wg0 on) write it to `residual` [M, n] from lora_parts and lora_b (the GEMV
 // itself runs at rank 0) instead of a dispatch of its own after the GEMV; the next layer's norm
 // reads h + residual and its o_proj GEMV adds residual into h as it stores (res_add).
