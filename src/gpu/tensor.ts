@@ -162,6 +162,16 @@ export class BufferPool {
   }
 
   /**
+   * Each free list in creation order, newest first (trim destroys from the front, acquire pops the
+   * oldest from the back): work that makes its tensors in the same order as last time gets the same
+   * buffers, and finds the bind groups it made then (BindingCache). enterPhase does it; a model's
+   * top-level calls outside phases (a generation, an image's features) do it too.
+   */
+  reorder(): void {
+    for (const list of this.free.values()) list.sort((a, b) => this.serial.get(b)! - this.serial.get(a)!);
+  }
+
+  /**
    * Start a phase of work that alternates with others (generating, then training on what was
    * generated), keeping cached what the phases had in use the last time each ran and destroying the
    * rest (the leftovers of one-off work, or of sizes no longer asked for). `keep`: 'all' keeps what
@@ -179,8 +189,7 @@ export class BufferPool {
       if (keep === 'own' && phase !== name) continue;
       for (const [cls, n] of demand) want.set(cls, Math.max(want.get(cls) ?? 0, n));
     }
-    // Newest first in each list: trim destroys from the front, acquire pops from the back.
-    for (const list of this.free.values()) list.sort((a, b) => this.serial.get(b)! - this.serial.get(a)!);
+    this.reorder();
     this.trim(want);
     this.phase = name;
     this.peakByClass = new Map(this.inUseByClass);

@@ -356,6 +356,8 @@ export class Qwen3VL {
    */
   async encodeImages(inputIds: Int32Array, images: readonly PreparedImage[], opts: { lora?: boolean } = {}): Promise<VisualInputs> {
     if (opts.lora && this.visionLora) return (await this.encodeImagesWithLora(inputIds, images, false)).visual;
+    // A call like the last gets its buffers, and their bind groups, again (BufferPool.reorder).
+    this.gpu.pool.reorder();
     const rows = this.imageRows(inputIds, images);
     const rec = this.gpu.recorder('vision');
     const features = await this.vision.encodeImages(rec, images, this.visionCache);
@@ -493,6 +495,8 @@ export class Qwen3VL {
   ): Promise<Completion[]> {
     const thinking = opts.thinkingBudget === undefined || opts.thinkingBudget === null ? undefined : { budget: opts.thinkingBudget, opened: prompt.thinking ?? false, ...this.thinkingTokens(extra.thinkingTokens) };
     const { positions, ropeDelta } = this.positions(prompt.inputIds, prompt.images.map((i) => i.gridThw));
+    // A generation like the last gets its buffers, and their bind groups, again (BufferPool.reorder).
+    this.gpu.pool.reorder();
     const useLora = extra.lora ?? this.layerLora !== null;
     const visual = prompt.images.length > 0 ? await this.encodeImages(prompt.inputIds, prompt.images, { lora: useLora }) : undefined;
     try {
