@@ -212,10 +212,7 @@ export function layerActivations(gpu: Gpu, c: Qwen3VLTextConfig, T: number, rank
   // q_raw, k_raw and v back to back where every start can be bound: q/k/v's product then writes
   // them as one (MatmulQ4F16.joins), as into DecoderWorkspace's.
   const widths = [hq * D, hkv * D, hkv * D];
-  const bytes = DTYPE_BYTES[wide];
-  const align = gpu.limits.minStorageBufferOffsetAlignment;
-  const fits = widths.every((n) => (bytes * T * n) % align === 0) && bytes * T * (hq + 2 * hkv) * D <= Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
-  const qkv = fits ? gpu.tensor([T * (hq + 2 * hkv) * D], wide, `${label}.qkv`) : null;
+  const qkv = stackable(gpu, widths, DTYPE_BYTES[wide], T) ? gpu.tensor([T * (hq + 2 * hkv) * D], wide, `${label}.qkv`) : null;
   const [qRaw, kRaw, v] = qkv ? stacked({ buffer: qkv, widths }, T) : [w([T, hq * D], 'q_raw'), w([T, hkv * D], 'k_raw'), w([T, hkv * D], 'v')];
   return {
     ...(qkv ? { qkv } : {}),
@@ -673,6 +670,18 @@ export class Decoder {
 type WorkspaceViews = ReturnType<DecoderWorkspace['makeViews']>;
 
 /** [T, width] views of `s.buffer` (of its element type), one per width, back to back. */
+/**
+ * Whether outputs of `widths` columns can lie back to back in one buffer of `rows` rows: every
+ * part's start on the binding alignment at `alignRows` rows (any row count that is a multiple of
+ * it then aligns too), the whole within one binding (apart where it would pass it: long prefills,
+ * large micro-batches). `bytes`: an element's.
+ */
+function stackable(gpu: Gpu, widths: readonly number[], bytes: number, rows: number, alignRows = rows): boolean {
+  const { minStorageBufferOffsetAlignment: align, maxStorageBufferBindingSize, maxBufferSize } = gpu.limits;
+  const total = bytes * rows * widths.reduce((a, b) => a + b, 0);
+  return widths.every((w) => (bytes * alignRows * w) % align === 0) && total <= Math.min(maxStorageBufferBindingSize, maxBufferSize);
+}
+
 function stacked(s: { buffer: Tensor; widths: number[] }, T: number): Tensor[] {
   const bytes = DTYPE_BYTES[s.buffer.dtype];
   let at = s.buffer.byteOffset;
@@ -709,13 +718,12 @@ export class DecoderWorkspace {
     const f = (n: number, label: string) => gpu.tensor([n], 'f32', `decoder.${label}`);
     // q/k/v and gate/up outputs back to back in one buffer each where every start can be bound
     // (a fused layer's one-row projection writes them in one GEMV), else apart.
+    // Views of any T ≤ R rows: each width's start aligned at one row.
     const align = gpu.limits.minStorageBufferOffsetAlignment;
-    // Apart too where the joined buffer would pass the binding limit (long prefills, large micro-batches).
-    const limit = Math.min(gpu.limits.maxStorageBufferBindingSize, gpu.limits.maxBufferSize);
     this.uSlot = Math.ceil((4 * R * Math.max(1, rank)) / align) * (align / 4);
-    const stackable = (widths: number[], floats: number) => widths.every((w) => (4 * w) % align === 0) && 4 * floats <= limit;
-    this.qkv = stackable([hq * D, hkv * D], R * (hq + 2 * hkv) * D) ? { buffer: f(R * (hq + 2 * hkv) * D, 'qkv'), widths: [hq * D, hkv * D, hkv * D] } : null;
-    this.gateUp = stackable([I], 2 * R * I) ? { buffer: f(2 * R * I, 'gate_up'), widths: [I, I] } : null;
+    const qkvWidths = [hq * D, hkv * D, hkv * D];
+    this.qkv = stackable(gpu, qkvWidths, 4, R, 1) ? { buffer: f(R * (hq + 2 * hkv) * D, 'qkv'), widths: qkvWidths } : null;
+    this.gateUp = stackable(gpu, [I, I], 4, R, 1) ? { buffer: f(2 * R * I, 'gate_up'), widths: [I, I] } : null;
     this.t = {
       h: f(R * H, 'h'),
       out: f(R * H, 'out'),

@@ -508,8 +508,8 @@ export class MatmulQ4 {
     if (writeResidual) {
       const { out, lora: up } = writeResidual;
       if (lora) throw new ShapeError(op, 'a GEMV that writes a residual runs its own product at rank 0 (no lora)');
-      this.checkLora(op, up, 1, w.n, undefined);
-      if (up.parts.numel < m * up.perRow * up.r) throw new ShapeError(op, `the residual's LoRA partials must hold [${m}, ${up.perRow}, ${up.r}] f32`);
+      // Each of its workgroups holds one row's u.
+      this.checkLora(op, up, m, w.n, undefined, 1);
       this.checkF32(op, 'residual', out, m, w.n);
       if (out.buffer === y.buffer) throw new ShapeError(op, 'the residual must not share y\'s buffer');
       Object.assign(bind, { lora_parts: up.parts, lora_b: up.B, residual: out });
@@ -529,11 +529,12 @@ export class MatmulQ4 {
     });
   }
 
-  /** A LoRA epilogue's adapter fits: one output, 1 ≤ r, M·r within the epilogue, whole partials. */
-  private checkLora(op: string, lora: GemvLora, m: number, n: number, parts: readonly number[] | undefined): void {
+  /** A LoRA epilogue's adapter fits: one output, 1 ≤ r, the `held` rows' u (all m by default)
+   * within a workgroup's LORA_MAX, whole partials for m rows. */
+  private checkLora(op: string, lora: GemvLora, m: number, n: number, parts: readonly number[] | undefined, held = m): void {
     const { B, r, perRow } = lora;
-    if (parts || !Number.isInteger(r) || r < 1 || m * r > LORA_MAX || !Number.isInteger(perRow) || perRow < 1) {
-      throw new ShapeError(op, `a LoRA epilogue needs one output, 1 ≤ r and M·r ≤ ${LORA_MAX} and whole partials (r ${r}, M ${m}, ${perRow} partials a row)`);
+    if (parts || !Number.isInteger(r) || r < 1 || held * r > LORA_MAX || !Number.isInteger(perRow) || perRow < 1) {
+      throw new ShapeError(op, `a LoRA epilogue needs one output, 1 ≤ r and M·r ≤ ${LORA_MAX} and whole partials (r ${r}, M ${held}, ${perRow} partials a row)`);
     }
     this.checkF32(op, 'lora B', B, n, r);
     if (lora.parts.dtype !== 'f32' || lora.parts.numel < m * perRow * r) throw new ShapeError(op, `LoRA partials must hold [${m}, ${perRow}, ${r}] f32`);

@@ -4,19 +4,13 @@
 // step records the same commands), on the aligned random model with and without an adapter,
 // after prompts whose keys make one chunk of split attention and two.
 import { describe, expect, it } from 'vitest';
-import { ALIGNED, alignedConfig } from '../helpers/alignedModel';
+import { alignedConfig, randomModel } from '../helpers/alignedModel';
 import { testGpu, withDefaultStorageLimit } from '../helpers/gpu';
 import { expectClose } from '../helpers/reference';
-import { Filler } from '../../src/bench/fill';
-import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
-import { Qwen3VL } from '../../src/model/qwen3vl';
-import { randomWeights } from '../../src/model/randomWeights';
-import { createLoraParams } from '../../src/ops/loraParams';
+import type { Qwen3VL } from '../../src/model/qwen3vl';
 import type { Gpu } from '../../src/gpu';
 
-const { hidden: H, intermediate: I, kvWidth: KV } = ALIGNED;
-const config = alignedConfig;
-const L = config.text.numLayers;
+const L = alignedConfig.text.numLayers;
 /** Outside the layers: the token's embedding, its rope table, the cache's advance, the final
  * norm, the LM head and sampling's two. */
 const OUTSIDE = 7;
@@ -27,19 +21,7 @@ const SAMPLING = { temperature: 1, topP: 1, topK: 0, seed: 5 };
 
 /** The aligned random model on `gpu` (the same weights and adapter for the same seed) with an
  * adapter of rank 8 on every projection of every layer, both factors non-zero. */
-async function adaptedModel(gpu: Gpu): Promise<Qwen3VL> {
-  const filler = await Filler.create(gpu);
-  const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
-  const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: 2 });
-  const r = 8;
-  const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [I, H], up: [I, H], down: [H, I] } as const;
-  const lora = Array.from({ length: L }, (_, l) => LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
-  const rec = gpu.recorder();
-  for (const p of lora) for (const t of [p.A, p.B]) filler.fill(rec, t, 'uniform', 0.3);
-  await rec.submit();
-  model.attachLora(lora);
-  return model;
-}
+const adaptedModel = (gpu: Gpu): Promise<Qwen3VL> => randomModel(gpu, { maxLogitRows: 2, adapterRank: 8 });
 
 /** The dispatches of one decode step of G sequences after a prompt of `length`, and 4 tokens' log-probs of each. */
 async function decodeStep(model: Qwen3VL, gpu: Gpu, G: number, length: number, lora: boolean): Promise<{ dispatches: number; logps: number[][] }> {

@@ -6,25 +6,19 @@
 // decode's GEMVs (the default), within the quantization's reach of them, x then quantized by the
 // kernels that write it.
 import { describe, expect, it } from 'vitest';
-import { ALIGNED, ALIGNED_RAW, alignedConfig } from '../helpers/alignedModel';
+import { ALIGNED, alignedConfig, randomModel } from '../helpers/alignedModel';
 import { testGpu, withDefaultStorageLimit } from '../helpers/gpu';
 import { expectClose } from '../helpers/reference';
-import { Filler } from '../../src/bench/fill';
-import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
-import { Qwen3VL } from '../../src/model/qwen3vl';
-import { randomWeights } from '../../src/model/randomWeights';
-import { createLoraParams } from '../../src/ops/loraParams';
+import type { Qwen3VLConfig } from '../../src/model/config';
+import type { Qwen3VL } from '../../src/model/qwen3vl';
 import { DOT4_I8 } from '../../src/ops/matmulQ4';
-import type { Gpu } from '../../src/gpu';
-import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../src/model/config';
 
-const { hidden: H, intermediate: I, vocab: VOCAB, kvWidth: KV } = ALIGNED;
-const config = alignedConfig;
+const { vocab: VOCAB } = ALIGNED;
 
 describe('decode with folded LoRA down products', () => {
   it('1 and 3 samples, prompts of one and two key chunks: each token\'s log-prob equals the packed forward\'s with the adapter, which differs from the base model\'s', async () => {
     const gpu = await testGpu();
-    const model = await adaptedModel(gpu, false);
+    const model = await randomModel(gpu, { maxLogitRows: 3, int8Decode: false, adapterRank: 8 });
     for (const G of [1, 3])
       for (const length of [SHORT_PROMPT, ...PROMPT_LENGTHS]) {
         for (const [g, s] of (await samplesVsForward(model, G, length)).entries()) {
@@ -37,7 +31,7 @@ describe('decode with folded LoRA down products', () => {
   it('with int8 x in the GEMVs of 2..8 samples (the default where WGSL has packed dot products): 3 samples\' log-probs stay within 2e-2 of the f32 forward; 1 sample is f32', async () => {
     const gpu = await testGpu();
     if (!gpu.hasWgsl(DOT4_I8)) return;
-    const model = await adaptedModel(gpu, undefined);
+    const model = await randomModel(gpu, { maxLogitRows: 3, adapterRank: 8 });
     let largest = 0;
     const kernels = new Set<string>();
     for (const G of [1, 3])
@@ -70,7 +64,7 @@ describe('decode with folded LoRA down products', () => {
     const gpu = await testGpu();
     // 17 partials a row of act: 8 · 17 · 16 = 2176 past Q4_TUNING.loraMaxPartials.
     const inter = 1088;
-    const cfg = parseQwen3VLConfig({ ...ALIGNED_RAW, text_config: { ...ALIGNED_RAW.text_config, intermediate_size: inter } });
+    const cfg: Qwen3VLConfig = { ...alignedConfig, text: { ...alignedConfig.text, intermediateSize: inter } };
     // f32 x; int8 x; int8 x on a device of 8 storage buffers a stage, where the norm that would read
     // h plus the owed update with its int8 groups binds 9: the update is settled into h first.
     const runs = [
@@ -80,7 +74,7 @@ describe('decode with folded LoRA down products', () => {
     ] as const;
     for (const { on, int8Decode } of runs) {
       if (int8Decode === undefined && !gpu.hasWgsl(DOT4_I8)) continue;
-      const model = await adaptedModel(on, int8Decode, { cfg, inter, r: 16, logitRows: 8 });
+      const model = await randomModel(on, { config: cfg, maxLogitRows: 8, int8Decode, adapterRank: 16 });
       for (const [g, s] of (await samplesVsForward(model, 8, PROMPT_LENGTHS[1])).entries()) {
         expectClose(s.got, s.want, { rtol: 0, atol: int8Decode === false ? 2e-4 : 2e-2, what: `int8 ${int8Decode}, ${on.limits.maxStorageBuffersPerShaderStage} storage buffers, sample ${g}` });
       }
@@ -98,23 +92,6 @@ describe('decode with folded LoRA down products', () => {
     }
   }, 900_000);
 });
-
-/** The aligned random model (or `cfg`, of intermediate size `inter`) with a 2-layer adapter of
- * rank r whose factors are both non-zero. */
-async function adaptedModel(gpu: Gpu, int8Decode: boolean | undefined, o: { cfg?: Qwen3VLConfig; inter?: number; r?: number; logitRows?: number } = {}): Promise<Qwen3VL> {
-  const { cfg = config, inter = I, r = 8, logitRows = 3 } = o;
-  const filler = await Filler.create(gpu);
-  const weights = await randomWeights(gpu, cfg, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
-  const model = await Qwen3VL.create(gpu, cfg, weights, { maxLogitRows: logitRows, int8Decode });
-  const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [inter, H], up: [inter, H], down: [H, inter] } as const;
-  const lora = Array.from({ length: 2 }, (_, l) => LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
-  const rec = gpu.recorder();
-  // Both factors non-zero (PEFT starts B at zero): the update must show in the outputs.
-  for (const p of lora) for (const t of [p.A, p.B]) filler.fill(rec, t, 'uniform', 0.3);
-  await rec.submit();
-  model.attachLora(lora);
-  return model;
-}
 
 /** Prompt lengths whose decode reads one key chunk (generate's 64 keys a chunk) and two. */
 const PROMPT_LENGTHS = [11, 70];

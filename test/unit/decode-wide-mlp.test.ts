@@ -4,34 +4,19 @@
 // not be asked for int8 groups (it writes them for 2 to 8 rows only). The sampled tokens' log-probs
 // equal the log-softmax of the packed forward's logits with the adapter.
 import { describe, expect, it } from 'vitest';
-import { alignedConfig } from '../helpers/alignedModel';
+import { alignedConfig, randomModel } from '../helpers/alignedModel';
 import { testGpu } from '../helpers/gpu';
 import { expectClose } from '../helpers/reference';
-import { Filler } from '../../src/bench/fill';
 import type { Qwen3VLConfig } from '../../src/model/config';
-import { LORA_PROJECTIONS, loraModuleName } from '../../src/model/decoder';
-import { Qwen3VL } from '../../src/model/qwen3vl';
-import { randomWeights } from '../../src/model/randomWeights';
-import { createLoraParams } from '../../src/ops/loraParams';
 
 const I = 8256;
 const config: Qwen3VLConfig = { ...alignedConfig, text: { ...alignedConfig.text, intermediateSize: I } };
-const { hiddenSize: H, vocabSize: VOCAB } = config.text;
-const KV = config.text.numKvHeads * config.text.headDim;
+const { vocabSize: VOCAB } = config.text;
 
 describe('decode with a joined gate/up weight wider than the small-weight layouts', () => {
   it('1 and 3 samples with an adapter: log-probs match the packed forward', async () => {
     const gpu = await testGpu();
-    const filler = await Filler.create(gpu);
-    const weights = await randomWeights(gpu, config, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
-    const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: 3 });
-    const r = 4;
-    const dims = { q: [H, H], k: [KV, H], v: [KV, H], o: [H, H], gate: [I, H], up: [I, H], down: [H, I] } as const;
-    const lora = Array.from({ length: config.text.numLayers }, (_, l) => LORA_PROJECTIONS.map((p) => createLoraParams(gpu, { name: `base_model.model.${loraModuleName(l, p)}`, out: dims[p][0], in: dims[p][1], r, alpha: 2 * r }))).flat();
-    const rec = gpu.recorder();
-    for (const p of lora) for (const t of [p.A, p.B]) filler.fill(rec, t, 'uniform', 0.3);
-    await rec.submit();
-    model.attachLora(lora);
+    const model = await randomModel(gpu, { config, maxLogitRows: 3, adapterRank: 4 });
     const prompt = { id: 'p', inputIds: Int32Array.from({ length: 9 }, (_, i) => (53 * i + 7) % 480), images: [] };
     for (const G of [1, 3]) {
       const samples = await model.generate(prompt, G, { temperature: 1, topP: 1, topK: 0, maxNewTokens: 3, seed: 5 }, { stopIds: [] });

@@ -4,18 +4,13 @@
 // lists in whatever order the last call released them made tens a call on this small model (and
 // hundreds on the 2B) again.
 import { describe, expect, it } from 'vitest';
-import { alignedConfig } from '../helpers/alignedModel';
+import { randomModel } from '../helpers/alignedModel';
 import { testGpu } from '../helpers/gpu';
-import { Filler } from '../../src/bench/fill';
-import { Qwen3VL } from '../../src/model/qwen3vl';
-import { randomWeights } from '../../src/model/randomWeights';
 
 describe('bind groups of repeated calls', () => {
   it('the third generation of a prompt with an image, and a second image encoding, make no bind group', async () => {
     const gpu = await testGpu();
-    const filler = await Filler.create(gpu);
-    const weights = await randomWeights(gpu, alignedConfig, (rec, t, scale) => filler.fill(rec, t, 'uniform', scale));
-    const model = await Qwen3VL.create(gpu, alignedConfig, weights, { maxLogitRows: 4 });
+    const model = await randomModel(gpu, { maxLogitRows: 4 });
     // A 4x4 grid of patches (3·2·16·16 values each) merged into 4 image tokens (id 500).
     const image = { pixelValues: Float32Array.from({ length: 16 * 1536 }, (_, i) => Math.sin(i)), gridThw: [1, 4, 4] as [number, number, number], key: 'a' };
     const inputIds = Int32Array.from([1, 2, 502, 500, 500, 500, 500, 503, 7, 8, 9]);
