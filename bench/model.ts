@@ -336,9 +336,16 @@ async function timed(gpu: Gpu, f: () => Promise<unknown>): Promise<number> {
   return (performance.now() - t0) / 1000;
 }
 
-/** Median seconds of `reps` runs after one warm-up run. */
+/** Warm-up runs take at least this long in all. */
+const WARM_UP_S = 0.3;
+
+/**
+ * Median seconds of `reps` runs after warm-up runs of WARM_UP_S in all (at least one): the GPU's
+ * clocks drop while the host works alone (a tensor-core check against f64 takes seconds), and
+ * then its first few hundred ms of work run up to 5x slower in stream (BENCHMARKS.md, Findings).
+ */
 async function seconds(gpu: Gpu, reps: number, f: () => Promise<unknown>): Promise<number> {
-  await timed(gpu, f);
+  for (let warm = 0; warm < WARM_UP_S; ) warm += await timed(gpu, f);
   const ts: number[] = [];
   for (let i = 0; i < reps; i++) ts.push(await timed(gpu, f));
   return median(ts);
@@ -741,17 +748,18 @@ async function main(): Promise<void> {
   // (b) decode: the difference between 128 new tokens and 1 is 127 decode steps.
   const decode: Record<string, unknown>[] = [];
   // The host's part of a step: Recorder.replay and finish + submit (Gpu.hostStats), per call of
-  // seconds() (its warm-up call included); a step whose wall time is above it waited for the GPU.
+  // seconds() (its warm-up calls included); a step whose wall time is above it waited for the GPU.
   const hostMs = () => gpu.hostStats.replayMs + gpu.hostStats.submitMs;
   for (const G of runs('decode') ? W.samples : []) {
+    const calls = [0, 0];
     const h0 = hostMs();
-    const firstS = await seconds(gpu, W.reps, () => gen(G, 1));
+    const firstS = await seconds(gpu, W.reps, () => (calls[0]++, gen(G, 1)));
     const h1 = hostMs();
-    const fullS = await seconds(gpu, W.reps, () => gen(G, W.newTokens));
+    const fullS = await seconds(gpu, W.reps, () => (calls[1]++, gen(G, W.newTokens)));
     const h2 = hostMs();
     const steps = W.newTokens - 1;
     const s = fullS - firstS;
-    const hostMsPerStep = (h2 - h1 - (h1 - h0)) / (W.reps + 1) / steps;
+    const hostMsPerStep = ((h2 - h1) / calls[1] - (h1 - h0) / calls[0]) / steps;
     decode.push({ samples: G, steps, decodeS: s, msPerStep: (1000 * s) / steps, tokensPerS: (G * steps) / s, hostMsPerStep });
     console.error(`decode x${G}: ${((1000 * s) / steps).toFixed(2)} ms/step (recording and submitting it: ${hostMsPerStep.toFixed(2)} ms)`);
   }
@@ -1029,7 +1037,7 @@ async function main(): Promise<void> {
     return { gen: median(runs.map((r) => r.gen)), step: median(runs.map((r) => r.step)) };
   };
   // Generation's part that does not grow with the completions: vision, the prompt's prefill and the
-  // first token (generate with one new token; the median of three after a warm-up), the vision cache
+  // first token (generate with one new token; the median of three after warm-up runs), the vision cache
   // cleared as in rlStep.
   const firstTokenS = () =>
     seconds(gpu, 3, () => {

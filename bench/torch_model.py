@@ -16,8 +16,8 @@ q/k/v/o/gate/up/down of the language model, unmerged, as during training.
   memory   torch.cuda.max_memory_allocated (and reserved) over the GSPO step, and over the
            default trainer config's generation + step (one group of 8, 512-token prompt with a
            224x224 image, 256 completion tokens, LoRA r=8).
-Times: wall clock with torch.cuda.synchronize around the call, median over repetitions after a
-warm-up, as bench/model.ts times ours.
+Times: wall clock with torch.cuda.synchronize around the call, median over repetitions after
+warm-up runs of at least 0.3 s, as bench/model.ts times ours.
 
     python3 bench/torch_model.py [--quick] [--json FILE]
 """
@@ -125,8 +125,15 @@ def timed(f):
     return time.perf_counter() - t
 
 
+# Warm-up runs take at least this long in all, as bench/model.ts's: the GPU's clocks drop while
+# the host works alone, and its first few hundred ms of work then run slower.
+WARM_UP_S = 0.3
+
+
 def seconds(reps, f):
-    timed(f)
+    warm = 0.0
+    while warm < WARM_UP_S:
+        warm += timed(f)
     return statistics.median(timed(f) for _ in range(reps))
 
 

@@ -11,6 +11,8 @@
 //   source .device/gpu-env.sh && node .bench/gemvRows.mjs [--ablate] [--layouts] [--head] [--quick]
 // --head: the LM head (151936x2048) at 8 rows instead, whose layout is its own (I8Q_HEAD).
 // --quick: one small shape, two copies (a check on software Vulkan).
+// --warm: also the engine's call at 1 and 8 rows with every call on the first copy (its weight
+// left in L2 by the call before): what a weight already in L2 would save the call.
 import { createNodeGpu } from '../../src/node/gpu';
 import { int8GroupWords, MatmulQ4 } from '../../src/ops/matmulQ4';
 import { Filler } from '../../src/bench/fill';
@@ -23,12 +25,13 @@ import type { Q4Weight } from '../../src/ops/matmulQ4';
 const QUICK = process.argv.includes('--quick');
 const ABLATE = process.argv.includes('--ablate');
 const LAYOUTS = process.argv.includes('--layouts');
+const WARM = process.argv.includes('--warm');
 const HEAD: [number, number] = [151936, 2048];
 // (lanes per block of 4 rows, row blocks per workgroup)
 const OTHER_LAYOUTS: [number, number][] = QUICK ? [[8, 8]] : [[32, 2], [32, 4], [32, 8], [16, 4], [16, 8], [16, 16], [16, 32], [8, 4], [8, 8], [8, 16], [8, 32], [4, 16], [4, 32], [64, 1], [64, 2], [64, 4], [128, 1], [128, 2], [128, 4]];
 const SHAPES = QUICK ? [[256, 512]] : process.argv.includes('--head') ? [HEAD] : DECODER_GEMV_SHAPES;
 // The head's int8 layout takes 5 to 8 rows (matmulQ4Tuning.ts).
-const rowsOf = (n: number) => (QUICK || n === HEAD[0] ? [8] : [2, 8]);
+const rowsOf = (n: number) => (QUICK || n === HEAD[0] ? [8] : WARM ? [1, 2, 8] : [2, 8]);
 // Each ablation's build: its define beside ABLATE.
 const ABLATIONS: [string, string][] = [
   ['whole kernel', ''],
@@ -83,13 +86,22 @@ for (const pass of QUICK ? [1] : [0, 1]) {
       const xq = gpu.tensor([int8GroupWords(m, k)], 'u32', 'xq');
       mm.quantizeX(rec, x, xq);
       await rec.submit();
-      if (!mm.takesQuantizedX(m, ws[0], true)) throw new Error(`${m} rows of [${n}, ${k}] do not take int8 x on this device`);
       const y = gpu.tensor([m, n], 'f32', 'y');
       const time = async (f: (r: Recorder, w: Q4Weight) => void) => {
         const t = await measure(gpu, /matmul_q4\.gemv/, (r) => ws.forEach((w) => f(r, w)), { maxReps: 12, gpuOnly: true, calls: copies });
         return us(t.passMs ?? t.ms);
       };
+      if (m === 1) {
+        // One row: f32 x, the engine's one-row layouts (only with --warm).
+        const cold = await time((r, w) => mm.gemv(r, x, w, y, false));
+        const warm = await time((r) => mm.gemv(r, x, ws[0], y, false));
+        if (pass === 1) console.log(`1 row of ${n}x${k}, µs a call in stream: engine ${cold}; weight in L2 ${warm}`);
+        for (const t of [x, xq, y]) t.release();
+        continue;
+      }
+      if (!mm.takesQuantizedX(m, ws[0], true)) throw new Error(`${m} rows of [${n}, ${k}] do not take int8 x on this device`);
       const parts = [`engine ${await time((r, w) => mm.gemv(r, x, w, y, false, { int8: true, xq }))}`];
+      if (WARM) parts.push(`weight in L2 ${await time((r) => mm.gemv(r, x, ws[0], y, false, { int8: true, xq }))}`);
       const dispatch = (r: Recorder, build: Build, w: Q4Weight, out: Tensor) =>
         r.dispatch(build.kernel, { codes4: w.codes, scales: w.scales, x, y: out, xq_in: xq, ...(build.epilogue ? { lora_parts: rankZero, lora_b: rankZero, residual: noResidual } : {}) }, grid1d(build.groups, 1), { m, n, k, accumulate: 0, split1: n, split2: n, lora_r: 0, lora_np: 0, lora_s: 0, res_add: 0, res_wg0: 0, res_r: 0, res_np: 0, res_s: 0 });
       /** The engine's y and the build's on the first copy of the weight. */
