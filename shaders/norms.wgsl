@@ -5,7 +5,8 @@
 //                 a workgroup: the hidden rows one a workgroup (RT = WG: a row of 2048 is two loads
 //                 per thread of 256, not sixteen dependent-latency loads of 128), the q/k heads' rows
 //                 of 128 eight a workgroup (RT = 32: one a workgroup left most threads idle behind a
-//                 seven-step reduction)
+//                 seven-step reduction); with ADD the norm of x + add (add: an update a decode step's
+//                 last layer still owes its output, src/model/decoder.ts), x left as it is
 //   rmsnorm_bwd   dx from dy, x, w and the saved rstd r (w is frozen, so no dw):
 //                 dx = r·(w⊙dy) − x · r³/n · Σ(w⊙dy⊙x);  ACCUMULATE adds into dx (residual stream).
 //   rmsnorm_bwd_vec4  the same over vec4s, RT threads a row (as rmsnorm_fwd_vec4).
@@ -35,6 +36,7 @@ struct Params {
 @group(0) @binding(10) var<storage, read_write> y4: array<vec4f>;
 @group(0) @binding(11) var<storage, read> dy4: array<vec4f>;
 @group(0) @binding(12) var<storage, read_write> dx4: array<vec4f>;
+@group(0) @binding(13) var<storage, read> add4: array<vec4f>;
 
 override WG: u32 = 128; // a power of two (tree reduction)
 override RT: u32 = WG;  // the vec4 kernels' threads a row, a power of two dividing WG
@@ -84,6 +86,15 @@ fn rmsnorm_fwd(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
 #endif
 }
 
+// Element i of the normalised rows as vec4s: x, or x + add (ADD).
+fn row_vec4(i: u32) -> vec4f {
+#if ADD
+  return x4[i] + add4[i];
+#else
+  return x4[i];
+#endif
+}
+
 @compute @workgroup_size(WG)
 fn rmsnorm_fwd_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   // Rows past the end take part in the barriers and write nothing.
@@ -95,14 +106,14 @@ fn rmsnorm_fwd_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) 
   var ss = 0.0;
   if (valid) {
     for (var i = lane; i < n4; i += RT) {
-      let v = x4[base + i];
+      let v = row_vec4(base + i);
       ss += dot(v, v);
     }
   }
   let r = inverseSqrt(group_sum(ss, lid, RT) / f32(p.n) + p.eps);
   if (valid) {
     for (var i = lane; i < n4; i += RT) {
-      y4[base + i] = (x4[base + i] * r) * weight4[i];
+      y4[base + i] = (row_vec4(base + i) * r) * weight4[i];
     }
 #if SAVE_RSTD
     if (lane == 0u) {

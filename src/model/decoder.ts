@@ -381,8 +381,8 @@ export class Decoder {
    * decode's int8 x. `output` false stops before down_proj, after the down adapter's u = act·Aᵀ:
    * a training backward's recompute has the layer's output and reads only what comes before it
    * (down_proj is a quarter of the layer's products). Given `residual` [rows, hidden] (a decode
-   * step's layer before the last), down's adapter update may be left there rather than added to
-   * h: it is returned, owed to h (Projection.swigluDown), else null.
+   * step's layer), down's adapter update may be left there rather than added to h: it is
+   * returned, owed to h (Projection.swigluDown), else null.
    */
   mlpBlock(rec: Recorder, w: DecoderLayerWeights, h: Tensor, b: MlpBuffers, lora: LoraCall | null, opts: { int8?: boolean; output?: boolean; residual?: Tensor } = {}): Tensor | null {
     const { int8 = false, output = true } = opts;
@@ -526,9 +526,9 @@ export class Decoder {
       const lse = kept?.lse ?? keep?.lse?.[l];
       const attend = lse && a.attend.kind === 'packed' ? { ...a.attend, lse } : a.attend;
       const ds = a.visual?.deepstack[l];
-      // A decode step's layer may leave its down_proj update owed to the next layer (mlpBlock);
-      // the last, and one before a DeepStack add, settle theirs.
-      const residual = scratch && l + 1 < c.numLayers && !ds ? b.residual : undefined;
+      // A decode step's layer may leave its down_proj update owed to the next layer (mlpBlock), the
+      // last to the final norm; one before a DeepStack add settles its own.
+      const residual = scratch && !ds && (l + 1 < c.numLayers || Norms.takesAdd(c.hiddenSize)) ? b.residual : undefined;
       owed = this.layer(rec, l, w, b.h, kept?.A ?? b.attn, kept?.M ?? b.mlp, b.cs, attend, lora, { hmid: kept?.hmid, int8: a.attend.kind === 'cached', owed, residual });
       if (held && kept !== held) this.keepWide(rec, kept!, held, keep!.range!, l);
       if (ds) this.ops.embedding.deepstackAdd(rec, ds, a.visual!.rows, b.h);
@@ -537,7 +537,8 @@ export class Decoder {
     });
     this.ops.selfAttention.finish(rec, a.attend, T);
     if (keep) this.keepState(rec, b.h, keep, c.numLayers);
-    this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps);
+    // What the last layer still owes h goes in with the final norm (h itself is read no more).
+    this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps, undefined, owed ?? undefined);
     return b.out;
   }
 

@@ -27,6 +27,8 @@ type RmsKernels = Record<Layout, { plain: Kernel; variant: Kernel }>;
 export class Norms {
   private constructor(
     private readonly rmsFwd: RmsKernels,
+    /** rmsnorm_fwd_vec4 on x + add (ADD), by layout. */
+    private readonly rmsFwdAdd: Record<'vec4' | 'rows', Kernel>,
     private readonly rmsBwd: RmsKernels,
     private readonly layerK: Kernel,
     private readonly layerBwdK: Kernel,
@@ -46,6 +48,10 @@ export class Norms {
     };
     return new Norms(
       family('rmsnorm_fwd', 'SAVE_RSTD'),
+      {
+        vec4: gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', { ADD: true }, { WG: VEC4_WG }, 'norms.rmsnorm_fwd_add_vec4')),
+        rows: gpu.kernelOnUse(spec('rmsnorm_fwd_vec4', { ADD: true }, { WG: VEC4_WG, RT: VEC4_WG / ROWS_PER_WG }, 'norms.rmsnorm_fwd_add_rows')),
+      },
       family('rmsnorm_bwd', 'ACCUMULATE'),
       gpu.kernelOnUse(spec('layernorm_fwd')),
       gpu.kernelOnUse(spec('layernorm_bwd')),
@@ -53,13 +59,26 @@ export class Norms {
     );
   }
 
-  /** y = x·rsqrt(mean(x²)+eps)·w per row; `rstd` [rows], when given, receives rsqrt(mean(x²)+eps). */
-  rmsnorm(rec: Recorder, x: Tensor, weight: Tensor, y: Tensor, eps: number, rstd?: Tensor): void {
+  /** Whether rmsnorm takes `add` on rows of n (n % 4 == 0: the vec4 kernels). */
+  static takesAdd(n: number): boolean {
+    return layoutOf(n) !== 'scalar';
+  }
+
+  /**
+   * y = x·rsqrt(mean(x²)+eps)·w per row; `rstd` [rows], when given, receives rsqrt(mean(x²)+eps).
+   * With `add` (x's shape, rows where takesAdd): the norm of x + add, x left as it is (no rstd).
+   */
+  rmsnorm(rec: Recorder, x: Tensor, weight: Tensor, y: Tensor, eps: number, rstd?: Tensor, add?: Tensor): void {
     const op = 'rmsnorm';
-    const rows = this.checkRows(op, x, weight, { y });
+    const rows = this.checkRows(op, x, weight, add ? { y, add } : { y });
     if (rstd) this.checkRstd(op, rstd, rows);
     const n = weight.numel;
     const layout = layoutOf(n);
+    if (add) {
+      if (rstd || layout === 'scalar') throw new ShapeError(op, `add takes rows of n % 4 == 0 and no rstd; got n ${n}${rstd ? ' with rstd' : ''}`);
+      rec.dispatch(this.rmsFwdAdd[layout], { x4: x, weight4: weight, y4: y, add4: add }, this.grid(layout, rows), { rows, n, eps });
+      return;
+    }
     const k = this.rmsFwd[layout];
     const bind: Record<string, Tensor> = layout === 'scalar' ? { x, weight, y } : { x4: x, weight4: weight, y4: y };
     rec.dispatch(rstd ? k.variant : k.plain, rstd ? { ...bind, rstd } : bind, this.grid(layout, rows), { rows, n, eps });

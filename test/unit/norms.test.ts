@@ -79,6 +79,33 @@ describe('norms', () => {
     }
   });
 
+  it('rmsnorm with add is the norm of x + add on the vec4 kernels (wide and narrow rows), x unchanged; refused on odd widths and beside rstd', async () => {
+    const gpu = await testGpu();
+    const norms = await Norms.create(gpu);
+    for (const [rows, n] of [...WIDE, ...NARROW]) {
+      expect(Norms.takesAdd(n)).toBe(true);
+      const x = randNormal(rows * n, rows * 7 + n);
+      const add = randNormal(rows * n, rows * 11 + n, 0.5);
+      const w = randUniform(n, n + 3, 0.5, 1.5);
+      const [tx, ta, tw, ty] = [gpu.upload(x, [rows, n], 'f32', 'x'), gpu.upload(add, [rows, n], 'f32', 'add'), gpu.upload(w, [n], 'f32', 'w'), gpu.tensor([rows, n], 'f32', 'y')];
+      const rec = gpu.recorder();
+      norms.rmsnorm(rec, tx, tw, ty, 1e-6, undefined, ta);
+      await rec.submit();
+      const want = rmsnormRef(Float64Array.from(x, (v, i) => v + add[i]), w, 1e-6).y;
+      expectClose(await gpu.readF32(ty), want, { rtol: 2e-6, atol: 1e-6, what: `rmsnorm of x + add ${rows}x${n}` });
+      expect(Array.from(await gpu.readF32(tx))).toEqual(Array.from(x));
+      [tx, ta, tw, ty].forEach((t) => t.release());
+    }
+    const [n, rows] = [65, 2];
+    expect(Norms.takesAdd(n)).toBe(false);
+    const [tx, tw, ty, tr] = [gpu.tensor([rows, n], 'f32', 'x'), gpu.tensor([n], 'f32', 'w'), gpu.tensor([rows, n], 'f32', 'y'), gpu.tensor([rows], 'f32', 'rstd')];
+    const rec = gpu.recorder();
+    expect(() => norms.rmsnorm(rec, tx, tw, ty, 1e-6, undefined, ty)).toThrow(ShapeError);
+    const [wx, ww, wy, wr] = [gpu.tensor([1, 2048], 'f32', 'x'), gpu.tensor([2048], 'f32', 'w'), gpu.tensor([1, 2048], 'f32', 'y'), gpu.tensor([1], 'f32', 'rstd')];
+    expect(() => norms.rmsnorm(rec, wx, ww, wy, 1e-6, wr, wy)).toThrow(ShapeError);
+    [tx, tw, ty, tr, wx, ww, wy, wr].forEach((t) => t.release());
+  });
+
   it('per-head q/k norm is rmsnorm on the [T·heads, head_dim] view', async () => {
     const gpu = await testGpu();
     const norms = await Norms.create(gpu);
