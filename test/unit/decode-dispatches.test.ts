@@ -62,8 +62,8 @@ describe('dispatches of a decode step', () => {
     // epilogue. With the epilogue at one row only (Q4_TUNING.loraMaxRows 1) o_proj's and
     // down_proj's up products took a dispatch each: 12 a layer. (The 2B's down_proj has 96
     // partials a row, past Q4_TUNING.loraMaxPartials at 8 rows: workgroups beside its GEMV write
-    // its update, owed to the next layer, and the last layer's takes a dispatch; this model's has
-    // 4: decode-lora-fold.test.ts has one with 17.) Outside the layers, the LM head's x becomes
+    // its update, owed to the next layer, the last layer's to the final norm; this model's has 4:
+    // decode-lora-fold.test.ts has one with 17.) Outside the layers, the LM head's x becomes
     // int8 groups first.
     expect((await decodeStep(model, gpu, 8, 70, true)).dispatches, 'two chunks').toBe(10 * L + OUTSIDE + 1);
     expect((await decodeStep(model, gpu, 8, 9, true)).dispatches, 'one chunk').toBe(9 * L + OUTSIDE + 1);
