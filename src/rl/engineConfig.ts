@@ -19,7 +19,12 @@ export interface EngineConfig {
   /** The decoder's and the LM head's large products (src/model/products.ts), or 'auto' (default):
    * the fastest the device offers (chooseProducts), f32 where it offers no tensor cores. */
   products: Products | 'auto';
-  /** The vision tower's dense products. Default 'f32'. */
+  /**
+   * The vision tower's dense products: 'f32' (default), or on tensor cores where offered, 'f16' or
+   * 'int8', which hold a copy of the tower's dense weights beside the f32 ones (about half their
+   * bytes in f16) and run large images about twice as fast; at the default config's 224x224 image
+   * the f32 units are as fast (BENCHMARKS.md, f16 tensor cores).
+   */
   vision_products: VisionProducts;
   /**
    * Where a training forward keeps the hidden states its backward reads (each layer's input):
