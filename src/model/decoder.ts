@@ -538,7 +538,7 @@ export class Decoder {
     this.ops.selfAttention.finish(rec, a.attend, T);
     if (keep) this.keepState(rec, b.h, keep, c.numLayers);
     // What the last layer still owes h goes in with the final norm (h itself is read no more).
-    this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps, undefined, owed ?? undefined);
+    this.ops.norms.rmsnorm(rec, b.h, this.weights.finalNorm, b.out, c.rmsNormEps, undefined, owed);
     return b.out;
   }
 
@@ -670,7 +670,6 @@ export class Decoder {
 
 type WorkspaceViews = ReturnType<DecoderWorkspace['makeViews']>;
 
-/** [T, width] views of `s.buffer` (of its element type), one per width, back to back. */
 /**
  * Whether outputs of `widths` columns can lie back to back in one buffer of `rows` rows: every
  * part's start on the binding alignment at `alignRows` rows (any row count that is a multiple of
@@ -683,6 +682,7 @@ function stackable(gpu: Gpu, widths: readonly number[], bytes: number, rows: num
   return widths.every((w) => (bytes * alignRows * w) % align === 0) && total <= Math.min(maxStorageBufferBindingSize, maxBufferSize);
 }
 
+/** [T, width] views of `s.buffer` (of its element type), one per width, back to back. */
 function stacked(s: { buffer: Tensor; widths: number[] }, T: number): Tensor[] {
   const bytes = DTYPE_BYTES[s.buffer.dtype];
   let at = s.buffer.byteOffset;

@@ -68,7 +68,7 @@ export class Norms {
    * y = x·rsqrt(mean(x²)+eps)·w per row; `rstd` [rows], when given, receives rsqrt(mean(x²)+eps).
    * With `add` (x's shape, rows where takesAdd): the norm of x + add, x left as it is (no rstd).
    */
-  rmsnorm(rec: Recorder, x: Tensor, weight: Tensor, y: Tensor, eps: number, rstd?: Tensor, add?: Tensor): void {
+  rmsnorm(rec: Recorder, x: Tensor, weight: Tensor, y: Tensor, eps: number, rstd?: Tensor, add?: Tensor | null): void {
     const op = 'rmsnorm';
     const rows = this.checkRows(op, x, weight, add ? { y, add } : { y });
     if (rstd) this.checkRstd(op, rstd, rows);

@@ -441,14 +441,14 @@ export class Projection {
     const owed = o.owed ?? null;
     const gemv = norm.rstd ? null : this.gemvLora(n, outs, o.scratch);
     const one = norm.rstd ? null : this.normedGemv(n, outs, gemv);
+    // The LoRA GEMV's norm below may take the owed update in; the other paths settle it first.
+    if (owed && (one || !gemv)) this.settle(rec, owed, h);
     if (one) {
-      if (owed) this.settle(rec, owed, h);
       const down = gemv ? { A: gemv.ps.map((p) => p.A), r: gemv.ps[0].r, u: gemv.u } : undefined;
       this.q4.gemv(rec, h, one.w, one.y, false, { norm: { weight: norm.weight, eps: norm.eps, down } });
       return { gemv, owed: null };
     }
     if (!gemv) {
-      if (owed) this.settle(rec, owed, h);
       this.norms.rmsnorm(rec, h, norm.weight, n, norm.eps, norm.rstd);
       this.project(rec, n, outs, { ...o, accumulate: false });
       return { gemv: null, owed: null };

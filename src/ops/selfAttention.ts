@@ -113,8 +113,8 @@ export class SelfAttention {
     const { attention, projection } = this.ops;
     const { b, attend } = a;
     this.qkNormRope(rec, a);
-    if (a.owed && attend.kind === 'packed') projection.settle(rec, a.owed, a.o.y);
     if (attend.kind === 'packed') {
+      if (a.owed) projection.settle(rec, a.owed, a.o.y);
       attention.forward(rec, { q: b.q, k: b.k, v: b.v, cuSeqlens: attend.cuSeqlens, o: b.attn, lse: attend.lse, lseKnown: attend.lseKnown, causal: true, scale: this.scale, sharedPrefix: attend.sharedPrefix });
       projection.project(rec, b.attn, [a.o], { int8: a.int8, scratch: a.scratch, accumulate: true });
       return;
