@@ -236,7 +236,7 @@ export class Gpu {
     if (this.taping) throw new Error(`write to '${t.label}' while capturing a tape: a replay would not repeat it`);
     let arr: TypedArray;
     if (Array.isArray(data)) {
-      arr = t.dtype === 'f32' ? new Float32Array(data) : t.dtype === 'i32' ? new Int32Array(data) : t.dtype === 'u8' ? new Uint8Array(data) : t.dtype === 'f16' ? new Uint16Array(data) : new Uint32Array(data);
+      arr = t.dtype === 'f32' ? new Float32Array(data) : t.dtype === 'i32' ? new Int32Array(data) : t.dtype === 'u8' ? new Uint8Array(data) : t.dtype === 'f16' || t.dtype === 'bf16' ? new Uint16Array(data) : new Uint32Array(data);
     } else arr = data as TypedArray;
     if (arr.byteLength > t.byteSize) {
       throw new BufferAllocationError(t.label, arr.byteLength, `data larger than the tensor (${t.byteSize} bytes)`);
@@ -338,6 +338,7 @@ export class Gpu {
       case 'i32':
         return new Int32Array(copy);
       case 'f16':
+      case 'bf16':
         return new Uint16Array(copy);
       case 'u8':
         return new Uint8Array(copy);

@@ -4,9 +4,10 @@
 // rounds sizes up to size classes and recycles released buffers, so steady-state loops (decode,
 // training steps) create no buffers.
 
-export type DType = 'f32' | 'f16' | 'u32' | 'i32' | 'u8';
+// bf16 is a checkpoint's own halves, kept as read (bfloat16 has no WGSL type: kernels widen it by a shift).
+export type DType = 'f32' | 'f16' | 'bf16' | 'u32' | 'i32' | 'u8';
 
-export const DTYPE_BYTES: Record<DType, number> = { f32: 4, f16: 2, u32: 4, i32: 4, u8: 1 };
+export const DTYPE_BYTES: Record<DType, number> = { f32: 4, f16: 2, bf16: 2, u32: 4, i32: 4, u8: 1 };
 
 /** Usage of every pooled tensor buffer (a function: in Node the GPU globals appear only once Dawn loads). */
 export function storageUsage(): number {

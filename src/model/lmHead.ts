@@ -114,7 +114,7 @@ export class TableHead implements LmHead {
       return;
     }
     blocks.forEach((block, b) => {
-      if (block.kind === 'f32') {
+      if (block.kind === 'dense') {
         // The GEMM writes the block's columns straight into the strided output.
         this.products.matmul.gemm(rec, { a: h, b: block.w, c: out, m: T, n: block.out, k: this.hidden, transB: true, ldc: this.vocab, offsetC: rowStart[b] });
         return;

@@ -180,7 +180,7 @@ export class WeightLoader {
   }
 
   private alloc(out: number, inF: number, quant: Quantization, label: string): LinearWeight {
-    return quant === 'q4' ? { kind: 'q4', w: allocQ4(this.gpu, out, inF, label), out, in: inF } : { kind: 'f32', w: this.gpu.tensor([out, inF], 'f32', label), out, in: inF };
+    return quant === 'q4' ? { kind: 'q4', w: allocQ4(this.gpu, out, inF, label), out, in: inF } : { kind: 'dense', w: this.gpu.tensor([out, inF], 'f32', label), out, in: inF };
   }
 
   private async table(pieces: Pieces, tensor: CheckpointTensor, quant: Quantization, maxRows?: number): Promise<TokenTable> {

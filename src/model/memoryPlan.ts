@@ -4,9 +4,10 @@
 //     input dimension) with one f16 scale per group: 4.5 bits a weight (src/ops/matmulQ4.ts);
 //   - embed_tokens, and an untied lm_head: the same 4-bit format (the Q4 gather reads embedding
 //     rows, the Q4 GEMV computes logits; a tied model uses the one table for both);
-//   - vision tower matrices (patch embedding, position table, attention, MLP, mergers): f32,
-//     the loader's default (4-bit, as loadVisionWeights' quant 'q4' stores them, and f16 are
-//     options of the plan; the position table stays f32 under 'q4');
+//   - vision tower matrices (patch embedding, attention, MLP, mergers): the checkpoint's own
+//     halves (config.json's dtype: bf16 for the published models; f32 for an f32 checkpoint), as
+//     loadVisionWeights keeps them by default (4-bit, as its quant 'q4' stores them, is an option
+//     of the plan); the position table f32;
 //   - every vector (RMSNorm, q/k norm, LayerNorm, biases): f32.
 // A 4-bit tensor is two buffers (codes, scales); the plan's largest buffer is what is compared
 // with the adapter's maxBufferSize and maxStorageBufferBindingSize.
@@ -22,7 +23,7 @@ import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
 import type { PhaseBuffers } from '../rl/engineConfig';
 
-export type PlanDtype = 'q4' | 'f16' | 'f32';
+export type PlanDtype = 'q4' | 'bf16' | 'f16' | 'f32';
 
 export interface MemoryPlanOptions {
   /** Weights per quantization group along K; must match the quantizer's (32). */
@@ -31,8 +32,8 @@ export interface MemoryPlanOptions {
   scaleBytes?: number;
   /** embed_tokens and an untied lm_head (default q4). */
   embedDtype?: PlanDtype;
-  /** Vision tower matrices (default f32). */
-  visionDtype?: 'q4' | 'f16' | 'f32';
+  /** Vision tower matrices (default: config.json's dtype, bf16 where it names none). */
+  visionDtype?: PlanDtype;
   /** Generation's KV cache, K and V (default f32; EngineConfig.kv_cache). */
   kvCacheDtype?: KvDtype;
 }
@@ -56,13 +57,13 @@ export interface MemoryPlan {
 }
 
 const LINEAR = /^model\.language_model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$/;
-const BYTES = { f16: 2, f32: 4 } as const;
+const BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
 
 export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {}): MemoryPlan {
   const groupSize = options.groupSize ?? 32;
   const scaleBytes = options.scaleBytes ?? 2;
   const embedDtype = options.embedDtype ?? 'q4';
-  const visionDtype = options.visionDtype ?? 'f32';
+  const visionDtype = options.visionDtype ?? checkpointHalves(config);
   const parts = new Map<MemoryPlanPart['part'], MemoryPlanPart>();
   let largest = { name: '', bytes: 0 };
   const add = (part: MemoryPlanPart['part'], dtype: PlanDtype, name: string, shape: number[]) => {
@@ -84,7 +85,8 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     else if (name === 'model.language_model.embed_tokens.weight') add('lm.embed', embedDtype, name, shape);
     else if (name === 'lm_head.weight') add('lm.head', embedDtype, name, shape);
     else if (shape.length === 1) add(name.startsWith('model.visual.') ? 'vision.vectors' : 'lm.vectors', 'f32', name, shape);
-    else if (visionDtype === 'q4' && (name.endsWith('pos_embed.weight') || shape.slice(1).reduce((a, b) => a * b, 1) % groupSize !== 0)) add('vision.matrices', 'f32', name, shape);
+    else if (name.endsWith('pos_embed.weight')) add('vision.matrices', 'f32', name, shape);
+    else if (visionDtype === 'q4' && shape.slice(1).reduce((a, b) => a * b, 1) % groupSize !== 0) add('vision.matrices', checkpointHalves(config), name, shape);
     else add('vision.matrices', visionDtype, name, [shape[0], shape.slice(1).reduce((a, b) => a * b, 1)]);
   }
   const list = [...parts.values()];
@@ -95,6 +97,13 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     largestBuffer: largest,
     kvCacheBytesPerToken: t.numLayers * 2 * t.numKvHeads * t.headDim * BYTES[options.kvCacheDtype ?? 'f32'],
   };
+}
+
+/** How loadVisionWeights keeps a checkpoint of config.json's dtype's dense matrices: its halves
+ * as they are, f32 otherwise (bf16 where config.json names no dtype, as the published models). */
+export function checkpointHalves(config: Qwen3VLConfig): 'bf16' | 'f16' | 'f32' {
+  const d = config.dtype ?? 'bfloat16';
+  return d === 'bfloat16' ? 'bf16' : d === 'float16' ? 'f16' : 'f32';
 }
 
 export interface DeviceMemoryLimits {

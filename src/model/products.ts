@@ -23,8 +23,9 @@ import type { ModelOptions } from './qwen3vl';
  */
 export type Products = 'f32' | 'f16' | 'int8' | 'int8-1limb' | 'int8-row';
 
-/** The vision tower's dense products: 'f32', 'int8' (its f32 weights rounded to int8 once, x in
- * two limbs) or 'f16' (its weights rounded to f16 once, f16 tensor cores). */
+/** The vision tower's dense products: 'f32' (the f32 units, its weights as loaded), 'int8' (its
+ * weights rounded to int8 once, x in two limbs) or 'f16' (its weights rounded to f16 once, f16
+ * tensor cores). */
 export type VisionProducts = 'f32' | 'int8' | 'f16';
 export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8', 'f16'];
 

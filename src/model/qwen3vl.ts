@@ -47,7 +47,7 @@ export interface ModelOptions {
    * subgroup-matrix extension (and 'f16' shader-f16) and move each product slightly. */
   products?: Products;
   /** Where the vision tower's dense products (all but the patch embedding) run
-   * (setVisionProducts): 'f32' (default), 'int8' (its f32 weights rounded to int8 per row and block
+   * (setVisionProducts): 'f32' (default), 'int8' (its weights rounded to int8 per row and block
    * of 128 along K once, x in two limbs) or 'f16' (the weights rounded to f16 once). The tensor-core
    * settings need Chromium's subgroup-matrix extension and move the image features
    * (BENCHMARKS.md gives by how much). */

@@ -1,12 +1,15 @@
-// Random weights of any Qwen3-VL shape, made on the GPU in the layout the loader produces
-// (src/model/loader.ts): 4-bit LM linear layers and token tables by default, f32 norms and vision
-// tower; the vision dense matrices 4-bit with visionQuant 'q4' (loadVisionWeights' option). For benchmarks of a model whose checkpoint is not at hand (the 2B with no download).
+// Random weights of any Qwen3-VL shape, made on the GPU in the layout the loaders produce
+// (src/model/loader.ts, loadVisionWeights) from a bf16 checkpoint: 4-bit LM linear layers and
+// token tables by default, f32 norms, biases and position table, the vision tower's dense matrices
+// in bf16 (4-bit with visionQuant 'q4', loadVisionWeights' option). For benchmarks of a model
+// whose checkpoint is not at hand (the 2B with no download).
 //
 // Each 4-bit weight is quantized from f32 rows that the caller's `fill` writes into one small
 // staging buffer, block by block, exactly as the loader quantizes checkpoint rows: no buffer larger
 // than the weight itself (or STAGING_BYTES) ever exists. Norm weights are 1 and norm biases 0 so
 // that activations keep the scale of a trained model; linear weights are uniform in ±1/√in.
 import type { Gpu, Recorder, Tensor } from '../gpu';
+import { Halves } from '../ops/halves';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
 import { QuantizeQ4 } from '../ops/quantizeQ4';
 import type { Qwen3VLConfig } from './config';
@@ -39,7 +42,7 @@ export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: Rando
   const constant = (n: number, value: number, label: string) => gpu.upload(new Float32Array(n).fill(value), [n], 'f32', label);
 
   const linear = (out: number, inF: number, label: string, scale = 1 / Math.sqrt(inF), q = quant): LinearWeight => {
-    if (q === 'none') return { kind: 'f32', w: filled([out, inF], scale, label), out, in: inF };
+    if (q === 'none') return { kind: 'dense', w: filled([out, inF], scale, label), out, in: inF };
     const w = allocQ4(gpu, out, inF, label);
     // Even row counts keep every block on an even 32-value group, as QuantizeQ4 requires.
     const rows = Math.max(2, Math.floor(STAGING_BYTES / 4 / inF) & ~1);
@@ -89,11 +92,18 @@ export async function randomWeights(gpu: Gpu, config: Qwen3VLConfig, fill: Rando
     const finalNorm = constant(t.hiddenSize, 1, 'model.language_model.norm');
 
     const v = config.vision;
-    // 4-bit where loadVisionWeights quantizes (visionQuant 'q4', K a multiple of 32), f32 otherwise.
-    const dense = (out: number, inF: number, label: string): DenseWeight => ({
-      ...linear(out, inF, `${label}.weight`, 1 / Math.sqrt(inF), inF % Q4_GROUP === 0 ? visionQuant : 'none'),
-      b: filled([out], EMBED_SCALE, `${label}.bias`),
-    });
+    const halves = new Halves(gpu);
+    // 4-bit where loadVisionWeights quantizes (visionQuant 'q4', K a multiple of 32), bf16 otherwise.
+    const dense = (out: number, inF: number, label: string): DenseWeight => {
+      const b = filled([out], EMBED_SCALE, `${label}.bias`);
+      if (inF % Q4_GROUP === 0 && visionQuant === 'q4') return { ...linear(out, inF, `${label}.weight`, 1 / Math.sqrt(inF), 'q4'), b };
+      const f32 = filled([out, inF], 1 / Math.sqrt(inF), `${label}.weight (f32)`);
+      const w = halves.toBf16(rec, f32, `${label}.weight`);
+      // Submitted before the pool can hand f32's buffer to a queue write (constant()).
+      rec.flush();
+      f32.release();
+      return { kind: 'dense', w, out, in: inF, b };
+    };
     const norm = (n: number, label: string): NormWeight => ({ w: constant(n, 1, `${label}.weight`), b: constant(n, 0, `${label}.bias`) });
     const mergedHidden = v.hiddenSize * v.spatialMergeSize ** 2;
     const merger = (label: string, postShuffleNorm: boolean): PatchMergerWeights => ({

@@ -13,12 +13,14 @@
 // Patches arrive in 2x2 merge-block order (the processor's), so every "view [N/4, 4·hidden]" is a
 // reshape of contiguous rows. All LayerNorms use eps 1e-6.
 //
-// Weights: f32 by default. loadVisionWeights' quant 'q4' makes the dense matrices 4-bit
-// (src/ops/matmulQ4.ts, groups of 32 along K) where K is a multiple of 32 (all of them in the 2B:
-// K = 1536, 1024, 4096; 1.5 GiB of f32 become 0.2 GiB); biases, norms and the position table stay
-// f32. It is not the model loader's default: on the tiny fixtures it moves the features by 15-17%
-// relative RMS (test/unit/model-vision.test.ts). The fused attn.qkv is split into q, k and v at load;
-// with f32 weights the product backend joins them again (Projection.joinDense) for one batched GEMM.
+// Weights: the dense matrices as the checkpoint stores them, bf16 or f16 halves (the published
+// models' bf16: 0.75 GiB for the 2B, half of f32's bytes; the GEMM widens them exactly as it loads
+// them), f32 from an f32 checkpoint; biases, norms and the position table f32. loadVisionWeights'
+// quant 'q4' makes the dense matrices 4-bit (src/ops/matmulQ4.ts, groups of 32 along K) where K is
+// a multiple of 32 (all of them in the 2B: K = 1536, 1024, 4096; 0.2 GiB). It is not the model
+// loader's default: on the tiny fixtures it moves the features by 15-17% relative RMS
+// (test/unit/model-vision.test.ts). The fused attn.qkv is split into q, k and v at load; with dense
+// weights the product backend joins them again (Projection.joinDense) for one batched GEMM.
 //
 // LoRA (src/ops/lora.ts: y += s·x·Aᵀ·Bᵀ) on a merger's fc1 and fc2 and on a block's attn.qkv (PEFT
 // adapts the fused layer: one A, B's rows q, k, v; splitQkvLora), attn.proj, mlp.linear_fc1/2.
@@ -34,11 +36,12 @@
 // Also here: loadVisionWeights (checkpoint → VisionWeights on the GPU) and VisionCache, the
 // per-image LRU of encoded features (without LoRA) the trainer reuses across the samples and
 // iterations of a step.
-import { ShapeError, Tensor, type Gpu, type Recorder } from '../gpu';
+import { ShapeError, Tensor, type DType, type Gpu, type Recorder } from '../gpu';
 import { Activations } from '../ops/activations';
 import type { LoraParams } from '../ops/loraParams';
 import { Attention } from '../ops/attention';
 import type { AttentionF16 } from '../ops/attentionF16';
+import { DENSE_DTYPES } from '../ops/matmul';
 import { allocQ4, Q4_GROUP } from '../ops/matmulQ4';
 
 import { Norms } from '../ops/norms';
@@ -647,11 +650,11 @@ function checkVisionWeights(v: Qwen3VLVisionConfig, w: VisionWeights): void {
   const H = v.hiddenSize;
   const merged = H * v.spatialMergeSize * v.spatialMergeSize;
   if (!Number.isInteger(H / v.numHeads)) throw new ShapeError(op, `hidden ${H} is not a multiple of ${v.numHeads} heads`);
-  const mat = (what: string, t: Tensor, rows: number, cols: number) => {
-    if (t.dtype !== 'f32' || t.numel !== rows * cols) throw new ShapeError(op, `${what} must be f32 [${rows}, ${cols}], got ${t.dtype} [${t.shape.join(', ')}]`);
+  const mat = (what: string, t: Tensor, rows: number, cols: number, dtypes: readonly DType[] = ['f32']) => {
+    if (!dtypes.includes(t.dtype) || t.numel !== rows * cols) throw new ShapeError(op, `${what} must be ${dtypes.join(' or ')} [${rows}, ${cols}], got ${t.dtype} [${t.shape.join(', ')}]`);
   };
   const dense = (what: string, d: DenseWeight, out: number, inF: number, bias: boolean) => {
-    if (d.kind === 'f32') mat(`${what}.weight`, d.w, out, inF);
+    if (d.kind === 'dense') mat(`${what}.weight`, d.w, out, inF, DENSE_DTYPES);
     else if (d.w.n !== out || d.w.k !== inF) throw new ShapeError(op, `${what}.weight must be [${out}, ${inF}], got 4-bit [${d.w.n}, ${d.w.k}]`);
     if (bias) {
       if (!d.b) throw new ShapeError(op, `${what} needs a bias`);
@@ -699,7 +702,8 @@ function checkVisionWeights(v: Qwen3VLVisionConfig, w: VisionWeights): void {
  * order; only one tensor's bytes are held on the CPU at a time. The Conv3d patch weight
  * [hidden, C, Tp, P, P] becomes the dense [hidden, C·Tp·P·P] it is, unpermuted. With quant 'q4'
  * the dense matrices whose K is a multiple of 32 are quantized on the GPU from the raw bytes
- * (as src/model/loader.ts does the decoder's); everything else, and all of 'none' (the default), is f32.
+ * (as src/model/loader.ts does the decoder's). Every other dense matrix (all of them under 'none',
+ * the default) keeps a bf16 or f16 checkpoint's halves as they are; the rest is f32.
  */
 export async function loadVisionWeights(
   gpu: Gpu,
@@ -724,7 +728,12 @@ export async function loadVisionWeights(
   const quantizer = opts.quant === 'q4' ? await QuantizeQ4.create(gpu) : null;
   const rec = gpu.recorder('load vision weights');
   const matrix = (bytes: Uint8Array, dtype: SafetensorsDtype, out: number, inF: number, label: string): LinearWeight => {
-    if (!quantizer || inF % Q4_GROUP !== 0) return { kind: 'f32', w: gpu.upload(toFloat32(bytes, dtype), [out, inF], 'f32', label), out, in: inF };
+    if (!quantizer || inF % Q4_GROUP !== 0) {
+      // A checkpoint's halves stay as they are (the GEMM widens them exactly): half of f32's bytes.
+      const halves = dtype === 'BF16' ? 'bf16' : dtype === 'F16' ? 'f16' : null;
+      const w = halves ? gpu.upload(bytes, [out, inF], halves, label) : gpu.upload(toFloat32(bytes, dtype), [out, inF], 'f32', label);
+      return { kind: 'dense', w, out, in: inF };
+    }
     const w = allocQ4(gpu, out, inF, label);
     const src = gpu.upload(bytes, [bytes.byteLength / 4], 'u32', `${label} (raw)`);
     quantizer.quantize(rec, src, sourceFormat(label, dtype), w);

@@ -4,9 +4,10 @@
 // An entry is one folder named by its key's id (a SHA-256 of source, revision or content
 // fingerprint, quantization, table layout and FORMAT_VERSION):
 //   part-0000.bin ...  tensors' bytes back to back, each padded to 4 bytes, parts of ~64 MiB;
-//                      an f32 tensor whose values are all bf16 (the vision tower and norms of a
-//                      bf16 checkpoint) is stored as its upper halves ("packed": "bf16"), half
-//                      the bytes, and widened again on read
+//                      an f32 tensor whose values are all bf16 (the norms and biases of a bf16
+//                      checkpoint) is stored as its upper halves ("packed": "bf16"), half the
+//                      bytes, and widened again on read; a bf16 tensor (the vision tower's
+//                      matrices) as it is
 //   manifest.json      written last: the key, every part's size and SHA-256, every tensor's
 //                      (part, offset, shape, dtype, label), and the ModelWeights tree with its
 //                      tensors replaced by indexes ({"$t": i}) and shared objects by {"$ref": n}
@@ -21,7 +22,7 @@ import { WeightLoader, type LoadOptions, type Quantization } from './loader';
 import type { ModelFiles } from './safetensors';
 import type { ModelWeights } from './weights';
 
-export const FORMAT_VERSION = 3;
+export const FORMAT_VERSION = 4;
 /** Tensors are grouped into part files of about this size (a larger tensor gets a part of its own). */
 const PART_BYTES = 64 * 2 ** 20;
 const MANIFEST = 'manifest.json';

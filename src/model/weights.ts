@@ -4,8 +4,9 @@
 import type { Tensor } from '../gpu';
 import type { Q4Weight } from '../ops/matmulQ4';
 
-/** A frozen linear layer W [out, in]: 4-bit (the default for the language model) or f32. */
-export type LinearWeight = { kind: 'q4'; w: Q4Weight; out: number; in: number } | { kind: 'f32'; w: Tensor; out: number; in: number };
+/** A frozen linear layer W [out, in]: 4-bit (the default for the language model) or dense, its
+ * tensor f32 or the checkpoint's own 16-bit halves (bf16 or f16: the vision tower's). */
+export type LinearWeight = { kind: 'q4'; w: Q4Weight; out: number; in: number } | { kind: 'dense'; w: Tensor; out: number; in: number };
 
 /**
  * The token table [vocab, hidden], split into row blocks so that no buffer exceeds the device's

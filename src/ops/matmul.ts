@@ -1,8 +1,11 @@
 // Dense f32 matrix products (shaders/matmul.wgsl): the general GEMM, batched and strided, and the
-// Linear-layer forms used by the unquantized model and by LoRA.
+// Linear-layer forms used by the unquantized model and by LoRA. B may be a frozen weight kept in
+// 16-bit halves (bf16 or f16, the vision tower's): it is widened to an f32 scratch for the product
+// (the kernel reading halves itself ran slower than the f32 one: BENCHMARKS.md, Tried and not kept).
 //   Linear:   y = x·Wᵀ (+ b),  x [T, in], W [out, in] (PyTorch layout), y [T, out]
 //   backward: dX = dY·W,  dW = dYᵀ·X
-import { ShapeError, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
+import { ShapeError, type DType, type Gpu, type Kernel, type KernelSpec, type Recorder, type Tensor } from '../gpu';
+import { Halves } from './halves';
 
 /** Block shapes of C a workgroup computes (shaders/matmul.wgsl: TX x TY invocations, TM x TN each). */
 export const GEMM_TILES = {
@@ -51,7 +54,7 @@ const SPLIT_THIN_MIN_K = 32;
 export interface GemmArgs {
   /** op(A) is [m, k]: A is stored [m, k], or [k, m] when transA. */
   a: Tensor;
-  /** op(B) is [k, n]: B is stored [k, n], or [n, k] when transB. */
+  /** op(B) is [k, n]: B is stored [k, n], or [n, k] when transB; f32, bf16 or f16 (DENSE_DTYPES: widened first). */
   b: Tensor;
   /** C [m, n]; read only when beta ≠ 0. */
   c: Tensor;
@@ -112,8 +115,12 @@ export class Matmul {
   private readonly ones = new Map<number, Tensor>();
   /** Variants by variantKey + tile, each compiled on first use. */
   private readonly kernels = new Map<string, Kernel>();
+  /** Widens a B held in halves for the f32 kernel (and for tensor-core copies: projection.ts). */
+  readonly halves: Halves;
 
-  private constructor(private readonly gpu: Gpu) {}
+  private constructor(private readonly gpu: Gpu) {
+    this.halves = new Halves(gpu);
+  }
 
   static async create(gpu: Gpu): Promise<Matmul> {
     return new Matmul(gpu);
@@ -140,7 +147,7 @@ export class Matmul {
     const A = operand('A', g.a, ar, ac, g.lda, g.offsetA, g.strideA);
     const B = operand('B', g.b, br, bc, g.ldb, g.offsetB, g.strideB);
     const C = operand('C', g.c, m, n, g.ldc, g.offsetC, g.strideC);
-    for (const o of [A, B, C]) checkOperand(o, batch);
+    for (const o of [A, B, C]) checkOperand(o, batch, o === B ? DENSE_DTYPES : ['f32']);
     const strideBias = g.strideBias ?? 0;
     if (g.bias) {
       if (g.bias.dtype !== 'f32') throw new ShapeError('gemm', `bias must be f32, got ${g.bias.dtype}`);
@@ -157,11 +164,17 @@ export class Matmul {
       throw new ShapeError('gemm', `split ${g.split} must divide K = ${k}, for one product with C's rows n apart, a bias only at alpha 1 and no tape being captured`);
     }
     const split = g.split ?? (splittable ? splitOf(m, n, k, tile) : 1);
-    if (split > 1) {
-      this.splitK(rec, { ...g, tile }, A, B, C, transA, transB, split);
-      return;
+    // Halves: the product reads an f32 copy, given back as soon as it is recorded (work recorded
+    // later runs after it), which a tape could not replay.
+    let wide: Tensor | null = null;
+    if (B.t.dtype !== 'f32') {
+      if (rec.capturing) throw new ShapeError('gemm', `B ('${B.t.label}') in ${B.t.dtype} while a tape is captured: its f32 copy is scratch`);
+      wide = this.halves.widen(rec, B.t);
     }
-    this.run(rec, g, tile, A, B, C, transA, transB, batch);
+    const Bf = wide ? { ...B, t: wide } : B;
+    if (split > 1) this.splitK(rec, { ...g, tile }, A, Bf, C, transA, transB, split);
+    else this.run(rec, g, tile, A, Bf, C, transA, transB, batch);
+    wide?.release();
   }
 
   /**
@@ -281,6 +294,9 @@ function splitOf(m: number, n: number, k: number, tile: GemmTile): number {
   return 1;
 }
 
+/** What B may hold: f32, or a frozen dense weight's 16-bit halves (LinearWeight 'dense'). */
+export const DENSE_DTYPES = ['f32', 'bf16', 'f16'] as const;
+
 function variantKey(transA: boolean, transB: boolean, bias: boolean): string {
   return `${transA ? 'T' : 'N'}${transB ? 'T' : 'N'}${bias ? '+bias' : ''}`;
 }
@@ -322,9 +338,9 @@ function operand(what: string, t: Tensor, rows: number, cols: number, ld?: numbe
   return { what, t, rows, cols, ld: l, offset: offset ?? 0, stride: stride ?? rows * l };
 }
 
-/** The last element the kernel may touch must lie inside the tensor. */
-function checkOperand(o: Operand, batch: number): void {
-  if (o.t.dtype !== 'f32') throw new ShapeError('gemm', `${o.what} ('${o.t.label}') must be f32, got ${o.t.dtype}`);
+/** The operand's dtype is one of `dtypes`; the last element the kernel may touch lies inside the tensor. */
+function checkOperand(o: Operand, batch: number, dtypes: readonly DType[]): void {
+  if (!dtypes.includes(o.t.dtype)) throw new ShapeError('gemm', `${o.what} ('${o.t.label}') must be ${dtypes.join(', ')}, got ${o.t.dtype}`);
   for (const [name, v] of [['leading dimension', o.ld], ['offset', o.offset], ['batch stride', o.stride]] as const) {
     if (!Number.isInteger(v) || v < 0 || v >= 2 ** 32) throw new ShapeError('gemm', `${o.what} ${name} must be a u32, got ${v}`);
   }
@@ -340,9 +356,10 @@ function checkOperand(o: Operand, batch: number): void {
   }
 }
 
-/** The two dimensions of a 2-D f32 tensor. */
+/** The two dimensions of a 2-D f32 tensor (W: or its halves, DENSE_DTYPES). */
 function matrix(op: string, what: string, t: Tensor): [number, number] {
-  if (t.dtype !== 'f32') throw new ShapeError(op, `${what} ('${t.label}') must be f32, got ${t.dtype}`);
+  const dtypes: readonly DType[] = what === 'W' ? DENSE_DTYPES : ['f32'];
+  if (!dtypes.includes(t.dtype)) throw new ShapeError(op, `${what} ('${t.label}') must be ${dtypes.join(', ')}, got ${t.dtype}`);
   if (t.shape.length !== 2) throw new ShapeError(op, `${what} ('${t.label}') must be 2-D, got [${t.shape}]`);
   return [t.shape[0], t.shape[1]];
 }

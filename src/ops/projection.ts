@@ -19,7 +19,7 @@
 //                          (and lora_dropout)
 // Callers say what to compute (x, weights, outputs, adapters, whether it is inference); the table
 // PATHS and the ops' own `takes…` predicates (device features, shapes) say how.
-import { grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
+import { DTYPE_BYTES, grid1d, ShapeError, Tensor, type Gpu, type Kernel, type Recorder } from '../gpu';
 import type { DenseWeight, LinearWeight } from '../model/weights';
 import { Activations } from './activations';
 import { Elementwise } from './elementwise';
@@ -230,19 +230,22 @@ export class Projection {
   }
 
   /**
-   * Join f32 [out, out] weights with biases (a vision block's q, k, v) into one buffer of
-   * [parts, out, in] (the parts' weights become views) and their biases into [parts, out] (a
-   * copy): one batched GEMM (denseShared). Where a part is 4-bit, lacks a bias or its view
-   * would not start on the storage offset alignment, nothing is joined (false).
+   * Join dense [out, out] weights of one dtype with biases (a vision block's q, k, v) into one
+   * buffer of [parts, out, in] (the parts' weights become views) and their biases into [parts,
+   * out] (a copy): one batched GEMM (denseShared). Where a part is 4-bit, differs in dtype, lacks
+   * a bias or its view would not start on the storage offset alignment, nothing is joined (false).
    */
   async joinDense(parts: readonly DenseWeight[], label: string): Promise<boolean> {
     if (joinedDenseOf.has(parts[0])) return true;
     const gpu = this.gpu;
-    const { out, in: k } = parts[0];
-    const bytes = 4 * out * k;
+    const first = parts[0];
+    if (first.kind !== 'dense') return false;
+    const { out, in: k } = first;
+    const dtype = first.w.dtype;
+    const bytes = DTYPE_BYTES[dtype] * out * k;
     if (bytes % gpu.limits.minStorageBufferOffsetAlignment !== 0) return false;
-    if (parts.some((d) => d.kind !== 'f32' || !d.b || d.out !== out || d.in !== k)) return false;
-    const w = gpu.tensor([parts.length, out, k], 'f32', `${label}.weight`);
+    if (parts.some((d) => d.kind !== 'dense' || d.w.dtype !== dtype || !d.b || d.out !== out || d.in !== k)) return false;
+    const w = gpu.tensor([parts.length, out, k], dtype, `${label}.weight`);
     const b = gpu.tensor([parts.length, out], 'f32', `${label}.bias`);
     const rec = gpu.recorder('projection.join_dense');
     const own: Tensor[] = [];
@@ -250,7 +253,7 @@ export class Projection {
       const src = d.w as Tensor;
       rec.copy(src, w, bytes, 0, p * bytes);
       rec.copy(d.b!, b, 4 * out, 0, 4 * p * out);
-      (d as { w: Tensor }).w = new Tensor(w.buffer, src.shape, 'f32', src.label, w.byteOffset + p * bytes);
+      (d as { w: Tensor }).w = new Tensor(w.buffer, src.shape, dtype, src.label, w.byteOffset + p * bytes);
       own.push(src);
     });
     await rec.submit();
@@ -265,9 +268,10 @@ export class Projection {
 
   /**
    * Route 4-bit products of more than PATHS.gemvMaxRows rows and 4-bit input gradients through
-   * `op` (the caller owns it), and the f32 weights of `dense` through copies made here once: int8
-   * on a K-blocked MatmulQ4Mma (|w − q·t| ≤ t/2, t a block's largest |w| / 127), f16 on a
-   * MatmulQ4F16; null: the f32 kernels again.
+   * `op` (the caller owns it), and the dense weights of `dense` through copies made here once
+   * (from their f32 values: halves are widened first): int8 on a K-blocked MatmulQ4Mma
+   * (|w − q·t| ≤ t/2, t a block's largest |w| / 127), f16 on a MatmulQ4F16; null: the f32
+   * kernels again.
    */
   async useTensorCores(op: TensorCoreProducts | null, dense: readonly DenseWeight[] = []): Promise<void> {
     if (op instanceof MatmulQ4Mma && op.kBlock === 32) throw new ShapeError('projection', 'the tensor-core path takes a K-blocked MatmulQ4Mma (kBlock 64 or above)');
@@ -282,9 +286,18 @@ export class Projection {
     if (!op) return;
     const rec = this.gpu.recorder('projection.dense_copies');
     for (const d of dense) {
-      if (d.kind !== 'f32') continue;
-      if (op instanceof MatmulQ4Mma && d.in % op.kBlock === 0) this.copies.set(d.w, { kind: 'int8', op, w: op.quantizeDense(rec, d.w, d.out, d.in, d.w.label) });
-      else if (op instanceof MatmulQ4F16 && d.in % 32 === 0) this.copies.set(d.w, { kind: 'f16', op, w: op.toF16(rec, d.w, d.out, d.in, d.w.label) });
+      if (d.kind !== 'dense') continue;
+      const int8 = op instanceof MatmulQ4Mma && d.in % op.kBlock === 0;
+      const f16 = op instanceof MatmulQ4F16 && d.in % 32 === 0;
+      if (!int8 && !f16) continue;
+      const w = d.w.dtype === 'f32' ? d.w : this.matmul.halves.widen(rec, d.w);
+      if (op instanceof MatmulQ4Mma) this.copies.set(d.w, { kind: 'int8', op, w: op.quantizeDense(rec, w, d.out, d.in, d.w.label) });
+      else if (op instanceof MatmulQ4F16) this.copies.set(d.w, { kind: 'f16', op, w: op.toF16(rec, w, d.out, d.in, d.w.label) });
+      if (w !== d.w) {
+        // One weight's f32 at a time: submitted before the next widening reuses its buffer.
+        await rec.submit();
+        w.release();
+      }
     }
     await rec.submit();
     this.tensorCores = op;
@@ -340,13 +353,13 @@ export class Projection {
 
   /** y (+)= x·Wᵀ + b for a layer with an optional bias: on the tensor cores where W has a copy for them. */
   dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
-    const c = d.kind === 'f32' ? this.copies.get(d.w) : undefined;
+    const c = d.kind === 'dense' ? this.copies.get(d.w) : undefined;
     if (c) {
       this.denseCopies(rec, x, [{ c, y }], accumulate);
       if (d.b) this.addBias(rec, y, d.b);
       return;
     }
-    if (d.kind === 'f32') {
+    if (d.kind === 'dense') {
       this.matmul.linear(rec, x, d.w, y, { accumulate, bias: d.b ?? undefined });
       return;
     }
@@ -358,7 +371,7 @@ export class Projection {
 
   /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views for 4-bit and the tensor cores (the caller aligns them). */
   denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
-    if (d.kind === 'f32' && !this.copies.has(d.w)) {
+    if (d.kind === 'dense' && !this.copies.has(d.w)) {
       this.matmul.gemm(rec, { a: x, b: d.w, c: y, m, n: d.out, k: d.in, transB: true, offsetA: xRow * d.in, offsetC: yRow * d.out, beta: accumulate ? 1 : 0, bias: d.b ?? undefined });
       return;
     }
@@ -372,7 +385,7 @@ export class Projection {
    * in one buffer; else a product each.
    */
   denseShared(rec: Recorder, x: Tensor, outs: readonly { d: DenseWeight; y: Tensor }[]): void {
-    const copies = outs.map((o) => (o.d.kind === 'f32' ? this.copies.get(o.d.w) : undefined));
+    const copies = outs.map((o) => (o.d.kind === 'dense' ? this.copies.get(o.d.w) : undefined));
     if (copies.every((c) => c)) {
       this.denseCopies(rec, x, outs.map((o, i) => ({ c: copies[i]!, y: o.y })), false);
       for (const o of outs) if (o.d.b) this.addBias(rec, o.y, o.d.b);

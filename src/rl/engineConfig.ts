@@ -21,9 +21,9 @@ export interface EngineConfig {
   products: Products | 'auto';
   /**
    * The vision tower's dense products: 'f32' (default), or on tensor cores where offered, 'f16' or
-   * 'int8', which hold a copy of the tower's dense weights beside the f32 ones (about half their
-   * bytes in f16) and run large images about twice as fast; at the default config's 224x224 image
-   * the f32 units are as fast (BENCHMARKS.md, f16 tensor cores).
+   * 'int8', which hold a copy of the tower's dense weights beside its own (in f16 as many bytes as
+   * the published checkpoints' bf16, in int8 half) and run large images about twice as fast; at
+   * the default config's 224x224 image the f32 units are as fast (BENCHMARKS.md, f16 tensor cores).
    */
   vision_products: VisionProducts;
   /**

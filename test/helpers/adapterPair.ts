@@ -22,7 +22,7 @@ export async function adapterAndMerged(gpu: Gpu, m: FixtureModel, folder: 'lora'
   for (const [l, layer] of merged.weights.language.layers.entries()) {
     for (const proj of LORA_PROJECTIONS) {
       const w = layer[proj];
-      if (w.kind !== 'f32') throw new Error('expected f32 weights');
+      if (w.kind !== 'dense') throw new Error('expected dense weights');
       const module = byName.get(loraModuleName(l, proj));
       if (module) gpu.write(w.w, mergeDense(await gpu.readF32(w.w), module));
     }

@@ -77,7 +77,7 @@ describe.skipIf(process.env.VLRL_VK === 'swiftshader').each(MODELS)('%s: hidden 
     // One entry of the prompt's first token's embedding row set to 1e5: h_0 holds it.
     const table = model.weights.language.embed;
     const block = table.blocks[0];
-    if (table.blocks.length !== 1 || block.kind !== 'f32') throw new Error('one f32 embedding block expected (quant none)');
+    if (table.blocks.length !== 1 || block.kind !== 'dense') throw new Error('one dense embedding block expected (quant none)');
     const H = table.hidden;
     const row = new Tensor(block.w.buffer, [H], 'f32', 'embed row', block.w.byteOffset + 4 * H * prompt.inputIds[0]);
     const values = await gpu.readF32(row);

@@ -118,20 +118,27 @@ describe('memoryPlan', () => {
     expect(part('lm.linear').bytes).toBe((linearParams * 4.5) / 8);
     expect(part('lm.embed')).toMatchObject({ dtype: 'q4', bytes: (151936 * 2048 * 4.5) / 8 });
     expect(plan.parts.some((p) => p.part === 'lm.head')).toBe(false);
-    expect(part('vision.matrices').dtype).toBe('f32');
-    expect(part('vision.matrices').bytes + part('vision.vectors').bytes).toBe(406_957_056 * 4);
+    // The tower's matrices in the checkpoint's bf16 (config.json's dtype), its position table
+    // [2304, 1024] and vectors f32.
+    expect(part('vision.matrices').dtype).toBe('bf16');
+    const posTable = 2304 * 1024;
+    expect(part('vision.matrices').bytes).toBe(2 * (part('vision.matrices').params - posTable) + 4 * posTable);
+    expect(part('vision.vectors').dtype).toBe('f32');
+    expect(part('vision.matrices').params + part('vision.vectors').params).toBe(406_957_056);
+    const f32Vision = memoryPlan(c, { visionDtype: 'f32' });
+    expect(f32Vision.totalBytes - plan.totalBytes).toBe(2 * (part('vision.matrices').params - posTable));
+    expect(memoryPlan(parseQwen3VLConfig(JSON.stringify({ ...JSON.parse(fixture('qwen3-vl-2b-4.57.json')), dtype: 'float32', torch_dtype: 'float32' }))).totalBytes).toBe(f32Vision.totalBytes);
     expect(plan.totalBytes).toBe(plan.parts.reduce((a, p) => a + p.bytes, 0));
     expect(plan.parts.reduce((a, p) => a + p.params, 0)).toBe(2_127_532_032);
     expect(plan.largestBuffer).toEqual({ name: 'model.language_model.embed_tokens.weight (4-bit codes)', bytes: (151936 * 2048) / 2 });
     expect(plan.kvCacheBytesPerToken).toBe(28 * 2 * 8 * 128 * 4);
     expect(memoryPlan(c, { kvCacheDtype: 'f16' }).kvCacheBytesPerToken).toBe(28 * 2 * 8 * 128 * 2);
-    const f16Vision = memoryPlan(c, { visionDtype: 'f16' });
-    expect(plan.totalBytes - f16Vision.totalBytes).toBe(part('vision.matrices').bytes / 2);
+    expect(memoryPlan(c, { visionDtype: 'f16' }).totalBytes).toBe(plan.totalBytes);
   });
 
   it("estimates a default training step's peak near the H100 measurement, the prompt counted once", () => {
     const c = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
-    const plan = memoryPlan(c);
+    const plan = memoryPlan(c, { visionDtype: 'f32' });
     const t = trainingMemory(c, plan);
     const released = trainingMemory(c, plan, { ...DEFAULT_TRAINING_WORK, phaseBuffers: 'release' });
     // bench/model.ts's default-config runs on an H100 (BENCHMARKS.md, Memory), weights included
@@ -200,11 +207,11 @@ describe('memoryPlan', () => {
     const plan2 = memoryPlan(c2);
     expect(trainingMemory(c2, plan2, { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes - trainingMemory(c2, plan2).peakBytes).toBe(productWorkspaceBytes(c2, 'f16', DEFAULT_TRAINING_WORK.loraRank));
     // bench/model.ts's default config on f16 tensor cores (f32 hidden states; the KV cache f16, as
-    // 'auto' takes it beside f16 products), H100: pool peaks 4.62, 6.97 and 10.96 GiB (BENCHMARKS.md,
-    // f16 tensor cores and Larger models).
+    // 'auto' takes it beside f16 products; the tower then f32), H100: pool peaks 4.62, 6.97 and
+    // 10.96 GiB (BENCHMARKS.md, f16 tensor cores and Larger models).
     for (const [name, peak] of [['qwen3-vl-2b-4.57.json', 4.62], ['qwen3-vl-4b-4.57.json', 6.97], ['qwen3-vl-8b-4.57.json', 10.96]] as const) {
       const c = parseQwen3VLConfig(fixture(name));
-      const planned = trainingMemory(c, memoryPlan(c, { kvCacheDtype: 'f16' }), { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes / 2 ** 30;
+      const planned = trainingMemory(c, memoryPlan(c, { kvCacheDtype: 'f16', visionDtype: 'f32' }), { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes / 2 ** 30;
       expect(planned, name).toBeGreaterThan(0.96 * peak);
       expect(planned, name).toBeLessThanOrEqual(peak);
     }
@@ -215,9 +222,10 @@ describe('memoryPlan', () => {
     // `node .bench/model.mjs --f16 --kv-cache f32|f16 --only default` (2026-11-27): at the pool's
     // peak, in the backward, it held the forward's joined q/k/v (40 MiB) and gate/up (120 MiB)
     // outputs cached, which no buffer of the backward is the size of. Pool peaks by products and
-    // KV cache: f32 and f32 4.72, f16 and f32 4.83, f32 and f16 4.51, f16 and f16 4.615 GiB.
+    // KV cache: f32 and f32 4.72, f16 and f32 4.83, f32 and f16 4.51, f16 and f16 4.615 GiB (the
+    // tower then f32).
     const T = 512 + 8 * 256;
-    const plan = (kv: 'f32' | 'f16', products: 'f32' | 'f16') => trainingMemory(c, memoryPlan(c, { kvCacheDtype: kv }), { ...DEFAULT_TRAINING_WORK, products }).peakBytes;
+    const plan = (kv: 'f32' | 'f16', products: 'f32' | 'f16') => trainingMemory(c, memoryPlan(c, { kvCacheDtype: kv, visionDtype: 'f32' }), { ...DEFAULT_TRAINING_WORK, products }).peakBytes;
     // q/k/v [T, 2048 + 2 x 1024], gate/up [T, 2 x 6144], LoRA's partials [T, 96 x r 8].
     const left = T * (2048 + 2 * 1024 + 2 * 6144 + 96 * 8) * 4;
     for (const [kv, products, peak] of [['f32', 'f32', 4.72], ['f32', 'f16', 4.83], ['f16', 'f32', 4.51], ['f16', 'f16', 4.615]] as const) {

@@ -3,6 +3,7 @@ import { testGpu } from '../helpers/gpu';
 import { expectClose, finiteDifferences, randUniform } from '../helpers/reference';
 import { Matmul, tileOf, type GemmTile } from '../../src/ops/matmul';
 import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../../src/model/dtype';
 
 const SIZES = [1, 3, 17, 33, 65];
 
@@ -323,6 +324,81 @@ describe('matmul: GEMM', () => {
     for (const t of [tx, tw, tb, tc]) t.release();
   });
 
+  it('B held in halves (bf16, f16: a frozen weight as its checkpoint stores it) gives what the f32 GEMM gives on the widened values, bit for bit: every tile, both B layouts, a bias, split-K, a batch, odd offsets and leading dimensions', async () => {
+    const gpu = await testGpu();
+    const mm = await Matmul.create(gpu);
+    // [m, n, k, tile, split]: edges on every block dimension; B one element into its buffer, its
+    // rows one element longer than their length (halves straddle words); a split along K; a tall
+    // and a wide block.
+    const shapes: [number, number, number, GemmTile | undefined, number | undefined][] = [
+      [131, 137, 35, 'large', undefined],
+      [33, 65, 17, 'square', undefined],
+      [259, 17, 33, 'tall', undefined],
+      [17, 259, 33, 'wide', undefined],
+      [37, 16, 2048, undefined, 8],
+    ];
+    const narrow = { bf16: f32ToBf16Bits, f16: f32ToF16Bits };
+    const widen = { bf16: bf16BitsToF32, f16: f16BitsToF32 };
+    const off = 1;
+    let seed = 7000;
+    for (const dtype of ['bf16', 'f16'] as const) {
+      for (const [m, n, k, tile, split] of shapes) {
+        for (const transB of [false, true]) {
+          seed += 3;
+          const [rows, cols] = transB ? [n, k] : [k, n];
+          const ld = cols + 1;
+          const bias = transB ? randUniform(n, seed + 2) : undefined;
+          const a = randUniform(m * k, seed);
+          const bits = Uint16Array.from(randUniform(off + rows * ld, seed + 1), (v) => narrow[dtype](v));
+          // NaN before B and in each row's padding: a half outside [K, N] is never multiplied, even by zero.
+          const nan = narrow[dtype](NaN);
+          bits.fill(nan, 0, off);
+          for (let r = 0; r < rows; r++) bits[off + r * ld + cols] = nan;
+          const stored = Float32Array.from(bits, (h) => widen[dtype](h));
+          const b = Float32Array.from({ length: rows * cols }, (_, e) => stored[off + Math.floor(e / cols) * ld + (e % cols)]);
+          const ta = gpu.upload(a, [m, k], 'f32', 'a');
+          const th = gpu.upload(bits, [bits.length], dtype, 'b halves');
+          const tf = gpu.upload(stored, [stored.length], 'f32', 'b widened');
+          const tbias = bias ? gpu.upload(bias, [n], 'f32', 'bias') : undefined;
+          const outs = [gpu.tensor([m, n], 'f32', 'c halves'), gpu.tensor([m, n], 'f32', 'c f32')];
+          const rec = gpu.recorder();
+          [th, tf].forEach((tb, i) => mm.gemm(rec, { a: ta, b: tb, c: outs[i], m, n, k, transB, ldb: ld, offsetB: off, bias: tbias, tile, split }));
+          await rec.submit();
+          const [got, want] = await Promise.all(outs.map((t) => read(gpu, t)));
+          const what = `${dtype} M=${m} N=${n} K=${k} ${tile ?? 'default'} ${transB ? 'A·Bᵀ' : 'A·B'}${split ? ` split ${split}` : ''}`;
+          expect(got, what).toEqual(want);
+          const { want: ref, scale } = refGemm({ a, b, c: [], m, n, k, transA: false, transB, alpha: 1, beta: 0, bias });
+          expectWithin(got, ref, scale, 1e-5, what);
+          for (const t of [ta, th, tf, tbias, ...outs]) t?.release();
+        }
+      }
+    }
+    // The vision tower's joined q/k/v: a batch of three bf16 weights, one broadcast x, a bias each.
+    const [m, n, k, batch] = [70, 67, 40, 3];
+    const x = randUniform(m * k, 31);
+    const bits = Uint16Array.from(randUniform(batch * n * k, 32), f32ToBf16Bits);
+    const biases = randUniform(batch * n, 33);
+    const tx = gpu.upload(x, [m, k], 'f32', 'x');
+    const tw = gpu.upload(bits, [batch, n, k], 'bf16', 'w');
+    const tb = gpu.upload(biases, [batch, n], 'f32', 'bias');
+    const tc = gpu.tensor([batch, m, n], 'f32', 'c');
+    const rec = gpu.recorder();
+    mm.gemm(rec, { a: tx, b: tw, c: tc, m, n, k, transB: true, batch, strideA: 0, strideB: n * k, strideC: m * n, bias: tb, strideBias: n });
+    await rec.submit();
+    const c = await read(gpu, tc);
+    const w = Float32Array.from(bits, bf16BitsToF32);
+    for (let i = 0; i < batch; i++) {
+      const r = refGemm({ a: x, b: w.subarray(i * n * k, (i + 1) * n * k), c: [], m, n, k, transA: false, transB: true, alpha: 1, beta: 0, bias: biases.subarray(i * n, (i + 1) * n) });
+      expectWithin(c.subarray(i * m * n, (i + 1) * m * n), r.want, r.scale, 1e-5, `joined bf16 item ${i}`);
+    }
+    // Halves are B's alone: A and C stay f32. Their f32 copy is scratch, which a tape cannot hold.
+    const ah = gpu.tensor([m, k], 'bf16', 'a halves');
+    expect(() => mm.gemm(rec, { a: ah, b: tw, c: tc, m, n, k, transB: true })).toThrow(/A \('a halves'\) must be f32, got bf16/);
+    const { tape } = rec.capture(() => expect(() => mm.gemm(rec, { a: tx, b: tw, c: tc, m, n, k, transB: true })).toThrow(/'w'\) in bf16 while a tape is captured/));
+    tape.release();
+    for (const t of [tx, tw, tb, tc, ah]) t.release();
+  });
+
   it('refuses bad shapes and dtypes with ShapeError naming the op', async () => {
     const gpu = await testGpu();
     const mm = await Matmul.create(gpu);
@@ -335,6 +411,7 @@ describe('matmul: GEMM', () => {
     expect(() => mm.gemm(rec, { a, b, c, m: 4, n: 6, k: 5, lda: 4 })).toThrow(/leading dimension/);
     expect(() => mm.gemm(rec, { a, b, c, m: 4, n: 6, k: 5, batch: 2 })).toThrow(/too small/);
     expect(() => mm.gemm(rec, { a, b, c: ci, m: 4, n: 6, k: 5 })).toThrow(/must be f32/);
+    expect(() => mm.gemm(rec, { a, b: ci, c, m: 4, n: 6, k: 5 })).toThrow(/B \('ci'\) must be f32, bf16, f16, got i32/);
     expect(() => mm.gemm(rec, { a, b, c, m: 4, n: 6, k: 5, bias: a })).toThrow(/bias/);
     expect(() => mm.linear(rec, a, b, c)).toThrow(/^linear:/);
     expect(() => mm.linearGradInput(rec, c, b, a)).toThrow(/^linearGradInput:/);

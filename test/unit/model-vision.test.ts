@@ -5,14 +5,15 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ShapeError, type Gpu } from '../../src/gpu';
+import { ShapeError, type Gpu, type Tensor } from '../../src/gpu';
 import { parseQwen3VLConfig, type Qwen3VLConfig } from '../../src/model/config';
 import { isSafetensorsDtype, toFloat32, toInt32, type SafetensorsDtype } from '../../src/model/dtype';
 import { nodeDirFiles, openCheckpoint, type Checkpoint } from '../../src/model/safetensors';
 import { loadVisionWeights, releaseVisionWeights, VisionCache, VisionTower, type GridThw } from '../../src/model/vision';
 import { PosEmbedAdd, posEmbedInterpolation } from '../../src/model/visionPosEmbed';
 import { WeightShapeError } from '../../src/model/weightShapes';
-import type { VisionWeights } from '../../src/model/weights';
+import type { DenseWeight, PatchMergerWeights, VisionWeights } from '../../src/model/weights';
+import { Halves } from '../../src/ops/halves';
 import type { PreparedImage } from '../../src/rl/policy';
 import { testGpu } from '../helpers/gpu';
 import { expectClose, randNormal } from '../helpers/reference';
@@ -179,6 +180,46 @@ describe.each(['tiny-a', 'tiny-b'])('vision tower %s', (model) => {
     for (const e of errs) expect(e).toBeLessThan(TOL);
     // The features are far from zero: the comparison is not vacuous.
     expect(Math.max(...ref.embeds.map(Math.abs))).toBeGreaterThan(0.1);
+  });
+
+  it("keeps the bf16 checkpoint's dense matrices as they are (half of f32's bytes; the position table, biases and norms f32), with the features of the same tower on their f32 values bit for bit", async () => {
+    const dense = (w: VisionWeights) => [w.patchEmbed, ...w.blocks.flatMap((b) => [b.q, b.k, b.v, b.proj, b.fc1, b.fc2]), ...[w.merger, ...w.deepstackMergers].flatMap((m) => [m.fc1, m.fc2])];
+    for (const d of dense(weights)) expect(d.kind === 'dense' ? d.w.dtype : 'q4').toBe('bf16');
+    expect([weights.posEmbed, weights.blocks[0].norm1.w, weights.blocks[0].q.b!].map((t) => t.dtype)).toEqual(['f32', 'f32', 'f32']);
+    // q is the first third of the fused attn.qkv rows, byte for byte.
+    const qkv = [...checkpoint.tensors.values()].find((t) => /visual\.blocks\.0\.attn\.qkv\.weight$/.test(t.name))!;
+    let raw: Uint8Array | null = null;
+    for await (const { bytes } of checkpoint.stream({ names: new Set([qkv.name]) })) raw = bytes;
+    const q = weights.blocks[0].q.w as Tensor;
+    expect(await gpu.read(q)).toEqual(new Uint16Array(raw!.slice(0, q.byteSize).buffer));
+    // The same tower on f32 copies of every matrix.
+    const halves = new Halves(gpu);
+    const rec = gpu.recorder();
+    const wide = (d: DenseWeight): DenseWeight => (d.kind === 'dense' ? { ...d, w: halves.widen(rec, d.w) } : d);
+    const mergerF32 = (m: PatchMergerWeights): PatchMergerWeights => ({ ...m, fc1: wide(m.fc1), fc2: wide(m.fc2) });
+    const f32: VisionWeights = {
+      ...weights,
+      patchEmbed: wide(weights.patchEmbed),
+      blocks: weights.blocks.map((b) => ({ ...b, q: wide(b.q), k: wide(b.k), v: wide(b.v), proj: wide(b.proj), fc1: wide(b.fc1), fc2: wide(b.fc2) })),
+      merger: mergerF32(weights.merger),
+      deepstackMergers: weights.deepstackMergers.map(mergerF32),
+    };
+    await rec.submit();
+    const f32Tower = await VisionTower.create(gpu, config, f32);
+    const ref = readRef(model, 'image2');
+    const n = ref.grids.reduce((s, g) => s + patchesOf(g), 0);
+    const outs = [];
+    for (const t of [tower, f32Tower]) {
+      const px = gpu.upload(ref.pixels, [n, t.patchWidth], 'f32', 'pixels');
+      const r = gpu.recorder();
+      const out = t.encode(r, px, ref.grids);
+      await r.submit();
+      outs.push(await Promise.all([out.embeds, ...out.deepstack].map((x) => gpu.readF32(x))));
+      for (const x of [px, out.embeds, ...out.deepstack]) x.release();
+    }
+    expect(outs[0]).toEqual(outs[1]);
+    f32Tower.release();
+    for (const d of dense(f32)) if (d.kind === 'dense') d.w.release();
   });
 
   it('runs the MLP in row chunks (7 rows: a short last chunk) with the same result', async () => {
