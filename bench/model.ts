@@ -1,5 +1,5 @@
 // Model-level benchmarks through Dawn: a Qwen3-VL-2B-shaped model (4B, 8B with --size) with random weights (4-bit LM,
-// f32 vision tower, or 4-bit with --vision-q4; src/model/randomWeights.ts), LoRA r=16 on q/k/v/o/gate/up/down, timed on the
+// the vision tower's matrices in bf16 as the published checkpoints hold them, or 4-bit with --vision-q4; src/model/randomWeights.ts), LoRA r=16 on q/k/v/o/gate/up/down, timed on the
 // paths the app runs:
 //   prefill   a 512-token prompt holding one 448x448 image (196 image tokens): the vision tower
 //             alone, and generate() with one new token (vision + decoder prefill + LM head).
@@ -26,6 +26,7 @@
 //
 //   npm run bench:build
 //   node .bench/model.mjs [--quick] [--size 2b|4b|8b] [--json FILE] [--only prefill,decode,gspo,default] [--vision-q4]
+//     [--vision-products f32|int8|f16] (the vision tower's products in every section; default f32)
 //     [--samples 1,4,8] (decode's numbers of sequences) [--new-tokens N] (decode's tokens a sequence, default 128)
 //     [--default-rank R] (the default trainer config's LoRA rank, default 8; bench/torch_model.py takes it too)
 //     [--profile] (GPU time by kernel)
@@ -58,7 +59,7 @@ import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import type { ActivationStorage } from '../src/model/activationStorage';
 import { isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../src/model/kvCacheSetting';
-import { isProducts, type Products, type VisionProducts } from '../src/model/products';
+import { isProducts, VISION_PRODUCTS as VISION_PRODUCT_SETTINGS, type Products, type VisionProducts } from '../src/model/products';
 import { PHASE_BUFFERS as PHASE_BUFFER_VALUES, type PhaseBuffers } from '../src/rl/engineConfig';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
@@ -86,6 +87,15 @@ const only = (() => {
 const runs = (section: 'prefill' | 'decode' | 'gspo' | 'default') => only === undefined || only.split(',').includes(section);
 /** --vision-q4: the vision tower's dense weights in 4-bit (loadVisionWeights' quant 'q4'; not the loader's default). */
 const VISION_Q4 = args.includes('--vision-q4');
+/** --vision-products f32|int8|f16: where the vision tower's dense products run in every section
+ * (ModelOptions.visionProducts; default f32, the engine's default); prefill times the others beside it. */
+const VISION_PRODUCTS = ((): VisionProducts => {
+  const i = args.indexOf('--vision-products');
+  if (i < 0) return 'f32';
+  const v = args[i + 1];
+  if (!(VISION_PRODUCT_SETTINGS as readonly string[]).includes(v)) throw new Error(`--vision-products takes ${VISION_PRODUCT_SETTINGS.join(', ')}; got ${v === undefined ? 'nothing' : `'${v}'`}`);
+  return v as VisionProducts;
+})();
 
 /** --f16: shader-f16 where the driver has it (Dawn hides it on NVIDIA's Vulkan driver without the toggle). */
 const F16 = args.includes('--f16');
@@ -642,7 +652,7 @@ async function main(): Promise<void> {
   gpu.pool.trim();
   const weightBytes = gpu.pool.stats.inUse;
   console.error(`random weights: ${(weightBytes / GiB).toFixed(2)} GiB in ${((performance.now() - tw) / 1000).toFixed(1)} s`);
-  const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: Math.max(...W.samples), kvCache: KV_CACHE });
+  const model = await Qwen3VL.create(gpu, config, weights, { maxLogitRows: Math.max(...W.samples), kvCache: KV_CACHE, visionProducts: VISION_PRODUCTS });
   console.error(`kv_cache: ${model.kvCache.dtype} (${model.kvCache.why})`);
   const lora16 = makeLora(gpu, config, W.rank);
   const loraOp = await Lora.create(gpu);
@@ -711,6 +721,7 @@ async function main(): Promise<void> {
       return out;
     };
     const offered: [VisionProducts, string | null][] = [['int8', mmaUnsupported(gpu)], ['f16', f16UnsupportedOn(gpu)]];
+    await model.setVisionProducts('f32');
     const ref = offered.some(([, why]) => why === null) ? await features() : [];
     for (const [setting, why] of offered) {
       if (why !== null) continue;
@@ -730,6 +741,7 @@ async function main(): Promise<void> {
       save();
       console.error(`vision on ${setting} tensor cores: ${(1000 * tcVisionS).toFixed(1)} ms (${inStreamMs.toFixed(2)} ms GPU in stream), prefill ${(1000 * tcPrefillS).toFixed(1)} ms; features' relative RMS against f32 ${relRms.map((r) => r.toExponential(2)).join(', ')}`);
     }
+    await model.setVisionProducts(VISION_PRODUCTS);
     // --profile: the GPU time of the vision tower, and of the whole prefill, in stream and by
     // kernel (a pass per dispatch); after the timings above, which ran slower after these passes.
     if (args.includes('--profile')) {

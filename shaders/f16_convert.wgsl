@@ -1,7 +1,8 @@
 // Weights into f16 for matmul_q4_f16.wgsl's W16 variant, [N][K] in its blocks of 32 x 32
 // (BLOCKED, f16_blocks.wgsl), two halves a word:
-//   dense_to_f16: an f32 weight (the vision tower's), rounded once at load; without BLOCKED, any
-//                 f32 tensor in its own order (attention_f16's copies of q, k, v);
+//   dense_to_f16: an f32 weight rounded to f16, or (HALVES) one held in bf16 (BF16: rounded) or
+//                 f16 (copied) halves: the vision tower's, once at load or into a call's scratch;
+//                 without BLOCKED, any f32 tensor in its own order (attention_f16's copies of q, k, v);
 //   q4_to_f16:    a Q4 weight dequantized, w = d·(c − 8) rounded to f16 (as the Q4 kernel stages it);
 //   q4_to_f16_t:  the same written transposed, Wᵀ [K][N] (TRANSPOSE): the input gradient dY·W is
 //                 then the forward's product on Wᵀ (N a multiple of 32).
@@ -29,7 +30,11 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
+#if HALVES
+@group(0) @binding(1) var<storage, read> w: array<u32>; // two halves a word (BF16: bf16, else f16)
+#else
 @group(0) @binding(1) var<storage, read> w: array<vec2<f32>>;
+#endif
 @group(0) @binding(2) var<storage, read> codes: array<u32>;
 @group(0) @binding(3) var<storage, read> scales: array<u32>;
 #if Q4
@@ -52,10 +57,20 @@ fn index(wid: vec3u, nwg: vec3u, lid: u32) -> u32 {
 fn dense_to_f16(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let i = index(wid, nwg, lid);
   if (i < params.count) {
-#if BLOCKED
-    w16[blocked(2u * i / params.k, 2u * i % params.k, params.k) / 2u] = pack2x16float(w[i]);
+#if BF16
+    // bf16 is the top half of an f32.
+    let h = pack2x16float(vec2(bitcast<f32>(w[i] << 16u), bitcast<f32>(w[i] & 0xffff0000u)));
 #else
-    w16[i] = pack2x16float(w[i]);
+#if HALVES
+    let h = w[i];
+#else
+    let h = pack2x16float(w[i]);
+#endif
+#endif
+#if BLOCKED
+    w16[blocked(2u * i / params.k, 2u * i % params.k, params.k) / 2u] = h;
+#else
+    w16[i] = h;
 #endif
   }
 }

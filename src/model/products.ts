@@ -24,8 +24,8 @@ import type { ModelOptions } from './qwen3vl';
 export type Products = 'f32' | 'f16' | 'int8' | 'int8-1limb' | 'int8-row';
 
 /** The vision tower's dense products: 'f32' (the f32 units, its weights as loaded), 'int8' (its
- * weights rounded to int8 once, x in two limbs) or 'f16' (its weights rounded to f16 once, f16
- * tensor cores). */
+ * weights rounded to int8 once, x in two limbs) or 'f16' (each weight rounded to f16 as its product
+ * runs, f16 tensor cores). */
 export type VisionProducts = 'f32' | 'int8' | 'f16';
 export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8', 'f16'];
 
@@ -223,12 +223,17 @@ async function makeF16Products(gpu: Gpu, dims: ProductDims): Promise<MatmulQ4F16
   return op;
 }
 
-/** The vision tower's op for `v`: makeTensorCores' int8 op, or its f16 op once the f16 copy of a
- * dense weight has also matched the f64 product. */
+/** The vision tower's op for `v`: makeTensorCores' int8 op, or its f16 op once its products on
+ * dense weights (bf16 and f32, each rounded to f16 a call) have also matched the f64 product. */
 export async function makeVisionProducts(gpu: Gpu, v: Exclude<VisionProducts, 'f32'>, dims: ProductDims): Promise<TensorCoreProducts> {
   if (v === 'int8') return makeInt8Products(gpu, 'int8', dims);
   const op = await makeF16Products(gpu, dims);
-  return checked(op, 'f16', [[70, 96, Math.min(dims.maxK, 512)], false], [[70, 96, 128], false], (shape) => checkF16Dense(gpu, op, shape, 19));
+  // Weights as checkpoints hold them: bf16 (the published models), f32.
+  const both = async (shape: [number, number, number]) => {
+    const [bf16, f32] = [await checkF16Dense(gpu, op, shape, 19, 'bf16'), await checkF16Dense(gpu, op, shape, 23, 'f32')];
+    return Number.isNaN(f32.ofBound) || f32.ofBound > bf16.ofBound ? f32 : bf16;
+  };
+  return checked(op, 'f16', [[70, 96, Math.min(dims.maxK, 512)], false], [[70, 96, 128], false], both);
 }
 
 /** makeTensorCores for an int8 setting (the vision tower's dense products take this op too). */

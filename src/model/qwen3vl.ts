@@ -48,9 +48,9 @@ export interface ModelOptions {
   products?: Products;
   /** Where the vision tower's dense products (all but the patch embedding) run
    * (setVisionProducts): 'f32' (default), 'int8' (its weights rounded to int8 per row and block
-   * of 128 along K once, x in two limbs) or 'f16' (the weights rounded to f16 once). The tensor-core
-   * settings need Chromium's subgroup-matrix extension and move the image features
-   * (BENCHMARKS.md gives by how much). */
+   * of 128 along K once, x in two limbs) or 'f16' (each weight rounded to f16 as its product
+   * runs). The tensor-core settings need Chromium's subgroup-matrix extension and move the image
+   * features (BENCHMARKS.md gives by how much). */
   visionProducts?: VisionProducts;
   /** Where training forwards keep the hidden states their backward reads (setActivationStorage;
    * src/model/activationStorage.ts). Default 'f32'; 'f16' needs shader-f16. */

@@ -296,6 +296,11 @@ function splitOf(m: number, n: number, k: number, tile: GemmTile): number {
 
 /** What B may hold: f32, or a frozen dense weight's 16-bit halves (LinearWeight 'dense'). */
 export const DENSE_DTYPES = ['f32', 'bf16', 'f16'] as const;
+export type DenseDtype = (typeof DENSE_DTYPES)[number];
+
+export function isDenseDtype(d: DType): d is DenseDtype {
+  return (DENSE_DTYPES as readonly DType[]).includes(d);
+}
 
 function variantKey(transA: boolean, transB: boolean, bias: boolean): string {
   return `${transA ? 'T' : 'N'}${transB ? 'T' : 'N'}${bias ? '+bias' : ''}`;

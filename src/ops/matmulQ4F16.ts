@@ -8,6 +8,7 @@
 // Chromium's subgroup-matrix extension with an f16 -> f32 configuration of square fragments
 // (16x16x16 on NVIDIA, 8x8x8 on Apple).
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
+import { DENSE_DTYPES, isDenseDtype, type DenseDtype } from './matmul';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';
 import { SUBGROUP_MATRIX } from './matmulQ4Mma';
 import { EXPAND_MAX_WORDS, f16BlockedWords, joinsWidths, LORA_COLUMNS_RESERVED, loraColumns } from './productSizes';
@@ -150,13 +151,6 @@ export interface F16LoraInput {
 /** Most adapters one x carries (q/k/v). */
 const EXT_MAX_ADAPTERS = 3;
 
-/** A weight [n, k] held in f16 (toF16), two halves a u32 word; the caller owns the tensor. */
-export interface F16Weight {
-  w16: Tensor;
-  n: number;
-  k: number;
-}
-
 /** The f16 -> f32 configuration with square fragments the kernels take (the widest offered), or null. */
 export function f16Config(caps: Capabilities): SubgroupMatrixConfig | null {
   const square = configsOf(caps, 'f16').filter((c) => c.resultComponentType === 'f32' && c.M === c.N && Q4_GROUP % c.K === 0);
@@ -234,7 +228,7 @@ export class MatmulQ4F16 {
     private readonly rowScaleK: Kernel,
     private readonly rowScaleExtK: Kernel,
     private readonly gemmK: GemmKernels,
-    private readonly convert: { dense: Kernel; q4: Q4ToF16 },
+    private readonly convert: { dense: Record<DenseDtype, Kernel>; q4: Q4ToF16 },
     readonly expandMaxWords: number,
     private readonly rs: Tensor,
     private x16: Tensor,
@@ -261,7 +255,8 @@ export class MatmulQ4F16 {
     const slots = opts.waveSlots ?? 0;
     const tall = slots > 0 && tiles.oneWave && !tileMisfit(caps, tiles.oneWave, cfg.M, false) ? tiles.oneWave : null;
     // Compiled side by side: a load waits for the slowest, not for the sum.
-    const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, w16Tall, dense] = await Promise.all([
+    const convertDense = (d: Record<string, boolean>) => one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32', n: 'u32', k: 'u32' }, { BLOCKED: true, ...d });
+    const [rowScale, rowScaleExt, q4, q4Dinput, w16, w16Few, w16Tall, dense, denseBf16, denseF16] = await Promise.all([
       one('matmul_q4_f16', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.plain, rowScaleDefines(false)),
       one('matmul_q4_f16.lora', 'f16_row_scale', 'row_scale', ROW_SCALE_UNIFORMS.ext, rowScaleDefines(true)),
       variant('matmul_q4_f16', tiles.q4, false, false),
@@ -269,9 +264,11 @@ export class MatmulQ4F16 {
       variant('matmul_q4_f16.w16', tiles.f16, true, false),
       sameTile ? null : variant('matmul_q4_f16.w16_few', tiles.q4, true, false),
       tall ? variant('matmul_q4_f16.w16_one_wave', tall, true, false) : null,
-      one('matmul_q4_f16', 'f16_convert', 'dense_to_f16', { count: 'u32', n: 'u32', k: 'u32' }, { BLOCKED: true }),
+      convertDense({}),
+      convertDense({ HALVES: true, BF16: true }),
+      convertDense({ HALVES: true }),
     ]);
-    const convert = { dense, q4: Q4ToF16.create(gpu) };
+    const convert = { dense: { f32: dense, bf16: denseBf16, f16: denseF16 }, q4: Q4ToF16.create(gpu) };
     const rs = gpu.tensor([maxRows], 'f32', 'matmul_q4_f16.row_scales');
     checkQ4Shape('matmulQ4F16', 1, opts.maxK);
     const x16 = gpu.tensor([(maxRows * (opts.maxK + LORA_COLUMNS_RESERVED)) / 2], 'u32', 'matmul_q4_f16.x16');
@@ -384,26 +381,46 @@ export class MatmulQ4F16 {
     return { e: loraColumns(terms.length, r), r };
   }
 
-  /** y (+)= x·Wᵀ for weights held in f16 (toF16), every product of `outs` on one x. */
-  gemmF16(rec: Recorder, x: Tensor, outs: readonly { w: F16Weight; y: Tensor }[], accumulate = false): void {
-    const op = 'matmulQ4F16.gemmF16';
-    const k = outs[0].w.k;
-    if (outs.some((o) => o.w.k !== k)) throw new ShapeError(op, `products of one x need one K, got ${outs.map((o) => o.w.k).join(', ')}`);
-    const m = outs.map(({ w, y }) => f32Rows(op, { name: 'x', t: x, width: w.k, dim: 'K' }, { name: 'y', t: y, width: w.n }))[0];
+  /** A dense weight W [n, k] (f32, bf16 or f16) rounded to f16 once into a tensor of its own, in
+   * the kernels' blocks (benchmarks time the GEMM on it alone: tools/device/f16Gemm.ts). */
+  toF16(rec: Recorder, w: Tensor, n: number, k: number, label: string): Tensor {
+    const w16 = this.gpu.tensor([f16BlockedWords(n, k)], 'u32', `${label}.f16`);
+    this.denseToF16(rec, w, n, k, w16, 'matmulQ4F16.toF16');
+    return w16;
+  }
+
+  /** Whether gemmDense takes a dense weight of K `k`. */
+  takesDense(k: number): boolean {
+    return k % Q4_GROUP === 0 && k >= Q4_GROUP && this.rowsFitting(k) > 0;
+  }
+
+  /**
+   * y (+)= x·Wᵀ for dense weights as they are held (f32, bf16 or f16 [n, k]), every product of
+   * `outs` on one x: each W rounded to f16 into the scratch for its call (no copy is kept), which
+   * its dispatch reads before the next expansion rewrites it.
+   */
+  gemmDense(rec: Recorder, x: Tensor, outs: readonly { w: Tensor; y: Tensor }[], accumulate = false): void {
+    const op = 'matmulQ4F16.gemmDense';
+    const k = outs[0].w.shape[1];
+    if (outs.some((o) => o.w.shape.length !== 2 || o.w.shape[1] !== k)) throw new ShapeError(op, `products of one x need 2-D weights of one K, got ${outs.map((o) => `[${o.w.shape.join(', ')}]`).join(', ')}`);
+    if (!this.takesDense(k)) throw new ShapeError(op, `K = ${k} must be a positive multiple of ${Q4_GROUP} that fits the workspace`);
+    const m = outs.map(({ w, y }) => f32Rows(op, { name: 'x', t: x, width: k, dim: 'K' }, { name: 'y', t: y, width: w.shape[0] }))[0];
     for (const [r0, rows] of this.slices(op, m, k)) {
       const xin = this.rowScales(rec, rowSlice(x, r0, rows, k), rows, k);
-      for (const { w, y } of outs) this.dispatch(rec, false, xin, { w16: w.w16 }, rowSlice(y, r0, rows, w.n), { m: rows, n: w.n, k, accumulate: accumulate ? 1 : 0 });
+      for (const { w, y } of outs) {
+        const n = w.shape[0];
+        const scratch = this.scratchOf(rec, f16BlockedWords(n, k));
+        this.denseToF16(rec, w, n, k, scratch, op);
+        this.dispatch(rec, false, xin, { w16: scratch }, rowSlice(y, r0, rows, n), { m: rows, n, k, accumulate: accumulate ? 1 : 0 });
+      }
     }
   }
 
-  /** An f32 weight W [n, k] (nn.Linear's [out, in]) rounded to f16 once, for gemmF16; K a multiple of 32. */
-  toF16(rec: Recorder, w: Tensor, n: number, k: number, label: string): F16Weight {
-    const op = 'matmulQ4F16.toF16';
-    if (w.dtype !== 'f32' || w.numel !== n * k) throw new ShapeError(op, `${label} must be f32 [${n}, ${k}], got ${w.dtype} [${w.shape.join(', ')}]`);
-    if (!Number.isInteger(n) || n < 1 || k % Q4_GROUP !== 0 || k < Q4_GROUP) throw new ShapeError(op, `${label}: K = ${k} must be a positive multiple of ${Q4_GROUP}`);
-    const w16 = this.gpu.tensor([f16BlockedWords(n, k)], 'u32', `${label}.f16`);
-    rec.dispatch(this.convert.dense, { w, w16 }, grid1d((n * k) / 2, 256), { count: (n * k) / 2, n, k });
-    return { w16, n, k };
+  /** Record W [n, k] rounded to f16 into `w16` in blocks of 32 x 32. */
+  private denseToF16(rec: Recorder, w: Tensor, n: number, k: number, w16: Tensor, op: string): void {
+    if (!isDenseDtype(w.dtype) || w.numel !== n * k) throw new ShapeError(op, `'${w.label}' must be ${DENSE_DTYPES.join(', ')} [${n}, ${k}], got ${w.dtype} [${w.shape.join(', ')}]`);
+    if (!Number.isInteger(n) || n < 1 || k % Q4_GROUP !== 0 || k < Q4_GROUP) throw new ShapeError(op, `'${w.label}': K = ${k} must be a positive multiple of ${Q4_GROUP}`);
+    rec.dispatch(this.convert.dense[w.dtype], { w, w16 }, grid1d((n * k) / 2, 256), { count: (n * k) / 2, n, k });
   }
 
   /** Whether W is expanded to f16 once a call (expandMaxWords) rather than dequantized in the kernel. */

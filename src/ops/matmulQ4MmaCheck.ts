@@ -3,6 +3,7 @@
 // the unit test (where the device has subgroup matrices), by the gemm benchmark suite, which
 // puts the figures beside the speed, and by Qwen3VL before it routes products through a new one.
 import { Tensor, type Gpu, type Recorder } from '../gpu';
+import { bf16BitsToF32, f32ToBf16Bits } from '../model/dtype';
 import { allocQ4, q4Words, Q4_GROUP, type Q4Weight } from './matmulQ4';
 import type { MatmulQ4Mma } from './matmulQ4Mma';
 import type { F16LoraInput, F16LoraUpdate } from './matmulQ4F16';
@@ -222,42 +223,43 @@ export async function checkQ4F16Joined(gpu: Gpu, op: Q4JoinedProduct, m: number,
   return worst!;
 }
 
-/** An op that multiplies f32 weights held in f16 (MatmulQ4F16's toF16 and gemmF16). */
+/** An op that multiplies dense weights as they are held, rounding them to f16 a call (MatmulQ4F16's gemmDense). */
 export interface F16DenseProduct {
-  toF16(rec: Recorder, w: Tensor, n: number, k: number, label: string): { w16: Tensor; n: number; k: number };
-  gemmF16(rec: Recorder, x: Tensor, outs: readonly { w: { w16: Tensor; n: number; k: number }; y: Tensor }[], accumulate?: boolean): void;
+  gemmDense(rec: Recorder, x: Tensor, outs: readonly { w: Tensor; y: Tensor }[], accumulate?: boolean): void;
 }
 
-/** toF16 then gemmF16 on a random f32 weight [n, k] (Gaussian, 0.02) and checkQ4F16's activations,
- * against the f64 product with the f32 weight: x and w each rounded to f16. */
-export async function checkF16Dense(gpu: Gpu, op: F16DenseProduct, shape: [number, number, number], seed: number): Promise<MmaAccuracy> {
-  return checkDense(gpu, shape, seed, 'f16', (rec, tw, n, k) => {
-    const w16 = op.toF16(rec, tw, n, k, 'f16-check.w');
-    return { run: (r, x, y, acc) => op.gemmF16(r, x, [{ w: w16, y }], acc), release: () => w16.w16.release() };
-  }, ({ x, m, k }) => {
+/** gemmDense on a random weight [n, k] (Gaussian, 0.02; `dtype` f32, or bf16 as the published
+ * checkpoints hold the vision tower's) and checkQ4F16's activations, against the f64 product with
+ * that weight: x and w each rounded to f16. */
+export async function checkF16Dense(gpu: Gpu, op: F16DenseProduct, shape: [number, number, number], seed: number, dtype: 'f32' | 'bf16' = 'bf16'): Promise<MmaAccuracy> {
+  return checkDense(gpu, shape, seed, `f16 (${dtype} W)`, dtype, (_rec, tw) => ({ run: (r, x, y, acc) => op.gemmDense(r, x, [{ w: tw, y }], acc), release: () => undefined }), ({ x, m, k }) => {
     const inv = rowScaleInverses(x, m, k);
     return (r, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[r] * Math.abs(wv) + 2 ** -24 * Math.abs(xv);
   });
 }
 
 /**
- * A product on a copy of a random f32 weight [n, k] (Gaussian, 0.02) made by `copy`, on the
- * activations of checkQ4Product, once overwriting y and once accumulating into a random y0,
- * against the f64 product with the f32 weight and the sum of `bounds`' per-term errors.
+ * A product on a random weight [n, k] (Gaussian, 0.02; with `dtype` bf16 rounded to bf16 and held
+ * so) through `copy`, on the activations of checkQ4Product, once overwriting y and once
+ * accumulating into a random y0, against the f64 product with that weight and the sum of
+ * `bounds`' per-term errors.
  */
 async function checkDense(
   gpu: Gpu,
   [m, n, k]: [number, number, number],
   seed: number,
   what: string,
+  dtype: 'f32' | 'bf16',
   copy: (rec: Recorder, w: Tensor, n: number, k: number) => { run: (rec: Recorder, x: Tensor, y: Tensor, accumulate: boolean) => void; release: () => void },
   bounds: (a: { x: Float32Array; w: Float32Array; m: number; n: number; k: number }) => TermBound,
 ): Promise<MmaAccuracy> {
   const next = rng(seed);
   const x = activations(next, m, k);
   const w = new Float32Array(n * k).map(() => 0.02 * gaussian(next));
+  // A bf16 weight: its values are those halves, exactly.
+  if (dtype === 'bf16') w.forEach((v, i) => (w[i] = bf16BitsToF32(f32ToBf16Bits(v))));
   const y0 = new Float32Array(m * n).map(() => gaussian(next));
-  const tw = gpu.upload(w, [n, k], 'f32', `${what}-check.w`);
+  const tw = dtype === 'bf16' ? gpu.upload(Uint16Array.from(w, f32ToBf16Bits), [n, k], 'bf16', `${what}-check.w`) : gpu.upload(w, [n, k], 'f32', `${what}-check.w`);
   const tx = gpu.upload(x, [m, k], 'f32', `${what}-check.x`);
   const ty = gpu.tensor([m, n], 'f32', `${what}-check.y`);
   const tacc = gpu.upload(y0, [m, n], 'f32', `${what}-check.y0`);
@@ -423,7 +425,7 @@ function compare(a: {
  */
 export async function checkInt8Mma(gpu: Gpu, mma: MatmulQ4Mma, shape: [number, number, number], seed: number): Promise<MmaAccuracy> {
   const kb = mma.kBlock;
-  return checkDense(gpu, shape, seed, 'int8', (rec, tw, n, k) => {
+  return checkDense(gpu, shape, seed, 'int8', 'f32', (rec, tw, n, k) => {
     const w8 = mma.quantizeDense(rec, tw, n, k, 'int8-check.w');
     return { run: (r, x, y, acc) => mma.gemmInt8(r, x, [{ w: w8, y }], acc), release: () => [w8.w8, w8.steps].forEach((t) => t.release()) };
   }, ({ x, w, m, n, k }) => {

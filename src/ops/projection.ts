@@ -29,7 +29,7 @@ import { LORA_GEMV_MAX_ROWS, LoraGemv } from './loraGemv';
 import { Matmul } from './matmul';
 import { Norms } from './norms';
 import { allocQ4, GEMV_MAX_ROWS, int8GroupWords, MatmulQ4, type Q4Weight } from './matmulQ4';
-import { MatmulQ4F16, type F16Weight } from './matmulQ4F16';
+import { MatmulQ4F16 } from './matmulQ4F16';
 import { MMA_K_BLOCK } from './productSizes';
 import { MatmulQ4Mma, type Int8Weight, type MatmulQ4MmaOptions } from './matmulQ4Mma';
 
@@ -146,8 +146,8 @@ const joinedDenseOf = new WeakMap<LinearWeight, JoinedDense>();
 
 export class Projection {
   private tensorCores: TensorCoreProducts | null = null;
-  /** f32 weights' tensor-core copies (int8 or f16, by the op given to useTensorCores), by the weight's tensor. */
-  private copies = new Map<Tensor, DenseCopy>();
+  /** Dense weights' tensor-core routes (by the op given to useTensorCores), by the weight's tensor. */
+  private routes = new Map<Tensor, DenseRoute>();
   /** The joined output of projections, by the first part's output (workspace views are kept per row count). */
   private readonly joinedOut = new WeakMap<Tensor, { y: Tensor; widths: number[] }>();
   /** A GEMV's x as int8 groups, written by the kernel before (quantizedInput). */
@@ -268,31 +268,32 @@ export class Projection {
 
   /**
    * Route 4-bit products of more than PATHS.gemvMaxRows rows and 4-bit input gradients through
-   * `op` (the caller owns it), and the dense weights of `dense` through copies made here once
-   * (from their f32 values: halves are widened first): int8 on a K-blocked MatmulQ4Mma
-   * (|w − q·t| ≤ t/2, t a block's largest |w| / 127), f16 on a MatmulQ4F16; null: the f32
-   * kernels again.
+   * `op` (the caller owns it), and the dense weights of `dense` too: on a MatmulQ4F16 as they are
+   * held (gemmDense rounds each to f16 into its scratch a call: no copy); on a K-blocked
+   * MatmulQ4Mma through int8 copies made here once from their f32 values (|w − q·t| ≤ t/2, t a
+   * block's largest |w| / 127; halves widened first). null: the f32 kernels again.
    */
   async useTensorCores(op: TensorCoreProducts | null, dense: readonly DenseWeight[] = []): Promise<void> {
     if (op instanceof MatmulQ4Mma && op.kBlock === 32) throw new ShapeError('projection', 'the tensor-core path takes a K-blocked MatmulQ4Mma (kBlock 64 or above)');
-    const old = this.copies;
-    this.copies = new Map();
+    const old = this.routes;
+    this.routes = new Map();
     this.tensorCores = null;
-    if (old.size > 0) {
+    if ([...old.values()].some((r) => r.kind === 'int8')) {
       // Work recorded with the old copies may still be in flight.
       await this.gpu.sync();
-      for (const c of old.values()) releaseCopy(c);
+      for (const r of old.values()) releaseRoute(r);
     }
     if (!op) return;
     const rec = this.gpu.recorder('projection.dense_copies');
     for (const d of dense) {
       if (d.kind !== 'dense') continue;
-      const int8 = op instanceof MatmulQ4Mma && d.in % op.kBlock === 0;
-      const f16 = op instanceof MatmulQ4F16 && d.in % 32 === 0;
-      if (!int8 && !f16) continue;
+      if (op instanceof MatmulQ4F16) {
+        if (op.takesDense(d.in)) this.routes.set(d.w, { kind: 'f16', op });
+        continue;
+      }
+      if (!(op instanceof MatmulQ4Mma) || d.in % op.kBlock !== 0) continue;
       const w = d.w.dtype === 'f32' ? d.w : this.matmul.halves.widen(rec, d.w);
-      if (op instanceof MatmulQ4Mma) this.copies.set(d.w, { kind: 'int8', op, w: op.quantizeDense(rec, w, d.out, d.in, d.w.label) });
-      else if (op instanceof MatmulQ4F16) this.copies.set(d.w, { kind: 'f16', op, w: op.toF16(rec, w, d.out, d.in, d.w.label) });
+      this.routes.set(d.w, { kind: 'int8', op, w: op.quantizeDense(rec, w, d.out, d.in, d.w.label) });
       if (w !== d.w) {
         // One weight's f32 at a time: submitted before the next widening reuses its buffer.
         await rec.submit();
@@ -303,11 +304,11 @@ export class Projection {
     this.tensorCores = op;
   }
 
-  /** y (+)= x·Wᵀ for each output on its weight's tensor-core copy (all made by one op). */
-  private denseCopies(rec: Recorder, x: Tensor, outs: readonly { c: DenseCopy; y: Tensor }[], accumulate: boolean): void {
-    const first = outs[0].c;
-    if (first.kind === 'int8') first.op.gemmInt8(rec, x, outs.map(({ c, y }) => ({ w: (c as typeof first).w, y })), accumulate);
-    else first.op.gemmF16(rec, x, outs.map(({ c, y }) => ({ w: (c as typeof first).w, y })), accumulate);
+  /** y (+)= x·Wᵀ for each output on its weight's tensor-core route (all on one op). */
+  private denseOnTensorCores(rec: Recorder, x: Tensor, outs: readonly { r: DenseRoute; w: Tensor; y: Tensor }[], accumulate: boolean): void {
+    const first = outs[0].r;
+    if (first.kind === 'int8') first.op.gemmInt8(rec, x, outs.map(({ r, y }) => ({ w: (r as typeof first).w, y })), accumulate);
+    else first.op.gemmDense(rec, x, outs.map(({ w, y }) => ({ w, y })), accumulate);
   }
 
   get usesTensorCores(): boolean {
@@ -353,9 +354,9 @@ export class Projection {
 
   /** y (+)= x·Wᵀ + b for a layer with an optional bias: on the tensor cores where W has a copy for them. */
   dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
-    const c = d.kind === 'dense' ? this.copies.get(d.w) : undefined;
-    if (c) {
-      this.denseCopies(rec, x, [{ c, y }], accumulate);
+    const r = d.kind === 'dense' ? this.routes.get(d.w) : undefined;
+    if (r) {
+      this.denseOnTensorCores(rec, x, [{ r, w: d.w as Tensor, y }], accumulate);
       if (d.b) this.addBias(rec, y, d.b);
       return;
     }
@@ -371,7 +372,7 @@ export class Projection {
 
   /** Rows [yRow, yRow + m) of y (+)= rows [xRow, xRow + m) of x · Wᵀ + b: offsets for the f32 GEMM, row views for 4-bit and the tensor cores (the caller aligns them). */
   denseRows(rec: Recorder, x: Tensor, xRow: number, d: DenseWeight, y: Tensor, yRow: number, m: number, accumulate: boolean): void {
-    if (d.kind === 'dense' && !this.copies.has(d.w)) {
+    if (d.kind === 'dense' && !this.routes.has(d.w)) {
       this.matmul.gemm(rec, { a: x, b: d.w, c: y, m, n: d.out, k: d.in, transB: true, offsetA: xRow * d.in, offsetC: yRow * d.out, beta: accumulate ? 1 : 0, bias: d.b ?? undefined });
       return;
     }
@@ -385,9 +386,9 @@ export class Projection {
    * in one buffer; else a product each.
    */
   denseShared(rec: Recorder, x: Tensor, outs: readonly { d: DenseWeight; y: Tensor }[]): void {
-    const copies = outs.map((o) => (o.d.kind === 'dense' ? this.copies.get(o.d.w) : undefined));
-    if (copies.every((c) => c)) {
-      this.denseCopies(rec, x, outs.map((o, i) => ({ c: copies[i]!, y: o.y })), false);
+    const routes = outs.map((o) => (o.d.kind === 'dense' ? this.routes.get(o.d.w) : undefined));
+    if (routes.every((r) => r)) {
+      this.denseOnTensorCores(rec, x, outs.map((o, i) => ({ r: routes[i]!, w: o.d.w as Tensor, y: o.y })), false);
       for (const o of outs) if (o.d.b) this.addBias(rec, o.y, o.d.b);
       return;
     }
@@ -701,18 +702,17 @@ export class Projection {
   }
 
   release(): void {
-    for (const c of this.copies.values()) releaseCopy(c);
-    this.copies.clear();
+    for (const r of this.routes.values()) releaseRoute(r);
+    this.routes.clear();
     this.tensorCores = null;
   }
 }
 
-/** An f32 weight's copy for the tensor cores, and the op that made it and multiplies it. */
-type DenseCopy = { kind: 'int8'; op: MatmulQ4Mma; w: Int8Weight } | { kind: 'f16'; op: MatmulQ4F16; w: F16Weight };
+/** A dense weight's way onto the tensor cores: its int8 copy and the op that made it, or the f16 op that rounds it each call. */
+type DenseRoute = { kind: 'int8'; op: MatmulQ4Mma; w: Int8Weight } | { kind: 'f16'; op: MatmulQ4F16 };
 
-function releaseCopy(c: DenseCopy): void {
-  if (c.kind === 'int8') for (const t of [c.w.w8, c.w.steps]) t.release();
-  else c.w.w16.release();
+function releaseRoute(r: DenseRoute): void {
+  if (r.kind === 'int8') for (const t of [r.w.w8, r.w.steps]) t.release();
 }
 
 /** The tensor-core options for x in `limbs` int8 limbs (PATHS' tile and K block). */

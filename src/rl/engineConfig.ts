@@ -20,10 +20,11 @@ export interface EngineConfig {
    * the fastest the device offers (chooseProducts), f32 where it offers no tensor cores. */
   products: Products | 'auto';
   /**
-   * The vision tower's dense products: 'f32' (default), or on tensor cores where offered, 'f16' or
-   * 'int8', which hold a copy of the tower's dense weights beside its own (in f16 as many bytes as
-   * the published checkpoints' bf16, in int8 half) and run large images about twice as fast; at
-   * the default config's 224x224 image the f32 units are as fast (BENCHMARKS.md, f16 tensor cores).
+   * The vision tower's dense products: 'f32' (default), or on tensor cores where offered, 'f16'
+   * (each weight rounded to f16 as its product runs: no copy) or 'int8' (an int8 copy of the
+   * tower's dense weights, half the bytes of the published checkpoints' bf16); both run large
+   * images about twice as fast; at the default config's 224x224 image the f32 units are as fast
+   * (BENCHMARKS.md, f16 tensor cores).
    */
   vision_products: VisionProducts;
   /**

@@ -42,7 +42,8 @@ const DX_SHAPES: [number, number, number][] = [
   [77, 2048, 576],
 ];
 // f32 weights (the vision tower's dense layers at a 448x448 image: 784 patches, 196 merged, and the
-// headline shape): held in f16, as int8 copies, or on the f32 GEMM.
+// headline shape): rounded to f16 a call (gemmDense, its expansion timed), as int8 copies, or on the
+// f32 GEMM.
 const DENSE: [number, number, number][] = [
   [784, 3072, 1024],
   [784, 4096, 1024],
@@ -93,7 +94,7 @@ for (const tiles of TILES)
 for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
   for (const [i, shape] of SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 100 + i));
   for (const [i, shape] of DX_SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 200 + i, true));
-  for (const [i, shape] of SHAPES.entries()) report(n, await checkF16Dense(gpu, op, shape, 300 + i));
+  for (const [i, shape] of SHAPES.entries()) for (const dtype of ['bf16', 'f32'] as const) report(n, await checkF16Dense(gpu, op, shape, 300 + i, dtype));
   if (op.expandMaxWords === 0) continue;
   report(n, await checkQ4F16Joined(gpu, op, 77, [512, 256, 256], 320, 600, 16));
   for (const r of [8, 16, 64]) {
@@ -122,15 +123,14 @@ if (!args.bool('no-speed')) {
     const y = gpu.tensor([m, n], 'f32', 'y');
     fill.fill(rec, w, 'uniform', 0.02);
     fill.fill(rec, x, 'uniform', 1);
-    const w16 = f16.toF16(rec, w, n, k, 'w');
     const w8 = int8.quantizeDense(rec, w, n, k, 'w');
     await rec.submit();
     const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
-    const t16 = await inStreamMs(gpu, /^matmul_q4_f16/, (r) => f16.gemmF16(r, x, [{ w: w16, y }]));
+    const t16 = await inStreamMs(gpu, /^matmul_q4_f16/, (r) => f16.gemmDense(r, x, [{ w, y }]));
     const t8 = await inStreamMs(gpu, /^matmul_q4_mma\./, (r) => int8.gemmInt8(r, x, [{ w: w8, y }]));
     const t32 = await inStreamMs(gpu, /^matmul\.gemm/, (r) => mm.gemm(r, { a: x, b: w, c: y, m, n, k, transB: true }));
     console.log(`dense M${m} N${n} K${k}: f16 ${t16.toFixed(3)} ms (${tflops(t16)} TFLOP/s), int8 ${t8.toFixed(3)} ms (${tflops(t8)}), f32 ${t32.toFixed(3)} ms (${tflops(t32)})`);
-    for (const t of [w, x, y, w16.w16, w8.w8, w8.steps]) t.release();
+    for (const t of [w, x, y, w8.w8, w8.steps]) t.release();
   }
 }
 process.exit(failed || checks.failed ? 1 : 0);
@@ -157,12 +157,12 @@ async function ablate(): Promise<void> {
     const [kernel] = await compileMatrixKernels(gpu, 'matmul_q4_f16.ablate', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms }], { ...f16GemmDefines(tile, 16, 16), AS_PAD: pad, W16: true, DINPUT: false, ABLATE: true });
     const parts: string[] = [];
     for (const [label, bits] of [['whole kernel', 0], ['no global loads', 2], ['no staging stores', 4], ['no MMAs', 8], ['neither loads nor stores', 6], ['MMAs alone, no barriers', 22], ['barriers alone', 14]] as const) {
-      const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16: w16.w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits, split1: n, split2: n }));
+      const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits, split1: n, split2: n }));
       parts.push(`${label} ${ms.toFixed(3)} ms (${((2 * m * n * k) / ms / 1e9).toFixed(0)} TFLOP/s)`);
     }
     console.log(`ablation, pad ${pad}, ${tile.rows}x${tile.cols}/${tile.threads} on f16 W, M${m} N${n} K${k}: ${parts.join('; ')}`);
   }
-  for (const t of [x, w, w16.w16, rs, x16, y]) t.release();
+  for (const t of [x, w, w16, rs, x16, y]) t.release();
   op.release();
 }
 
