@@ -54,6 +54,9 @@ export interface MemoryPlan {
   largestBuffer: { name: string; bytes: number };
   /** K and V over all layers at the cache's dtype, per token of context. */
   kvCacheBytesPerToken: number;
+  /** The f32 copies the vision tower's f32 products widen its halves into (matmul.ts), which the
+   * pool keeps for the next image: one a distinct matrix shape; 0 for f32 or 4-bit matrices. */
+  visionWideningBytes: number;
 }
 
 const LINEAR = /^model\.language_model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$/;
@@ -96,7 +99,18 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     totalBytes: list.reduce((a, p) => a + p.bytes, 0),
     largestBuffer: largest,
     kvCacheBytesPerToken: t.numLayers * 2 * t.numKvHeads * t.headDim * BYTES[options.kvCacheDtype ?? 'f32'],
+    visionWideningBytes: visionDtype === 'bf16' || visionDtype === 'f16' ? visionWidening(config) : 0,
   };
+}
+
+/** Bytes of one f32 copy of each distinct shape of the tower's dense matrices: the patch embedding,
+ * a block's joined q/k/v, its proj, its MLP's two (one size), a merger's two. */
+function visionWidening(config: Qwen3VLConfig): number {
+  const v = config.vision;
+  const H = v.hiddenSize;
+  const merged = H * v.spatialMergeSize ** 2;
+  const sizes = new Set([H * v.inChannels * v.temporalPatchSize * v.patchSize ** 2, 3 * H * H, H * H, v.intermediateSize * H, merged * merged, v.outHiddenSize * merged]);
+  return 4 * [...sizes].reduce((a, b) => a + b, 0);
 }
 
 /** How loadVisionWeights keeps a checkpoint of config.json's dtype's dense matrices: its halves
@@ -150,7 +164,7 @@ export interface TrainingMemory {
   weightsBytes: number;
   /** LoRA A and B on q/k/v/o/gate/up/down of every layer, their gradients and AdamW's two moments. */
   loraBytes: number;
-  /** Sampling: the KV cache (plan.kvCacheBytesPerToken) of the prompt once and G completions, and the decoder's prefill workspace. */
+  /** Sampling: the KV cache (plan.kvCacheBytesPerToken) of the prompt once and G completions, the decoder's prefill workspace, the vision tower's widened copies (plan.visionWideningBytes). */
   generationBytes: number;
   /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks, what the pool keeps of the forward's workspace (and with f16 states a copy of the gradients). */
   trainingBytes: number;
@@ -181,7 +195,7 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   // and a decode step's owed update (its few rows).
   const workspaceRow = (3 * H + 3 * q + 3 * kv + 3 * I + D + r) * f;
   const workspaceRows = Math.max(P, G);
-  const generationBytes = (P + G * C) * plan.kvCacheBytesPerToken + workspaceRows * workspaceRow + Math.min(workspaceRows, LORA_GEMV_MAX_ROWS) * H * f;
+  const generationBytes = (P + G * C) * plan.kvCacheBytesPerToken + workspaceRows * workspaceRow + Math.min(workspaceRows, LORA_GEMV_MAX_ROWS) * H * f + plan.visionWideningBytes;
   // A micro-batch: the prompt once, then the group's completions in as few even chunks as the
   // budget allows (src/rl/microBatch.ts, src/model/train.ts).
   const perChunk = Math.max(1, Math.min(G, Math.floor((work.microBatchTokens - P) / C)));
