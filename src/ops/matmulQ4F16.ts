@@ -4,9 +4,10 @@
 // (or dY) is scaled per row by a power of two (shaders/f16_row_scale.wgsl) and rounded to f16, and
 // the products accumulate in f32. A LoRA adapter's update (y += s·u·Bᵀ) or its part of dX (t·A)
 // joins the product as more of the reduction: x goes on with s·u (or dY with t) and the expanded W
-// with B (or Aᵀ), so that it runs on the tensor cores inside the one GEMM. Needs shader-f16 and
-// Chromium's subgroup-matrix extension with an f16 -> f32 configuration of square fragments
-// (16x16x16 on NVIDIA, 8x8x8 on Apple).
+// with B (or Aᵀ), so that it runs on the tensor cores inside the one GEMM. Dense weights (the
+// vision tower's: f32, bf16 or f16) are rounded to f16 the same way, into the scratch a call
+// (gemmDense). Needs shader-f16 and Chromium's subgroup-matrix extension with an f16 -> f32
+// configuration of square fragments (16x16x16 on NVIDIA, 8x8x8 on Apple).
 import { capabilitiesOf, compileMatrixKernels, configsOf, grid1d, MissingFeatureError, ShapeError, Tensor, type Capabilities, type Gpu, type Kernel, type Recorder, type SubgroupMatrixConfig } from '../gpu';
 import { DENSE_DTYPES, isDenseDtype, type DenseDtype } from './matmul';
 import { checkQ4Shape, f32Rows, Q4_GROUP, rowSlice, rowSlices, rowsOf, type Q4Weight } from './matmulQ4';

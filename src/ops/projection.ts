@@ -352,7 +352,7 @@ export class Projection {
     else this.q4.backwardInput(rec, dy, w, dx, accumulate);
   }
 
-  /** y (+)= x·Wᵀ + b for a layer with an optional bias: on the tensor cores where W has a copy for them. */
+  /** y (+)= x·Wᵀ + b for a layer with an optional bias: on the tensor cores where W has a route to them (useTensorCores). */
   dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
     const r = d.kind === 'dense' ? this.routes.get(d.w) : undefined;
     if (r) {
