@@ -12,7 +12,8 @@
 //     device's storage-binding limit. A split table's blocks are multiples of TABLE_ROW_ALIGN
 //     rows, so that the LM head's vocabulary chunks (src/ops/logprob.ts, 8192 wide) never
 //     straddle two blocks; a GPU that cannot hold that many rows in a buffer is refused by name.
-//   - Norms: f32 (bf16/f16 decoded on the CPU). The vision tower: f32, by src/model/vision.ts's
+//   - Norms: f32 (bf16/f16 decoded on the CPU). The vision tower: its matrices in the checkpoint's
+//     own halves (bf16 for the published models), the rest f32, by src/model/vision.ts's
 //     loadVisionWeights (the Conv3d patch embedding [hidden, 3, 2, 16, 16] as the dense
 //     [hidden, 1536] it is: its flatten order (channel, frame, y, x) is the processor's; the
 //     fused qkv split into q, k and v). Its 4-bit option stays off here: on the tiny fixtures it
@@ -154,7 +155,7 @@ export class WeightLoader {
     // The raw staging buffers went back to the pool; give their memory back to the device.
     this.gpu.pool.trim();
 
-    // The vision tower's own loader (f32, patch embedding flattened, qkv split): a second pass over its tensors.
+    // The vision tower's own loader (matrices in the checkpoint's halves, patch embedding flattened, qkv split): a second pass over its tensors.
     const vision = await loadVisionWeights(this.gpu, ckpt, config, { signal: opts.signal, onProgress: progress(lmBytes) });
     const embed = tables.get('model.language_model.embed_tokens.weight')!;
     return {

@@ -42,7 +42,7 @@ export interface LanguageModelWeights {
   finalNorm: Tensor; // [hidden]
 }
 
-/** A dense layer of the vision tower: W [out, in] 4-bit where quantized and K allows (a multiple of 32), else f32; bias [out] f32. */
+/** A dense layer of the vision tower: W [out, in] 4-bit where quantized and K allows (a multiple of 32), else dense (the checkpoint's bf16 or f16, or f32); bias [out] f32. */
 export type DenseWeight = LinearWeight & { b: Tensor | null };
 
 export interface NormWeight {
