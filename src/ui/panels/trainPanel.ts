@@ -639,8 +639,9 @@ export function trainPanel(engine: Remote<EngineApi>, status: StatusBar): HTMLEl
         const r = await engine.startTraining(input, eventProxy);
         run.runId = r.runId;
         adopt(r.runId, cfg, true);
-        note(`Run ${r.runId} started.`);
+        // The runs table shows the new run before the note says it started: the two never disagree.
         await refreshRuns();
+        note(`Run ${r.runId} started.`);
       } catch (e) {
         run.live = false;
         showError(e);
