@@ -115,7 +115,7 @@ function visionWidening(config: Qwen3VLConfig): number {
 
 /** How loadVisionWeights keeps a checkpoint of config.json's dtype's dense matrices: its halves
  * as they are, f32 otherwise (bf16 where config.json names no dtype, as the published models). */
-export function checkpointHalves(config: Qwen3VLConfig): 'bf16' | 'f16' | 'f32' {
+function checkpointHalves(config: Qwen3VLConfig): 'bf16' | 'f16' | 'f32' {
   const d = config.dtype ?? 'bfloat16';
   return d === 'bfloat16' ? 'bf16' : d === 'float16' ? 'f16' : 'f32';
 }
