@@ -55,7 +55,8 @@ export interface MemoryPlan {
   /** K and V over all layers at the cache's dtype, per token of context. */
   kvCacheBytesPerToken: number;
   /** The f32 copies the vision tower's f32 products widen its halves into (matmul.ts), which the
-   * pool keeps for the next image: one a distinct matrix shape; 0 for f32 or 4-bit matrices. */
+   * pool keeps for the next image: one a distinct matrix size (the checkpoint's fused attn.qkv as
+   * the joined q/k/v); 0 for f32 or 4-bit matrices. */
   visionWideningBytes: number;
 }
 
@@ -64,6 +65,8 @@ const BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
 
 export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {}): MemoryPlan {
   const groupSize = options.groupSize ?? 32;
+  // One f32 copy of each distinct size of the tower's matrices held in halves (visionWideningBytes).
+  const widened = new Set<number>();
   const scaleBytes = options.scaleBytes ?? 2;
   const embedDtype = options.embedDtype ?? 'q4';
   const visionDtype = options.visionDtype ?? checkpointHalves(config);
@@ -90,7 +93,10 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     else if (shape.length === 1) add(name.startsWith('model.visual.') ? 'vision.vectors' : 'lm.vectors', 'f32', name, shape);
     else if (name.endsWith('pos_embed.weight')) add('vision.matrices', 'f32', name, shape);
     else if (visionDtype === 'q4' && shape.slice(1).reduce((a, b) => a * b, 1) % groupSize !== 0) add('vision.matrices', checkpointHalves(config), name, shape);
-    else add('vision.matrices', visionDtype, name, [shape[0], shape.slice(1).reduce((a, b) => a * b, 1)]);
+    else {
+      add('vision.matrices', visionDtype, name, [shape[0], shape.slice(1).reduce((a, b) => a * b, 1)]);
+      if (visionDtype === 'bf16' || visionDtype === 'f16') widened.add(shape.reduce((a, b) => a * b, 1));
+    }
   }
   const list = [...parts.values()];
   const t = config.text;
@@ -99,18 +105,8 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     totalBytes: list.reduce((a, p) => a + p.bytes, 0),
     largestBuffer: largest,
     kvCacheBytesPerToken: t.numLayers * 2 * t.numKvHeads * t.headDim * BYTES[options.kvCacheDtype ?? 'f32'],
-    visionWideningBytes: visionDtype === 'bf16' || visionDtype === 'f16' ? visionWidening(config) : 0,
+    visionWideningBytes: 4 * [...widened].reduce((a, b) => a + b, 0),
   };
-}
-
-/** Bytes of one f32 copy of each distinct shape of the tower's dense matrices: the patch embedding,
- * a block's joined q/k/v, its proj, its MLP's two (one size), a merger's two. */
-function visionWidening(config: Qwen3VLConfig): number {
-  const v = config.vision;
-  const H = v.hiddenSize;
-  const merged = H * v.spatialMergeSize ** 2;
-  const sizes = new Set([H * v.inChannels * v.temporalPatchSize * v.patchSize ** 2, 3 * H * H, H * H, v.intermediateSize * H, merged * merged, v.outHiddenSize * merged]);
-  return 4 * [...sizes].reduce((a, b) => a + b, 0);
 }
 
 /** How loadVisionWeights keeps a checkpoint of config.json's dtype's dense matrices: its halves

@@ -147,7 +147,7 @@ export class Matmul {
     const A = operand('A', g.a, ar, ac, g.lda, g.offsetA, g.strideA);
     const B = operand('B', g.b, br, bc, g.ldb, g.offsetB, g.strideB);
     const C = operand('C', g.c, m, n, g.ldc, g.offsetC, g.strideC);
-    for (const o of [A, B, C]) checkOperand(o, batch, o === B ? DENSE_DTYPES : ['f32']);
+    for (const o of [A, B, C]) checkOperand(o, batch, o === B ? DENSE_DTYPES : F32);
     const strideBias = g.strideBias ?? 0;
     if (g.bias) {
       if (g.bias.dtype !== 'f32') throw new ShapeError('gemm', `bias must be f32, got ${g.bias.dtype}`);
@@ -297,6 +297,8 @@ function splitOf(m: number, n: number, k: number, tile: GemmTile): number {
 /** What B may hold: f32, or a frozen dense weight's 16-bit halves (LinearWeight 'dense'). */
 export const DENSE_DTYPES = ['f32', 'bf16', 'f16'] as const;
 export type DenseDtype = (typeof DENSE_DTYPES)[number];
+/** What A, C and a Linear layer's x, y, dY, dX hold. */
+const F32 = ['f32'] as const;
 
 export function isDenseDtype(d: DType): d is DenseDtype {
   return (DENSE_DTYPES as readonly DType[]).includes(d);
@@ -363,7 +365,7 @@ function checkOperand(o: Operand, batch: number, dtypes: readonly DType[]): void
 
 /** The two dimensions of a 2-D f32 tensor (W: or its halves, DENSE_DTYPES). */
 function matrix(op: string, what: string, t: Tensor): [number, number] {
-  const dtypes: readonly DType[] = what === 'W' ? DENSE_DTYPES : ['f32'];
+  const dtypes: readonly DType[] = what === 'W' ? DENSE_DTYPES : F32;
   if (!dtypes.includes(t.dtype)) throw new ShapeError(op, `${what} ('${t.label}') must be ${dtypes.join(', ')}, got ${t.dtype}`);
   if (t.shape.length !== 2) throw new ShapeError(op, `${what} ('${t.label}') must be 2-D, got [${t.shape}]`);
   return [t.shape[0], t.shape[1]];

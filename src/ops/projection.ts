@@ -288,7 +288,7 @@ export class Projection {
     for (const d of dense) {
       if (d.kind !== 'dense') continue;
       if (op instanceof MatmulQ4F16) {
-        if (op.takesDense(d.in)) this.routes.set(d.w, { kind: 'f16', op });
+        if (op.takesDense(d.in)) this.routes.set(d.w, { kind: 'f16', op, w: d.w });
         continue;
       }
       if (!(op instanceof MatmulQ4Mma) || d.in % op.kBlock !== 0) continue;
@@ -305,10 +305,10 @@ export class Projection {
   }
 
   /** y (+)= x·Wᵀ for each output on its weight's tensor-core route (all on one op). */
-  private denseOnTensorCores(rec: Recorder, x: Tensor, outs: readonly { r: DenseRoute; w: Tensor; y: Tensor }[], accumulate: boolean): void {
+  private denseOnTensorCores(rec: Recorder, x: Tensor, outs: readonly { r: DenseRoute; y: Tensor }[], accumulate: boolean): void {
     const first = outs[0].r;
     if (first.kind === 'int8') first.op.gemmInt8(rec, x, outs.map(({ r, y }) => ({ w: (r as typeof first).w, y })), accumulate);
-    else first.op.gemmDense(rec, x, outs.map(({ w, y }) => ({ w, y })), accumulate);
+    else first.op.gemmDense(rec, x, outs.map(({ r, y }) => ({ w: (r as typeof first).w, y })), accumulate);
   }
 
   get usesTensorCores(): boolean {
@@ -356,7 +356,7 @@ export class Projection {
   dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
     const r = d.kind === 'dense' ? this.routes.get(d.w) : undefined;
     if (r) {
-      this.denseOnTensorCores(rec, x, [{ r, w: d.w as Tensor, y }], accumulate);
+      this.denseOnTensorCores(rec, x, [{ r, y }], accumulate);
       if (d.b) this.addBias(rec, y, d.b);
       return;
     }
@@ -388,7 +388,7 @@ export class Projection {
   denseShared(rec: Recorder, x: Tensor, outs: readonly { d: DenseWeight; y: Tensor }[]): void {
     const routes = outs.map((o) => (o.d.kind === 'dense' ? this.routes.get(o.d.w) : undefined));
     if (routes.every((r) => r)) {
-      this.denseOnTensorCores(rec, x, outs.map((o, i) => ({ r: routes[i]!, w: o.d.w as Tensor, y: o.y })), false);
+      this.denseOnTensorCores(rec, x, outs.map((o, i) => ({ r: routes[i]!, y: o.y })), false);
       for (const o of outs) if (o.d.b) this.addBias(rec, o.y, o.d.b);
       return;
     }
@@ -708,8 +708,8 @@ export class Projection {
   }
 }
 
-/** A dense weight's way onto the tensor cores: its int8 copy and the op that made it, or the f16 op that rounds it each call. */
-type DenseRoute = { kind: 'int8'; op: MatmulQ4Mma; w: Int8Weight } | { kind: 'f16'; op: MatmulQ4F16 };
+/** A dense weight's way onto the tensor cores: its int8 copy and the op that made it, or the weight itself and the f16 op that rounds it each call. */
+type DenseRoute = { kind: 'int8'; op: MatmulQ4Mma; w: Int8Weight } | { kind: 'f16'; op: MatmulQ4F16; w: Tensor };
 
 function releaseRoute(r: DenseRoute): void {
   if (r.kind === 'int8') for (const t of [r.w.w8, r.w.steps]) t.release();
