@@ -8,7 +8,8 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 //   gemm:    y [M, N] (+)= x [M, K] · Wᵀ      (W [N, K] in the Q4 format; reduction over K)
 //   DINPUT:  dX [M, K] (+)= dY [M, N] · W     (the same file with the reduction over W's rows; Q4 W)
 //   W16:     W given in f16 instead of Q4, forward only (dense weights, or Q4 expanded once a call
-//            by f16_convert.wgsl, transposed for an input gradient, which is then this product on Wᵀ)
+//            by f16_convert.wgsl, transposed for an input gradient, which is then this product on Wᵀ),
+//            with a bias [N] added as y is stored where params.bias is 1 (dense weights' biases)
 // Params name the product, not the weight: `n` output columns, `k` the reduction.
 // x comes as f16, scaled per row by a power of two (f16_row_scale.wgsl: no overflow, no flush to
 // zero); x and an f16 W in blocks of 32 x 32 (f16_blocks.wgsl), so that a step's loads are runs of
@@ -27,6 +28,7 @@ struct Params {
   accumulate: u32, // 1: add into y instead of overwriting it (ABLATE: and 2, 4, 8, 16 below)
   split1: u32,     // the output's parts (q4_joined_parts.wgsl; n, n: one [m, n] output); no tile straddles two
   split2: u32,
+  bias: u32,       // W16: 1 adds bias_v[column] to each output (dense weights' biases)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -34,6 +36,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> rs: array<f32>;       // row_scale's power of two per row of x
 #if W16
 @group(0) @binding(3) var<storage, read> w16: array<vec4<u32>>;   // W already in f16 [N][K], 8 a vec4, blocked (f16_convert.wgsl)
+@group(0) @binding(6) var<storage, read> bias_v: array<f32>;      // [N] where params.bias is 1 (else any f32 buffer)
 #else
 @group(0) @binding(3) var<storage, read> codes2: array<vec2<u32>>; // the Q4 codes, 16 a vec2
 @group(0) @binding(4) var<storage, read> scales: array<u32>;
@@ -245,6 +248,11 @@ fn put(c: subgroup_matrix_result<f32, FR, FR>, sg: u32, m: u32, n: u32, lane: u3
         if (r < params.m && col < params.n) {
           let o = joined_at(r, col, params.m, params.n, params.split1, params.split2);
           var v = out_s[slot][e] / rs[r];
+#if W16
+          if (params.bias != 0u) {
+            v += bias_v[col];
+          }
+#endif
           if ((params.accumulate & 1u) != 0u) {
             v += y[o];
           }

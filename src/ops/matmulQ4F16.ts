@@ -110,6 +110,9 @@ interface OneWave {
   slots: number;
 }
 
+/** matmul_q4_f16.wgsl's uniforms. */
+export const F16_GEMM_UNIFORMS = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32', bias: 'u32' } as const;
+
 /** Whether a product of m rows and n columns on f16 weights takes the `oneWave` tile: the GPU runs
  * its grid in one wave of `slots` workgroups, and `wide`'s grid in more. */
 export function oneWaveTakes(m: number, n: number, wide: F16Tile, oneWave: F16Tile, slots: number): boolean {
@@ -125,6 +128,13 @@ export function oneWaveTakes(m: number, n: number, wide: F16Tile, oneWave: F16Ti
 export function joinsOutputs(outs: readonly { n: number; k: number; buffer: unknown; byteOffset: number }[], m: number, maxK: number, expandMaxWords: number): boolean {
   if (!joinsWidths(outs.map((o) => o.n), outs[0]?.k ?? 0, maxK, expandMaxWords)) return false;
   return outs.every((o, i) => o.buffer === outs[0].buffer && (i === 0 || o.byteOffset === outs[i - 1].byteOffset + 4 * m * outs[i - 1].n));
+}
+
+/** One product of `gemmDense`: y (+)= x·Wᵀ (+ b), W [n, k] f32, bf16 or f16 and b [n] f32. */
+export interface DenseOutput {
+  w: Tensor;
+  y: Tensor;
+  b?: Tensor | null;
 }
 
 /** One product of `gemmShared`: y (+)= x·Wᵀ. */
@@ -249,9 +259,8 @@ export class MatmulQ4F16 {
     const cfg = f16Config(caps)!;
     const { maxRows } = opts;
     if (!(Number.isInteger(maxRows) && maxRows > 0 && maxRows % 64 === 0)) throw new ShapeError('matmulQ4F16', `maxRows must be a positive multiple of 64, got ${maxRows}`);
-    const gemm = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
     const one = async (family: string, shader: string, entry: string, uniforms: Record<string, 'u32' | 'f32'>, d: Record<string, number | boolean>) => (await compileMatrixKernels(gpu, family, [{ shader, entry, uniforms }], d))[0];
-    const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', gemm, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
+    const variant = (family: string, tile: F16Tile, w16: boolean, dinput: boolean) => one(family, 'matmul_q4_f16', 'gemm', F16_GEMM_UNIFORMS, { ...f16GemmDefines(tile, cfg.M, cfg.K), W16: w16, DINPUT: dinput });
     const sameTile = oneTile(tiles);
     const slots = opts.waveSlots ?? 0;
     const tall = slots > 0 && tiles.oneWave && !tileMisfit(caps, tiles.oneWave, cfg.M, false) ? tiles.oneWave : null;
@@ -396,23 +405,27 @@ export class MatmulQ4F16 {
   }
 
   /**
-   * y (+)= x·Wᵀ for dense weights as they are held (f32, bf16 or f16 [n, k]), every product of
-   * `outs` on one x: each W rounded to f16 into the scratch for its call (no copy is kept), which
-   * its dispatch reads before the next expansion rewrites it.
+   * y (+)= x·Wᵀ (+ b) for dense weights as they are held (f32, bf16 or f16 [n, k]), every product
+   * of `outs` on one x: each W rounded to f16 into the scratch for its call (no copy is kept),
+   * which its dispatch reads before the next expansion rewrites it; a bias [n] added as y is
+   * stored (the kernel reading bf16 W itself ran slower: BENCHMARKS.md, Tried and not kept).
    */
-  gemmDense(rec: Recorder, x: Tensor, outs: readonly { w: Tensor; y: Tensor }[], accumulate = false): void {
+  gemmDense(rec: Recorder, x: Tensor, outs: readonly DenseOutput[], accumulate = false): void {
     const op = 'matmulQ4F16.gemmDense';
     const k = outs[0].w.shape[1];
     if (outs.some((o) => o.w.shape.length !== 2 || o.w.shape[1] !== k)) throw new ShapeError(op, `products of one x need 2-D weights of one K, got ${outs.map((o) => `[${o.w.shape.join(', ')}]`).join(', ')}`);
     if (!this.takesDense(k)) throw new ShapeError(op, `K = ${k} must be a positive multiple of ${Q4_GROUP} that fits the workspace`);
+    for (const { w, b } of outs) {
+      if (b && (b.dtype !== 'f32' || b.numel !== w.shape[0])) throw new ShapeError(op, `bias '${b.label}' must be f32 [${w.shape[0]}], got ${b.dtype} [${b.shape.join(', ')}]`);
+    }
     const m = outs.map(({ w, y }) => f32Rows(op, { name: 'x', t: x, width: k, dim: 'K' }, { name: 'y', t: y, width: w.shape[0] }))[0];
     for (const [r0, rows] of this.slices(op, m, k)) {
       const xin = this.rowScales(rec, rowSlice(x, r0, rows, k), rows, k);
-      for (const { w, y } of outs) {
+      for (const { w, y, b } of outs) {
         const n = w.shape[0];
         const scratch = this.scratchOf(rec, f16BlockedWords(n, k));
         this.denseToF16(rec, w, n, k, scratch, op);
-        this.dispatch(rec, false, xin, { w16: scratch }, rowSlice(y, r0, rows, n), { m: rows, n, k, accumulate: accumulate ? 1 : 0 });
+        this.dispatch(rec, false, xin, { w16: scratch }, rowSlice(y, r0, rows, n), { m: rows, n, k, accumulate: accumulate ? 1 : 0 }, b ?? undefined);
       }
     }
   }
@@ -482,21 +495,24 @@ export class MatmulQ4F16 {
     return this.x16;
   }
 
-  /** The GEMM on `weight`'s bindings: f16 (forward only) or Q4 codes, whose input gradient (`dinput`) reduces over W's rows. */
-  private dispatch(rec: Recorder, dinput: boolean, x: Tensor, weight: Record<string, Tensor>, y: Tensor, one: { m: number; n: number; k: number; accumulate: number; split1?: number; split2?: number }): void {
-    const u = { split1: one.n, split2: one.n, ...one };
+  /** The GEMM on `weight`'s bindings: f16 (forward only, with an optional bias [n]) or Q4 codes, whose input gradient (`dinput`) reduces over W's rows. */
+  private dispatch(rec: Recorder, dinput: boolean, x: Tensor, weight: Record<string, Tensor>, y: Tensor, one: { m: number; n: number; k: number; accumulate: number; split1?: number; split2?: number }, bias?: Tensor): void {
+    const u = { split1: one.n, split2: one.n, ...one, bias: bias ? 1 : 0 };
     const w16 = 'w16' in weight;
     if (w16 && dinput) throw new ShapeError('matmulQ4F16', 'an f16 weight takes the forward only (its input gradient is the forward on Wᵀ)');
+    if (!w16 && bias) throw new ShapeError('matmulQ4F16', 'a bias goes with f16 weights only');
     const groups = (t: F16Tile): [number, number] => [Math.ceil(u.n / t.cols), Math.ceil(u.m / t.rows)];
+    // The kernels on f16 weights bind a bias; without one, any f32 buffer (params.bias is 0).
+    const bindings = w16 ? { x, rs: this.rs, ...weight, y, bias_v: bias ?? this.rs } : { x, rs: this.rs, ...weight, y };
     const tall = this.oneWave;
     if (w16 && tall && oneWaveTakes(u.m, u.n, this.tiles.f16, tall.tile, tall.slots)) {
-      rec.dispatch(tall.kernel, { x, rs: this.rs, ...weight, y }, groups(tall.tile), u);
+      rec.dispatch(tall.kernel, bindings, groups(tall.tile), u);
       return;
     }
     const [gx, gy] = groups(this.tiles.f16);
     const wide = w16 && gx * gy >= this.wideFrom;
     const kernel = wide ? this.gemmK.w16 : w16 ? this.gemmK.w16Few : dinput ? this.gemmK.q4Dinput : this.gemmK.q4;
-    rec.dispatch(kernel, { x, rs: this.rs, ...weight, y }, wide ? [gx, gy] : groups(this.tiles.q4), u);
+    rec.dispatch(kernel, bindings, wide ? [gx, gy] : groups(this.tiles.q4), u);
   }
 
   /** [first row, rows] of the slices of m rows of x `width` wide: as few as the workspace allows,

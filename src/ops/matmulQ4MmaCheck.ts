@@ -225,14 +225,14 @@ export async function checkQ4F16Joined(gpu: Gpu, op: Q4JoinedProduct, m: number,
 
 /** An op that multiplies dense weights as they are held, rounding them to f16 a call (MatmulQ4F16's gemmDense). */
 export interface F16DenseProduct {
-  gemmDense(rec: Recorder, x: Tensor, outs: readonly { w: Tensor; y: Tensor }[], accumulate?: boolean): void;
+  gemmDense(rec: Recorder, x: Tensor, outs: readonly { w: Tensor; y: Tensor; b?: Tensor | null }[], accumulate?: boolean): void;
 }
 
 /** gemmDense on a random weight [n, k] (Gaussian, 0.02; `dtype` f32, or bf16 as the published
- * checkpoints hold the vision tower's) and checkQ4F16's activations, against the f64 product with
- * that weight: x and w each rounded to f16. */
+ * checkpoints hold the vision tower's) with a random bias and checkQ4F16's activations, against
+ * the f64 product with that weight plus the bias: x and w each rounded to f16. */
 export async function checkF16Dense(gpu: Gpu, op: F16DenseProduct, shape: [number, number, number], seed: number, dtype: 'f32' | 'bf16' = 'bf16'): Promise<MmaAccuracy> {
-  return checkDense(gpu, shape, seed, `f16 (${dtype} W)`, dtype, (_rec, tw) => ({ run: (r, x, y, acc) => op.gemmDense(r, x, [{ w: tw, y }], acc), release: () => undefined }), ({ x, m, k }) => {
+  return checkDense(gpu, shape, seed, `f16 (${dtype} W)`, dtype, (_rec, tw, b) => ({ run: (r, x, y, acc) => op.gemmDense(r, x, [{ w: tw, y, b }], acc), release: () => undefined }), ({ x, m, k }) => {
     const inv = rowScaleInverses(x, m, k);
     return (r, _c, _j, xv, wv) => Math.abs(xv * wv) * (2 * F16_ULP + F16_ULP ** 2) + 2 ** -24 * inv[r] * Math.abs(wv) + 2 ** -24 * Math.abs(xv);
   });
@@ -242,7 +242,7 @@ export async function checkF16Dense(gpu: Gpu, op: F16DenseProduct, shape: [numbe
  * A product on a random weight [n, k] (Gaussian, 0.02; with `dtype` bf16 rounded to bf16 and held
  * so) through `copy`, on the activations of checkQ4Product, once overwriting y and once
  * accumulating into a random y0, against the f64 product with that weight and the sum of
- * `bounds`' per-term errors.
+ * `bounds`' per-term errors. `copy` gets a random bias [n] where the op adds one (`bias`).
  */
 async function checkDense(
   gpu: Gpu,
@@ -250,29 +250,32 @@ async function checkDense(
   seed: number,
   what: string,
   dtype: 'f32' | 'bf16',
-  copy: (rec: Recorder, w: Tensor, n: number, k: number) => { run: (rec: Recorder, x: Tensor, y: Tensor, accumulate: boolean) => void; release: () => void },
+  copy: (rec: Recorder, w: Tensor, b: Tensor | null, n: number, k: number) => { run: (rec: Recorder, x: Tensor, y: Tensor, accumulate: boolean) => void; release: () => void },
   bounds: (a: { x: Float32Array; w: Float32Array; m: number; n: number; k: number }) => TermBound,
+  withBias = true,
 ): Promise<MmaAccuracy> {
   const next = rng(seed);
   const x = activations(next, m, k);
   const w = new Float32Array(n * k).map(() => 0.02 * gaussian(next));
   // A bf16 weight: its values are those halves, exactly.
   if (dtype === 'bf16') w.forEach((v, i) => (w[i] = bf16BitsToF32(f32ToBf16Bits(v))));
+  const bias = withBias ? new Float32Array(n).map(() => gaussian(next)) : null;
   const y0 = new Float32Array(m * n).map(() => gaussian(next));
   const tw = dtype === 'bf16' ? gpu.upload(Uint16Array.from(w, f32ToBf16Bits), [n, k], 'bf16', `${what}-check.w`) : gpu.upload(w, [n, k], 'f32', `${what}-check.w`);
+  const tb = bias && gpu.upload(bias, [n], 'f32', `${what}-check.b`);
   const tx = gpu.upload(x, [m, k], 'f32', `${what}-check.x`);
   const ty = gpu.tensor([m, n], 'f32', `${what}-check.y`);
   const tacc = gpu.upload(y0, [m, n], 'f32', `${what}-check.y0`);
   const rec = gpu.recorder(`${what}-check`);
-  const c = copy(rec, tw, n, k);
+  const c = copy(rec, tw, tb, n, k);
   c.run(rec, tx, ty, false);
   c.run(rec, tx, tacc, true);
   await rec.submit();
   const got = await gpu.readF32(ty);
   const gotAcc = await gpu.readF32(tacc);
-  for (const t of [tw, tx, ty, tacc]) t.release();
+  for (const t of [tw, tb, tx, ty, tacc]) t?.release();
   c.release();
-  return compare({ x, y0, got, gotAcc, m, red: k, out: n, termBound: bounds({ x, w, m, n, k }), wAt: (col, j) => w[j * k + col], shape: `${what} W M${m} N${n} K${k}` });
+  return compare({ x, y0, got, gotAcc, m, red: k, out: n, termBound: bounds({ x, w, m, n, k }), wAt: (col, j) => w[j * k + col], bias, shape: `${what} W M${m} N${n} K${k}${bias ? ' with a bias' : ''}` });
 }
 
 /** 1 / row_scale's power of two per row of x [m, red] (the row's largest |x| into [2^14, 2^15)). */
@@ -387,9 +390,11 @@ function compare(a: {
   out: number;
   termBound: TermBound;
   wAt: (c: number, j: number) => number;
+  /** [out], added to each row's product in f32 (one rounding of the sum). */
+  bias?: Float32Array | null;
   shape: string;
 }): MmaAccuracy {
-  const { x, y0, got, gotAcc, m, red, out, termBound, wAt } = a;
+  const { x, y0, got, gotAcc, m, red, out, termBound, wAt, bias } = a;
   let maxRef = 0;
   let maxErr = 0;
   let relToMagnitude = 0;
@@ -405,6 +410,10 @@ function compare(a: {
         ref += xv * wv;
         mag += Math.abs(xv * wv);
         bound += termBound(r, c, j, xv, wv);
+      }
+      if (bias) {
+        ref += bias[j];
+        mag += Math.abs(bias[j]);
       }
       // f32 accumulation over the scaled partials: a few ulps of the magnitude on top.
       bound += 1e-6 * mag;
@@ -425,7 +434,7 @@ function compare(a: {
  */
 export async function checkInt8Mma(gpu: Gpu, mma: MatmulQ4Mma, shape: [number, number, number], seed: number): Promise<MmaAccuracy> {
   const kb = mma.kBlock;
-  return checkDense(gpu, shape, seed, 'int8', 'f32', (rec, tw, n, k) => {
+  return checkDense(gpu, shape, seed, 'int8', 'f32', (rec, tw, _b, n, k) => {
     const w8 = mma.quantizeDense(rec, tw, n, k, 'int8-check.w');
     return { run: (r, x, y, acc) => mma.gemmInt8(r, x, [{ w: w8, y }], acc), release: () => [w8.w8, w8.steps].forEach((t) => t.release()) };
   }, ({ x, w, m, n, k }) => {
@@ -438,5 +447,5 @@ export async function checkInt8Mma(gpu: Gpu, mma: MatmulQ4Mma, shape: [number, n
         wstep[j * blocks + b] = d / 127;
       }
     return limbBound(xSteps(mma, x, m, k, kb), wstep, kb, blocks);
-  });
+  }, false);
 }

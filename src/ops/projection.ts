@@ -304,11 +304,16 @@ export class Projection {
     this.tensorCores = op;
   }
 
-  /** y (+)= x·Wᵀ for each output on its weight's tensor-core route (all on one op). */
-  private denseOnTensorCores(rec: Recorder, x: Tensor, outs: readonly { r: DenseRoute; y: Tensor }[], accumulate: boolean): void {
+  /** y (+)= x·Wᵀ + b for each output on its weight's tensor-core route (all on one op): the f16
+   * GEMM adds the bias as it stores y, the int8 one leaves it to a dispatch after. */
+  private denseOnTensorCores(rec: Recorder, x: Tensor, outs: readonly { r: DenseRoute; y: Tensor; b: Tensor | null }[], accumulate: boolean): void {
     const first = outs[0].r;
-    if (first.kind === 'int8') first.op.gemmInt8(rec, x, outs.map(({ r, y }) => ({ w: (r as typeof first).w, y })), accumulate);
-    else first.op.gemmDense(rec, x, outs.map(({ r, y }) => ({ w: (r as typeof first).w, y })), accumulate);
+    if (first.kind === 'f16') {
+      first.op.gemmDense(rec, x, outs.map(({ r, y, b }) => ({ w: (r as typeof first).w, y, b })), accumulate);
+      return;
+    }
+    first.op.gemmInt8(rec, x, outs.map(({ r, y }) => ({ w: (r as typeof first).w, y })), accumulate);
+    for (const o of outs) if (o.b) this.addBias(rec, o.y, o.b);
   }
 
   get usesTensorCores(): boolean {
@@ -356,8 +361,7 @@ export class Projection {
   dense(rec: Recorder, x: Tensor, d: DenseWeight, y: Tensor, accumulate = false): void {
     const r = d.kind === 'dense' ? this.routes.get(d.w) : undefined;
     if (r) {
-      this.denseOnTensorCores(rec, x, [{ r, y }], accumulate);
-      if (d.b) this.addBias(rec, y, d.b);
+      this.denseOnTensorCores(rec, x, [{ r, y, b: d.b }], accumulate);
       return;
     }
     if (d.kind === 'dense') {
@@ -388,8 +392,7 @@ export class Projection {
   denseShared(rec: Recorder, x: Tensor, outs: readonly { d: DenseWeight; y: Tensor }[]): void {
     const routes = outs.map((o) => (o.d.kind === 'dense' ? this.routes.get(o.d.w) : undefined));
     if (routes.every((r) => r)) {
-      this.denseOnTensorCores(rec, x, outs.map((o, i) => ({ r: routes[i]!, y: o.y })), false);
-      for (const o of outs) if (o.d.b) this.addBias(rec, o.y, o.d.b);
+      this.denseOnTensorCores(rec, x, outs.map((o, i) => ({ r: routes[i]!, y: o.y, b: o.d.b })), false);
       return;
     }
     const j = joinedDenseOf.get(outs[0].d);

@@ -4,7 +4,9 @@
 // product as q/k/v are), then timed at the headline shapes beside
 // the default int8 tensor-core setting. Exits non-zero when a check fails.
 //   npm run bench:build, then on the GPU machine:
-//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate] [--wave-slots N] [--joined ROWS,...]
+//   source .device/gpu-env.sh && node .bench/f16Gemm.mjs [--only TEXT] [--no-speed] [--no-check] [--dawn FLAG] [--shapes MxNxK,...] [--ablate] [--wave-slots N] [--joined ROWS,...] [--dense MxNxK,...] [--checks dense]
+// (--checks dense: the checks of dense weights alone)
+// (--dense: the dense products' shapes, the vision tower's at a 448x448 image by default)
 // (--joined: the 2B's q, k and v on one x as the decoder runs them, joined into one product on
 // outputs back to back and apart on outputs in buffers of their own, with a rank-8 adapter each, at
 // each number of rows)
@@ -14,7 +16,7 @@
 // (--dawn: one more Dawn flag, e.g. enable-dawn-features=disable_robustness)
 import { parseArgs } from '../../src/node/args';
 import { createNodeGpu } from '../../src/node/gpu';
-import { DEFAULT_F16_TILES, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, ROW_SCALE_UNIFORMS, rowScaleDefines, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
+import { DEFAULT_F16_TILES, F16_GEMM_UNIFORMS, F16_TILES, f16GemmDefines, f16UnsupportedOn, MatmulQ4F16, oneTile, ROW_SCALE_UNIFORMS, rowScaleDefines, type F16Tile, type F16Tiles } from '../../src/ops/matmulQ4F16';
 import { f16BlockedWords } from '../../src/ops/productSizes';
 import { capabilitiesOf, compileMatrixKernels, grid1d, Tensor } from '../../src/gpu';
 import { MatmulQ4Mma } from '../../src/ops/matmulQ4Mma';
@@ -91,10 +93,12 @@ for (const tiles of TILES)
       console.log(`FAIL ${n}: ${(e as Error).message}`);
     }
   }
+const denseChecksOnly = args.optStr('checks') === 'dense';
 for (const { name: n, op } of args.bool('no-check') ? [] : ops) {
+  for (const [i, shape] of SHAPES.entries()) for (const dtype of ['bf16', 'f32'] as const) report(n, await checkF16Dense(gpu, op, shape, 300 + i, dtype));
+  if (denseChecksOnly) continue;
   for (const [i, shape] of SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 100 + i));
   for (const [i, shape] of DX_SHAPES.entries()) report(n, await checkQ4F16(gpu, op, shape, 200 + i, true));
-  for (const [i, shape] of SHAPES.entries()) for (const dtype of ['bf16', 'f32'] as const) report(n, await checkF16Dense(gpu, op, shape, 300 + i, dtype));
   if (op.expandMaxWords === 0) continue;
   report(n, await checkQ4F16Joined(gpu, op, 77, [512, 256, 256], 320, 600, 16));
   for (const r of [8, 16, 64]) {
@@ -115,22 +119,28 @@ if (!args.bool('no-speed')) {
   for (const shape of shapes) await timeQ4Gemms(gpu, fill, shape, timed);
   const mm = await Matmul.create(gpu);
   const f16 = ops.find((o) => o.op.expandMaxWords > 0)?.op;
-  for (const [m, n, k] of DENSE) {
+  const dense = args.optStr('dense')?.split(',').map((t) => t.split('x').map(Number) as [number, number, number]) ?? DENSE;
+  for (const [m, n, k] of dense) {
     if (!f16) break;
     const rec = gpu.recorder('setup');
     const w = gpu.tensor([n, k], 'f32', 'w');
     const x = gpu.tensor([m, k], 'f32', 'x');
     const y = gpu.tensor([m, n], 'f32', 'y');
+    const b = gpu.tensor([n], 'f32', 'b');
     fill.fill(rec, w, 'uniform', 0.02);
     fill.fill(rec, x, 'uniform', 1);
+    fill.fill(rec, b, 'uniform', 1);
+    const wb = mm.halves.toBf16(rec, w, 'w.bf16');
     const w8 = int8.quantizeDense(rec, w, n, k, 'w');
     await rec.submit();
     const tflops = (ms: number) => ((2 * m * n * k) / ms / 1e9).toFixed(1);
-    const t16 = await inStreamMs(gpu, /^matmul_q4_f16/, (r) => f16.gemmDense(r, x, [{ w, y }]));
+    // The f16 GEMM with its bias, on W as the tower holds it (bf16) and rounded from f32 a call.
+    const t16 = await inStreamMs(gpu, /^matmul_q4_f16/, (r) => f16.gemmDense(r, x, [{ w: wb, y, b }]));
+    const t16f = await inStreamMs(gpu, /^matmul_q4_f16/, (r) => f16.gemmDense(r, x, [{ w, y, b }]));
     const t8 = await inStreamMs(gpu, /^matmul_q4_mma\./, (r) => int8.gemmInt8(r, x, [{ w: w8, y }]));
-    const t32 = await inStreamMs(gpu, /^matmul\.gemm/, (r) => mm.gemm(r, { a: x, b: w, c: y, m, n, k, transB: true }));
-    console.log(`dense M${m} N${n} K${k}: f16 ${t16.toFixed(3)} ms (${tflops(t16)} TFLOP/s), int8 ${t8.toFixed(3)} ms (${tflops(t8)}), f32 ${t32.toFixed(3)} ms (${tflops(t32)})`);
-    for (const t of [w, x, y, w8.w8, w8.steps]) t.release();
+    const t32 = await inStreamMs(gpu, /^matmul\.gemm/, (r) => mm.gemm(r, { a: x, b: w, c: y, m, n, k, transB: true, bias: b }));
+    console.log(`dense M${m} N${n} K${k}: f16 on bf16 W with its bias ${t16.toFixed(3)} ms (${tflops(t16)} TFLOP/s), on f32 W ${t16f.toFixed(3)} ms (${tflops(t16f)}), int8 without the bias ${t8.toFixed(3)} ms (${tflops(t8)}), f32 with it ${t32.toFixed(3)} ms (${tflops(t32)})`);
+    for (const t of [w, wb, b, x, y, w8.w8, w8.steps]) t.release();
   }
 }
 process.exit(failed || checks.failed ? 1 : 0);
@@ -138,7 +148,6 @@ process.exit(failed || checks.failed ? 1 : 0);
 async function ablate(): Promise<void> {
   const [m, n, k] = [8192, 6144, 2048];
   const tile = DEFAULT_F16_TILES.f16;
-  const uniforms = { m: 'u32', n: 'u32', k: 'u32', accumulate: 'u32', split1: 'u32', split2: 'u32' } as const;
   const [rowScale] = await compileMatrixKernels(gpu, 'matmul_q4_f16', [{ shader: 'f16_row_scale', entry: 'row_scale', uniforms: ROW_SCALE_UNIFORMS.plain }], rowScaleDefines(false));
   const op = await MatmulQ4F16.create(gpu, { maxRows: 128, maxK: k });
   const fill = await Filler.create(gpu);
@@ -154,10 +163,10 @@ async function ablate(): Promise<void> {
   // Rows of the staged tiles 32 f16 apart (pad 0) and 40 (the kernel's): what bank conflicts cost.
   // Wider pads pass the 48 KiB of workgroup memory.
   for (const pad of [0, 8]) {
-    const [kernel] = await compileMatrixKernels(gpu, 'matmul_q4_f16.ablate', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms }], { ...f16GemmDefines(tile, 16, 16), AS_PAD: pad, W16: true, DINPUT: false, ABLATE: true });
+    const [kernel] = await compileMatrixKernels(gpu, 'matmul_q4_f16.ablate', [{ shader: 'matmul_q4_f16', entry: 'gemm', uniforms: F16_GEMM_UNIFORMS }], { ...f16GemmDefines(tile, 16, 16), AS_PAD: pad, W16: true, DINPUT: false, ABLATE: true });
     const parts: string[] = [];
     for (const [label, bits] of [['whole kernel', 0], ['no global loads', 2], ['no staging stores', 4], ['no MMAs', 8], ['neither loads nor stores', 6], ['MMAs alone, no barriers', 22], ['barriers alone', 14]] as const) {
-      const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16, y }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits, split1: n, split2: n }));
+      const ms = await inStreamMs(gpu, /ablate/, (r) => r.dispatch(kernel, { x: x16, rs, w16, y, bias_v: rs }, [Math.ceil(n / tile.cols), Math.ceil(m / tile.rows)], { m, n, k, accumulate: bits, split1: n, split2: n, bias: 0 }));
       parts.push(`${label} ${ms.toFixed(3)} ms (${((2 * m * n * k) / ms / 1e9).toFixed(0)} TFLOP/s)`);
     }
     console.log(`ablation, pad ${pad}, ${tile.rows}x${tile.cols}/${tile.threads} on f16 W, M${m} N${n} K${k}: ${parts.join('; ')}`);
