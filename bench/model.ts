@@ -26,7 +26,7 @@
 //
 //   npm run bench:build
 //   node .bench/model.mjs [--quick] [--size 2b|4b|8b] [--json FILE] [--only prefill,decode,gspo,default] [--vision-q4]
-//     [--vision-products f32|int8|f16] (the vision tower's products in every section; default f32)
+//     [--vision-products auto|f32|int8|f16] (the vision tower's products in every section; default auto)
 //     [--samples 1,4,8] (decode's numbers of sequences) [--new-tokens N] (decode's tokens a sequence, default 128)
 //     [--default-rank R] (the default trainer config's LoRA rank, default 8; bench/torch_model.py takes it too)
 //     [--profile] (GPU time by kernel)
@@ -59,7 +59,8 @@ import { memoryPlan, trainingMemory } from '../src/model/memoryPlan';
 import { LORA_PROJECTIONS, loraModuleName } from '../src/model/decoder';
 import type { ActivationStorage } from '../src/model/activationStorage';
 import { isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../src/model/kvCacheSetting';
-import { isProducts, VISION_PRODUCTS as VISION_PRODUCT_SETTINGS, type Products, type VisionProducts } from '../src/model/products';
+import { isProducts, type Products, type VisionProducts } from '../src/model/products';
+import { chooseVisionProducts, isVisionProductsSetting, VISION_PRODUCTS_SETTINGS, type VisionProductsSetting } from '../src/model/visionProductsSetting';
 import { PHASE_BUFFERS as PHASE_BUFFER_VALUES, type PhaseBuffers } from '../src/rl/engineConfig';
 import { Qwen3VL } from '../src/model/qwen3vl';
 import { randomWeights } from '../src/model/randomWeights';
@@ -87,14 +88,15 @@ const only = (() => {
 const runs = (section: 'prefill' | 'decode' | 'gspo' | 'default') => only === undefined || only.split(',').includes(section);
 /** --vision-q4: the vision tower's dense weights in 4-bit (loadVisionWeights' quant 'q4'; not the loader's default). */
 const VISION_Q4 = args.includes('--vision-q4');
-/** --vision-products f32|int8|f16: where the vision tower's dense products run in every section
- * (ModelOptions.visionProducts; default f32, the engine's default); prefill times the others beside it. */
-const VISION_PRODUCTS = ((): VisionProducts => {
+/** --vision-products auto|f32|int8|f16: where the vision tower's dense products run in every section
+ * (ModelOptions.visionProducts; default auto, the engine's default: f16 in the sections on f16
+ * products, else f32); prefill times the others beside it. */
+const VISION_PRODUCTS = ((): VisionProductsSetting => {
   const i = args.indexOf('--vision-products');
-  if (i < 0) return 'f32';
+  if (i < 0) return 'auto';
   const v = args[i + 1];
-  if (!(VISION_PRODUCT_SETTINGS as readonly string[]).includes(v)) throw new Error(`--vision-products takes ${VISION_PRODUCT_SETTINGS.join(', ')}; got ${v === undefined ? 'nothing' : `'${v}'`}`);
-  return v as VisionProducts;
+  if (!isVisionProductsSetting(v)) throw new Error(`--vision-products takes ${VISION_PRODUCTS_SETTINGS.join(', ')}; got ${v === undefined ? 'nothing' : `'${v}'`}`);
+  return v;
 })();
 
 /** --f16: shader-f16 where the driver has it (Dawn hides it on NVIDIA's Vulkan driver without the toggle). */
@@ -1088,7 +1090,7 @@ async function main(): Promise<void> {
   watch.reset();
   // What the Model panel predicts for this config and work on `products` (src/model/memoryPlan.ts).
   const planGiB = (products: Products, activationStorage: ActivationStorage = 'f32') =>
-    trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage, phaseBuffers: PHASE_BUFFERS, products }).peakBytes / GiB;
+    trainingMemory(config, memoryPlan(config, { kvCacheDtype: model.kvCache.dtype }), { generations: d.G, promptTokens: d.prompt, completionTokens: d.completion, loraRank: d.rank, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS, activationStorage, phaseBuffers: PHASE_BUFFERS, products, visionProducts: chooseVisionProducts(VISION_PRODUCTS, products).vision }).peakBytes / GiB;
   const { gen: genS, step: defStepS } = await rlSteps(2);
   const defProfile = args.includes('--profile') ? await kernelTimes(gpu, () => gspoStep(gpu, def, 5)) : undefined;
   result.defaultConfig = {

@@ -14,11 +14,12 @@
 import type { Qwen3VLConfig } from './config';
 import { chooseActivationStorage, type ActivationStorage } from './activationStorage';
 import { chooseKvCache } from './kvCacheSetting';
-import type { Products } from './products';
+import type { Products, VisionProducts } from './products';
+import { chooseVisionProducts } from './visionProductsSetting';
 import { expectedWeights } from './weightShapes';
 import { dkvSplitsOf } from '../ops/dkvSplits';
 import { LORA_GEMV_MAX_ROWS } from '../ops/loraGemv';
-import { EXPAND_MAX_WORDS, f16BlockedWords, joinsWidths, LOGPROB_CHUNK, LORA_COLUMNS_RESERVED, loraColumns, MMA_K_BLOCK } from '../ops/productSizes';
+import { EXPAND_MAX_WORDS, f16BlockedWords, joinsWidths, LOGPROB_CHUNK, LORA_COLUMNS_RESERVED, loraColumns, MMA_K_BLOCK, VISION_MMA_ROWS } from '../ops/productSizes';
 import { DEFAULT_MICRO_BATCH_TOKENS } from '../rl/microBatch';
 import type { KvDtype } from '../ops/kvCache';
 import type { PhaseBuffers } from '../rl/engineConfig';
@@ -58,6 +59,10 @@ export interface MemoryPlan {
    * pool keeps for the next image: one a distinct matrix size (the checkpoint's fused attn.qkv as
    * the joined q/k/v); 0 for f32 or 4-bit matrices. */
   visionWideningBytes: number;
+  /** What the tower holds instead with its products on f16 tensor cores (vision_products f16): its
+   * op's workspaces (x's row scales and f16 copy for VISION_MMA_ROWS rows, the scratch of its
+   * largest matrix in f16) and the patch embedding's widened copy (it stays on the f32 GEMM). */
+  visionF16Bytes: number;
 }
 
 const LINEAR = /^model\.language_model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$/;
@@ -65,8 +70,11 @@ const BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
 
 export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {}): MemoryPlan {
   const groupSize = options.groupSize ?? 32;
-  // One f32 copy of each distinct size of the tower's matrices held in halves (visionWideningBytes).
+  // One f32 copy of each distinct size of the tower's matrices held in halves (visionWideningBytes),
+  // and the f16 path's largest scratch and the patch embedding's copy (visionF16Bytes).
   const widened = new Set<number>();
+  let largestF16Words = 0;
+  let patchWidened = 0;
   const scaleBytes = options.scaleBytes ?? 2;
   const embedDtype = options.embedDtype ?? 'q4';
   const visionDtype = options.visionDtype ?? checkpointHalves(config);
@@ -94,10 +102,16 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     else if (name.endsWith('pos_embed.weight')) add('vision.matrices', 'f32', name, shape);
     else if (visionDtype === 'q4' && shape.slice(1).reduce((a, b) => a * b, 1) % groupSize !== 0) add('vision.matrices', checkpointHalves(config), name, shape);
     else {
-      add('vision.matrices', visionDtype, name, [shape[0], shape.slice(1).reduce((a, b) => a * b, 1)]);
-      if (visionDtype === 'bf16' || visionDtype === 'f16') widened.add(shape.reduce((a, b) => a * b, 1));
+      const k = shape.slice(1).reduce((a, b) => a * b, 1);
+      add('vision.matrices', visionDtype, name, [shape[0], k]);
+      const halves = visionDtype === 'bf16' || visionDtype === 'f16';
+      if (halves) widened.add(shape[0] * k);
+      if (name.startsWith('model.visual.patch_embed.')) patchWidened = halves ? 4 * shape[0] * k : 0;
+      else largestF16Words = Math.max(largestF16Words, f16BlockedWords(shape[0], k));
     }
   }
+  const v = config.vision;
+  const visionMaxK = Math.max(v.hiddenSize, v.intermediateSize, v.hiddenSize * v.spatialMergeSize ** 2);
   const list = [...parts.values()];
   const t = config.text;
   return {
@@ -106,6 +120,7 @@ export function memoryPlan(config: Qwen3VLConfig, options: MemoryPlanOptions = {
     largestBuffer: largest,
     kvCacheBytesPerToken: t.numLayers * 2 * t.numKvHeads * t.headDim * BYTES[options.kvCacheDtype ?? 'f32'],
     visionWideningBytes: 4 * [...widened].reduce((a, b) => a + b, 0),
+    visionF16Bytes: VISION_MMA_ROWS * 4 + VISION_MMA_ROWS * (visionMaxK + LORA_COLUMNS_RESERVED) * 2 + 4 * largestF16Words + patchWidened,
   };
 }
 
@@ -152,6 +167,8 @@ export interface TrainingWork {
   phaseBuffers?: PhaseBuffers;
   /** Where the decoder's and the LM head's large products run (EngineConfig.products, resolved); default 'f32'. */
   products?: Products;
+  /** Where the vision tower's products run (EngineConfig.vision_products, resolved); default what 'auto' takes beside `products`. */
+  visionProducts?: VisionProducts;
 }
 
 export const DEFAULT_TRAINING_WORK: TrainingWork = { generations: 8, promptTokens: 512, completionTokens: 256, loraRank: 8, microBatchTokens: DEFAULT_MICRO_BATCH_TOKENS };
@@ -160,7 +177,7 @@ export interface TrainingMemory {
   weightsBytes: number;
   /** LoRA A and B on q/k/v/o/gate/up/down of every layer, their gradients and AdamW's two moments. */
   loraBytes: number;
-  /** Sampling: the KV cache (plan.kvCacheBytesPerToken) of the prompt once and G completions, the decoder's prefill workspace, the vision tower's widened copies (plan.visionWideningBytes). */
+  /** Sampling: the KV cache (plan.kvCacheBytesPerToken) of the prompt once and G completions, the decoder's prefill workspace, the vision tower's widened copies (plan.visionWideningBytes) or its f16 op (plan.visionF16Bytes). */
   generationBytes: number;
   /** One micro-batch's training forward/backward: saved layer inputs (at their dtype), the backward's per-layer workspaces, the LM head's logit chunks, what the pool keeps of the forward's workspace (and with f16 states a copy of the gradients). */
   trainingBytes: number;
@@ -191,7 +208,9 @@ export function trainingMemory(config: Qwen3VLConfig, plan: MemoryPlan, work: Tr
   // and a decode step's owed update (its few rows).
   const workspaceRow = (3 * H + 3 * q + 3 * kv + 3 * I + D + r) * f;
   const workspaceRows = Math.max(P, G);
-  const generationBytes = (P + G * C) * plan.kvCacheBytesPerToken + workspaceRows * workspaceRow + Math.min(workspaceRows, LORA_GEMV_MAX_ROWS) * H * f + plan.visionWideningBytes;
+  const vision = work.visionProducts ?? chooseVisionProducts('auto', work.products ?? 'f32').vision;
+  const visionBytes = vision === 'f16' ? plan.visionF16Bytes : plan.visionWideningBytes;
+  const generationBytes = (P + G * C) * plan.kvCacheBytesPerToken + workspaceRows * workspaceRow + Math.min(workspaceRows, LORA_GEMV_MAX_ROWS) * H * f + visionBytes;
   // A micro-batch: the prompt once, then the group's completions in as few even chunks as the
   // budget allows (src/rl/microBatch.ts, src/model/train.ts).
   const perChunk = Math.max(1, Math.min(G, Math.floor((work.microBatchTokens - P) / C)));
@@ -273,20 +292,24 @@ export interface EngineStorage {
   phaseBuffers: PhaseBuffers;
   /** The products themselves (their op's workspaces count too). */
   products: Products;
+  /** The vision tower's (vision_products 'auto' follows the products). */
+  visionProducts: VisionProducts;
 }
 
 /** The storage the engine's 'auto' settings take with `products` on a device with or without
- * shader-f16 (src/model/kvCacheSetting.ts, src/model/activationStorage.ts). */
+ * shader-f16 (src/model/kvCacheSetting.ts, src/model/activationStorage.ts,
+ * src/model/visionProductsSetting.ts). */
 export function defaultEngineStorage(products: Products, shaderF16: boolean, phaseBuffers: PhaseBuffers = 'keep'): EngineStorage {
   return {
     kvCache: chooseKvCache('auto', products, shaderF16).dtype,
     activationStorage: chooseActivationStorage('auto', { shaderF16 }, products).storage,
     phaseBuffers,
     products,
+    visionProducts: chooseVisionProducts('auto', products).vision,
   };
 }
 
 /** trainingMemory with the plan's KV cache and the work's storage as `storage` says. */
 export function trainingMemoryWith(config: Qwen3VLConfig, options: MemoryPlanOptions, work: TrainingWork, storage: EngineStorage): TrainingMemory {
-  return trainingMemory(config, memoryPlan(config, { ...options, kvCacheDtype: storage.kvCache }), { ...work, activationStorage: storage.activationStorage, phaseBuffers: storage.phaseBuffers, products: storage.products });
+  return trainingMemory(config, memoryPlan(config, { ...options, kvCacheDtype: storage.kvCache }), { ...work, activationStorage: storage.activationStorage, phaseBuffers: storage.phaseBuffers, products: storage.products, visionProducts: storage.visionProducts });
 }

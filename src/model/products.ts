@@ -12,6 +12,7 @@ import { MatmulQ4Mma, mmaTileBytes, mmaUnsupportedBy, type MmaSteps } from '../o
 import { checkF16Dense, checkQ4F16, checkQ4F16Joined, checkQ4F16Lora, checkQ4Mma, type MmaAccuracy, type Q4Product } from '../ops/matmulQ4MmaCheck';
 import { PATHS, tensorCoreOptions, type TensorCoreProducts } from '../ops/projection';
 import type { ModelOptions } from './qwen3vl';
+import { chooseVisionProducts, type VisionProductsSetting } from './visionProductsSetting';
 
 /**
  * The decoder's and the LM head's products of more than 8 rows (prefill, scoring, training) and
@@ -138,11 +139,13 @@ export function chooseProducts(caps: Capabilities): { products: Products; why: s
 /** Lines for people: each path family, then the default setting and why (the Model panel, `cli gpu`). */
 export function productPathSummary(caps: Capabilities): string[] {
   const choice = chooseProducts(caps);
+  const vision = chooseVisionProducts('auto', choice.products);
   // The decoder's heads of 128 (the vision tower's of 64 fit wherever these do).
   const attention = attentionF16UnsupportedBy(caps, 128);
   return [
     ...productPaths(caps).map((p) => `${p.path} products: ${p.available ? 'available' : 'unavailable'} — ${p.why}`),
     `default products: ${choice.products} — ${choice.why}`,
+    `default vision products: ${vision.vision} — ${vision.why}`,
     `attention over packed rows on f16 tensor cores, with any tensor-core products: ${attention === null ? 'available' : `unavailable — ${attention}`}`,
   ];
 }
@@ -153,7 +156,7 @@ export function defaultProducts(gpu: Gpu): Products {
 }
 
 /** The model options (Qwen3VL.load) that run `products` and `vision`. */
-export function productOptions(products: Products, vision: VisionProducts): Pick<ModelOptions, 'products' | 'visionProducts'> {
+export function productOptions(products: Products, vision: VisionProductsSetting): Pick<ModelOptions, 'products' | 'visionProducts'> {
   return { products, visionProducts: vision };
 }
 

@@ -7,6 +7,7 @@ import type { AttentionF16 } from '../ops/attentionF16';
 import type { AttentionConfig } from '../ops/attention';
 import type { TensorCoreProducts } from '../ops/projection';
 import { Sampler } from '../ops/sampling';
+import { VISION_MMA_ROWS } from '../ops/productSizes';
 import { THINK_CLOSE, THINK_OPEN } from '../rewards/thinking';
 import { TENSOR_CORE_ROWS } from './memoryPlan';
 import type { Completion, PreparedImage, PreparedPrompt, SamplingOptions } from '../rl/policy';
@@ -19,6 +20,7 @@ import type { Qwen3VLTokenizer } from './processor/tokenizer';
 import { MissingFileError, type ModelFiles } from './safetensors';
 import { loadWeights, type CachedLoadOptions } from './weightCache';
 import { makeAttentionTensorCores, makeTensorCores, makeVisionProducts, type Products, type VisionProducts } from './products';
+import { chooseVisionProducts, type VisionProductsSetting } from './visionProductsSetting';
 import type { ActivationStorage } from './activationStorage';
 import { chooseKvCache, type KvCacheSetting } from './kvCacheSetting';
 import type { KvDtype } from '../ops/kvCache';
@@ -47,11 +49,12 @@ export interface ModelOptions {
    * subgroup-matrix extension (and 'f16' shader-f16) and move each product slightly. */
   products?: Products;
   /** Where the vision tower's dense products (all but the patch embedding) run
-   * (setVisionProducts): 'f32' (default), 'int8' (its weights rounded to int8 per row and block
-   * of 128 along K once, x in two limbs) or 'f16' (each weight rounded to f16 as its product
-   * runs). The tensor-core settings need Chromium's subgroup-matrix extension and move the image
-   * features (BENCHMARKS.md gives by how much). */
-  visionProducts?: VisionProducts;
+   * (setVisionProducts): 'auto' (default: f16 while the decoder's products run on f16, else f32;
+   * chooseVisionProducts), 'f32', 'int8' (its weights rounded to int8 per row and block of 128
+   * along K once, x in two limbs) or 'f16' (each weight rounded to f16 as its product runs). The
+   * tensor-core settings need Chromium's subgroup-matrix extension and move the image features
+   * (BENCHMARKS.md gives by how much). */
+  visionProducts?: VisionProductsSetting;
   /** Where training forwards keep the hidden states their backward reads (setActivationStorage;
    * src/model/activationStorage.ts). Default 'f32'; 'f16' needs shader-f16. */
   activationStorage?: ActivationStorage;
@@ -64,9 +67,6 @@ export interface ModelOptions {
   visionCacheBytes?: number;
 }
 
-/** Patches the vision tower's tensor-core GEMM quantizes per dispatch: a 448x448 image's 784 fit;
- * more go through in slices. */
-const VISION_MMA_ROWS = 1024;
 
 /** Holds a generation batch's features: the 2B's 448x448 image takes 6.3 MiB (embeds and 3 DeepStack levels). */
 const VISION_CACHE_BYTES = 256 * 2 ** 20;
@@ -113,9 +113,10 @@ export class Qwen3VL {
   /** The decoder's and the vision tower's attention on f16 tensor cores while in use (setProducts, setVisionProducts). */
   private attentionOp: AttentionF16 | null = null;
   private visionAttentionOp: AttentionF16 | null = null;
-  /** The vision tower's tensor-core op while in use (setVisionProducts), and its setting. */
+  /** The vision tower's tensor-core op while in use (setVisionProducts), its setting and what that resolved to. */
   private visionOp: TensorCoreProducts | null = null;
-  private visionSetting: VisionProducts = 'f32';
+  private visionSetting: VisionProductsSetting = 'f32';
+  private visionResolved: VisionProducts = 'f32';
   private storageSetting: ActivationStorage = 'f32';
   /** ModelOptions.kvCache (setKvCache), resolved at each generate against the products then in use. */
   private kvSetting: KvCacheSetting;
@@ -146,18 +147,25 @@ export class Qwen3VL {
     const head = new TableHead(gpu, decoder.ops.projection, weights.language.lmHead, opts.maxLogitRows ?? 64);
     const model = new Qwen3VL(gpu, config, weights, decoder, vision, head, sampler, new VisionCache(opts.visionCacheBytes ?? VISION_CACHE_BYTES), opts.kvCache ?? 'auto');
     if (opts.products) await model.setProducts(opts.products);
-    if (opts.visionProducts) await model.setVisionProducts(opts.visionProducts);
+    await model.setVisionProducts(opts.visionProducts ?? 'auto');
     if (opts.activationStorage) model.setActivationStorage(opts.activationStorage);
     return model;
   }
 
   /**
-   * Run the vision tower's dense products on `v` (ModelOptions.visionProducts). Throws
-   * MissingFeatureError where the GPU lacks what the setting needs, TensorCoreCheckError where its
-   * check fails; the tower then stays as it was.
+   * Run the vision tower's dense products on `setting` (ModelOptions.visionProducts; 'auto' follows
+   * setProducts from then on). Throws MissingFeatureError where the GPU lacks what the setting
+   * needs, TensorCoreCheckError where its check fails; the tower then stays as it was.
    */
-  async setVisionProducts(v: VisionProducts): Promise<void> {
-    if (v === this.visionSetting) return;
+  async setVisionProducts(setting: VisionProductsSetting): Promise<void> {
+    if (setting === 'auto') await this.followVision(this.productsSetting, setting);
+    else await this.runVisionOn(setting);
+    this.visionSetting = setting;
+  }
+
+  /** Make and check the tower's op for `v` (none for 'f32') and put the tower on it. */
+  private async runVisionOn(v: VisionProducts): Promise<void> {
+    if (v === this.visionResolved) return;
     const c = this.config.vision;
     const maxK = Math.max(c.hiddenSize, c.intermediateSize, c.hiddenSize * c.spatialMergeSize ** 2);
     const made = v === 'f32' ? null : await makeVisionProducts(this.gpu, v, { maxRows: VISION_MMA_ROWS, maxK });
@@ -168,13 +176,18 @@ export class Qwen3VL {
     this.visionOp = made;
     this.visionAttentionOp?.release();
     this.visionAttentionOp = attention;
-    this.visionSetting = v;
+    this.visionResolved = v;
     // Features encoded on the other path differ: encode again.
     this.visionCache.clear();
   }
 
-  /** The setting the vision tower's dense products run on (setVisionProducts). */
+  /** Where the vision tower's dense products run now (setVisionProducts' setting resolved). */
   get visionProducts(): VisionProducts {
+    return this.visionResolved;
+  }
+
+  /** The vision tower's setting (setVisionProducts), 'auto' included. */
+  get visionProductsSetting(): VisionProductsSetting {
     return this.visionSetting;
   }
 
@@ -201,6 +214,20 @@ export class Qwen3VL {
     this.productsSetting = products;
     await projection.useTensorCores(made);
     await this.useAttentionTensorCores(products !== 'f32');
+    await this.followVision(products);
+  }
+
+  /** An 'auto' tower follows the products; where its op fails its check it stays on the f32 units,
+   * with a warning (as the attention does). */
+  private async followVision(products: Products, setting = this.visionSetting): Promise<void> {
+    const v = chooseVisionProducts(setting, products).vision;
+    try {
+      await this.runVisionOn(v);
+    } catch (e) {
+      if (!(e instanceof TensorCoreCheckError)) throw e;
+      console.warn(`vision_products auto: the vision tower stays on the f32 units (${e.message})`);
+      await this.runVisionOn('f32');
+    }
   }
 
   /**

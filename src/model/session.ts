@@ -17,7 +17,8 @@ import { LORA_PROJECTIONS, loraModuleName } from './decoder';
 import type { LoadProgress, Quantization } from './loader';
 import type { ActivationStorage } from './activationStorage';
 import type { KvCacheSetting } from './kvCacheSetting';
-import { productOptions, type Products, type VisionProducts } from './products';
+import { productOptions, type Products } from './products';
+import type { VisionProductsSetting } from './visionProductsSetting';
 import { parsePreprocessorConfig, promptOpensThinking, QWEN3_VL_IMAGE_PROCESSOR, Qwen3VLProcessor, Qwen3VLTokenizer, readChatTemplate } from './processor';
 import { Qwen3VL, readModelConfig } from './qwen3vl';
 import { visionBlockLoraModuleName, visionLoraModuleName, type VisionBlockLayer } from './vision';
@@ -37,8 +38,8 @@ export interface OpenModelOptions {
   cache?: CachedLoadOptions['cache'];
   /** Where the decoder's and the LM head's large products run (EngineConfig.products); default 'f32'. */
   products?: Products;
-  /** Where the vision tower's dense products run (EngineConfig.vision_products); default 'f32'. */
-  visionProducts?: VisionProducts;
+  /** Where the vision tower's dense products run (EngineConfig.vision_products); default 'auto' (f16 beside f16 products, else f32). */
+  visionProducts?: VisionProductsSetting;
   /** Where training forwards keep their hidden states (EngineConfig.activation_storage, resolved); default 'f32'. */
   activationStorage?: ActivationStorage;
   /** How generation's KV cache stores K and V (EngineConfig.kv_cache); default 'auto'. */
@@ -116,7 +117,7 @@ export async function openModel(gpu: Gpu, files: ModelFiles, opts: OpenModelOpti
   if (imagePad !== config.tokens.image) {
     throw new SessionError(`${files.location}: the tokenizer's <|image_pad|> is ${imagePad} but config.json's image_token_id is ${config.tokens.image}; tokenizer and model do not belong together`);
   }
-  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, activationStorage: opts.activationStorage, kvCache: opts.kvCache, ...productOptions(opts.products ?? 'f32', opts.visionProducts ?? 'f32') });
+  const model = await Qwen3VL.load(gpu, files, { quant: opts.quant ?? 'q4', onProgress: opts.onProgress, signal: opts.signal, maxLogitRows: opts.maxSamples ?? 16, cache: opts.cache, activationStorage: opts.activationStorage, kvCache: opts.kvCache, ...productOptions(opts.products ?? 'f32', opts.visionProducts ?? 'auto') });
   model.tokenizer = tokenizer;
   const policy = new Qwen3VLPolicy(model);
   const t = config.text;

@@ -43,3 +43,7 @@ export function joinsWidths(ns: readonly number[], k: number, maxK: number, expa
   if (ns.length < 2 || ns.length > 3 || ns.some((n) => (n * k) / 2 > expandMaxWords || n % JOIN_COLUMNS !== 0)) return false;
   return ns.reduce((a, n) => a + n, 0) <= maxK;
 }
+
+/** Patches the vision tower's tensor-core GEMM takes per dispatch (its x workspace's rows): a
+ * 448x448 image's 784 fit; more go through in slices. */
+export const VISION_MMA_ROWS = 1024;

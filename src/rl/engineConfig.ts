@@ -9,7 +9,8 @@
 // configs of earlier versions and TRL-style files run.
 import { ACTIVATION_STORAGE_SETTINGS, chooseActivationStorage, type ActivationStorage, type ActivationStorageSetting } from '../model/activationStorage';
 import { chooseKvCache, isKvCacheSetting, KV_CACHE_SETTINGS, type KvCacheSetting } from '../model/kvCacheSetting';
-import { chooseProducts, isProducts, PRODUCTS, VISION_PRODUCTS, type Products, type VisionProducts } from '../model/products';
+import { chooseProducts, isProducts, PRODUCTS, type Products, type VisionProducts } from '../model/products';
+import { chooseVisionProducts, isVisionProductsSetting, VISION_PRODUCTS_SETTINGS, type VisionProductsSetting } from '../model/visionProductsSetting';
 import type { KvDtype } from '../ops/kvCache';
 import type { Capabilities } from '../gpu';
 import { findUnknownKey, isPlainObject } from './configKeys';
@@ -20,13 +21,13 @@ export interface EngineConfig {
    * the fastest the device offers (chooseProducts), f32 where it offers no tensor cores. */
   products: Products | 'auto';
   /**
-   * The vision tower's dense products: 'f32' (default), or on tensor cores where offered, 'f16'
-   * (each weight rounded to f16 as its product runs: no copy) or 'int8' (an int8 copy of the
-   * tower's dense weights, half the bytes of the published checkpoints' bf16); both run large
-   * images about twice as fast; at the default config's 224x224 image the f32 units are as fast
-   * (BENCHMARKS.md, f16 tensor cores).
+   * The vision tower's dense products: 'auto' (default): f16 while the products resolve to 'f16',
+   * else f32 (chooseVisionProducts); 'f32'; or on tensor cores where offered, 'f16' (each weight
+   * rounded to f16 as its product runs: no copy) or 'int8' (an int8 copy of the tower's dense
+   * weights, half the bytes of the published checkpoints' bf16). Both run a 448x448 image about
+   * twice as fast as the f32 units, a 224x224 one about as fast (BENCHMARKS.md).
    */
-  vision_products: VisionProducts;
+  vision_products: VisionProductsSetting;
   /**
    * Where a training forward keeps the hidden states its backward reads (each layer's input):
    * 'f32', 'f16' (half the bytes, each value rounded once to f16; needs shader-f16; a state beyond
@@ -70,7 +71,7 @@ export const PHASE_BUFFERS: readonly PhaseBuffers[] = ['keep', 'release'];
 export type ConfigEngineFields = Partial<Pick<EngineConfig, 'gradient_checkpointing'>>;
 
 export function defaultEngineConfig(): EngineConfig {
-  return { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true, phase_buffers: 'keep' };
+  return { products: 'auto', vision_products: 'auto', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS, gradient_checkpointing: true, phase_buffers: 'keep' };
 }
 
 export class EngineConfigError extends Error {
@@ -97,7 +98,7 @@ export function resolveEngineConfig(input: unknown = {}, path = 'engine', fromCo
     c[key] = value;
   }
   if (c.products !== 'auto' && !isProducts(c.products)) throw new EngineConfigError(`${path}.products must be auto or one of ${PRODUCTS.map((p) => p.value).join(', ')}; got ${JSON.stringify(c.products)}`);
-  if (!VISION_PRODUCTS.includes(c.vision_products)) throw new EngineConfigError(`${path}.vision_products must be one of ${VISION_PRODUCTS.join(', ')}; got ${JSON.stringify(c.vision_products)}`);
+  if (!isVisionProductsSetting(c.vision_products)) throw new EngineConfigError(`${path}.vision_products must be one of ${VISION_PRODUCTS_SETTINGS.join(', ')}; got ${JSON.stringify(c.vision_products)}`);
   if (!ACTIVATION_STORAGE_SETTINGS.includes(c.activation_storage)) throw new EngineConfigError(`${path}.activation_storage must be one of ${ACTIVATION_STORAGE_SETTINGS.join(', ')}; got ${JSON.stringify(c.activation_storage)}`);
   if (!isKvCacheSetting(c.kv_cache)) throw new EngineConfigError(`${path}.kv_cache must be one of ${KV_CACHE_SETTINGS.join(', ')}; got ${JSON.stringify(c.kv_cache)}`);
   const t = c.micro_batch_tokens;
@@ -110,17 +111,27 @@ export function resolveEngineConfig(input: unknown = {}, path = 'engine', fromCo
 /** Whether it may need Dawn's unsafe APIs in Node (subgroup matrices for the tensor cores; 'auto'
  * to see whether the device offers them). */
 export function usesTensorCores(c: EngineConfig): boolean {
-  return c.products !== 'f32' || c.vision_products !== 'f32';
+  return c.products !== 'f32' || asksVisionTensorCores(c);
 }
 
 /** Whether it names a tensor-core setting itself (not 'auto'). */
 export function asksTensorCores(c: EngineConfig): boolean {
-  return (c.products !== 'f32' && c.products !== 'auto') || c.vision_products !== 'f32';
+  return (c.products !== 'f32' && c.products !== 'auto') || asksVisionTensorCores(c);
+}
+
+/** Whether vision_products names a tensor-core setting ('auto' follows the products). */
+function asksVisionTensorCores(c: EngineConfig): boolean {
+  return c.vision_products !== 'f32' && c.vision_products !== 'auto';
 }
 
 /** The products setting to run on a device of `caps`, and why ('auto' resolved by chooseProducts). */
 export function resolveProducts(c: EngineConfig, caps: Capabilities): { products: Products; why: string } {
   return c.products === 'auto' ? chooseProducts(caps) : { products: c.products, why: 'set by the engine config' };
+}
+
+/** Where the vision tower's products run beside `products` (resolveProducts'), and why. */
+export function resolveVisionProducts(c: EngineConfig, products: Products): { vision: VisionProducts; why: string } {
+  return chooseVisionProducts(c.vision_products, products);
 }
 
 /** Where training forwards keep their hidden states on a device of `caps` running `products`

@@ -125,7 +125,7 @@ describe('model panel: the hub path (fake huggingface.co, SwiftShader)', () => {
     expect(await p.getByTestId('model-download-size').textContent()).toBe(formatBytes(total));
     expect(await p.getByTestId('model-training-bytes').textContent()).toMatch(/^about [\d.]+ [KMG]iB of GPU memory at its peak$/);
     // The f32 products (no subgroup matrices here): the KV cache and the kept states in f32.
-    expect(await p.getByTestId('model-training-storage').textContent()).toBe("the KV cache in f32, the hidden states the backward reads in f32, and generation's and training's buffers both kept between the phases");
+    expect(await p.getByTestId('model-training-storage').textContent()).toBe("the KV cache in f32, the hidden states the backward reads in f32, the vision tower's products on the f32 units, and generation's and training's buffers both kept between the phases");
     // Giving the other phase's buffers back: the estimate drops to the larger phase's, and says so.
     const gib = (t: string | null) => {
       const [, v, unit] = /^about ([\d.]+) ([KMG])iB/.exec(t ?? '')!;

@@ -96,7 +96,8 @@ describe('the product-path chooser', () => {
     expect(f16TileFor(record({ limits: { ...record().limits, maxComputeWorkgroupStorageSize: 32768 } }))).toEqual(F16_TILES[16][3]);
     expect(capabilitySummary(caps)).toContain('f16 tensor cores: offered (f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8)');
     expect(capabilitySummary(caps)).toContain('subgroup matrices: i8->i32 16x16x32; f16->f32 16x16x16, 16x8x16, 16x8x8; f16->f16 16x16x16, 16x8x16, 16x8x8');
-    expect(productPathSummary(caps).at(-2)).toMatch(/^default products: f16 — f16 tensor cores/);
+    expect(productPathSummary(caps).at(-3)).toMatch(/^default products: f16 — f16 tensor cores/);
+    expect(productPathSummary(caps).at(-2)).toBe('default vision products: f16 — auto: the products run on f16 tensor cores');
     expect(productPathSummary(caps).at(-1)).toBe('attention over packed rows on f16 tensor cores, with any tensor-core products: available');
   });
 

@@ -15,6 +15,7 @@ describe('gpu command', () => {
       capabilities: { shaderF16: boolean; subgroups: { enabled: boolean }; subgroupMatrix: { enabled: boolean; configs: unknown[] } };
       paths: { path: string; available: boolean; why: string }[];
       defaultProducts: { products: string; why: string };
+      defaultVisionProducts: { vision: string; why: string };
     };
     for (const k of ['name', 'vendor', 'architecture', 'description', 'features', 'wgslFeatures', 'limits', 'subgroupMatrixConfigs', 'enabled']) expect(out).toHaveProperty(k);
     expect(out.dawnFlags).toEqual(['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia']);
@@ -26,6 +27,9 @@ describe('gpu command', () => {
     expect(out.defaultProducts.products).toBe(f16.available ? 'f16' : int8.available ? 'int8' : 'f32');
     expect(out.defaultProducts.why).toContain(f16.why);
     expect(r.stderr).toContain(`default products: ${out.defaultProducts.products}`);
+    // The vision tower's 'auto' follows them: f16 beside f16, else f32.
+    expect(out.defaultVisionProducts.vision).toBe(out.defaultProducts.products === 'f16' ? 'f16' : 'f32');
+    expect(r.stderr).toContain(`default vision products: ${out.defaultVisionProducts.vision} — ${out.defaultVisionProducts.why}`);
     if (/llvmpipe/i.test(String(out.name))) {
       expect(out.capabilities.shaderF16).toBe(true);
       expect(f16.available).toBe(false);

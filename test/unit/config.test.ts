@@ -167,16 +167,17 @@ describe('memoryPlan', () => {
 
   it("estimates with the engine's storage as 'auto' resolves it: f16 KV cache and hidden states beside the f16 products with shader-f16 only", () => {
     const c = parseQwen3VLConfig(fixture('qwen3-vl-2b-4.57.json'));
-    expect(defaultEngineStorage('f16', true)).toEqual({ kvCache: 'f16', activationStorage: 'f16', phaseBuffers: 'keep', products: 'f16' });
-    expect(defaultEngineStorage('f16', false)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep', products: 'f16' });
-    expect(defaultEngineStorage('int8', true)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep', products: 'int8' });
+    expect(defaultEngineStorage('f16', true)).toEqual({ kvCache: 'f16', activationStorage: 'f16', phaseBuffers: 'keep', products: 'f16', visionProducts: 'f16' });
+    expect(defaultEngineStorage('f16', false)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep', products: 'f16', visionProducts: 'f16' });
+    expect(defaultEngineStorage('int8', true)).toEqual({ kvCache: 'f32', activationStorage: 'f32', phaseBuffers: 'keep', products: 'int8', visionProducts: 'f32' });
     const f32 = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, defaultEngineStorage('f32', true));
     expect(f32.peakBytes).toBe(trainingMemory(c, memoryPlan(c)).peakBytes);
     const f16 = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, defaultEngineStorage('f16', true));
     const T = 512 + 8 * 256;
     // Half the KV cache (28 layers x K, V x 8 heads x 128 x 2 bytes a token) and half the kept states, one f32 row of H
-    // and a copy of the gradients more; the f16 op's workspaces besides.
-    expect(f32.peakBytes - f16.peakBytes).toBe(T * 28 * 2 * 8 * 128 * 2 + 29 * T * 2048 * 2 - T * 2048 * 4 - f32.loraBytes / 4 - productWorkspaceBytes(c, 'f16', DEFAULT_TRAINING_WORK.loraRank));
+    // and a copy of the gradients more; the f16 op's workspaces besides, and the tower's f16 op in place of its widened copies.
+    const plan = memoryPlan(c);
+    expect(f32.peakBytes - f16.peakBytes).toBe(T * 28 * 2 * 8 * 128 * 2 + 29 * T * 2048 * 2 - T * 2048 * 4 - f32.loraBytes / 4 - productWorkspaceBytes(c, 'f16', DEFAULT_TRAINING_WORK.loraRank) + plan.visionWideningBytes - plan.visionF16Bytes);
     const released = trainingMemoryWith(c, {}, DEFAULT_TRAINING_WORK, { ...defaultEngineStorage('f32', true), phaseBuffers: 'release' });
     expect(f32.peakBytes - released.peakBytes).toBe(Math.min(f32.generationBytes, f32.trainingBytes));
   });
@@ -205,13 +206,13 @@ describe('memoryPlan', () => {
     const joined = { ...c2, text: { ...c2.text, numHeads: 8, numKvHeads: 4, intermediateSize: 1024, vocabSize: 1024 } };
     expect(productWorkspaceBytes(joined, 'f16', 8)).toBe(rows * 4 + rows * (2048 + 96) * 2 + 2048 * (2048 + 32) * 2);
     const plan2 = memoryPlan(c2);
-    expect(trainingMemory(c2, plan2, { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes - trainingMemory(c2, plan2).peakBytes).toBe(productWorkspaceBytes(c2, 'f16', DEFAULT_TRAINING_WORK.loraRank));
+    expect(trainingMemory(c2, plan2, { ...DEFAULT_TRAINING_WORK, products: 'f16', visionProducts: 'f32' }).peakBytes - trainingMemory(c2, plan2).peakBytes).toBe(productWorkspaceBytes(c2, 'f16', DEFAULT_TRAINING_WORK.loraRank));
     // bench/model.ts's default config on f16 tensor cores (f32 hidden states; the KV cache f16, as
     // 'auto' takes it beside f16 products; the tower then f32), H100: pool peaks 4.62, 6.97 and
     // 10.96 GiB (BENCHMARKS.md, f16 tensor cores and Larger models).
     for (const [name, peak] of [['qwen3-vl-2b-4.57.json', 4.62], ['qwen3-vl-4b-4.57.json', 6.97], ['qwen3-vl-8b-4.57.json', 10.96]] as const) {
       const c = parseQwen3VLConfig(fixture(name));
-      const planned = trainingMemory(c, memoryPlan(c, { kvCacheDtype: 'f16', visionDtype: 'f32' }), { ...DEFAULT_TRAINING_WORK, products: 'f16' }).peakBytes / 2 ** 30;
+      const planned = trainingMemory(c, memoryPlan(c, { kvCacheDtype: 'f16', visionDtype: 'f32' }), { ...DEFAULT_TRAINING_WORK, products: 'f16', visionProducts: 'f32' }).peakBytes / 2 ** 30;
       expect(planned, name).toBeGreaterThan(0.96 * peak);
       expect(planned, name).toBeLessThanOrEqual(peak);
     }
@@ -225,17 +226,24 @@ describe('memoryPlan', () => {
     expect(plan.visionWideningBytes).toBe(4 * (1024 * 1536 + 3 * 1024 * 1024 + 1024 * 1024 + 4096 * 1024 + 4096 * 4096 + 2048 * 4096));
     expect(memoryPlan(c, { visionDtype: 'f32' }).visionWideningBytes).toBe(0);
     expect(memoryPlan(c, { visionDtype: 'q4' }).visionWideningBytes).toBe(0);
+    // On f16 tensor cores the tower holds its op instead: x's row scales and f16 copy for 1024
+    // patches of up to 4096 columns (and 96 for LoRA's terms), the scratch of its largest matrix
+    // (the merger's 4096x4096) in f16, and the patch embedding's widened copy (it stays on the f32 GEMM).
+    expect(plan.visionF16Bytes).toBe(1024 * 4 + 1024 * (4096 + 96) * 2 + 4096 * 4096 * 2 + 4 * 1024 * 1536);
+    expect(memoryPlan(c, { visionDtype: 'f32' }).visionF16Bytes).toBe(plan.visionF16Bytes - 4 * 1024 * 1536);
     // bench/model.ts's default config on an H200, 2026-11-29 (bench/results/model.h200.json; the
-    // tower on the f32 units, the KV cache f16 beside f16 products, else f32): pool peaks 4.016 GiB
-    // on the f32 units, 4.116 on int8, 3.896 on f16.
+    // KV cache f16 beside f16 products, else f32): pool peaks 4.016 GiB on the f32 units, 4.116 on
+    // int8, 3.896 on f16, the tower on the f32 units; with the tower on f16 beside the f16 products
+    // (vision_products 'auto'), 3.839 (`--only default --vision-products f16`, the same day).
     const cases = [
-      ['f32', 'f32', 4.016],
-      ['int8', 'f32', 4.116],
-      ['f16', 'f16', 3.896],
+      ['f32', 'f32', 'f32', 4.016],
+      ['int8', 'f32', 'f32', 4.116],
+      ['f16', 'f16', 'f32', 3.896],
+      ['f16', 'f16', 'f16', 3.839],
     ] as const;
-    for (const [products, kv, peak] of cases) {
-      const planned = trainingMemory(c, memoryPlan(c, { kvCacheDtype: kv }), { ...DEFAULT_TRAINING_WORK, products }).peakBytes / 2 ** 30;
-      expect(Math.abs(planned / peak - 1), `${products} products: planned ${planned.toFixed(3)} GiB`).toBeLessThan(0.03);
+    for (const [products, kv, vision, peak] of cases) {
+      const planned = trainingMemory(c, memoryPlan(c, { kvCacheDtype: kv }), { ...DEFAULT_TRAINING_WORK, products, visionProducts: vision }).peakBytes / 2 ** 30;
+      expect(Math.abs(planned / peak - 1), `${products} products, the tower on ${vision}: planned ${planned.toFixed(3)} GiB`).toBeLessThan(0.03);
     }
   });
 
@@ -247,7 +255,7 @@ describe('memoryPlan', () => {
     // KV cache: f32 and f32 4.72, f16 and f32 4.83, f32 and f16 4.51, f16 and f16 4.615 GiB (the
     // tower then f32).
     const T = 512 + 8 * 256;
-    const plan = (kv: 'f32' | 'f16', products: 'f32' | 'f16') => trainingMemory(c, memoryPlan(c, { kvCacheDtype: kv, visionDtype: 'f32' }), { ...DEFAULT_TRAINING_WORK, products }).peakBytes;
+    const plan = (kv: 'f32' | 'f16', products: 'f32' | 'f16') => trainingMemory(c, memoryPlan(c, { kvCacheDtype: kv, visionDtype: 'f32' }), { ...DEFAULT_TRAINING_WORK, products, visionProducts: 'f32' }).peakBytes;
     // q/k/v [T, 2048 + 2 x 1024], gate/up [T, 2 x 6144], LoRA's partials [T, 96 x r 8].
     const left = T * (2048 + 2 * 1024 + 2 * 6144 + 96 * 8) * 4;
     for (const [kv, products, peak] of [['f32', 'f32', 4.72], ['f32', 'f16', 4.83], ['f16', 'f32', 4.51], ['f16', 'f16', 4.615]] as const) {

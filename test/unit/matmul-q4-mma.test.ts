@@ -109,6 +109,12 @@ describe.skipIf(unsupported === null)('tensor-core GEMM on a GPU without subgrou
     // The vision tower's likewise.
     for (const v of ['int8', 'f16'] as const) await expect(model.setVisionProducts(v)).rejects.toThrow(MissingFeatureError);
     expect(model.visionProducts).toBe('f32');
+    // 'auto', the default, follows the products: on the f32 units here, and a failed products switch leaves it there.
+    expect(model.visionProductsSetting).toBe('auto');
+    await model.setVisionProducts('f32');
+    expect(model.visionProductsSetting).toBe('f32');
+    await model.setVisionProducts('auto');
+    expect([model.visionProductsSetting, model.visionProducts]).toEqual(['auto', 'f32']);
     await expect(Qwen3VL.load(gpu, modelFiles(MODELS[0]), { visionProducts: 'f16' })).rejects.toThrow(MissingFeatureError);
   });
 

@@ -24,7 +24,7 @@ describe('train command: engine flags', () => {
     expect(engine(['--tensor-cores', '--tensor-core-limbs', '1']).products).toBe('int8-1limb');
     expect(engine(['--tensor-cores', '--tensor-core-steps', 'row']).products).toBe('int8-row');
     expect(engine(['--vision-tensor-cores']).vision_products).toBe('int8');
-    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true, phase_buffers: 'keep' });
+    expect(engine([], { products: 'int8', micro_batch_tokens: 512 })).toEqual({ products: 'int8', vision_products: 'auto', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 512, gradient_checkpointing: true, phase_buffers: 'keep' });
     expect(engine(['--kv-cache', 'f16']).kv_cache).toBe('f16');
     expect(engine(['--kv-cache', 'f32'], { kv_cache: 'f16' }).kv_cache).toBe('f32');
     expect(engine([], { kv_cache: 'f16' }).kv_cache).toBe('f16');
@@ -144,10 +144,11 @@ describe('npm run cli -- train (Qwen3-VL tiny fixture with a byte-level tokenize
     }
     expect(readFileSync(metrics, 'utf8').trim().split('\n').map((l) => JSON.parse(l))).toEqual(lines);
     expect(readdirSync(out).sort()).toEqual(['adapter', 'data.json', 'engine.json', 'latest', 'step-00000001', 'step-00000002']);
-    const engine = { products: 'auto', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false, phase_buffers: 'keep' };
+    const engine = { products: 'auto', vision_products: 'auto', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 2048, gradient_checkpointing: false, phase_buffers: 'keep' };
     // 'auto' on a GPU without tensor cores: the f32 units, said on stderr, and with them the f32 KV cache.
     expect(first.stderr).toMatch(/products: f32 \(f32 units: .*; f16 unavailable: .*; int8 unavailable: /);
     expect(first.stderr).toContain('kv_cache: f32 (auto: the products run on f32, not f16)');
+    expect(first.stderr).toContain('vision products: f32 (auto: the products run on f32, not f16)');
     expect(first.stderr).toMatch(/activation storage: f32 \(auto: the f32 products keep f32 states\)/);
     expect(JSON.parse(readFileSync(join(out, 'engine.json'), 'utf8'))).toEqual(engine);
     expect(readdirSync(join(out, 'step-00000002')).sort()).toEqual(['adapter', 'checkpoint.json', 'tensors.safetensors']);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { batchPlan, ConfigError, defaultConfig, resolveConfig, type TrainConfigInput } from '../../src/rl/config';
 import { nearestKey } from '../../src/rl/configKeys';
-import { defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveKvCache } from '../../src/rl/engineConfig';
+import { asksTensorCores, defaultEngineConfig, EngineConfigError, resolveActivationStorage, resolveEngineConfig, resolveKvCache, resolveVisionProducts, usesTensorCores } from '../../src/rl/engineConfig';
 import { MissingFeatureError, type Capabilities } from '../../src/gpu';
 
 /** A device record with or without shader-f16 (no tensor cores: the KV cache needs none). */
@@ -205,11 +205,22 @@ describe('trainer RNG', () => {
 describe('engine config', () => {
   it('fills defaults, refuses unknown keys with their path, and checks each field', () => {
     expect(resolveEngineConfig({})).toEqual(defaultEngineConfig());
-    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'f32', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 1024, gradient_checkpointing: false, phase_buffers: 'keep' });
+    expect(resolveEngineConfig({ products: 'int8-row', micro_batch_tokens: 1024, gradient_checkpointing: false })).toEqual({ products: 'int8-row', vision_products: 'auto', activation_storage: 'auto', kv_cache: 'auto', micro_batch_tokens: 1024, gradient_checkpointing: false, phase_buffers: 'keep' });
     expect(() => resolveEngineConfig({ product: 'int8' })).toThrow(/^engine config: engine\.product: unknown field; did you mean products\?$/);
     expect(() => resolveEngineConfig({ products: 'int4' })).toThrow(/engine\.products must be auto or one of int8, int8-1limb, int8-row, f16, f32; got "int4"/);
     expect(() => resolveEngineConfig({ vision_products: 'int8-row' })).toThrow(EngineConfigError);
     expect(resolveEngineConfig({ vision_products: 'f16' }).vision_products).toBe('f16');
+    expect(() => resolveEngineConfig({ vision_products: 'bf16' })).toThrow(/engine\.vision_products must be one of auto, f32, int8, f16; got "bf16"/);
+    // 'auto' (the default) follows the products: f16 beside f16 only; a named setting stays.
+    const auto = resolveEngineConfig({});
+    expect(auto.vision_products).toBe('auto');
+    expect(resolveVisionProducts(auto, 'f16')).toEqual({ vision: 'f16', why: 'auto: the products run on f16 tensor cores' });
+    expect(resolveVisionProducts(auto, 'int8')).toEqual({ vision: 'f32', why: 'auto: the products run on int8, not f16' });
+    expect(resolveVisionProducts(auto, 'f32').vision).toBe('f32');
+    expect(resolveVisionProducts(resolveEngineConfig({ vision_products: 'int8' }), 'f16')).toEqual({ vision: 'int8', why: 'set by the engine config' });
+    // 'auto' asks for no tensor cores itself; a named tensor-core tower does.
+    expect(usesTensorCores({ ...auto, products: 'f32' })).toBe(false);
+    expect(asksTensorCores({ ...auto, vision_products: 'f16' })).toBe(true);
     expect(() => resolveEngineConfig({ micro_batch_tokens: 0 })).toThrow(/micro_batch_tokens must be an integer >= 1/);
     expect(() => resolveEngineConfig(null)).toThrow(/engine must be an object; got null/);
     expect(() => resolveEngineConfig({ gradient_checkpointing: 'no' })).toThrow(/engine\.gradient_checkpointing must be true or false; got "no"/);

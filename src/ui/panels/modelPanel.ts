@@ -228,7 +228,7 @@ function describeReport(r: ModelReport, limitsNote: string, storage: EngineStora
       h('dt', { 'data-testid': 'model-training-at' }, `Training at the Train form’s settings (${w.generations} x ${w.completionTokens} tokens after a ${w.promptTokens}-token prompt, LoRA r=${w.loraRank})`),
       h('dd', { 'data-testid': 'model-training-bytes' }, `about ${formatBytes(training.peakBytes)} of GPU memory at its peak`),
       h('dt', {}, 'The estimate assumes'),
-      h('dd', { 'data-testid': 'model-training-storage' }, `the KV cache in ${storage.kvCache}, the hidden states the backward reads in ${storage.activationStorage}, and ${storage.phaseBuffers === 'keep' ? "generation's and training's buffers both kept between the phases" : "each phase's buffers given back before the other's"}`),
+      h('dd', { 'data-testid': 'model-training-storage' }, `the KV cache in ${storage.kvCache}, the hidden states the backward reads in ${storage.activationStorage}, the vision tower's products on ${storage.visionProducts === 'f32' ? 'the f32 units' : `${storage.visionProducts} tensor cores`}, and ${storage.phaseBuffers === 'keep' ? "generation's and training's buffers both kept between the phases" : "each phase's buffers given back before the other's"}`),
       h('dt', {}, 'Largest buffer'),
       h('dd', {}, `${formatBytes(r.plan.largestBuffer.bytes)} (${r.plan.largestBuffer.name})`),
     ),
