@@ -149,7 +149,7 @@ function render(o: Side, t: Side | undefined): string {
   }
   const vf = o.visionF16;
   if (vf) {
-    add("vision tower on f16 tensor cores (vision_products 'f16'; the app's default is 'f32')", 1000 * vf.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
+    add("vision tower on f16 tensor cores (vision_products 'f16', which 'auto', the default, takes beside f16 products)", 1000 * vf.visionS, tp && 1000 * tp.visionS, 'ms', 'time');
     add('prefill with it', vf.tokensPerS, tp?.tokensPerS, 'tok/s', 'rate');
   }
   for (const d of o.decode ?? []) {

@@ -246,9 +246,16 @@ interface DecodeKernels {
   split: ByKvDtype;
 }
 
+/** Attention over packed rows takes the f16 tensor cores (useTensorCores) from this many workgroups
+ * of their forward (query tiles x heads); on fewer the f32 kernels' forward ran faster (an image of
+ * 256 patches, a prompt of 256 tokens: 32 workgroups; BENCHMARKS.md, f16 tensor cores). */
+export const F16_ATTENTION_MIN_GROUPS = 64;
+
 export class Attention {
   /** The forward over packed rows on f16 tensor cores, while in use (useTensorCores). */
   private tensorCores: AttentionF16 | null = null;
+  /** Its forward's workgroups from which a call takes it (useTensorCores). */
+  private f16MinGroups = F16_ATTENTION_MIN_GROUPS;
 
   private constructor(
     private readonly gpu: Gpu,
@@ -338,18 +345,27 @@ export class Attention {
     );
   }
 
-  /** Run attention over packed rows, forward and backward, on `op` (f16 tensor cores), or on the
-   * f32 kernels (null). The caller owns `op`; cached attention (generation) stays on the f32 kernels. */
-  useTensorCores(op: AttentionF16 | null): void {
+  /** Run attention over packed rows, forward and backward, on `op` (f16 tensor cores) where its
+   * grid has `minGroups` workgroups (0: always), or on the f32 kernels (null). The caller owns
+   * `op`; cached attention (generation) stays on the f32 kernels. */
+  useTensorCores(op: AttentionF16 | null, minGroups = F16_ATTENTION_MIN_GROUPS): void {
     if (op && (op.config.hq !== this.config.hq || op.config.hkv !== this.config.hkv || op.config.headDim !== this.config.headDim)) {
       throw new ShapeError('attention', `tensor-core attention of Hq ${op.config.hq}, Hkv ${op.config.hkv}, D ${op.config.headDim} for attention of ${this.config.hq}, ${this.config.hkv}, ${this.config.headDim}`);
     }
     this.tensorCores = op;
+    this.f16MinGroups = minGroups;
   }
 
-  /** Whether attention over packed rows runs on f16 tensor cores (useTensorCores). */
+  /** Whether attention over packed rows runs on f16 tensor cores (useTensorCores), where large enough. */
   get onTensorCores(): boolean {
     return this.tensorCores !== null;
+  }
+
+  /** The f16 op for T packed rows: the same rule for a forward and the backward after it, so that
+   * a backward finds the lse and f16 copies of its own path. */
+  private f16For(T: number): AttentionF16 | null {
+    const op = this.tensorCores;
+    return op && op.groups(T) >= this.f16MinGroups ? op : null;
   }
 
   /** Whether a split decode's combine can also leave its merged rows as int8 groups (AttentionFold.quantized). */
@@ -445,8 +461,9 @@ export class Attention {
     this.expect('attention_fwd', a.o, T, hq * D);
     if (a.lse) this.expect('attention_fwd', a.lse, T, hq);
     const prefix = this.checkPrefix('attention_fwd', a.sharedPrefix, T, nseq);
-    if (this.tensorCores) {
-      this.tensorCores.forward(rec, a);
+    const f16 = this.f16For(T);
+    if (f16) {
+      f16.forward(rec, a);
       return;
     }
     const bindings: Record<string, Tensor> = { ...this.views({ q: a.q, k: a.k, v: a.v }), o: a.o, cu_seqlens: a.cuSeqlens };
@@ -571,8 +588,9 @@ export class Attention {
     const layout = { rows: T, nseq, causal: a.causal ? 1 : 0, scale: a.scale, prefix_len: prefix };
     const u = this.uniforms(layout);
     rec.dispatch(this.prep, { o: a.o, dout: a.dout, lse: a.lse, row_stats: a.rowStats }, grid1d(T * hq, FLAT_WG), u);
-    if (this.tensorCores) {
-      this.tensorCores.backward(rec, a);
+    const f16 = this.f16For(T);
+    if (f16) {
+      f16.backward(rec, a);
       return;
     }
     const common = { ...this.views({ q: a.q, k: a.k, v: a.v, dout: a.dout }), row_stats: a.rowStats, cu_seqlens: a.cuSeqlens };

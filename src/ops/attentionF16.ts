@@ -69,6 +69,11 @@ export class AttentionF16 {
     private readonly tokensPerGroup: number,
   ) {}
 
+  /** Workgroups its forward runs over T packed rows: query tiles x heads. */
+  groups(T: number): number {
+    return Math.ceil(T / this.tokensPerGroup) * this.config.hq;
+  }
+
   static async create(gpu: Gpu, config: AttentionConfig, tile: AttentionF16Tile = DEFAULT_ATTENTION_F16_TILE): Promise<AttentionF16> {
     const { hq, hkv, headDim: D } = config;
     const why = attentionF16Unsupported(gpu, D);

@@ -30,10 +30,15 @@ const CASES: Case[] = [
   { label: 'shared prefix 512 + 8 x 256 (default config)', hq: 16, hkv: 8, D: 128, causal: true, cu: packed([512, ...Array<number>(8).fill(256)]), prefix: 512 },
   { label: 'vision: two images of 196 patches, D 64', hq: 16, hkv: 16, D: 64, causal: false, cu: packed([196, 196]) },
 ];
+// Besides the headline shapes, the small grids where the f32 kernels may be ahead (the smallest
+// image the processor makes, 256 patches; a short prompt's prefill): Attention's
+// F16_ATTENTION_MIN_GROUPS comes from these.
 const SPEED: Case[] = [
   { label: 'T2048 Hq16 Hkv8 D128 causal', hq: 16, hkv: 8, D: 128, causal: true, cu: [0, 2048] },
   CASES[3],
-  { label: 'vision 448x448 (784 rows, D 64)', hq: 16, hkv: 16, D: 64, causal: false, cu: [0, 784] },
+  { label: 'T512 Hq16 Hkv8 D128 causal', hq: 16, hkv: 8, D: 128, causal: true, cu: [0, 512] },
+  { label: 'T256 Hq16 Hkv8 D128 causal', hq: 16, hkv: 8, D: 128, causal: true, cu: [0, 256] },
+  ...[256, 400, 576, 784, 1600].map((rows) => ({ label: `vision ${16 * Math.sqrt(rows)}x${16 * Math.sqrt(rows)} (${rows} rows, D 64)`, hq: 16, hkv: 16, D: 64, causal: false, cu: [0, rows] })),
 ];
 
 const TILES: AttentionF16Tile[] = [DEFAULT_ATTENTION_F16_TILE, { subgroups: 4, keys: 32 }];
@@ -74,9 +79,9 @@ async function setup(c: Case) {
   await rec.submit();
   const f32 = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
   const f16 = await AttentionF16.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
-  // The same f32 op routed to the tensor cores, as the model runs it (Attention.useTensorCores).
+  // The same f32 op routed to the tensor cores, as the model runs it (Attention.useTensorCores), at every size.
   const routed = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
-  routed.useTensorCores(f16);
+  routed.useTensorCores(f16, 0);
   const args = { q: io.q, k: io.k, v: io.v, cuSeqlens: io.cu, causal: c.causal, scale: 1 / Math.sqrt(c.D), sharedPrefix: c.prefix };
   // `recomputed`: right after the forward on the same q, k, v (AttentionBackwardArgs.inputsOfLastForward).
   const grads = (f: Attention, o: Tensor, lse: Tensor, dq: Tensor, dk: Tensor, dv: Tensor, recomputed = false) => (r: Recorder) => f.backward(r, { ...args, o, lse, dout: io.dout, rowStats: io.stats, dq, dk, dv, inputsOfLastForward: recomputed });
@@ -152,7 +157,7 @@ if (!args.bool('no-speed')) {
       if (!(err < 4e-3)) failed = true;
       const lseGiven = await time((r) => f16.forward(r, { ...s.args, o: s.io.o16, lse: s.io.lse16, lseKnown: true }));
       const routed = await Attention.create(gpu, { hq: c.hq, hkv: c.hkv, headDim: c.D });
-      routed.useTensorCores(f16);
+      routed.useTensorCores(f16, 0);
       const backward = await time(s.grads(routed, s.io.o16, s.io.lse16, s.io.dq16, s.io.dk16, s.io.dv16), 2.5);
       line.push(`${tile.subgroups}x${tile.keys} with lse ${withLse} (error ${err.toExponential(1)}), on the lse given ${lseGiven}, backward ${backward}`);
       f16.release();
