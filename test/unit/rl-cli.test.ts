@@ -46,7 +46,7 @@ describe('train command: engine flags', () => {
 
   it('refuses bad values, unknown engine keys and the old flags mixed with the new', () => {
     expect(() => engine(['--products', 'int4'])).toThrow(/--products takes auto, int8, int8-1limb, int8-row, f16, f32; got 'int4'/);
-    expect(() => engine(['--vision-products', 'int8-row'])).toThrow(/--vision-products takes f32, int8, f16; got 'int8-row'/);
+    expect(() => engine(['--vision-products', 'int8-row'])).toThrow(/--vision-products takes auto, f32, int8, f16; got 'int8-row'/);
     expect(() => engine(['--activation-storage', 'bf16'])).toThrow(/--activation-storage takes auto, f32, f16; got 'bf16'/);
     expect(() => engine(['--products', 'int8', '--tensor-cores'])).toThrow(/--products replaces --tensor-cores/);
     expect(() => engine(['--vision-products', 'int8', '--vision-tensor-cores'])).toThrow(/--vision-products replaces --vision-tensor-cores/);
