@@ -29,7 +29,7 @@
 //     [--vision-products auto|f32|int8|f16] (the vision tower's products in every section; default auto)
 //     [--samples 1,4,8] (decode's numbers of sequences) [--new-tokens N] (decode's tokens a sequence, default 128)
 //     [--default-rank R] (the default trainer config's LoRA rank, default 8; bench/torch_model.py takes it too)
-//     [--profile] (GPU time by kernel)
+//     [--profile] (GPU time by kernel; in the default section also one generation's GPU time in stream and span)
 //     [--ablate] (with --profile: what each compiled kernel costs a decode step in stream)
 //     [--subsets] (with --ablate: decode's GEMVs and other kernels, alone and together)
 //     [--f16] (Dawn's vulkan_enable_f16_on_nvidia: shader-f16 and f16 subgroup matrices on NVIDIA's Vulkan driver)
@@ -1058,6 +1058,26 @@ async function main(): Promise<void> {
       model.visionCache.clear();
       return model.generate(def.prompts[0], d.G, sampling(1), { stopIds: [] });
     });
+  // --profile: one generation of the group as an RL step runs it (after its training step), its
+  // GPU time in stream and span (idle included) beside the main thread's busy time and the wall
+  // time: where a generation's time goes when it moves between processes.
+  const generationInStream = async (seed: number) => {
+    await gspoStep(gpu, def, seed);
+    gpu.pool.enterPhase('generation', PHASE_KEEP);
+    model.visionCache.clear();
+    const prof = gpu.startProfiling('pass');
+    const elu0 = nodePerformance.eventLoopUtilization();
+    const w0 = performance.now();
+    await model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] });
+    await gpu.sync();
+    const wallMs = performance.now() - w0;
+    const mainMs = nodePerformance.eventLoopUtilization(elu0).active;
+    const gpuMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
+    const spanMs = prof.spanMs();
+    gpu.stopProfiling();
+    gpu.pool.enterPhase('training', PHASE_KEEP);
+    return { gpuMs, spanMs, mainMs, wallMs };
+  };
   // --profile: that part's GPU time in stream and by kernel (a pass per dispatch).
   const firstTokenKernels = async () => {
     const firstToken = () => {
@@ -1124,7 +1144,9 @@ async function main(): Promise<void> {
     if (hostPhases) console.error(`default config on f16 tensor cores, the step on the host: ${JSON.stringify(hostPhases)}`);
     const generateFirstTokenS = await firstTokenS();
     const firstTokenProfile = args.includes('--profile') ? await firstTokenKernels() : undefined;
-    result.defaultConfigF16 = { generateS: tc.gen, generateFirstTokenS, firstTokenProfile, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, planGiB: planGiB('f16'), profile };
+    const generationStream = args.includes('--profile') ? await generationInStream(19) : undefined;
+    if (generationStream) console.error(`default config on f16 tensor cores, one generation after a step: ${JSON.stringify(generationStream)}`);
+    result.defaultConfigF16 = { generateS: tc.gen, generateFirstTokenS, firstTokenProfile, generationStream, stepS: tc.step, gpuInStreamS, hostPhases, memory: mem, planGiB: planGiB('f16'), profile };
     await model.setProducts('f32');
     save();
     console.error(`default config on f16 tensor cores: generation ${tc.gen.toFixed(2)} s (its first token ${generateFirstTokenS.toFixed(3)} s), step ${tc.step.toFixed(2)} s`);
