@@ -28,7 +28,6 @@ export type Products = 'f32' | 'f16' | 'int8' | 'int8-1limb' | 'int8-row';
  * weights rounded to int8 once, x in two limbs) or 'f16' (each weight rounded to f16 as its product
  * runs, f16 tensor cores). */
 export type VisionProducts = 'f32' | 'int8' | 'f16';
-export const VISION_PRODUCTS: readonly VisionProducts[] = ['f32', 'int8', 'f16'];
 
 /** The int8 tensor-core op's settings each int8 value stands for (MatmulQ4MmaOptions.limbs and steps). */
 type Int8Products = Exclude<Products, 'f32' | 'f16'>;

@@ -3,7 +3,7 @@
 // code, for the memory plan the page imports.
 import type { Products, VisionProducts } from './products';
 
-/** A vision setting: one of VISION_PRODUCTS, or 'auto', which follows the decoder's products
+/** A vision setting: a VisionProducts value, or 'auto', which follows the decoder's products
  * (chooseVisionProducts). */
 export type VisionProductsSetting = 'auto' | VisionProducts;
 export const VISION_PRODUCTS_SETTINGS: readonly VisionProductsSetting[] = ['auto', 'f32', 'int8', 'f16'];
