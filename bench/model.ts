@@ -614,6 +614,40 @@ async function gpuMsInStream(gpu: Gpu, f: () => Promise<unknown>): Promise<numbe
   return (await passProfile(gpu, f)).ms;
 }
 
+/**
+ * `f`'s GPU time in stream (its passes as the engine records them) and span (first pass's begin to
+ * last one's end, idle included); the main thread's busy time (event-loop utilisation: JS and the
+ * synchronous Dawn calls that record, plus polling); the process's CPU time (every thread, a
+ * driver's spin-waits included); the wall time; and of the main thread's time, what
+ * Recorder.replay and finishing + submitting took (Gpu.hostStats), with the dispatches encoded.
+ */
+async function hostAndStream(gpu: Gpu, f: () => Promise<unknown>) {
+  const prof = gpu.startProfiling('pass');
+  const host0 = { ...gpu.hostStats };
+  const cpu0 = process.cpuUsage();
+  const elu0 = nodePerformance.eventLoopUtilization();
+  const w0 = performance.now();
+  await f();
+  await gpu.sync();
+  const wallMs = performance.now() - w0;
+  const cpu = process.cpuUsage(cpu0);
+  const mainMs = nodePerformance.eventLoopUtilization(elu0).active;
+  const gpuMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
+  const spanMs = prof.spanMs();
+  gpu.stopProfiling();
+  const host = gpu.hostStats;
+  return {
+    gpuMs,
+    spanMs,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    mainMs,
+    wallMs,
+    dispatches: host.dispatches - host0.dispatches,
+    replayMs: host.replayMs - host0.replayMs,
+    submitMs: host.submitMs - host0.submitMs,
+  };
+}
+
 const GiB = 2 ** 30;
 
 /**
@@ -790,38 +824,10 @@ async function main(): Promise<void> {
   // the timed decode.
   if (runs('decode') && args.includes('--profile')) {
     const byKernel = async (G: number, n: number) => new Map((await profiled(gpu, 'dispatch', () => gen(G, n))).map((k) => [k.name, k]));
-    // The same difference in 'pass' mode: the GPU time of a step as the engine records it (no pass
-    // per dispatch); the main thread's busy time (event-loop utilisation: JS and the synchronous
-    // Dawn calls that record, plus polling); the process's CPU time (every thread, a driver's
-    // spin-waits included). A step whose wall time sits above its GPU time is bound by recording.
-    // Of the main thread's time, what Recorder.replay (WebGPU's calls for a replayed step) and
-    // finishing + submitting took (Gpu.hostStats), and the dispatches encoded.
-    const inStream = async (G: number, n: number) => {
-      const prof = gpu.startProfiling('pass');
-      const host0 = { ...gpu.hostStats };
-      const cpu0 = process.cpuUsage();
-      const elu0 = nodePerformance.eventLoopUtilization();
-      const w0 = performance.now();
-      await gen(G, n);
-      await gpu.sync();
-      const wallMs = performance.now() - w0;
-      const cpu = process.cpuUsage(cpu0);
-      const mainMs = nodePerformance.eventLoopUtilization(elu0).active;
-      const gpuMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
-      const spanMs = prof.spanMs();
-      gpu.stopProfiling();
-      const host = gpu.hostStats;
-      return {
-        gpuMs,
-        spanMs,
-        cpuMs: (cpu.user + cpu.system) / 1000,
-        mainMs,
-        wallMs,
-        dispatches: host.dispatches - host0.dispatches,
-        replayMs: host.replayMs - host0.replayMs,
-        submitMs: host.submitMs - host0.submitMs,
-      };
-    };
+    // The same difference in 'pass' mode (hostAndStream): the GPU time of a step as the engine
+    // records it (no pass per dispatch) beside the host's. A step whose wall time sits above its
+    // GPU time is bound by recording.
+    const inStream = (G: number, n: number) => hostAndStream(gpu, () => gen(G, n));
     // Each side's median of three runs, field by field: one slow prefill (a pause of the host) in
     // a single pair would leave a difference below the step's GPU time.
     const medianRuns = async (G: number, n: number) => {
@@ -1065,18 +1071,9 @@ async function main(): Promise<void> {
     await gspoStep(gpu, def, seed);
     gpu.pool.enterPhase('generation', PHASE_KEEP);
     model.visionCache.clear();
-    const prof = gpu.startProfiling('pass');
-    const elu0 = nodePerformance.eventLoopUtilization();
-    const w0 = performance.now();
-    await model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] });
-    await gpu.sync();
-    const wallMs = performance.now() - w0;
-    const mainMs = nodePerformance.eventLoopUtilization(elu0).active;
-    const gpuMs = prof.report().reduce((t, k) => t + k.totalMs, 0);
-    const spanMs = prof.spanMs();
-    gpu.stopProfiling();
+    const r = await hostAndStream(gpu, () => model.generate(def.prompts[0], d.G, sampling(d.completion), { stopIds: [] }));
     gpu.pool.enterPhase('training', PHASE_KEEP);
-    return { gpuMs, spanMs, mainMs, wallMs };
+    return r;
   };
   // --profile: that part's GPU time in stream and by kernel (a pass per dispatch).
   const firstTokenKernels = async () => {
